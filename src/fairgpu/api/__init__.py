@@ -1,0 +1,1 @@
+"""Kubernetes API objects as fairgpu reads them: quantities and lean decoders."""

@@ -1,0 +1,252 @@
+"""Lean decoders for the parts of Kubernetes objects a scheduler reads.
+
+Objects enter as the JSON (or YAML) the API returns and are decoded once with msgspec into these
+structs; everything the scheduler never reads is skipped at decode time. This is an order of
+magnitude faster than the official client's typed models on a watch of thousands of pods.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from fairgpu.api.errors import InvalidObjectError
+
+T = TypeVar("T")
+Quantity = str | int | float
+ResourceList = dict[str, Quantity]
+
+
+class _Base(msgspec.Struct, rename="camel", omit_defaults=True):
+    pass
+
+
+class OwnerReference(_Base):
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
+class ObjectMeta(_Base):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    generate_name: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+    owner_references: list[OwnerReference] = []
+
+
+class LabelSelectorRequirement(_Base):
+    key: str
+    operator: str
+    values: list[str] = []
+
+
+class LabelSelector(_Base):
+    match_labels: dict[str, str] = {}
+    match_expressions: list[LabelSelectorRequirement] = []
+
+
+class NodeSelectorRequirement(_Base):
+    key: str
+    operator: str
+    values: list[str] = []
+
+
+class NodeSelectorTerm(_Base):
+    match_expressions: list[NodeSelectorRequirement] = []
+    match_fields: list[NodeSelectorRequirement] = []
+
+
+class NodeSelector(_Base):
+    node_selector_terms: list[NodeSelectorTerm] = []
+
+
+class PreferredSchedulingTerm(_Base):
+    weight: int
+    preference: NodeSelectorTerm
+
+
+class NodeAffinity(_Base):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] = []
+
+
+class PodAffinityTerm(_Base):
+    topology_key: str
+    label_selector: LabelSelector | None = None
+    namespaces: list[str] = []
+    namespace_selector: LabelSelector | None = None
+
+
+class WeightedPodAffinityTerm(_Base):
+    weight: int
+    pod_affinity_term: PodAffinityTerm
+
+
+class PodAffinity(_Base):
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = []
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] = []
+
+
+class Affinity(_Base):
+    node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAffinity | None = None
+
+
+class Toleration(_Base):
+    key: str = ""
+    operator: str = ""
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+
+class ResourceRequirements(_Base):
+    requests: ResourceList = {}
+    limits: ResourceList = {}
+
+
+class Container(_Base):
+    name: str = ""
+    resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
+    restart_policy: str | None = None
+
+
+class PodSpec(_Base):
+    containers: list[Container] = []
+    init_containers: list[Container] = []
+    node_name: str = ""
+    node_selector: dict[str, str] = {}
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] = []
+    scheduler_name: str = "default-scheduler"
+    priority: int | None = None
+    priority_class_name: str = ""
+    preemption_policy: str | None = None
+    overhead: ResourceList = {}
+
+
+class PodCondition(_Base):
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+class PodStatus(_Base):
+    phase: str = ""
+    nominated_node_name: str = ""
+    conditions: list[PodCondition] = []
+    start_time: str | None = None
+
+
+class Pod(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
+    kind: str = "Pod"
+    api_version: str = "v1"
+
+
+class Taint(_Base):
+    key: str
+    effect: str
+    value: str = ""
+
+
+class NodeSpec(_Base):
+    unschedulable: bool = False
+    taints: list[Taint] = []
+
+
+class NodeStatus(_Base):
+    capacity: ResourceList = {}
+    allocatable: ResourceList = {}
+
+
+class Node(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
+    status: NodeStatus = msgspec.field(default_factory=NodeStatus)
+    kind: str = "Node"
+    api_version: str = "v1"
+
+
+class PriorityClass(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    value: int = 0
+    global_default: bool = False
+    preemption_policy: str | None = None
+    kind: str = "PriorityClass"
+
+
+class PodTemplate(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+
+
+class DeploymentSpec(_Base):
+    template: PodTemplate = msgspec.field(default_factory=PodTemplate)
+    replicas: int = 1
+
+
+class Deployment(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: DeploymentSpec = msgspec.field(default_factory=DeploymentSpec)
+    kind: str = "Deployment"
+
+
+def _describe(raw: Any, kind: str) -> str:
+    meta = raw.get("metadata") if isinstance(raw, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta.get("name") or meta.get("generateName") or "<unnamed>"
+    namespace = meta.get("namespace")
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+
+def _field(error: msgspec.ValidationError) -> tuple[str, str]:
+    # msgspec reports "Expected `int`, got `str` - at `$.spec.priority`".
+    text = str(error)
+    if " - at `" in text:
+        problem, _, path = text.partition(" - at `")
+        return path.rstrip("`").removeprefix("$.") or "<root>", problem
+    return "<root>", text
+
+
+def decode(raw: Any, kind: type[T]) -> T:
+    """Decode a parsed JSON/YAML mapping into ``kind`` (e.g. :class:`Pod`).
+
+    Raises :class:`InvalidObjectError` naming the object and the field on a type mismatch.
+    """
+    if not isinstance(raw, dict):
+        raise InvalidObjectError(kind.__name__, "<root>", f"expected a mapping, got {raw!r:.60}")
+    try:
+        return msgspec.convert(raw, type=kind, strict=False)
+    except msgspec.ValidationError as error:
+        field, problem = _field(error)
+        raise InvalidObjectError(_describe(raw, kind.__name__), field, problem) from None
+
+
+_JSON_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def decode_json(data: bytes, kind: type[T]) -> T:
+    """Decode raw JSON bytes (an API response or watch event object) straight into ``kind``."""
+    decoder = _JSON_DECODERS.get(kind)
+    if decoder is None:
+        decoder = _JSON_DECODERS[kind] = msgspec.json.Decoder(kind)
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as error:
+        field, problem = _field(error)
+        raise InvalidObjectError(kind.__name__, field, problem) from None
+    except msgspec.DecodeError as error:
+        raise InvalidObjectError(kind.__name__, "<root>", f"not valid JSON: {error}") from None

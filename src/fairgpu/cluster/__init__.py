@@ -1,0 +1,1 @@
+"""Cluster state: nodes, GPU devices and running pods held as numpy arrays."""

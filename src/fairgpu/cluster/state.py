@@ -1,0 +1,344 @@
+"""ClusterState: every node's capacity and load, per-device GPU state and the pods placed.
+
+Everything the filter and score plugins read per node lives in numpy arrays indexed by node slot
+so that one pod is evaluated against all nodes in a few vectorised operations. Static node
+attributes (labels, taints) are dictionary-encoded lazily and cached until a node changes.
+
+The same class is the simulator's cluster and the live scheduler's cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairgpu.model.gpu import WHOLE
+from fairgpu.model.node import NodeInfo
+from fairgpu.model.pod import CPU, EPHEMERAL, MEMORY, PODS, PodInfo
+from fairgpu.model.selectors import Taint
+
+GPU_MILLI = "fairgpu.io/gpu-milli"
+GPU_MEMORY = "fairgpu.io/gpu-memory-mib"
+FIXED_RESOURCES = (CPU, MEMORY, PODS, EPHEMERAL, GPU_MILLI, GPU_MEMORY)
+COL_CPU, COL_MEMORY, COL_PODS, COL_EPHEMERAL, COL_GPU_MILLI, COL_GPU_MEMORY = range(6)
+
+
+@dataclass(slots=True)
+class Placement:
+    """Where a pod runs: node slot, device indexes and what it takes from each device."""
+
+    node: int
+    devices: tuple[int, ...] = ()
+    device_milli: int = 0
+    device_memory: int = 0
+    started: float = 0.0
+
+
+class ClusterState:
+    """Mutable cluster snapshot shared by the engine and its adapters.
+
+    Node slots are never reused while a pod references them; a removed node's slot is marked
+    inactive. Callers mutate only through :meth:`add_node`, :meth:`remove_node`,
+    :meth:`assign` and :meth:`release`, which keep the arrays consistent.
+    """
+
+    def __init__(self, max_devices: int = 8, capacity: int = 64) -> None:
+        self.max_devices = max_devices
+        self.resources: list[str] = list(FIXED_RESOURCES)
+        self.resource_index: dict[str, int] = {r: i for i, r in enumerate(self.resources)}
+        self.nodes: list[NodeInfo | None] = []
+        self.node_index: dict[str, int] = {}
+        self._cap = 0
+        self._grow(capacity)
+        self.pods: dict[str, PodInfo] = {}
+        self.placements: dict[str, Placement] = {}
+        self.node_pods: list[dict[str, PodInfo]] = []
+        self.static_version = 0
+        self.load_version = 0
+        self._label_cache: dict[str, tuple[np.ndarray, list[str]]] = {}
+        self._number_cache: dict[str, np.ndarray] = {}
+        self._taint_cache: tuple[np.ndarray, list[tuple[Taint, ...]]] | None = None
+        self._name_array: np.ndarray | None = None
+        self.pods_with_affinity: dict[str, PodInfo] = {}
+
+    # ---- storage ------------------------------------------------------------------------
+    def _grow(self, capacity: int) -> None:
+        old = self._cap
+        r, d = len(self.resources) if hasattr(self, "resources") else 6, self.max_devices
+
+        def grow(arr: np.ndarray | None, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+            new = np.zeros(shape, dtype=dtype)
+            if arr is not None:
+                new[tuple(slice(0, s) for s in arr.shape)] = arr
+            return new
+
+        get = self.__dict__.get
+        self.active = grow(get("active"), (capacity,), np.bool_)
+        self.unschedulable = grow(get("unschedulable"), (capacity,), np.bool_)
+        self.allocatable = grow(get("allocatable"), (capacity, r), np.int64)
+        self.requested = grow(get("requested"), (capacity, r), np.int64)
+        self.gpu_count = grow(get("gpu_count"), (capacity,), np.int32)
+        self.device_exists = grow(get("device_exists"), (capacity, d), np.bool_)
+        self.device_milli_free = grow(get("device_milli_free"), (capacity, d), np.int32)
+        self.device_memory_free = grow(get("device_memory_free"), (capacity, d), np.int64)
+        self.device_memory_total = grow(get("device_memory_total"), (capacity, d), np.int64)
+        self.idle_devices = grow(get("idle_devices"), (capacity,), np.int32)
+        self._cap = capacity
+        del old
+
+    @property
+    def size(self) -> int:
+        """Number of node slots in use (active or not); arrays are valid up to this index."""
+        return len(self.nodes)
+
+    def resource_column(self, name: str) -> int:
+        """Column of resource ``name``, adding one (zero everywhere) if it is new."""
+        col = self.resource_index.get(name)
+        if col is None:
+            col = len(self.resources)
+            self.resources.append(name)
+            self.resource_index[name] = col
+            pad = np.zeros((self._cap, 1), dtype=np.int64)
+            self.allocatable = np.hstack([self.allocatable, pad])
+            self.requested = np.hstack([self.requested, pad.copy()])
+        return col
+
+    def free(self) -> np.ndarray:
+        """Allocatable minus requested, shape (size, resources)."""
+        n = self.size
+        return self.allocatable[:n] - self.requested[:n]
+
+    # ---- nodes --------------------------------------------------------------------------
+    def add_node(self, node: NodeInfo) -> int:
+        """Add (or update in place) a node; returns its slot."""
+        if node.name in self.node_index:
+            return self.update_node(node)
+        if node.gpu_count > self.max_devices:
+            raise ValueError(
+                f"Node {node.name}: {node.gpu_count} GPUs exceeds max_devices={self.max_devices}"
+            )
+        idx = len(self.nodes)
+        if idx >= self._cap:
+            self._grow(max(64, self._cap * 2))
+        self.nodes.append(node)
+        self.node_pods.append({})
+        self.node_index[node.name] = idx
+        self._write_node(idx, node)
+        return idx
+
+    def _write_node(self, idx: int, node: NodeInfo) -> None:
+        self.active[idx] = True
+        self.unschedulable[idx] = node.unschedulable
+        self.allocatable[idx, :] = 0
+        for rname, amount in node.allocatable.items():
+            self.allocatable[idx, self.resource_column(rname)] = amount
+        count = node.gpu_count
+        self.gpu_count[idx] = count
+        self.allocatable[idx, COL_GPU_MILLI] = count * WHOLE
+        self.allocatable[idx, COL_GPU_MEMORY] = count * node.gpu_memory_mib
+        self.device_exists[idx, :] = False
+        self.device_exists[idx, :count] = True
+        self.device_memory_total[idx, :] = 0
+        self.device_memory_total[idx, :count] = node.gpu_memory_mib
+        self._recompute_devices(idx)
+        self._static_changed()
+
+    def _recompute_devices(self, idx: int) -> None:
+        milli = np.where(self.device_exists[idx], WHOLE, 0).astype(np.int32)
+        mem = self.device_memory_total[idx].copy()
+        for uid in self.node_pods[idx]:
+            pl = self.placements[uid]
+            for d in pl.devices:
+                if d < self.max_devices:
+                    milli[d] -= pl.device_milli
+                    mem[d] -= pl.device_memory
+        self.device_milli_free[idx] = milli
+        self.device_memory_free[idx] = mem
+        self._recount_idle(idx)
+
+    def _recount_idle(self, idx: int) -> None:
+        idle = (
+            self.device_exists[idx]
+            & (self.device_milli_free[idx] >= WHOLE)
+            & (self.device_memory_free[idx] >= self.device_memory_total[idx])
+        )
+        self.idle_devices[idx] = int(idle.sum())
+
+    def update_node(self, node: NodeInfo) -> int:
+        """Replace a node's static description, keeping its pods."""
+        idx = self.node_index[node.name]
+        self.nodes[idx] = node
+        self._write_node(idx, node)
+        # Re-add the load of pods already there.
+        self.requested[idx, :] = 0
+        for uid, pod in self.node_pods[idx].items():
+            self._charge(idx, pod, self.placements[uid], +1)
+        return idx
+
+    def remove_node(self, name: str) -> list[PodInfo]:
+        """Deactivate a node; returns the pods that were placed on it (now released)."""
+        idx = self.node_index.pop(name, None)
+        if idx is None:
+            return []
+        orphans = list(self.node_pods[idx].values())
+        for pod in orphans:
+            self.release(pod.uid)
+        self.active[idx] = False
+        self.nodes[idx] = None
+        self._static_changed()
+        return orphans
+
+    def _static_changed(self) -> None:
+        self.static_version += 1
+        self._label_cache.clear()
+        self._number_cache.clear()
+        self._taint_cache = None
+        self._name_array = None
+
+    def node(self, idx: int) -> NodeInfo:
+        """The node in slot ``idx`` (must be active)."""
+        node = self.nodes[idx]
+        if node is None:
+            raise KeyError(f"node slot {idx} is empty")
+        return node
+
+    def active_nodes(self) -> Iterator[tuple[int, NodeInfo]]:
+        """(slot, node) for every active node."""
+        for idx, node in enumerate(self.nodes):
+            if node is not None:
+                yield idx, node
+
+    # ---- dictionary-encoded static attributes ------------------------------------------
+    def label_codes(self, key: str) -> tuple[np.ndarray, list[str]]:
+        """Per-slot code of label ``key`` (-1 where absent) and the value vocabulary."""
+        cached = self._label_cache.get(key)
+        if cached is None:
+            vocab: dict[str, int] = {}
+            codes = np.full(self.size, -1, dtype=np.int32)
+            for idx, node in enumerate(self.nodes):
+                if node is not None and key in node.labels:
+                    codes[idx] = vocab.setdefault(node.labels[key], len(vocab))
+            cached = (codes, list(vocab))
+            self._label_cache[key] = cached
+        return cached
+
+    def label_numbers(self, key: str) -> np.ndarray:
+        """Per-slot integer value of label ``key`` as float (NaN where absent or not an int)."""
+        cached = self._number_cache.get(key)
+        if cached is None:
+            codes, vocab = self.label_codes(key)
+            values = np.full(len(vocab) + 1, np.nan)
+            for i, text in enumerate(vocab):
+                with contextlib.suppress(ValueError):
+                    values[i] = int(text, 10)
+            cached = values[codes]  # code -1 picks the trailing NaN
+            self._number_cache[key] = cached
+        return cached
+
+    def node_names(self) -> np.ndarray:
+        """Object array of node names per slot ('' for empty slots)."""
+        if self._name_array is None:
+            self._name_array = np.array(
+                [n.name if n is not None else "" for n in self.nodes], dtype=object
+            )
+        return self._name_array
+
+    def taint_groups(self) -> tuple[np.ndarray, list[tuple[Taint, ...]]]:
+        """Per-slot id of the node's taint set, and the distinct taint sets."""
+        if self._taint_cache is None:
+            groups: dict[tuple[Taint, ...], int] = {}
+            ids = np.zeros(self.size, dtype=np.int32)
+            for idx, node in enumerate(self.nodes):
+                taints = node.taints if node is not None else ()
+                ids[idx] = groups.setdefault(taints, len(groups))
+            self._taint_cache = (ids, list(groups))
+        return self._taint_cache
+
+    # ---- pods ---------------------------------------------------------------------------
+    def request_vector(self, pod: PodInfo) -> tuple[np.ndarray, np.ndarray]:
+        """Columns and amounts of the pod's non-GPU requests plus its GPU milli and memory."""
+        cols = [self.resource_column(r) for r in pod.requests]
+        amounts = list(pod.requests.values())
+        if pod.gpu.count:
+            cols.append(COL_GPU_MILLI)
+            amounts.append(pod.gpu.total_milli)
+        return np.array(cols, dtype=np.intp), np.array(amounts, dtype=np.int64)
+
+    def _charge(self, idx: int, pod: PodInfo, placement: Placement, sign: int) -> None:
+        cols, amounts = self.request_vector(pod)
+        self.requested[idx, cols] += sign * amounts
+        if placement.devices:
+            self.requested[idx, COL_GPU_MEMORY] += (
+                sign * placement.device_memory * len(placement.devices)
+            )
+
+    def device_memory_for(self, pod: PodInfo, idx: int) -> int:
+        """Device memory (MiB) the pod takes from each of its devices on node ``idx``."""
+        total = int(self.device_memory_total[idx, 0]) if self.gpu_count[idx] else 0
+        gpu = pod.gpu
+        if gpu.is_whole:
+            return total
+        if gpu.memory_mib:
+            return gpu.memory_mib
+        if gpu.memory_percent:
+            return total * gpu.memory_percent // 100
+        return 0
+
+    def assign(
+        self, pod: PodInfo, idx: int, devices: Iterable[int] = (), started: float = 0.0
+    ) -> Placement:
+        """Place ``pod`` on node slot ``idx`` using ``devices``; charges all of its requests."""
+        if pod.uid in self.placements:
+            raise ValueError(f"pod {pod.key} is already placed")
+        if not self.active[idx]:
+            raise ValueError(f"pod {pod.key}: node slot {idx} is not active")
+        devs = tuple(devices)
+        gpu = pod.gpu
+        milli = WHOLE if gpu.is_whole else gpu.milli
+        placement = Placement(idx, devs, milli if devs else 0, 0, started)
+        if devs:
+            placement.device_memory = self.device_memory_for(pod, idx)
+            for d in devs:
+                self.device_milli_free[idx, d] -= placement.device_milli
+                self.device_memory_free[idx, d] -= placement.device_memory
+            self._recount_idle(idx)
+        self.placements[pod.uid] = placement
+        self.pods[pod.uid] = pod
+        self.node_pods[idx][pod.uid] = pod
+        if pod.has_pod_affinity:
+            self.pods_with_affinity[pod.uid] = pod
+        self._charge(idx, pod, placement, +1)
+        self.load_version += 1
+        return placement
+
+    def release(self, uid: str) -> tuple[PodInfo, Placement] | None:
+        """Remove a placed pod and give back what it held; returns it, or None if unknown."""
+        placement = self.placements.pop(uid, None)
+        if placement is None:
+            return None
+        pod = self.pods.pop(uid)
+        idx = placement.node
+        self.node_pods[idx].pop(uid, None)
+        self.pods_with_affinity.pop(uid, None)
+        self._charge(idx, pod, placement, -1)
+        if placement.devices:
+            for d in placement.devices:
+                self.device_milli_free[idx, d] += placement.device_milli
+                self.device_memory_free[idx, d] += placement.device_memory
+            self._recount_idle(idx)
+        self.load_version += 1
+        return pod, placement
+
+    # ---- summaries ----------------------------------------------------------------------
+    def gpu_capacity_milli(self) -> int:
+        """Total GPU compute of active nodes, milli-GPU."""
+        n = self.size
+        return int(self.allocatable[:n, COL_GPU_MILLI][self.active[:n]].sum())
+
+    def gpu_allocated_milli(self) -> int:
+        """GPU compute held by placed pods, milli-GPU."""
+        n = self.size
+        return int(self.requested[:n, COL_GPU_MILLI][self.active[:n]].sum())

@@ -1,0 +1,465 @@
+"""A fake kubelet: runs bound pods without running anything.
+
+:class:`FakeKubelet` lists and watches pods that have ``spec.nodeName`` set and, like a kubelet
+would, reports them through the pod status subresource:
+
+- a bound ``Pending`` pod becomes ``Running`` (``startTime``, ``PodScheduled``,
+  ``Initialized``, ``ContainersReady`` and ``Ready`` conditions, running container statuses);
+- a pod annotated ``fairgpu.io/duration-seconds: "<seconds>"`` becomes ``Succeeded`` that many
+  wall-clock seconds after its ``startTime`` (``Failed`` if ``fairgpu.io/exit-code`` is set
+  and non-zero); without the annotation it runs until deleted;
+- a bound pod being deleted gracefully (``deletionTimestamp`` set, e.g. evicted or
+  preempted) is removed with grace period 0, as a kubelet does once its containers stop.
+
+The watch relists on 410 Gone, on ``ERROR`` events and on connection errors (for example while
+kube-apiserver restarts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from fairgpu.devcluster.client import (
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    KubeClient,
+    WatchStream,
+)
+
+__all__ = [
+    "DURATION_ANNOTATION",
+    "EXIT_CODE_ANNOTATION",
+    "FakeKubelet",
+    "KubeletStats",
+]
+
+#: Seconds a pod runs before it completes.
+DURATION_ANNOTATION = "fairgpu.io/duration-seconds"
+#: Exit code reported on completion; non-zero makes the pod ``Failed``.
+EXIT_CODE_ANNOTATION = "fairgpu.io/exit-code"
+
+log = logging.getLogger(__name__)
+
+
+def _now_ts() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_ts(ts: str | None) -> float | None:
+    if not ts:
+        return None
+    try:
+        return _dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.UTC).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(slots=True)
+class KubeletStats:
+    """Counters of what the fake kubelet did."""
+
+    started: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    deleted: int = 0
+    relists: int = 0
+    errors: int = 0
+
+
+class FakeKubelet:
+    """Drive bound pods through Running to Succeeded, for every node or a given set.
+
+    Args:
+        client: API client (its own pool is best; the watch holds one connection).
+        nodes: only handle pods bound to these node names; ``None`` handles all nodes.
+        namespace: only watch this namespace; ``None`` watches all.
+        workers: concurrent status updates.
+        watch_timeout: server-side watch timeout in seconds before a quiet re-watch.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        nodes: Iterable[str] | None = None,
+        namespace: str | None = None,
+        workers: int = 4,
+        watch_timeout: int = 60,
+    ) -> None:
+        self.client = client
+        self.nodes = frozenset(nodes) if nodes is not None else None
+        self.namespace = namespace
+        self.watch_timeout = watch_timeout
+        self.stats = KubeletStats()
+        self._workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._heap: list[tuple[float, int, str, str, str]] = []
+        self._seq = itertools.count()
+        self._scheduled: set[str] = set()  # UIDs with a pending completion
+        self._in_flight: set[str] = set()  # UIDs being started or deleted
+        self._watch: WatchStream | None = None
+        self._synced = threading.Event()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> FakeKubelet:
+        """Start the watch and timer threads; return ``self``."""
+        if self._threads:
+            return self
+        self._stop.clear()
+        self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="fake-kubelet")
+        for target, name in ((self._watch_loop, "watch"), (self._timer_loop, "timer")):
+            t = threading.Thread(target=target, name=f"fake-kubelet-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def wait_synced(self, timeout: float = 30.0) -> bool:
+        """Block until the first list has been processed; return whether it was."""
+        return self._synced.wait(timeout)
+
+    def stop(self) -> None:
+        """Stop all threads; pending completions are dropped."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        w = self._watch
+        if w is not None:
+            w.close()
+        for t in self._threads:
+            t.join(10)
+        self._threads.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> FakeKubelet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- watch ----------------------------------------------------------------------------------
+
+    def _pods_path(self) -> str:
+        if self.namespace:
+            return f"/api/v1/namespaces/{self.namespace}/pods"
+        return "/api/v1/pods"
+
+    def _watch_loop(self) -> None:
+        backoff = 0.2
+        params: dict[str, Any] = {"fieldSelector": "spec.nodeName!="}
+        while not self._stop.is_set():
+            try:
+                listing = self.client.get(self._pods_path(), params=params)
+                for pod in listing.get("items", []):
+                    self._handle(pod)
+                self._synced.set()
+                rv = listing["metadata"].get("resourceVersion")
+                backoff = 0.2
+                while not self._stop.is_set():
+                    w = self.client.watch(
+                        self._pods_path(),
+                        {**params, "resourceVersion": rv, "allowWatchBookmarks": "true"},
+                        timeout_seconds=self.watch_timeout,
+                    )
+                    self._watch = w
+                    gone = False
+                    for ev in w:
+                        kind, obj = ev.get("type"), ev.get("object") or {}
+                        if kind == "ERROR":
+                            log.info("watch error event: %s", obj.get("message"))
+                            gone = True
+                            break
+                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                        if kind in ("ADDED", "MODIFIED"):
+                            self._handle(obj)
+                        elif kind == "DELETED":
+                            self._forget(obj)
+                    self._watch = None
+                    if gone:
+                        break
+                with self._lock:
+                    self.stats.relists += 1
+            except Exception as e:  # connection refused while restarting, 410, ...
+                if self._stop.is_set():
+                    break
+                with self._lock:
+                    self.stats.errors += 1
+                    self.stats.relists += 1
+                log.debug("fake kubelet watch failed (%s); relisting in %.1fs", e, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    # -- pod handling ---------------------------------------------------------------------------
+
+    def _mine(self, pod: dict[str, Any]) -> bool:
+        node = pod.get("spec", {}).get("nodeName")
+        return bool(node) and (self.nodes is None or node in self.nodes)
+
+    def _forget(self, pod: dict[str, Any]) -> None:
+        uid = pod.get("metadata", {}).get("uid", "")
+        with self._lock:
+            self._scheduled.discard(uid)
+
+    def _submit(self, fn: Any, *args: Any) -> None:
+        pool = self._pool
+        if pool is None or self._stop.is_set():
+            return
+        with contextlib.suppress(RuntimeError):  # shut down concurrently
+            pool.submit(fn, *args)
+
+    def _handle(self, pod: dict[str, Any]) -> None:
+        if not self._mine(pod):
+            return
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        phase = pod.get("status", {}).get("phase", "Pending")
+        if meta.get("deletionTimestamp"):
+            with self._lock:
+                self._scheduled.discard(uid)
+                if uid in self._in_flight:
+                    return
+                self._in_flight.add(uid)
+            self._submit(self._finish_deletion, meta["namespace"], meta["name"], uid)
+            return
+        if phase == "Pending":
+            with self._lock:
+                if uid in self._in_flight:
+                    return
+                self._in_flight.add(uid)
+            self._submit(self._run, pod)
+        elif phase == "Running":
+            started = _parse_ts(pod.get("status", {}).get("startTime"))
+            self._schedule_completion(pod, started if started is not None else time.time())
+
+    def _duration(self, pod: dict[str, Any]) -> float | None:
+        raw = (pod["metadata"].get("annotations") or {}).get(DURATION_ANNOTATION)
+        if raw is None:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            log.warning("pod %s: bad %s=%r", pod["metadata"]["name"], DURATION_ANNOTATION, raw)
+            return None
+        return max(0.0, value)
+
+    def _schedule_completion(self, pod: dict[str, Any], started: float) -> None:
+        duration = self._duration(pod)
+        if duration is None:
+            return
+        meta = pod["metadata"]
+        with self._cond:
+            if meta["uid"] in self._scheduled:
+                return
+            self._scheduled.add(meta["uid"])
+            heapq.heappush(
+                self._heap,
+                (started + duration, next(self._seq), meta["namespace"], meta["name"], meta["uid"]),
+            )
+            self._cond.notify()
+
+    def _timer_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                while not self._stop.is_set():
+                    if self._heap:
+                        delay = self._heap[0][0] - time.time()
+                        if delay <= 0:
+                            break
+                        self._cond.wait(min(delay, 1.0))
+                    else:
+                        self._cond.wait(1.0)
+                if self._stop.is_set():
+                    return
+                _, _, ns, name, uid = heapq.heappop(self._heap)
+                if uid not in self._scheduled:
+                    continue
+            self._submit(self._complete, ns, name, uid)
+
+    # -- API writes -----------------------------------------------------------------------------
+
+    def _patch_status(self, ns: str, name: str, uid: str, status: dict[str, Any]) -> bool:
+        """Patch pod status, retrying through API outages; False if the pod is gone/changed."""
+        path = f"/api/v1/namespaces/{ns}/pods/{name}/status"
+        body = {"metadata": {"uid": uid}, "status": status}
+        delay = 0.2
+        for _ in range(60):
+            if self._stop.is_set():
+                return False
+            try:
+                resp = self.client.request("PATCH", path, body, content_type=STRATEGIC_MERGE_PATCH)
+            except Exception as e:  # connection errors during an API server restart
+                log.debug("patch %s/%s failed: %s", ns, name, e)
+            else:
+                if resp.ok:
+                    return True
+                if resp.status in (404, 409, 422):
+                    log.debug("pod %s/%s changed or gone: %s", ns, name, resp.body)
+                    return False
+                if resp.status < 500 and resp.status != 429:
+                    log.warning("patch %s/%s: HTTP %s %s", ns, name, resp.status, resp.body)
+                    with self._lock:
+                        self.stats.errors += 1
+                    return False
+            self._stop.wait(delay)
+            delay = min(delay * 2, 2.0)
+        with self._lock:
+            self.stats.errors += 1
+        return False
+
+    def _run(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        try:
+            ts = _now_ts()
+            containers = pod.get("spec", {}).get("containers", [])
+            status = {
+                "phase": "Running",
+                "startTime": ts,
+                "conditions": [
+                    _cond("PodReadyToStartContainers", "True", ts),
+                    _cond("Initialized", "True", ts),
+                    _cond("ContainersReady", "True", ts),
+                    _cond("Ready", "True", ts),
+                    _cond("PodScheduled", "True", ts),
+                ],
+                "containerStatuses": [
+                    {
+                        "name": c["name"],
+                        "image": c.get("image", ""),
+                        "imageID": "",
+                        "containerID": f"fake://{uid}/{c['name']}",
+                        "ready": True,
+                        "started": True,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": ts}, "waiting": None},
+                    }
+                    for c in containers
+                ],
+            }
+            if self._patch_status(ns, name, uid, status):
+                with self._lock:
+                    self.stats.started += 1
+                self._schedule_completion(pod, _parse_ts(ts) or time.time())
+        finally:
+            with self._lock:
+                self._in_flight.discard(uid)
+
+    def _complete(self, ns: str, name: str, uid: str) -> None:
+        with self._lock:
+            if uid not in self._scheduled:
+                return
+        try:
+            pod = self.client.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+        except ApiError:
+            self._forget({"metadata": {"uid": uid}})
+            return
+        except Exception:
+            # API server unreachable: try again shortly.
+            with self._cond:
+                heapq.heappush(self._heap, (time.time() + 1.0, next(self._seq), ns, name, uid))
+                self._cond.notify()
+            return
+        if pod["metadata"]["uid"] != uid or pod.get("status", {}).get("phase") != "Running":
+            self._forget(pod)
+            return
+        annotations = pod["metadata"].get("annotations") or {}
+        try:
+            code = int(annotations.get(EXIT_CODE_ANNOTATION, "0"))
+        except ValueError:
+            code = 1
+        ts = _now_ts()
+        started = pod.get("status", {}).get("startTime", ts)
+        reason = "Completed" if code == 0 else "Error"
+        status = {
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "conditions": [
+                _cond("PodReadyToStartContainers", "False", ts),
+                _cond("ContainersReady", "False", ts, "PodCompleted"),
+                _cond("Ready", "False", ts, "PodCompleted"),
+            ],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "containerID": f"fake://{uid}/{c['name']}",
+                    "ready": False,
+                    "started": False,
+                    "restartCount": 0,
+                    "state": {
+                        "running": None,
+                        "waiting": None,
+                        "terminated": {
+                            "exitCode": code,
+                            "reason": reason,
+                            "startedAt": started,
+                            "finishedAt": ts,
+                            "containerID": f"fake://{uid}/{c['name']}",
+                        },
+                    },
+                }
+                for c in pod.get("spec", {}).get("containers", [])
+            ],
+        }
+        ok = self._patch_status(ns, name, uid, status)
+        with self._lock:
+            self._scheduled.discard(uid)
+            if ok:
+                if code == 0:
+                    self.stats.succeeded += 1
+                else:
+                    self.stats.failed += 1
+
+    def _finish_deletion(self, ns: str, name: str, uid: str) -> None:
+        path = f"/api/v1/namespaces/{ns}/pods/{name}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid},
+        }
+        try:
+            for _ in range(30):
+                try:
+                    resp = self.client.request("DELETE", path, body)
+                except Exception:
+                    if self._stop.wait(0.5):
+                        return
+                    continue
+                if resp.ok:
+                    with self._lock:
+                        self.stats.deleted += 1
+                    return
+                if resp.status in (404, 409):
+                    return
+                if resp.status < 500 and resp.status != 429:
+                    log.warning("delete %s/%s: HTTP %s %s", ns, name, resp.status, resp.body)
+                    return
+                if self._stop.wait(0.5):
+                    return
+        finally:
+            with self._lock:
+                self._in_flight.discard(uid)
+
+
+def _cond(kind: str, status: str, ts: str, reason: str | None = None) -> dict[str, Any]:
+    c: dict[str, Any] = {"type": kind, "status": status, "lastTransitionTime": ts}
+    if reason:
+        c["reason"] = reason
+    return c

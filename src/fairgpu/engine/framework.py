@@ -1,0 +1,165 @@
+"""Extension points of the scheduling framework.
+
+Mirrors kube-scheduler's framework, vectorised: a filter sees *all* nodes at once and returns a
+boolean mask; a score plugin scores an array of candidate node slots. Plugins return a
+:class:`Status` (or masks) rather than raising; an exception inside a plugin is turned into an
+``ERROR`` status for that pod only.
+
+Order within one scheduling attempt::
+
+    pre_filter -> filter (static, then dynamic) -> [post_filter if nothing fits]
+    -> score + normalize -> select (tie-break policy) -> reserve (devices) -> permit
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.model.pod import PodInfo
+
+MAX_NODE_SCORE = 100
+
+
+class Code(enum.IntEnum):
+    """Outcome of one plugin call."""
+
+    SUCCESS = 0
+    UNSCHEDULABLE = 1  # might fit after the cluster changes (e.g. preemption)
+    UNRESOLVABLE = 2  # cannot fit whatever happens (bad ask, no such GPU model)
+    WAIT = 3  # permit: hold the reservation (gang not complete yet)
+    ERROR = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A plugin's verdict with human-readable reasons."""
+
+    code: Code = Code.SUCCESS
+    reasons: tuple[str, ...] = ()
+    plugin: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True for SUCCESS."""
+        return self.code == Code.SUCCESS
+
+    @staticmethod
+    def unschedulable(plugin: str, *reasons: str) -> Status:
+        """Build an UNSCHEDULABLE status."""
+        return Status(Code.UNSCHEDULABLE, reasons, plugin)
+
+    @staticmethod
+    def unresolvable(plugin: str, *reasons: str) -> Status:
+        """Build an UNRESOLVABLE status."""
+        return Status(Code.UNRESOLVABLE, reasons, plugin)
+
+
+SUCCESS = Status()
+
+
+@dataclass(slots=True)
+class FilterResult:
+    """A filter's verdict over all node slots.
+
+    ``mask[i]`` is True where node ``i`` passes. ``reasons`` optionally breaks failures down:
+    reason text -> mask of nodes failing for that reason (a node may fail for several).
+    """
+
+    mask: np.ndarray
+    reasons: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class CycleState:
+    """Per-attempt scratch space shared by the plugins of one pod's scheduling attempt."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+    rng: np.random.Generator | None = None
+
+
+class Plugin:
+    """Base of all plugins. ``name`` is the registry key used in configuration."""
+
+    name: ClassVar[str] = ""
+
+
+class PreFilterPlugin(Plugin):
+    """Checks a pod before any node is looked at (e.g. an impossible GPU ask)."""
+
+    def pre_filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> Status:
+        """Return non-SUCCESS to stop the attempt."""
+        raise NotImplementedError
+
+
+class FilterPlugin(Plugin):
+    """Removes nodes that cannot run the pod.
+
+    ``static`` plugins depend only on node labels, taints, names and the pod spec, never on
+    load: their result is cached per pod shape until a node changes.
+    """
+
+    static: ClassVar[bool] = False
+
+    def filter(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState
+    ) -> FilterResult | np.ndarray:
+        """Return a boolean mask over ``cluster.size`` slots (or a :class:`FilterResult`)."""
+        raise NotImplementedError
+
+
+class ScorePlugin(Plugin):
+    """Ranks feasible nodes; higher is better."""
+
+    def score(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> np.ndarray:
+        """Raw scores for the node slots in ``nodes`` (int array), same length."""
+        raise NotImplementedError
+
+    def normalize(self, scores: np.ndarray) -> np.ndarray:
+        """Map raw scores to 0..MAX_NODE_SCORE; default: already in range."""
+        return scores
+
+
+class ReservePlugin(Plugin):
+    """Claims node-local resources (e.g. GPU devices) once a node is chosen."""
+
+    def reserve(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int) -> Status:
+        """Reserve on slot ``node``; the engine calls :meth:`unreserve` if a later step fails."""
+        raise NotImplementedError
+
+    def unreserve(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int) -> None:
+        """Undo :meth:`reserve`."""
+
+
+class PermitPlugin(Plugin):
+    """Approves, delays (WAIT) or rejects the binding of a reserved pod (gangs)."""
+
+    def permit(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int) -> Status:
+        """SUCCESS to bind now, WAIT to hold the reservation, anything else to undo it."""
+        raise NotImplementedError
+
+
+class DevicePolicy(Plugin):
+    """Chooses which GPU devices of the chosen node a pod gets."""
+
+    def choose(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
+    ) -> tuple[int, ...] | None:
+        """Device indexes for ``pod`` on slot ``node``, or None if none fit."""
+        raise NotImplementedError
+
+
+def default_normalize(scores: np.ndarray, reverse: bool = False) -> np.ndarray:
+    """kube-scheduler's DefaultNormalizeScore: scale so the maximum becomes 100."""
+    scores = scores.astype(np.float64)
+    top = scores.max() if scores.size else 0.0
+    if top <= 0:
+        return np.full_like(scores, MAX_NODE_SCORE if reverse else 0.0)
+    out = np.floor(scores * MAX_NODE_SCORE / top)
+    return MAX_NODE_SCORE - out if reverse else out

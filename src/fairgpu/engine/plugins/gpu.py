@@ -1,0 +1,178 @@
+"""GPU plugins: device-level fit, GPU model selection and the built-in device policies.
+
+A whole-GPU pod needs ``count`` idle devices; a sharing pod needs one device with enough free
+compute (milli-GPU) and memory (MiB). Device policies choose *which* devices of the chosen node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.framework import (
+    CycleState,
+    DevicePolicy,
+    FilterPlugin,
+    FilterResult,
+    PreFilterPlugin,
+    Status,
+)
+from fairgpu.model.gpu import WHOLE
+from fairgpu.model.pod import PodInfo
+
+INSUFFICIENT_GPU = "Insufficient nvidia.com/gpu"
+NO_DEVICE = "no single GPU with enough free compute and memory"
+WRONG_MODEL = "GPU model not requested by the pod"
+
+
+def shared_fit(pod: PodInfo, cluster: ClusterState, nodes: np.ndarray | slice) -> np.ndarray:
+    """Per (node, device): can this device host the sharing pod? Shape (len(nodes), devices)."""
+    gpu = pod.gpu
+    milli_ok = cluster.device_milli_free[nodes] >= gpu.milli
+    if gpu.memory_mib:
+        need = np.int64(gpu.memory_mib)
+        mem_ok = cluster.device_memory_free[nodes] >= need
+    elif gpu.memory_percent:
+        need_arr = cluster.device_memory_total[nodes] * gpu.memory_percent // 100
+        mem_ok = cluster.device_memory_free[nodes] >= need_arr
+    else:
+        mem_ok = True
+    return cluster.device_exists[nodes] & milli_ok & mem_ok
+
+
+def idle_mask(cluster: ClusterState, nodes: np.ndarray | slice) -> np.ndarray:
+    """Per (node, device): is the device completely unused?"""
+    return (
+        cluster.device_exists[nodes]
+        & (cluster.device_milli_free[nodes] >= WHOLE)
+        & (cluster.device_memory_free[nodes] >= cluster.device_memory_total[nodes])
+    )
+
+
+class GpuRequestCheck(PreFilterPlugin):
+    """Reject GPU asks no node in the cluster could ever satisfy, with a clear reason."""
+
+    name = "GpuRequestCheck"
+
+    def pre_filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> Status:
+        """Unknown model, more devices than any node has, memory above every device."""
+        gpu = pod.gpu
+        if gpu.count == 0:
+            return Status()
+        n = cluster.size
+        active = cluster.active[:n]
+        if gpu.models is not None:
+            present = {node.gpu_model for _, node in cluster.active_nodes() if node.gpu_count}
+            if present and not (gpu.models & present):
+                wanted = "|".join(sorted(gpu.models))
+                return Status.unresolvable(
+                    self.name,
+                    f"GPU model {wanted} not in cluster (have {'|'.join(sorted(present))})",
+                )
+        if cluster.size and gpu.count > int(cluster.gpu_count[:n][active].max(initial=0)):
+            return Status.unresolvable(
+                self.name,
+                f"{gpu.count} GPUs asked, but no node has more than "
+                f"{int(cluster.gpu_count[:n][active].max(initial=0))}",
+            )
+        if gpu.memory_mib and cluster.size:
+            biggest = int(cluster.device_memory_total[:n][active].max(initial=0))
+            if gpu.memory_mib > biggest:
+                return Status.unresolvable(
+                    self.name,
+                    f"{gpu.memory_mib} MiB of GPU memory asked, largest GPU has {biggest}",
+                )
+        return Status()
+
+
+class GpuModel(FilterPlugin):
+    """Filter nodes whose GPU product is not one the pod allows (``V100M16|V100M32``)."""
+
+    name = "GpuModel"
+    static = True
+
+    def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
+        """All nodes pass when the pod names no model."""
+        n = cluster.size
+        models = pod.gpu.models
+        if models is None or pod.gpu.count == 0:
+            return FilterResult(np.ones(n, dtype=bool))
+        mask = np.array(
+            [node is not None and node.gpu_model in models for node in cluster.nodes], dtype=bool
+        )
+        return FilterResult(mask, {WRONG_MODEL: ~mask})
+
+
+class GpuFit(FilterPlugin):
+    """Device-level GPU fit: idle devices for whole asks, one roomy device for shared asks."""
+
+    name = "GpuFit"
+
+    def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
+        """Never over-commits a device: compute and memory are checked per device."""
+        n = cluster.size
+        gpu = pod.gpu
+        if gpu.count == 0:
+            return FilterResult(np.ones(n, dtype=bool))
+        if gpu.is_whole:
+            mask = cluster.idle_devices[:n] >= gpu.count
+            return FilterResult(mask, {INSUFFICIENT_GPU: ~mask})
+        mask = shared_fit(pod, cluster, slice(0, n)).any(axis=1)
+        return FilterResult(mask, {NO_DEVICE: ~mask})
+
+
+class DeviceBestFit(DevicePolicy):
+    """Sharing pods take the tightest-fitting device; whole-GPU pods the lowest-index idle ones."""
+
+    name = "best-fit"
+
+    def choose(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
+    ) -> tuple[int, ...] | None:
+        """Lowest index wins ties."""
+        gpu = pod.gpu
+        if gpu.count == 0:
+            return ()
+        if gpu.is_whole:
+            idle = np.flatnonzero(idle_mask(cluster, node))
+            return tuple(int(d) for d in idle[: gpu.count]) if idle.size >= gpu.count else None
+        fits = np.flatnonzero(shared_fit(pod, cluster, node))
+        if fits.size == 0:
+            return None
+        left = cluster.device_milli_free[node, fits]
+        return (int(fits[np.argmin(left)]),)
+
+
+class DeviceSpread(DevicePolicy):
+    """Sharing pods take the emptiest device (spreads interference); whole-GPU as best-fit."""
+
+    name = "spread"
+
+    def choose(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
+    ) -> tuple[int, ...] | None:
+        """Lowest index wins ties."""
+        if pod.gpu.count == 0 or pod.gpu.is_whole:
+            return DeviceBestFit().choose(cycle, pod, cluster, node)
+        fits = np.flatnonzero(shared_fit(pod, cluster, node))
+        if fits.size == 0:
+            return None
+        return (int(fits[np.argmax(cluster.device_milli_free[node, fits])]),)
+
+
+class DeviceRandom(DevicePolicy):
+    """Sharing pods take a random device with room (seeded); whole-GPU as best-fit."""
+
+    name = "random"
+
+    def choose(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
+    ) -> tuple[int, ...] | None:
+        """Uses the cycle's seeded RNG."""
+        if pod.gpu.count == 0 or pod.gpu.is_whole:
+            return DeviceBestFit().choose(cycle, pod, cluster, node)
+        fits = np.flatnonzero(shared_fit(pod, cluster, node))
+        if fits.size == 0:
+            return None
+        rng = cycle.rng or np.random.default_rng(0)
+        return (int(fits[rng.integers(fits.size)]),)

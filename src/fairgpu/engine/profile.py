@@ -1,0 +1,54 @@
+"""Scheduling profiles: which plugins run, their weights and arguments, and the tie-break rule.
+
+A profile is plain configuration (validated with pydantic); :mod:`fairgpu.engine.policies`
+holds the named presets users select with ``--policy``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TieBreak = Literal["random", "fixed-rank"]
+
+DEFAULT_PRE_FILTERS = ["GpuRequestCheck"]
+DEFAULT_FILTERS = [
+    "NodeUnschedulable",
+    "NodeName",
+    "TaintToleration",
+    "NodeAffinity",
+    "GpuModel",
+    "NodeResourcesFit",
+    "GpuFit",
+    "InterPodAffinity",
+]
+
+
+class ScoreRef(BaseModel):
+    """A score plugin and its weight in the combined score."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    weight: int = Field(1, ge=0, le=1000)
+
+
+class Profile(BaseModel):
+    """A complete placement policy.
+
+    ``tie_break``: ``random`` picks uniformly among the top-scoring nodes with the seeded RNG
+    (kube-scheduler's behaviour, spreads); ``fixed-rank`` ranks nodes once by a seeded random
+    permutation and always picks the lowest rank among ties (keeps filling the same nodes,
+    packs).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "custom"
+    pre_filters: list[str] = Field(default_factory=lambda: list(DEFAULT_PRE_FILTERS))
+    filters: list[str] = Field(default_factory=lambda: list(DEFAULT_FILTERS))
+    scores: list[ScoreRef] = Field(default_factory=list)
+    plugin_args: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    device_policy: str = "best-fit"
+    device_policy_args: dict[str, Any] = Field(default_factory=dict)
+    tie_break: TieBreak = "random"
+    skip_scoring_single_node: bool = True

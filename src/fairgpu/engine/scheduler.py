@@ -1,0 +1,260 @@
+"""One scheduling attempt for one pod: filter, score, select, choose devices.
+
+:class:`Scheduler` never mutates the cluster; callers commit a :class:`ScheduleResult` with
+:meth:`ClusterState.assign` (the simulator at simulated time, the live adapter as an "assume"
+before the bind). Deterministic given the seed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine import registry
+from fairgpu.engine.framework import (
+    Code,
+    CycleState,
+    DevicePolicy,
+    FilterPlugin,
+    FilterResult,
+    PreFilterPlugin,
+    ScorePlugin,
+    Status,
+)
+from fairgpu.engine.profile import Profile
+from fairgpu.model.pod import PodInfo
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    """Why a pod fits nowhere: per reason, how many nodes failed for it (first failing filter)."""
+
+    total_nodes: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    status: Status | None = None
+
+    def message(self) -> str:
+        """kube-scheduler style: ``0/500 nodes are available: 320 Insufficient nvidia.com/gpu.``"""
+        if self.status is not None and self.status.reasons:
+            return "; ".join(self.status.reasons)
+        parts = [
+            f"{count} {reason}"
+            for reason, count in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+        ]
+        detail = ", ".join(parts) if parts else "no nodes in the cluster"
+        return f"0/{self.total_nodes} nodes are available: {detail}."
+
+
+@dataclass(slots=True)
+class ScheduleResult:
+    """Outcome of one attempt: a node and devices, or a diagnosis."""
+
+    pod: PodInfo
+    node: int | None = None
+    node_name: str = ""
+    devices: tuple[int, ...] = ()
+    score: float = 0.0
+    diagnosis: Diagnosis | None = None
+    code: Code = Code.SUCCESS
+
+    @property
+    def ok(self) -> bool:
+        """True when a node was chosen."""
+        return self.node is not None
+
+    def reason(self) -> str:
+        """Human-readable reason for an unplaced pod ('' if placed)."""
+        return self.diagnosis.message() if self.diagnosis else ""
+
+
+class Scheduler:
+    """Runs a :class:`Profile` against a :class:`ClusterState`.
+
+    Static filters (labels, taints, names) are cached per pod shape and invalidated whenever a
+    node changes; dynamic filters and scores are numpy operations over all node slots.
+    """
+
+    def __init__(self, profile: Profile, seed: int = 0) -> None:
+        self.profile = profile
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        instances: dict[str, object] = {}
+
+        def get(name: str) -> object:
+            if name not in instances:
+                instances[name] = registry.build(name, profile.plugin_args.get(name))
+            return instances[name]
+
+        self.pre_filters: list[PreFilterPlugin] = [
+            self._typed(get(n), PreFilterPlugin, n) for n in profile.pre_filters
+        ]
+        filters = [self._typed(get(n), FilterPlugin, n) for n in profile.filters]
+        self.static_filters = [f for f in filters if f.static]
+        self.dynamic_filters = [f for f in filters if not f.static]
+        self.scores: list[tuple[ScorePlugin, int]] = [
+            (self._typed(get(s.name), ScorePlugin, s.name), s.weight)
+            for s in profile.scores
+            if s.weight > 0
+        ]
+        device = registry.build(
+            profile.device_policy, profile.device_policy_args, device_policy=True
+        )
+        self.device_policy: DevicePolicy = self._typed(device, DevicePolicy, profile.device_policy)
+        self._static_cache: dict[tuple[object, ...], list[tuple[str, FilterResult]]] = {}
+        self._static_version = -1
+        self._ranks = np.zeros(0, dtype=np.int64)
+
+    @staticmethod
+    def _typed(obj: object, kind: type, name: str):  # type: ignore[no-untyped-def]
+        if not isinstance(obj, kind):
+            raise ValueError(f"plugin {name!r} is not a {kind.__name__}")
+        return obj
+
+    # ---- filtering ----------------------------------------------------------------------
+    def _static_results(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState
+    ) -> list[tuple[str, FilterResult]]:
+        if self._static_version != cluster.static_version:
+            self._static_cache.clear()
+            self._static_version = cluster.static_version
+        key = pod.static_key()
+        cached = self._static_cache.get(key)
+        if cached is None:
+            cached = []
+            for plugin in self.static_filters:
+                result = plugin.filter(cycle, pod, cluster)
+                cached.append((plugin.name, _as_result(result)))
+            combined = np.ones(cluster.size, dtype=bool)
+            for _, res in cached:
+                combined &= res.mask
+            cached.append(("", FilterResult(combined)))
+            if len(self._static_cache) > 4096:
+                self._static_cache.clear()
+            self._static_cache[key] = cached
+        return cached
+
+    def filter(
+        self,
+        pod: PodInfo,
+        cluster: ClusterState,
+        cycle: CycleState | None = None,
+        restrict: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, list[tuple[str, FilterResult]]]:
+        """Feasibility mask over all node slots plus each filter's result (for diagnosis)."""
+        cycle = cycle or CycleState(rng=self.rng)
+        n = cluster.size
+        static = self._static_results(cycle, pod, cluster)
+        mask = static[-1][1].mask & cluster.active[:n]
+        if restrict is not None:
+            mask &= restrict
+        results = list(static[:-1])
+        for plugin in self.dynamic_filters:
+            if not mask.any():
+                break
+            res = _as_result(plugin.filter(cycle, pod, cluster))
+            results.append((plugin.name, res))
+            mask &= res.mask
+        return mask, results
+
+    @staticmethod
+    def diagnose(
+        cluster: ClusterState, results: list[tuple[str, FilterResult]], restrict: np.ndarray | None
+    ) -> Diagnosis:
+        """Attribute each failing node to the first filter that rejected it."""
+        n = cluster.size
+        alive = cluster.active[:n].copy()
+        diag = Diagnosis(total_nodes=int(alive.sum()))
+        if restrict is not None:
+            outside = alive & ~restrict
+            if outside.any():
+                diag.reasons["node(s) excluded by the scheduling decision"] += int(outside.sum())
+            alive &= restrict
+        for name, res in results:
+            failing = alive & ~res.mask
+            if not failing.any():
+                continue
+            counted = np.zeros(n, dtype=bool)
+            for reason, where in res.reasons.items():
+                hit = failing & where
+                if hit.any():
+                    diag.reasons[reason] += int(hit.sum())
+                    counted |= hit
+            rest = failing & ~counted
+            if rest.any():
+                diag.reasons[f"node(s) rejected by {name}"] += int(rest.sum())
+            alive &= res.mask
+        return diag
+
+    # ---- scoring and selection -----------------------------------------------------------
+    def score(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray, cycle: CycleState
+    ) -> np.ndarray:
+        """Weighted sum of normalised plugin scores for the candidate slots."""
+        total = np.zeros(len(nodes), dtype=np.float64)
+        for plugin, weight in self.scores:
+            raw = np.asarray(plugin.score(cycle, pod, cluster, nodes))
+            total += weight * np.asarray(plugin.normalize(raw), dtype=np.float64)
+        return total
+
+    def ranks(self, cluster: ClusterState) -> np.ndarray:
+        """Fixed per-slot tie-break rank from a seeded permutation, extended for new slots."""
+        n = cluster.size
+        if self._ranks.size < n:
+            rng = np.random.default_rng([self.seed, self._ranks.size])
+            extra = rng.permutation(n - self._ranks.size) + self._ranks.size
+            self._ranks = np.concatenate([self._ranks, extra])
+        return self._ranks
+
+    def select(self, nodes: np.ndarray, scores: np.ndarray, cluster: ClusterState) -> int:
+        """Index into ``nodes`` of the winner under the profile's tie-break rule."""
+        best = np.flatnonzero(scores == scores.max())
+        if best.size == 1:
+            return int(best[0])
+        if self.profile.tie_break == "fixed-rank":
+            ranks = self.ranks(cluster)[nodes[best]]
+            return int(best[np.argmin(ranks)])
+        return int(best[self.rng.integers(best.size)])
+
+    # ---- one attempt ----------------------------------------------------------------------
+    def schedule(
+        self,
+        pod: PodInfo,
+        cluster: ClusterState,
+        restrict: np.ndarray | None = None,
+    ) -> ScheduleResult:
+        """Choose a node and devices for ``pod`` without changing ``cluster``.
+
+        ``restrict`` optionally limits the candidates (e.g. a nominated node after preemption).
+        """
+        if pod.error:
+            diag = Diagnosis(status=Status.unresolvable("Decode", pod.error))
+            return ScheduleResult(pod, diagnosis=diag, code=Code.UNRESOLVABLE)
+        cycle = CycleState(rng=self.rng)
+        for plugin in self.pre_filters:
+            status = plugin.pre_filter(cycle, pod, cluster)
+            if not status.ok:
+                return ScheduleResult(pod, diagnosis=Diagnosis(status=status), code=status.code)
+        mask, results = self.filter(pod, cluster, cycle, restrict)
+        nodes = np.flatnonzero(mask)
+        if nodes.size == 0:
+            return ScheduleResult(
+                pod, diagnosis=self.diagnose(cluster, results, restrict), code=Code.UNSCHEDULABLE
+            )
+        if nodes.size == 1 and self.profile.skip_scoring_single_node:
+            chosen, score = int(nodes[0]), 0.0
+        else:
+            scores = self.score(pod, cluster, nodes, cycle)
+            pick = self.select(nodes, scores, cluster)
+            chosen, score = int(nodes[pick]), float(scores[pick])
+        devices = self.device_policy.choose(cycle, pod, cluster, chosen)
+        if devices is None:  # a filter/device-policy disagreement is a bug, not a user error
+            status = Status(Code.ERROR, (f"no GPU device fits on {cluster.node(chosen).name}",))
+            return ScheduleResult(pod, diagnosis=Diagnosis(status=status), code=Code.ERROR)
+        return ScheduleResult(pod, chosen, cluster.node(chosen).name, devices, score)
+
+
+def _as_result(result: FilterResult | np.ndarray) -> FilterResult:
+    return result if isinstance(result, FilterResult) else FilterResult(np.asarray(result, bool))

@@ -1,0 +1,1 @@
+"""The scheduler's own view of pods and nodes, decoded once from Kubernetes objects."""

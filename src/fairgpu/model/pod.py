@@ -1,0 +1,345 @@
+"""PodInfo: what the scheduler knows about one pod, decoded once from a v1 Pod."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from fairgpu.api import objects as k8s
+from fairgpu.api.errors import InvalidObjectError
+from fairgpu.api.quantity import QuantityError, to_int, to_milli
+from fairgpu.model.gpu import DEFAULT_NAMES, NO_GPU, GpuRequest, GpuResourceNames, gpu_request_from
+from fairgpu.model.selectors import (
+    NodeSelectorTerm,
+    PodAffinityTerm,
+    Requirement,
+    Toleration,
+    compile_label_selector,
+    compile_node_term,
+)
+
+DOMAIN = "fairgpu.io"
+ANN_ARRIVAL = f"{DOMAIN}/arrival-seconds"
+ANN_DURATION = f"{DOMAIN}/duration-seconds"
+ANN_GPU_MODELS = f"{DOMAIN}/gpu-models"
+ANN_GPU_DEVICES = f"{DOMAIN}/gpu-devices"
+LABEL_QUEUE = f"{DOMAIN}/queue"
+LABEL_USER = f"{DOMAIN}/user"
+LABEL_WORKLOAD = f"{DOMAIN}/workload-type"
+
+QOS_BEST_EFFORT = "BestEffort"
+QOS_BURSTABLE = "Burstable"
+QOS_GUARANTEED = "Guaranteed"
+
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+EPHEMERAL = "ephemeral-storage"
+
+
+def parse_resource(name: str, value: object) -> int:
+    """One resource quantity in the unit the scheduler counts: milli-CPU, bytes, or units."""
+    amount = to_milli(value) if name == CPU else to_int(value)
+    if amount < 0:
+        raise QuantityError(f"{value!r} is negative")
+    return amount
+
+
+def _add(into: dict[str, int], other: dict[str, int]) -> None:
+    for key, value in other.items():
+        into[key] = into.get(key, 0) + value
+
+
+def _max(into: dict[str, int], other: dict[str, int]) -> None:
+    for key, value in other.items():
+        if value > into.get(key, 0):
+            into[key] = value
+
+
+def container_requests(container: k8s.Container, where: str, obj: str) -> dict[str, int]:
+    """A container's requests, defaulting each request to its limit as the API server does."""
+    res = container.resources
+    merged: dict[str, object] = dict(res.limits)
+    merged.update(res.requests)
+    out: dict[str, int] = {}
+    for name, value in merged.items():
+        section = "requests" if name in res.requests else "limits"
+        try:
+            out[name] = parse_resource(name, value)
+        except QuantityError as error:
+            raise InvalidObjectError(
+                obj, f"{where}.resources.{section}.{name}", str(error)
+            ) from None
+    return out
+
+
+def effective_requests(spec: k8s.PodSpec, obj: str) -> dict[str, int]:
+    """The pod's effective request as kube-scheduler computes it.
+
+    ``max(sum(app containers) + sum(sidecars), max over init containers of (init + sidecars
+    started before it)) + overhead``; sidecars are init containers with ``restartPolicy: Always``.
+    """
+    app: dict[str, int] = {}
+    for i, c in enumerate(spec.containers):
+        _add(app, container_requests(c, f"spec.containers[{i}]", obj))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for i, c in enumerate(spec.init_containers):
+        req = container_requests(c, f"spec.initContainers[{i}]", obj)
+        if c.restart_policy == "Always":
+            _add(sidecars, req)
+            _max(init_peak, sidecars)
+        else:
+            running = dict(req)
+            _add(running, sidecars)
+            _max(init_peak, running)
+    total = dict(app)
+    _add(total, sidecars)
+    _max(total, init_peak)
+    for name, value in spec.overhead.items():
+        try:
+            amount = parse_resource(name, value)
+        except QuantityError as error:
+            raise InvalidObjectError(obj, f"spec.overhead.{name}", str(error)) from None
+        total[name] = total.get(name, 0) + amount
+    return {k: v for k, v in total.items() if v > 0}
+
+
+def qos_class(spec: k8s.PodSpec) -> str:
+    """The pod's QoS class (Guaranteed, Burstable or BestEffort)."""
+    containers = list(spec.containers) + list(spec.init_containers)
+    any_set = False
+    guaranteed = True
+    for c in containers:
+        req, lim = c.resources.requests, c.resources.limits
+        if req or lim:
+            any_set = True
+        for name in (CPU, MEMORY):
+            if name not in lim or (name in req and str(req[name]) != str(lim[name])):
+                guaranteed = False
+    if not any_set:
+        return QOS_BEST_EFFORT
+    return QOS_GUARANTEED if guaranteed and containers else QOS_BURSTABLE
+
+
+def _timestamp(text: str | None) -> float:
+    if not text:
+        return 0.0
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+@dataclass(slots=True, eq=False)
+class PodInfo:
+    """The scheduler's slim, decoded view of one pod.
+
+    ``requests`` holds the effective request in scheduler units (milli-CPU, bytes, counts),
+    excluding GPU names, which are folded into ``gpu``. ``error`` is set (and the pod never
+    placed) when the pod object is invalid; it names the field at fault.
+    """
+
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+    gpu: GpuRequest = NO_GPU
+    node_name: str = ""
+    node_selector: tuple[tuple[str, str], ...] = ()
+    required_terms: tuple[NodeSelectorTerm, ...] | None = None
+    preferred_terms: tuple[tuple[int, NodeSelectorTerm], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    affinity_terms: tuple[PodAffinityTerm, ...] = ()
+    anti_affinity_terms: tuple[PodAffinityTerm, ...] = ()
+    preferred_affinity: tuple[PodAffinityTerm, ...] = ()
+    preferred_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    priority: int = 0
+    priority_class: str = ""
+    preemption_policy: str = "PreemptLowerPriority"
+    qos: str = QOS_BEST_EFFORT
+    scheduler_name: str = "default-scheduler"
+    created: float = 0.0
+    owner: str = ""
+    source: k8s.Pod | None = None
+    error: str | None = None
+    _static_key: tuple[Any, ...] | None = None
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, the identity used in logs and results."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def has_pod_affinity(self) -> bool:
+        """True if any inter-pod (anti-)affinity term is present."""
+        return bool(
+            self.affinity_terms
+            or self.anti_affinity_terms
+            or self.preferred_affinity
+            or self.preferred_anti_affinity
+        )
+
+    def static_key(self) -> tuple[Any, ...]:
+        """A hashable key of everything that decides node eligibility independent of load.
+
+        Pods that share it share the cached static node mask (selectors, affinity, taints).
+        """
+        if self._static_key is None:
+            self._static_key = (
+                self.node_name,
+                self.node_selector,
+                self.required_terms,
+                self.tolerations,
+                self.gpu.models,
+            )
+        return self._static_key
+
+
+def _pod_terms(
+    terms: list[k8s.PodAffinityTerm], namespace: str, where: str, weights: list[int] | None = None
+) -> tuple[PodAffinityTerm, ...]:
+    out = []
+    for i, term in enumerate(terms):
+        if not term.topology_key:
+            raise ValueError(f"{where}[{i}].topologyKey: must be set")
+        selector = compile_label_selector(term.label_selector, f"{where}[{i}].labelSelector")
+        all_ns = term.namespace_selector is not None and not (
+            term.namespace_selector.match_labels or term.namespace_selector.match_expressions
+        )
+        namespaces = frozenset(term.namespaces) or (
+            frozenset() if all_ns else frozenset({namespace})
+        )
+        out.append(
+            PodAffinityTerm(
+                selector, term.topology_key, namespaces, all_ns, weights[i] if weights else 1
+            )
+        )
+    return tuple(out)
+
+
+def pod_from_k8s(
+    pod: k8s.Pod,
+    names: GpuResourceNames = DEFAULT_NAMES,
+    priority_classes: dict[str, int] | None = None,
+) -> PodInfo:
+    """Decode a v1 Pod into :class:`PodInfo`.
+
+    Raises :class:`InvalidObjectError` naming the object and field if anything is malformed.
+    """
+    meta, spec = pod.metadata, pod.spec
+    obj = f"Pod {meta.namespace or 'default'}/{meta.name or meta.generate_name or '<unnamed>'}"
+    if not meta.name:
+        raise InvalidObjectError(obj, "metadata.name", "is required")
+    if not spec.containers:
+        raise InvalidObjectError(obj, "spec.containers", "at least one container is required")
+    requests = effective_requests(spec, obj)
+    gpu_names = names.all_request_names()
+    models_text = meta.annotations.get(ANN_GPU_MODELS, "")
+    models = frozenset(m for m in models_text.split("|") if m) or None
+    try:
+        gpu = gpu_request_from(requests, names, models)
+    except ValueError as error:
+        raise InvalidObjectError(obj, "spec.containers[].resources", str(error)) from None
+    plain = {k: v for k, v in requests.items() if k not in gpu_names}
+    plain[PODS] = 1
+    try:
+        affinity = spec.affinity
+        required: tuple[NodeSelectorTerm, ...] | None = None
+        preferred: tuple[tuple[int, NodeSelectorTerm], ...] = ()
+        pa: tuple[PodAffinityTerm, ...] = ()
+        paa: tuple[PodAffinityTerm, ...] = ()
+        ppa: tuple[PodAffinityTerm, ...] = ()
+        ppaa: tuple[PodAffinityTerm, ...] = ()
+        if affinity and affinity.node_affinity:
+            na = affinity.node_affinity
+            base = "spec.affinity.nodeAffinity"
+            req = na.required_during_scheduling_ignored_during_execution
+            if req is not None:
+                required = tuple(
+                    compile_node_term(t, f"{base}.required.nodeSelectorTerms[{i}]")
+                    for i, t in enumerate(req.node_selector_terms)
+                )
+            pref = []
+            for i, p in enumerate(na.preferred_during_scheduling_ignored_during_execution):
+                if not 1 <= p.weight <= 100:
+                    raise ValueError(f"{base}.preferred[{i}].weight: must be in 1..100")
+                pref.append((p.weight, compile_node_term(p.preference, f"{base}.preferred[{i}]")))
+            preferred = tuple(pref)
+        ns = meta.namespace or "default"
+        if affinity and affinity.pod_affinity:
+            a = affinity.pod_affinity
+            w = "spec.affinity.podAffinity"
+            pa = _pod_terms(a.required_during_scheduling_ignored_during_execution, ns, w)
+            prefs = a.preferred_during_scheduling_ignored_during_execution
+            ppa = _pod_terms([p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs])
+        if affinity and affinity.pod_anti_affinity:
+            a = affinity.pod_anti_affinity
+            w = "spec.affinity.podAntiAffinity"
+            paa = _pod_terms(a.required_during_scheduling_ignored_during_execution, ns, w)
+            prefs = a.preferred_during_scheduling_ignored_during_execution
+            ppaa = _pod_terms(
+                [p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs]
+            )
+    except ValueError as error:
+        field_path, _, problem = str(error).partition(": ")
+        raise InvalidObjectError(obj, field_path, problem) from None
+    tolerations = []
+    for i, t in enumerate(spec.tolerations):
+        op = t.operator or "Equal"
+        if op not in ("Equal", "Exists"):
+            raise InvalidObjectError(obj, f"spec.tolerations[{i}].operator", f"unknown {op!r}")
+        tolerations.append(Toleration(t.key, op, t.value, t.effect))
+    priority = spec.priority
+    if priority is None:
+        priority = (priority_classes or {}).get(spec.priority_class_name, 0)
+    owner = next((o.uid or o.name for o in meta.owner_references if o.controller), "")
+    return PodInfo(
+        name=meta.name,
+        namespace=meta.namespace or "default",
+        uid=meta.uid or f"{meta.namespace or 'default'}/{meta.name}",
+        labels=dict(meta.labels),
+        annotations=dict(meta.annotations),
+        requests=plain,
+        gpu=gpu,
+        node_name=spec.node_name,
+        node_selector=tuple(sorted(spec.node_selector.items())),
+        required_terms=required,
+        preferred_terms=preferred,
+        tolerations=tuple(tolerations),
+        affinity_terms=pa,
+        anti_affinity_terms=paa,
+        preferred_affinity=ppa,
+        preferred_anti_affinity=ppaa,
+        priority=priority,
+        priority_class=spec.priority_class_name,
+        preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
+        qos=qos_class(spec),
+        scheduler_name=spec.scheduler_name,
+        created=_timestamp(meta.creation_timestamp),
+        owner=owner,
+        source=pod,
+    )
+
+
+def invalid_pod(raw: Any, error: Exception) -> PodInfo:
+    """A placeholder for a pod that failed to decode, carrying the error as its reason."""
+    meta = raw.get("metadata", {}) if isinstance(raw, dict) else {}
+    meta = meta if isinstance(meta, dict) else {}
+    name = str(meta.get("name") or meta.get("generateName") or "<unnamed>")
+    namespace = str(meta.get("namespace") or "default")
+    uid = str(meta.get("uid") or f"{namespace}/{name}")
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    return PodInfo(
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        labels={str(k): str(v) for k, v in labels.items()},
+        error=str(error),
+    )
+
+
+__all__ = ["PodInfo", "Requirement", "invalid_pod", "pod_from_k8s"]
