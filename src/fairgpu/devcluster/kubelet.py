@@ -111,6 +111,7 @@ class FakeKubelet:
         self._seq = itertools.count()
         self._scheduled: set[str] = set()  # UIDs with a pending completion
         self._in_flight: set[str] = set()  # UIDs being started or deleted
+        self._started: set[str] = set()  # UIDs this kubelet set Running
         self._watch: WatchStream | None = None
         self._synced = threading.Event()
 
@@ -215,6 +216,7 @@ class FakeKubelet:
         uid = pod.get("metadata", {}).get("uid", "")
         with self._lock:
             self._scheduled.discard(uid)
+            self._started.discard(uid)
 
     def _submit(self, fn: Any, *args: Any) -> None:
         pool = self._pool
@@ -239,7 +241,7 @@ class FakeKubelet:
             return
         if phase == "Pending":
             with self._lock:
-                if uid in self._in_flight:
+                if uid in self._in_flight or uid in self._started:
                     return
                 self._in_flight.add(uid)
             self._submit(self._run, pod)
@@ -355,6 +357,7 @@ class FakeKubelet:
             if self._patch_status(ns, name, uid, status):
                 with self._lock:
                     self.stats.started += 1
+                    self._started.add(uid)
                 self._schedule_completion(pod, _parse_ts(ts) or time.time())
         finally:
             with self._lock:
@@ -420,6 +423,7 @@ class FakeKubelet:
         ok = self._patch_status(ns, name, uid, status)
         with self._lock:
             self._scheduled.discard(uid)
+            self._started.discard(uid)
             if ok:
                 if code == 0:
                     self.stats.succeeded += 1

@@ -34,9 +34,11 @@ __all__ = [
     "create_nodes",
     "delete_nodes",
     "gpu_node_specs",
+    "labels_of",
     "node_manifest",
     "node_status",
     "node_taints",
+    "pool_label_key",
 ]
 
 #: GPU memory in MiB per ``nvidia.com/gpu.product`` value, as GPU feature discovery reports.
