@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
 from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
-from fairgpu.api.quantity import QuantityError, to_int, to_milli
+from fairgpu.api.quantity import QuantityError, parse_quantity
 from fairgpu.model.gpu import DEFAULT_NAMES, NO_GPU, GpuRequest, GpuResourceNames, gpu_request_from
 from fairgpu.model.selectors import (
     NodeSelectorTerm,
@@ -38,11 +40,22 @@ PODS = "pods"
 EPHEMERAL = "ephemeral-storage"
 
 
+# Node and pod arrays are int64: anything larger cannot be counted exactly.
+_MAX_AMOUNT = 2**63 - 1
+
+
 def parse_resource(name: str, value: object) -> int:
-    """One resource quantity in the unit the scheduler counts: milli-CPU, bytes, or units."""
-    amount = to_milli(value) if name == CPU else to_int(value)
-    if amount < 0:
+    """One resource quantity in the unit the scheduler counts: milli-CPU, bytes, or units.
+
+    Negative amounts are refused on the exact value (``-1m`` of memory is negative even though
+    it rounds up to 0), as are amounts that do not fit the int64 node arrays.
+    """
+    exact = parse_quantity(value)
+    if exact < 0:
         raise QuantityError(f"{value!r} is negative")
+    amount = math.ceil(exact * 1000) if name == CPU else math.ceil(exact)
+    if amount > _MAX_AMOUNT:
+        raise QuantityError(f"{value!r} is too large")
     return amount
 
 
@@ -107,20 +120,41 @@ def effective_requests(spec: k8s.PodSpec, obj: str) -> dict[str, int]:
 
 
 def qos_class(spec: k8s.PodSpec) -> str:
-    """The pod's QoS class (Guaranteed, Burstable or BestEffort)."""
-    containers = list(spec.containers) + list(spec.init_containers)
-    any_set = False
+    """The pod's QoS class (Guaranteed, Burstable or BestEffort), as the kubelet computes it.
+
+    Only positive cpu and memory amounts count (extended resources such as GPUs never do); a
+    missing request defaults to the limit, as the API server does. Guaranteed needs cpu and
+    memory limits on every container and pod-level request sums equal to the limit sums.
+    """
+    requests: dict[str, Fraction] = {}
+    limits: dict[str, Fraction] = {}
     guaranteed = True
-    for c in containers:
-        req, lim = c.resources.requests, c.resources.limits
-        if req or lim:
-            any_set = True
-        for name in (CPU, MEMORY):
-            if name not in lim or (name in req and str(req[name]) != str(lim[name])):
-                guaranteed = False
-    if not any_set:
+    for c in list(spec.containers) + list(spec.init_containers):
+        res = c.resources
+        merged = dict(res.limits)
+        merged.update(res.requests)
+        for into, source in ((requests, merged), (limits, res.limits)):
+            for name in (CPU, MEMORY):
+                amount = _qos_amount(source.get(name))
+                if amount > 0:
+                    into[name] = into.get(name, Fraction(0)) + amount
+        if not all(_qos_amount(res.limits.get(name)) > 0 for name in (CPU, MEMORY)):
+            guaranteed = False
+    if not requests and not limits:
         return QOS_BEST_EFFORT
-    return QOS_GUARANTEED if guaranteed and containers else QOS_BURSTABLE
+    if guaranteed and requests == limits:
+        return QOS_GUARANTEED
+    return QOS_BURSTABLE
+
+
+def _qos_amount(value: object) -> Fraction:
+    # Quantities were validated by effective_requests; treat anything else as absent.
+    if value is None:
+        return Fraction(0)
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return Fraction(0)
 
 
 def _timestamp(text: str | None) -> float:
@@ -290,8 +324,16 @@ def pod_from_k8s(
     tolerations = []
     for i, t in enumerate(spec.tolerations):
         op = t.operator or "Equal"
+        at = f"spec.tolerations[{i}]"
         if op not in ("Equal", "Exists"):
-            raise InvalidObjectError(obj, f"spec.tolerations[{i}].operator", f"unknown {op!r}")
+            raise InvalidObjectError(obj, f"{at}.operator", f"unknown {op!r}")
+        # The API server's validation: an empty key means "every taint" and needs Exists.
+        if not t.key and op != "Exists":
+            raise InvalidObjectError(obj, f"{at}.operator", "must be Exists when key is empty")
+        if op == "Exists" and t.value:
+            raise InvalidObjectError(obj, f"{at}.value", "must be empty when operator is Exists")
+        if t.effect and t.effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise InvalidObjectError(obj, f"{at}.effect", f"unknown {t.effect!r}")
         tolerations.append(Toleration(t.key, op, t.value, t.effect))
     priority = spec.priority
     if priority is None:

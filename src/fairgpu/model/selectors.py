@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -11,11 +12,19 @@ NODE_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "G
 LABEL_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
 
-def _int_or_none(text: str) -> int | None:
-    try:
-        return int(text, 10)
-    except (TypeError, ValueError):
+_INT64 = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_int64(text: str) -> int | None:
+    """``strconv.ParseInt(text, 10, 64)``: ASCII digits only, in int64 range, else None.
+
+    Python's ``int`` is laxer (``" 5"``, ``"1_000"``, non-ASCII digits), which would make Gt/Lt
+    match labels Kubernetes rejects.
+    """
+    if not isinstance(text, str) or not _INT64.fullmatch(text):
         return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +51,8 @@ class Requirement:
             # Both sides must be integers; anything else never matches.
             if not present or len(self.values) != 1:
                 return False
-            want = _int_or_none(self.values[0])
-            have = _int_or_none(labels[self.key])
+            want = parse_int64(self.values[0])
+            have = parse_int64(labels[self.key])
             if want is None or have is None:
                 return False
             return have > want if op == "Gt" else have < want
@@ -143,12 +152,28 @@ def compile_requirements(
             raise ValueError(f"{where}[{i}].operator: unknown operator {req.operator!r}")
         if req.operator in ("In", "NotIn") and not req.values:
             raise ValueError(f"{where}[{i}].values: must be non-empty for {req.operator}")
+        if req.operator in ("Gt", "Lt") and len(req.values) != 1:
+            raise ValueError(f"{where}[{i}].values: must have exactly one value for {req.operator}")
+        if req.operator in ("Exists", "DoesNotExist") and req.values:
+            raise ValueError(f"{where}[{i}].values: must be empty for {req.operator}")
         out.append(Requirement(req.key, req.operator, tuple(req.values)))
     return tuple(out)
 
 
 def compile_node_term(term: k8s.NodeSelectorTerm, where: str) -> NodeSelectorTerm:
-    """Compile a node selector term."""
+    """Compile a node selector term.
+
+    ``matchFields`` is validated as the API server does: key ``metadata.name``, operator In or
+    NotIn, exactly one value.
+    """
+    for i, req in enumerate(term.match_fields):
+        at = f"{where}.matchFields[{i}]"
+        if req.key != "metadata.name":
+            raise ValueError(f"{at}.key: only metadata.name is supported, got {req.key!r}")
+        if req.operator not in ("In", "NotIn"):
+            raise ValueError(f"{at}.operator: must be In or NotIn, got {req.operator!r}")
+        if len(req.values) != 1:
+            raise ValueError(f"{at}.values: must have exactly one value")
     return NodeSelectorTerm(
         compile_requirements(
             term.match_expressions, NODE_SELECTOR_OPERATORS, f"{where}.matchExpressions"

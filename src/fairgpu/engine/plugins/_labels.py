@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.model.selectors import NodeSelectorTerm, Requirement
+from fairgpu.model.selectors import NodeSelectorTerm, Requirement, parse_int64
+
+
+def _lookup(codes: np.ndarray, vocab: list[str], hit: list[bool]) -> np.ndarray:
+    # One boolean per vocabulary entry plus a trailing False that code -1 (label absent) picks:
+    # a gather is much cheaper than np.isin over thousands of nodes.
+    table = np.zeros(len(vocab) + 1, dtype=bool)
+    table[: len(hit)] = hit
+    return table[codes]
 
 
 def requirement_mask(cluster: ClusterState, req: Requirement) -> np.ndarray:
@@ -13,21 +21,23 @@ def requirement_mask(cluster: ClusterState, req: Requirement) -> np.ndarray:
     codes, vocab = cluster.label_codes(req.key)
     op = req.operator
     if op in ("In", "NotIn"):
-        wanted = [i for i, v in enumerate(vocab) if v in req.values]
-        hit = np.isin(codes, wanted) if wanted else np.zeros(codes.shape, dtype=bool)
+        hit = _lookup(codes, vocab, [v in req.values for v in vocab])
         return hit if op == "In" else ~hit
     if op == "Exists":
         return codes >= 0
     if op == "DoesNotExist":
         return codes < 0
     if op in ("Gt", "Lt") and len(req.values) == 1:
-        try:
-            bound = int(req.values[0], 10)
-        except ValueError:
+        # Both sides must parse as int64 (strconv.ParseInt); compared exactly, per value.
+        bound = parse_int64(req.values[0])
+        if bound is None:
             return np.zeros(codes.shape, dtype=bool)
-        numbers = cluster.label_numbers(req.key)
-        with np.errstate(invalid="ignore"):
-            return numbers > bound if op == "Gt" else numbers < bound
+        numbers = [parse_int64(v) for v in vocab]
+        if op == "Gt":
+            hit = [x is not None and x > bound for x in numbers]
+        else:
+            hit = [x is not None and x < bound for x in numbers]
+        return _lookup(codes, vocab, hit)
     return np.zeros(codes.shape, dtype=bool)
 
 
