@@ -58,6 +58,10 @@ class ClusterState:
         self.node_pods: list[dict[str, PodInfo]] = []
         self.static_version = 0
         self.load_version = 0
+        # Bumped whenever capacity is given back (release, node added or changed): a pod that
+        # failed at one release_version fails again until it changes, since assigns only take.
+        self.release_version = 0
+        self._vectors: dict[str, tuple[PodInfo, np.ndarray, np.ndarray]] = {}
         self._label_cache: dict[str, tuple[np.ndarray, list[str]]] = {}
         self._number_cache: dict[str, np.ndarray] = {}
         self._taint_cache: tuple[np.ndarray, list[tuple[Taint, ...]]] | None = None
@@ -86,6 +90,9 @@ class ClusterState:
         self.device_memory_free = grow(get("device_memory_free"), (capacity, d), np.int64)
         self.device_memory_total = grow(get("device_memory_total"), (capacity, d), np.int64)
         self.idle_devices = grow(get("idle_devices"), (capacity,), np.int32)
+        # Bumped whenever a node's load or description changes, so score plugins can cache
+        # per-node results and recompute only the nodes that changed.
+        self.node_version = grow(get("node_version"), (capacity,), np.int64)
         self._cap = capacity
         del old
 
@@ -147,6 +154,7 @@ class ClusterState:
         self._static_changed()
 
     def _recompute_devices(self, idx: int) -> None:
+        self.node_version[idx] += 1
         milli = np.where(self.device_exists[idx], WHOLE, 0).astype(np.int32)
         mem = self.device_memory_total[idx].copy()
         for uid in self.node_pods[idx]:
@@ -193,6 +201,7 @@ class ClusterState:
 
     def _static_changed(self) -> None:
         self.static_version += 1
+        self.release_version += 1
         self._label_cache.clear()
         self._number_cache.clear()
         self._taint_cache = None
@@ -259,13 +268,20 @@ class ClusterState:
 
     # ---- pods ---------------------------------------------------------------------------
     def request_vector(self, pod: PodInfo) -> tuple[np.ndarray, np.ndarray]:
-        """Columns and amounts of the pod's non-GPU requests plus its GPU milli and memory."""
+        """Columns and amounts of the pod's non-GPU requests plus its GPU milli (cached)."""
+        cached = self._vectors.get(pod.uid)
+        if cached is not None and cached[0] is pod:
+            return cached[1], cached[2]
         cols = [self.resource_column(r) for r in pod.requests]
         amounts = list(pod.requests.values())
         if pod.gpu.count:
             cols.append(COL_GPU_MILLI)
             amounts.append(pod.gpu.total_milli)
-        return np.array(cols, dtype=np.intp), np.array(amounts, dtype=np.int64)
+        vec = np.array(cols, dtype=np.intp), np.array(amounts, dtype=np.int64)
+        if len(self._vectors) > 200_000:
+            self._vectors.clear()
+        self._vectors[pod.uid] = (pod, *vec)
+        return vec
 
     def _charge(self, idx: int, pod: PodInfo, placement: Placement, sign: int) -> None:
         cols, amounts = self.request_vector(pod)
@@ -312,6 +328,7 @@ class ClusterState:
             self.pods_with_affinity[pod.uid] = pod
         self._charge(idx, pod, placement, +1)
         self.load_version += 1
+        self.node_version[idx] += 1
         return placement
 
     def release(self, uid: str) -> tuple[PodInfo, Placement] | None:
@@ -330,6 +347,8 @@ class ClusterState:
                 self.device_memory_free[idx, d] += placement.device_memory
             self._recount_idle(idx)
         self.load_version += 1
+        self.node_version[idx] += 1
+        self.release_version += 1
         return pod, placement
 
     # ---- summaries ----------------------------------------------------------------------

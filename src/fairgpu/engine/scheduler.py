@@ -8,7 +8,7 @@ before the bind). Deterministic given the seed.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,13 +28,37 @@ from fairgpu.engine.profile import Profile
 from fairgpu.model.pod import PodInfo
 
 
-@dataclass(slots=True)
 class Diagnosis:
-    """Why a pod fits nowhere: per reason, how many nodes failed for it (first failing filter)."""
+    """Why a pod fits nowhere: per reason, how many nodes failed for it (first failing filter).
 
-    total_nodes: int = 0
-    reasons: Counter[str] = field(default_factory=Counter)
-    status: Status | None = None
+    Counting is deferred until :attr:`reasons` or :meth:`message` is read, because most
+    failed attempts in a busy cluster are retried before anyone looks at the reason.
+    """
+
+    __slots__ = ("_deferred", "_reasons", "status", "total_nodes")
+
+    def __init__(
+        self,
+        total_nodes: int = 0,
+        reasons: Counter[str] | None = None,
+        status: Status | None = None,
+        deferred: tuple[np.ndarray, list[tuple[str, FilterResult]]] | None = None,
+    ) -> None:
+        self.total_nodes = total_nodes
+        self.status = status
+        self._reasons = reasons
+        self._deferred = deferred
+
+    @property
+    def reasons(self) -> Counter[str]:
+        """Reason text -> number of nodes rejected for it."""
+        if self._reasons is None:
+            self._reasons = Counter()
+            if self._deferred is not None:
+                alive, results = self._deferred
+                _count_reasons(self._reasons, alive.copy(), results)
+                self._deferred = None
+        return self._reasons
 
     def message(self) -> str:
         """kube-scheduler style: ``0/500 nodes are available: 320 Insufficient nvidia.com/gpu.``"""
@@ -46,6 +70,25 @@ class Diagnosis:
         ]
         detail = ", ".join(parts) if parts else "no nodes in the cluster"
         return f"0/{self.total_nodes} nodes are available: {detail}."
+
+
+def _count_reasons(
+    reasons: Counter[str], alive: np.ndarray, results: list[tuple[str, FilterResult]]
+) -> None:
+    for name, res in results:
+        failing = alive & ~res.mask
+        if not failing.any():
+            continue
+        counted = np.zeros(alive.shape, dtype=bool)
+        for reason, where in res.reasons.items():
+            hit = failing & where
+            if hit.any():
+                reasons[reason] += int(hit.sum())
+                counted |= hit
+        rest = failing & ~counted
+        if rest.any():
+            reasons[f"node(s) rejected by {name}"] += int(rest.sum())
+        alive &= res.mask
 
 
 @dataclass(slots=True)
@@ -106,6 +149,8 @@ class Scheduler:
         self._static_cache: dict[tuple[object, ...], list[tuple[str, FilterResult]]] = {}
         self._static_version = -1
         self._ranks = np.zeros(0, dtype=np.int64)
+        # uid -> (pod, release_version, static_version, result) of the last failed attempt.
+        self._failures: dict[str, tuple[PodInfo, int, int, ScheduleResult]] = {}
 
     @staticmethod
     def _typed(obj: object, kind: type, name: str):  # type: ignore[no-untyped-def]
@@ -163,30 +208,19 @@ class Scheduler:
     def diagnose(
         cluster: ClusterState, results: list[tuple[str, FilterResult]], restrict: np.ndarray | None
     ) -> Diagnosis:
-        """Attribute each failing node to the first filter that rejected it."""
+        """Attribute each failing node to the first filter that rejected it (lazily)."""
         n = cluster.size
         alive = cluster.active[:n].copy()
-        diag = Diagnosis(total_nodes=int(alive.sum()))
+        total = int(alive.sum())
         if restrict is not None:
             outside = alive & ~restrict
             if outside.any():
-                diag.reasons["node(s) excluded by the scheduling decision"] += int(outside.sum())
-            alive &= restrict
-        for name, res in results:
-            failing = alive & ~res.mask
-            if not failing.any():
-                continue
-            counted = np.zeros(n, dtype=bool)
-            for reason, where in res.reasons.items():
-                hit = failing & where
-                if hit.any():
-                    diag.reasons[reason] += int(hit.sum())
-                    counted |= hit
-            rest = failing & ~counted
-            if rest.any():
-                diag.reasons[f"node(s) rejected by {name}"] += int(rest.sum())
-            alive &= res.mask
-        return diag
+                reasons: Counter[str] = Counter()
+                reasons["node(s) excluded by the scheduling decision"] += int(outside.sum())
+                alive &= restrict
+                _count_reasons(reasons, alive, results)
+                return Diagnosis(total, reasons)
+        return Diagnosis(total, deferred=(alive, results))
 
     # ---- scoring and selection -----------------------------------------------------------
     def score(
@@ -232,6 +266,35 @@ class Scheduler:
         if pod.error:
             diag = Diagnosis(status=Status.unresolvable("Decode", pod.error))
             return ScheduleResult(pod, diagnosis=diag, code=Code.UNRESOLVABLE)
+        cacheable = restrict is None and not pod.has_pod_affinity
+        if cacheable:
+            # Assigns only take capacity, so a failure stands until something is released.
+            hit = self._failures.get(pod.uid)
+            if (
+                hit is not None
+                and hit[0] is pod
+                and hit[1] == cluster.release_version
+                and hit[2] == cluster.static_version
+            ):
+                return hit[3]
+        result = self._attempt(pod, cluster, restrict)
+        if cacheable:
+            if result.ok:
+                self._failures.pop(pod.uid, None)
+            else:
+                if len(self._failures) > 100_000:
+                    self._failures.clear()
+                self._failures[pod.uid] = (
+                    pod,
+                    cluster.release_version,
+                    cluster.static_version,
+                    result,
+                )
+        return result
+
+    def _attempt(
+        self, pod: PodInfo, cluster: ClusterState, restrict: np.ndarray | None
+    ) -> ScheduleResult:
         cycle = CycleState(rng=self.rng)
         for plugin in self.pre_filters:
             status = plugin.pre_filter(cycle, pod, cluster)

@@ -24,7 +24,6 @@ from fairgpu.model.pod import PODS, PodInfo
 # kube-scheduler scores pods that request nothing as if they asked for this much.
 DEFAULT_MILLI_CPU = 100
 DEFAULT_MEMORY = 200 * 1024 * 1024
-_GPU_COLUMNS = (COL_GPU_MILLI, COL_GPU_MEMORY)
 _ALIASES = {DEFAULT_NAMES.gpu: "fairgpu.io/gpu-milli"}
 
 
@@ -63,8 +62,9 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Nodes whose free amount of any requested resource is below the request fail."""
         cols, amounts = cluster.request_vector(pod)
-        keep = ~np.isin(cols, _GPU_COLUMNS)
-        cols, amounts = cols[keep], amounts[keep]
+        if pod.gpu.count:  # GPU columns are checked per device by GpuFit
+            keep = (cols != COL_GPU_MILLI) & (cols != COL_GPU_MEMORY)
+            cols, amounts = cols[keep], amounts[keep]
         n = cluster.size
         if cols.size == 0:
             return FilterResult(np.ones(n, dtype=bool))
