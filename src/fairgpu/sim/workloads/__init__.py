@@ -1,0 +1,1 @@
+"""Workload sources for the simulator: synthetic, Kubernetes YAML and the openb trace."""
