@@ -141,7 +141,10 @@ class ClusterState:
         self.unschedulable[idx] = node.unschedulable
         self.allocatable[idx, :] = 0
         for rname, amount in node.allocatable.items():
-            self.allocatable[idx, self.resource_column(rname)] = amount
+            # Look the column up first: adding a column replaces self.allocatable, and Python
+            # evaluates the assignment target's array before its subscript.
+            col = self.resource_column(rname)
+            self.allocatable[idx, col] = amount
         count = node.gpu_count
         self.gpu_count[idx] = count
         self.allocatable[idx, COL_GPU_MILLI] = count * WHOLE
