@@ -7,8 +7,16 @@ allocation by several points.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from fairgpu.engine import registry
+from fairgpu.engine.plugins import fragmentation as frag
 from fairgpu.engine.profile import Profile, ScoreRef
+
+for _cls in frag.SCORE_PLUGINS:
+    registry.register(_cls.name, _cls)
+for _cls in frag.DEVICE_POLICIES:
+    registry.register(_cls.name, _cls, device_policy=True)
 
 _KUBE_SCORES = [
     ScoreRef(name="TaintToleration", weight=3),
@@ -51,11 +59,99 @@ def binpack() -> Profile:
     )
 
 
+def _single(name: str, score: str, device: str, tie_break: str = "fixed-rank") -> Profile:
+    """One GPU score plugin, as in the published experiments (no other scores)."""
+    return Profile(
+        name=name,
+        scores=[ScoreRef(name=score, weight=1)],
+        device_policy=device,
+        tie_break=tie_break,  # type: ignore[arg-type]
+    )
+
+
+def best_fit() -> Profile:
+    """BestFit (published): least CPU + GPU left after placement; tightest device; fixed-rank
+    ties."""
+    return _single("best-fit", frag.GpuBestFitScore.name, "best-fit")
+
+
+def dot_product() -> Profile:
+    """Tetris dot-product of free and asked CPU/GPU; tightest device; fixed-rank ties."""
+    return _single("dot-product", frag.DotProductScore.name, "best-fit")
+
+
+def gpu_packing() -> Profile:
+    """GPU packing: partly used devices, then used nodes, then idle nodes; tightest device;
+    fixed-rank ties."""
+    return _single("gpu-packing", frag.GpuPackingScore.name, "best-fit")
+
+
+def gpu_clustering() -> Profile:
+    """GPU clustering: keep pods of one GPU shape together; tightest device; fixed-rank ties."""
+    return _single("gpu-clustering", frag.GpuClusteringScore.name, "best-fit")
+
+
+def random_policy() -> Profile:
+    """A uniformly random feasible node and a random device with room (seeded); no ties."""
+    return _single("random", frag.RandomScore.name, "random", tie_break="random")
+
+
+def fgd() -> Profile:
+    """FGD as published (USENIX ATC'23): truncated sigmoid of the fragmentation decrease,
+    device with the best score, fixed-rank ties. Typical pods are learned online from the pods
+    seen unless ``plugin_args.FGD.typical_pods`` is set (see :func:`with_typical_pods`)."""
+    return _single("fgd", frag.FgdScore.name, frag.DeviceFgd.name)
+
+
+def fairgpu_frag() -> Profile:
+    """Ours: exact fragmentation increase first, tightest fit second, device chosen jointly
+    with the node, fixed-rank ties."""
+    return _single("fairgpu-frag", frag.FragmentationScore.name, frag.DeviceFragmentation.name)
+
+
+# Score plugins / device policies that read the workload's typical pod shapes.
+_TYPICAL_SCORES = (frag.FgdScore.name, frag.FragmentationScore.name)
+_TYPICAL_DEVICES = {
+    frag.DeviceFgd.name: frag.FgdScore.name,
+    frag.DeviceFragmentation.name: frag.FragmentationScore.name,
+}
+
+
+def with_typical_pods(profile: Profile, typical: list[dict[str, Any]]) -> Profile:
+    """A copy of ``profile`` whose fragmentation plugins use the given typical shapes
+    (``TypicalPods.to_args()``) instead of learning them online."""
+    out = profile.model_copy(deep=True)
+    for ref in out.scores:
+        if ref.name in _TYPICAL_SCORES:
+            out.plugin_args.setdefault(ref.name, {})["typical_pods"] = typical
+    if out.device_policy in _TYPICAL_DEVICES:
+        out.device_policy_args = {**out.device_policy_args, "typical_pods": typical}
+    return out
+
+
 POLICIES: dict[str, Callable[[], Profile]] = {
     "spread": spread,
     "kube-default": spread,
     "binpack": binpack,
+    "best-fit": best_fit,
+    "dot-product": dot_product,
+    "gpu-packing": gpu_packing,
+    "gpu-clustering": gpu_clustering,
+    "random": random_policy,
+    "fgd": fgd,
+    "fairgpu-frag": fairgpu_frag,
 }
+
+# The policies compared on the openb traces (benchmarks/gpu_allocation), baselines first.
+GPU_SHARING_POLICIES = (
+    "random",
+    "dot-product",
+    "gpu-clustering",
+    "gpu-packing",
+    "best-fit",
+    "fgd",
+    "fairgpu-frag",
+)
 
 DEFAULT_POLICY = "binpack"
 

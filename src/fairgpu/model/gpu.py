@@ -3,14 +3,58 @@
 Resource names are configurable (:class:`GpuResourceNames`) and default to the names NVIDIA's
 device plugin and HAMi use. A GPU ask is normalised to ``count`` devices each needing
 ``milli`` thousandths of compute (1000 = a whole device) and ``memory_mib`` of device memory
-(0 = no memory constraint; a whole device always takes all of its memory).
+(0 = no memory constraint; a whole device always takes all of its memory). Accepted forms:
+
+* ``nvidia.com/gpu: N`` -- N whole devices;
+* ``nvidia.com/gpucores: P`` (percent, 1% granularity) and/or ``nvidia.com/gpumem: MiB`` /
+  ``nvidia.com/gpumem-percentage: P`` -- a share of one device (``nvidia.com/gpu`` may be 1 or
+  absent); ``fairgpu.io/gpu-milli`` (the openb trace's ``gpu_milli``) is the same in milli-GPU.
+
+MIG
+---
+*Mixed strategy*: the device plugin advertises one resource per profile,
+``nvidia.com/mig-<profile>`` (e.g. ``nvidia.com/mig-1g.5gb: 7``). These are *not* GPU names of
+this module: they stay plain extended resources, counted per node by the generic resource
+columns of the cluster state and checked by ``NodeResourcesFit`` like any other resource
+(:func:`mig_profile` recognises them). *Single strategy*: every GPU of the node is cut into
+identical slices and ``nvidia.com/gpu`` counts *slices*; the node's ``nvidia.com/gpu.product``
+label ends in ``-MIG-<profile>`` (GPU feature discovery) and ``nvidia.com/mig.strategy`` is
+``single``. Such a node is modelled as ``gpu_count`` = number of slices, each slice one device
+(so the cluster's ``max_devices`` must cover the slice count); a pod asking ``nvidia.com/gpu: N``
+gets N whole slices. Slices cannot be time-shared: :func:`validate_gpu_request` rejects a
+fractional ask that only MIG single-strategy nodes could serve.
+
+Device assignment annotation
+----------------------------
+The devices chosen for a pod are written to the pod annotation ``fairgpu.io/gpu-devices``
+(:data:`ANN_GPU_DEVICES`) for the node agent. Format: comma-separated entries, one per device,
+in ascending device index order::
+
+    "0,1"              whole devices 0 and 1 (all compute and memory of each)
+    "2:300m"           30% of device 2's compute, no memory limit
+    "2:300m/4096Mi"    30% of device 2's compute and 4096 MiB of its memory
+
+The index is the device's position in the node's device list (the order of the device
+plugin's ``nvidia.com/gpu`` devices, i.e. ``nvidia-smi`` index). :func:`encode_gpu_devices`
+writes it and :func:`decode_gpu_devices` reads it back (raising ``ValueError`` naming the bad
+entry).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the cluster and pod modules import this one
+    from fairgpu.cluster.state import ClusterState
+    from fairgpu.model.node import NodeInfo
+    from fairgpu.model.pod import PodInfo
 
 WHOLE = 1000
+ANN_GPU_DEVICES = "fairgpu.io/gpu-devices"
+MIG_PREFIX = "nvidia.com/mig-"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,3 +154,173 @@ def gpu_request_from(
     if milli is None:
         milli = WHOLE if cores is None else cores * 10
     return GpuRequest(count, milli, mem, mem_pct if mem_pct < 100 else 0, models)
+
+
+# ---- MIG ----------------------------------------------------------------------------------
+def mig_profile(resource: str) -> str | None:
+    """The MIG profile of a mixed-strategy resource name (``nvidia.com/mig-1g.5gb`` -> ``1g.5gb``).
+
+    None for any other name. Mixed-strategy MIG resources are plain extended resources.
+    """
+    if resource.startswith(MIG_PREFIX) and len(resource) > len(MIG_PREFIX):
+        return resource[len(MIG_PREFIX) :]
+    return None
+
+
+def is_mig_single(labels: dict[str, str], names: GpuResourceNames = DEFAULT_NAMES) -> bool:
+    """True for a node whose ``nvidia.com/gpu`` devices are MIG slices (single strategy)."""
+    if labels.get(MIG_STRATEGY_LABEL) == "single":
+        return True
+    return "-MIG-" in labels.get(names.product_label, "")
+
+
+# ---- device assignment annotation ---------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DeviceShare:
+    """What a pod holds on one device: ``milli`` compute (1000 = whole) and ``memory_mib``.
+
+    ``whole`` entries hold the entire device (compute and memory).
+    """
+
+    index: int
+    milli: int = WHOLE
+    memory_mib: int = 0
+    whole: bool = True
+
+
+def encode_gpu_devices(devices: Iterable[int], milli: int = WHOLE, memory_mib: int = 0) -> str:
+    """The ``fairgpu.io/gpu-devices`` value for a placement (see the module docstring).
+
+    ``milli >= 1000`` with no ``memory_mib`` writes whole devices (``"0,1"``); otherwise each
+    device gets ``"<index>:<milli>m[/<memory>Mi]"``.
+    """
+    idx = sorted(int(d) for d in devices)
+    if any(d < 0 for d in idx):
+        raise ValueError(f"{ANN_GPU_DEVICES}: negative device index in {idx}")
+    if milli >= WHOLE and memory_mib <= 0:
+        return ",".join(str(d) for d in idx)
+    if milli <= 0 or milli > WHOLE:
+        raise ValueError(f"{ANN_GPU_DEVICES}: share {milli}m is outside 1..{WHOLE}")
+    suffix = f"/{memory_mib}Mi" if memory_mib > 0 else ""
+    return ",".join(f"{d}:{milli}m{suffix}" for d in idx)
+
+
+def decode_gpu_devices(text: str) -> list[DeviceShare]:
+    """Parse a ``fairgpu.io/gpu-devices`` value; ``ValueError`` names the malformed entry."""
+    out: list[DeviceShare] = []
+    if not text.strip():
+        return out
+    for raw in text.split(","):
+        entry = raw.strip()
+        index_text, sep, share = entry.partition(":")
+        try:
+            index = int(index_text, 10)
+        except ValueError:
+            raise ValueError(f"{ANN_GPU_DEVICES}: bad device index in entry {entry!r}") from None
+        if index < 0:
+            raise ValueError(f"{ANN_GPU_DEVICES}: negative device index in entry {entry!r}")
+        if not sep:
+            out.append(DeviceShare(index))
+            continue
+        compute, slash, memory = share.partition("/")
+        try:
+            if not compute.endswith("m"):
+                raise ValueError
+            milli = int(compute[:-1], 10)
+            mem = 0
+            if slash:
+                if not memory.endswith("Mi"):
+                    raise ValueError
+                mem = int(memory[:-2], 10)
+        except ValueError:
+            raise ValueError(
+                f"{ANN_GPU_DEVICES}: entry {entry!r} is not <index>:<milli>m[/<MiB>Mi]"
+            ) from None
+        if not 0 < milli <= WHOLE or mem < 0:
+            raise ValueError(f"{ANN_GPU_DEVICES}: entry {entry!r} asks an impossible share")
+        out.append(DeviceShare(index, milli, mem, whole=False))
+    seen = [d.index for d in out]
+    if len(set(seen)) != len(seen):
+        raise ValueError(f"{ANN_GPU_DEVICES}: device listed twice in {text!r}")
+    return out
+
+
+# ---- validation (shared with the admission webhook) ---------------------------------------
+def _nodes_of(cluster_or_nodes: ClusterState | Iterable[NodeInfo]) -> list[NodeInfo]:
+    active = getattr(cluster_or_nodes, "active_nodes", None)
+    if active is not None:
+        return [node for _, node in active()]
+    return list(cluster_or_nodes)  # type: ignore[arg-type]
+
+
+def validate_gpu_request(
+    pod: PodInfo, cluster_or_nodes: ClusterState | Iterable[NodeInfo]
+) -> list[str]:
+    """Problems that make the pod's GPU ask impossible in this cluster; empty if none.
+
+    Checks: the ask itself (compute above one GPU, a fraction together with more than one
+    device, negative values), an unknown GPU model, more devices than any allowed node has,
+    memory above every allowed device, a share that only MIG single-strategy nodes could serve,
+    and mixed-strategy MIG profiles no node advertises. Each message names the field at fault.
+    Reusable by an admission webhook: it reads only the pod and the node descriptions.
+    """
+    problems: list[str] = []
+    if pod.error:
+        problems.append(pod.error)
+        return problems
+    gpu = pod.gpu
+    nodes = _nodes_of(cluster_or_nodes)
+    if gpu.milli <= 0 or gpu.milli > WHOLE:
+        problems.append(f"gpu compute: {gpu.milli} milli is outside 1..{WHOLE} (one GPU)")
+    if gpu.count < 0:
+        problems.append(f"gpu count: must not be negative (got {gpu.count})")
+    if gpu.count > 1 and gpu.is_shared:
+        problems.append(
+            f"gpu count: a fraction of a GPU can only be asked for one device (got {gpu.count})"
+        )
+    if gpu.memory_percent < 0 or gpu.memory_percent > 100:
+        problems.append(f"gpu memory percentage: {gpu.memory_percent}% is outside 0..100")
+    for rname, amount in pod.requests.items():
+        profile = mig_profile(rname)
+        if profile is None or amount <= 0:
+            continue
+        if nodes and not any(n.allocatable.get(rname, 0) >= amount for n in nodes):
+            problems.append(f"{rname}: no node offers {amount} MIG {profile} instance(s)")
+    if gpu.count <= 0 or not nodes:
+        return problems
+    gpu_nodes = [n for n in nodes if n.gpu_count > 0]
+    if gpu.models is not None:
+        present = {n.gpu_model for n in gpu_nodes}
+        allowed = [n for n in gpu_nodes if n.gpu_model in gpu.models]
+        if not allowed:
+            wanted = "|".join(sorted(gpu.models))
+            have = "|".join(sorted(present)) or "none"
+            problems.append(f"gpu model: {wanted} is not in the cluster (have {have})")
+            return problems
+    else:
+        allowed = gpu_nodes
+    if not allowed:
+        problems.append("gpu count: no node in the cluster has GPUs")
+        return problems
+    most = max(n.gpu_count for n in allowed)
+    if gpu.count > most:
+        problems.append(f"gpu count: {gpu.count} GPUs asked, no allowed node has more than {most}")
+    biggest = max(n.gpu_memory_mib for n in allowed)
+    if gpu.memory_mib > biggest:
+        problems.append(
+            f"gpu memory: {gpu.memory_mib} MiB asked, the largest allowed GPU has {biggest} MiB"
+        )
+    if gpu.is_shared and all(is_mig_single(n.labels) for n in allowed):
+        problems.append("gpu share: MIG slices (single strategy) cannot be shared; ask whole GPUs")
+    return problems
+
+
+def describe_request(gpu: GpuRequest) -> dict[str, Any]:
+    """A JSON-friendly summary of a GPU ask (for reports and webhook messages)."""
+    return {
+        "count": gpu.count,
+        "milli": gpu.milli,
+        "memory_mib": gpu.memory_mib,
+        "memory_percent": gpu.memory_percent,
+        "models": sorted(gpu.models) if gpu.models else None,
+    }

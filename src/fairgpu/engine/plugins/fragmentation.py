@@ -1,0 +1,724 @@
+"""GPU-sharing placement scores: best-fit, dot-product, GPU packing, GPU clustering, random,
+FGD (fragmentation gradient descent, USENIX ATC'23) and our fragmentation-aware policy.
+
+All scores depend only on the scored node's own state (free compute per device, free CPU, the
+GPU-sharing pods on it), so they are cached per pod shape and per node and recomputed only for
+the nodes whose :attr:`ClusterState.node_version` changed since: one placement dirties one
+node, so scoring a pod is usually a handful of small numpy operations, not a pass over all
+nodes x devices x typical shapes.
+
+Fragmentation (the FGD paper's measure): for a node and a "typical" pod shape, the GPU milli the
+shape cannot use -- all free GPU milli if the shape cannot run there at all (CPU-only shape,
+GPU model not allowed, not enough CPU, not enough devices with room), otherwise the free milli
+of the devices that have less room than the shape needs. A node's expected fragmentation ``F``
+weighs the shapes by their frequency in the workload (:class:`TypicalPods`).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fairgpu.cluster.state import COL_CPU, ClusterState
+from fairgpu.engine.framework import (
+    MAX_NODE_SCORE,
+    CycleState,
+    DevicePolicy,
+    ScorePlugin,
+)
+from fairgpu.engine.plugins.gpu import DeviceBestFit, idle_mask, shared_fit
+from fairgpu.model.gpu import WHOLE
+from fairgpu.model.pod import CPU, PodInfo
+
+# The published simulator's normalisers: the biggest node has 128 CPUs and 8 GPUs.
+MAX_SPEC_CPU = 128_000
+MAX_SPEC_GPU = 8 * WHOLE
+# CycleState key under which a score plugin leaves its per-node device choice for the device
+# policy (device choice is evaluated jointly with the node choice).
+DEVICE_CHOICE = "fairgpu.io/device-choice"
+
+Shape = tuple[int, int, int, frozenset[str] | None]
+
+
+# ---- the workload's typical pods -----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TypicalPods:
+    """The most frequent pod shapes of a workload with their renormalised weights.
+
+    A shape is (cpu milli, per-device GPU milli, device count, allowed GPU models or None);
+    CPU-only shapes have ``count == 0`` and ``milli == 0``.
+    """
+
+    cpu: np.ndarray
+    milli: np.ndarray
+    count: np.ndarray
+    models: tuple[frozenset[str] | None, ...]
+    weight: np.ndarray
+
+    @property
+    def size(self) -> int:
+        """Number of shapes."""
+        return int(self.cpu.size)
+
+    @staticmethod
+    def shape_of(pod: PodInfo) -> Shape:
+        """A pod's shape as the fragmentation measure sees it."""
+        gpu = pod.gpu
+        if gpu.count <= 0:
+            return (pod.requests.get(CPU, 0), 0, 0, gpu.models)
+        return (pod.requests.get(CPU, 0), min(gpu.milli, WHOLE), gpu.count, gpu.models)
+
+    @classmethod
+    def from_counts(cls, counts: Counter[Shape] | dict[Shape, float], coverage: float = 0.95):  # type: ignore[no-untyped-def]
+        """The most frequent shapes that together cover ``coverage`` of the pods.
+
+        Ties in frequency are broken by the shape itself, so the result is deterministic.
+        """
+        if not 0 < coverage <= 1:
+            raise ValueError(f"TypicalPods.coverage: {coverage} is outside (0, 1]")
+        items = sorted(
+            ((s, float(c)) for s, c in counts.items() if c > 0),
+            key=lambda kv: (-kv[1], kv[0][:3], sorted(kv[0][3] or ())),
+        )
+        total = sum(c for _, c in items)
+        if total <= 0:
+            raise ValueError("TypicalPods: no pods to learn shapes from")
+        chosen: list[tuple[Shape, float]] = []
+        acc = 0.0
+        for shape, c in items:
+            chosen.append((shape, c))
+            acc += c
+            if acc >= coverage * total - 1e-9:
+                break
+        weight = np.array([c for _, c in chosen], dtype=np.float64)
+        return cls(
+            cpu=np.array([s[0] for s, _ in chosen], dtype=np.int64),
+            milli=np.array([s[1] for s, _ in chosen], dtype=np.int64),
+            count=np.array([s[2] for s, _ in chosen], dtype=np.int64),
+            models=tuple(s[3] for s, _ in chosen),
+            weight=weight / weight.sum(),
+        )
+
+    @classmethod
+    def from_pods(cls, pods: Iterable[PodInfo], coverage: float = 0.95):  # type: ignore[no-untyped-def]
+        """Learn the typical shapes from a list of pods."""
+        return cls.from_counts(Counter(cls.shape_of(p) for p in pods), coverage)
+
+    @classmethod
+    def from_args(cls, shapes: Sequence[dict[str, Any]]):  # type: ignore[no-untyped-def]
+        """From plugin arguments: ``[{cpu, milli, count, models, weight}, ...]`` (weights are
+        renormalised; ``models`` is a list or a ``|``-separated string)."""
+        counts: dict[Shape, float] = {}
+        for i, item in enumerate(shapes):
+            try:
+                models = item.get("models")
+                if isinstance(models, str):
+                    models = [m for m in models.split("|") if m]
+                shape: Shape = (
+                    int(item["cpu"]),
+                    int(item.get("milli", 0)),
+                    int(item.get("count", 0)),
+                    frozenset(models) if models else None,
+                )
+                counts[shape] = counts.get(shape, 0.0) + float(item.get("weight", 1.0))
+            except (KeyError, TypeError, ValueError) as error:
+                raise ValueError(f"typical_pods[{i}]: {error}") from None
+        return cls.from_counts(counts, coverage=1.0)
+
+    def to_args(self) -> list[dict[str, Any]]:
+        """The inverse of :meth:`from_args` (JSON-friendly)."""
+        return [
+            {
+                "cpu": int(self.cpu[i]),
+                "milli": int(self.milli[i]),
+                "count": int(self.count[i]),
+                "models": "|".join(sorted(self.models[i])) if self.models[i] else "",
+                "weight": float(self.weight[i]),
+            }
+            for i in range(self.size)
+        ]
+
+
+class _Access:
+    """Per node slot: which typical shapes may use the node's GPU model (cached per cluster)."""
+
+    def __init__(self, cluster: ClusterState, typical: TypicalPods) -> None:
+        vocab: dict[str, int] = {}
+        codes = np.zeros(cluster.size, dtype=np.int64)
+        for idx, node in enumerate(cluster.nodes):
+            model = node.gpu_model if node is not None and node.gpu_count else ""
+            codes[idx] = vocab.setdefault(model, len(vocab))
+        table = np.zeros((len(vocab), typical.size), dtype=bool)
+        for model, code in vocab.items():
+            for t, allowed in enumerate(typical.models):
+                gpu_shape = typical.count[t] > 0
+                table[code, t] = gpu_shape and (allowed is None or model in allowed) and model != ""
+        self.codes = codes
+        self.table = table
+
+    def rows(self, nodes: np.ndarray) -> np.ndarray:
+        """(len(nodes), T) usable-model mask."""
+        return self.table[self.codes[nodes]]
+
+
+def fragmentation(
+    free: np.ndarray, cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods
+) -> np.ndarray:
+    """Expected fragmentation ``F`` (milli-GPU) of node states.
+
+    ``free``: (..., D) free milli per device (0 for absent devices); ``cpu_left``: (...);
+    ``access``: (..., T). Returns (...) floats.
+    """
+    f = free.astype(np.int64)
+    total = f.sum(-1)
+    lt = f[..., :, None] < typical.milli  # (..., D, T) device too small for the shape
+    small = np.where(lt, f[..., :, None], 0).sum(-2)
+    roomy = (~lt).sum(-2)
+    ok = access & (cpu_left[..., None] >= typical.cpu) & (roomy >= typical.count)
+    frag = np.where(ok, small, total[..., None])
+    return frag @ typical.weight
+
+
+# ---- cached per-node scoring -------------------------------------------------------------
+class _Cache:
+    __slots__ = ("devices", "scores", "versions")
+
+    def __init__(self, n: int) -> None:
+        self.versions = np.full(n, -1, dtype=np.int64)
+        self.scores = np.zeros(n, dtype=np.float64)
+        self.devices = np.full(n, -1, dtype=np.int64)
+
+
+class CachedNodeScore(ScorePlugin):
+    """Base of the GPU placement scores: caches per (pod shape, node) until the node changes.
+
+    Subclasses implement :meth:`compute` for a set of node slots, returning the raw score per
+    node and, for sharing pods, the device the score assumed (-1 when not applicable).
+    """
+
+    def __init__(self) -> None:
+        self._caches: dict[tuple[Any, ...], _Cache] = {}
+        self._cluster: weakref.ref[ClusterState] | None = None
+        self._static_version = -1
+
+    def cache_key(self, pod: PodInfo) -> tuple[Any, ...]:
+        """Everything about the pod the score depends on."""
+        g = pod.gpu
+        return (
+            pod.requests.get(CPU, 0),
+            g.count,
+            g.milli,
+            g.memory_mib,
+            g.memory_percent,
+            g.models,
+        )
+
+    def reset(self) -> None:
+        """Forget all cached scores (e.g. after the typical shapes changed)."""
+        self._caches.clear()
+
+    def _check_cluster(self, cluster: ClusterState) -> None:
+        current = self._cluster() if self._cluster is not None else None
+        if current is not cluster or self._static_version != cluster.static_version:
+            self._cluster = weakref.ref(cluster)
+            self._static_version = cluster.static_version
+            self.on_cluster_change(cluster)
+            self.reset()
+
+    def on_cluster_change(self, cluster: ClusterState) -> None:
+        """Hook: the node set changed (rebuild per-node static tables)."""
+
+    def compute(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, devices) for ``nodes``; implemented by subclasses."""
+        raise NotImplementedError
+
+    def cached(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, devices) for ``nodes``, recomputing only nodes changed since last time."""
+        self._check_cluster(cluster)
+        key = self.cache_key(pod)
+        cache = self._caches.get(key)
+        n = cluster.size
+        if cache is None or cache.versions.size < n:
+            cache = _Cache(max(n, 1))
+            if len(self._caches) > 2048:
+                self._caches.clear()
+            self._caches[key] = cache
+        now = cluster.node_version[nodes]
+        stale = nodes[cache.versions[nodes] != now]
+        if stale.size:
+            scores, devices = self.compute(pod, cluster, stale)
+            cache.scores[stale] = scores
+            cache.devices[stale] = devices
+            cache.versions[stale] = cluster.node_version[stale]
+        return cache.scores[nodes], cache.devices[nodes]
+
+    def score(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> np.ndarray:
+        """Cached raw scores; the assumed devices are left in ``cycle.data[DEVICE_CHOICE]``."""
+        scores, devices = self.cached(pod, cluster, nodes)
+        cycle.data[DEVICE_CHOICE] = dict(zip(nodes.tolist(), devices.tolist(), strict=True))
+        return scores
+
+
+def _free(cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
+    return np.where(cluster.device_exists[nodes], cluster.device_milli_free[nodes], 0).astype(
+        np.int64
+    )
+
+
+def _cpu_left(cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
+    return cluster.allocatable[nodes, COL_CPU] - cluster.requested[nodes, COL_CPU]
+
+
+def _whole_take(cluster: ClusterState, nodes: np.ndarray, count: int) -> np.ndarray:
+    """(len(nodes), D) mask of the lowest-index idle devices a whole-GPU pod would take."""
+    idle = idle_mask(cluster, nodes)
+    return idle & (np.cumsum(idle, axis=1) <= count)
+
+
+def _min_max(scores: np.ndarray) -> np.ndarray:
+    """The published simulator's integer min-max rescaling to 0..100."""
+    s = scores.astype(np.int64)
+    lo, hi = int(s.min()), int(s.max())
+    if hi == lo:
+        return np.zeros(s.shape, dtype=np.float64)
+    return ((s - lo) * MAX_NODE_SCORE // (hi - lo)).astype(np.float64)
+
+
+# ---- baselines ---------------------------------------------------------------------------
+class GpuBestFitScore(CachedNodeScore):
+    """BestFit: ``int(100 * (1 - cpu_free_after/2/128000 - gpu_free_after/2/8000))``, min-max
+    rescaled over the feasible nodes. Memory is ignored (as published)."""
+
+    name = "GpuBestFit"
+
+    def __init__(self, max_cpu: int = MAX_SPEC_CPU, max_gpu: int = MAX_SPEC_GPU) -> None:
+        super().__init__()
+        self.max_cpu = max_cpu
+        self.max_gpu = max_gpu
+
+    def compute(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Raw integer best-fit scores."""
+        cpu_after = _cpu_left(cluster, nodes) - pod.requests.get(CPU, 0)
+        gpu_after = _free(cluster, nodes).sum(1) - pod.gpu.total_milli
+        share = cpu_after / self.max_cpu * 0.5 + gpu_after / self.max_gpu * 0.5
+        raw = np.trunc((1.0 - share) * MAX_NODE_SCORE)
+        return raw, np.full(nodes.size, -1)
+
+    def normalize(self, scores: np.ndarray) -> np.ndarray:
+        """Integer min-max to 0..100."""
+        return _min_max(scores)
+
+
+class DotProductScore(CachedNodeScore):
+    """Tetris dot-product (merged GPU dimension, normalised by the biggest node):
+    ``int(100 * (1 - (cpu_free*cpu_req/128000² + gpu_free*gpu_req/8000²) / 2))``."""
+
+    name = "GpuDotProduct"
+
+    def __init__(self, max_cpu: int = MAX_SPEC_CPU, max_gpu: int = MAX_SPEC_GPU) -> None:
+        super().__init__()
+        self.max_cpu = max_cpu
+        self.max_gpu = max_gpu
+
+    def compute(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Smaller alignment between free and asked resources scores higher."""
+        cpu_free = _cpu_left(cluster, nodes) / self.max_cpu
+        gpu_free = _free(cluster, nodes).sum(1) / self.max_gpu
+        dot = cpu_free * (pod.requests.get(CPU, 0) / self.max_cpu) + gpu_free * (
+            pod.gpu.total_milli / self.max_gpu
+        )
+        raw = np.trunc((1.0 - dot / 2.0) * MAX_NODE_SCORE)
+        return raw, np.full(nodes.size, -1)
+
+
+class GpuPackingScore(CachedNodeScore):
+    """GPU packing, from high to low: use a partly used device (100 - its free %/10, >= 50);
+    use idle devices on a node already in use (50 - idle devices taken, >= 33); open an idle
+    node (33 - its device count). CPU-only pods score 0 everywhere."""
+
+    name = "GpuPacking"
+
+    def compute(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Integer packing tiers."""
+        gpu = pod.gpu
+        out = np.zeros(nodes.size, dtype=np.float64)
+        if gpu.count <= 0:
+            return out, np.full(nodes.size, -1)
+        free = _free(cluster, nodes)
+        exists = cluster.device_exists[nodes]
+        total = cluster.gpu_count[nodes].astype(np.int64)
+        idle = (free >= WHOLE) & exists
+        n_idle = idle.sum(1)
+        # Devices taken: fitting devices, least free first (stable: lowest index on ties).
+        fits = exists & (free >= min(gpu.milli, WHOLE))
+        key = np.where(fits, free, WHOLE + 1)
+        order = np.argsort(key, axis=1, kind="stable")[:, : gpu.count]
+        taken = np.take_along_axis(free, order, axis=1)
+        taken_ok = np.take_along_axis(fits, order, axis=1)
+        idle_used = ((taken >= WHOLE) & taken_ok).sum(1)
+        used_ratio = (np.where(taken_ok, taken, 0) * 100 // WHOLE).sum(1)
+        all_idle = n_idle == total
+        case3 = np.maximum(MAX_NODE_SCORE // 3 - n_idle, n_idle)
+        case2 = np.maximum(MAX_NODE_SCORE // 2 - idle_used, MAX_NODE_SCORE // 3)
+        case1 = np.maximum(MAX_NODE_SCORE - used_ratio // 10, MAX_NODE_SCORE // 2)
+        out = np.where(all_idle, case3, np.where(idle_used > 0, case2, case1))
+        return out.astype(np.float64), np.full(nodes.size, -1)
+
+
+SHARE_TAG = "share"
+
+
+def _affinity_tag(pod: PodInfo) -> str | None:
+    gpu = pod.gpu
+    if gpu.count <= 0:
+        return None
+    if gpu.is_shared:
+        return SHARE_TAG
+    return f"{gpu.count}-gpu"
+
+
+# (holds this shape, holds exactly one shape, holds none) -> tier
+_CLUSTER_TIERS = {
+    (True, True, False): 3,
+    (True, False, False): 2,
+    (False, False, True): 1,
+    (False, True, False): 0,
+    (False, False, False): 0,
+}
+
+
+class GpuClusteringScore(CachedNodeScore):
+    """GPU clustering: keep pods of one GPU shape (shared / 1-GPU / 2-GPU / ...) together.
+
+    Tiers: node holding only this shape (75..100), several shapes including it (50..75), an
+    empty node (25..50), other shapes only (0..25); within a tier fuller nodes score higher.
+    """
+
+    name = "GpuClustering"
+
+    def compute(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Reads the GPU shapes of the pods on each scored node."""
+        tag = _affinity_tag(pod)
+        out = np.zeros(nodes.size, dtype=np.float64)
+        if tag is None:
+            return out, np.full(nodes.size, -1)
+        left = _free(cluster, nodes).sum(1)
+        fill = (MAX_NODE_SCORE // 4) * (MAX_SPEC_GPU - left) // MAX_SPEC_GPU
+        for i, idx in enumerate(nodes.tolist()):
+            tags = {_affinity_tag(p) for p in cluster.node_pods[idx].values()} - {None}
+            # Tiers: only this shape 3, several including it 2, empty node 1, other shapes 0.
+            base = _CLUSTER_TIERS[(tag in tags, len(tags) == 1, not tags)]
+            out[i] = fill[i] + base * MAX_NODE_SCORE // 4
+        return out, np.full(nodes.size, -1)
+
+
+class RandomScore(ScorePlugin):
+    """A uniformly random feasible node (seeded): one node gets 100, the others 0."""
+
+    name = "GpuRandom"
+
+    def score(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> np.ndarray:
+        """Uses the cycle's seeded RNG."""
+        out = np.zeros(nodes.size, dtype=np.float64)
+        rng = cycle.rng or np.random.default_rng(0)
+        out[rng.integers(nodes.size)] = MAX_NODE_SCORE
+        return out
+
+
+# ---- fragmentation-aware scores ----------------------------------------------------------
+class _FragmentationBase(CachedNodeScore):
+    """Shared machinery: typical shapes (given or learned online) and exact ``F`` deltas."""
+
+    def __init__(
+        self,
+        typical_pods: Sequence[dict[str, Any]] | None = None,
+        coverage: float = 0.95,
+        learn_every: int = 256,
+    ) -> None:
+        super().__init__()
+        if learn_every < 1:
+            raise ValueError(f"{self.name}.learn_every: must be >= 1 (got {learn_every})")
+        self.coverage = coverage
+        self.learn_every = learn_every
+        self.fixed = typical_pods is not None
+        self.typical: TypicalPods | None = (
+            TypicalPods.from_args(typical_pods) if typical_pods is not None else None
+        )
+        self._seen: Counter[Shape] = Counter()
+        self._seen_uids: set[str] = set()
+        self._since_learn = 0
+        self._access: _Access | None = None
+
+    def on_cluster_change(self, cluster: ClusterState) -> None:
+        """Rebuild the model-access table."""
+        self._access = None
+
+    def observe(self, pod: PodInfo) -> None:
+        """Learn the workload's shape distribution from the pods the engine sees (online).
+
+        Only used when no distribution was configured; each pod counts once.
+        """
+        if self.fixed or pod.uid in self._seen_uids:
+            return
+        self._seen_uids.add(pod.uid)
+        self._seen[TypicalPods.shape_of(pod)] += 1
+        self._since_learn += 1
+        if self.typical is None or self._since_learn >= self.learn_every:
+            self.typical = TypicalPods.from_counts(self._seen, self.coverage)
+            self._since_learn = 0
+            self._access = None
+            self.reset()
+
+    def access(self, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
+        """(len(nodes), T) usable-model mask for the typical shapes."""
+        if self._access is None or self._access.codes.size < cluster.size:
+            assert self.typical is not None
+            self._access = _Access(cluster, self.typical)
+        return self._access.rows(nodes)
+
+    def deltas(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``F_before - F_after`` for ``nodes``.
+
+        Sharing pods: (len(nodes), D) per candidate device (NaN where the device cannot host
+        the pod). Whole-GPU and CPU-only pods: (len(nodes), 1), devices as the engine assigns
+        them (lowest-index idle devices). Returns (deltas, F_before).
+        """
+        typical = self.typical
+        assert typical is not None
+        acc = self.access(cluster, nodes)
+        free = _free(cluster, nodes)
+        cpu = _cpu_left(cluster, nodes)
+        before = fragmentation(free, cpu, acc, typical)
+        gpu = pod.gpu
+        cpu_after = cpu - pod.requests.get(CPU, 0)
+        if gpu.count <= 0:
+            after = fragmentation(free, cpu_after, acc, typical)
+            return (before - after)[:, None], before
+        if not gpu.is_shared:
+            take = _whole_take(cluster, nodes, gpu.count)
+            after = fragmentation(np.where(take, 0, free), cpu_after, acc, typical)
+            return (before - after)[:, None], before
+        # Sharing pod: only the chosen device changes, so update the per-shape sums
+        # incrementally for every candidate device instead of recomputing whole nodes.
+        m = gpu.milli
+        tm = typical.milli
+        lt = free[:, :, None] < tm  # (S, D, T)
+        small = np.where(lt, free[:, :, None], 0).sum(1)  # (S, T)
+        roomy = (~lt).sum(1)
+        total = free.sum(1)
+        f2 = free - m  # (S, D)
+        lt2 = f2[:, :, None] < tm
+        small2 = (
+            small[:, None, :] - np.where(lt, free[:, :, None], 0) + np.where(lt2, f2[:, :, None], 0)
+        )
+        roomy2 = roomy[:, None, :] - (~lt) + (~lt2)
+        ok2 = (
+            acc[:, None, :] & (cpu_after[:, None, None] >= typical.cpu) & (roomy2 >= typical.count)
+        )
+        frag2 = np.where(ok2, small2, (total - m)[:, None, None])
+        after = frag2 @ typical.weight  # (S, D)
+        delta = before[:, None] - after
+        valid = shared_fit(pod, cluster, nodes)
+        return np.where(valid, delta, np.nan), before
+
+
+def _sigmoid_score(delta: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.trunc(MAX_NODE_SCORE / (1.0 + np.exp(-delta / 1000.0)))
+
+
+class FgdScore(_FragmentationBase):
+    """FGD as published: ``int(100 * sigmoid((F_before - F_after) / 1000))``.
+
+    A sharing pod is scored with its best device (the first device reaching the best
+    truncated score). Args: ``typical_pods`` (see :meth:`TypicalPods.from_args`; learned
+    online from the pods seen when absent), ``coverage`` (0.95), ``learn_every``.
+    """
+
+    name = "FGD"
+
+    def cached(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Learns the shape distribution before scoring when none was configured."""
+        self.observe(pod)
+        return super().cached(pod, cluster, nodes)
+
+    def compute(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Truncated sigmoid scores; for sharing pods the best device's."""
+        delta, _ = self.deltas(pod, cluster, nodes)
+        if delta.shape[1] == 1 and not pod.gpu.is_shared:
+            return _sigmoid_score(delta[:, 0]), np.full(nodes.size, -1)
+        scores = np.where(np.isnan(delta), -1.0, _sigmoid_score(np.nan_to_num(delta)))
+        best = np.argmax(scores, axis=1)  # first device with the best truncated score
+        return scores[np.arange(nodes.size), best], best
+
+
+class FragmentationScore(_FragmentationBase):
+    """Our fragmentation-aware score (policy ``fairgpu-frag``).
+
+    Lexicographic, exact: (1) the smallest increase of expected fragmentation, untruncated,
+    in units of ``resolution`` milli-GPU; (2) among equal increases, the tightest fit: the
+    least GPU milli left on the node after placement, then the least CPU left. A sharing pod's
+    device is chosen jointly with the node (the device giving the best node score). Remaining
+    ties go to the profile's tie-break (``fixed-rank`` keeps filling the same nodes).
+    Args as :class:`FgdScore`, plus ``resolution`` (milli-GPU, default 1).
+    """
+
+    name = "FragmentationAware"
+
+    def __init__(
+        self,
+        typical_pods: Sequence[dict[str, Any]] | None = None,
+        coverage: float = 0.95,
+        learn_every: int = 256,
+        resolution: float = 1.0,
+        packing_weight: float = 1.0,
+    ) -> None:
+        super().__init__(typical_pods, coverage, learn_every)
+        if resolution <= 0:
+            raise ValueError(f"{self.name}.resolution: must be positive (got {resolution})")
+        self.resolution = resolution
+        self.packing_weight = packing_weight
+
+    def cached(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Learns the shape distribution before scoring when none was configured."""
+        self.observe(pod)
+        return super().cached(pod, cluster, nodes)
+
+    def compute(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Composite score: fragmentation delta first, best fit second."""
+        delta, _ = self.deltas(pod, cluster, nodes)
+        free = _free(cluster, nodes)
+        gpu_left = free.sum(1) - pod.gpu.total_milli
+        cpu_left = _cpu_left(cluster, nodes) - pod.requests.get(CPU, 0)
+        # Secondary criterion in [0, 1): fuller nodes first (GPU dominates CPU).
+        fit = 1.0 - (
+            np.clip(gpu_left, 0, MAX_SPEC_GPU) / (MAX_SPEC_GPU + 1) * 0.999
+            + np.clip(cpu_left, 0, MAX_SPEC_CPU) / (MAX_SPEC_CPU + 1) * 0.000999
+        )
+        primary = np.floor(delta / self.resolution)  # (S, D) or (S, 1)
+        if delta.shape[1] == 1 and not pod.gpu.is_shared:
+            return primary[:, 0] + self.packing_weight * fit * 0.5, np.full(nodes.size, -1)
+        # Sharing: per device, tighter device is better among equal deltas.
+        dev_fit = 1.0 - np.clip(free - pod.gpu.milli, 0, WHOLE) / (WHOLE + 1)
+        total = primary + self.packing_weight * (fit[:, None] * 0.5 + dev_fit * 0.0005)
+        total = np.where(np.isnan(delta), -math.inf, total)
+        best = np.argmax(total, axis=1)
+        return total[np.arange(nodes.size), best], best
+
+
+# ---- device policies -------------------------------------------------------------------
+class DeviceFromScore(DevicePolicy):
+    """Use the device the node's score was computed with (joint node/device choice).
+
+    Falls back to the tightest fit when the score left no choice for this node (whole-GPU
+    and CPU-only pods, or a different score plugin).
+    """
+
+    name = "score-device"
+
+    def choose(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
+    ) -> tuple[int, ...] | None:
+        """The scored device if it still fits, else best-fit."""
+        gpu = pod.gpu
+        if gpu.is_shared:
+            choice = cycle.data.get(DEVICE_CHOICE, {}).get(node, -1)
+            if choice >= 0 and bool(shared_fit(pod, cluster, node)[choice]):
+                return (int(choice),)
+        return DeviceBestFit().choose(cycle, pod, cluster, node)
+
+
+class DeviceFgd(DeviceFromScore):
+    """FGD's device choice: the device with the best FGD score, computed here if the node was
+    not scored (a single feasible node is chosen without scoring)."""
+
+    name = "fgd"
+
+    def __init__(self, **score_args: Any) -> None:
+        self.score_args = score_args
+        self._scorer: FgdScore | None = None
+
+    def choose(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
+    ) -> tuple[int, ...] | None:
+        """Scored device, or a fresh FGD evaluation of the node."""
+        if pod.gpu.is_shared and node not in cycle.data.get(DEVICE_CHOICE, {}):
+            if self._scorer is None:
+                self._scorer = FgdScore(**self.score_args)
+            self._scorer.score(cycle, pod, cluster, np.array([node]))
+        return super().choose(cycle, pod, cluster, node)
+
+
+class DeviceFragmentation(DeviceFromScore):
+    """Our policy's device choice, evaluated jointly with the node (see
+    :class:`FragmentationScore`); computed here if the node was not scored."""
+
+    name = "frag"
+
+    def __init__(self, **score_args: Any) -> None:
+        self.score_args = score_args
+        self._scorer: FragmentationScore | None = None
+
+    def choose(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
+    ) -> tuple[int, ...] | None:
+        """Scored device, or a fresh evaluation of the node."""
+        if pod.gpu.is_shared and node not in cycle.data.get(DEVICE_CHOICE, {}):
+            if self._scorer is None:
+                self._scorer = FragmentationScore(**self.score_args)
+            self._scorer.score(cycle, pod, cluster, np.array([node]))
+        return super().choose(cycle, pod, cluster, node)
+
+
+def cluster_fragmentation(cluster: ClusterState, typical: TypicalPods) -> float:
+    """Expected fragmentation of the whole cluster, milli-GPU (sum over active nodes)."""
+    nodes = np.flatnonzero(cluster.active[: cluster.size])
+    if nodes.size == 0:
+        return 0.0
+    acc = _Access(cluster, typical).rows(nodes)
+    free, cpu = _free(cluster, nodes), _cpu_left(cluster, nodes)
+    return float(fragmentation(free, cpu, acc, typical).sum())
+
+
+SCORE_PLUGINS = (
+    GpuBestFitScore,
+    DotProductScore,
+    GpuPackingScore,
+    GpuClusteringScore,
+    RandomScore,
+    FgdScore,
+    FragmentationScore,
+)
+DEVICE_POLICIES = (DeviceFromScore, DeviceFgd, DeviceFragmentation)
