@@ -59,6 +59,7 @@ class Timeline:
     pending: list[int] = field(default_factory=list)
     running: list[int] = field(default_factory=list)
     tenant_gpu_milli: dict[str, list[int]] = field(default_factory=dict)
+    fragmentation_milli: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -94,6 +95,7 @@ class Simulation:
         user_of: Callable[[PodInfo], str] = lambda p: p.labels.get(LABEL_USER, ""),
         on_progress: Callable[[int, int], None] | None = None,
         max_devices: int | None = None,
+        track_fragmentation: bool = True,
     ) -> None:
         self.workload = workload
         self.engine = engine
@@ -102,6 +104,7 @@ class Simulation:
         self.tenant_of = tenant_of
         self.user_of = user_of
         self.on_progress = on_progress
+        self.track_fragmentation = track_fragmentation
         devices = max_devices or max([n.gpu_count for n in workload.nodes] + [1])
         self.cluster = ClusterState(max_devices=devices, capacity=max(64, len(workload.nodes)))
         for node in workload.nodes:
@@ -140,6 +143,10 @@ class Simulation:
         tl.gpu_allocated_milli.append(self.cluster.gpu_allocated_milli())
         tl.pending.append(len(self.pending))
         tl.running.append(len(self.cluster.placements))
+        if self.track_fragmentation:
+            tl.fragmentation_milli.append(
+                unusable_gpu_milli(self.cluster, list(self.pending.values()))
+            )
         samples = len(tl.time)
         for tenant, milli in self.tenant_milli.items():
             series = tl.tenant_gpu_milli.setdefault(tenant, [0] * (samples - 1))
@@ -230,6 +237,37 @@ class Simulation:
         )
 
 
+def unusable_gpu_milli(cluster: ClusterState, pending: list[PodInfo]) -> int:
+    """Free GPU compute (milli) that none of the pending pods' GPU shapes could use.
+
+    A device's free compute counts as usable when some pending shape fits on its node: a
+    whole-GPU shape of ``k`` uses idle devices of nodes with at least ``k`` idle; a sharing
+    shape uses devices with enough free compute and memory. With nothing pending, nothing is
+    fragmented by this definition.
+    """
+    shapes = {p.gpu for p in pending if p.gpu.count}
+    if not shapes:
+        return 0
+    n = cluster.size
+    exists = cluster.device_exists[:n] & cluster.active[:n, None]
+    free = np.where(exists, cluster.device_milli_free[:n], 0)
+    idle = exists & (cluster.device_milli_free[:n] >= 1000) & (
+        cluster.device_memory_free[:n] >= cluster.device_memory_total[:n]
+    )
+    usable = np.zeros(free.shape, dtype=bool)
+    for gpu in shapes:
+        if gpu.is_whole:
+            usable |= idle & (cluster.idle_devices[:n] >= gpu.count)[:, None]
+        else:
+            need_mem = gpu.memory_mib or (
+                cluster.device_memory_total[:n] * gpu.memory_percent // 100
+            )
+            usable |= exists & (cluster.device_milli_free[:n] >= gpu.milli) & (
+                cluster.device_memory_free[:n] >= need_mem
+            )
+    return int(free[~usable].sum())
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """The q-th percentile (0..100) of ``values``, or None when empty."""
     if not values:
@@ -241,7 +279,7 @@ def time_average(times: list[float], values: list[float], end: float) -> float:
     """Time-weighted mean of a step function sampled at ``times`` (held until the next sample)."""
     if not times:
         return 0.0
-    t = np.asarray(times + [end], dtype=np.float64)
+    t = np.asarray([*times, end], dtype=np.float64)
     widths = np.diff(t)
     total = widths.sum()
     if total <= 0 or not math.isfinite(total):

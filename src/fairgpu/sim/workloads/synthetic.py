@@ -80,14 +80,14 @@ class SyntheticSpec(BaseModel):
     )
     users_per_tenant: int = Field(3, ge=1)
     jobs: int = Field(500, ge=1)
-    mean_interarrival_s: float = Field(20.0, gt=0)
+    mean_interarrival_s: float = Field(75.0, gt=0)
     training_fraction: float = Field(0.6, ge=0, le=1)
     gang_fraction: float = Field(0.15, ge=0, le=1)
     training_gpus: dict[int, float] = Field(
         default_factory=lambda: {1: 0.35, 2: 0.25, 4: 0.2, 8: 0.2}
     )
-    training_median_s: float = Field(1800.0, gt=0)
-    inference_median_s: float = Field(3600.0, gt=0)
+    training_median_s: float = Field(1200.0, gt=0)
+    inference_median_s: float = Field(1800.0, gt=0)
     usage_key: str = "example.com/node.usage"
 
 

@@ -1,0 +1,304 @@
+"""The ``fairgpu`` command line: ``simulate`` (the default main job), ``run``, ``dev-cluster``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fairgpu import __version__
+
+app = typer.Typer(
+    help="fairgpu: fair, fragmentation-aware GPU scheduling for shared Kubernetes clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+class UserError(Exception):
+    """A problem with the user's input; printed as one line, exit code 2."""
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def version() -> None:
+    """Print the fairgpu version."""
+    console.print(__version__)
+
+
+def _load_workload(workload: str, nodes: Path | None, seed: int) -> Any:
+    from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
+    from fairgpu.sim.workloads.synthetic import generate
+
+    if workload == "synthetic":
+        return generate(seed=seed)
+    paths = [Path(p) for p in workload.split(",")]
+    for path in paths:
+        if not path.exists():
+            raise UserError(f"{path}: no such file or directory")
+    if all(p.suffix == ".csv" for p in paths):
+        from fairgpu.sim.workloads import openb
+
+        if nodes is None:
+            raise UserError("a CSV pod trace needs --nodes NODE_LIST.csv")
+        return openb.load_openb_workload(paths[0], nodes)
+    extra = [nodes] if nodes is not None else []
+    return load_kube_yaml(paths + extra)
+
+
+@app.command()
+def simulate(
+    workload: Annotated[
+        str,
+        typer.Option(
+            help="'synthetic' (built-in cluster and tenants), Kubernetes YAML files/directories "
+            "(comma-separated), or an openb pod-list CSV (with --nodes).",
+        ),
+    ] = "synthetic",
+    nodes: Annotated[
+        Path | None, typer.Option(help="Node list: openb node CSV, or YAML with Node objects.")
+    ] = None,
+    policy: Annotated[
+        str | None, typer.Option(help="Placement policy (see --list-policies).")
+    ] = None,
+    ordering: Annotated[
+        str, typer.Option(help="Queue ordering: 'fair' (weighted fair share) or 'kube-default'.")
+    ] = "fair",
+    config: Annotated[
+        Path | None, typer.Option(help="Tenancy config YAML (queues, weights, quotas).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for every random choice.")] = 0,
+    out: Annotated[
+        Path | None, typer.Option(help="Write summary.json and pods.csv into this directory.")
+    ] = None,
+    report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report.")] = None,
+    protocol: Annotated[
+        str | None,
+        typer.Option(help="'fgd': replay an openb trace with the published FGD protocol."),
+    ] = None,
+    trace: Annotated[
+        Path | None, typer.Option(help="openb pod-list CSV for --protocol fgd.")
+    ] = None,
+    until: Annotated[
+        float | None, typer.Option(help="Stop the simulated clock at this many seconds.")
+    ] = None,
+    list_policies: Annotated[
+        bool, typer.Option("--list-policies", help="List placement policies and exit.")
+    ] = False,
+) -> None:
+    """Replay a workload through the scheduling engine on a simulated cluster and report GPU
+    allocation, fairness and waiting time."""
+    from fairgpu.engine.policies import DEFAULT_POLICY, POLICIES
+
+    if list_policies:
+        for name in sorted(POLICIES):
+            profile = POLICIES[name]()
+            mark = " (default)" if name == DEFAULT_POLICY else ""
+            console.print(
+                f"{name}{mark}: tie-break {profile.tie_break}, devices {profile.device_policy}"
+            )
+        return
+    try:
+        if protocol is not None:
+            _simulate_protocol(protocol, trace, nodes, policy, seed, out)
+            return
+        _simulate(
+            workload, nodes, policy or DEFAULT_POLICY, ordering, config, seed, out, report, until
+        )
+    except UserError as error:
+        _fail(str(error))
+    except (ValueError, OSError) as error:
+        # Workload, config and object errors carry the file/object/field in their message.
+        _fail(str(error))
+
+
+def _build_engine(policy: str, ordering: str, config: Path | None, seed: int, workload: Any) -> Any:
+    import inspect
+
+    from fairgpu.engine.engine import Engine
+    from fairgpu.engine.policies import policy as named_policy
+
+    profile = named_policy(policy)
+    params = inspect.signature(Engine).parameters
+    kwargs: dict[str, Any] = {}
+    if "ordering" in params:
+        if ordering not in ("fair", "kube-default"):
+            raise UserError(f"--ordering must be 'fair' or 'kube-default', not {ordering!r}")
+        kwargs["ordering"] = ordering
+    if "tenancy" in params:
+        from fairgpu.tenancy import load_tenancy_config
+
+        kwargs["tenancy"] = load_tenancy_config(config) if config is not None else None
+    elif config is not None:
+        raise UserError("--config is not supported by this build")
+    if "pod_groups" in params:
+        kwargs["pod_groups"] = workload.pod_groups
+    return Engine(profile, seed=seed, **kwargs)
+
+
+def _simulate(
+    workload_arg: str,
+    nodes: Path | None,
+    policy: str,
+    ordering: str,
+    config: Path | None,
+    seed: int,
+    out: Path | None,
+    report: Path | None,
+    until: float | None,
+) -> None:
+    from fairgpu.sim.results import summarize, write_pods_csv, write_summary
+    from fairgpu.sim.simulator import Simulation
+
+    started = time.perf_counter()
+    workload = _load_workload(workload_arg, nodes, seed)
+    if not workload.nodes:
+        raise UserError(f"workload {workload.name!r} has no nodes (pass --nodes)")
+    engine = _build_engine(policy, ordering, config, seed, workload)
+    console.print(f"[bold]fairgpu simulate[/] {workload.description}")
+    console.print(
+        f"policy [cyan]{engine.profile.name}[/] (tie-break {engine.profile.tie_break}),"
+        f" ordering [cyan]{ordering}[/], seed {seed}"
+    )
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("pods arrived", total=len(workload.arrivals))
+        last = [0.0]
+
+        def on_progress(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if now - last[0] > 0.1 or done == total:
+                last[0] = now
+                progress.update(task, completed=done)
+
+        sim = Simulation(workload, engine, seed=seed, until=until, on_progress=on_progress)
+        result = sim.run()
+    wall = time.perf_counter() - started
+    params = {
+        "workload": workload.name,
+        "workload_description": workload.description,
+        "policy": engine.profile.name,
+        "tie_break": engine.profile.tie_break,
+        "device_policy": engine.profile.device_policy,
+        "ordering": ordering,
+        "config": str(config) if config else None,
+        "seed": seed,
+        "nodes": len(workload.nodes),
+        "wall_seconds": round(wall, 2),
+    }
+    summary = summarize(result, params)
+    _add_fair_shares(summary, result, engine)
+    _print_summary(summary)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_summary(summary, out / "summary.json")
+        write_pods_csv(result, out / "pods.csv")
+        console.print(f"wrote {out / 'summary.json'} and {out / 'pods.csv'}")
+    if report is not None:
+        from fairgpu.report.html import write_report
+
+        report.parent.mkdir(parents=True, exist_ok=True)
+        write_report(result, summary, report)
+        console.print(f"wrote {report}")
+
+
+def _add_fair_shares(summary: dict[str, Any], result: Any, engine: Any) -> None:
+    """Fill ``fair_share_pct`` per tenant when the engine can compute fair shares."""
+    compute = getattr(engine, "time_averaged_fair_shares", None)
+    if compute is None:
+        return
+    shares = compute(result)
+    for tenant, row in summary["tenants"].items():
+        if tenant in shares:
+            row["fair_share_pct"] = round(100.0 * shares[tenant], 2)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    table = Table(title="Simulation summary", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for label, key, unit in (
+        ("GPU allocation, time average", "gpu_allocation_avg_pct", " %"),
+        ("GPU allocation, peak", "gpu_allocation_peak_pct", " %"),
+        ("pods started / total", None, ""),
+        ("pods never started", "pods_never_started", ""),
+        ("wait p50", "wait_p50_s", " s"),
+        ("wait p99", "wait_p99_s", " s"),
+        ("preemptions", "preemptions", ""),
+        ("simulated time", "simulated_seconds", " s"),
+    ):
+        if key is None:
+            table.add_row(label, f"{summary['pods_started']} / {summary['pods']}")
+        else:
+            table.add_row(label, f"{summary[key]}{unit}")
+    console.print(table)
+    tenants = Table(title="Tenants", title_justify="left")
+    for col in (
+        "tenant",
+        "pods",
+        "started",
+        "GPU share %",
+        "fair share %",
+        "wait p50 s",
+        "wait p99 s",
+    ):
+        tenants.add_column(col, justify="left" if col == "tenant" else "right")
+    for name, row in summary["tenants"].items():
+        fair = row.get("fair_share_pct")
+        tenants.add_row(
+            name,
+            str(row["pods"]),
+            str(row["started"]),
+            str(row["gpu_share_of_capacity_pct"]),
+            "-" if fair is None else str(fair),
+            str(row["wait_p50_s"]),
+            str(row["wait_p99_s"]),
+        )
+    console.print(tenants)
+
+
+def _simulate_protocol(
+    protocol: str,
+    trace: Path | None,
+    nodes: Path | None,
+    policy: str | None,
+    seed: int,
+    out: Path | None,
+) -> None:
+    if protocol != "fgd":
+        raise UserError(f"--protocol must be 'fgd', not {protocol!r}")
+    if trace is None or nodes is None:
+        raise UserError("--protocol fgd needs --trace POD_LIST.csv and --nodes NODE_LIST.csv")
+    for path in (trace, nodes):
+        if not path.exists():
+            raise UserError(f"{path}: no such file or directory")
+    from fairgpu.sim.protocols import fgd
+
+    fgd.run_cli(trace, nodes, policy, seed, out, console)
+
+
+def main() -> None:
+    """Entry point for ``python -m fairgpu``."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

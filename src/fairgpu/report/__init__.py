@@ -1,0 +1,1 @@
+"""Human-facing reports (needs the ``report`` extra: ``pip install 'fairgpu[report]'``)."""

@@ -1,0 +1,192 @@
+"""A self-contained HTML page for one simulation: headline figures, tenant table and plots.
+
+Plots are rendered with matplotlib to PNG and inlined as base64, so the page is one file that
+opens anywhere without a network connection.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fairgpu.sim.simulator import SimulationResult
+
+
+class ReportUnavailable(RuntimeError):
+    """matplotlib is not installed."""
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - depends on the install
+        raise ReportUnavailable(
+            "the HTML report needs matplotlib: pip install 'fairgpu[report]'"
+        ) from None
+    return plt
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _hours(times: list[float]) -> tuple[np.ndarray, str]:
+    t = np.asarray(times, dtype=float)
+    span = t.max() - t.min() if t.size else 0.0
+    if span > 3 * 3600:
+        return t / 3600.0, "simulated time (hours)"
+    if span > 300:
+        return t / 60.0, "simulated time (minutes)"
+    return t, "simulated time (s)"
+
+
+def _plots(result: SimulationResult, fair: dict[str, float] | None) -> list[tuple[str, str]]:
+    plt = _pyplot()
+    tl = result.timeline
+    cap = max(result.gpu_capacity_milli, 1)
+    x, xlabel = _hours(tl.time)
+    out: list[tuple[str, str]] = []
+
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    ax.step(x, 100.0 * np.asarray(tl.gpu_allocated_milli) / cap, where="post", color="#2b6cb0")
+    ax.set_ylabel("GPU allocated (%)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylim(0, 105)
+    ax.grid(alpha=0.3)
+    out.append(("GPU allocation over time", _png(fig)))
+
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    ax.step(x, tl.pending, where="post", color="#c05621", label="pending")
+    ax.step(x, tl.running, where="post", color="#2f855a", label="running")
+    ax.set_ylabel("pods")
+    ax.set_xlabel(xlabel)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    out.append(("Pending and running pods over time", _png(fig)))
+
+    waits = np.asarray([r.wait for r in result.records if r.wait is not None], dtype=float)
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    if waits.size:
+        srt = np.sort(waits)
+        ax.plot(srt / 60.0, np.arange(1, srt.size + 1) / srt.size * 100.0, color="#6b46c1")
+        ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel("wait from arrival to start (minutes)")
+    ax.set_ylabel("pods started (%)")
+    ax.grid(alpha=0.3)
+    out.append(("Wait-time distribution (CDF)", _png(fig)))
+
+    tenants = sorted(tl.tenant_gpu_milli)
+    if tenants:
+        fig, ax = plt.subplots(figsize=(9, 3.6))
+        ys = [100.0 * np.asarray(tl.tenant_gpu_milli[t], dtype=float) / cap for t in tenants]
+        ax.stackplot(x, *ys, labels=tenants, step="post", alpha=0.85)
+        ax.set_ylabel("GPU allocated (% of cluster)")
+        ax.set_xlabel(xlabel)
+        ax.set_ylim(0, 105)
+        ax.legend(loc="upper left", fontsize=8, ncol=min(len(tenants), 6))
+        ax.grid(alpha=0.3)
+        out.append(("GPU allocation per tenant over time", _png(fig)))
+
+    if tl.fragmentation_milli:
+        fig, ax = plt.subplots(figsize=(9, 3.2))
+        ax.step(x, 100.0 * np.asarray(tl.fragmentation_milli) / cap, where="post",
+                color="#b83280")
+        ax.set_ylabel("fragmented GPU (% of cluster)")
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        out.append(("GPU fragmentation: idle GPU compute no pending pod shape can use",
+                    _png(fig)))
+    del fair
+    return out
+
+
+def _cards(summary: dict[str, Any]) -> str:
+    items = [
+        ("GPU allocation (time avg)", f"{summary.get('gpu_allocation_avg_pct')} %"),
+        ("GPU allocation (peak)", f"{summary.get('gpu_allocation_peak_pct')} %"),
+        ("pods started", f"{summary.get('pods_started')} / {summary.get('pods')}"),
+        ("wait p50 / p99", f"{summary.get('wait_p50_s')} s / {summary.get('wait_p99_s')} s"),
+        ("preemptions", str(summary.get("preemptions"))),
+        ("policy", str(summary.get("policy"))),
+    ]
+    return "".join(
+        f'<div class="card"><div class="k">{html.escape(k)}</div>'
+        f'<div class="v">{html.escape(v)}</div></div>'
+        for k, v in items
+    )
+
+
+def _tenant_rows(summary: dict[str, Any]) -> str:
+    rows = []
+    for tenant, t in summary.get("tenants", {}).items():
+        fair = t.get("fair_share_pct")
+        rows.append(
+            "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+                tenant, t.get("pods"), t.get("started"), t.get("gpu_share_of_capacity_pct"),
+                "" if fair is None else fair, t.get("wait_p50_s"), t.get("wait_p99_s"),
+            )) + "</tr>"
+        )
+    return "".join(rows)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;
+max-width:1000px;color:#1a202c;padding:0 1rem}
+h1{margin-bottom:.2rem} .sub{color:#4a5568;margin-top:0}
+.cards{display:grid;grid-template-columns:repeat(3,1fr);gap:.8rem;margin:1.2rem 0}
+.card{border:1px solid #e2e8f0;border-radius:8px;padding:.7rem 1rem;background:#f7fafc}
+.k{font-size:.8rem;color:#4a5568;text-transform:uppercase;letter-spacing:.04em}
+.v{font-size:1.4rem;font-weight:600;margin-top:.2rem}
+table{border-collapse:collapse;width:100%;margin:1rem 0} th,td{border-bottom:1px solid #e2e8f0;
+padding:.35rem .6rem;text-align:right} th:first-child,td:first-child{text-align:left}
+th{background:#edf2f7} figure{margin:1.5rem 0} figcaption{font-weight:600;margin-bottom:.4rem}
+img{max-width:100%} code{background:#edf2f7;padding:0 .25rem;border-radius:3px}
+"""
+
+
+def write_report(
+    result: SimulationResult,
+    summary: dict[str, Any],
+    path: Path,
+    fair_shares: dict[str, float] | None = None,
+) -> None:
+    """Write the report for ``result`` to ``path`` (a single self-contained HTML file)."""
+    plots = _plots(result, fair_shares)
+    params = summary.get("parameters", {})
+    figures = "".join(
+        f'<figure><figcaption>{html.escape(title)}</figcaption>'
+        f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}"></figure>'
+        for title, data in plots
+    )
+    param_rows = "".join(
+        f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>"
+        for k, v in params.items()
+    )
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>fairgpu simulation report</title>
+<style>{_CSS}</style></head><body>
+<h1>fairgpu simulation report</h1>
+<p class="sub">{html.escape(str(params.get("workload_description", result.workload)))}</p>
+<div class="cards">{_cards(summary)}</div>
+<h2>Tenants</h2>
+<table><thead><tr><th>tenant</th><th>pods</th><th>started</th><th>GPU share (% of cluster,
+time avg)</th><th>fair share (%)</th><th>wait p50 (s)</th><th>wait p99 (s)</th></tr></thead>
+<tbody>{_tenant_rows(summary)}</tbody></table>
+<h2>Over time</h2>
+{figures}
+<h2>Run parameters</h2>
+<table><tbody>{param_rows}</tbody></table>
+</body></html>
+"""
+    path.write_text(page)
