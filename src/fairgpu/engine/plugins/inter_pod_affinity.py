@@ -40,10 +40,45 @@ def _domains(cluster: ClusterState, term: PodAffinityTerm) -> dict[str, int]:
     return out
 
 
+def _affinity_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
+    """Nodes satisfying all of the pod's required affinity terms, as kube-scheduler decides.
+
+    An existing pod counts only if it matches *every* term; it then marks its node's value of
+    each term's topology key. A node passes if, for every term, it has the key and its value is
+    marked. If no existing pod matches and the pod matches its own terms (the first pod of a
+    self-affine group), every node carrying all the topology keys passes.
+    """
+    terms = pod.affinity_terms
+    domains: list[set[str]] = [set() for _ in terms]
+    for uid, other in cluster.pods.items():
+        if all(t.selects(other.namespace, other.labels) for t in terms):
+            node = cluster.nodes[cluster.placements[uid].node]
+            if node is None:
+                continue
+            for term, found in zip(terms, domains, strict=True):
+                if term.topology_key in node.labels:
+                    found.add(node.labels[term.topology_key])
+    ok = np.ones(cluster.size, dtype=bool)
+    if not any(domains) and all(t.selects(pod.namespace, pod.labels) for t in terms):
+        for term in terms:
+            ok &= cluster.label_codes(term.topology_key)[0] >= 0
+        return ok
+    for term, found in zip(terms, domains, strict=True):
+        ok &= _domain_mask(cluster, term.topology_key, found)
+    return ok
+
+
 class InterPodAffinity(FilterPlugin, ScorePlugin):
     """Required pod affinity/anti-affinity (both directions) and preferred-term scoring."""
 
     name = "InterPodAffinity"
+
+    def __init__(self, hard_pod_affinity_weight: int = 1) -> None:
+        # kube-scheduler's hardPodAffinityWeight: placed pods' *required* affinity terms that
+        # select the incoming pod also attract it, with this weight (0 turns it off).
+        if not 0 <= hard_pod_affinity_weight <= 100:
+            raise ValueError("InterPodAffinity.hard_pod_affinity_weight: must be in 0..100")
+        self.hard_weight = hard_pod_affinity_weight
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Skips all work when neither the pod nor any placed pod uses pod affinity."""
@@ -69,31 +104,31 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
         if existing.any():
             reasons[EXISTING_ANTI] = existing
             mask &= ~existing
-        aff_fail = np.zeros(n, dtype=bool)
-        for term in pod.affinity_terms:
-            has_key = cluster.label_codes(term.topology_key)[0] >= 0
-            domains = _domains(cluster, term)
-            if not domains and term.selects(pod.namespace, pod.labels):
-                # First pod of a self-affine group may go anywhere the key exists.
-                ok = has_key
-            else:
-                ok = _domain_mask(cluster, term.topology_key, domains)
-            aff_fail |= ~ok
-        if aff_fail.any():
-            reasons[AFFINITY] = aff_fail
-            mask &= ~aff_fail
-        anti_fail = np.zeros(n, dtype=bool)
+        if pod.affinity_terms:
+            ok = _affinity_mask(cluster, pod)
+            aff_fail = mask & ~ok
+            if aff_fail.any():
+                reasons[AFFINITY] = aff_fail
+                mask &= ok
+        anti_hit = np.zeros(n, dtype=bool)
         for term in pod.anti_affinity_terms:
-            anti_fail |= _domain_mask(cluster, term.topology_key, _domains(cluster, term))
+            anti_hit |= _domain_mask(cluster, term.topology_key, _domains(cluster, term))
+        anti_fail = mask & anti_hit
         if anti_fail.any():
+            # Reasons are exclusive per node, as kube-scheduler reports only the first one.
             reasons[ANTI_AFFINITY] = anti_fail
-            mask &= ~anti_fail
+            mask &= ~anti_hit
         return FilterResult(mask, reasons)
 
     def score(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
     ) -> np.ndarray:
-        """+weight per matching pod in the node's domain for affinity, -weight for anti."""
+        """+weight per matching pod in the node's domain for affinity, -weight for anti.
+
+        Symmetric, as in kube-scheduler: placed pods' preferred terms (and, with
+        ``hard_pod_affinity_weight``, required affinity terms) that select the incoming pod count
+        too.
+        """
         total = np.zeros(cluster.size, dtype=np.int64)
         for sign, terms in ((1, pod.preferred_affinity), (-1, pod.preferred_anti_affinity)):
             for term in terms:
@@ -105,7 +140,12 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
             node = cluster.nodes[cluster.placements[uid].node]
             if node is None:
                 continue
-            for sign, terms in ((1, other.preferred_affinity), (-1, other.preferred_anti_affinity)):
+            weighted = (
+                (1, other.preferred_affinity),
+                (-1, other.preferred_anti_affinity),
+                (self.hard_weight, other.affinity_terms),  # required terms carry weight 1
+            )
+            for sign, terms in weighted:
                 for term in terms:
                     if term.selects(pod.namespace, pod.labels) and term.topology_key in node.labels:
                         value = node.labels[term.topology_key]
