@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairgpu.cluster.state import COL_CPU, COL_GPU_MEMORY, COL_GPU_MILLI, COL_MEMORY, ClusterState
+from fairgpu.cluster.state import (
+    COL_CPU,
+    COL_EPHEMERAL,
+    COL_GPU_MEMORY,
+    COL_GPU_MILLI,
+    COL_MEMORY,
+    ClusterState,
+)
 from fairgpu.engine.framework import (
     MAX_NODE_SCORE,
     CycleState,
@@ -25,6 +32,15 @@ from fairgpu.model.pod import PODS, PodInfo
 DEFAULT_MILLI_CPU = 100
 DEFAULT_MEMORY = 200 * 1024 * 1024
 _ALIASES = {DEFAULT_NAMES.gpu: "fairgpu.io/gpu-milli"}
+# kube-scheduler scores these even when the pod does not ask for them; GPUs and extended
+# resources the pod does not ask for are left out of the node's average.
+_ALWAYS_SCORED = (COL_CPU, COL_MEMORY, COL_EPHEMERAL)
+
+
+def _asks(pod: PodInfo, cluster: ClusterState, col: int) -> bool:
+    if col in (COL_GPU_MILLI, COL_GPU_MEMORY):
+        return pod.gpu.count > 0
+    return pod.requests.get(cluster.resources[col], 0) > 0
 
 
 class NodeResourcesFit(FilterPlugin, ScorePlugin):
@@ -96,11 +112,18 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
     def score(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
     ) -> np.ndarray:
-        """Weighted integer average of per-resource scores, as kube-scheduler computes it."""
+        """Weighted integer average of per-resource scores, as kube-scheduler computes it.
+
+        A resource a node does not have is left out of that node's average, and so is a GPU or
+        extended resource the pod does not ask for (kube-scheduler's bypass). LeastAllocated and
+        MostAllocated truncate; RequestedToCapacityRatio averages only positive scores, rounded.
+        """
         total = np.zeros(len(nodes), dtype=np.int64)
-        weights = 0
+        weights = np.zeros(len(nodes), dtype=np.int64)
         for rname, weight in self.resources:
             col = cluster.resource_column(rname)
+            if col not in _ALWAYS_SCORED and not _asks(pod, cluster, col):
+                continue
             capacity = cluster.allocatable[nodes, col]
             requested = self._after(pod, cluster, nodes, col)
             safe = np.maximum(capacity, 1)
@@ -111,12 +134,36 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
             elif self.strategy == "MostAllocated":
                 per = np.minimum(requested, capacity) * MAX_NODE_SCORE // safe
             else:
-                util = np.minimum(requested, capacity) * MAX_NODE_SCORE / safe
-                per = np.interp(util, self.shape_x, self.shape_y).astype(np.int64)
-            per = np.where(capacity == 0, 0, per)
-            total += per * weight
-            weights += weight
-        return total // max(weights, 1)
+                util = np.where(requested > capacity, 100, requested * 100 // safe)
+                per = self._shape_score(util)
+            counted = capacity > 0
+            if self.strategy == "RequestedToCapacityRatio":
+                counted &= per > 0
+            total += np.where(counted, per * weight, 0)
+            weights += np.where(counted, weight, 0)
+        if self.strategy == "RequestedToCapacityRatio":
+            # Go's math.Round: halves away from zero (scores are never negative here).
+            return np.floor(total / np.maximum(weights, 1) + 0.5).astype(np.int64)
+        return total // np.maximum(weights, 1)
+
+    def _shape_score(self, util: np.ndarray) -> np.ndarray:
+        """kube-scheduler's BuildBrokenLinearFunction in integer arithmetic (Go truncation)."""
+        xs = self.shape_x.astype(np.int64)
+        ys = self.shape_y.astype(np.int64)
+        out = np.full(util.shape, ys[-1], dtype=np.int64)
+        done = np.zeros(util.shape, dtype=bool)
+        for i in range(len(xs)):
+            here = ~done & (util <= xs[i])
+            if i == 0:
+                out[here] = ys[0]
+            else:
+                num = (ys[i] - ys[i - 1]) * (util[here] - xs[i - 1])
+                den = xs[i] - xs[i - 1]
+                # Go integer division truncates toward zero; numpy's // floors.
+                quot = np.abs(num) // den * np.sign(num)
+                out[here] = ys[i - 1] + quot
+            done |= here
+        return out
 
 
 class BalancedAllocation(ScorePlugin):
@@ -130,14 +177,32 @@ class BalancedAllocation(ScorePlugin):
     def score(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
     ) -> np.ndarray:
-        """``(1 - std(requested/capacity)) * 100`` over the configured resources."""
+        """``(1 - std(requested/capacity)) * 100`` over the configured resources.
+
+        As in kube-scheduler, a resource the node lacks is left out of its standard deviation,
+        as is a GPU or extended resource the pod does not ask for.
+        """
         fractions = []
+        present = []
         for rname in self.resources:
             col = cluster.resource_column(_ALIASES.get(rname, rname))
+            if col not in _ALWAYS_SCORED and not _asks(pod, cluster, col):
+                continue
             capacity = cluster.allocatable[nodes, col].astype(np.float64)
             ask = pod.gpu.total_milli if col == COL_GPU_MILLI else pod.requests.get(rname, 0)
             requested = cluster.requested[nodes, col] + ask
-            frac = np.where(capacity > 0, np.minimum(requested / np.maximum(capacity, 1), 1.0), 0)
-            fractions.append(frac)
-        std = np.std(np.vstack(fractions), axis=0) if fractions else np.zeros(len(nodes))
+            fractions.append(np.minimum(requested / np.maximum(capacity, 1), 1.0))
+            present.append(capacity > 0)
+        if not fractions:
+            return np.full(len(nodes), MAX_NODE_SCORE, dtype=np.int64)
+        frac = np.vstack(fractions)
+        have = np.vstack(present)
+        count = have.sum(axis=0)
+        mean = np.where(have, frac, 0.0).sum(axis=0) / np.maximum(count, 1)
+        var = np.where(have, (frac - mean) ** 2, 0.0).sum(axis=0) / np.maximum(count, 1)
+        std = np.where(count >= 2, np.sqrt(var), 0.0)
+        if frac.shape[0] == 2:
+            # kube-scheduler's two-resource shortcut |a - b| / 2, which rounds differently.
+            two = count == 2
+            std = np.where(two, np.abs(frac[0] - frac[1]) / 2, std)
         return ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
