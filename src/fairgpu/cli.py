@@ -138,14 +138,15 @@ def _build_engine(policy: str, ordering: str, config: Path | None, seed: int, wo
             raise UserError(f"--ordering must be 'fair' or 'kube-default', not {ordering!r}")
         kwargs["ordering"] = ordering
     if "tenancy" in params:
-        from fairgpu.tenancy import load_tenancy_config
+        from fairgpu.tenancy import load_config
 
-        kwargs["tenancy"] = load_tenancy_config(config) if config is not None else None
+        kwargs["tenancy"] = load_config(config) if config is not None else None
     elif config is not None:
         raise UserError("--config is not supported by this build")
-    if "pod_groups" in params:
-        kwargs["pod_groups"] = workload.pod_groups
-    return Engine(profile, seed=seed, **kwargs)
+    engine = Engine(profile, seed=seed, **kwargs)
+    if workload.pod_groups and hasattr(engine, "register_pod_groups"):
+        engine.register_pod_groups(workload.pod_groups)
+    return engine
 
 
 def _simulate(

@@ -25,6 +25,8 @@ from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, pod_from_k8s
 from fairgpu.sim.workload import PodArrival, Workload
 
+DEFAULT_POOLS = NodePoolConfig()
+
 
 class WorkloadError(ValueError):
     """A workload file cannot be used; the message names the file and what is wrong."""
@@ -84,8 +86,12 @@ def _seconds(pod: PodInfo, key: str, default: float | None) -> float | None:
     return value
 
 
-def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = None) -> Workload:
-    """Build a :class:`Workload` from Kubernetes YAML files."""
+def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POOLS) -> Workload:
+    """Build a :class:`Workload` from Kubernetes YAML files.
+
+    Pods labelled with a workload type get node-pool placement derived with ``pools``
+    (``None`` turns derivation off).
+    """
     docs = read_documents(paths)
     priority_classes: dict[str, int] = {}
     pod_groups: dict[str, int] = {}
