@@ -1,0 +1,145 @@
+"""The user-plugin path: ``module:Class`` names in a profile and ``registry.register``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from engine_builders import cluster, node, pod, profile
+
+from fairgpu.engine import registry
+from fairgpu.engine.scheduler import Scheduler
+
+HERE = Path(__file__).parent
+EXAMPLES = HERE.parents[1] / "examples" / "plugins"
+
+
+@pytest.fixture
+def importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put this directory and examples/plugins on sys.path, as a user's PYTHONPATH would."""
+    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
+@pytest.fixture
+def disks() -> object:
+    return cluster(
+        node("ssd-1", labels={"disktype": "ssd", "rack": "r2"}),
+        node("hdd-1", labels={"disktype": "hdd", "rack": "r1"}),
+        node("ssd-2", labels={"disktype": "ssd", "rack": "r1"}),
+        node("plain", labels={"rack": "r1"}),
+    )
+
+
+@pytest.fixture
+def clean_registry() -> Iterator[None]:
+    saved = dict(registry.REGISTRY)
+    yield
+    registry.REGISTRY.clear()
+    registry.REGISTRY.update(saved)
+
+
+FILTERS = ["NodeUnschedulable", "NodeResourcesFit"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["plugins_example:DiskTypeSsd", "disktype_ssd:DiskTypeSsd"],
+    ids=["test-module", "examples-plugins"],
+)
+def test_module_class_name_in_profile(importable: None, disks: object, name: str) -> None:
+    sched = Scheduler(profile([*FILTERS, name], {"NodeResourcesFit": 1}), seed=1)
+    chosen = {sched.schedule(pod(f"p{i}"), disks).node_name for i in range(20)}
+    assert chosen == {"ssd-1", "ssd-2"}
+
+
+def test_user_score_plugin_with_arguments(importable: None, disks: object) -> None:
+    prof = profile(
+        [*FILTERS, "disktype_ssd:DiskTypeSsd"],
+        {"plugins_example:PreferRack": 1},
+        plugin_args={"plugins_example:PreferRack": {"rack": "r1"}},
+    )
+    assert Scheduler(prof).schedule(pod(), disks).node_name == "ssd-2"
+
+
+def test_example_plugin_arguments_and_reason(importable: None, disks: object) -> None:
+    prof = profile(
+        [*FILTERS, "disktype_ssd:DiskTypeSsd"],
+        plugin_args={"disktype_ssd:DiskTypeSsd": {"value": "nvme"}},
+    )
+    result = Scheduler(prof).schedule(pod(), disks)
+    assert result.reason() == "0/4 nodes are available: 4 node(s) not labelled disktype=nvme."
+
+
+def test_registered_short_name(importable: None, disks: object, clean_registry: None) -> None:
+    from plugins_example import DiskTypeSsd
+
+    registry.register("DiskTypeSsd", DiskTypeSsd)
+    sched = Scheduler(profile([*FILTERS, "DiskTypeSsd"]), seed=0)
+    result = sched.schedule(pod(), disks)
+    assert result.node_name in {"ssd-1", "ssd-2"}
+    # A plain mask without reasons is still explained, by the plugin's name.
+    none = Scheduler(profile(["NodeName", "DiskTypeSsd"])).schedule(pod(nodeName="hdd-1"), disks)
+    assert none.reason() == (
+        "0/4 nodes are available: 3 node(s) didn't match the requested node name, "
+        "1 node(s) rejected by DiskTypeSsd."
+    )
+
+
+def test_static_user_filter_is_cached_per_pod_shape(importable: None, disks: object) -> None:
+    calls = 0
+    from plugins_example import DiskTypeSsd
+
+    class Counting(DiskTypeSsd):
+        def filter(self, cycle, pod, cluster):  # type: ignore[no-untyped-def]
+            nonlocal calls
+            calls += 1
+            return super().filter(cycle, pod, cluster)
+
+    registry.register("CountingSsd", Counting)
+    try:
+        sched = Scheduler(profile(["CountingSsd"]))
+        for i in range(5):
+            sched.schedule(pod(f"p{i}"), disks)
+        assert calls == 1
+        disks.add_node(node("ssd-3", labels={"disktype": "ssd"}))  # type: ignore[attr-defined]
+        sched.schedule(pod("q"), disks)
+        assert calls == 2
+    finally:
+        registry.REGISTRY.pop("CountingSsd", None)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("plugins_example:Missing", "cannot be imported"),
+        ("no_such_module_xyz:Plugin", "cannot be imported"),
+        ("plugins_example:NotAPlugin", "is not a FilterPlugin"),
+        ("plugins_example:DenyAll", "is not a FilterPlugin"),
+        ("NoSuchPlugin", "unknown plugin 'NoSuchPlugin'; known: "),
+    ],
+    ids=["missing-class", "missing-module", "not-a-plugin", "wrong-kind", "unknown-name"],
+)
+def test_bad_plugin_names_are_clear_errors(importable: None, name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Scheduler(profile([name]))
+
+
+def test_bad_plugin_arguments_are_clear_errors(importable: None) -> None:
+    prof = profile(["disktype_ssd:DiskTypeSsd"], plugin_args={"disktype_ssd:DiskTypeSsd": {"x": 1}})
+    with pytest.raises(ValueError, match="bad arguments"):
+        Scheduler(prof)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="framework promises an ERROR status for a raising plugin; Scheduler lets it escape",
+)
+def test_raising_plugin_fails_only_that_pod(importable: None) -> None:
+    from fairgpu.engine.framework import Code
+
+    result = Scheduler(profile(["plugins_example:Broken"])).schedule(pod(), cluster(node("a")))
+    assert result.code == Code.ERROR
+    assert "boom" in result.reason()
