@@ -181,6 +181,12 @@ class Scheduler:
             self._static_cache[key] = cached
         return cached
 
+    def static_mask(self, pod: PodInfo, cluster: ClusterState) -> np.ndarray:
+        """Nodes that pass every load-independent filter (labels, taints, names), cached."""
+        cycle = CycleState(rng=self.rng)
+        mask = self._static_results(cycle, pod, cluster)[-1][1].mask
+        return mask & cluster.active[: cluster.size]
+
     def filter(
         self,
         pod: PodInfo,

@@ -1,0 +1,211 @@
+"""Gangs and large jobs: a transactional statement, capacity reservations and backfill.
+
+:class:`Statement` (after Volcano's) applies placements and evictions to the cluster and the
+queue book tentatively and either commits them all or rolls every one of them back, so a pod
+group is placed all-or-nothing: a partial group is never bound.
+
+:class:`Reservation` holds nodes for a large job (many whole GPUs, or a big gang) that has
+waited too long at the head of fair order: while it exists, other pods may use those nodes only
+if they cannot delay the job (backfill): pods without GPUs that leave the job's CPU and memory
+free, or pods whose declared run time ends before the node is expected to drain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fairgpu.cluster.state import (
+    COL_CPU,
+    COL_GPU_MILLI,
+    COL_MEMORY,
+    ClusterState,
+    Placement,
+)
+from fairgpu.model.gpu import WHOLE
+from fairgpu.model.pod import ANN_DURATION, CPU, MEMORY, PodInfo
+from fairgpu.tenancy.book import QueueBook, zero
+from fairgpu.tenancy.config import DIM_CPU, DIM_GPU, DIM_GPU_MEMORY, DIM_MEMORY
+
+
+def placed_vector(pod: PodInfo, placement: Placement) -> np.ndarray:
+    """The queue-book vector of a placed pod (what it actually holds)."""
+    vec = zero()
+    if placement.devices:
+        vec[DIM_GPU] = placement.device_milli * len(placement.devices)
+        vec[DIM_GPU_MEMORY] = placement.device_memory * len(placement.devices)
+    vec[DIM_CPU] = pod.requests.get(CPU, 0)
+    vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
+    return vec
+
+
+def declared_runtime(pod: PodInfo) -> float | None:
+    """The run time a pod declares (``fairgpu.io/duration-seconds``), or None."""
+    text = pod.annotations.get(ANN_DURATION)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value >= 0 and math.isfinite(value) else None
+
+
+class Statement:
+    """Tentative placements and evictions that are committed or discarded together."""
+
+    def __init__(self, cluster: ClusterState, book: QueueBook, now: float) -> None:
+        self.cluster = cluster
+        self.book = book
+        self.now = now
+        self.placed: list[tuple[PodInfo, Placement]] = []
+        self.evicted: list[tuple[PodInfo, Placement, PodInfo]] = []
+
+    def assign(self, pod: PodInfo, node: int, devices: tuple[int, ...]) -> Placement:
+        """Place ``pod`` on ``node`` and account it."""
+        placement = self.cluster.assign(pod, node, devices, started=self.now)
+        self.book.add(pod.uid, pod, placed_vector(pod, placement))
+        self.placed.append((pod, placement))
+        return placement
+
+    def evict(self, victim: PodInfo, preemptor: PodInfo) -> None:
+        """Remove ``victim`` from the cluster and the book (remembered for rollback)."""
+        released = self.cluster.release(victim.uid)
+        if released is None:
+            return
+        self.book.remove(victim.uid)
+        self.evicted.append((victim, released[1], preemptor))
+
+    def discard(self) -> None:
+        """Undo everything, newest first, leaving cluster and book as before."""
+        for pod, _ in reversed(self.placed):
+            self.cluster.release(pod.uid)
+            self.book.remove(pod.uid)
+        for victim, pl, _ in reversed(self.evicted):
+            placement = self.cluster.assign(victim, pl.node, pl.devices, started=pl.started)
+            self.book.add(victim.uid, victim, placed_vector(victim, placement))
+        self.placed.clear()
+        self.evicted.clear()
+
+
+@dataclass(slots=True)
+class Reservation:
+    """Nodes held for job ``key`` of ``queue`` since ``since``.
+
+    ``cpu``/``memory`` are what the job needs per reserved node; backfill must leave them.
+    """
+
+    key: str
+    queue: str
+    nodes: np.ndarray
+    since: float
+    cpu: float = 0.0
+    memory: float = 0.0
+    node_names: list[str] = field(default_factory=list)
+
+
+def members_per_node(pod: PodInfo, cluster: ClusterState, mask: np.ndarray) -> np.ndarray:
+    """How many copies of ``pod`` each node could hold when empty (0 where masked out)."""
+    n = cluster.size
+    alloc = cluster.allocatable[:n]
+    fits = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    gpu = pod.gpu
+    if gpu.count:
+        if gpu.is_whole:
+            fits = np.minimum(fits, cluster.gpu_count[:n] // gpu.count)
+        else:
+            fits = np.minimum(fits, alloc[:, COL_GPU_MILLI] // max(1, gpu.milli))
+    for col, need in (
+        (COL_CPU, pod.requests.get(CPU, 0)),
+        (COL_MEMORY, pod.requests.get(MEMORY, 0)),
+    ):
+        if need > 0:
+            fits = np.minimum(fits, alloc[:, col] // need)
+    fits = np.where(mask, fits, 0)
+    return np.minimum(fits, 1 << 20)
+
+
+def choose_reservation(
+    pods: list[PodInfo],
+    cluster: ClusterState,
+    static_mask: Callable[[PodInfo], np.ndarray],
+    taken: np.ndarray,
+    rank: np.ndarray,
+) -> np.ndarray | None:
+    """Node slots to hold for ``pods`` (members of one job, placed on empty nodes), preferring
+    nodes with the most idle GPUs and free CPU (they drain first); None if they cannot fit even
+    on an empty cluster outside ``taken``."""
+    if not pods:
+        return None
+    head = pods[0]
+    mask = static_mask(head) & ~taken
+    per_node = members_per_node(head, cluster, mask)
+    n = cluster.size
+    free = cluster.free()
+    idle = cluster.idle_devices[:n]
+    order = np.lexsort((rank[:n], -free[:, COL_CPU], -idle))
+    chosen: list[int] = []
+    left = len(pods)
+    for idx in order:
+        if left <= 0:
+            break
+        k = int(per_node[idx])
+        if k <= 0:
+            continue
+        chosen.append(int(idx))
+        left -= k
+    if left > 0:
+        return None
+    return np.array(chosen, dtype=np.int64)
+
+
+def drain_estimate(cluster: ClusterState, node: int) -> float:
+    """When node ``node`` will be empty if every pod on it declares its run time, else inf."""
+    latest = 0.0
+    for uid, pod in cluster.node_pods[node].items():
+        runtime = declared_runtime(pod)
+        if runtime is None:
+            return math.inf
+        latest = max(latest, cluster.placements[uid].started + runtime)
+    return latest
+
+
+def backfill_mask(
+    pod: PodInfo,
+    cluster: ClusterState,
+    reservations: list[Reservation],
+    drain: dict[int, float],
+    now: float,
+) -> np.ndarray:
+    """Nodes ``pod`` may use given other jobs' reservations (True outside reserved nodes)."""
+    n = cluster.size
+    mask = np.ones(n, dtype=bool)
+    runtime = declared_runtime(pod)
+    cpu = pod.requests.get(CPU, 0)
+    mem = pod.requests.get(MEMORY, 0)
+    for res in reservations:
+        nodes = res.nodes[res.nodes < n]
+        if nodes.size == 0:
+            continue
+        ok = np.zeros(nodes.size, dtype=bool)
+        if runtime is not None:
+            ends = now + runtime
+            ok |= np.array([ends <= drain.get(int(i), math.inf) for i in nodes], dtype=bool)
+        if pod.gpu.count == 0:
+            alloc = cluster.allocatable[nodes]
+            req = cluster.requested[nodes]
+            ok |= (alloc[:, COL_CPU] - req[:, COL_CPU] - cpu >= res.cpu) & (
+                alloc[:, COL_MEMORY] - req[:, COL_MEMORY] - mem >= res.memory
+            )
+        mask[nodes] = ok
+    return mask
+
+
+def whole_gpus(pods: list[PodInfo]) -> int:
+    """Whole GPU devices asked by ``pods`` together."""
+    return sum(p.gpu.count for p in pods if p.gpu.count and p.gpu.is_whole) + sum(
+        p.gpu.total_milli // WHOLE for p in pods if p.gpu.count and not p.gpu.is_whole
+    )

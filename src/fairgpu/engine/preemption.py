@@ -1,0 +1,185 @@
+"""Preemption: find the minimal set of victims on the best node so that a pod fits.
+
+Which pods *may* be victims is decided by the caller (the engine's rules: priority inside a
+queue, reclaim between queues, kube-scheduler priority preemption for the baseline); this
+module only searches. Like kube-scheduler's DefaultPreemption:
+
+1. a vectorised pre-screen keeps nodes that pass the pod's static filters and on which
+   removing *all* eligible victims would free enough CPU, memory, pod slots and GPU compute;
+2. on the most promising nodes, all eligible victims are removed tentatively, the pod is
+   scheduled restricted to that node, then victims are reprieved one by one, most important
+   first (highest priority, Guaranteed before Burstable before BestEffort, longest running), as
+   long as the pod still fits; what remains is that node's victim set;
+3. the node whose victim set is smallest wins, then lowest highest-priority, lowest priority
+   sum, lowest QoS, most recently started.
+
+The cluster is always restored before returning; the caller applies the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairgpu.cluster.state import (
+    COL_CPU,
+    COL_GPU_MILLI,
+    COL_MEMORY,
+    COL_PODS,
+    ClusterState,
+    Placement,
+)
+from fairgpu.engine.scheduler import Scheduler
+from fairgpu.model.gpu import WHOLE
+from fairgpu.model.pod import (
+    CPU,
+    MEMORY,
+    QOS_BEST_EFFORT,
+    QOS_BURSTABLE,
+    QOS_GUARANTEED,
+    PodInfo,
+)
+
+QOS_RANK = {QOS_BEST_EFFORT: 0, QOS_BURSTABLE: 1, QOS_GUARANTEED: 2}
+MAX_NODES_TRIED = 8
+
+
+@dataclass(slots=True)
+class PreemptionPlan:
+    """Evict ``victims`` from node slot ``node`` so that the preemptor fits there."""
+
+    node: int
+    victims: list[PodInfo]
+
+    def rank(self, placements: dict[str, Placement]) -> tuple[float, ...]:
+        """Lower is better: fewest victims, lowest priorities, lowest QoS, newest."""
+        if not self.victims:
+            return (0, -np.inf, 0, 0, 0)
+        prios = [v.priority for v in self.victims]
+        qos = max(QOS_RANK.get(v.qos, 1) for v in self.victims)
+        newest = min(placements[v.uid].started for v in self.victims)
+        return (len(self.victims), max(prios), sum(prios), qos, -newest)
+
+
+def eviction_order(pod: PodInfo, placement: Placement) -> tuple[float, ...]:
+    """Sort key, first evicted first: lowest priority, BestEffort, most recently started."""
+    return (pod.priority, QOS_RANK.get(pod.qos, 1), -placement.started)
+
+
+def _restore(cluster: ClusterState, saved: Sequence[tuple[PodInfo, Placement]]) -> None:
+    for victim, pl in saved:
+        if victim.uid not in cluster.placements:
+            cluster.assign(victim, pl.node, pl.devices, started=pl.started)
+
+
+def find_preemption(
+    pod: PodInfo,
+    cluster: ClusterState,
+    scheduler: Scheduler,
+    eligible: Sequence[str],
+    allowed: np.ndarray | None = None,
+    accept: Callable[[list[PodInfo]], bool] | None = None,
+    max_nodes: int = MAX_NODES_TRIED,
+) -> PreemptionPlan | None:
+    """The best plan evicting only pods in ``eligible`` (uids of placed pods), or None.
+
+    ``allowed`` limits the nodes considered; ``accept`` vetoes a victim set (e.g. the reclaim
+    rule between queues). ``cluster`` is left exactly as it was.
+    """
+    placements = cluster.placements
+    uids = [u for u in eligible if u in placements]
+    if not uids:
+        return None
+    n = cluster.size
+    mask = scheduler.static_mask(pod, cluster).copy()
+    if allowed is not None:
+        mask &= allowed
+    nodes = np.fromiter((placements[u].node for u in uids), dtype=np.int64, count=len(uids))
+    keep = mask[nodes]
+    if not keep.any():
+        return None
+    uids = [u for u, k in zip(uids, keep, strict=True) if k]
+    nodes = nodes[keep]
+    pods = [cluster.pods[u] for u in uids]
+    # Pre-screen: what all eligible victims of a node would free, per resource.
+    freed = np.zeros((n, 4))
+    amounts = np.array(
+        [
+            (
+                p.requests.get(CPU, 0),
+                p.requests.get(MEMORY, 0),
+                1,
+                placements[p.uid].device_milli * len(placements[p.uid].devices),
+            )
+            for p in pods
+        ],
+        dtype=float,
+    )
+    np.add.at(freed, nodes, amounts)
+    free = cluster.free()
+    need_cpu = pod.requests.get(CPU, 0)
+    need_mem = pod.requests.get(MEMORY, 0)
+    gpu = pod.gpu
+    need_gpu = gpu.count * (WHOLE if gpu.is_whole else gpu.milli)
+    cand = np.unique(nodes)
+    ok = (
+        (free[cand, COL_CPU] + freed[cand, 0] >= need_cpu)
+        & (free[cand, COL_MEMORY] + freed[cand, 1] >= need_mem)
+        & (free[cand, COL_PODS] + freed[cand, 2] >= 1)
+        & (free[cand, COL_GPU_MILLI] + freed[cand, 3] >= need_gpu)
+    )
+    cand = cand[ok]
+    if cand.size == 0:
+        return None
+    by_node: dict[int, list[PodInfo]] = {}
+    for p, node in zip(pods, nodes.tolist(), strict=True):
+        by_node.setdefault(node, []).append(p)
+    # Most promising first: fewest eligible pods, then lowest priorities.
+    order = sorted(
+        cand.tolist(),
+        key=lambda i: (len(by_node[i]), sum(v.priority for v in by_node[i]), i),
+    )
+    best: PreemptionPlan | None = None
+    best_rank: tuple[float, ...] | None = None
+    for node in order[:max_nodes]:
+        plan = _plan_on_node(pod, cluster, scheduler, node, by_node[node])
+        if plan is None or (accept is not None and not accept(plan.victims)):
+            continue
+        rank = plan.rank(placements)
+        if best_rank is None or rank < best_rank:
+            best, best_rank = plan, rank
+            if len(plan.victims) == 1:
+                break  # cannot do better than one victim on an earlier-ranked node
+    return best
+
+
+def _plan_on_node(
+    pod: PodInfo,
+    cluster: ClusterState,
+    scheduler: Scheduler,
+    node: int,
+    candidates: list[PodInfo],
+) -> PreemptionPlan | None:
+    n = cluster.size
+    only = np.zeros(n, dtype=bool)
+    only[node] = True
+    saved = [(v, cluster.placements[v.uid]) for v in candidates]
+    try:
+        for v, _ in saved:
+            cluster.release(v.uid)
+        if not scheduler.schedule(pod, cluster, restrict=only).ok:
+            return None
+        # Reprieve the most important first; whoever cannot come back is a victim.
+        victims: list[PodInfo] = []
+        for v, pl in sorted(saved, key=lambda s: eviction_order(*s), reverse=True):
+            cluster.assign(v, pl.node, pl.devices, started=pl.started)
+            if not scheduler.schedule(pod, cluster, restrict=only).ok:
+                cluster.release(v.uid)
+                victims.append(v)
+        if not victims:
+            return None  # it fits without preemption; the caller places it normally
+        return PreemptionPlan(node, victims)
+    finally:
+        _restore(cluster, saved)

@@ -1,0 +1,449 @@
+"""The queue book: who holds what, quotas, borrowing, lending, cohorts, namespace caps, shares.
+
+The engine keeps one :class:`QueueBook` and syncs it with the cluster's placements at the start
+of every cycle (only the difference is processed), then updates it as it assumes placements and
+evictions within the cycle. All amounts are vectors over
+:data:`~fairgpu.tenancy.config.DIMENSIONS` (milli-GPU, GPU MiB, milli-CPU, bytes).
+
+Quota rules (per resource, only where the queue sets a value):
+
+- static mode: usage never exceeds the nominal quota; a queue without a quota gets its
+  weighted share of the cluster as nominal quota.
+- dynamic mode: usage may exceed the nominal quota by at most ``borrowingLimit`` (unlimited if
+  unset); inside a cohort the total borrowed never exceeds what the other members lend
+  (``min(lendingLimit, unused nominal)``). Queues outside any cohort borrow idle cluster
+  capacity. Borrowed capacity is reclaimed by preemption when its owner needs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.model.gpu import WHOLE
+from fairgpu.model.pod import CPU, MEMORY, PodInfo
+from fairgpu.tenancy.config import (
+    DIM_CPU,
+    DIM_GPU,
+    DIM_GPU_MEMORY,
+    DIM_MEMORY,
+    DIM_UNITS,
+    DIMENSIONS,
+    QueueConfig,
+    QueuePreemption,
+    TenancyConfig,
+)
+from fairgpu.tenancy.fairshare import hierarchical_fair_shares
+from fairgpu.tenancy.resolve import Tenant, TenantResolver
+
+NDIM = len(DIMENSIONS)
+INF = np.full(NDIM, np.inf)
+# Per namespace: whole GPU devices, milli-CPU, bytes, pods (ResourceQuota style caps).
+NS_KEYS = {"requests.nvidia.com/gpu": 0, "requests.cpu": 1, "requests.memory": 2, "pods": 3}
+NS_NAMES = ("requests.nvidia.com/gpu", "requests.cpu", "requests.memory", "pods")
+
+
+def zero() -> np.ndarray:
+    """A zero resource vector."""
+    return np.zeros(NDIM)
+
+
+@dataclass(slots=True)
+class Entry:
+    """A placed pod as the book accounts it."""
+
+    tenant: Tenant
+    namespace: str
+    vec: np.ndarray
+    ns_vec: np.ndarray
+    group: str = ""
+
+
+@dataclass(slots=True)
+class QueueLimits:
+    """A queue's static quota description as vectors (``inf`` where unset)."""
+
+    name: str
+    weight: float = 1.0
+    parent: str = ""
+    cohort: str | None = None
+    nominal: np.ndarray = field(default_factory=lambda: INF.copy())
+    borrowing: np.ndarray = field(default_factory=lambda: INF.copy())
+    lending: np.ndarray = field(default_factory=lambda: INF.copy())
+    has_quota: bool = False
+    preemption: QueuePreemption = field(default_factory=QueuePreemption)
+    users: dict[str, float] = field(default_factory=dict)
+
+
+def _limits(q: QueueConfig) -> QueueLimits:
+    nominal = np.array(q.quota.vector())
+    return QueueLimits(
+        name=q.name,
+        weight=q.weight,
+        parent=q.parent or "",
+        cohort=q.cohort,
+        nominal=nominal,
+        borrowing=np.array(q.borrowing_limit.vector()),
+        lending=np.array(q.lending_limit.vector()),
+        has_quota=not q.quota.is_empty(),
+        preemption=q.preemption,
+        users=dict(q.users),
+    )
+
+
+def _fmt(dim: int, amount: float) -> str:
+    if dim == DIM_GPU:
+        return f"{amount / WHOLE:g} GPU"
+    if dim == DIM_CPU:
+        return f"{amount / 1000:g} cpu"
+    if dim == DIM_MEMORY:
+        return f"{amount / 2**30:.3g}Gi memory"
+    return f"{amount:g} {DIM_UNITS[dim]} GPU memory"
+
+
+class QueueBook:
+    """Usage per queue, department, user and namespace, with quota checks and shares."""
+
+    def __init__(self, config: TenancyConfig, resolver: TenantResolver) -> None:
+        self.config = config
+        self.resolver = resolver
+        self.static = config.mode == "static"
+        self.limits: dict[str, QueueLimits] = {q.name: _limits(q) for q in config.queues}
+        self.entries: dict[str, Entry] = {}
+        self.usage: dict[str, np.ndarray] = {}
+        self.parent_usage: dict[str, np.ndarray] = {}
+        self.user_usage: dict[tuple[str, str], np.ndarray] = {}
+        self.ns_usage: dict[str, np.ndarray] = {}
+        self.queue_pods: dict[str, set[str]] = {}
+        self.group_running: dict[str, set[str]] = {}
+        self.ns_caps: dict[str, np.ndarray] = {}
+        for ns, caps in config.namespace_quotas.items():
+            self.set_namespace_caps(ns, caps)
+        self.capacity = np.ones(NDIM)
+        self.device_memory = 0.0
+        self._static_nominal: dict[str, np.ndarray] = {}
+
+    # ---- configuration --------------------------------------------------------------------
+    def set_namespace_caps(self, namespace: str, caps: dict[str, int | float | str]) -> None:
+        """ResourceQuota-style hard caps for ``namespace`` (``requests.nvidia.com/gpu``,
+        ``requests.cpu``, ``requests.memory``, ``pods``); replaces earlier caps."""
+        from fairgpu.api.quantity import to_int, to_milli
+
+        vec = np.full(4, np.inf)
+        for key, value in caps.items():
+            if key not in NS_KEYS:
+                raise ValueError(f"namespace {namespace}: unsupported quota key {key!r}")
+            vec[NS_KEYS[key]] = to_milli(value) if key == "requests.cpu" else to_int(value)
+        self.ns_caps[namespace] = vec
+
+    def queue_limits(self, queue: str) -> QueueLimits:
+        """Limits of ``queue``; unconfigured (namespace) queues get defaults (weight 1)."""
+        lim = self.limits.get(queue)
+        if lim is None:
+            lim = QueueLimits(name=queue, parent=self.resolver.parent_of(queue))
+            self.limits[queue] = lim
+        return lim
+
+    def weight(self, queue: str) -> float:
+        """The queue's weight."""
+        return self.queue_limits(queue).weight
+
+    def parent_weight(self, parent: str) -> float:
+        """A department's weight (1 if it is not configured)."""
+        lim = self.limits.get(parent)
+        return lim.weight if lim is not None else 1.0
+
+    def user_weight(self, queue: str, user: str) -> float:
+        """A user's weight inside its queue (1 unless configured)."""
+        return self.queue_limits(queue).users.get(user, 1.0)
+
+    # ---- vectors ----------------------------------------------------------------------------
+    def pending_vector(self, pod: PodInfo) -> np.ndarray:
+        """What ``pod`` will take once placed (whole GPUs: the largest device's memory)."""
+        gpu = pod.gpu
+        vec = zero()
+        if gpu.count:
+            vec[DIM_GPU] = gpu.count * (WHOLE if gpu.is_whole else gpu.milli)
+            if gpu.is_whole:
+                mem = self.device_memory
+            elif gpu.memory_mib:
+                mem = gpu.memory_mib
+            elif gpu.memory_percent:
+                mem = self.device_memory * gpu.memory_percent / 100
+            else:
+                mem = 0.0
+            vec[DIM_GPU_MEMORY] = gpu.count * mem
+        vec[DIM_CPU] = pod.requests.get(CPU, 0)
+        vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
+        return vec
+
+    @staticmethod
+    def ns_vector(pod: PodInfo) -> np.ndarray:
+        """The pod's charge against namespace caps: GPU devices, milli-CPU, bytes, 1 pod."""
+        return np.array([pod.gpu.count, pod.requests.get(CPU, 0), pod.requests.get(MEMORY, 0), 1.0])
+
+    # ---- accounting -------------------------------------------------------------------------
+    def sync(self, cluster: ClusterState) -> None:
+        """Bring the book in line with ``cluster``'s placements and capacity."""
+        n = cluster.size
+        active = cluster.active[:n]
+        alloc = cluster.allocatable[:n][active]
+        from fairgpu.cluster.state import COL_CPU, COL_GPU_MEMORY, COL_GPU_MILLI, COL_MEMORY
+
+        cap = np.array(
+            [
+                alloc[:, COL_GPU_MILLI].sum(),
+                alloc[:, COL_GPU_MEMORY].sum(),
+                alloc[:, COL_CPU].sum(),
+                alloc[:, COL_MEMORY].sum(),
+            ],
+            dtype=float,
+        )
+        self.capacity = cap
+        totals = cluster.device_memory_total[:n][active]
+        self.device_memory = float(totals.max()) if totals.size else 0.0
+        placed = cluster.placements
+        for uid in self.entries.keys() - placed.keys():
+            self.remove(uid)
+        for uid in placed.keys() - self.entries.keys():
+            pod = cluster.pods[uid]
+            pl = placed[uid]
+            vec = zero()
+            if pl.devices:
+                vec[DIM_GPU] = pl.device_milli * len(pl.devices)
+                vec[DIM_GPU_MEMORY] = pl.device_memory * len(pl.devices)
+            vec[DIM_CPU] = pod.requests.get(CPU, 0)
+            vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
+            self.add(uid, pod, vec)
+        if self.static:
+            self._static_nominal = self._weighted_nominal()
+
+    def add(self, uid: str, pod: PodInfo, vec: np.ndarray) -> None:
+        """Account ``pod`` (placed) with resource vector ``vec``."""
+        tenant = self.resolver.resolve(pod)
+        ref = self.resolver.pod_group(pod)
+        entry = Entry(tenant, pod.namespace, vec, self.ns_vector(pod), ref.key if ref else "")
+        self.entries[uid] = entry
+        self._apply(entry, +1)
+        self.queue_pods.setdefault(tenant.queue, set()).add(uid)
+        if entry.group:
+            self.group_running.setdefault(entry.group, set()).add(uid)
+
+    def remove(self, uid: str) -> Entry | None:
+        """Stop accounting pod ``uid``; returns its entry."""
+        entry = self.entries.pop(uid, None)
+        if entry is not None:
+            self._apply(entry, -1)
+            self.queue_pods.get(entry.tenant.queue, set()).discard(uid)
+            if entry.group:
+                self.group_running.get(entry.group, set()).discard(uid)
+        return entry
+
+    def _apply(self, e: Entry, sign: int) -> None:
+        t = e.tenant
+        self.usage.setdefault(t.queue, zero())
+        self.usage[t.queue] += sign * e.vec
+        if t.parent:
+            self.parent_usage.setdefault(t.parent, zero())
+            self.parent_usage[t.parent] += sign * e.vec
+        key = (t.queue, t.user)
+        self.user_usage.setdefault(key, zero())
+        self.user_usage[key] += sign * e.vec
+        self.ns_usage.setdefault(e.namespace, np.zeros(4))
+        self.ns_usage[e.namespace] += sign * e.ns_vec
+
+    def used(self, queue: str) -> np.ndarray:
+        """Current usage vector of ``queue``."""
+        u = self.usage.get(queue)
+        return u if u is not None else zero()
+
+    # ---- shares -------------------------------------------------------------------------
+    def dominant(self, vec: np.ndarray) -> float:
+        """Dominant resource share of ``vec`` against cluster capacity."""
+        cap = self.capacity
+        ok = cap > 0
+        if not ok.any():
+            return 0.0
+        return float((vec[ok] / cap[ok]).max(initial=0.0))
+
+    def queue_share(self, queue: str, delta: np.ndarray | None = None) -> float:
+        """Weighted dominant share of ``queue`` (optionally with ``delta`` added)."""
+        u = self.used(queue)
+        if delta is not None:
+            u = u + delta
+        return self.dominant(u) / self.weight(queue)
+
+    def top_share(self, queue: str, deltas: dict[str, np.ndarray] | None = None) -> float:
+        """Weighted dominant share at the top level: the queue's department, or the queue
+        itself when it has no parent. ``deltas`` maps queues to hypothetical changes."""
+        lim = self.queue_limits(queue)
+        if not lim.parent:
+            return self.queue_share(queue, (deltas or {}).get(queue))
+        u = self.parent_usage.get(lim.parent, zero())
+        if deltas:
+            for q, d in deltas.items():
+                if self.queue_limits(q).parent == lim.parent:
+                    u = u + d
+        return self.dominant(u) / self.parent_weight(lim.parent)
+
+    def user_share(self, queue: str, user: str) -> float:
+        """Weighted dominant share of ``user`` inside ``queue``."""
+        u = self.user_usage.get((queue, user))
+        s = self.dominant(u) if u is not None else 0.0
+        return s / self.user_weight(queue, user)
+
+    # ---- quotas -------------------------------------------------------------------------
+    def nominal(self, queue: str) -> np.ndarray:
+        """Effective nominal quota (static mode fills unset queues with a weighted share)."""
+        lim = self.queue_limits(queue)
+        if self.static and not lim.has_quota:
+            got = self._static_nominal.get(queue)
+            if got is None:
+                self._static_nominal = self._weighted_nominal(extra=queue)
+                got = self._static_nominal[queue]
+            return got
+        return lim.nominal
+
+    def _weighted_nominal(self, extra: str | None = None) -> dict[str, np.ndarray]:
+        queues = {q for q, lim in self.limits.items() if q not in self._parents()}
+        queues |= set(self.usage)
+        if extra:
+            queues.add(extra)
+        reserved = zero()
+        free_queues = []
+        for q in sorted(queues):
+            lim = self.queue_limits(q)
+            if lim.has_quota:
+                reserved += np.where(np.isinf(lim.nominal), 0, lim.nominal)
+            else:
+                free_queues.append(q)
+        left = np.maximum(self.capacity - reserved, 0)
+        out: dict[str, np.ndarray] = {}
+        if not free_queues:
+            return out
+        demand = {q: 1.0 for q in free_queues}
+        frac = hierarchical_fair_shares(
+            1.0,
+            demand,
+            self.weight,
+            lambda q: self.queue_limits(q).parent,
+            self.parent_weight,
+        )
+        for q in free_queues:
+            out[q] = left * frac[q]
+        return out
+
+    def _parents(self) -> set[str]:
+        return {lim.parent for lim in self.limits.values() if lim.parent}
+
+    def within_nominal(self, queue: str, delta: np.ndarray | None = None) -> bool:
+        """True if the queue has a quota and (with ``delta``) stays within it everywhere."""
+        lim = self.queue_limits(queue)
+        if not lim.has_quota and not self.static:
+            return False
+        u = self.used(queue) if delta is None else self.used(queue) + delta
+        return bool((u <= self.nominal(queue) + 1e-6).all())
+
+    def max_usage(self, queue: str) -> np.ndarray:
+        """The most ``queue`` may ever hold per resource."""
+        nominal = self.nominal(queue)
+        if self.static:
+            return nominal
+        lim = self.queue_limits(queue)
+        return nominal + lim.borrowing  # inf where either is unset
+
+    def never_fits(self, queue: str, vec: np.ndarray) -> str | None:
+        """A reason if ``vec`` alone exceeds what ``queue`` may ever hold."""
+        top = self.max_usage(queue)
+        over = np.flatnonzero(vec > top + 1e-6)
+        if over.size == 0:
+            return None
+        d = int(over[0])
+        how = "nominal quota" if self.static else "nominal quota + borrowingLimit"
+        return (
+            f"pod asks {_fmt(d, vec[d])} but queue {queue!r} may never hold more than "
+            f"{_fmt(d, top[d])} ({how})"
+        )
+
+    def admit(self, queue: str, vec: np.ndarray) -> str | None:
+        """None if ``queue`` may take ``vec`` more now; otherwise the reason it may not."""
+        lim = self.queue_limits(queue)
+        after = self.used(queue) + vec
+        top = self.max_usage(queue)
+        over = np.flatnonzero((after > top + 1e-6) & (vec > 0))
+        if over.size:
+            d = int(over[0])
+            what = "nominal quota" if self.static else "nominal quota + borrowing limit"
+            return (
+                f"queue {queue!r} would hold {_fmt(d, after[d])}, above its {what} "
+                f"of {_fmt(d, top[d])}"
+            )
+        if self.static or lim.cohort is None or not lim.has_quota:
+            return None
+        nominal = lim.nominal
+        borrow = np.where(np.isinf(nominal), 0.0, np.maximum(after - nominal, 0.0))
+        need = np.flatnonzero((borrow > 1e-6) & (vec > 0))
+        if need.size == 0:
+            return None
+        borrowed = zero()
+        lendable = zero()
+        for other in self.limits.values():
+            if other.cohort != lim.cohort or other.name == queue:
+                continue
+            u = self.used(other.name)
+            nom = np.where(np.isinf(other.nominal), 0.0, other.nominal)
+            borrowed += np.maximum(u - nom, 0.0)
+            lendable += np.minimum(other.lending, np.maximum(nom - u, 0.0))
+        for d in need:
+            if borrowed[d] + borrow[d] > lendable[d] + 1e-6:
+                return (
+                    f"queue {queue!r} would borrow {_fmt(d, borrow[d])} but cohort "
+                    f"{lim.cohort!r} lends only {_fmt(d, max(0.0, lendable[d] - borrowed[d]))}"
+                )
+        return None
+
+    def namespace_admit(self, pod: PodInfo) -> str | None:
+        """None if the namespace's ResourceQuota-style caps allow ``pod``; else the reason."""
+        caps = self.ns_caps.get(pod.namespace)
+        if caps is None:
+            return None
+        used = self.ns_usage.get(pod.namespace, np.zeros(4))
+        need = self.ns_vector(pod)
+        after = used + need
+        for i in range(4):
+            if need[i] > 0 and after[i] > caps[i]:
+                return (
+                    f"namespace {pod.namespace!r} quota exceeded: {NS_NAMES[i]} "
+                    f"used {used[i]:g} + requested {need[i]:g} > hard {caps[i]:g}"
+                )
+        return None
+
+    def namespace_never_fits(self, pod: PodInfo) -> str | None:
+        """A reason if ``pod`` alone exceeds its namespace's caps."""
+        caps = self.ns_caps.get(pod.namespace)
+        if caps is None:
+            return None
+        need = self.ns_vector(pod)
+        for i in range(4):
+            if need[i] > caps[i]:
+                return (
+                    f"namespace {pod.namespace!r} quota: {NS_NAMES[i]} requested "
+                    f"{need[i]:g} > hard {caps[i]:g}"
+                )
+        return None
+
+    def gpu_fair_shares(self, demand_milli: dict[str, float]) -> dict[str, float]:
+        """Per queue, the weighted max-min fair share of cluster GPUs (milli), capped by
+        ``demand_milli``; static mode caps by the nominal quota instead."""
+        cap = float(self.capacity[DIM_GPU])
+        if self.static:
+            return {q: float(min(d, self.nominal(q)[DIM_GPU])) for q, d in demand_milli.items()}
+        return hierarchical_fair_shares(
+            cap,
+            demand_milli,
+            self.weight,
+            lambda q: self.queue_limits(q).parent,
+            self.parent_weight,
+        )

@@ -1,0 +1,340 @@
+"""The tenancy configuration: queues, weights, quotas, preemption, gangs and starvation.
+
+One YAML document, validated strictly (unknown keys and bad values are rejected with the path
+of the offending field, e.g. ``queues[1].quota.gpu``). Keys are camelCase as in Kubernetes.
+Example::
+
+    mode: dynamic                 # static: a queue gets only its nominal quota
+    userLabel: fairgpu.io/user    # pod label naming the user inside a queue
+    history: {halfLifeSeconds: 3600, weight: 0.5}   # 0 = instantaneous shares only
+    preemption: {enabled: true, minRuntimeSeconds: 60}
+    gang: {timeoutSeconds: 600}
+    starvation: {reserveAfterSeconds: 300, minGpus: 8, minGangPods: 16}
+    namespaceQuotas:
+      sandbox: {requests.nvidia.com/gpu: 2}
+    queues:
+      - {name: research, weight: 2}                 # a department (parent)
+      - name: vision
+        parent: research
+        weight: 1
+        namespaces: [vision, vision-dev]
+        cohort: pool-a
+        quota: {gpu: 8, cpu: "64", memory: 256Gi}
+        borrowingLimit: {gpu: 4}
+        lendingLimit: {gpu: 2}
+        preemption: {withinQueue: LowerPriority, reclaim: true, preemptible: true}
+        users: {alice: 2}
+
+With no configuration at all (:func:`default_config`) every namespace is a queue of weight 1
+and every queue may borrow idle capacity (dynamic mode).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from fairgpu.api.errors import InvalidObjectError
+from fairgpu.api.quantity import QuantityError, to_int, to_milli
+from fairgpu.model.pod import LABEL_QUEUE, LABEL_USER
+
+CONFIG_OBJECT = "tenancy config"
+
+# Resource dimensions of every quota and share vector, in scheduler units.
+DIM_GPU, DIM_GPU_MEMORY, DIM_CPU, DIM_MEMORY = range(4)
+DIMENSIONS = ("gpu", "gpuMemory", "cpu", "memory")
+DIM_UNITS = ("milli-GPU", "MiB", "milli-CPU", "bytes")
+
+NAMESPACE_QUOTA_KEYS = {
+    "requests.nvidia.com/gpu": "gpu devices",
+    "requests.cpu": DIM_CPU,
+    "requests.memory": DIM_MEMORY,
+    "pods": "pods",
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class Resources(_Model):
+    """An amount per resource; absent means "no limit" (``None``).
+
+    ``gpu`` is in GPUs (fractions allowed), ``gpuCores`` in percent of one GPU (the two are the
+    same dimension: set one of them), ``gpuMemory`` in MiB (a number) or a quantity ("80Gi"),
+    ``cpu`` and ``memory`` are Kubernetes quantities.
+    """
+
+    gpu: float | None = Field(None, ge=0)
+    gpu_cores: int | None = Field(None, ge=0)
+    gpu_memory: int | str | None = None
+    cpu: int | float | str | None = None
+    memory: int | str | None = None
+
+    @field_validator("gpu_memory", "cpu", "memory")
+    @classmethod
+    def _quantity(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            amount = to_milli(value)
+        except QuantityError as error:
+            raise ValueError(f"not a quantity: {error}") from None
+        if amount < 0:
+            raise ValueError("must not be negative")
+        return value
+
+    @field_validator("gpu")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    def vector(self) -> tuple[float, float, float, float]:
+        """Amounts as a (gpu milli, GPU MiB, milli-CPU, bytes) tuple; ``inf`` where unset."""
+        inf = math.inf
+        gpu = inf
+        if self.gpu is not None:
+            gpu = self.gpu * 1000
+        elif self.gpu_cores is not None:
+            gpu = self.gpu_cores * 10.0
+        gmem = inf
+        if self.gpu_memory is not None:
+            gmem = (
+                float(self.gpu_memory)
+                if isinstance(self.gpu_memory, int)
+                else to_int(self.gpu_memory) / 2**20
+            )
+        cpu = inf if self.cpu is None else float(to_milli(self.cpu))
+        mem = inf if self.memory is None else float(to_int(self.memory))
+        return (gpu, gmem, cpu, mem)
+
+    def is_empty(self) -> bool:
+        """True when no resource is limited."""
+        return all(math.isinf(v) for v in self.vector())
+
+
+class QueuePreemption(_Model):
+    """Preemption rules of one queue.
+
+    ``withinQueue``: ``LowerPriority`` lets a pod preempt lower-priority pods of its own queue,
+    ``Never`` forbids it. ``reclaim``: may this queue take back capacity from queues above their
+    fair share or borrowing beyond their quota. ``preemptible``: may this queue's pods be
+    preempted at all (False = non-preemptive queue).
+    """
+
+    within_queue: Literal["Never", "LowerPriority"] = "LowerPriority"
+    reclaim: bool = True
+    preemptible: bool = True
+
+
+class QueueConfig(_Model):
+    """One queue (a team) or, when other queues name it as ``parent``, a department."""
+
+    name: str = Field(min_length=1, max_length=253)
+    weight: float = Field(1.0, gt=0, le=1e6)
+    parent: str | None = None
+    namespaces: list[str] = Field(default_factory=list)
+    cohort: str | None = None
+    quota: Resources = Field(default_factory=Resources)
+    borrowing_limit: Resources = Field(default_factory=Resources)
+    lending_limit: Resources = Field(default_factory=Resources)
+    preemption: QueuePreemption = Field(default_factory=QueuePreemption)
+    users: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("users")
+    @classmethod
+    def _user_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        for user, weight in value.items():
+            if not (weight > 0 and math.isfinite(weight)):
+                raise ValueError(f"weight of user {user!r} must be a positive number")
+        return value
+
+
+class History(_Model):
+    """Decayed usage history blended into the ordering share.
+
+    ``halfLifeSeconds`` 0 turns history off (instantaneous shares). ``weight`` is the share of
+    the blend given to history: ``(1 - weight) * now + weight * history``.
+    """
+
+    half_life_seconds: float = Field(0.0, ge=0, le=1e9)
+    weight: float = Field(0.5, ge=0, le=1)
+
+
+class Preemption(_Model):
+    """Cluster-wide preemption switches.
+
+    ``enabled`` False is the non-preemptive mode. ``minRuntimeSeconds``: a pod that started less
+    than this long ago is never a victim.
+    """
+
+    enabled: bool = True
+    min_runtime_seconds: float = Field(0.0, ge=0, le=1e9)
+
+
+class Gang(_Model):
+    """Pod groups: ``timeoutSeconds`` after which a group that cannot reach ``minMember``
+    releases what it holds (running members and reserved capacity)."""
+
+    timeout_seconds: float = Field(600.0, gt=0, le=1e9)
+    min_member_annotation: str = "fairgpu.io/min-member"
+
+
+class Starvation(_Model):
+    """Large jobs: after ``reserveAfterSeconds`` waiting at the head of fair order, a job asking
+    at least ``minGpus`` whole GPUs, or a gang of at least ``minGangPods`` pods, gets capacity
+    reserved; only work that cannot delay it is backfilled. ``enabled`` False turns it off."""
+
+    enabled: bool = True
+    reserve_after_seconds: float = Field(300.0, ge=0, le=1e9)
+    min_gpus: int = Field(8, ge=1)
+    min_gang_pods: int = Field(16, ge=1)
+
+
+class TenancyConfig(_Model):
+    """The whole tenancy configuration (see the module docstring for an example)."""
+
+    mode: Literal["dynamic", "static"] = "dynamic"
+    queue_label: str = LABEL_QUEUE
+    user_label: str = LABEL_USER
+    default_queue: str | None = None
+    namespace_queues: bool = True
+    history: History = Field(default_factory=History)
+    preemption: Preemption = Field(default_factory=Preemption)
+    gang: Gang = Field(default_factory=Gang)
+    starvation: Starvation = Field(default_factory=Starvation)
+    namespace_quotas: dict[str, dict[str, int | float | str]] = Field(default_factory=dict)
+    queues: list[QueueConfig] = Field(default_factory=list)
+
+    def queue(self, name: str) -> QueueConfig | None:
+        """The configured queue called ``name`` (None if not configured)."""
+        for q in self.queues:
+            if q.name == name:
+                return q
+        return None
+
+
+def default_config() -> TenancyConfig:
+    """No configuration: every namespace is a queue of weight 1, dynamic mode."""
+    return TenancyConfig()
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<root>"
+
+
+def _check(cfg: TenancyConfig) -> None:
+    """Cross-field rules pydantic cannot express per field; raise naming the field."""
+    names: dict[str, int] = {}
+    for i, q in enumerate(cfg.queues):
+        if q.name in names:
+            raise InvalidObjectError(
+                CONFIG_OBJECT, f"queues[{i}].name", f"duplicate queue {q.name!r}"
+            )
+        names[q.name] = i
+    parents = {q.parent for q in cfg.queues if q.parent}
+    owner: dict[str, str] = {}
+    for i, q in enumerate(cfg.queues):
+        for field in ("quota", "borrowing_limit", "lending_limit"):
+            res: Resources = getattr(q, field)
+            if res.gpu is not None and res.gpu_cores is not None:
+                raise InvalidObjectError(
+                    CONFIG_OBJECT,
+                    f"queues[{i}].{to_camel(field)}.gpuCores",
+                    "set either gpu or gpuCores, not both (same resource)",
+                )
+        if q.parent is not None:
+            if q.parent not in names:
+                raise InvalidObjectError(
+                    CONFIG_OBJECT, f"queues[{i}].parent", f"unknown queue {q.parent!r}"
+                )
+            if q.parent == q.name:
+                raise InvalidObjectError(CONFIG_OBJECT, f"queues[{i}].parent", "is itself")
+            grand = cfg.queues[names[q.parent]].parent
+            if grand is not None:
+                raise InvalidObjectError(
+                    CONFIG_OBJECT,
+                    f"queues[{i}].parent",
+                    f"{q.parent!r} has a parent itself; only two levels are supported",
+                )
+        if q.name in parents and q.namespaces:
+            raise InvalidObjectError(
+                CONFIG_OBJECT,
+                f"queues[{i}].namespaces",
+                f"{q.name!r} is a parent queue; only leaf queues hold pods",
+            )
+        for j, ns in enumerate(q.namespaces):
+            if ns in owner:
+                raise InvalidObjectError(
+                    CONFIG_OBJECT,
+                    f"queues[{i}].namespaces[{j}]",
+                    f"namespace {ns!r} is already mapped to queue {owner[ns]!r}",
+                )
+            owner[ns] = q.name
+    if cfg.default_queue is not None:
+        if cfg.default_queue not in names:
+            raise InvalidObjectError(
+                CONFIG_OBJECT, "defaultQueue", f"unknown queue {cfg.default_queue!r}"
+            )
+        if cfg.default_queue in parents:
+            raise InvalidObjectError(
+                CONFIG_OBJECT, "defaultQueue", f"{cfg.default_queue!r} is a parent queue"
+            )
+    for ns, limits in cfg.namespace_quotas.items():
+        for key, value in limits.items():
+            where = f"namespaceQuotas.{ns}.{key}"
+            if key not in NAMESPACE_QUOTA_KEYS:
+                raise InvalidObjectError(
+                    CONFIG_OBJECT,
+                    where,
+                    f"unsupported; use one of {', '.join(sorted(NAMESPACE_QUOTA_KEYS))}",
+                )
+            try:
+                amount = to_milli(value)
+            except QuantityError as error:
+                raise InvalidObjectError(CONFIG_OBJECT, where, str(error)) from None
+            if amount < 0:
+                raise InvalidObjectError(CONFIG_OBJECT, where, "must not be negative")
+
+
+def parse_config(data: Any) -> TenancyConfig:
+    """Validate a decoded YAML/JSON document; raises :class:`InvalidObjectError` naming the
+    path of the first bad field."""
+    if data is None:
+        return default_config()
+    if not isinstance(data, dict):
+        raise InvalidObjectError(CONFIG_OBJECT, "<root>", "must be a mapping")
+    try:
+        cfg = TenancyConfig.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise InvalidObjectError(CONFIG_OBJECT, _loc(first["loc"]), first["msg"]) from None
+    _check(cfg)
+    return cfg
+
+
+def load_config(source: str | Path) -> TenancyConfig:
+    """Read and validate a tenancy config from a YAML file path (or YAML text if ``source`` is
+    a string containing a newline)."""
+    inline = isinstance(source, str) and "\n" in source
+    text = str(source) if inline else Path(source).read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InvalidObjectError(CONFIG_OBJECT, "<root>", f"invalid YAML: {error}") from None
+    return parse_config(data)

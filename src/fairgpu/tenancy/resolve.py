@@ -1,0 +1,166 @@
+"""Which queue, user and pod group a pod belongs to.
+
+Queue: the ``fairgpu.io/queue`` label (configurable) if set, else the queue its namespace is
+mapped to, else ``defaultQueue``, else (``namespaceQueues``) a queue named after the namespace.
+User: the configurable user label (default ``fairgpu.io/user``), else the namespace.
+Pod group: ``fairgpu.io/pod-group`` (with a ``fairgpu.io/min-member`` annotation), the
+scheduler-plugins coscheduling label ``scheduling.x-k8s.io/pod-group`` or Volcano's
+``scheduling.k8s.io/group-name``; minMember comes from the pod's annotation or from the
+PodGroup object registered with :meth:`TenantResolver.set_pod_group`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fairgpu.model.pod import PodInfo
+from fairgpu.tenancy.config import TenancyConfig
+
+LABEL_POD_GROUP = "fairgpu.io/pod-group"
+LABEL_COSCHEDULING = "scheduling.x-k8s.io/pod-group"
+LABEL_VOLCANO = "scheduling.k8s.io/group-name"
+GROUP_KEYS = (LABEL_POD_GROUP, LABEL_COSCHEDULING, LABEL_VOLCANO)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """Where a pod belongs: leaf ``queue``, its ``parent`` department ('' if none), ``user``.
+
+    ``error`` is set when the pod cannot be placed in any queue (unknown queue, unmapped
+    namespace); such a pod is reported unschedulable with that reason.
+    """
+
+    queue: str
+    user: str
+    parent: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupRef:
+    """A pod's gang: ``key`` is ``namespace/name``; ``min_member`` None while unknown."""
+
+    key: str
+    min_member: int | None
+    label: str
+
+
+class TenantResolver:
+    """Resolves pods to tenants and pod groups, caching by pod uid."""
+
+    def __init__(self, config: TenancyConfig) -> None:
+        self.config = config
+        self._ns_queue: dict[str, str] = {}
+        self._parent: dict[str, str] = {}
+        parents = {q.parent for q in config.queues if q.parent}
+        self._parents = parents
+        self._leaves = {q.name for q in config.queues if q.name not in parents}
+        for q in config.queues:
+            for ns in q.namespaces:
+                self._ns_queue[ns] = q.name
+            if q.parent:
+                self._parent[q.name] = q.parent
+        self._cache: dict[str, Tenant] = {}
+        self._group_cache: dict[str, PodGroupRef | None] = {}
+        self.pod_groups: dict[str, int] = {}
+
+    # ---- queues -----------------------------------------------------------------------
+    def resolve(self, pod: PodInfo) -> Tenant:
+        """The pod's tenant (cached by uid; the queue label is read once)."""
+        key = pod.uid or pod.key
+        tenant = self._cache.get(key)
+        if tenant is None:
+            tenant = self._resolve(pod)
+            if len(self._cache) > 1_000_000:
+                self._cache.clear()
+            self._cache[key] = tenant
+        return tenant
+
+    def forget(self, uid: str) -> None:
+        """Drop a pod from the caches (it was deleted)."""
+        self._cache.pop(uid, None)
+        self._group_cache.pop(uid, None)
+
+    def _resolve(self, pod: PodInfo) -> Tenant:
+        cfg = self.config
+        user = pod.labels.get(cfg.user_label) or pod.namespace
+        label = pod.labels.get(cfg.queue_label)
+        if label:
+            if label in self._parents:
+                return Tenant(
+                    label,
+                    user,
+                    error=f"queue {label!r} (label {cfg.queue_label}) is a parent queue; "
+                    "pods must name a leaf queue",
+                )
+            if label in self._leaves or not cfg.queues:
+                return Tenant(label, user, self._parent.get(label, ""))
+            if cfg.namespace_queues and label == pod.namespace:
+                return Tenant(label, user)
+            known = ", ".join(sorted(self._leaves)) or "none"
+            return Tenant(
+                label,
+                user,
+                error=f"queue {label!r} (label {cfg.queue_label}) does not exist; "
+                f"known queues: {known}",
+            )
+        queue = self._ns_queue.get(pod.namespace)
+        if queue is None and cfg.default_queue:
+            queue = cfg.default_queue
+        if queue is None:
+            if pod.namespace in self._parents:
+                return Tenant(
+                    pod.namespace,
+                    user,
+                    error=f"namespace {pod.namespace!r} is not mapped to a queue and its "
+                    "name is a parent queue",
+                )
+            if cfg.namespace_queues or pod.namespace in self._leaves:
+                queue = pod.namespace
+            else:
+                return Tenant(
+                    pod.namespace,
+                    user,
+                    error=f"namespace {pod.namespace!r} is not mapped to any queue "
+                    "and no defaultQueue is configured",
+                )
+        return Tenant(queue, user, self._parent.get(queue, ""))
+
+    def parent_of(self, queue: str) -> str:
+        """The department of ``queue`` ('' if none)."""
+        return self._parent.get(queue, "")
+
+    # ---- pod groups -----------------------------------------------------------------------
+    def set_pod_group(self, namespace: str, name: str, min_member: int) -> None:
+        """Register a PodGroup object's ``minMember`` (coscheduling or Volcano PodGroup)."""
+        if min_member < 1:
+            raise ValueError(f"PodGroup {namespace}/{name}: minMember must be >= 1")
+        self.pod_groups[f"{namespace}/{name}"] = min_member
+        self._group_cache.clear()
+
+    def pod_group(self, pod: PodInfo) -> PodGroupRef | None:
+        """The pod's gang, or None for a pod scheduled alone."""
+        key = pod.uid or pod.key
+        if key in self._group_cache:
+            return self._group_cache[key]
+        ref = self._pod_group(pod)
+        self._group_cache[key] = ref
+        return ref
+
+    def _pod_group(self, pod: PodInfo) -> PodGroupRef | None:
+        for label in GROUP_KEYS:
+            name = pod.labels.get(label) or pod.annotations.get(label)
+            if not name:
+                continue
+            key = f"{pod.namespace}/{name}"
+            text = pod.annotations.get(self.config.gang.min_member_annotation)
+            min_member: int | None = None
+            if text is not None:
+                try:
+                    min_member = max(1, int(text))
+                except ValueError:
+                    min_member = None
+            if min_member is None:
+                min_member = self.pod_groups.get(key)
+            return PodGroupRef(key, min_member, label)
+        return None
