@@ -228,9 +228,15 @@ def default_config() -> TenancyConfig:
     return TenancyConfig()
 
 
+# Pydantic adds the union member tried to an error's location; they are not config keys.
+_UNION_TAGS = frozenset({"int", "float", "str", "bool", "none", "list", "dict"})
+
+
 def _loc(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
+        if isinstance(part, str) and (part in _UNION_TAGS or "[" in part):
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:

@@ -41,3 +41,9 @@ class UsageHistory:
     def value(self, key: str) -> float:
         """The decayed average share of ``key`` (0 for keys never seen)."""
         return self.average.get(key, 0.0)
+
+    def set_current(self, shares: Mapping[str, float]) -> None:
+        """Replace the shares in effect from the last :meth:`advance` on (e.g. after the
+        cycle's own decisions), without accounting any time."""
+        if self.enabled:
+            self._current = dict(shares)

@@ -1,0 +1,181 @@
+"""Gangs (all-or-nothing, timeout), starvation reservations, and the no-preemption-cycle rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from fairness_builders import cluster, gpus_by_namespace, node, pod, run_until_idle
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairgpu.engine.engine import Engine
+from fairgpu.tenancy import parse_config
+
+GROUP = {"fairgpu.io/pod-group": "job"}
+
+
+def member(i: int, ns: str = "g", min_member: int = 4, **kw: Any) -> Any:
+    return pod(
+        f"m{i}", ns, labels=GROUP, annotations={"fairgpu.io/min-member": str(min_member)}, **kw
+    )
+
+
+def test_partial_gang_is_never_bound() -> None:
+    state = cluster(node("n1", gpus=3))
+    eng = Engine()
+    res = eng.cycle(state, [member(i) for i in range(4)], 0.0)
+    assert not res.binds and not state.placements
+    assert "only 3 of 4 needed members fit together" in res.unschedulable[0].reason
+    state = cluster(node("n1", gpus=2), node("n2", gpus=2))
+    res = eng.cycle(state, [member(i) for i in range(4)], 1.0)
+    assert len(res.binds) == 4
+
+
+def test_gang_waits_for_all_members_and_for_its_podgroup() -> None:
+    state = cluster(node("n1"))
+    res = Engine().cycle(state, [member(i) for i in range(3)], 0.0)
+    assert not res.binds and "waiting for members" in res.unschedulable[0].reason
+    cosched = [pod(f"c{i}", "g", labels={"scheduling.x-k8s.io/pod-group": "pg"}) for i in range(2)]
+    res = Engine().cycle(state, cosched, 0.0)
+    assert not res.binds and "minMember unknown" in res.unschedulable[0].reason
+    eng = Engine()
+    eng.register_pod_groups({"g/pg": 2})
+    volcano = [
+        pod(f"v{i}", "g", annotations={"scheduling.k8s.io/group-name": "pg"}) for i in range(2)
+    ]
+    assert len(eng.cycle(state, volcano, 0.0).binds) == 2
+
+
+def test_gang_below_min_member_is_released_after_the_timeout() -> None:
+    eng = Engine(tenancy=parse_config({"gang": {"timeoutSeconds": 30}}))
+    placed = [(member(i), "n1", 0.0) for i in range(2)]  # 2 of 4 survived, e.g. after a crash
+    state = cluster(node("n1", gpus=2), placed=placed)
+    assert not eng.cycle(state, [], 10.0).evictions
+    assert not eng.cycle(state, [], 39.0).evictions
+    res = eng.cycle(state, [], 41.0)
+    assert sorted(e.pod.name for e in res.evictions) == ["m0", "m1"]
+    assert {e.kind for e in res.evictions} == {"gang-timeout"} and not state.placements
+
+
+def test_gang_reclaims_as_a_unit_or_not_at_all() -> None:
+    placed = [(pod(f"a{j}", "a"), "n1" if j < 8 else "n2", 0.0) for j in range(16)]
+    state = cluster(node("n1"), node("n2"), placed=placed)
+    res = Engine().cycle(state, [member(i, min_member=8) for i in range(8)], 10.0)
+    assert len(res.binds) == 8 and len(res.evictions) == 8
+    assert gpus_by_namespace(state) == {"a": 8, "g": 8}
+    # Twelve members would need B above A afterwards: the whole gang waits, nothing evicted.
+    state = cluster(node("n1"), node("n2"), placed=placed)
+    res = Engine().cycle(state, [member(i, min_member=12) for i in range(12)], 10.0)
+    assert not res.binds and not res.evictions and len(state.placements) == 16
+
+
+def starving(reserve: bool) -> tuple[int | None, list[Any]]:
+    """A stream of 1-GPU pods against an 8-GPU gang, preemption off."""
+    config = {
+        "preemption": {"enabled": False},
+        "starvation": {"enabled": reserve, "reserveAfterSeconds": 10, "minGangPods": 8},
+    }
+    state = cluster(node("n1"), node("n2"))
+    ann = {"fairgpu.io/duration-seconds": "20"}
+    arrivals = [
+        (j * 0.5, pod(f"s{j}", "s", created=j * 0.5, annotations=ann), 20.0) for j in range(300)
+    ]
+    arrivals += [(5.0, member(i, min_member=8, created=5.0), 30.0) for i in range(8)]
+    results, _ = run_until_idle(Engine(tenancy=parse_config(config)), state, arrivals, 100)
+    start = next(
+        (t for t, r in enumerate(results) if any(b.pod.namespace == "g" for b in r.binds)), None
+    )
+    return start, results
+
+
+def test_large_gang_gets_a_reservation_and_starts_within_the_bound() -> None:
+    start, results = starving(reserve=True)
+    # Reserved after 10 s of waiting at t=5; reserved nodes drain within one run time (20 s).
+    assert start is not None and start <= 5 + 10 + 20
+    assert any(r.reserved for r in results)
+    never, _ = starving(reserve=False)
+    assert never is None
+
+
+# ---- no preemption cycles ------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(
+    holdings=st.lists(st.integers(0, 8), min_size=3, max_size=3),
+    weights=st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=3, max_size=3),
+    sizes=st.lists(st.sampled_from([1, 2]), min_size=3, max_size=3),
+)
+def test_no_preemption_cycle(holdings: list[int], weights: list[float], sizes: list[int]) -> None:
+    """After any cycle, re-running with the victims pending and nothing else changed never
+    evicts a pod of the queue that just preempted in favour of a queue that just lost one."""
+    names = ["q0", "q1", "q2"]
+    config = parse_config(
+        {"queues": [{"name": n, "weight": w} for n, w in zip(names, weights, strict=True)]}
+    )
+    state = cluster(node("n1"), node("n2"), node("n3"))
+    eng = Engine(tenancy=config)
+    slots = iter(range(24))
+    for qi, count in enumerate(holdings):
+        for j in range(count):
+            s = next(slots)
+            state.assign(pod(f"r{j}", names[qi]), s // 8, (s % 8,), started=0.0)
+    pending = [
+        pod(f"p{j}", n, gpus=sizes[i], created=j) for i, n in enumerate(names) for j in range(6)
+    ]
+    first = eng.cycle(state, pending, 10.0)
+    taken = {
+        (eng.tenant(e.preemptor).queue, eng.tenant(e.pod).queue)
+        for e in first.evictions
+        if e.preemptor
+    }
+    still = [p for p in pending if p.uid not in state.placements] + [e.pod for e in first.evictions]
+    second = eng.cycle(state, still, 10.0)
+    for e in second.evictions:
+        back = (eng.tenant(e.preemptor).queue, eng.tenant(e.pod).queue)
+        assert (back[1], back[0]) not in taken, (back, taken)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    usage=st.lists(st.integers(0, 16), min_size=2, max_size=2),
+    take=st.integers(1, 4),
+    give=st.integers(1, 4),
+    weights=st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=2, max_size=2),
+)
+def test_reclaim_rule_is_antisymmetric(
+    usage: list[int], take: int, give: int, weights: list[float]
+) -> None:
+    """If Q may reclaim from V, then in the resulting state V may never reclaim from Q."""
+    config = parse_config(
+        {"queues": [{"name": "q", "weight": weights[0]}, {"name": "v", "weight": weights[1]}]}
+    )
+    eng = Engine(tenancy=config)
+    state = cluster(node("n1"), node("n2"), node("n3"), node("n4"))
+    slots = iter(range(32))
+    victims = []
+    for name, count in zip(("q", "v"), usage, strict=True):
+        for j in range(count):
+            s = next(slots)
+            p = pod(f"r{j}", name, gpus=1)
+            state.assign(p, s // 8, (s % 8,), started=0.0)
+            if name == "v" and j < give:
+                victims.append(p)
+    eng.book.sync(state)
+    if len(victims) < give:
+        return
+    vec = eng.book.pending_vector(pod("x", "q", gpus=take))
+    if not eng.reclaim_allowed("q", vec, victims):
+        return
+    for v in victims:  # apply the move
+        state.release(v.uid)
+    placed = []
+    for j in range(take):
+        free = np.argwhere(state.device_milli_free[: state.size] >= 1000)
+        n, d = (int(x) for x in free[0])
+        p = pod(f"new{j}", "q", gpus=1)
+        state.assign(p, n, (d,), started=1.0)
+        placed.append(p)
+    eng.book.sync(state)
+    for k in range(1, len(placed) + 1):
+        back = eng.book.pending_vector(pod("y", "v", gpus=1))
+        assert not eng.reclaim_allowed("v", back, placed[:k])
