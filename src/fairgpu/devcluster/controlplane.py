@@ -143,13 +143,14 @@ class _Child:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds (at once if ``timeout`` is 0)."""
         p = self.proc
         if p is not None and p.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGTERM)
+                p.send_signal(signal.SIGTERM if timeout > 0 else signal.SIGKILL)
             try:
-                p.wait(timeout)
+                p.wait(timeout if timeout > 0 else 5)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     p.kill()
@@ -309,16 +310,21 @@ class ControlPlane:
                 self.stop()
                 raise
 
-    def restart_apiserver(self, *, downtime: float = 0.0) -> None:
+    def restart_apiserver(
+        self, *, downtime: float = 0.0, crash: bool = False, grace_period: float = 5.0
+    ) -> None:
         """Stop kube-apiserver and start it again on the same port, keeping etcd's data.
 
         Args:
             downtime: seconds to stay down between stop and start.
+            crash: SIGKILL at once instead of a graceful SIGTERM.
+            grace_period: seconds a graceful stop may take before SIGKILL (kube-apiserver
+                waits for open watches, so this bounds the restart time).
         """
         with self._lock:
             if self._apiserver is None:
                 raise ControlPlaneError("control plane not started")
-            self._apiserver.stop()
+            self._apiserver.stop(timeout=0.0 if crash else grace_period)
             if downtime > 0:
                 time.sleep(downtime)
             deadline = time.monotonic() + 10
@@ -332,9 +338,14 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop the scheduler, kube-apiserver and etcd; remove the work directory."""
         with self._lock:
-            for child in (self._scheduler, self._apiserver, self._etcd):
+            # kube-apiserver waits for open watches on SIGTERM; don't let clients stall us.
+            for child, grace in (
+                (self._scheduler, 5.0),
+                (self._apiserver, 5.0),
+                (self._etcd, 10.0),
+            ):
                 if child is not None:
-                    child.stop()
+                    child.stop(grace)
             self._scheduler = self._apiserver = self._etcd = None
             _LIVE.discard(self)
             if self.workdir is not None and not self.keep_workdir:
@@ -487,6 +498,8 @@ class ControlPlane:
             f"--authorization-mode={self.authorization_mode}",
             # No controller-manager or kubelets: nothing would reconcile these endpoints.
             "--endpoint-reconciler-type=none",
+            # Close open watches within 2s of SIGTERM instead of waiting for them to end.
+            "--shutdown-watch-termination-grace-period=2s",
             "--allow-privileged=true",
             "--profiling=false",
             f"-v={self.verbosity}",

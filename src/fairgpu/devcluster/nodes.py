@@ -225,15 +225,19 @@ def node_status(spec: NodeSpec, *, now: _dt.datetime | None = None) -> dict[str,
     }
 
 
-def _create_one(client: KubeClient, spec: NodeSpec, domain: str) -> str:
+def _create_one(client: KubeClient, spec: NodeSpec, domain: str, status_in_create: bool) -> str:
     manifest = node_manifest(spec, domain=domain)
+    taints = manifest["spec"]["taints"]
+    if status_in_create:
+        manifest["status"] = node_status(spec)
     resp = client.request("POST", "/api/v1/nodes", manifest)
     if not resp.ok and resp.status != 409:
         raise ApiError("POST", "/api/v1/nodes", resp)
     path = f"/api/v1/nodes/{spec.name}"
-    client.patch(f"{path}/status", {"status": node_status(spec)})
+    if not status_in_create or resp.status == 409:
+        client.patch(f"{path}/status", {"status": node_status(spec)})
     # Merge patch replaces the whole list: this drops the admission-added not-ready taint.
-    client.patch(path, {"spec": {"taints": manifest["spec"]["taints"] or None}})
+    client.patch(path, {"spec": {"taints": taints or None}})
     return spec.name
 
 
@@ -243,6 +247,7 @@ def create_nodes(
     *,
     domain: str = "example.com",
     workers: int = 16,
+    status_in_create: bool = False,
 ) -> list[str]:
     """Create (or converge existing) nodes for ``specs`` concurrently; return their names.
 
@@ -251,6 +256,9 @@ def create_nodes(
         specs: nodes to create.
         domain: prefix of the node-pool label and taint key ``<domain>/node.usage``.
         workers: concurrent requests.
+        status_in_create: send the status with the POST (kube-apiserver keeps a new Node's
+            status) instead of a separate status-subresource PATCH: two requests per node
+            instead of three, for very large clusters. Existing nodes still get the PATCH.
 
     Raises:
         ApiError: the first failure, after all submitted work has finished.
@@ -259,7 +267,7 @@ def create_nodes(
     if not specs:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(specs)))) as pool:
-        futures = [pool.submit(_create_one, client, s, domain) for s in specs]
+        futures = [pool.submit(_create_one, client, s, domain, status_in_create) for s in specs]
         return [f.result() for f in futures]
 
 
