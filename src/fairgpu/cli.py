@@ -38,12 +38,12 @@ def version() -> None:
     console.print(__version__)
 
 
-def _load_workload(workload: str, nodes: Path | None, seed: int) -> Any:
+def _load_workload(workload: str, nodes: Path | None, seed: int, jobs: int | None = None) -> Any:
     from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
-    from fairgpu.sim.workloads.synthetic import generate
+    from fairgpu.sim.workloads.synthetic import SyntheticSpec, generate
 
     if workload == "synthetic":
-        return generate(seed=seed)
+        return generate(SyntheticSpec() if jobs is None else SyntheticSpec(jobs=jobs), seed=seed)
     paths = [Path(p) for p in workload.split(",")]
     for path in paths:
         if not path.exists():
@@ -93,6 +93,9 @@ def simulate(
     ] = None,
     until: Annotated[
         float | None, typer.Option(help="Stop the simulated clock at this many seconds.")
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option(min=1, help="Number of jobs in the synthetic workload.")
     ] = None,
     list_policies: Annotated[
         bool, typer.Option("--list-policies", help="List placement policies and exit.")
@@ -159,12 +162,13 @@ def _simulate(
     out: Path | None,
     report: Path | None,
     until: float | None,
+    jobs: int | None = None,
 ) -> None:
     from fairgpu.sim.results import summarize, write_pods_csv, write_summary
     from fairgpu.sim.simulator import Simulation
 
     started = time.perf_counter()
-    workload = _load_workload(workload_arg, nodes, seed)
+    workload = _load_workload(workload_arg, nodes, seed, jobs)
     if not workload.nodes:
         raise UserError(f"workload {workload.name!r} has no nodes (pass --nodes)")
     engine = _build_engine(policy, ordering, config, seed, workload)

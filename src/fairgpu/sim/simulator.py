@@ -166,7 +166,8 @@ class Simulation:
             self._charge_tenant(rec, -1)
             rec.preempted += 1
             rec.run += 1
-            rec.node, rec.devices = "", ()
+            # The pod waits again; its wait is measured to the start of its final run.
+            rec.node, rec.devices, rec.start = "", (), None
             self.preemptions += 1
             self.pending[eviction.pod.uid] = eviction.pod
         for bind in result.binds:
@@ -251,8 +252,10 @@ def unusable_gpu_milli(cluster: ClusterState, pending: list[PodInfo]) -> int:
     n = cluster.size
     exists = cluster.device_exists[:n] & cluster.active[:n, None]
     free = np.where(exists, cluster.device_milli_free[:n], 0)
-    idle = exists & (cluster.device_milli_free[:n] >= 1000) & (
-        cluster.device_memory_free[:n] >= cluster.device_memory_total[:n]
+    idle = (
+        exists
+        & (cluster.device_milli_free[:n] >= 1000)
+        & (cluster.device_memory_free[:n] >= cluster.device_memory_total[:n])
     )
     usable = np.zeros(free.shape, dtype=bool)
     for gpu in shapes:
@@ -262,8 +265,10 @@ def unusable_gpu_milli(cluster: ClusterState, pending: list[PodInfo]) -> int:
             need_mem = gpu.memory_mib or (
                 cluster.device_memory_total[:n] * gpu.memory_percent // 100
             )
-            usable |= exists & (cluster.device_milli_free[:n] >= gpu.milli) & (
-                cluster.device_memory_free[:n] >= need_mem
+            usable |= (
+                exists
+                & (cluster.device_milli_free[:n] >= gpu.milli)
+                & (cluster.device_memory_free[:n] >= need_mem)
             )
     return int(free[~usable].sum())
 

@@ -1,0 +1,82 @@
+"""``fairgpu simulate`` as a user runs it: outputs, messages and exit codes."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fairgpu.cli import app
+from fairgpu.sim.results import POD_COLUMNS
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "workloads"
+runner = CliRunner()
+
+
+def test_default_simulation_writes_summary_pods_and_report(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    report = out / "report.html"
+    result = runner.invoke(
+        app, ["simulate", "--jobs", "150", "--out", str(out), "--report", str(report)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Simulation summary" in result.output and "team-a" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parameters"]["workload"] == "synthetic"
+    assert summary["policy"] == summary["parameters"]["policy"]
+    assert summary["parameters"]["tie_break"] in ("random", "fixed-rank")
+    assert 0 < summary["gpu_allocation_avg_pct"] <= 100
+    assert set(summary["tenants"]) == {"team-a", "team-b", "team-c", "team-d"}
+    with (out / "pods.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(rows[0]) == POD_COLUMNS
+    assert len(rows) == summary["pods"]
+    started = [r for r in rows if r["start"]]
+    assert len(started) == summary["pods_started"]
+    assert all(r["node"] for r in started)
+    page = report.read_text()
+    assert page.count("data:image/png;base64,") >= 4
+    assert "GPU allocation per tenant over time" in page
+
+
+def test_yaml_workload(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", "--workload", str(EXAMPLES), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((tmp_path / "pods.csv").open()))
+    gang = [r for r in rows if r["name"].startswith("llm-pretrain")]
+    assert len(gang) == 2 and all(r["start"] == "0.0" for r in gang)
+
+
+def test_list_policies() -> None:
+    result = runner.invoke(app, ["simulate", "--list-policies"])
+    assert result.exit_code == 0
+    assert "(default)" in result.output and "tie-break" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--workload", "nope.yaml"], "nope.yaml: no such file"),
+        (["--policy", "fastest"], "unknown policy 'fastest'"),
+        (["--ordering", "lottery"], "ordering"),
+        (["--workload", "pods.csv"], "no such file"),
+    ],
+    ids=["missing-file", "unknown-policy", "unknown-ordering", "csv-missing"],
+)
+def test_bad_arguments_give_one_message_and_exit_2(args: list[str], needle: str) -> None:
+    result = runner.invoke(app, ["simulate", *args])
+    assert result.exit_code == 2
+    assert needle in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bad_yaml_is_one_message(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Pod\nmetadata: [oops\n")
+    result = runner.invoke(app, ["simulate", "--workload", str(bad)])
+    assert result.exit_code == 2
+    assert "bad.yaml: invalid YAML" in result.output
+    assert "Traceback" not in result.output

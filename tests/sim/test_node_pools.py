@@ -1,0 +1,67 @@
+"""Derived node-pool placement keeps each kind in its pool and overflows into hybrid."""
+
+from __future__ import annotations
+
+from fairgpu.engine.engine import Engine
+from fairgpu.model.node_pools import NodePoolConfig, derive_placement
+from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.workload import PodArrival, Workload
+from tests.sim.helpers import gpu_node, gpu_pod
+
+KEY = "example.com/node.usage"
+
+
+def _pool_node(name: str, usage: str) -> object:
+    return gpu_node(
+        name,
+        gpus=2,
+        labels={KEY: usage},
+        taints=[
+            {"key": KEY, "value": usage, "effect": "NoSchedule"},
+            {"key": "nvidia.com/gpu.product", "value": "A100", "effect": "NoSchedule"},
+        ],
+    )
+
+
+def _typed_pod(name: str, kind: str) -> object:
+    pod = gpu_pod(
+        name, gpus="2", labels={"fairgpu.io/workload-type": kind, "fairgpu.io/gpu-model": "A100"}
+    )
+    return derive_placement(pod, NodePoolConfig())
+
+
+def test_training_fills_its_pool_then_hybrid_and_never_inference() -> None:
+    nodes = [
+        _pool_node("train", "training"),
+        _pool_node("serve", "inference"),
+        _pool_node("hybrid", "hybrid"),
+    ]
+    arrivals = [PodArrival(_typed_pod(f"t{i}", "training"), float(i), None) for i in range(3)]
+    result = Simulation(Workload("pools", nodes, arrivals), Engine()).run()
+    placed = {r.pod.name: r.node for r in result.records}
+    assert placed["t0"] == "train"
+    assert placed["t1"] == "hybrid"
+    assert placed["t2"] == ""  # the inference pool is off limits
+    assert "untolerated taint" in next(r for r in result.records if r.pod.name == "t2").reason
+
+
+def test_inference_prefers_its_pool() -> None:
+    nodes = [_pool_node("hybrid", "hybrid"), _pool_node("serve", "inference")]
+    arrivals = [PodArrival(_typed_pod("i0", "inference"), 0.0, None)]
+    result = Simulation(Workload("pools", nodes, arrivals), Engine()).run()
+    assert result.records[0].node == "serve"
+
+
+def test_untyped_pod_and_explicit_affinity_are_left_alone() -> None:
+    plain = gpu_pod("plain")
+    assert derive_placement(plain) is plain
+    typed = derive_placement(_typed_pod("x", "training"))  # already has required affinity
+    again = derive_placement(typed)
+    assert again is typed
+
+
+def test_cpu_pod_without_tolerations_stays_off_gpu_pools() -> None:
+    nodes = [_pool_node("train", "training")]
+    arrivals = [PodArrival(gpu_pod("cpu-only", gpus="0"), 0.0, None)]
+    result = Simulation(Workload("pools", nodes, arrivals), Engine()).run()
+    assert result.records[0].node == ""
