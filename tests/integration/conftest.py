@@ -7,6 +7,7 @@ another directory. Without them every test using these fixtures is skipped.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,9 +40,10 @@ def kube_bin_dir() -> Path:
     """Directory with kube-apiserver, kube-scheduler and etcd, or skip."""
     found = find_binaries()
     if found is None:
+        where = os.environ.get("FAIRGPU_KUBE_BIN") or f"{default_cache_dir()}/v*"
         pytest.skip(
-            "Kubernetes control-plane binaries not found (looked in $FAIRGPU_KUBE_BIN or "
-            f"{default_cache_dir()}); build them with tools/kube/build-control-plane.sh"
+            f"Kubernetes control-plane binaries (kube-apiserver, etcd) not found in {where}; "
+            "build them with tools/kube/build-control-plane.sh"
         )
     return found
 

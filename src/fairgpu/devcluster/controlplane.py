@@ -27,12 +27,14 @@ import weakref
 from base64 import b64encode
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
-from fairgpu.devcluster.certs import ControlPlaneCerts, write_control_plane_certs
 from fairgpu.devcluster.client import KubeClient
+
+if TYPE_CHECKING:
+    from fairgpu.devcluster.certs import ControlPlaneCerts
 
 __all__ = [
     "BINARIES",
@@ -288,6 +290,9 @@ class ControlPlane:
             (wd / "logs").mkdir(exist_ok=True)
             _LIVE.add(self)
             try:
+                # Imported here so that importing the package does not need `cryptography`.
+                from fairgpu.devcluster.certs import write_control_plane_certs
+
                 self.certs = write_control_plane_certs(
                     wd / "pki", service_ip=self._first_service_ip()
                 )
