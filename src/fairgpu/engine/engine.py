@@ -418,10 +418,11 @@ class Engine:
             for i in res.nodes
             if i < cluster.size
         }
+        user_keys = ctx.user_keys
         while cursors:
             queue = min(cursors, key=self._keys.__getitem__)
             users = cursors[queue]
-            user = min(users, key=lambda u: (self.book.user_share(queue, u), u))
+            user = min(users, key=lambda u: self._user_key(user_keys, queue, u))
             job = users[user].popleft()
             if not users[user]:
                 del users[user]
@@ -430,6 +431,17 @@ class Engine:
             changed = self._try_job(job, ctx)
             if changed:
                 self._refresh_keys(changed, cursors)
+                for key in [k for k in user_keys if k[0] in changed]:
+                    del user_keys[key]
+
+    def _user_key(
+        self, cache: dict[tuple[str, str], tuple[float, str]], queue: str, user: str
+    ) -> tuple[float, str]:
+        key = cache.get((queue, user))
+        if key is None:
+            key = (self.book.user_share(queue, user), user)
+            cache[(queue, user)] = key
+        return key
 
     def _refresh_keys(self, changed: set[str], cursors: dict[str, dict[str, deque[Job]]]) -> None:
         parents = {self.book.queue_limits(q).parent for q in changed} - {""}
@@ -445,6 +457,30 @@ class Engine:
         if tenant.error:
             out.unschedulable.extend(Unschedulable(p, tenant.error, False) for p in job.pods)
             return set()
+        fast: tuple[object, ...] | None = None
+        if job.group is None:
+            head = job.pods[0]
+            memo = self._memo_key(head)
+            if memo is not None:
+                # Within a cycle, and until something is evicted, a queue's usage and the
+                # cluster's load only grow: the same ask from the same queue fails again.
+                fast = (tenant.queue, memo, head.priority)
+                known = ctx.outcome.get(fast)
+                if known is not None:
+                    out.unschedulable.append(Unschedulable(head, known[0], known[1]))
+                    if head.gpu.count >= self.tenancy.starvation.min_gpus:
+                        self._blocked(job, ctx)
+                    return set()
+        n_before = len(out.unschedulable)
+        changed = self._try_job_slow(job, ctx)
+        if fast is not None and not changed and len(out.unschedulable) > n_before:
+            last = out.unschedulable[-1]
+            ctx.outcome[fast] = (last.reason, last.resolvable)
+        return changed
+
+    def _try_job_slow(self, job: Job, ctx: _CycleCtx) -> set[str]:
+        out = ctx.out
+        tenant = job.tenant
         book = self.book
         pods = job.pods
         vecs = [book.pending_vector(p) for p in pods]
@@ -576,8 +612,7 @@ class Engine:
                     Unschedulable(pod, first_reason or "no room beyond minMember")
                 )
         if stmt.evicted:
-            ctx.failed.clear()
-            ctx.preempt_failed.clear()
+            ctx.forget()
         self._placed(job)
         return changed
 
@@ -765,8 +800,7 @@ class Engine:
         kind = "reclaim" if changed != {queue} else "priority"
         if not self._apply_plan(ctx.cluster, pod, plan, ctx.now, ctx.out, kind):
             return set()
-        ctx.failed.clear()
-        ctx.preempt_failed.clear()
+        ctx.forget()
         return changed
 
     def _apply_plan(
@@ -816,6 +850,15 @@ class _CycleCtx:
     out: CycleResult
     failed: dict[tuple[object, ...], str] = field(default_factory=dict)
     preempt_failed: set[tuple[object, ...]] = field(default_factory=set)
+    outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
+    user_keys: dict[tuple[str, str], tuple[float, str]] = field(default_factory=dict)
+
+    def forget(self) -> None:
+        """Capacity was released (evictions): earlier failures may now succeed."""
+        self.failed.clear()
+        self.preempt_failed.clear()
+        self.outcome.clear()
+
     drain: dict[int, float] = field(default_factory=dict)
 
 
