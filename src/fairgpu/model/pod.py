@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from fairgpu.api import objects as k8s
@@ -50,10 +50,22 @@ def parse_resource(name: str, value: object) -> int:
     Negative amounts are refused on the exact value (``-1m`` of memory is negative even though
     it rounds up to 0), as are amounts that do not fit the int64 node arrays.
     """
+    if isinstance(value, str):
+        return _parse_text_resource(name == CPU, value)
+    return _to_units(name == CPU, value)
+
+
+@lru_cache(maxsize=8192)
+def _parse_text_resource(milli: bool, value: str) -> int:
+    # Manifests repeat the same few quantity strings; Fraction arithmetic is the slow part.
+    return _to_units(milli, value)
+
+
+def _to_units(milli: bool, value: object) -> int:
     exact = parse_quantity(value)
     if exact < 0:
         raise QuantityError(f"{value!r} is negative")
-    amount = math.ceil(exact * 1000) if name == CPU else math.ceil(exact)
+    amount = math.ceil(exact * 1000) if milli else math.ceil(exact)
     if amount > _MAX_AMOUNT:
         raise QuantityError(f"{value!r} is too large")
     return amount
@@ -126,8 +138,8 @@ def qos_class(spec: k8s.PodSpec) -> str:
     missing request defaults to the limit, as the API server does. Guaranteed needs cpu and
     memory limits on every container and pod-level request sums equal to the limit sums.
     """
-    requests: dict[str, Fraction] = {}
-    limits: dict[str, Fraction] = {}
+    requests: dict[str, int] = {}
+    limits: dict[str, int] = {}
     guaranteed = True
     for c in list(spec.containers) + list(spec.init_containers):
         res = c.resources
@@ -135,10 +147,10 @@ def qos_class(spec: k8s.PodSpec) -> str:
         merged.update(res.requests)
         for into, source in ((requests, merged), (limits, res.limits)):
             for name in (CPU, MEMORY):
-                amount = _qos_amount(source.get(name))
+                amount = _qos_amount(name, source.get(name))
                 if amount > 0:
-                    into[name] = into.get(name, Fraction(0)) + amount
-        if not all(_qos_amount(res.limits.get(name)) > 0 for name in (CPU, MEMORY)):
+                    into[name] = into.get(name, 0) + amount
+        if not all(_qos_amount(name, res.limits.get(name)) > 0 for name in (CPU, MEMORY)):
             guaranteed = False
     if not requests and not limits:
         return QOS_BEST_EFFORT
@@ -147,14 +159,14 @@ def qos_class(spec: k8s.PodSpec) -> str:
     return QOS_BURSTABLE
 
 
-def _qos_amount(value: object) -> Fraction:
-    # Quantities were validated by effective_requests; treat anything else as absent.
+def _qos_amount(name: str, value: object) -> int:
+    # Compared in scheduler units (milli-CPU, bytes); quantities were validated already.
     if value is None:
-        return Fraction(0)
+        return 0
     try:
-        return parse_quantity(value)
+        return parse_resource(name, value)
     except QuantityError:
-        return Fraction(0)
+        return 0
 
 
 def _timestamp(text: str | None) -> float:

@@ -129,6 +129,12 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
         ``hard_pod_affinity_weight``, required affinity terms) that select the incoming pod count
         too.
         """
+        if (
+            not pod.preferred_affinity
+            and not pod.preferred_anti_affinity
+            and not cluster.pods_with_affinity
+        ):
+            return np.zeros(len(nodes), dtype=np.int64)  # the common case: nothing to weigh
         total = np.zeros(cluster.size, dtype=np.int64)
         for sign, terms in ((1, pod.preferred_affinity), (-1, pod.preferred_anti_affinity)):
             for term in terms:

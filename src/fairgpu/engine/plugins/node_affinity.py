@@ -14,7 +14,7 @@ from fairgpu.engine.framework import (
 )
 from fairgpu.engine.plugins._labels import requirement_mask, term_mask
 from fairgpu.model.pod import PodInfo
-from fairgpu.model.selectors import Requirement
+from fairgpu.model.selectors import NodeSelectorTerm, Requirement
 
 REASON = "node(s) didn't match Pod's node affinity/selector"
 
@@ -24,6 +24,10 @@ class NodeAffinity(FilterPlugin, ScorePlugin):
 
     name = "NodeAffinity"
     static = True
+
+    def __init__(self) -> None:
+        self._masks: dict[NodeSelectorTerm, np.ndarray] = {}
+        self._version = -1
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Terms are OR'ed, expressions inside a term AND'ed; an empty term list matches none."""
@@ -42,8 +46,17 @@ class NodeAffinity(FilterPlugin, ScorePlugin):
     ) -> np.ndarray:
         """Sum of weights of the preferred terms each node matches."""
         total = np.zeros(len(nodes), dtype=np.int64)
+        if self._version != cluster.static_version:
+            self._masks.clear()
+            self._version = cluster.static_version
         for weight, term in pod.preferred_terms:
-            total += weight * term_mask(cluster, term)[nodes]
+            # Term masks depend only on node labels: memoise them per node version.
+            mask = self._masks.get(term)
+            if mask is None:
+                if len(self._masks) > 4096:
+                    self._masks.clear()
+                mask = self._masks[term] = term_mask(cluster, term)
+            total += weight * mask[nodes]
         return total
 
     def normalize(self, scores: np.ndarray) -> np.ndarray:

@@ -27,6 +27,10 @@ class TaintToleration(FilterPlugin, ScorePlugin):
     name = "TaintToleration"
     static = True
 
+    def __init__(self) -> None:
+        self._counts: dict[tuple[Toleration, ...], np.ndarray] = {}
+        self._version = -1
+
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """A node fails if any NoSchedule or NoExecute taint is not tolerated."""
         ids, groups = cluster.taint_groups()
@@ -47,17 +51,26 @@ class TaintToleration(FilterPlugin, ScorePlugin):
     ) -> np.ndarray:
         """Count of untolerated PreferNoSchedule taints (fewer is better)."""
         ids, groups = cluster.taint_groups()
-        counts = np.array(
-            [
-                sum(
-                    1
-                    for t in taints
-                    if t.effect == "PreferNoSchedule" and not tolerated(t, pod.tolerations)
-                )
-                for taints in groups
-            ],
-            dtype=np.int64,
-        )
+        # Counts per taint group depend only on the tolerations: memoise per node version.
+        if self._version != cluster.static_version:
+            self._counts.clear()
+            self._version = cluster.static_version
+        counts = self._counts.get(pod.tolerations)
+        if counts is None:
+            counts = np.array(
+                [
+                    sum(
+                        1
+                        for t in taints
+                        if t.effect == "PreferNoSchedule" and not tolerated(t, pod.tolerations)
+                    )
+                    for taints in groups
+                ],
+                dtype=np.int64,
+            )
+            if len(self._counts) > 4096:
+                self._counts.clear()
+            self._counts[pod.tolerations] = counts
         return counts[ids[nodes]]
 
     def normalize(self, scores: np.ndarray) -> np.ndarray:
