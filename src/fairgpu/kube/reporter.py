@@ -1,0 +1,205 @@
+"""Tell people why a pod is not scheduled: a ``FailedScheduling`` Event and a
+``PodScheduled=False`` condition, rate-limited.
+
+A big backlog of unschedulable pods must not flood the API server: reports are coalesced per
+pod (only the latest reason is sent), a pod is re-reported only when its reason changes or
+after ``repeat_after`` seconds, and a token bucket caps the request rate. Workers drop reports
+for pods that were bound or deleted meanwhile.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fairgpu.kube.client import CONNECTION_ERRORS, STRATEGIC_MERGE_PATCH, RateLimiter, RestClient
+
+__all__ = ["Report", "Reporter"]
+
+log = logging.getLogger("fairgpu.kube.reporter")
+
+
+@dataclass(slots=True)
+class Report:
+    """One pod's unschedulable reason."""
+
+    uid: str
+    namespace: str
+    name: str
+    message: str
+    reason: str = "Unschedulable"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro_now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Reporter:
+    """Background sender of Events and PodScheduled conditions.
+
+    Args:
+        client: API client.
+        component: ``reportingController``/``source.component`` of Events.
+        still_pending: called before sending; a report for a pod that is no longer pending is
+            dropped.
+        qps, burst: request rate cap (each report costs two requests).
+        repeat_after: seconds before an unchanged reason is reported again.
+        workers: sender threads.
+    """
+
+    def __init__(
+        self,
+        client: RestClient,
+        component: str,
+        still_pending: Callable[[str], bool],
+        *,
+        qps: float = 20.0,
+        burst: int = 40,
+        repeat_after: float = 300.0,
+        workers: int = 2,
+        instance: str = "",
+    ) -> None:
+        self.client = client
+        self.component = component
+        self.instance = instance
+        self.still_pending = still_pending
+        self.limiter = RateLimiter(qps, burst)
+        self.repeat_after = repeat_after
+        self._queue: OrderedDict[str, Report] = OrderedDict()
+        self._last: dict[str, tuple[str, float]] = {}
+        self._cond = threading.Condition()
+        self._stop = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"reporter-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        self.sent = 0
+        self.failed = 0
+
+    def start(self) -> Reporter:
+        """Start the workers."""
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop the workers (queued reports are dropped)."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout)
+
+    def report(self, rep: Report, now: float) -> bool:
+        """Queue ``rep`` unless the same reason was sent recently; True if queued."""
+        last = self._last.get(rep.uid)
+        if last is not None and last[0] == rep.message and now - last[1] < self.repeat_after:
+            return False
+        self._last[rep.uid] = (rep.message, now)
+        with self._cond:
+            self._queue[rep.uid] = rep
+            self._queue.move_to_end(rep.uid)
+            self._cond.notify()
+        return True
+
+    def forget(self, uid: str) -> None:
+        """The pod was bound or deleted: drop its history and any queued report."""
+        self._last.pop(uid, None)
+        with self._cond:
+            self._queue.pop(uid, None)
+
+    @property
+    def backlog(self) -> int:
+        """Reports waiting to be sent."""
+        return len(self._queue)
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                _, rep = self._queue.popitem(last=False)
+            if not self.still_pending(rep.uid):
+                continue
+            try:
+                self._send(rep)
+                self.sent += 1
+            except CONNECTION_ERRORS as error:
+                self.failed += 1
+                log.warning("could not report unschedulable pod", extra={"error": str(error)})
+                # Allow a retry on the next cycle.
+                self._last.pop(rep.uid, None)
+                time.sleep(0.5)
+
+    def _send(self, rep: Report) -> None:
+        ns, name = rep.namespace, rep.name
+        self.limiter.acquire()
+        status = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": rep.reason,
+                        "message": rep.message,
+                        "lastTransitionTime": _now(),
+                    }
+                ]
+            }
+        }
+        r = self.client.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/{name}/status",
+            status,
+            content_type=STRATEGIC_MERGE_PATCH,
+            limited=False,
+        )
+        if not r.ok and r.status != 404:
+            self.failed += 1
+            log.warning(
+                "PodScheduled condition not written",
+                extra={"pod": f"{ns}/{name}", "status": r.status, "error": r.message},
+            )
+        if r.status == 404:
+            return
+        self.limiter.acquire()
+        event = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+            "eventTime": _micro_now(),
+            "reportingController": self.component,
+            "reportingInstance": self.instance or self.component,
+            "action": "Scheduling",
+            "reason": "FailedScheduling",
+            "note": rep.message[:1024],
+            "type": "Warning",
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": ns,
+                "name": name,
+                "uid": rep.uid,
+            },
+        }
+        r = self.client.request(
+            "POST", f"/apis/events.k8s.io/v1/namespaces/{ns}/events", event, limited=False
+        )
+        if not r.ok:
+            self.failed += 1
+            log.warning(
+                "event not written",
+                extra={"pod": f"{ns}/{name}", "status": r.status, "error": r.message},
+            )

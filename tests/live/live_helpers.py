@@ -1,0 +1,172 @@
+"""Helpers shared by the live-scheduler tests: pods, waiting, an in-process scheduler."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from fairgpu.devcluster import ControlPlane, KubeClient, NodeSpec
+from fairgpu.kube import LiveScheduler, RunConfig
+from fairgpu.kube.client import Connection
+
+DOMAIN = "example.com"
+USAGE = f"{DOMAIN}/node.usage"
+A100 = "NVIDIA-A100-SXM4-80GB"
+T4 = "Tesla-T4"
+
+
+def live_node_specs() -> list[NodeSpec]:
+    """An A100 and a T4 node (8 GPUs) per pool, plus one CPU-only hybrid node."""
+    specs = []
+    for pool in ("training", "inference", "hybrid"):
+        for model, short in ((A100, "a100"), (T4, "t4")):
+            specs.append(NodeSpec(f"lv-{pool}-{short}", pool=pool, gpu_model=model, gpus=8))
+    specs.append(NodeSpec("lv-cpu-0", pool="hybrid", cpu="32", memory="128Gi"))
+    return specs
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
+    """Poll ``pred`` until truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"condition not met within {timeout}s (last value: {last!r})")
+
+
+def pod(
+    name: str,
+    *,
+    gpus: int = 0,
+    pool: str | None = "training",
+    model: str | None = A100,
+    cpu: str = "100m",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    priority_class: str | None = None,
+    scheduler: str = "fairgpu",
+    node_selector: dict[str, str] | None = None,
+    extra_resources: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod asking ``gpus`` whole GPUs that must run in ``pool`` on ``model`` nodes."""
+    requests: dict[str, str] = {"cpu": cpu, "memory": "64Mi"}
+    limits: dict[str, str] = {}
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+    for k, v in (extra_resources or {}).items():
+        limits[k] = v
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.invalid/fake:1",
+                "resources": {"requests": {**requests, **limits}, "limits": limits},
+            }
+        ],
+        "tolerations": [],
+    }
+    selector = dict(node_selector or {})
+    if pool is not None:
+        selector[USAGE] = pool
+        spec["tolerations"].append(
+            {"key": USAGE, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
+        )
+    if model is not None:
+        selector["nvidia.com/gpu.product"] = model
+        spec["tolerations"].append(
+            {"key": "nvidia.com/gpu.product", "operator": "Equal", "value": model}
+        )
+    if selector:
+        spec["nodeSelector"] = selector
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+        "spec": spec,
+    }
+
+
+def create(client: KubeClient, ns: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Create a pod in ``ns``."""
+    return client.post(f"/api/v1/namespaces/{ns}/pods", manifest)
+
+
+def pods(client: KubeClient, ns: str) -> list[dict[str, Any]]:
+    """All pods of ``ns``."""
+    return client.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+
+
+def bound(client: KubeClient, ns: str) -> dict[str, str]:
+    """``{pod name: node name}`` of the bound pods of ``ns``."""
+    return {
+        p["metadata"]["name"]: p["spec"]["nodeName"]
+        for p in pods(client, ns)
+        if p["spec"].get("nodeName")
+    }
+
+
+def condition(p: dict[str, Any], kind: str = "PodScheduled") -> dict[str, Any] | None:
+    """The pod's condition of type ``kind``."""
+    for c in (p.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c
+    return None
+
+
+def events_for(client: KubeClient, ns: str, name: str) -> list[dict[str, Any]]:
+    """events.k8s.io/v1 Events about pod ``name``."""
+    items = client.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
+    return [e for e in items if (e.get("regarding") or {}).get("name") == name]
+
+
+def delete_pods(client: KubeClient, ns: str) -> None:
+    """Delete every pod of ``ns`` at once (grace period 0) and wait until they are gone."""
+    client.request(
+        "DELETE",
+        f"/api/v1/namespaces/{ns}/pods",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and pods(client, ns):
+        time.sleep(0.1)
+
+
+def connection(cp: ControlPlane) -> Connection:
+    """A scheduler connection to the test control plane (admin token)."""
+    return Connection(cp.url, cp.token, cp.ca_file)
+
+
+@contextlib.contextmanager
+def scheduler(cp: ControlPlane, **overrides: Any) -> Iterator[LiveScheduler]:
+    """Run a :class:`LiveScheduler` in a thread (no leader election) until the block ends."""
+    settings: dict[str, Any] = {
+        "connection": connection(cp),
+        "leader_elect": False,
+        "metrics_port": 0,
+        "metrics_host": "127.0.0.1",
+        "install_signal_handlers": False,
+        "qps": 0,
+        "resync_seconds": 0.5,
+    }
+    settings.update(overrides)
+    s = LiveScheduler(RunConfig(**settings))
+    t = threading.Thread(target=s.run, name="live-scheduler", daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: s._ready()[0], 20)
+        yield s
+    finally:
+        s.stop()
+        t.join(30)
+        assert not t.is_alive(), "scheduler did not stop"
