@@ -132,11 +132,6 @@ def test_bad_plugin_arguments_are_clear_errors(importable: None) -> None:
         Scheduler(prof)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="framework promises an ERROR status for a raising plugin; Scheduler lets it escape",
-)
 def test_raising_plugin_fails_only_that_pod(importable: None) -> None:
     from fairgpu.engine.framework import Code
 

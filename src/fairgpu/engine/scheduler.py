@@ -283,7 +283,11 @@ class Scheduler:
                 and hit[2] == cluster.static_version
             ):
                 return hit[3]
-        result = self._attempt(pod, cluster, restrict)
+        try:
+            result = self._attempt(pod, cluster, restrict)
+        except Exception as error:  # a broken plugin must fail only this pod, not the cycle
+            status = Status(Code.ERROR, (f"plugin error: {type(error).__name__}: {error}",))
+            return ScheduleResult(pod, diagnosis=Diagnosis(status=status), code=Code.ERROR)
         if cacheable:
             if result.ok:
                 self._failures.pop(pod.uid, None)
