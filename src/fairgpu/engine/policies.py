@@ -153,7 +153,8 @@ GPU_SHARING_POLICIES = (
     "fairgpu-frag",
 )
 
-DEFAULT_POLICY = "binpack"
+# Measured best on the openb traces (benchmarks/gpu_allocation).
+DEFAULT_POLICY = "fairgpu-frag"
 
 
 def register_policy(name: str, factory: Callable[[], Profile]) -> None:

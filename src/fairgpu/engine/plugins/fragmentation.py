@@ -185,6 +185,38 @@ def fragmentation(
     return frag @ typical.weight
 
 
+def _units(f: np.ndarray, typical: TypicalPods) -> np.ndarray:
+    """(..., D, T): how many pods of each typical shape fit in each device's free milli."""
+    m = typical.milli
+    per = f[..., :, None] // np.maximum(m, 1)
+    # Whole-GPU shapes need an idle device; CPU-only shapes use no device.
+    return np.where(m >= WHOLE, f[..., :, None] >= WHOLE, np.where(m > 0, per, 0))
+
+
+def _usable(
+    units_sum: np.ndarray, cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods
+) -> np.ndarray:
+    """(...): expected GPU milli the typical shapes could still consume, packing copies of
+    each shape into the node until its devices or its CPU run out."""
+    count = np.maximum(typical.count, 1)
+    slots = units_sum // count
+    by_cpu = np.maximum(cpu_left, 0)[..., None] // np.maximum(typical.cpu, 1)
+    k = np.minimum(slots, np.where(typical.cpu > 0, by_cpu, slots))
+    usable = np.where(access, k * count * np.minimum(typical.milli, WHOLE), 0)
+    return usable @ typical.weight
+
+
+def capacity_fragmentation(
+    free: np.ndarray, cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods
+) -> np.ndarray:
+    """Expected fragmentation by packing capacity (milli-GPU): free GPU milli minus what the
+    typical shapes could still consume there, counting several copies per node and the CPU
+    each copy needs. Finer than :func:`fragmentation`, which asks only whether one copy fits.
+    """
+    f = free.astype(np.int64)
+    return f.sum(-1) - _usable(_units(f, typical).sum(-2), cpu_left, access, typical)
+
+
 # ---- cached per-node scoring -------------------------------------------------------------
 class _Cache:
     __slots__ = ("devices", "scores", "versions")
@@ -267,8 +299,19 @@ class CachedNodeScore(ScorePlugin):
     ) -> np.ndarray:
         """Cached raw scores; the assumed devices are left in ``cycle.data[DEVICE_CHOICE]``."""
         scores, devices = self.cached(pod, cluster, nodes)
-        cycle.data[DEVICE_CHOICE] = dict(zip(nodes.tolist(), devices.tolist(), strict=True))
+        cycle.data[DEVICE_CHOICE] = (nodes, devices)
         return scores
+
+
+def scored_device(cycle: CycleState, node: int) -> int | None:
+    """The device a score plugin assumed for ``node`` in this attempt (None: not scored,
+    -1: no device choice)."""
+    entry = cycle.data.get(DEVICE_CHOICE)
+    if entry is None:
+        return None
+    nodes, devices = entry
+    hit = np.flatnonzero(nodes == node)
+    return int(devices[hit[0]]) if hit.size else None
 
 
 def _free(cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
@@ -456,8 +499,12 @@ class _FragmentationBase(CachedNodeScore):
         typical_pods: Sequence[dict[str, Any]] | None = None,
         coverage: float = 0.95,
         learn_every: int = 256,
+        measure: str = "fgd",
     ) -> None:
         super().__init__()
+        if measure not in ("fgd", "capacity"):
+            raise ValueError(f"{self.name}.measure: unknown {measure!r} (fgd | capacity)")
+        self.measure = measure
         if learn_every < 1:
             raise ValueError(f"{self.name}.learn_every: must be >= 1 (got {learn_every})")
         self.coverage = coverage
@@ -512,6 +559,8 @@ class _FragmentationBase(CachedNodeScore):
         acc = self.access(cluster, nodes)
         free = _free(cluster, nodes)
         cpu = _cpu_left(cluster, nodes)
+        if self.measure == "capacity":
+            return self._capacity_deltas(pod, cluster, nodes, free, cpu, acc)
         before = fragmentation(free, cpu, acc, typical)
         gpu = pod.gpu
         cpu_after = cpu - pod.requests.get(CPU, 0)
@@ -544,6 +593,47 @@ class _FragmentationBase(CachedNodeScore):
         delta = before[:, None] - after
         valid = shared_fit(pod, cluster, nodes)
         return np.where(valid, delta, np.nan), before
+
+    def _capacity_deltas(
+        self,
+        pod: PodInfo,
+        cluster: ClusterState,
+        nodes: np.ndarray,
+        free: np.ndarray,
+        cpu: np.ndarray,
+        acc: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`deltas` under :func:`capacity_fragmentation`."""
+        typical = self.typical
+        assert typical is not None
+        gpu = pod.gpu
+        cpu_after = cpu - pod.requests.get(CPU, 0)
+        units = _units(free, typical)  # (S, D, T)
+        total_units = units.sum(1)
+        before = free.sum(1) - _usable(total_units, cpu, acc, typical)
+        if gpu.count <= 0:
+            after = free.sum(1) - _usable(total_units, cpu_after, acc, typical)
+            return (before - after)[:, None], before
+        if not gpu.is_shared:
+            f2 = np.where(_whole_take(cluster, nodes, gpu.count), 0, free)
+            after = capacity_fragmentation(f2, cpu_after, acc, typical)
+            return (before - after)[:, None], before
+        f2 = free - gpu.milli  # (S, D): the pod on each candidate device
+        units2 = _units(np.maximum(f2, 0), typical)
+        sums = total_units[:, None, :] - units + units2  # (S, D, T)
+        after = (free.sum(1) - gpu.milli)[:, None] - _usable(
+            sums, cpu_after[:, None], acc[:, None, :], typical
+        )
+        delta = before[:, None] - after
+        return np.where(shared_fit(pod, cluster, nodes), delta, np.nan), before
+
+
+def _gpu_weighted(typical: TypicalPods) -> TypicalPods:
+    """The same shapes weighted by the GPU milli they ask rather than by pod count."""
+    w = typical.weight * typical.count * np.minimum(typical.milli, WHOLE)
+    if w.sum() <= 0:
+        return typical
+    return TypicalPods(typical.cpu, typical.milli, typical.count, typical.models, w / w.sum())
 
 
 def _sigmoid_score(delta: np.ndarray) -> np.ndarray:
@@ -599,9 +689,18 @@ class FragmentationScore(_FragmentationBase):
         coverage: float = 0.95,
         learn_every: int = 256,
         resolution: float = 1.0,
-        packing_weight: float = 1.0,
+        packing_weight: float = 0.0,
+        measure: str = "capacity",
+        quantize: str = "linear",
+        weight_by_gpu: bool = False,
     ) -> None:
-        super().__init__(typical_pods, coverage, learn_every)
+        super().__init__(typical_pods, coverage, learn_every, measure)
+        self.weight_by_gpu = weight_by_gpu
+        if weight_by_gpu and self.typical is not None:
+            self.typical = _gpu_weighted(self.typical)
+        if quantize not in ("linear", "sigmoid"):
+            raise ValueError(f"{self.name}.quantize: unknown {quantize!r} (linear | sigmoid)")
+        self.quantize = quantize
         if resolution <= 0:
             raise ValueError(f"{self.name}.resolution: must be positive (got {resolution})")
         self.resolution = resolution
@@ -627,7 +726,11 @@ class FragmentationScore(_FragmentationBase):
             np.clip(gpu_left, 0, MAX_SPEC_GPU) / (MAX_SPEC_GPU + 1) * 0.999
             + np.clip(cpu_left, 0, MAX_SPEC_CPU) / (MAX_SPEC_CPU + 1) * 0.000999
         )
-        primary = np.floor(delta / self.resolution)  # (S, D) or (S, 1)
+        if self.quantize == "sigmoid":
+            primary = _sigmoid_score(np.nan_to_num(delta))
+            primary = np.where(np.isnan(delta), np.nan, primary)
+        else:
+            primary = np.floor(delta / self.resolution)  # (S, D) or (S, 1)
         if delta.shape[1] == 1 and not pod.gpu.is_shared:
             return primary[:, 0] + self.packing_weight * fit * 0.5, np.full(nodes.size, -1)
         # Sharing: per device, tighter device is better among equal deltas.
@@ -654,9 +757,9 @@ class DeviceFromScore(DevicePolicy):
         """The scored device if it still fits, else best-fit."""
         gpu = pod.gpu
         if gpu.is_shared:
-            choice = cycle.data.get(DEVICE_CHOICE, {}).get(node, -1)
-            if choice >= 0 and bool(shared_fit(pod, cluster, node)[choice]):
-                return (int(choice),)
+            choice = scored_device(cycle, node)
+            if choice is not None and choice >= 0 and bool(shared_fit(pod, cluster, node)[choice]):
+                return (choice,)
         return DeviceBestFit().choose(cycle, pod, cluster, node)
 
 
@@ -674,7 +777,7 @@ class DeviceFgd(DeviceFromScore):
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
     ) -> tuple[int, ...] | None:
         """Scored device, or a fresh FGD evaluation of the node."""
-        if pod.gpu.is_shared and node not in cycle.data.get(DEVICE_CHOICE, {}):
+        if pod.gpu.is_shared and scored_device(cycle, node) is None:
             if self._scorer is None:
                 self._scorer = FgdScore(**self.score_args)
             self._scorer.score(cycle, pod, cluster, np.array([node]))
@@ -695,7 +798,7 @@ class DeviceFragmentation(DeviceFromScore):
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
     ) -> tuple[int, ...] | None:
         """Scored device, or a fresh evaluation of the node."""
-        if pod.gpu.is_shared and node not in cycle.data.get(DEVICE_CHOICE, {}):
+        if pod.gpu.is_shared and scored_device(cycle, node) is None:
             if self._scorer is None:
                 self._scorer = FragmentationScore(**self.score_args)
             self._scorer.score(cycle, pod, cluster, np.array([node]))

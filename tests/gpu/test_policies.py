@@ -1,0 +1,157 @@
+"""Placement policies on tiny hand-made clusters: each chooses as its contract says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gpu_builders import gpu_node, gpu_pod, make_cluster, place, scheduler
+
+from fairgpu.engine.framework import CycleState
+from fairgpu.engine.plugins.fragmentation import (
+    FgdScore,
+    FragmentationScore,
+    TypicalPods,
+    capacity_fragmentation,
+    fragmentation,
+)
+from fairgpu.engine.policies import DEFAULT_POLICY, GPU_SHARING_POLICIES, policy
+
+WHOLE_ONLY = [{"cpu": 1000, "milli": 1000, "count": 1, "weight": 1}]
+HALVES = [{"cpu": 1000, "milli": 500, "count": 1, "weight": 1}]
+
+
+def _busy(state, node: str, device: int, milli: int, name: str) -> None:  # type: ignore[no-untyped-def]
+    state.assign(gpu_pod(name, milli=milli), state.node_index[node], (device,))
+
+
+def test_device_best_fit_takes_tightest_device_lowest_index_on_ties() -> None:
+    state = make_cluster(gpu_node("a", gpus=4))
+    _busy(state, "a", 1, 500, "x")
+    _busy(state, "a", 2, 600, "y")
+    _busy(state, "a", 3, 600, "z")
+    assert place(scheduler("best-fit"), state, gpu_pod("p", milli=300)) == ("a", (2,))
+
+
+def test_best_fit_prefers_the_fullest_node() -> None:
+    state = make_cluster(gpu_node("a"), gpu_node("b"), gpu_node("c"))
+    state.assign(gpu_pod("w", count=2), state.node_index["b"], (0, 1))
+    assert place(scheduler("best-fit"), state, gpu_pod("p"))[0] == "b"
+
+
+def test_gpu_packing_prefers_a_partly_used_device() -> None:
+    state = make_cluster(gpu_node("a"), gpu_node("b"))
+    state.assign(gpu_pod("w", count=1), state.node_index["a"], (0,))
+    _busy(state, "b", 2, 400, "s")
+    assert place(scheduler("gpu-packing"), state, gpu_pod("p", milli=500)) == ("b", (2,))
+    # A whole GPU goes to the node already in use rather than opening an idle one.
+    fresh = make_cluster(gpu_node("idle"), gpu_node("used"))
+    fresh.assign(gpu_pod("w2"), fresh.node_index["used"], (0,))
+    assert place(scheduler("gpu-packing"), fresh, gpu_pod("q"))[0] == "used"
+
+
+def test_gpu_clustering_keeps_shapes_together() -> None:
+    state = make_cluster(gpu_node("whole"), gpu_node("shared"), gpu_node("empty"))
+    state.assign(gpu_pod("w"), state.node_index["whole"], (0,))
+    _busy(state, "shared", 0, 300, "s")
+    assert place(scheduler("gpu-clustering"), state, gpu_pod("p", milli=200))[0] == "shared"
+    assert place(scheduler("gpu-clustering"), state, gpu_pod("q"))[0] == "whole"
+
+
+@pytest.mark.parametrize("name", ["fgd", "fairgpu-frag"])
+def test_fragmentation_policies_fill_the_partly_used_device(name: str) -> None:
+    # Typical pods want whole GPUs: a share should go where a device is already broken.
+    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+    _busy(state, "b", 1, 600, "s")
+    assert place(scheduler(name, WHOLE_ONLY), state, gpu_pod("p", milli=400)) == ("b", (1,))
+
+
+def test_ours_packs_to_typical_sizes_where_best_fit_does_not() -> None:
+    def fresh():  # type: ignore[no-untyped-def]
+        state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+        _busy(state, "a", 0, 500, "x")
+        _busy(state, "b", 0, 300, "y")
+        return state
+
+    # Best fit: least GPU left -> node a. Ours: 700 - 200 leaves exactly a typical 500 on b.
+    assert place(scheduler("best-fit"), fresh(), gpu_pod("p", milli=200)) == ("a", (0,))
+    assert place(scheduler("fairgpu-frag", HALVES), fresh(), gpu_pod("p", milli=200)) == (
+        "b",
+        (0,),
+    )
+
+
+def test_random_policy_chooses_feasible_nodes_only_and_varies_with_seed() -> None:
+    chosen = set()
+    for seed in range(12):
+        state = make_cluster(gpu_node("a"), gpu_node("b"), gpu_node("c"), gpu_node("full", gpus=1))
+        state.assign(gpu_pod("w"), state.node_index["full"], (0,))
+        chosen.add(place(scheduler("random", seed=seed), state, gpu_pod("p"))[0])
+    assert "full" not in chosen and len(chosen) >= 2
+
+
+def test_fragmentation_measures_on_a_known_node() -> None:
+    typical = TypicalPods.from_args(HALVES)
+    free = np.array([[300, 1000]])
+    acc = np.ones((1, 1), dtype=bool)
+    # FGD: the 300 device is too small for a 500 pod -> 300 fragment.
+    assert fragmentation(free, np.array([64000]), acc, typical)[0] == pytest.approx(300)
+    # Capacity: 300 + (1000 - 2*500) -> 300; with CPU for one copy only, 800 is unusable.
+    assert capacity_fragmentation(free, np.array([64000]), acc, typical)[0] == pytest.approx(300)
+    assert capacity_fragmentation(free, np.array([1000]), acc, typical)[0] == pytest.approx(800)
+    cpu_only = TypicalPods.from_args([{"cpu": 1000, "weight": 1}])
+    assert fragmentation(free, np.array([64000]), np.zeros((1, 1), bool), cpu_only)[0] == 1300
+
+
+def test_typical_pods_cover_the_most_frequent_shapes() -> None:
+    pods = [gpu_pod(f"a{i}", milli=500) for i in range(90)]
+    pods += [gpu_pod(f"b{i}", count=2) for i in range(6)] + [gpu_pod(f"c{i}", 0) for i in range(4)]
+    typical = TypicalPods.from_pods(pods, coverage=0.95)
+    assert typical.size == 2
+    assert typical.weight.sum() == pytest.approx(1.0)
+    assert typical.weight[0] == pytest.approx(90 / 96)
+
+
+def test_fgd_learns_shapes_online_when_none_are_configured() -> None:
+    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+    sched = scheduler("fgd")
+    for i in range(5):
+        place(sched, state, gpu_pod(f"p{i}", milli=500))
+    score = next(p for p, _ in sched.scores if isinstance(p, FgdScore))
+    assert score.typical is not None and score.typical.milli.tolist() == [500]
+    assert np.all(state.device_milli_free[:2, :2] >= 0)
+
+
+def test_scores_are_cached_until_the_node_changes() -> None:
+    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+    plugin = FragmentationScore(typical_pods=HALVES)
+    nodes = np.array([0, 1])
+    pod = gpu_pod("p", milli=200)
+    calls = []
+    original = plugin.compute
+
+    def spy(p, c, n):  # type: ignore[no-untyped-def]
+        calls.append(n.tolist())
+        return original(p, c, n)
+
+    plugin.compute = spy  # type: ignore[method-assign]
+    first = plugin.score(CycleState(), pod, state, nodes)
+    plugin.score(CycleState(), pod, state, nodes)
+    _busy(state, "b", 0, 300, "x")
+    second = plugin.score(CycleState(), pod, state, nodes)
+    assert calls == [[0, 1], [1]]
+    assert first[0] == second[0] and first[1] != second[1]
+
+
+def test_invalid_asks_get_a_clear_reason() -> None:
+    state = make_cluster(gpu_node("a", model="T4"))
+    result = scheduler(DEFAULT_POLICY).schedule(gpu_pod("p", models=frozenset({"A100"})), state)
+    assert not result.ok and "A100" in result.reason()
+    too_big = scheduler(DEFAULT_POLICY).schedule(gpu_pod("q", count=9), state)
+    assert not too_big.ok and "9 GPUs" in too_big.reason()
+
+
+def test_every_sharing_policy_states_its_tie_break() -> None:
+    for name in GPU_SHARING_POLICIES:
+        prof = policy(name)
+        assert prof.tie_break in ("fixed-rank", "random") and prof.name == name
+    assert DEFAULT_POLICY in GPU_SHARING_POLICIES
