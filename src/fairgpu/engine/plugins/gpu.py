@@ -54,34 +54,45 @@ class GpuRequestCheck(PreFilterPlugin):
 
     name = "GpuRequestCheck"
 
+    def __init__(self) -> None:
+        self._version = -1
+        self._models: set[str] = set()
+        self._max_count = 0
+        self._max_memory = 0
+
+    def _cluster_limits(self, cluster: ClusterState) -> None:
+        # Node descriptions change rarely: recompute only when one does.
+        if self._version == cluster.static_version:
+            return
+        n = cluster.size
+        active = cluster.active[:n]
+        self._models = {node.gpu_model for _, node in cluster.active_nodes() if node.gpu_count}
+        self._max_count = int(cluster.gpu_count[:n][active].max(initial=0))
+        self._max_memory = int(cluster.device_memory_total[:n][active].max(initial=0))
+        self._version = cluster.static_version
+
     def pre_filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> Status:
         """Unknown model, more devices than any node has, memory above every device."""
         gpu = pod.gpu
-        if gpu.count == 0:
+        if gpu.count == 0 or cluster.size == 0:
             return Status()
-        n = cluster.size
-        active = cluster.active[:n]
-        if gpu.models is not None:
-            present = {node.gpu_model for _, node in cluster.active_nodes() if node.gpu_count}
-            if present and not (gpu.models & present):
-                wanted = "|".join(sorted(gpu.models))
-                return Status.unresolvable(
-                    self.name,
-                    f"GPU model {wanted} not in cluster (have {'|'.join(sorted(present))})",
-                )
-        if cluster.size and gpu.count > int(cluster.gpu_count[:n][active].max(initial=0)):
+        self._cluster_limits(cluster)
+        present = self._models
+        if gpu.models is not None and present and not (gpu.models & present):
+            wanted = "|".join(sorted(gpu.models))
+            return Status.unresolvable(
+                self.name, f"GPU model {wanted} not in cluster (have {'|'.join(sorted(present))})"
+            )
+        if gpu.count > self._max_count:
             return Status.unresolvable(
                 self.name,
-                f"{gpu.count} GPUs asked, but no node has more than "
-                f"{int(cluster.gpu_count[:n][active].max(initial=0))}",
+                f"{gpu.count} GPUs asked, but no node has more than {self._max_count}",
             )
-        if gpu.memory_mib and cluster.size:
-            biggest = int(cluster.device_memory_total[:n][active].max(initial=0))
-            if gpu.memory_mib > biggest:
-                return Status.unresolvable(
-                    self.name,
-                    f"{gpu.memory_mib} MiB of GPU memory asked, largest GPU has {biggest}",
-                )
+        if gpu.memory_mib and gpu.memory_mib > self._max_memory:
+            return Status.unresolvable(
+                self.name,
+                f"{gpu.memory_mib} MiB of GPU memory asked, largest GPU has {self._max_memory}",
+            )
         return Status()
 
 
