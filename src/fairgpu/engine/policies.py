@@ -104,9 +104,23 @@ def fgd() -> Profile:
 
 
 def fairgpu_frag() -> Profile:
-    """Ours: exact fragmentation increase first, tightest fit second, device chosen jointly
-    with the node, fixed-rank ties."""
-    return _single("fairgpu-frag", frag.FragmentationScore.name, frag.DeviceFragmentation.name)
+    """Ours: the workload's preferences first (preferred node affinity -- e.g. a node pool --,
+    PreferNoSchedule taints, preferred pod affinity: weight 1000 each, so they dominate), then
+    the smallest exact increase of expected fragmentation measured by packing capacity
+    (:func:`~fairgpu.engine.plugins.fragmentation.capacity_fragmentation`), with the device
+    chosen jointly with the node; fixed-rank ties. Without preferences (the openb traces) the
+    preference scores are equal on every node and only fragmentation decides."""
+    return Profile(
+        name="fairgpu-frag",
+        scores=[
+            ScoreRef(name="TaintToleration", weight=1000),
+            ScoreRef(name="NodeAffinity", weight=1000),
+            ScoreRef(name="InterPodAffinity", weight=1000),
+            ScoreRef(name=frag.FragmentationScore.name, weight=1),
+        ],
+        device_policy=frag.DeviceFragmentation.name,
+        tie_break="fixed-rank",
+    )
 
 
 # Score plugins / device policies that read the workload's typical pod shapes.
