@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import multiprocessing as mp
+import signal
 import sys
 import time
 from pathlib import Path
@@ -110,6 +111,9 @@ def main() -> int:
     started = time.perf_counter()
     runs: list[dict[str, Any]] = []
     pool = mp.get_context("fork").Pool(max(1, opts.workers))
+    # Ctrl-C or SIGTERM summarises the runs done so far (a background job ignores SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         for done, run in enumerate(pool.imap_unordered(_job, jobs), start=1):
             runs.append(run)
