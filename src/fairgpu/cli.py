@@ -83,7 +83,9 @@ def simulate(
     out: Annotated[
         Path | None, typer.Option(help="Write summary.json and pods.csv into this directory.")
     ] = None,
-    report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report.")] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="Write a self-contained HTML report with plots.")
+    ] = None,
     protocol: Annotated[
         str | None,
         typer.Option(help="'fgd': replay an openb trace with the published FGD protocol."),
@@ -115,7 +117,7 @@ def simulate(
         return
     try:
         if protocol is not None:
-            _simulate_protocol(protocol, trace, nodes, policy, seed, out)
+            _simulate_protocol(protocol, trace, nodes, policy, seed, out, report)
             return
         _simulate(
             workload, nodes, policy or DEFAULT_POLICY, ordering, config, seed, out, report, until
@@ -287,6 +289,7 @@ def _simulate_protocol(
     policy: str | None,
     seed: int,
     out: Path | None,
+    report: Path | None = None,
 ) -> None:
     """The published FGD experiment on an openb trace, ours beside the reference figures."""
     if protocol != "fgd":
@@ -328,6 +331,12 @@ def _simulate_protocol(
 
         write_summary(summary, out / "summary.json")
         console.print(f"wrote {out / 'summary.json'}")
+    if report is not None:
+        from fairgpu.report.html import write_protocol_report
+
+        report.parent.mkdir(parents=True, exist_ok=True)
+        write_protocol_report(result, reference_figures(result.workload) or {}, report)
+        console.print(f"wrote {report}")
 
 
 def _print_protocol_table(result: Any, figures: dict[str, dict[int, tuple[float, float]]]) -> None:

@@ -100,13 +100,11 @@ def _plots(result: SimulationResult, fair: dict[str, float] | None) -> list[tupl
 
     if tl.fragmentation_milli:
         fig, ax = plt.subplots(figsize=(9, 3.2))
-        ax.step(x, 100.0 * np.asarray(tl.fragmentation_milli) / cap, where="post",
-                color="#b83280")
+        ax.step(x, 100.0 * np.asarray(tl.fragmentation_milli) / cap, where="post", color="#b83280")
         ax.set_ylabel("fragmented GPU (% of cluster)")
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-        out.append(("GPU fragmentation: idle GPU compute no pending pod shape can use",
-                    _png(fig)))
+        out.append(("GPU fragmentation: idle GPU compute no pending pod shape can use", _png(fig)))
     del fair
     return out
 
@@ -132,10 +130,20 @@ def _tenant_rows(summary: dict[str, Any]) -> str:
     for tenant, t in summary.get("tenants", {}).items():
         fair = t.get("fair_share_pct")
         rows.append(
-            "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-                tenant, t.get("pods"), t.get("started"), t.get("gpu_share_of_capacity_pct"),
-                "" if fair is None else fair, t.get("wait_p50_s"), t.get("wait_p99_s"),
-            )) + "</tr>"
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(v))}</td>"
+                for v in (
+                    tenant,
+                    t.get("pods"),
+                    t.get("started"),
+                    t.get("gpu_share_of_capacity_pct"),
+                    "" if fair is None else fair,
+                    t.get("wait_p50_s"),
+                    t.get("wait_p99_s"),
+                )
+            )
+            + "</tr>"
         )
     return "".join(rows)
 
@@ -155,6 +163,82 @@ img{max-width:100%} code{background:#edf2f7;padding:0 .25rem;border-radius:3px}
 """
 
 
+def _page(title: str, subtitle: str, body: str) -> str:
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{_CSS}</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p class="sub">{html.escape(subtitle)}</p>
+{body}
+</body></html>
+"""
+
+
+def _figure(title: str, data: str) -> str:
+    return (
+        f"<figure><figcaption>{html.escape(title)}</figcaption>"
+        f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}"></figure>'
+    )
+
+
+def write_protocol_report(
+    result: Any, figures: dict[str, dict[int, tuple[float, float]]], path: Path
+) -> None:
+    """Report for one FGD-protocol run: allocation vs arrival beside the published means, and
+    fragmentation as arrivals accumulate."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    ax.plot(
+        result.arrived_pct, result.allocated_pct, color="#2b6cb0", label=f"ours: {result.policy}"
+    )
+    for name, points in sorted(figures.items()):
+        xs = sorted(points)
+        ax.plot(xs, [points[x][0] for x in xs], "o--", ms=3, lw=0.8, label=f"{name} (published)")
+    ax.plot([0, 100], [0, 100], color="#a0aec0", lw=0.6)
+    ax.set_xlim(70, 132)
+    ax.set_ylim(70, 100)
+    ax.set_xlabel("GPU requested by arrived pods (% of cluster)")
+    ax.set_ylabel("GPU allocated (% of cluster)")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3)
+    parts = [_figure("GPU allocation as pods arrive", _png(fig))]
+    if result.fragmentation_pct:
+        arrivals = [a for a, _, _ in result.fragmentation_pct]
+        x = np.interp(arrivals, np.arange(1, len(result.arrived_pct) + 1), result.arrived_pct)
+        fig, ax = plt.subplots(figsize=(9, 3.2))
+        ax.plot(
+            x,
+            [f for _, f, _ in result.fragmentation_pct],
+            color="#b83280",
+            label="expected fragmentation (typical pods)",
+        )
+        ax.plot(x, [i for _, _, i in result.fragmentation_pct], color="#718096", label="idle GPU")
+        ax.set_xlabel("GPU requested by arrived pods (% of cluster)")
+        ax.set_ylabel("% of cluster GPU")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        parts.append(_figure("GPU fragmentation as pods arrive", _png(fig)))
+    rows = "".join(
+        f"<tr><td>{pct}%</td><td>{result.gpu_allocation_at.get(pct, float('nan')):.2f}</td>"
+        + "".join(
+            f"<td>{figures[n][pct][0]:.2f}</td>" if pct in figures[n] else "<td>-</td>"
+            for n in sorted(figures)
+        )
+        + "</tr>"
+        for pct in (100, 110, 120, 130)
+    )
+    head = "".join(f"<th>{html.escape(n)} (published)</th>" for n in sorted(figures))
+    table = (
+        f"<table><thead><tr><th>arrived</th><th>ours</th>{head}</tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+    subtitle = (
+        f"{result.workload}: {result.nodes} nodes, {result.gpus} GPUs, {result.arrivals} "
+        f"arrivals, seed {result.seed}; policy {result.policy} (tie-break {result.tie_break})"
+    )
+    path.write_text(_page("fairgpu FGD-protocol report", subtitle, table + "".join(parts)))
+
+
 def write_report(
     result: SimulationResult,
     summary: dict[str, Any],
@@ -165,7 +249,7 @@ def write_report(
     plots = _plots(result, fair_shares)
     params = summary.get("parameters", {})
     figures = "".join(
-        f'<figure><figcaption>{html.escape(title)}</figcaption>'
+        f"<figure><figcaption>{html.escape(title)}</figcaption>"
         f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}"></figure>'
         for title, data in plots
     )
