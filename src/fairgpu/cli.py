@@ -358,6 +358,154 @@ def _print_protocol_table(result: Any, figures: dict[str, dict[int, tuple[float,
     if not figures:
         console.print("(no published figures found for this list: ../shared/reference absent)")
 
+@app.command()
+def run(
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)."),
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="Tenancy config YAML (queues, weights, quotas).")
+    ] = None,
+    policy: Annotated[str | None, typer.Option(help="Placement policy (see simulate).")] = None,
+    ordering: Annotated[
+        str, typer.Option(help="Queue ordering: 'fair' (weighted fair share) or 'kube-default'.")
+    ] = "fair",
+    scheduler_name: Annotated[
+        str, typer.Option(help="Schedule pods whose spec.schedulerName is this.")
+    ] = "fairgpu",
+    leader_elect: Annotated[
+        bool, typer.Option(help="Campaign for a Lease; only the leader schedules.")
+    ] = True,
+    lease_namespace: Annotated[str, typer.Option(help="Namespace of the Lease.")] = (
+        "fairgpu-system"
+    ),
+    lease_name: Annotated[str, typer.Option(help="Name of the Lease.")] = "fairgpu-scheduler",
+    lease_duration: Annotated[
+        float, typer.Option(help="Seconds a standby waits after the last renewal.")
+    ] = 15.0,
+    renew_deadline: Annotated[
+        float, typer.Option(help="Seconds the leader retries renewing before stepping down.")
+    ] = 10.0,
+    retry_period: Annotated[float, typer.Option(help="Seconds between Lease attempts.")] = 2.0,
+    metrics_port: Annotated[
+        int, typer.Option(help="Port of /metrics, /healthz and /readyz (0: any free port).")
+    ] = 10259,
+    metrics_host: Annotated[str, typer.Option(help="Address the HTTP server binds.")] = "0.0.0.0",
+    qps: Annotated[
+        float, typer.Option(help="Client rate limit for binds and evictions (<= 0: none).")
+    ] = 200.0,
+    burst: Annotated[int, typer.Option(help="Client rate-limit burst.")] = 400,
+    bind_workers: Annotated[int, typer.Option(help="Concurrent bind calls.")] = 16,
+    events_qps: Annotated[
+        float, typer.Option(help="Rate cap for FailedScheduling events and conditions.")
+    ] = 20.0,
+    node_pool_label: Annotated[
+        str,
+        typer.Option(help="Node-pool label/taint key for placement derived from workload type."),
+    ] = "example.com/node.usage",
+    max_devices: Annotated[int, typer.Option(help="Most GPUs on one node.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed for random tie-breaking.")] = 0,
+    identity: Annotated[
+        str | None, typer.Option(help="Leader-election identity (default: host + random).")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run fairgpu as a Kubernetes scheduler (JSON logs on stderr; SIGTERM stops gracefully)."""
+    from fairgpu.engine.policies import DEFAULT_POLICY
+    from fairgpu.kube import RunConfig
+    from fairgpu.kube import run as run_live
+
+    if ordering not in ("fair", "kube-default"):
+        _fail(f"--ordering must be 'fair' or 'kube-default', not {ordering!r}")
+    if config is not None and not config.exists():
+        _fail(f"{config}: no such file or directory")
+    settings = RunConfig(
+        kubeconfig=kubeconfig,
+        context=context,
+        tenancy=config,
+        policy=policy or DEFAULT_POLICY,
+        ordering=ordering,
+        scheduler_name=scheduler_name,
+        leader_elect=leader_elect,
+        lease_namespace=lease_namespace,
+        lease_name=lease_name,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+        identity=identity,
+        metrics_host=metrics_host,
+        metrics_port=metrics_port,
+        qps=qps,
+        burst=burst,
+        bind_workers=bind_workers,
+        events_qps=events_qps,
+        node_pool_label=node_pool_label,
+        max_devices=max_devices,
+        seed=seed,
+        log_level=log_level,
+    )
+    try:
+        code = run_live(settings)
+    except (ValueError, OSError) as error:
+        _fail(str(error))
+    raise typer.Exit(code=code)
+
+
+dev_cluster_app = typer.Typer(
+    help="A local control plane with fake GPU nodes (for trying fairgpu)."
+)
+app.add_typer(dev_cluster_app, name="dev-cluster")
+
+
+@dev_cluster_app.command("up")
+def dev_cluster_up(
+    nodes: Annotated[int, typer.Option(help="Number of fake GPU nodes.")] = 8,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
+    gpu_model: Annotated[
+        list[str] | None, typer.Option(help="GPU model(s), cycled over the nodes.")
+    ] = None,
+    namespace: Annotated[
+        list[str] | None, typer.Option(help="Namespaces to create (repeatable).")
+    ] = None,
+    domain: Annotated[str, typer.Option(help="Node-pool label/taint domain.")] = "example.com",
+    kubelet: Annotated[bool, typer.Option(help="Run the fake kubelet.")] = True,
+    kube_scheduler: Annotated[bool, typer.Option(help="Also run kube-scheduler.")] = False,
+    kubeconfig_out: Annotated[
+        Path | None, typer.Option(help="Copy the kubeconfig here (removed on exit).")
+    ] = None,
+    bin_dir: Annotated[
+        Path | None, typer.Option(help="Directory with kube-apiserver, kube-scheduler, etcd.")
+    ] = None,
+    workdir: Annotated[
+        Path | None, typer.Option(help="Keep certificates, data and logs here.")
+    ] = None,
+) -> None:
+    """Start etcd + kube-apiserver with fake GPU nodes and block until Ctrl-C.
+
+    Then, in another shell: ``fairgpu run --kubeconfig <printed path> --no-leader-elect``.
+    """
+    from fairgpu.devcluster import ControlPlaneError, up
+
+    try:
+        up(
+            nodes,
+            bin_dir=bin_dir,
+            domain=domain,
+            gpu_models=tuple(gpu_model or ("NVIDIA-A100-SXM4-80GB",)),
+            gpus_per_node=gpus_per_node,
+            namespaces=tuple(namespace or ("default",)),
+            kubelet=kubelet,
+            kube_scheduler=kube_scheduler,
+            kubeconfig_out=kubeconfig_out,
+            workdir=workdir,
+            echo=console.print,
+        )
+    except (ControlPlaneError, ValueError, OSError) as error:
+        _fail(str(error))
+
+
 
 def main() -> None:
     """Entry point for ``python -m fairgpu``."""
