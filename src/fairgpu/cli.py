@@ -358,6 +358,7 @@ def _print_protocol_table(result: Any, figures: dict[str, dict[int, tuple[float,
     if not figures:
         console.print("(no published figures found for this list: ../shared/reference absent)")
 
+
 @app.command()
 def run(
     kubeconfig: Annotated[
@@ -504,7 +505,6 @@ def dev_cluster_up(
         )
     except (ControlPlaneError, ValueError, OSError) as error:
         _fail(str(error))
-
 
 
 def main() -> None:
