@@ -170,3 +170,115 @@ def scheduler(cp: ControlPlane, **overrides: Any) -> Iterator[LiveScheduler]:
         s.stop()
         t.join(30)
         assert not t.is_alive(), "scheduler did not stop"
+
+
+class SchedulerProcess:
+    """``python -m fairgpu run`` as a child process (for crash and leader-election tests)."""
+
+    def __init__(self, cp: ControlPlane, log_path: Any, *args: str) -> None:
+        import subprocess
+        import sys
+
+        from fairgpu.devcluster.controlplane import free_port
+
+        self.port = free_port()
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fairgpu",
+                "run",
+                f"--kubeconfig={cp.kubeconfig_path}",
+                f"--metrics-port={self.port}",
+                "--metrics-host=127.0.0.1",
+                "--qps=0",
+                *args,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def get(self, path: str) -> tuple[int, str]:
+        """GET ``path`` on the metrics port: (status, body); (0, '') if unreachable."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def metric(self, name: str) -> float:
+        """Sum of the samples of metric ``name`` (0 if absent)."""
+        _, text = self.get("/metrics")
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait for ``/readyz``; fail with the log tail if the process died."""
+
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                pytest.fail(f"scheduler exited: {self.log_tail()}")
+            return self.get("/readyz")[0] == 200
+
+        wait_for(ready, timeout)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the log."""
+        with open(self.log_path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+
+    def kill9(self) -> None:
+        """SIGKILL, no chance to clean up."""
+        self.proc.kill()
+        self.wait()
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 20.0) -> int:
+        """Wait for exit (SIGKILL after ``timeout``)."""
+        import subprocess
+
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(5)
+        self._log.close()
+        return code
+
+
+def gpu_usage(client: KubeClient, ns: str) -> dict[str, list[int]]:
+    """Per node, the GPU device indexes that bound pods of ``ns`` hold (from the annotation)."""
+    from fairgpu.model.gpu import decode_gpu_devices
+
+    usage: dict[str, list[int]] = {}
+    for p in pods(client, ns):
+        node = p["spec"].get("nodeName")
+        if not node:
+            continue
+        ann = (p["metadata"].get("annotations") or {}).get("fairgpu.io/gpu-devices", "")
+        usage.setdefault(node, []).extend(d.index for d in decode_gpu_devices(ann))
+    return usage
+
+
+def create_many(client: KubeClient, ns: str, manifests: list[dict[str, Any]]) -> None:
+    """Create many pods concurrently."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda m: create(client, ns, m), manifests))
