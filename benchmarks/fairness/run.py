@@ -20,7 +20,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from fairgpu.model.node import NodeInfo
 from fairgpu.model.pod import ANN_DURATION, CPU, LABEL_QUEUE, LABEL_USER, MEMORY, PODS, PodInfo
 from fairgpu.sim.simulator import Simulation, SimulationResult, percentile
 from fairgpu.sim.workload import PodArrival, Workload
-from fairgpu.tenancy import TenancyConfig, fair_shares, jain_index, parse_config
+from fairgpu.tenancy import TenancyConfig, fair_share_series, jain_index, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENB = ROOT.parent / "shared" / "traces" / "openb"
@@ -214,24 +214,61 @@ def gang_vs_stream(seed: int) -> Scenario:
     )
 
 
+OPENB_LOAD = 1.3
+OPENB_COPIES = 3
+OPENB_MIN_RUN, OPENB_MAX_RUN = 60.0, 1800.0
+
+
 def openb(seed: int) -> Scenario | None:
+    """openb default pods hashed to 4 tenants under contention.
+
+    The trace itself spans 150 days at <1% load and all its pods together ask ~98% of the
+    cluster's GPUs, so it never contends. Here it is replayed :data:`OPENB_COPIES` times in
+    trace order, one pod every ``gap`` seconds chosen so the offered GPU load is 130%, with run
+    times from the trace clipped to [60, 1800] s.
+    """
     pods_csv = OPENB / "openb_pod_list_default.csv"
     nodes_csv = OPENB / "openb_node_list_gpu_node.csv"
     if not pods_csv.exists() or not nodes_csv.exists():
         return None
-    from fairgpu.sim.workloads.openb import openb_workload
+    from fairgpu.sim.workloads.openb import load_openb_nodes, load_openb_pods
 
-    wl = openb_workload(pods_csv, nodes_csv)
-    assert isinstance(wl, Workload)
+    nodes = load_openb_nodes(nodes_csv)
+    base = sorted(load_openb_pods(pods_csv), key=lambda p: (p.arrival, p.pod.name))
+    runs = [
+        float(
+            np.clip(
+                OPENB_MAX_RUN if p.duration is None else p.duration, OPENB_MIN_RUN, OPENB_MAX_RUN
+            )
+        )
+        for p in base
+    ]
+    gpu_seconds = sum(p.pod.gpu.total_milli / 1000 * r for p, r in zip(base, runs, strict=True))
+    capacity = sum(n.gpu_count for n in nodes)
+    gap = gpu_seconds / len(base) / (OPENB_LOAD * capacity)
     tenants = ["t0", "t1", "t2", "t3"]
-    for arrival in wl.arrivals:
-        digest = hashlib.sha256(f"{seed}:{arrival.pod.name}".encode()).digest()
-        arrival.pod.labels[LABEL_QUEUE] = tenants[digest[0] % 4]
+    arrivals = []
+    i = 0
+    for copy in range(OPENB_COPIES):
+        for p, r in zip(base, runs, strict=True):
+            name = f"{p.pod.name}-{copy}"
+            digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+            labels = dict(p.pod.labels)
+            labels[LABEL_QUEUE] = tenants[digest[0] % 4]
+            pod = replace(p.pod, name=name, uid=f"{p.pod.namespace}/{name}", labels=labels)
+            pod.created = i * gap
+            arrivals.append(PodArrival(pod, i * gap, r))
+            i += 1
+    last = i * gap
     return Scenario(
         "openb-default",
-        "openb_pod_list_default on the 1213 GPU nodes, pods hashed (seeded) to 4 equal tenants",
-        wl,
+        f"openb_pod_list_default x{OPENB_COPIES} on {len(nodes)} GPU nodes ({capacity} GPUs), "
+        f"pods hashed (seeded) to 4 equal tenants, trace order, one pod every {gap:.3f} s "
+        f"(offered GPU load {OPENB_LOAD:.0%}), run times from the trace clipped to "
+        f"[{OPENB_MIN_RUN:g}, {OPENB_MAX_RUN:g}] s; measured until the last arrival",
+        Workload("openb-default", nodes, arrivals),
         weights=dict.fromkeys(tenants, 1.0),
+        until=last,
         targets=False,
     )
 
@@ -320,12 +357,9 @@ def measure(scenario: Scenario, ordering: str, seed: int, config: TenancyConfig)
     demand = demand_series(result, times, end)
     tenants = sorted(set(scenario.weights) | set(demand))
     # Fair share at every sample: weighted max-min of the capacity, capped by demand then.
-    fair_t = {t: np.zeros(len(times)) for t in tenants}
-    for k in range(len(times)):
-        want = {t: float(demand[t][k]) if t in demand else 0.0 for t in tenants}
-        shares = fair_shares(config, capacity, want)
-        for t in tenants:
-            fair_t[t][k] = shares.get(t, 0.0)
+    zero = np.zeros(len(times))
+    series = fair_share_series(config, capacity, {t: demand.get(t, zero) for t in tenants})
+    fair_t = {t: np.asarray(series[t]) for t in tenants}
     rows: dict[str, Any] = {}
     normalised = []
     for t in tenants:

@@ -139,3 +139,12 @@ def test_pod_group_conventions(
         r.set_pod_group("ns", "g", registered)
     ref = r.pod_group(pod("m", "ns", labels=labels, annotations=annotations))
     assert (None if ref is None else (ref.key, ref.min_member)) == expected
+
+
+def test_fair_share_series_follows_demand() -> None:
+    from fairgpu.tenancy import fair_share_series
+
+    cfg = parse_config({"queues": [{"name": "a", "weight": 3}]})
+    series = fair_share_series(cfg, 8, {"a": [0, 10, 10], "b": [4, 0, 10]})
+    assert series["a"] == pytest.approx([0, 8, 6])
+    assert series["b"] == pytest.approx([4, 0, 2])

@@ -235,6 +235,7 @@ class Engine:
             self.history.advance(now, self._history_shares())
             self._fair_cycle(cluster, pending, now, out)
             self.history.set_current(self._history_shares())
+        self.book.mark_synced(cluster)
         for key, res in self.reservations.items():
             out.reserved[key] = list(res.node_names)
         self.preemptions += sum(1 for e in out.evictions if e.kind != "gang-timeout")

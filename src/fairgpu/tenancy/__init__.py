@@ -7,6 +7,7 @@ stays in :mod:`fairgpu.engine`.
 from fairgpu.tenancy.config import TenancyConfig, default_config, load_config, parse_config
 from fairgpu.tenancy.fairshare import (
     dominant_share,
+    fair_share_series,
     fair_shares,
     hierarchical_fair_shares,
     jain_index,
@@ -21,6 +22,7 @@ __all__ = [
     "TenantResolver",
     "default_config",
     "dominant_share",
+    "fair_share_series",
     "fair_shares",
     "hierarchical_fair_shares",
     "jain_index",

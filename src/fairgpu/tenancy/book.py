@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fairgpu.cluster.state import ClusterState
+from fairgpu.cluster.state import (
+    COL_CPU,
+    COL_GPU_MEMORY,
+    COL_GPU_MILLI,
+    COL_MEMORY,
+    ClusterState,
+)
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 from fairgpu.tenancy.config import (
@@ -124,6 +130,9 @@ class QueueBook:
         self.capacity = np.ones(NDIM)
         self.device_memory = 0.0
         self._static_nominal: dict[str, np.ndarray] = {}
+        self._cluster: ClusterState | None = None
+        self._load_version = -1
+        self._static_version = -1
 
     # ---- configuration --------------------------------------------------------------------
     def set_namespace_caps(self, namespace: str, caps: dict[str, int | float | str]) -> None:
@@ -187,23 +196,14 @@ class QueueBook:
     # ---- accounting -------------------------------------------------------------------------
     def sync(self, cluster: ClusterState) -> None:
         """Bring the book in line with ``cluster``'s placements and capacity."""
-        n = cluster.size
-        active = cluster.active[:n]
-        alloc = cluster.allocatable[:n][active]
-        from fairgpu.cluster.state import COL_CPU, COL_GPU_MEMORY, COL_GPU_MILLI, COL_MEMORY
-
-        cap = np.array(
-            [
-                alloc[:, COL_GPU_MILLI].sum(),
-                alloc[:, COL_GPU_MEMORY].sum(),
-                alloc[:, COL_CPU].sum(),
-                alloc[:, COL_MEMORY].sum(),
-            ],
-            dtype=float,
-        )
-        self.capacity = cap
-        totals = cluster.device_memory_total[:n][active]
-        self.device_memory = float(totals.max()) if totals.size else 0.0
+        if (
+            cluster is self._cluster
+            and cluster.load_version == self._load_version
+            and cluster.static_version == self._static_version
+        ):
+            return  # nothing placed, released or changed since the last sync
+        if cluster is not self._cluster or cluster.static_version != self._static_version:
+            self._capacity(cluster)
         placed = cluster.placements
         for uid in self.entries.keys() - placed.keys():
             self.remove(uid)
@@ -219,6 +219,30 @@ class QueueBook:
             self.add(uid, pod, vec)
         if self.static:
             self._static_nominal = self._weighted_nominal()
+        self.mark_synced(cluster)
+
+    def mark_synced(self, cluster: ClusterState) -> None:
+        """Record that the book matches ``cluster`` as it is now (after the engine's own
+        assigns and releases, which it accounts itself)."""
+        self._cluster = cluster
+        self._load_version = cluster.load_version
+        self._static_version = cluster.static_version
+
+    def _capacity(self, cluster: ClusterState) -> None:
+        n = cluster.size
+        active = cluster.active[:n]
+        alloc = cluster.allocatable[:n][active]
+        self.capacity = np.array(
+            [
+                alloc[:, COL_GPU_MILLI].sum(),
+                alloc[:, COL_GPU_MEMORY].sum(),
+                alloc[:, COL_CPU].sum(),
+                alloc[:, COL_MEMORY].sum(),
+            ],
+            dtype=float,
+        )
+        totals = cluster.device_memory_total[:n][active]
+        self.device_memory = float(totals.max()) if totals.size else 0.0
 
     def add(self, uid: str, pod: PodInfo, vec: np.ndarray) -> None:
         """Account ``pod`` (placed) with resource vector ``vec``."""

@@ -122,3 +122,22 @@ def jain_index(values: Sequence[float]) -> float:
     if sq == 0:
         return 1.0
     return sum(xs) ** 2 / (len(xs) * sq)
+
+
+def fair_share_series(
+    config: TenancyConfig, capacity: float, demand: Mapping[str, Sequence[float]]
+) -> dict[str, list[float]]:
+    """Per queue, the fair share at every sample of a demand time series.
+
+    ``demand`` maps each queue to its demand (e.g. milli-GPU asked by its arrived, unfinished
+    pods) at the same sample instants; the result has the same layout. Time-average it with
+    the sample widths to print "fair share" beside what each queue got.
+    """
+    queues = list(demand)
+    length = len(next(iter(demand.values()), []))
+    out: dict[str, list[float]] = {q: [] for q in queues}
+    for k in range(length):
+        shares = fair_shares(config, capacity, {q: float(demand[q][k]) for q in queues})
+        for q in queues:
+            out[q].append(shares.get(q, 0.0))
+    return out
