@@ -62,6 +62,16 @@ def _job(args: tuple[str, str, int, str]) -> dict[str, Any]:
     }
 
 
+def _load_runs(paths: list[Path]) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Per-seed runs of earlier invocations, keyed by (list, policy, seed)."""
+    out: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for path in paths:
+        for run in json.loads(path.read_text()).get("runs", []):
+            run["alloc"] = {int(k): float(v) for k, v in run["alloc"].items()}
+            out[(run["workload"], run["policy"], int(run["seed"]))] = run
+    return out
+
+
 def _seeds(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
@@ -87,6 +97,14 @@ def main() -> int:
     parser.add_argument("--seeds", default=f"{SEEDS[0]}-{SEEDS[-1]}")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        action="append",
+        default=[],
+        help="earlier --out JSON whose per-seed runs are reused instead of rerun (repeatable; "
+        "runs are deterministic per list, policy and seed, so only unchanged policies qualify)",
+    )
     opts = parser.parse_args()
     if not opts.traces.is_dir():
         print(f"traces not found: {opts.traces}", file=sys.stderr)
@@ -110,13 +128,21 @@ def main() -> int:
     ]
     started = time.perf_counter()
     runs: list[dict[str, Any]] = []
+    reused = _load_runs(opts.reuse)
+    wanted = {(Path(j[0]).stem, j[1], j[2]) for j in jobs}
+    for key, run in reused.items():
+        if key in wanted:
+            runs.append(run)
+    jobs = [j for j in jobs if (Path(j[0]).stem, j[1], j[2]) not in reused]
     pool = mp.get_context("fork").Pool(max(1, opts.workers))
     # Ctrl-C or SIGTERM summarises the runs done so far (a background job ignores SIGINT).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    runs_new: list[dict[str, Any]] = []
     try:
         for done, run in enumerate(pool.imap_unordered(_job, jobs), start=1):
             runs.append(run)
+            runs_new.append(run)
             print(
                 f"[{done}/{len(jobs)}] {run['workload']} {run['policy']} seed={run['seed']} "
                 f"130%={run['alloc'][130]:.2f} ({run['seconds']:.1f}s)",
@@ -186,8 +212,11 @@ def main() -> int:
             "default_130_met": default_130 is not None and default_130 >= TARGET_DEFAULT_130,
         },
         "runs_done": len(runs),
-        "runs_planned": len(jobs),
+        "runs_planned": len(jobs) + len(runs) - len(runs_new),
+        "runs_reused": len(runs) - len(runs_new),
         "wall_seconds": round(time.perf_counter() - started, 1),
+        # Per-seed runs, so that a later invocation can --reuse them.
+        "runs": sorted(runs, key=lambda r: (r["workload"], r["policy"], r["seed"])),
     }
     print(_table(results, policies), file=sys.stderr)
     text = json.dumps(summary, indent=1, sort_keys=False)

@@ -123,6 +123,31 @@ def fairgpu_frag() -> Profile:
     )
 
 
+def fairgpu_frag_lex() -> Profile:
+    """Ours, lexicographic: the workload's preferences first (as :func:`fairgpu_frag`), then
+    FGD's truncated score (the expected-fragmentation decrease through a sigmoid, 0..100),
+    then, among FGD's ties, the smallest exact increase of packing-capacity fragmentation
+    (:func:`~fairgpu.engine.plugins.fragmentation.capacity_fragmentation`), then the fixed
+    rank. FGD's coarse score decides whether a placement breaks a typical shape's fit; the
+    capacity measure orders the many ties (most decisions) by how many further copies of
+    the typical shapes still fit, instead of leaving them all to the node order. The device
+    is chosen jointly with the node."""
+    args = {"lead": "fgd"}
+    return Profile(
+        name="fairgpu-frag-lex",
+        scores=[
+            ScoreRef(name="TaintToleration", weight=1000),
+            ScoreRef(name="NodeAffinity", weight=1000),
+            ScoreRef(name="InterPodAffinity", weight=1000),
+            ScoreRef(name=frag.FragmentationScore.name, weight=1),
+        ],
+        plugin_args={frag.FragmentationScore.name: dict(args)},
+        device_policy=frag.DeviceFragmentation.name,
+        device_policy_args=dict(args),
+        tie_break="fixed-rank",
+    )
+
+
 # Score plugins / device policies that read the workload's typical pod shapes.
 _TYPICAL_SCORES = (frag.FgdScore.name, frag.FragmentationScore.name)
 _TYPICAL_DEVICES = {
@@ -154,6 +179,7 @@ POLICIES: dict[str, Callable[[], Profile]] = {
     "random": random_policy,
     "fgd": fgd,
     "fairgpu-frag": fairgpu_frag,
+    "fairgpu-frag-lex": fairgpu_frag_lex,
 }
 
 # The policies compared on the openb traces (benchmarks/gpu_allocation), baselines first.
@@ -165,10 +191,11 @@ GPU_SHARING_POLICIES = (
     "best-fit",
     "fgd",
     "fairgpu-frag",
+    "fairgpu-frag-lex",
 )
 
 # Measured best on the openb traces (benchmarks/gpu_allocation).
-DEFAULT_POLICY = "fairgpu-frag"
+DEFAULT_POLICY = "fairgpu-frag-lex"
 
 
 def register_policy(name: str, factory: Callable[[], Profile]) -> None:

@@ -42,6 +42,9 @@ MAX_SPEC_GPU = 8 * WHOLE
 # CycleState key under which a score plugin leaves its per-node device choice for the device
 # policy (device choice is evaluated jointly with the node choice).
 DEVICE_CHOICE = "fairgpu.io/device-choice"
+# Bound of the secondary term of the lexicographic score (milli-GPU of fragmentation change,
+# far above any node's 8000 milli).
+LEX_SPAN = 100_000
 
 Shape = tuple[int, int, int, frozenset[str] | None]
 
@@ -546,20 +549,21 @@ class _FragmentationBase(CachedNodeScore):
         return self._access.rows(nodes)
 
     def deltas(
-        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray, measure: str | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``F_before - F_after`` for ``nodes``.
 
         Sharing pods: (len(nodes), D) per candidate device (NaN where the device cannot host
         the pod). Whole-GPU and CPU-only pods: (len(nodes), 1), devices as the engine assigns
-        them (lowest-index idle devices). Returns (deltas, F_before).
+        them (lowest-index idle devices). Returns (deltas, F_before). ``measure`` overrides
+        the plugin's measure (``fgd`` | ``capacity``).
         """
         typical = self.typical
         assert typical is not None
         acc = self.access(cluster, nodes)
         free = _free(cluster, nodes)
         cpu = _cpu_left(cluster, nodes)
-        if self.measure == "capacity":
+        if (measure or self.measure) == "capacity":
             return self._capacity_deltas(pod, cluster, nodes, free, cpu, acc)
         before = fragmentation(free, cpu, acc, typical)
         gpu = pod.gpu
@@ -693,8 +697,20 @@ class FragmentationScore(_FragmentationBase):
         measure: str = "capacity",
         quantize: str = "linear",
         weight_by_gpu: bool = False,
+        lead: str = "none",
+        lead_weight: float = 1.0,
+        lead_scale: float = 1000.0,
+        refine: str = "all",
     ) -> None:
         super().__init__(typical_pods, coverage, learn_every, measure)
+        if lead not in ("none", "fgd", "fgd-exact"):
+            raise ValueError(f"{self.name}.lead: unknown {lead!r} (none | fgd | fgd-exact)")
+        self.lead = lead
+        self.lead_weight = lead_weight
+        self.lead_scale = lead_scale
+        if refine not in ("all", "shared"):
+            raise ValueError(f"{self.name}.refine: unknown {refine!r} (all | shared)")
+        self.refine = refine
         self.weight_by_gpu = weight_by_gpu
         if weight_by_gpu and self.typical is not None:
             self.typical = _gpu_weighted(self.typical)
@@ -731,6 +747,19 @@ class FragmentationScore(_FragmentationBase):
             primary = np.where(np.isnan(delta), np.nan, primary)
         else:
             primary = np.floor(delta / self.resolution)  # (S, D) or (S, 1)
+        if self.lead != "none":
+            lead, _ = self.deltas(pod, cluster, nodes, measure="fgd")
+            if self.refine == "shared" and not pod.gpu.is_shared:
+                primary = np.zeros_like(primary)
+            if self.lead == "fgd":
+                # FGD's truncated score (0..100) first; our measure, squeezed into (-0.5, 0.5),
+                # only orders FGD's ties. The total stays within 0..101, below the preference
+                # scores' steps.
+                top = _sigmoid_score(np.nan_to_num(lead) * (1000.0 / self.lead_scale))
+                primary = top + np.clip(primary, -LEX_SPAN, LEX_SPAN) / (2.5 * LEX_SPAN)
+            else:
+                primary = np.nan_to_num(lead) * self.lead_weight + primary
+            primary = np.where(np.isnan(delta), np.nan, primary)
         if delta.shape[1] == 1 and not pod.gpu.is_shared:
             return primary[:, 0] + self.packing_weight * fit * 0.5, np.full(nodes.size, -1)
         # Sharing: per device, tighter device is better among equal deltas.
