@@ -132,15 +132,18 @@ class GpuFit(FilterPlugin):
         return FilterResult(mask, {NO_DEVICE: ~mask})
 
 
-class DeviceBestFit(DevicePolicy):
-    """Sharing pods take the tightest-fitting device; whole-GPU pods the lowest-index idle ones."""
+class _SharedDevicePolicy(DevicePolicy):
+    """Whole-GPU pods take the lowest-index idle devices; a sharing pod gets the device that
+    :meth:`pick` selects among those with room."""
 
-    name = "best-fit"
+    def pick(self, cycle: CycleState, cluster: ClusterState, node: int, fits: np.ndarray) -> int:
+        """Index into ``fits`` (device indexes with room, ascending) of the chosen device."""
+        raise NotImplementedError
 
     def choose(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
     ) -> tuple[int, ...] | None:
-        """Lowest index wins ties."""
+        """Devices for ``pod`` on ``node``, or None if they do not fit."""
         gpu = pod.gpu
         if gpu.count == 0:
             return ()
@@ -150,40 +153,35 @@ class DeviceBestFit(DevicePolicy):
         fits = np.flatnonzero(shared_fit(pod, cluster, node))
         if fits.size == 0:
             return None
-        left = cluster.device_milli_free[node, fits]
-        return (int(fits[np.argmin(left)]),)
+        return (int(fits[self.pick(cycle, cluster, node, fits)]),)
 
 
-class DeviceSpread(DevicePolicy):
-    """Sharing pods take the emptiest device (spreads interference); whole-GPU as best-fit."""
+class DeviceBestFit(_SharedDevicePolicy):
+    """Sharing pods take the tightest-fitting device (lowest index on ties)."""
+
+    name = "best-fit"
+
+    def pick(self, cycle: CycleState, cluster: ClusterState, node: int, fits: np.ndarray) -> int:
+        """Least free compute left."""
+        return int(np.argmin(cluster.device_milli_free[node, fits]))
+
+
+class DeviceSpread(_SharedDevicePolicy):
+    """Sharing pods take the emptiest device (spreads interference; lowest index on ties)."""
 
     name = "spread"
 
-    def choose(
-        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
-    ) -> tuple[int, ...] | None:
-        """Lowest index wins ties."""
-        if pod.gpu.count == 0 or pod.gpu.is_whole:
-            return DeviceBestFit().choose(cycle, pod, cluster, node)
-        fits = np.flatnonzero(shared_fit(pod, cluster, node))
-        if fits.size == 0:
-            return None
-        return (int(fits[np.argmax(cluster.device_milli_free[node, fits])]),)
+    def pick(self, cycle: CycleState, cluster: ClusterState, node: int, fits: np.ndarray) -> int:
+        """Most free compute left."""
+        return int(np.argmax(cluster.device_milli_free[node, fits]))
 
 
-class DeviceRandom(DevicePolicy):
-    """Sharing pods take a random device with room (seeded); whole-GPU as best-fit."""
+class DeviceRandom(_SharedDevicePolicy):
+    """Sharing pods take a random device with room, from the cycle's seeded RNG."""
 
     name = "random"
 
-    def choose(
-        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
-    ) -> tuple[int, ...] | None:
-        """Uses the cycle's seeded RNG."""
-        if pod.gpu.count == 0 or pod.gpu.is_whole:
-            return DeviceBestFit().choose(cycle, pod, cluster, node)
-        fits = np.flatnonzero(shared_fit(pod, cluster, node))
-        if fits.size == 0:
-            return None
+    def pick(self, cycle: CycleState, cluster: ClusterState, node: int, fits: np.ndarray) -> int:
+        """Uniform among devices with room."""
         rng = cycle.rng or np.random.default_rng(0)
-        return (int(fits[rng.integers(fits.size)]),)
+        return int(rng.integers(fits.size))
