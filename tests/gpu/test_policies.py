@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gpu_builders import gpu_node, gpu_pod, make_cluster, place, scheduler
 
-from fairgpu.engine.framework import CycleState
+from fairgpu.engine.framework import MAX_NODE_SCORE, CycleState
 from fairgpu.engine.plugins.fragmentation import (
     FgdScore,
     FragmentationScore,
@@ -57,7 +57,7 @@ def test_gpu_clustering_keeps_shapes_together() -> None:
     assert place(scheduler("gpu-clustering"), state, gpu_pod("q"))[0] == "whole"
 
 
-@pytest.mark.parametrize("name", ["fgd", "fairgpu-frag"])
+@pytest.mark.parametrize("name", ["fgd", "fairgpu-frag", "fairgpu-frag-lex"])
 def test_fragmentation_policies_fill_the_partly_used_device(name: str) -> None:
     # Typical pods want whole GPUs: a share should go where a device is already broken.
     state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
@@ -78,6 +78,45 @@ def test_ours_packs_to_typical_sizes_where_best_fit_does_not() -> None:
         "b",
         (0,),
     )
+
+
+def _tied_for_fgd():  # type: ignore[no-untyped-def]
+    # Typical pods ask 500. A 200 pod on a's 700-free device, or on any idle device, keeps
+    # every device able to host a 500 (FGD delta 0: a tie at 50); on b's 500-free device it
+    # breaks one (FGD 42). Capacity: 700 -> 500 keeps one copy (fragment -200), while an idle
+    # device loses a copy (1000 -> 800 fits one 500: fragment +300).
+    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+    _busy(state, "a", 0, 300, "x")
+    _busy(state, "b", 0, 500, "y")
+    return state
+
+
+def test_lexicographic_policy_orders_fgd_ties_by_packing_capacity() -> None:
+    fgd_choices = set()
+    for seed in range(8):
+        lex = place(
+            scheduler("fairgpu-frag-lex", HALVES, seed), _tied_for_fgd(), gpu_pod("p", milli=200)
+        )
+        assert lex == ("a", (0,))
+        fgd_choices.add(
+            place(scheduler("fgd", HALVES, seed), _tied_for_fgd(), gpu_pod("p", milli=200))
+        )
+    # FGD leaves the tie to the node order (b's idle device when b ranks first).
+    assert ("b", (1,)) in fgd_choices and ("b", (0,)) not in fgd_choices
+
+
+def test_lexicographic_score_keeps_fgd_order_and_stays_below_preference_steps() -> None:
+    state = _tied_for_fgd()
+    plugin = FragmentationScore(typical_pods=HALVES, lead="fgd")
+    fgd = FgdScore(typical_pods=HALVES)
+    nodes = np.array([0, 1])
+    pod = gpu_pod("p", milli=200)
+    ours = plugin.score(CycleState(), pod, state, nodes)
+    theirs = fgd.score(CycleState(), pod, state, nodes)
+    assert np.array_equal(np.floor(ours + 0.5), theirs)
+    assert ours[0] > ours[1] and np.all((ours >= 0) & (ours <= MAX_NODE_SCORE + 1))
+    with pytest.raises(ValueError, match="lead"):
+        FragmentationScore(typical_pods=HALVES, lead="nope")
 
 
 def test_random_policy_chooses_feasible_nodes_only_and_varies_with_seed() -> None:
