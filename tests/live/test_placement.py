@@ -99,3 +99,34 @@ def test_devices_are_not_shared_between_pods_on_one_node(
             for d in decode_gpu_devices(p["metadata"]["annotations"]["fairgpu.io/gpu-devices"])
         ]
     assert sorted(used) == list(range(8))
+
+
+def test_metrics_health_and_readiness_endpoints(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    import urllib.request
+
+    create(admin, ns, pod("m-0", gpus=3, labels={"fairgpu.io/queue": "team-m"}))
+    create(admin, ns, pod("m-stuck", gpus=16, labels={"fairgpu.io/queue": "team-m"}))
+    with scheduler(live_cp) as s:
+        wait_for(lambda: "m-0" in bound(admin, ns))
+        base = f"http://127.0.0.1:{s.metrics_port}"
+
+        def scrape() -> str:
+            with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+                return r.read().decode()
+
+        text = wait_for(
+            lambda: (
+                t if 'fairgpu_queue_gpus_allocated{queue="team-m"} 3.0' in (t := scrape()) else None
+            )
+        )
+        for path in ("/healthz", "/readyz"):
+            with urllib.request.urlopen(base + path, timeout=5) as r:
+                assert r.status == 200 and r.read() == b"ok"
+    assert 'fairgpu_pending_pods{queue="team-m"} 1.0' in text
+    assert 'fairgpu_node_gpus_allocated{node="lv-training-a100"} 3.0' in text
+    assert 'fairgpu_scheduling_attempts_total{result="scheduled"}' in text
+    assert "fairgpu_pod_scheduling_duration_seconds_bucket" in text
+    assert 'fairgpu_binds_total{result="ok"} 1.0' in text
+    assert "fairgpu_leader 1.0" in text

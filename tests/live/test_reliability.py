@@ -157,7 +157,8 @@ def test_only_the_leader_binds_and_a_standby_takes_over(
         )
         assert lease["spec"]["holderIdentity"] == "replica-b"
     finally:
-        b.terminate()
+        code = b.terminate()
+    assert code == 0, b.log_tail()  # graceful shutdown on SIGTERM
     # Lease duration 4 s, retry period 0.5 s, plus the metrics poll interval.
     assert takeover <= 4 + 0.5 + 2.5, takeover
     second = [p for p in pods(client, ns) if p["metadata"]["name"].startswith("second-")]

@@ -55,6 +55,7 @@ from fairgpu.kube.reflector import Reflector
 from fairgpu.kube.reporter import Report, Reporter
 from fairgpu.model.gpu import ANN_GPU_DEVICES, DEFAULT_NAMES, WHOLE, encode_gpu_devices
 from fairgpu.model.node_pools import NodePoolConfig
+from fairgpu.model.pod import PodInfo
 
 __all__ = ["ANN_SCHEDULED_BY", "LiveScheduler", "RunConfig", "run"]
 
@@ -82,6 +83,10 @@ class RunConfig:
         metrics_host, metrics_port: HTTP endpoint (port 0: pick a free one).
         qps, burst: client-side rate limit for binds and evictions (``qps <= 0``: none).
         bind_workers: concurrent bind calls.
+        max_batch: most pending pods per engine cycle (0: all). Smaller cycles let binds of
+            one batch overlap the engine's work on the next; every queue is represented in
+            each batch (round robin over queues, oldest highest-priority jobs first, pod
+            groups whole), and the engine orders each batch fairly.
         events_qps: rate cap for Events + PodScheduled conditions.
         node_pool_label: the node-pool label/taint key used to derive placement from a
             ``fairgpu.io/workload-type`` label.
@@ -113,6 +118,7 @@ class RunConfig:
     qps: float = 200.0
     burst: int = 400
     bind_workers: int = 16
+    max_batch: int = 500
     events_qps: float = 20.0
     node_pool_label: str = "example.com/node.usage"
     max_devices: int = 8
@@ -364,6 +370,10 @@ class LiveScheduler:
         cache = self.cache
         pending = cache.schedulable()
         self._dirty = False
+        limit = self.config.max_batch
+        if limit > 0 and len(pending) > limit:
+            pending = self._batch(pending, limit)
+            self._dirty = True  # the rest follows in the next cycle
         self._last_cycle = now
         t0 = time.perf_counter()
         result = self.engine.cycle(cache.cluster, pending, now)
@@ -408,6 +418,31 @@ class LiveScheduler:
                     "seconds": round(elapsed, 4),
                 },
             )
+
+    def _batch(self, pending: list[PodInfo], limit: int) -> list[PodInfo]:
+        """About ``limit`` pods taken round robin over queues: each queue's jobs (a pod, or
+        every pending member of a pod group) oldest and highest-priority first."""
+        engine = self.engine
+        jobs: dict[str, dict[str, list[PodInfo]]] = {}
+        for p in pending:
+            ref = engine.resolver.pod_group(p)
+            key = ref.key if ref is not None else p.uid
+            jobs.setdefault(engine.tenant(p).queue, {}).setdefault(key, []).append(p)
+        lanes = []
+        for name in sorted(jobs):
+            units = sorted(
+                jobs[name].values(),
+                key=lambda u: (-max(p.priority for p in u), min(p.created for p in u), u[0].uid),
+            )
+            lanes.append(units)
+        out: list[PodInfo] = []
+        depth = 0
+        while len(out) < limit and lanes:
+            lanes = [lane for lane in lanes if depth < len(lane)]
+            for lane in lanes:
+                out.extend(lane[depth])
+            depth += 1
+        return out
 
     # ---- binding --------------------------------------------------------------------------------
     def _assumed(self, b: Bind, now: float) -> None:
@@ -614,7 +649,7 @@ class LiveScheduler:
         cache = self.cache
         engine = self.engine
         pending: dict[str, int] = {}
-        for pod in cache.pending.values():
+        for pod in cache.schedulable():
             q = engine.tenant(pod).queue
             pending[q] = pending.get(q, 0) + 1
         gpus: dict[str, float] = {}

@@ -1,0 +1,173 @@
+"""The live scheduler's cache, without an API server: watch events in, cluster state out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
+
+
+def node_json(name: str, gpus: int = 8, labels: dict[str, str] | None = None) -> bytes:
+    return msgspec.json.encode(
+        {
+            "metadata": {"name": name, "labels": labels or {}},
+            "status": {
+                "allocatable": {
+                    "cpu": "32",
+                    "memory": "128Gi",
+                    "pods": "110",
+                    "nvidia.com/gpu": str(gpus),
+                }
+            },
+        }
+    )
+
+
+def pod_json(
+    name: str,
+    *,
+    gpus: int = 1,
+    node: str = "",
+    scheduler: str = "fairgpu",
+    devices: str | None = None,
+    phase: str = "Pending",
+    extra: dict[str, str] | None = None,
+) -> bytes:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    limits.update(extra or {})
+    obj: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "annotations": {"fairgpu.io/gpu-devices": devices} if devices else {},
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeName": node,
+            "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "1", **limits}, "limits": limits}}
+            ],
+        },
+        "status": {"phase": phase},
+    }
+    return msgspec.json.encode(obj)
+
+
+def make_cache(*nodes: str) -> SchedulerCache:
+    cache = SchedulerCache("fairgpu")
+    out = CacheChanges()
+    cache.sync_nodes([decode_node(node_json(n)) for n in nodes], 0.0, out)
+    return cache
+
+
+def apply(cache: SchedulerCache, etype: str, raw: bytes) -> CacheChanges:
+    out = CacheChanges()
+    cache.apply_pod(etype, decode_pod(raw, "fairgpu"), 1.0, out)
+    return out
+
+
+def free_devices(cache: SchedulerCache, node: str) -> list[int]:
+    idx = cache.cluster.node_index[node]
+    return [d for d in range(8) if cache.cluster.device_milli_free[idx, d] == 1000]
+
+
+def test_pending_pod_becomes_placed_when_the_watch_reports_it_bound() -> None:
+    cache = make_cache("n1")
+    out = apply(cache, "ADDED", pod_json("p", gpus=2))
+    assert out.dirty and [p.name for p in cache.schedulable()] == ["p"]
+    apply(cache, "MODIFIED", pod_json("p", gpus=2, node="n1", devices="2,5"))
+    assert not cache.pending and cache.node_name_of("uid-p") == "n1"
+    assert cache.cluster.placements["uid-p"].devices == (2, 5)
+    assert free_devices(cache, "n1") == [0, 1, 3, 4, 6, 7]
+
+
+def test_pods_bound_by_another_scheduler_take_free_devices() -> None:
+    cache = make_cache("n1")
+    apply(cache, "ADDED", pod_json("mine", gpus=2, node="n1", devices="0,1"))
+    apply(cache, "ADDED", pod_json("theirs", gpus=3, node="n1", scheduler="default-scheduler"))
+    assert free_devices(cache, "n1") == [5, 6, 7]
+    assert cache.overcommits == 0
+
+
+def test_unbound_pods_of_other_schedulers_are_ignored() -> None:
+    cache = make_cache("n1")
+    out = apply(cache, "ADDED", pod_json("x", scheduler="default-scheduler"))
+    assert not out.dirty and not cache.pending
+
+
+def test_a_pod_on_an_unknown_node_is_placed_when_the_node_arrives() -> None:
+    cache = make_cache()
+    apply(cache, "ADDED", pod_json("p", gpus=8, node="late", devices="0,1,2,3,4,5,6,7"))
+    assert "uid-p" not in cache.cluster.placements
+    cache.apply_node("ADDED", decode_node(node_json("late")), 2.0, CacheChanges())
+    assert cache.node_name_of("uid-p") == "late" and free_devices(cache, "late") == []
+
+
+def test_status_heartbeats_do_not_touch_the_cluster() -> None:
+    cache = make_cache("n1")
+    version = cache.cluster.static_version
+    out = CacheChanges()
+    cache.apply_node("MODIFIED", decode_node(node_json("n1")), 2.0, out)
+    assert cache.cluster.static_version == version and not out.dirty
+    cache.apply_node("MODIFIED", decode_node(node_json("n1", labels={"a": "b"})), 2.0, out)
+    assert cache.cluster.static_version > version and out.dirty
+
+
+def test_forget_releases_an_assumed_pod_but_never_a_bound_one() -> None:
+    cache = make_cache("n1")
+    apply(cache, "ADDED", pod_json("p"))
+    pod = cache.pending["uid-p"]
+    cache.cluster.assign(pod, 0, (0,))
+    cache.assumed_by_engine("uid-p", "n1")
+    assert cache.schedulable() == []
+    assert cache.forget("uid-p") and [p.name for p in cache.schedulable()] == ["p"]
+    # Bound according to the watch before a (timed-out) bind reply: kept.
+    apply(cache, "MODIFIED", pod_json("p", node="n1", devices="0"))
+    assert not cache.forget("uid-p") and "uid-p" in cache.cluster.placements
+
+
+def test_relist_drops_pods_that_disappeared_meanwhile() -> None:
+    cache = make_cache("n1")
+    apply(cache, "ADDED", pod_json("gone", gpus=4, node="n1", devices="0,1,2,3"))
+    apply(cache, "ADDED", pod_json("waiting"))
+    out = CacheChanges()
+    cache.sync_pods(
+        [decode_pod(pod_json("kept", gpus=1, node="n1", devices="7"), "fairgpu")], 3.0, out
+    )
+    assert out.dirty and out.gone == {"uid-gone", "uid-waiting"}
+    assert set(cache.cluster.placements) == {"uid-kept"} and not cache.pending
+
+
+def test_victims_stay_released_until_deleted_or_restored() -> None:
+    cache = make_cache("n1")
+    apply(cache, "ADDED", pod_json("v", gpus=2, node="n1", devices="0,1"))
+    victim = cache.cluster.pods["uid-v"]
+    cache.cluster.release("uid-v")  # what the engine's plan does
+    cache.mark_evicting("uid-v")
+    apply(cache, "MODIFIED", pod_json("v", gpus=2, node="n1", devices="0,1"))
+    assert "uid-v" not in cache.cluster.placements
+    assert cache.restore("uid-v", victim, 100.0)
+    assert cache.cluster.placements["uid-v"].devices == (0, 1)
+    assert cache.cluster.placements["uid-v"].started == 100.0
+    out = apply(cache, "DELETED", pod_json("v", gpus=2, node="n1", devices="0,1"))
+    assert out.gone == {"uid-v"} and free_devices(cache, "n1") == list(range(8))
+
+
+def test_terminal_pods_release_their_gpus() -> None:
+    cache = make_cache("n1")
+    apply(cache, "ADDED", pod_json("done", gpus=8, node="n1", devices="0,1,2,3,4,5,6,7"))
+    apply(cache, "MODIFIED", pod_json("done", gpus=8, node="n1", phase="Succeeded"))
+    assert free_devices(cache, "n1") == list(range(8))
+
+
+def test_malformed_pods_carry_the_error_naming_the_field() -> None:
+    rec = decode_pod(pod_json("bad", gpus=0, extra={"nvidia.com/gpucores": "150"}), "fairgpu")
+    assert rec.info is not None and rec.info.error
+    assert "Pod ns/bad" in rec.info.error and "nvidia.com/gpucores" in rec.info.error
+    not_json = decode_pod(
+        b'{"metadata": {"name": "x", "namespace": "ns", "uid": "u"}, "spec": 5}', "fairgpu"
+    )
+    assert not_json.info is not None and "spec" in (not_json.info.error or "")
