@@ -192,6 +192,7 @@ class LiveScheduler:
                 lease_duration=config.lease_duration,
                 renew_deadline=config.renew_deadline,
                 retry_period=config.retry_period,
+                on_started=self._won_lease,
                 on_stopped=self._lost_lease,
             )
         self.health = HealthServer(
@@ -221,6 +222,10 @@ class LiveScheduler:
     def stop(self) -> None:
         """Ask :meth:`run` to shut down gracefully (thread-safe, signal-safe)."""
         self._stop.set()
+        self.events.put(("wake", None, None))
+
+    def _won_lease(self) -> None:
+        self._dirty = True  # schedule at once with the warm cache
         self.events.put(("wake", None, None))
 
     def _lost_lease(self) -> None:
