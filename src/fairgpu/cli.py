@@ -399,6 +399,9 @@ def run(
     ] = 200.0,
     burst: Annotated[int, typer.Option(help="Client rate-limit burst.")] = 400,
     bind_workers: Annotated[int, typer.Option(help="Concurrent bind calls.")] = 16,
+    max_batch: Annotated[
+        int, typer.Option(help="Most pending pods per engine cycle (0: all at once).")
+    ] = 500,
     events_qps: Annotated[
         float, typer.Option(help="Rate cap for FailedScheduling events and conditions.")
     ] = 20.0,
@@ -441,6 +444,7 @@ def run(
         qps=qps,
         burst=burst,
         bind_workers=bind_workers,
+        max_batch=max_batch,
         events_qps=events_qps,
         node_pool_label=node_pool_label,
         max_devices=max_devices,
