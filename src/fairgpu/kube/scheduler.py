@@ -202,6 +202,10 @@ class LiveScheduler:
         self.evict_pool = ThreadPoolExecutor(4, thread_name_prefix="evict")
         self.held: dict[str, Held] = {}
         self.victims: dict[str, tuple[str, Any]] = {}  # victim uid -> (preemptor uid, pod)
+        # Preemptors whose plan fell through (eviction refused, victims too slow) wait a
+        # little before the next attempt, doubling per failure: no eviction storm when the
+        # engine keeps choosing a victim a PodDisruptionBudget protects.
+        self.backoff: dict[str, tuple[float, int]] = {}
         self.inflight = 0
         self.bound_count = 0
         self.lost_lease = False
@@ -374,6 +378,10 @@ class LiveScheduler:
     def _cycle(self, now: float) -> None:
         cache = self.cache
         pending = cache.schedulable()
+        if self.backoff:
+            for uid in [u for u in self.backoff if u not in cache.pending]:
+                del self.backoff[uid]
+            pending = [p for p in pending if self.backoff.get(p.uid, (0.0, 0))[0] <= now]
         self._dirty = False
         limit = self.config.max_batch
         if limit > 0 and len(pending) > limit:
@@ -621,6 +629,9 @@ class LiveScheduler:
         if held is None:
             return
         self.cache.forget(preemptor)
+        _, failures = self.backoff.get(preemptor, (0.0, 0))
+        delay = min(30.0, 1.0 * 2**failures)
+        self.backoff[preemptor] = (time.time() + delay, failures + 1)
         for v in held.waiting:
             entry = self.victims.pop(v, None)
             if entry is not None:
