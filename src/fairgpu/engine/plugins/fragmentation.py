@@ -180,20 +180,45 @@ def fragmentation(
     """
     f = free.astype(np.int64)
     total = f.sum(-1)
-    lt = f[..., :, None] < typical.milli  # (..., D, T) device too small for the shape
-    small = np.where(lt, f[..., :, None], 0).sum(-2)
-    roomy = (~lt).sum(-2)
+    um, inv = _by_milli(typical)
+    lt = f[..., :, None] < um  # (..., D, U) device too small for the shape's milli
+    small = np.where(lt, f[..., :, None], 0).sum(-2)[..., inv]  # (..., T)
+    roomy = (~lt).sum(-2)[..., inv]
     ok = access & (cpu_left[..., None] >= typical.cpu) & (roomy >= typical.count)
     frag = np.where(ok, small, total[..., None])
     return frag @ typical.weight
 
 
+_BY_MILLI: dict[int, tuple[TypicalPods, np.ndarray, np.ndarray]] = {}
+
+
+def _by_milli(typical: TypicalPods) -> tuple[np.ndarray, np.ndarray]:
+    """The shapes' distinct per-device milli U and, per shape, its index into U.
+
+    Per-device quantities depend on the shape only through its milli, and many shapes share
+    one (they differ in CPU or device count), so (..., D, U) arrays replace (..., D, T) ones.
+    """
+    hit = _BY_MILLI.get(id(typical))
+    if hit is None or hit[0] is not typical:
+        if len(_BY_MILLI) > 64:
+            _BY_MILLI.clear()
+        um, inv = np.unique(typical.milli, return_inverse=True)
+        hit = (typical, um, inv.reshape(-1))
+        _BY_MILLI[id(typical)] = hit
+    return hit[1], hit[2]
+
+
+def _units_u(f: np.ndarray, um: np.ndarray) -> np.ndarray:
+    """(..., D, U): how many pods of each distinct milli fit in each device's free milli."""
+    per = f[..., :, None] // np.maximum(um, 1)
+    # Whole-GPU shapes need an idle device; CPU-only shapes use no device.
+    return np.where(um >= WHOLE, f[..., :, None] >= WHOLE, np.where(um > 0, per, 0))
+
+
 def _units(f: np.ndarray, typical: TypicalPods) -> np.ndarray:
     """(..., D, T): how many pods of each typical shape fit in each device's free milli."""
-    m = typical.milli
-    per = f[..., :, None] // np.maximum(m, 1)
-    # Whole-GPU shapes need an idle device; CPU-only shapes use no device.
-    return np.where(m >= WHOLE, f[..., :, None] >= WHOLE, np.where(m > 0, per, 0))
+    um, inv = _by_milli(typical)
+    return _units_u(f, um)[..., inv]
 
 
 def _usable(
@@ -217,7 +242,8 @@ def capacity_fragmentation(
     each copy needs. Finer than :func:`fragmentation`, which asks only whether one copy fits.
     """
     f = free.astype(np.int64)
-    return f.sum(-1) - _usable(_units(f, typical).sum(-2), cpu_left, access, typical)
+    um, inv = _by_milli(typical)
+    return f.sum(-1) - _usable(_units_u(f, um).sum(-2)[..., inv], cpu_left, access, typical)
 
 
 # ---- cached per-node scoring -------------------------------------------------------------
@@ -578,17 +604,16 @@ class _FragmentationBase(CachedNodeScore):
         # Sharing pod: only the chosen device changes, so update the per-shape sums
         # incrementally for every candidate device instead of recomputing whole nodes.
         m = gpu.milli
-        tm = typical.milli
-        lt = free[:, :, None] < tm  # (S, D, T)
-        small = np.where(lt, free[:, :, None], 0).sum(1)  # (S, T)
+        um, inv = _by_milli(typical)
+        lt = free[:, :, None] < um  # (S, D, U)
+        part = np.where(lt, free[:, :, None], 0)
+        small = part.sum(1)  # (S, U)
         roomy = (~lt).sum(1)
         total = free.sum(1)
         f2 = free - m  # (S, D)
-        lt2 = f2[:, :, None] < tm
-        small2 = (
-            small[:, None, :] - np.where(lt, free[:, :, None], 0) + np.where(lt2, f2[:, :, None], 0)
-        )
-        roomy2 = roomy[:, None, :] - (~lt) + (~lt2)
+        lt2 = f2[:, :, None] < um
+        small2 = (small[:, None, :] - part + np.where(lt2, f2[:, :, None], 0))[..., inv]
+        roomy2 = (roomy[:, None, :] - (~lt) + (~lt2))[..., inv]  # (S, D, T)
         ok2 = (
             acc[:, None, :] & (cpu_after[:, None, None] >= typical.cpu) & (roomy2 >= typical.count)
         )
@@ -612,8 +637,10 @@ class _FragmentationBase(CachedNodeScore):
         assert typical is not None
         gpu = pod.gpu
         cpu_after = cpu - pod.requests.get(CPU, 0)
-        units = _units(free, typical)  # (S, D, T)
-        total_units = units.sum(1)
+        um, inv = _by_milli(typical)
+        units = _units_u(free, um)  # (S, D, U)
+        total_u = units.sum(1)
+        total_units = total_u[:, inv]  # (S, T)
         before = free.sum(1) - _usable(total_units, cpu, acc, typical)
         if gpu.count <= 0:
             after = free.sum(1) - _usable(total_units, cpu_after, acc, typical)
@@ -623,8 +650,8 @@ class _FragmentationBase(CachedNodeScore):
             after = capacity_fragmentation(f2, cpu_after, acc, typical)
             return (before - after)[:, None], before
         f2 = free - gpu.milli  # (S, D): the pod on each candidate device
-        units2 = _units(np.maximum(f2, 0), typical)
-        sums = total_units[:, None, :] - units + units2  # (S, D, T)
+        units2 = _units_u(np.maximum(f2, 0), um)
+        sums = (total_u[:, None, :] - units + units2)[..., inv]  # (S, D, T)
         after = (free.sum(1) - gpu.milli)[:, None] - _usable(
             sums, cpu_after[:, None], acc[:, None, :], typical
         )
