@@ -120,7 +120,16 @@ def simulate(
             _simulate_protocol(protocol, trace, nodes, policy, seed, out, report)
             return
         _simulate(
-            workload, nodes, policy or DEFAULT_POLICY, ordering, config, seed, out, report, until
+            workload,
+            nodes,
+            policy or DEFAULT_POLICY,
+            ordering,
+            config,
+            seed,
+            out,
+            report,
+            until,
+            jobs,
         )
     except UserError as error:
         _fail(str(error))

@@ -26,6 +26,7 @@ def test_default_simulation_writes_summary_pods_and_report(tmp_path: Path) -> No
     assert "Simulation summary" in result.output and "team-a" in result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["parameters"]["workload"] == "synthetic"
+    assert "150 jobs" in summary["parameters"]["workload_description"]
     assert summary["policy"] == summary["parameters"]["policy"]
     assert summary["parameters"]["tie_break"] in ("random", "fixed-rank")
     assert 0 < summary["gpu_allocation_avg_pct"] <= 100
