@@ -407,7 +407,7 @@ def run(
         float, typer.Option(help="Client rate limit for binds and evictions (<= 0: none).")
     ] = 200.0,
     burst: Annotated[int, typer.Option(help="Client rate-limit burst.")] = 400,
-    bind_workers: Annotated[int, typer.Option(help="Concurrent bind calls.")] = 16,
+    bind_workers: Annotated[int, typer.Option(help="Concurrent bind calls.")] = 32,
     max_batch: Annotated[
         int, typer.Option(help="Most pending pods per engine cycle (0: all at once).")
     ] = 500,

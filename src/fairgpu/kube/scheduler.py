@@ -117,7 +117,7 @@ class RunConfig:
     metrics_port: int = 10259
     qps: float = 200.0
     burst: int = 400
-    bind_workers: int = 16
+    bind_workers: int = 32
     max_batch: int = 500
     events_qps: float = 20.0
     node_pool_label: str = "example.com/node.usage"
