@@ -275,7 +275,9 @@ class LiveScheduler:
 
     def _shutdown(self) -> None:
         log.info("stopping: waiting for in-flight binds", extra={"inflight": self.inflight})
-        self.bind_pool.shutdown(wait=True, cancel_futures=False)
+        # Binds already decided are finished on a graceful stop, but dropped once leadership
+        # is lost: the new leader decides from then on.
+        self.bind_pool.shutdown(wait=True, cancel_futures=self.lost_lease)
         self.evict_pool.shutdown(wait=True, cancel_futures=True)
         if self.elector is not None:
             self.elector.stop(release=not self.lost_lease)
