@@ -216,6 +216,7 @@ def gang_vs_stream(seed: int) -> Scenario:
 
 OPENB_LOAD = 1.3
 OPENB_COPIES = 3
+OPENB_NODES = 128  # a seeded sample of the 1213 GPU nodes, with a matching share of the pods
 OPENB_MIN_RUN, OPENB_MAX_RUN = 60.0, 1800.0
 
 
@@ -223,9 +224,10 @@ def openb(seed: int) -> Scenario | None:
     """openb default pods hashed to 4 tenants under contention.
 
     The trace itself spans 150 days at <1% load and all its pods together ask ~98% of the
-    cluster's GPUs, so it never contends. Here it is replayed :data:`OPENB_COPIES` times in
-    trace order, one pod every ``gap`` seconds chosen so the offered GPU load is 130%, with run
-    times from the trace clipped to [60, 1800] s.
+    cluster's GPUs, so it never contends. Here a seeded sample of :data:`OPENB_NODES` nodes
+    gets every k-th pod of the trace (k = 1213 / sample, so the same pods-per-node ratio),
+    replayed :data:`OPENB_COPIES` times in trace order, one pod every ``gap`` seconds chosen so
+    the offered GPU load is 130%, with run times from the trace clipped to [60, 1800] s.
     """
     pods_csv = OPENB / "openb_pod_list_default.csv"
     nodes_csv = OPENB / "openb_node_list_gpu_node.csv"
@@ -233,8 +235,12 @@ def openb(seed: int) -> Scenario | None:
         return None
     from fairgpu.sim.workloads.openb import load_openb_nodes, load_openb_pods
 
-    nodes = load_openb_nodes(nodes_csv)
-    base = sorted(load_openb_pods(pods_csv), key=lambda p: (p.arrival, p.pod.name))
+    all_nodes = load_openb_nodes(nodes_csv)
+    rng = np.random.default_rng(seed)
+    keep = sorted(rng.choice(len(all_nodes), min(OPENB_NODES, len(all_nodes)), replace=False))
+    nodes = [all_nodes[int(i)] for i in keep]
+    stride = max(1, round(len(all_nodes) / len(nodes)))
+    base = sorted(load_openb_pods(pods_csv), key=lambda p: (p.arrival, p.pod.name))[::stride]
     runs = [
         float(
             np.clip(
@@ -262,7 +268,8 @@ def openb(seed: int) -> Scenario | None:
     last = i * gap
     return Scenario(
         "openb-default",
-        f"openb_pod_list_default x{OPENB_COPIES} on {len(nodes)} GPU nodes ({capacity} GPUs), "
+        f"every {stride}th pod of openb_pod_list_default x{OPENB_COPIES} on a seeded sample of "
+        f"{len(nodes)} of its GPU nodes ({capacity} GPUs), "
         f"pods hashed (seeded) to 4 equal tenants, trace order, one pod every {gap:.3f} s "
         f"(offered GPU load {OPENB_LOAD:.0%}), run times from the trace clipped to "
         f"[{OPENB_MIN_RUN:g}, {OPENB_MAX_RUN:g}] s; measured until the last arrival",

@@ -21,6 +21,11 @@ Two orderings share everything else (filters, scores, devices):
     kube-scheduler's order (priority, then creation time) with its priority preemption and no
     gangs or quotas: the baseline fairgpu is compared with.
 
+Reclaim
+    A queue below its fair share (dominant-share units, weighted max-min capped by demand) may
+    preempt pods of a queue above its own; a queue within its nominal quota may preempt a
+    queue borrowing beyond its quota.
+
 No preemption cycles
     Within a queue only strictly higher priority preempts strictly lower. Between queues,
     queue Q may reclaim victims from queue V only if ``key(Q) < key(V)`` before the move and
@@ -58,6 +63,7 @@ from fairgpu.engine.scheduler import Scheduler, ScheduleResult
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 from fairgpu.tenancy.book import QueueBook
 from fairgpu.tenancy.config import DIM_GPU, TenancyConfig, default_config
+from fairgpu.tenancy.fairshare import hierarchical_fair_shares
 from fairgpu.tenancy.history import UsageHistory
 from fairgpu.tenancy.resolve import PodGroupRef, Tenant, TenantResolver
 
@@ -65,6 +71,8 @@ Ordering = Literal["fair", "kube-default"]
 ORDERINGS: tuple[str, ...] = ("fair", "kube-default")
 # Reclaim looks for victims in at most this many queues (those furthest above the preemptor).
 MAX_RECLAIM_QUEUES = 4
+# Preemption searches per cycle (each scans running pods); the rest wait for the next cycle.
+MAX_PREEMPTION_ATTEMPTS = 32
 
 
 @dataclass(slots=True)
@@ -174,6 +182,7 @@ class Engine:
         self._partial_since: dict[str, float] = {}
         self._bound_now: set[str] = set()
         self._keys: dict[str, tuple[float, float, str]] = {}
+        self._deserved: dict[str, float] = {}
 
     # ---- configuration hooks for the adapters ------------------------------------------------
     def set_pod_group(self, namespace: str, name: str, min_member: int) -> None:
@@ -245,9 +254,9 @@ class Engine:
     def _kube_cycle(
         self, cluster: ClusterState, pending: list[PodInfo], now: float, out: CycleResult
     ) -> None:
-        failed: dict[tuple[object, ...], str] = {}
-        preempt_failed: set[tuple[object, ...]] = set()
+        ctx = _CycleCtx(cluster, now, out)
         enabled = self.tenancy.preemption.enabled
+        lowest = min((p.priority for p in cluster.pods.values()), default=0)
         for pod in kube_default_order(pending):
             reason = self.book.namespace_never_fits(pod)
             if reason:
@@ -257,22 +266,32 @@ class Engine:
             if reason:
                 out.unschedulable.append(Unschedulable(pod, reason))
                 continue
-            shape = _shape(pod)
-            if shape is not None and shape in failed:
-                reason = failed[shape]
+            ask = _ask(pod)
+            known = ctx.front.find(*ask) if ask is not None else None
+            if known is not None:
+                reason = known
             else:
                 result = self.scheduler.schedule(pod, cluster)
                 if result.ok and result.node is not None:
                     self._assume(cluster, pod, result.node, result.devices, now, out)
+                    lowest = min(lowest, pod.priority)
                     continue
                 reason = result.reason()
                 if result.code == Code.UNRESOLVABLE:
                     out.unschedulable.append(Unschedulable(pod, reason, False))
                     continue
-                if shape is not None:
-                    failed[shape] = reason
-            pkey = (shape, pod.priority)
-            if enabled and pod.preemption_policy != "Never" and pkey not in preempt_failed:
+                if ask is not None:
+                    ctx.front.add(*ask, reason)
+            pgroup = None if ask is None else (pod.priority, *ask[0])
+            tried = pgroup is not None and ctx.preempt_front.find(pgroup, ask[1]) is not None
+            if (
+                enabled
+                and pod.preemption_policy != "Never"
+                and pod.priority > lowest
+                and not tried
+                and ctx.preempt_attempts < MAX_PREEMPTION_ATTEMPTS
+            ):
+                ctx.preempt_attempts += 1
                 victims = [
                     uid
                     for uid, p in cluster.pods.items()
@@ -280,9 +299,10 @@ class Engine:
                 ]
                 plan = find_preemption(pod, cluster, self.scheduler, victims)
                 if plan is not None and self._apply_plan(cluster, pod, plan, now, out, "priority"):
-                    failed.clear()
+                    ctx.forget()
                     continue
-                preempt_failed.add(pkey)
+                if pgroup is not None and ask is not None:
+                    ctx.preempt_front.add(pgroup, ask[1], reason)
             out.unschedulable.append(Unschedulable(pod, reason))
 
     # ---- fair ------------------------------------------------------------------------------
@@ -407,6 +427,7 @@ class Engine:
     ) -> None:
         queues = self._build_jobs(pending, now, out)
         pending_keys = {j.key for users in queues.values() for lst in users.values() for j in lst}
+        self._deserved = self._deserved_shares(queues)
         self._expire(cluster, pending_keys, now, out)
         cursors: dict[str, dict[str, deque[Job]]] = {
             q: {u: deque(lst) for u, lst in users.items()} for q, users in queues.items()
@@ -443,6 +464,44 @@ class Engine:
             key = (self.book.user_share(queue, user), user)
             cache[(queue, user)] = key
         return key
+
+    def _deserved_shares(self, queues: dict[str, dict[str, list[Job]]]) -> dict[str, float]:
+        """Each queue's fair share in dominant-share units (cluster = 1): two-level weighted
+        max-min, capped by its demand (what it holds plus everything it has pending)."""
+        book = self.book
+        demand: dict[str, float] = {}
+        for q, users in queues.items():
+            vec = book.used(q).copy()
+            for lst in users.values():
+                for job in lst:
+                    for p in job.pods:
+                        vec += book.pending_vector(p)
+            demand[q] = book.dominant(vec)
+        for q, used in book.usage.items():
+            if q not in demand:
+                demand[q] = book.dominant(used)
+        return hierarchical_fair_shares(
+            1.0,
+            demand,
+            book.weight,
+            lambda q: book.queue_limits(q).parent,
+            book.parent_weight,
+        )
+
+    def _may_reclaim_from(self, queue: str, other: str) -> bool:
+        """Reclaim needs the preemptor's queue below its fair share and the victim's above
+        its own — or the preemptor within its nominal quota and the victim borrowing — and
+        the pairwise order of :meth:`reclaim_key` (which is what rules out cycles)."""
+        mine, theirs = self.reclaim_key(queue), self.reclaim_key(other)
+        if not mine < theirs:
+            return False
+        if mine[0] == 0 and theirs[0] == 1:
+            return True
+        book = self.book
+        deserved = self._deserved
+        below = book.dominant(book.used(queue)) < deserved.get(queue, 0.0) - 1e-9
+        above = book.dominant(book.used(other)) > deserved.get(other, 0.0) + 1e-9
+        return below and above
 
     def _refresh_keys(self, changed: set[str], cursors: dict[str, dict[str, deque[Job]]]) -> None:
         parents = {self.book.queue_limits(q).parent for q in changed} - {""}
@@ -525,9 +584,10 @@ class Engine:
             out.unschedulable.append(Unschedulable(pod, reason))
             return set()
         allowed = self._allowed(job, pod, ctx)
-        memo = self._memo_key(pod)
-        if memo is not None and memo in ctx.failed:
-            reason = ctx.failed[memo]
+        ask = _ask(pod) if allowed is None else None
+        known = ctx.front.find(*ask) if ask is not None else None
+        if known is not None:
+            reason = known
         else:
             result = self.scheduler.schedule(pod, ctx.cluster, restrict=allowed)
             if result.ok and result.node is not None:
@@ -538,16 +598,18 @@ class Engine:
             if result.code == Code.UNRESOLVABLE:
                 out.unschedulable.append(Unschedulable(pod, reason, False))
                 return set()
-            if memo is not None:
-                ctx.failed[memo] = reason
-        pkey = (memo, job.tenant.queue, pod.priority)
-        if memo is None or pkey not in ctx.preempt_failed:
+            if ask is not None:
+                ctx.front.add(*ask, reason)
+        pgroup = None if ask is None else (job.tenant.queue, pod.priority, *ask[0])
+        tried = pgroup is not None and ctx.preempt_front.find(pgroup, ask[1]) is not None
+        if not tried and ctx.preempt_attempts < MAX_PREEMPTION_ATTEMPTS:
+            ctx.preempt_attempts += 1
             changed = self._try_preempt(job, pod, vec, allowed, ctx)
             if changed:
                 self._placed(job)
                 return changed
-            if memo is not None:
-                ctx.preempt_failed.add(pkey)
+            if pgroup is not None and ask is not None:
+                ctx.preempt_front.add(pgroup, ask[1], reason)
         self._blocked(job, ctx)
         out.unschedulable.append(Unschedulable(pod, reason))
         return set()
@@ -737,16 +799,14 @@ class Engine:
 
         sets: list[list[str]] = []
         if lim.preemption.reclaim:
-            mine = self.reclaim_key(queue)
             above = []
             for other, uids in book.queue_pods.items():
                 if other == queue or not uids:
                     continue
                 if not book.queue_limits(other).preemption.preemptible:
                     continue
-                key = self.reclaim_key(other)
-                if mine < key:
-                    above.append((key, other))
+                if self._may_reclaim_from(queue, other):
+                    above.append((self.reclaim_key(other), other))
             for _, other in sorted(above, reverse=True)[:MAX_RECLAIM_QUEUES]:
                 sets.append(sorted(u for u in book.queue_pods[other] if usable(u)))
         if lim.preemption.within_queue == "LowerPriority":
@@ -844,21 +904,70 @@ class Engine:
         return True
 
 
+class _Front:
+    """Failed asks per pod group key, kept as a list of request vectors: an ask that needs at
+    least as much of everything as one that already failed (same selectors, tolerations,
+    namespace and other resources) fails too, since placements in a cycle only take capacity.
+    """
+
+    def __init__(self) -> None:
+        self._fronts: dict[tuple[object, ...], tuple[list[np.ndarray], list[str]]] = {}
+
+    def find(self, group: tuple[object, ...], vec: np.ndarray) -> str | None:
+        entry = self._fronts.get(group)
+        if entry is None:
+            return None
+        arr = np.asarray(entry[0])
+        hit = np.flatnonzero((vec >= arr).all(axis=1))
+        return entry[1][int(hit[0])] if hit.size else None
+
+    def add(self, group: tuple[object, ...], vec: np.ndarray, reason: str) -> None:
+        vecs, reasons = self._fronts.setdefault(group, ([], []))
+        if len(vecs) < 256:
+            vecs.append(vec)
+            reasons.append(reason)
+
+    def clear(self) -> None:
+        self._fronts.clear()
+
+
+def _ask(pod: PodInfo) -> tuple[tuple[object, ...], np.ndarray] | None:
+    """(group, vector) for :class:`_Front`, or None for pods it cannot judge."""
+    if pod.has_pod_affinity or pod.error:
+        return None
+    gpu = pod.gpu
+    others = tuple(sorted((k, v) for k, v in pod.requests.items() if k not in (CPU, MEMORY)))
+    group = (pod.static_key(), pod.namespace, others, gpu.memory_percent)
+    whole = gpu.count > 0 and gpu.is_whole
+    vec = np.array(
+        [
+            pod.requests.get(CPU, 0),
+            pod.requests.get(MEMORY, 0),
+            gpu.count,
+            1000 if whole else (gpu.milli if gpu.count else 0),
+            1e18 if whole else gpu.memory_mib,
+        ],
+        dtype=float,
+    )
+    return group, vec
+
+
 @dataclass(slots=True)
 class _CycleCtx:
     cluster: ClusterState
     now: float
     out: CycleResult
-    failed: dict[tuple[object, ...], str] = field(default_factory=dict)
-    preempt_failed: set[tuple[object, ...]] = field(default_factory=set)
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     user_keys: dict[tuple[str, str], tuple[float, str]] = field(default_factory=dict)
+    front: _Front = field(default_factory=_Front)
+    preempt_front: _Front = field(default_factory=_Front)
+    preempt_attempts: int = 0
 
     def forget(self) -> None:
         """Capacity was released (evictions): earlier failures may now succeed."""
-        self.failed.clear()
-        self.preempt_failed.clear()
         self.outcome.clear()
+        self.front.clear()
+        self.preempt_front.clear()
 
     drain: dict[int, float] = field(default_factory=dict)
 
