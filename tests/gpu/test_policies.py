@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpu_builders import gpu_node, gpu_pod, make_cluster, place, scheduler
+from gpu_builders import GI, gpu_node, gpu_pod, make_cluster, place, scheduler
 
 from fairgpu.engine.framework import MAX_NODE_SCORE, CycleState
 from fairgpu.engine.plugins.fragmentation import (
@@ -15,6 +15,7 @@ from fairgpu.engine.plugins.fragmentation import (
     fragmentation,
 )
 from fairgpu.engine.policies import DEFAULT_POLICY, GPU_SHARING_POLICIES, policy
+from fairgpu.model.pod import CPU, MEMORY, PODS, PodInfo
 
 WHOLE_ONLY = [{"cpu": 1000, "milli": 1000, "count": 1, "weight": 1}]
 HALVES = [{"cpu": 1000, "milli": 500, "count": 1, "weight": 1}]
@@ -194,3 +195,41 @@ def test_every_sharing_policy_states_its_tie_break() -> None:
         prof = policy(name)
         assert prof.tie_break in ("fixed-rank", "random") and prof.name == name
     assert DEFAULT_POLICY in GPU_SHARING_POLICIES
+
+
+WHOLE_BIG_MEMORY = [{"cpu": 1000, "milli": 1000, "count": 1, "weight": 1, "memory": 100 * GI}]
+
+
+def _memory_starved():  # type: ignore[no-untyped-def]
+    # a: 2 idle GPUs but memory for one more typical pod (100 GiB each); b: room for both.
+    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+    hog = PodInfo(name="hog", uid="hog", requests={CPU: 1000, MEMORY: 362 * GI, PODS: 1})
+    state.assign(hog, state.node_index["a"], ())
+    return state
+
+
+def test_capacity_measure_limits_copies_by_memory() -> None:
+    typical = TypicalPods.from_args(HALVES)
+    with_mem = TypicalPods.from_args([{**HALVES[0], "memory": 10 * GI}])
+    free, cpu, acc = np.array([[1000, 1000]]), np.array([64000]), np.ones((1, 1), bool)
+    assert capacity_fragmentation(free, cpu, acc, with_mem)[0] == pytest.approx(0)
+    # Memory for one copy: three of the four 500s cannot run.
+    mem = np.array([15 * GI])
+    assert capacity_fragmentation(free, cpu, acc, with_mem, mem)[0] == pytest.approx(1500)
+    assert capacity_fragmentation(free, cpu, acc, typical, mem)[0] == pytest.approx(0)
+    assert with_mem.to_args()[0]["memory"] == pytest.approx(10 * GI)
+
+
+def test_lexicographic_policy_uses_gpus_that_memory_strands() -> None:
+    # A share on a's GPU costs no typical pod (a can host only one); on b it costs one.
+    nodes, pod = np.array([0, 1]), gpu_pod("p", milli=500)
+    aware = FragmentationScore(typical_pods=WHOLE_BIG_MEMORY, lead="fgd", use_memory=True)
+    blind = FragmentationScore(typical_pods=WHOLE_BIG_MEMORY, lead="fgd")
+    s_aware = aware.score(CycleState(), pod, _memory_starved(), nodes)
+    s_blind = blind.score(CycleState(), pod, _memory_starved(), nodes)
+    assert s_aware[0] > s_aware[1] and s_blind[0] == s_blind[1]
+    for seed in range(6):
+        chosen = place(
+            scheduler("fairgpu-frag-lex", WHOLE_BIG_MEMORY, seed), _memory_starved(), pod
+        )
+        assert chosen[0] == "a"

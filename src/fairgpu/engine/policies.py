@@ -130,9 +130,10 @@ def fairgpu_frag_lex() -> Profile:
     (:func:`~fairgpu.engine.plugins.fragmentation.capacity_fragmentation`), then the fixed
     rank. FGD's coarse score decides whether a placement breaks a typical shape's fit; the
     capacity measure orders the many ties (most decisions) by how many further copies of
-    the typical shapes still fit, instead of leaving them all to the node order. The device
-    is chosen jointly with the node."""
-    args = {"lead": "fgd"}
+    the typical shapes still fit -- limited by free GPU milli, CPU and memory (the shapes'
+    mean memory) --, instead of leaving them all to the node order. The device is chosen
+    jointly with the node."""
+    args = {"lead": "fgd", "use_memory": True}
     return Profile(
         name="fairgpu-frag-lex",
         scores=[

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fairgpu.cluster.state import COL_CPU, ClusterState
+from fairgpu.cluster.state import COL_CPU, COL_MEMORY, ClusterState
 from fairgpu.engine.framework import (
     MAX_NODE_SCORE,
     CycleState,
@@ -34,7 +34,7 @@ from fairgpu.engine.framework import (
 )
 from fairgpu.engine.plugins.gpu import DeviceBestFit, idle_mask, shared_fit
 from fairgpu.model.gpu import WHOLE
-from fairgpu.model.pod import CPU, PodInfo
+from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
 # The published simulator's normalisers: the biggest node has 128 CPUs and 8 GPUs.
 MAX_SPEC_CPU = 128_000
@@ -55,7 +55,9 @@ class TypicalPods:
     """The most frequent pod shapes of a workload with their renormalised weights.
 
     A shape is (cpu milli, per-device GPU milli, device count, allowed GPU models or None);
-    CPU-only shapes have ``count == 0`` and ``milli == 0``.
+    CPU-only shapes have ``count == 0`` and ``milli == 0``. ``memory``: the mean memory
+    (bytes) the pods of each shape ask, or None when unknown; it is not part of the shape (FGD
+    ignores memory), only the packing-capacity measure reads it.
     """
 
     cpu: np.ndarray
@@ -63,6 +65,7 @@ class TypicalPods:
     count: np.ndarray
     models: tuple[frozenset[str] | None, ...]
     weight: np.ndarray
+    memory: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -78,10 +81,17 @@ class TypicalPods:
         return (pod.requests.get(CPU, 0), min(gpu.milli, WHOLE), gpu.count, gpu.models)
 
     @classmethod
-    def from_counts(cls, counts: Counter[Shape] | dict[Shape, float], coverage: float = 0.95):  # type: ignore[no-untyped-def]
+    def from_counts(  # type: ignore[no-untyped-def]
+        cls,
+        counts: Counter[Shape] | dict[Shape, float],
+        coverage: float = 0.95,
+        memory: dict[Shape, float] | None = None,
+    ):
         """The most frequent shapes that together cover ``coverage`` of the pods.
 
         Ties in frequency are broken by the shape itself, so the result is deterministic.
+        ``memory``: mean memory (bytes) per shape, kept for the chosen shapes when every one
+        of them has it.
         """
         if not 0 < coverage <= 1:
             raise ValueError(f"TypicalPods.coverage: {coverage} is outside (0, 1]")
@@ -100,24 +110,37 @@ class TypicalPods:
             if acc >= coverage * total - 1e-9:
                 break
         weight = np.array([c for _, c in chosen], dtype=np.float64)
+        mem = None
+        if memory is not None and all(s in memory for s, _ in chosen):
+            mem = np.array([memory[s] for s, _ in chosen], dtype=np.float64)
         return cls(
             cpu=np.array([s[0] for s, _ in chosen], dtype=np.int64),
             milli=np.array([s[1] for s, _ in chosen], dtype=np.int64),
             count=np.array([s[2] for s, _ in chosen], dtype=np.int64),
             models=tuple(s[3] for s, _ in chosen),
             weight=weight / weight.sum(),
+            memory=mem,
         )
 
     @classmethod
     def from_pods(cls, pods: Iterable[PodInfo], coverage: float = 0.95):  # type: ignore[no-untyped-def]
-        """Learn the typical shapes from a list of pods."""
-        return cls.from_counts(Counter(cls.shape_of(p) for p in pods), coverage)
+        """Learn the typical shapes (and their mean memory) from a list of pods."""
+        counts: Counter[Shape] = Counter()
+        memory: dict[Shape, float] = {}
+        for p in pods:
+            shape = cls.shape_of(p)
+            counts[shape] += 1
+            memory[shape] = memory.get(shape, 0.0) + p.requests.get(MEMORY, 0)
+        means = {s: memory[s] / counts[s] for s in counts}
+        return cls.from_counts(counts, coverage, means)
 
     @classmethod
     def from_args(cls, shapes: Sequence[dict[str, Any]]):  # type: ignore[no-untyped-def]
-        """From plugin arguments: ``[{cpu, milli, count, models, weight}, ...]`` (weights are
-        renormalised; ``models`` is a list or a ``|``-separated string)."""
+        """From plugin arguments: ``[{cpu, milli, count, models, weight, memory}, ...]``
+        (weights are renormalised; ``models`` is a list or a ``|``-separated string;
+        ``memory`` in bytes is optional and used only when every shape has it)."""
         counts: dict[Shape, float] = {}
+        memory: dict[Shape, float] = {}
         for i, item in enumerate(shapes):
             try:
                 models = item.get("models")
@@ -129,10 +152,14 @@ class TypicalPods:
                     int(item.get("count", 0)),
                     frozenset(models) if models else None,
                 )
-                counts[shape] = counts.get(shape, 0.0) + float(item.get("weight", 1.0))
+                w = float(item.get("weight", 1.0))
+                counts[shape] = counts.get(shape, 0.0) + w
+                if item.get("memory") is not None:
+                    memory[shape] = memory.get(shape, 0.0) + w * float(item["memory"])
             except (KeyError, TypeError, ValueError) as error:
                 raise ValueError(f"typical_pods[{i}]: {error}") from None
-        return cls.from_counts(counts, coverage=1.0)
+        means = {s: memory[s] / counts[s] for s in memory if counts[s] > 0}
+        return cls.from_counts(counts, coverage=1.0, memory=means)
 
     def to_args(self) -> list[dict[str, Any]]:
         """The inverse of :meth:`from_args` (JSON-friendly)."""
@@ -143,6 +170,7 @@ class TypicalPods:
                 "count": int(self.count[i]),
                 "models": "|".join(sorted(self.models[i])) if self.models[i] else "",
                 "weight": float(self.weight[i]),
+                **({"memory": float(self.memory[i])} if self.memory is not None else {}),
             }
             for i in range(self.size)
         ]
@@ -222,28 +250,42 @@ def _units(f: np.ndarray, typical: TypicalPods) -> np.ndarray:
 
 
 def _usable(
-    units_sum: np.ndarray, cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods
+    units_sum: np.ndarray,
+    cpu_left: np.ndarray,
+    access: np.ndarray,
+    typical: TypicalPods,
+    mem_left: np.ndarray | None = None,
 ) -> np.ndarray:
     """(...): expected GPU milli the typical shapes could still consume, packing copies of
-    each shape into the node until its devices or its CPU run out."""
+    each shape into the node until its devices, its CPU or (when both ``mem_left`` and the
+    shapes' memory are known) its memory run out."""
     count = np.maximum(typical.count, 1)
     slots = units_sum // count
     by_cpu = np.maximum(cpu_left, 0)[..., None] // np.maximum(typical.cpu, 1)
     k = np.minimum(slots, np.where(typical.cpu > 0, by_cpu, slots))
+    if mem_left is not None and typical.memory is not None:
+        by_mem = np.floor(np.maximum(mem_left, 0)[..., None] / np.maximum(typical.memory, 1.0))
+        k = np.minimum(k, np.where(typical.memory > 0, by_mem, k).astype(np.int64))
     usable = np.where(access, k * count * np.minimum(typical.milli, WHOLE), 0)
     return usable @ typical.weight
 
 
 def capacity_fragmentation(
-    free: np.ndarray, cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods
+    free: np.ndarray,
+    cpu_left: np.ndarray,
+    access: np.ndarray,
+    typical: TypicalPods,
+    mem_left: np.ndarray | None = None,
 ) -> np.ndarray:
     """Expected fragmentation by packing capacity (milli-GPU): free GPU milli minus what the
     typical shapes could still consume there, counting several copies per node and the CPU
-    each copy needs. Finer than :func:`fragmentation`, which asks only whether one copy fits.
+    (and, given ``mem_left`` and the shapes' memory, the memory) each copy needs. Finer than
+    :func:`fragmentation`, which asks only whether one copy fits.
     """
     f = free.astype(np.int64)
     um, inv = _by_milli(typical)
-    return f.sum(-1) - _usable(_units_u(f, um).sum(-2)[..., inv], cpu_left, access, typical)
+    units = _units_u(f, um).sum(-2)[..., inv]
+    return f.sum(-1) - _usable(units, cpu_left, access, typical, mem_left)
 
 
 # ---- cached per-node scoring -------------------------------------------------------------
@@ -529,8 +571,11 @@ class _FragmentationBase(CachedNodeScore):
         coverage: float = 0.95,
         learn_every: int = 256,
         measure: str = "fgd",
+        use_memory: bool = False,
     ) -> None:
         super().__init__()
+        # The capacity measure also limits copies by node memory (shapes' mean memory).
+        self.use_memory = use_memory
         if measure not in ("fgd", "capacity"):
             raise ValueError(f"{self.name}.measure: unknown {measure!r} (fgd | capacity)")
         self.measure = measure
@@ -637,23 +682,31 @@ class _FragmentationBase(CachedNodeScore):
         assert typical is not None
         gpu = pod.gpu
         cpu_after = cpu - pod.requests.get(CPU, 0)
+        mem = mem_after = None
+        if self.use_memory and typical.memory is not None:
+            mem = cluster.allocatable[nodes, COL_MEMORY] - cluster.requested[nodes, COL_MEMORY]
+            mem_after = mem - pod.requests.get(MEMORY, 0)
         um, inv = _by_milli(typical)
         units = _units_u(free, um)  # (S, D, U)
         total_u = units.sum(1)
         total_units = total_u[:, inv]  # (S, T)
-        before = free.sum(1) - _usable(total_units, cpu, acc, typical)
+        before = free.sum(1) - _usable(total_units, cpu, acc, typical, mem)
         if gpu.count <= 0:
-            after = free.sum(1) - _usable(total_units, cpu_after, acc, typical)
+            after = free.sum(1) - _usable(total_units, cpu_after, acc, typical, mem_after)
             return (before - after)[:, None], before
         if not gpu.is_shared:
             f2 = np.where(_whole_take(cluster, nodes, gpu.count), 0, free)
-            after = capacity_fragmentation(f2, cpu_after, acc, typical)
+            after = capacity_fragmentation(f2, cpu_after, acc, typical, mem_after)
             return (before - after)[:, None], before
         f2 = free - gpu.milli  # (S, D): the pod on each candidate device
         units2 = _units_u(np.maximum(f2, 0), um)
         sums = (total_u[:, None, :] - units + units2)[..., inv]  # (S, D, T)
         after = (free.sum(1) - gpu.milli)[:, None] - _usable(
-            sums, cpu_after[:, None], acc[:, None, :], typical
+            sums,
+            cpu_after[:, None],
+            acc[:, None, :],
+            typical,
+            None if mem_after is None else mem_after[:, None],
         )
         delta = before[:, None] - after
         return np.where(shared_fit(pod, cluster, nodes), delta, np.nan), before
@@ -728,8 +781,9 @@ class FragmentationScore(_FragmentationBase):
         lead_weight: float = 1.0,
         lead_scale: float = 1000.0,
         refine: str = "all",
+        use_memory: bool = False,
     ) -> None:
-        super().__init__(typical_pods, coverage, learn_every, measure)
+        super().__init__(typical_pods, coverage, learn_every, measure, use_memory)
         if lead not in ("none", "fgd", "fgd-exact"):
             raise ValueError(f"{self.name}.lead: unknown {lead!r} (none | fgd | fgd-exact)")
         self.lead = lead
