@@ -237,14 +237,20 @@ def _simulate(
 
 
 def _add_fair_shares(summary: dict[str, Any], result: Any, engine: Any) -> None:
-    """Fill ``fair_share_pct`` per tenant when the engine can compute fair shares."""
-    compute = getattr(engine, "time_averaged_fair_shares", None)
-    if compute is None:
+    """Fill ``fair_share_pct`` per tenant: the weighted max-min fair share of cluster GPUs,
+    capped by each tenant's demand (held + pending) at every sample, time-averaged."""
+    from fairgpu.sim.simulator import time_average
+    from fairgpu.tenancy import fair_share_series
+
+    tl = result.timeline
+    if not tl.tenant_demand_milli or getattr(engine, "tenancy", None) is None:
         return
-    shares = compute(result)
+    capacity = float(result.gpu_capacity_milli)
+    series = fair_share_series(engine.tenancy, capacity, tl.tenant_demand_milli)
     for tenant, row in summary["tenants"].items():
-        if tenant in shares:
-            row["fair_share_pct"] = round(100.0 * shares[tenant], 2)
+        if tenant in series:
+            share = time_average(tl.time, series[tenant], result.end_time)
+            row["fair_share_pct"] = round(100.0 * share / max(capacity, 1.0), 2)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:

@@ -58,8 +58,9 @@ def summarize(result: SimulationResult, params: dict[str, Any]) -> dict[str, Any
         "pods_completed": sum(1 for r in result.records if r.end is not None),
         "pods_never_started": len(never),
         "gpu_capacity": capacity / 1000.0,
-        "gpu_allocation_avg_pct": _round(100.0 * time_average(tl.time, alloc, result.end_time)
-                                         / capacity),
+        "gpu_allocation_avg_pct": _round(
+            100.0 * time_average(tl.time, alloc, result.end_time) / capacity
+        ),
         "gpu_allocation_peak_pct": _round(100.0 * max(alloc, default=0.0) / capacity),
         "wait_p50_s": _round(percentile(waits, 50)),
         "wait_p90_s": _round(percentile(waits, 90)),
@@ -72,8 +73,19 @@ def summarize(result: SimulationResult, params: dict[str, Any]) -> dict[str, Any
 
 
 POD_COLUMNS = [
-    "name", "namespace", "tenant", "user", "node", "gpu_devices", "gpu_request",
-    "arrival", "start", "end", "wait", "preempted", "unschedulable_reason",
+    "name",
+    "namespace",
+    "tenant",
+    "user",
+    "node",
+    "gpu_devices",
+    "gpu_request",
+    "arrival",
+    "start",
+    "end",
+    "wait",
+    "preempted",
+    "unschedulable_reason",
 ]
 
 
@@ -93,14 +105,23 @@ def write_pods_csv(result: SimulationResult, path: Path) -> None:
         writer = csv.writer(handle)
         writer.writerow(POD_COLUMNS)
         for rec in sorted(result.records, key=lambda r: (r.arrival, r.pod.key)):
-            writer.writerow([
-                rec.pod.name, rec.pod.namespace, rec.tenant, rec.user, rec.node,
-                ",".join(str(d) for d in rec.devices), _gpu_text(rec),
-                rec.arrival, "" if rec.start is None else rec.start,
-                "" if rec.end is None else rec.end,
-                "" if rec.wait is None else round(rec.wait, 3), rec.preempted,
-                rec.reason if rec.start is None else "",
-            ])
+            writer.writerow(
+                [
+                    rec.pod.name,
+                    rec.pod.namespace,
+                    rec.tenant,
+                    rec.user,
+                    rec.node,
+                    ",".join(str(d) for d in rec.devices),
+                    _gpu_text(rec),
+                    rec.arrival,
+                    "" if rec.start is None else rec.start,
+                    "" if rec.end is None else rec.end,
+                    "" if rec.wait is None else round(rec.wait, 3),
+                    rec.preempted,
+                    rec.reason if rec.start is None else "",
+                ]
+            )
 
 
 def write_summary(summary: dict[str, Any], path: Path) -> None:

@@ -22,6 +22,10 @@ from fairgpu.sim.workload import PodArrival, Workload
 _COMPLETE, _ARRIVE = 0, 1
 
 
+def _label_user(pod: PodInfo) -> str:
+    return pod.labels.get(LABEL_USER, "")
+
+
 def default_tenant(pod: PodInfo) -> str:
     """The queue a pod is accounted to: its ``fairgpu.io/queue`` label, else its namespace."""
     return pod.labels.get(LABEL_QUEUE) or pod.namespace
@@ -59,6 +63,7 @@ class Timeline:
     pending: list[int] = field(default_factory=list)
     running: list[int] = field(default_factory=list)
     tenant_gpu_milli: dict[str, list[int]] = field(default_factory=dict)
+    tenant_demand_milli: dict[str, list[int]] = field(default_factory=dict)
     fragmentation_milli: list[int] = field(default_factory=list)
 
 
@@ -91,8 +96,8 @@ class Simulation:
         *,
         seed: int = 0,
         until: float | None = None,
-        tenant_of: Callable[[PodInfo], str] = default_tenant,
-        user_of: Callable[[PodInfo], str] = lambda p: p.labels.get(LABEL_USER, ""),
+        tenant_of: Callable[[PodInfo], str] | None = None,
+        user_of: Callable[[PodInfo], str] | None = None,
         on_progress: Callable[[int, int], None] | None = None,
         max_devices: int | None = None,
         track_fragmentation: bool = True,
@@ -101,8 +106,18 @@ class Simulation:
         self.engine = engine
         self.seed = seed
         self.until = until
-        self.tenant_of = tenant_of
-        self.user_of = user_of
+        # By default pods are accounted exactly as the engine's tenancy resolves them.
+        resolve = getattr(engine, "tenant", None)
+        self.tenant_of = tenant_of or (
+            (lambda p: resolve(p).queue) if resolve is not None else default_tenant
+        )
+        self.user_of = user_of or (
+            (lambda p: resolve(p).user) if resolve is not None else _label_user
+        )
+        self.pending_milli: dict[str, int] = {}
+        resolver = getattr(engine, "resolver", None)
+        self._group_of = getattr(resolver, "pod_group", None)
+        self.group_running: dict[str, set[str]] = {}
         self.on_progress = on_progress
         self.track_fragmentation = track_fragmentation
         devices = max_devices or max([n.gpu_count for n in workload.nodes] + [1])
@@ -132,6 +147,21 @@ class Simulation:
         )
         self._push(arrival.arrival, _ARRIVE, pod.uid)
 
+    def _group_key(self, pod: PodInfo) -> str:
+        ref = self._group_of(pod) if self._group_of is not None else None
+        return ref.key if ref is not None else ""
+
+    def _leave_group(self, rec: PodRecord) -> None:
+        members = self.group_running.get(self._group_key(rec.pod))
+        if members is not None:
+            members.discard(rec.pod.uid)
+
+    def _wait(self, rec: PodRecord, sign: int) -> None:
+        """Count (or uncount) the pod's GPU ask as pending demand of its tenant."""
+        self.pending_milli[rec.tenant] = (
+            self.pending_milli.get(rec.tenant, 0) + sign * rec.pod.gpu.total_milli
+        )
+
     def _charge_tenant(self, rec: PodRecord, sign: int) -> None:
         self.tenant_milli[rec.tenant] = (
             self.tenant_milli.get(rec.tenant, 0) + sign * rec.pod.gpu.total_milli
@@ -154,25 +184,43 @@ class Simulation:
         for tenant, series in tl.tenant_gpu_milli.items():
             if len(series) < samples:
                 series.append(self.tenant_milli.get(tenant, 0))
+        for tenant in self.tenant_milli.keys() | self.pending_milli.keys():
+            series = tl.tenant_demand_milli.setdefault(tenant, [0] * (samples - 1))
+            series.append(self.tenant_milli.get(tenant, 0) + self.pending_milli.get(tenant, 0))
+        for series in tl.tenant_demand_milli.values():
+            if len(series) < samples:
+                series.append(0)
 
     def _cycle(self) -> None:
         self.cycles += 1
         result = self.engine.cycle(self.cluster, list(self.pending.values()), self.now)
-        for eviction in result.evictions:
-            rec = self.records[eviction.pod.uid]
-            # The engine already released the victim from the cluster; requeue it.
-            if eviction.pod.uid in self.cluster.placements:
-                self.cluster.release(eviction.pod.uid)
+        evicted = [e.pod for e in result.evictions]
+        seen = {p.uid for p in evicted}
+        for pod in evicted:
+            # A gang cannot run partially: losing one member restarts the whole group, as a
+            # job controller does when a worker of a distributed job is evicted.
+            for uid in sorted(self.group_running.get(self._group_key(pod), ())):
+                if uid not in seen and uid in self.cluster.placements:
+                    seen.add(uid)
+                    evicted.append(self.records[uid].pod)
+        for pod in evicted:
+            rec = self.records[pod.uid]
+            # The engine already released its victims from the cluster; requeue them.
+            if pod.uid in self.cluster.placements:
+                self.cluster.release(pod.uid)
+            self._leave_group(rec)
             self._charge_tenant(rec, -1)
             rec.preempted += 1
             rec.run += 1
             # The pod waits again; its wait is measured to the start of its final run.
             rec.node, rec.devices, rec.start = "", (), None
             self.preemptions += 1
-            self.pending[eviction.pod.uid] = eviction.pod
+            self.pending[pod.uid] = pod
+            self._wait(rec, +1)
         for bind in result.binds:
             rec = self.records[bind.pod.uid]
-            self.pending.pop(bind.pod.uid, None)
+            if self.pending.pop(bind.pod.uid, None) is not None:
+                self._wait(rec, -1)
             rec.start, rec.node, rec.devices, rec.reason = (
                 self.now,
                 bind.node_name,
@@ -180,14 +228,17 @@ class Simulation:
                 "",
             )
             self._charge_tenant(rec, +1)
+            key = self._group_key(bind.pod)
+            if key:
+                self.group_running.setdefault(key, set()).add(bind.pod.uid)
             if rec.duration is not None:
                 self._push(self.now + rec.duration, _COMPLETE, f"{bind.pod.uid}#{rec.run}")
         for unsched in result.unschedulable:
             rec = self.records[unsched.pod.uid]
             rec.reason = unsched.reason
-            if not unsched.resolvable:
-                # No change to the cluster can help (e.g. invalid object): stop retrying it.
-                self.pending.pop(unsched.pod.uid, None)
+            # No change to the cluster can help (e.g. invalid object): stop retrying it.
+            if not unsched.resolvable and self.pending.pop(unsched.pod.uid, None) is not None:
+                self._wait(rec, -1)
 
     def _complete(self, token: str) -> None:
         uid, _, run = token.rpartition("#")
@@ -195,6 +246,7 @@ class Simulation:
         if int(run) != rec.run or uid not in self.cluster.placements:
             return  # stale: the pod was preempted after this completion was scheduled
         self.cluster.release(uid)
+        self._leave_group(rec)
         self._charge_tenant(rec, -1)
         rec.end = self.now
 
@@ -217,6 +269,7 @@ class Simulation:
                     changed = True
                 else:
                     self.pending[uid] = self.records[uid].pod
+                    self._wait(self.records[uid], +1)
                     arrived += 1
                     changed = True
             if changed and self.pending:
