@@ -1,0 +1,72 @@
+"""The simulator accounts tenants as the engine resolves them and keeps gangs whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from fairgpu.cli import app
+from fairgpu.engine.engine import Engine
+from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.workload import PodArrival, Workload
+from fairgpu.tenancy import parse_config
+from tests.sim.helpers import gpu_node, gpu_pod
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_summary_shows_fair_share_beside_share(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--jobs",
+            "80",
+            "--config",
+            str(EXAMPLES / "tenancy.yaml"),
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    tenants = json.loads((tmp_path / "summary.json").read_text())["tenants"]
+    assert set(tenants) == {"team-a", "team-b", "team-c", "team-d"}
+    for row in tenants.values():
+        assert 0.0 <= row["fair_share_pct"] <= 100.0
+    assert sum(r["fair_share_pct"] for r in tenants.values()) <= 100.0 + 1e-6
+
+
+def test_namespace_mapping_decides_the_tenant() -> None:
+    config = parse_config({"queues": [{"name": "ml", "namespaces": ["a", "b"]}]})
+    engine = Engine(tenancy=config)
+    arrivals = [PodArrival(gpu_pod("p", namespace="b"), 0.0, 10.0)]
+    result = Simulation(Workload("t", [gpu_node("n0")], arrivals), engine).run()
+    assert result.records[0].tenant == "ml"
+
+
+def test_losing_one_gang_member_restarts_the_group() -> None:
+    config = parse_config(
+        {
+            "mode": "dynamic",
+            "preemption": {"enabled": True, "minRuntimeSeconds": 0},
+            "queues": [{"name": "a", "namespaces": ["a"]}, {"name": "b", "namespaces": ["b"]}],
+        }
+    )
+    engine = Engine(tenancy=config)
+    nodes = [gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)]
+    gang = [
+        gpu_pod(f"g{i}", namespace="a", gpus="2", labels={"fairgpu.io/pod-group": "g"})
+        for i in range(2)
+    ]
+    for pod in gang:
+        pod.annotations["fairgpu.io/min-member"] = "2"
+    arrivals = [PodArrival(p, 0.0, 1000.0) for p in gang]
+    arrivals.append(PodArrival(gpu_pod("late", namespace="b", gpus="2"), 10.0, 100.0))
+    result = Simulation(Workload("t", nodes, arrivals), engine).run()
+    recs = {r.pod.name: r for r in result.records}
+    assert recs["late"].start == 10.0  # b reclaims its fair half
+    # Both members were stopped together and restarted together later.
+    assert recs["g0"].preempted == 1 and recs["g1"].preempted == 1
+    assert recs["g0"].start == recs["g1"].start and recs["g0"].start >= 110.0
