@@ -70,8 +70,8 @@ class ClusterState:
 
     # ---- storage ------------------------------------------------------------------------
     def _grow(self, capacity: int) -> None:
-        old = self._cap
-        r, d = len(self.resources) if hasattr(self, "resources") else 6, self.max_devices
+        """Reallocate every per-slot array to ``capacity`` slots, keeping the contents."""
+        r, d = len(self.resources), self.max_devices
 
         def grow(arr: np.ndarray | None, shape: tuple[int, ...], dtype: type) -> np.ndarray:
             new = np.zeros(shape, dtype=dtype)
@@ -94,7 +94,6 @@ class ClusterState:
         # per-node results and recompute only the nodes that changed.
         self.node_version = grow(get("node_version"), (capacity,), np.int64)
         self._cap = capacity
-        del old
 
     @property
     def size(self) -> int:
