@@ -103,8 +103,7 @@ def simulate(
         bool, typer.Option("--list-policies", help="List placement policies and exit.")
     ] = False,
 ) -> None:
-    """Replay a workload through the scheduling engine on a simulated cluster and report GPU
-    allocation, fairness and waiting time."""
+    """Replay a workload on a simulated cluster; report GPU allocation, fairness and waits."""
     from fairgpu.engine.policies import DEFAULT_POLICY, POLICIES
 
     if list_policies:
