@@ -233,3 +233,39 @@ def test_lexicographic_policy_uses_gpus_that_memory_strands() -> None:
             scheduler("fairgpu-frag-lex", WHOLE_BIG_MEMORY, seed), _memory_starved(), pod
         )
         assert chosen[0] == "a"
+
+
+def test_typical_pods_keep_the_rare_shapes_apart_for_the_capacity_measure() -> None:
+    pods = [gpu_pod(f"a{i}", milli=500) for i in range(90)]
+    pods += [gpu_pod(f"b{i}", count=2) for i in range(6)] + [
+        gpu_pod(f"c{i}", milli=200) for i in range(4)
+    ]
+    typical = TypicalPods.from_pods(pods, coverage=0.95)
+    assert typical.size == 2 and typical.full is not None and typical.full.size == 3
+    args = typical.to_args()
+    assert [a.get("tail", False) for a in args] == [False, False, True]
+    back = TypicalPods.from_args(args)
+    # The most frequent shapes are what FGD sees; the rare ones only reach ``full``.
+    assert np.allclose(back.weight, typical.weight) and back.milli.tolist() == [500, 1000]
+    assert back.full is not None and np.allclose(np.sort(back.full.weight), [0.04, 0.06, 0.9])
+    assert FgdScore(typical_pods=args).typical.size == 2  # type: ignore[union-attr]
+
+
+def test_scarcity_weighs_shapes_pinned_to_a_scarce_model() -> None:
+    state = make_cluster(
+        gpu_node("v", gpus=2, model="V100"), gpu_node("t1", gpus=2, model="T4"),
+        gpu_node("t2", gpus=2, model="T4"), gpu_node("t3", gpus=2, model="T4"),
+    )  # fmt: skip
+    shapes = [
+        {"cpu": 1000, "milli": 500, "count": 1, "weight": 0.8},
+        {"cpu": 1000, "milli": 500, "count": 1, "models": "V100", "weight": 0.2},
+    ]
+    pod, nodes = gpu_pod("p", milli=500), np.array([0, 1])
+    gaps = []
+    for scarcity in (False, True):
+        plugin = FragmentationScore(typical_pods=shapes, scarcity=scarcity)
+        s = plugin.score(CycleState(), pod, state, nodes)
+        gaps.append(s[1] - s[0])
+    assert plugin._access is not None and plugin._access.scarcity.tolist() == [1.0, 4.0]
+    # Both prefer a T4 for an unpinned pod; scarcity widens the margin 4-fold for the V100 term.
+    assert 0 < gaps[0] < gaps[1]

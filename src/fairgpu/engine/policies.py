@@ -133,7 +133,7 @@ def fairgpu_frag_lex() -> Profile:
     the typical shapes still fit -- limited by free GPU milli, CPU and memory (the shapes'
     mean memory) --, instead of leaving them all to the node order. The device is chosen
     jointly with the node."""
-    args = {"lead": "fgd", "use_memory": True}
+    args = {"lead": "fgd", "use_memory": True, "capacity_shapes": "all", "scarcity": True}
     return Profile(
         name="fairgpu-frag-lex",
         scores=[

@@ -66,6 +66,8 @@ class TypicalPods:
     models: tuple[frozenset[str] | None, ...]
     weight: np.ndarray
     memory: np.ndarray | None = None
+    # Every shape of the workload (coverage 1), when these are the most frequent ones only.
+    full: TypicalPods | None = None
 
     @property
     def size(self) -> int:
@@ -113,6 +115,9 @@ class TypicalPods:
         mem = None
         if memory is not None and all(s in memory for s, _ in chosen):
             mem = np.array([memory[s] for s, _ in chosen], dtype=np.float64)
+        full = None
+        if len(chosen) < len(items):
+            full = cls.from_counts(dict(items), 1.0, memory)
         return cls(
             cpu=np.array([s[0] for s, _ in chosen], dtype=np.int64),
             milli=np.array([s[1] for s, _ in chosen], dtype=np.int64),
@@ -120,6 +125,7 @@ class TypicalPods:
             models=tuple(s[3] for s, _ in chosen),
             weight=weight / weight.sum(),
             memory=mem,
+            full=full,
         )
 
     @classmethod
@@ -140,6 +146,7 @@ class TypicalPods:
         (weights are renormalised; ``models`` is a list or a ``|``-separated string;
         ``memory`` in bytes is optional and used only when every shape has it)."""
         counts: dict[Shape, float] = {}
+        tail: dict[Shape, float] = {}
         memory: dict[Shape, float] = {}
         for i, item in enumerate(shapes):
             try:
@@ -153,27 +160,51 @@ class TypicalPods:
                     frozenset(models) if models else None,
                 )
                 w = float(item.get("weight", 1.0))
-                counts[shape] = counts.get(shape, 0.0) + w
+                into = tail if item.get("tail") else counts
+                into[shape] = into.get(shape, 0.0) + w
                 if item.get("memory") is not None:
                     memory[shape] = memory.get(shape, 0.0) + w * float(item["memory"])
             except (KeyError, TypeError, ValueError) as error:
                 raise ValueError(f"typical_pods[{i}]: {error}") from None
-        means = {s: memory[s] / counts[s] for s in memory if counts[s] > 0}
-        return cls.from_counts(counts, coverage=1.0, memory=means)
+        both = dict(counts)
+        for shape, w in tail.items():
+            both[shape] = both.get(shape, 0.0) + w
+        means = {s: memory[s] / both[s] for s in memory if both[s] > 0}
+        main = cls.from_counts(counts, coverage=1.0, memory=means)
+        if not tail:
+            return main
+        full = cls.from_counts(both, coverage=1.0, memory=means)
+        return cls(main.cpu, main.milli, main.count, main.models, main.weight, main.memory, full)
 
     def to_args(self) -> list[dict[str, Any]]:
-        """The inverse of :meth:`from_args` (JSON-friendly)."""
-        return [
-            {
-                "cpu": int(self.cpu[i]),
-                "milli": int(self.milli[i]),
-                "count": int(self.count[i]),
-                "models": "|".join(sorted(self.models[i])) if self.models[i] else "",
-                "weight": float(self.weight[i]),
-                **({"memory": float(self.memory[i])} if self.memory is not None else {}),
-            }
-            for i in range(self.size)
-        ]
+        """The inverse of :meth:`from_args` (JSON-friendly). The shapes beyond the most
+        frequent ones (:attr:`full`) come last, marked ``tail``, weighted on the same scale."""
+        out = [self._arg(i) for i in range(self.size)]
+        full = self.full
+        if full is not None:
+            mine = {self._key(i) for i in range(self.size)}
+            own = {full._key(j): float(full.weight[j]) for j in range(full.size)}
+            scale = sum(own.get(k, 0.0) for k in mine)
+            for j in range(full.size):
+                if full._key(j) not in mine and scale > 0:
+                    item = full._arg(j)
+                    item["weight"] = float(full.weight[j]) / scale
+                    item["tail"] = True
+                    out.append(item)
+        return out
+
+    def _key(self, i: int) -> Shape:
+        return (int(self.cpu[i]), int(self.milli[i]), int(self.count[i]), self.models[i])
+
+    def _arg(self, i: int) -> dict[str, Any]:
+        return {
+            "cpu": int(self.cpu[i]),
+            "milli": int(self.milli[i]),
+            "count": int(self.count[i]),
+            "models": "|".join(sorted(self.models[i])) if self.models[i] else "",
+            "weight": float(self.weight[i]),
+            **({"memory": float(self.memory[i])} if self.memory is not None else {}),
+        }
 
 
 class _Access:
@@ -192,6 +223,12 @@ class _Access:
                 table[code, t] = gpu_shape and (allowed is None or model in allowed) and model != ""
         self.codes = codes
         self.table = table
+        # Scarcity per shape: all GPUs over the GPUs of the models the shape may use (0 when
+        # none): demand for a scarce model weighs more per GPU of that model.
+        gpus = np.zeros(len(vocab), dtype=np.float64)
+        np.add.at(gpus, codes, np.asarray(cluster.gpu_count[: cluster.size], dtype=np.float64))
+        usable = gpus @ table
+        self.scarcity = np.where(usable > 0, gpus.sum() / np.maximum(usable, 1.0), 0.0)
 
     def rows(self, nodes: np.ndarray) -> np.ndarray:
         """(len(nodes), T) usable-model mask."""
@@ -255,6 +292,7 @@ def _usable(
     access: np.ndarray,
     typical: TypicalPods,
     mem_left: np.ndarray | None = None,
+    weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """(...): expected GPU milli the typical shapes could still consume, packing copies of
     each shape into the node until its devices, its CPU or (when both ``mem_left`` and the
@@ -267,7 +305,7 @@ def _usable(
         by_mem = np.floor(np.maximum(mem_left, 0)[..., None] / np.maximum(typical.memory, 1.0))
         k = np.minimum(k, np.where(typical.memory > 0, by_mem, k).astype(np.int64))
     usable = np.where(access, k * count * np.minimum(typical.milli, WHOLE), 0)
-    return usable @ typical.weight
+    return usable @ (typical.weight if weight is None else weight)
 
 
 def capacity_fragmentation(
@@ -276,6 +314,7 @@ def capacity_fragmentation(
     access: np.ndarray,
     typical: TypicalPods,
     mem_left: np.ndarray | None = None,
+    weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """Expected fragmentation by packing capacity (milli-GPU): free GPU milli minus what the
     typical shapes could still consume there, counting several copies per node and the CPU
@@ -285,7 +324,7 @@ def capacity_fragmentation(
     f = free.astype(np.int64)
     um, inv = _by_milli(typical)
     units = _units_u(f, um).sum(-2)[..., inv]
-    return f.sum(-1) - _usable(units, cpu_left, access, typical, mem_left)
+    return f.sum(-1) - _usable(units, cpu_left, access, typical, mem_left, weight)
 
 
 # ---- cached per-node scoring -------------------------------------------------------------
@@ -572,10 +611,22 @@ class _FragmentationBase(CachedNodeScore):
         learn_every: int = 256,
         measure: str = "fgd",
         use_memory: bool = False,
+        capacity_shapes: str = "typical",
+        scarcity: bool = False,
     ) -> None:
         super().__init__()
+        # Weigh each shape in the capacity measure by the scarcity of the GPU models it may use.
+        self.scarcity = scarcity
         # The capacity measure also limits copies by node memory (shapes' mean memory).
         self.use_memory = use_memory
+        if capacity_shapes not in ("typical", "all"):
+            raise ValueError(
+                f"{self.name}.capacity_shapes: unknown {capacity_shapes!r} (typical | all)"
+            )
+        # "all": the capacity measure counts every shape of the workload, not only the most
+        # frequent ones (rare shapes pinned to a scarce GPU model still claim its GPUs).
+        self.capacity_shapes = capacity_shapes
+        self._full_access: _Access | None = None
         if measure not in ("fgd", "capacity"):
             raise ValueError(f"{self.name}.measure: unknown {measure!r} (fgd | capacity)")
         self.measure = measure
@@ -595,6 +646,7 @@ class _FragmentationBase(CachedNodeScore):
     def on_cluster_change(self, cluster: ClusterState) -> None:
         """Rebuild the model-access table."""
         self._access = None
+        self._full_access = None
 
     def observe(self, pod: PodInfo) -> None:
         """Learn the workload's shape distribution from the pods the engine sees (online).
@@ -610,6 +662,7 @@ class _FragmentationBase(CachedNodeScore):
             self.typical = TypicalPods.from_counts(self._seen, self.coverage)
             self._since_learn = 0
             self._access = None
+            self._full_access = None
             self.reset()
 
     def access(self, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
@@ -635,7 +688,17 @@ class _FragmentationBase(CachedNodeScore):
         free = _free(cluster, nodes)
         cpu = _cpu_left(cluster, nodes)
         if (measure or self.measure) == "capacity":
-            return self._capacity_deltas(pod, cluster, nodes, free, cpu, acc)
+            table = self._access
+            if self.capacity_shapes == "all" and typical.full is not None:
+                if self._full_access is None or self._full_access.codes.size < cluster.size:
+                    self._full_access = _Access(cluster, typical.full)
+                table = self._full_access
+                acc = table.rows(nodes)
+                typical = typical.full
+            weight = None
+            if self.scarcity and table is not None:
+                weight = typical.weight * table.scarcity
+            return self._capacity_deltas(pod, cluster, nodes, free, cpu, acc, typical, weight)
         before = fragmentation(free, cpu, acc, typical)
         gpu = pod.gpu
         cpu_after = cpu - pod.requests.get(CPU, 0)
@@ -676,10 +739,11 @@ class _FragmentationBase(CachedNodeScore):
         free: np.ndarray,
         cpu: np.ndarray,
         acc: np.ndarray,
+        typical: TypicalPods,
+        weight: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`deltas` under :func:`capacity_fragmentation`."""
-        typical = self.typical
-        assert typical is not None
+        """:meth:`deltas` under :func:`capacity_fragmentation` for the shapes ``typical``
+        (weighted by ``weight`` instead of their frequency when given)."""
         gpu = pod.gpu
         cpu_after = cpu - pod.requests.get(CPU, 0)
         mem = mem_after = None
@@ -690,13 +754,13 @@ class _FragmentationBase(CachedNodeScore):
         units = _units_u(free, um)  # (S, D, U)
         total_u = units.sum(1)
         total_units = total_u[:, inv]  # (S, T)
-        before = free.sum(1) - _usable(total_units, cpu, acc, typical, mem)
+        before = free.sum(1) - _usable(total_units, cpu, acc, typical, mem, weight)
         if gpu.count <= 0:
-            after = free.sum(1) - _usable(total_units, cpu_after, acc, typical, mem_after)
+            after = free.sum(1) - _usable(total_units, cpu_after, acc, typical, mem_after, weight)
             return (before - after)[:, None], before
         if not gpu.is_shared:
             f2 = np.where(_whole_take(cluster, nodes, gpu.count), 0, free)
-            after = capacity_fragmentation(f2, cpu_after, acc, typical, mem_after)
+            after = capacity_fragmentation(f2, cpu_after, acc, typical, mem_after, weight)
             return (before - after)[:, None], before
         f2 = free - gpu.milli  # (S, D): the pod on each candidate device
         units2 = _units_u(np.maximum(f2, 0), um)
@@ -707,6 +771,7 @@ class _FragmentationBase(CachedNodeScore):
             acc[:, None, :],
             typical,
             None if mem_after is None else mem_after[:, None],
+            weight,
         )
         delta = before[:, None] - after
         return np.where(shared_fit(pod, cluster, nodes), delta, np.nan), before
@@ -782,8 +847,12 @@ class FragmentationScore(_FragmentationBase):
         lead_scale: float = 1000.0,
         refine: str = "all",
         use_memory: bool = False,
+        capacity_shapes: str = "typical",
+        scarcity: bool = False,
     ) -> None:
-        super().__init__(typical_pods, coverage, learn_every, measure, use_memory)
+        super().__init__(
+            typical_pods, coverage, learn_every, measure, use_memory, capacity_shapes, scarcity
+        )
         if lead not in ("none", "fgd", "fgd-exact"):
             raise ValueError(f"{self.name}.lead: unknown {lead!r} (none | fgd | fgd-exact)")
         self.lead = lead
