@@ -24,6 +24,7 @@ stale annotation behind.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import queue
@@ -314,6 +315,7 @@ class LiveScheduler:
     # ---- the loop -----------------------------------------------------------------------------
     def _loop(self) -> None:
         cfg = self.config
+        frozen = False
         while not self._stop.is_set():
             self._heartbeat = time.monotonic()
             self._drain(0.02 if self._dirty else 0.25)
@@ -323,6 +325,12 @@ class LiveScheduler:
             self.metrics.leader.set(1 if leader else 0)
             if not self._synced():
                 continue
+            if not frozen:
+                # The initial list is long-lived: park it outside the collector's generations
+                # so later collections stay short and do not stall scheduling cycles.
+                gc.collect()
+                gc.freeze()
+                frozen = True
             now = time.time()
             if leader:
                 self._expire_held(now)
