@@ -161,6 +161,13 @@ class ApiResponse:
             return str(self.body.get("message", ""))
         return str(self.body or "")
 
+    @property
+    def reason(self) -> str:
+        """The ``reason`` of a ``Status`` body (e.g. ``AlreadyExists``), or ``""``."""
+        if isinstance(self.body, dict):
+            return str(self.body.get("reason", ""))
+        return ""
+
 
 class RestClient:
     """Pooled HTTPS client for one API server; every method is thread-safe.
