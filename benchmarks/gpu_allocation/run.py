@@ -11,7 +11,11 @@ every list, and >= 96.0% at 130% on openb_pod_list_default.
 Usage::
 
     python benchmarks/gpu_allocation/run.py [--lists default,gpushare40] \
-        [--policies best-fit,fgd] [--seeds 42-51] [--workers 2] [--out result.json]
+        [--policies best-fit,fgd] [--seeds 42-51] [--workers 2] [--out result.json] \
+        [--reuse benchmarks/gpu_allocation/results.json]
+
+``results.json`` holds the last full run (fgd, fairgpu-frag-lex, best-fit; seeds 42..51) with
+its per-seed runs: ``--reuse`` it to rerun only a changed policy (runs are deterministic).
 """
 
 from __future__ import annotations

@@ -130,10 +130,13 @@ def fairgpu_frag_lex() -> Profile:
     (:func:`~fairgpu.engine.plugins.fragmentation.capacity_fragmentation`), then the fixed
     rank. FGD's coarse score decides whether a placement breaks a typical shape's fit; the
     capacity measure orders the many ties (most decisions) by how many further copies of
-    the typical shapes still fit -- limited by free GPU milli, CPU and memory (the shapes'
-    mean memory) --, instead of leaving them all to the node order. The device is chosen
-    jointly with the node."""
-    args = {"lead": "fgd", "use_memory": True, "capacity_shapes": "all", "scarcity": True}
+    the workload's shapes still fit -- limited by free GPU milli, CPU and memory (the shapes'
+    mean memory) --, instead of leaving them all to the node order. The capacity measure
+    counts every shape of the workload (not only the 95% most frequent ones FGD uses), each
+    weighted by its frequency times the cube of its GPU models' scarcity (all GPUs / GPUs it
+    may use), so pods that could run anywhere leave scarce models to the pods pinned to
+    them. The device is chosen jointly with the node."""
+    args = {"lead": "fgd", "use_memory": True, "capacity_shapes": "all", "scarcity": 3}
     return Profile(
         name="fairgpu-frag-lex",
         scores=[

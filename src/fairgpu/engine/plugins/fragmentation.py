@@ -612,11 +612,12 @@ class _FragmentationBase(CachedNodeScore):
         measure: str = "fgd",
         use_memory: bool = False,
         capacity_shapes: str = "typical",
-        scarcity: bool = False,
+        scarcity: float = 0.0,
     ) -> None:
         super().__init__()
-        # Weigh each shape in the capacity measure by the scarcity of the GPU models it may use.
-        self.scarcity = scarcity
+        # Weigh each shape in the capacity measure by the scarcity of the GPU models it may use
+        # (all GPUs / GPUs it may use) to this power; 0: by frequency only.
+        self.scarcity = float(scarcity)
         # The capacity measure also limits copies by node memory (shapes' mean memory).
         self.use_memory = use_memory
         if capacity_shapes not in ("typical", "all"):
@@ -697,7 +698,7 @@ class _FragmentationBase(CachedNodeScore):
                 typical = typical.full
             weight = None
             if self.scarcity and table is not None:
-                weight = typical.weight * table.scarcity
+                weight = typical.weight * table.scarcity**self.scarcity
             return self._capacity_deltas(pod, cluster, nodes, free, cpu, acc, typical, weight)
         before = fragmentation(free, cpu, acc, typical)
         gpu = pod.gpu
@@ -828,6 +829,12 @@ class FragmentationScore(_FragmentationBase):
     device is chosen jointly with the node (the device giving the best node score). Remaining
     ties go to the profile's tie-break (``fixed-rank`` keeps filling the same nodes).
     Args as :class:`FgdScore`, plus ``resolution`` (milli-GPU, default 1).
+
+    Lexicographic variant (policy ``fairgpu-frag-lex``): ``lead="fgd"`` puts FGD's truncated
+    score first and squeezes the delta above into a tie-break below one FGD point;
+    ``use_memory`` limits capacity copies by node memory; ``capacity_shapes="all"`` counts
+    every shape of the workload (:attr:`TypicalPods.full`); ``scarcity`` (a power) weighs each
+    shape by the scarcity of the GPU models it may use.
     """
 
     name = "FragmentationAware"
@@ -848,7 +855,7 @@ class FragmentationScore(_FragmentationBase):
         refine: str = "all",
         use_memory: bool = False,
         capacity_shapes: str = "typical",
-        scarcity: bool = False,
+        scarcity: float = 0.0,
     ) -> None:
         super().__init__(
             typical_pods, coverage, learn_every, measure, use_memory, capacity_shapes, scarcity
