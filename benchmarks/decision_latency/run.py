@@ -2,11 +2,11 @@
 
 Targets: p50 <= 1 ms, p99 <= 5 ms.
 
-Times ``Scheduler.schedule`` (filter + score + select + device choice, no commit) for a stream of
-varied pods under the ``spread`` (kube-default-like) and ``binpack`` policies. As a baseline in
-the same run, a naive per-node Python loop evaluates the same filters (taints, node selector,
-required node affinity, resources, GPU count) for a subset of the same pods, and the script
-reports the speed-up. Prints one JSON object.
+Times ``Scheduler.schedule`` (filter + score + select + device choice, no commit) for a stream
+of varied pods under the ``spread`` (kube-default-like), ``binpack`` and default policies. As a
+baseline in the same run, a naive per-node Python loop evaluates the same filters (taints, node
+selector, required node affinity, resources, GPU count) for a subset of the same pods, and the
+script reports the speed-up. Prints one JSON object.
 
     python benchmarks/decision_latency/run.py [--nodes 5000] [--pods 20000] [--stream 2000]
 """
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import synthetic
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine.policies import policy
+from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.model.pod import PodInfo
 
@@ -135,7 +135,8 @@ def main() -> None:
     gc.collect()
     gc.freeze()
 
-    results = [time_policy(name, stream, state, args.rounds) for name in ("spread", "binpack")]
+    names = ("spread", "binpack", DEFAULT_POLICY)
+    results = [time_policy(name, stream, state, args.rounds) for name in names]
 
     subset = stream[: args.baseline_pods]
     sched = Scheduler(policy("spread"), seed=0)
