@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fairgpu.api import objects as k8s
 from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.node_pools import LABEL_GPU_MODEL, NodePoolConfig, derive_placement
-from fairgpu.model.pod import DOMAIN, LABEL_USER, LABEL_WORKLOAD, pod_from_k8s
+from fairgpu.model.pod import ANN_DURATION, DOMAIN, LABEL_USER, LABEL_WORKLOAD, pod_from_k8s
 from fairgpu.sim.workload import PodArrival, Workload
 
 A100 = ("NVIDIA-A100-SXM4-80GB", 81920)
@@ -261,6 +261,9 @@ def generate(spec: SyntheticSpec | None = None, seed: int = 0) -> Workload:
                     )
                 )
         for raw, duration in raw_pods:
+            # Declared run time, as batch users give a time limit: lets the engine backfill
+            # short work onto capacity reserved for a waiting large job.
+            raw["metadata"]["annotations"][ANN_DURATION] = f"{duration:.3f}"
             pod = derive_placement(pod_from_k8s(k8s.decode(raw, k8s.Pod)), pools)
             arrivals.append(PodArrival(pod, round(t, 3), round(duration, 3)))
     gpus = sum(n.gpu_count for n in nodes)
