@@ -21,7 +21,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -949,36 +949,15 @@ class DeviceFromScore(DevicePolicy):
         return DeviceBestFit().choose(cycle, pod, cluster, node)
 
 
-class DeviceFgd(DeviceFromScore):
-    """FGD's device choice: the device with the best FGD score, computed here if the node was
-    not scored (a single feasible node is chosen without scoring)."""
+class _DeviceFromOwnScore(DeviceFromScore):
+    """Device choice recorded by a score plugin; when the node was not scored (a single
+    feasible node is chosen without scoring) the plugin ``scorer`` evaluates it here."""
 
-    name = "fgd"
-
-    def __init__(self, **score_args: Any) -> None:
-        self.score_args = score_args
-        self._scorer: FgdScore | None = None
-
-    def choose(
-        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
-    ) -> tuple[int, ...] | None:
-        """Scored device, or a fresh FGD evaluation of the node."""
-        if pod.gpu.is_shared and scored_device(cycle, node) is None:
-            if self._scorer is None:
-                self._scorer = FgdScore(**self.score_args)
-            self._scorer.score(cycle, pod, cluster, np.array([node]))
-        return super().choose(cycle, pod, cluster, node)
-
-
-class DeviceFragmentation(DeviceFromScore):
-    """Our policy's device choice, evaluated jointly with the node (see
-    :class:`FragmentationScore`); computed here if the node was not scored."""
-
-    name = "frag"
+    scorer: ClassVar[type[ScorePlugin]]
 
     def __init__(self, **score_args: Any) -> None:
         self.score_args = score_args
-        self._scorer: FragmentationScore | None = None
+        self._scorer: ScorePlugin | None = None
 
     def choose(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
@@ -986,9 +965,24 @@ class DeviceFragmentation(DeviceFromScore):
         """Scored device, or a fresh evaluation of the node."""
         if pod.gpu.is_shared and scored_device(cycle, node) is None:
             if self._scorer is None:
-                self._scorer = FragmentationScore(**self.score_args)
+                self._scorer = self.scorer(**self.score_args)
             self._scorer.score(cycle, pod, cluster, np.array([node]))
         return super().choose(cycle, pod, cluster, node)
+
+
+class DeviceFgd(_DeviceFromOwnScore):
+    """FGD's device choice: the device with the best FGD score."""
+
+    name = "fgd"
+    scorer = FgdScore
+
+
+class DeviceFragmentation(_DeviceFromOwnScore):
+    """Our policy's device choice, evaluated jointly with the node (see
+    :class:`FragmentationScore`)."""
+
+    name = "frag"
+    scorer = FragmentationScore
 
 
 def cluster_fragmentation(cluster: ClusterState, typical: TypicalPods) -> float:
