@@ -649,6 +649,13 @@ class _FragmentationBase(CachedNodeScore):
         self._access = None
         self._full_access = None
 
+    def cached(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Learns the shape distribution before scoring when none was configured."""
+        self.observe(pod)
+        return super().cached(pod, cluster, nodes)
+
     def observe(self, pod: PodInfo) -> None:
         """Learn the workload's shape distribution from the pods the engine sees (online).
 
@@ -801,13 +808,6 @@ class FgdScore(_FragmentationBase):
 
     name = "FGD"
 
-    def cached(
-        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Learns the shape distribution before scoring when none was configured."""
-        self.observe(pod)
-        return super().cached(pod, cluster, nodes)
-
     def compute(
         self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -878,13 +878,6 @@ class FragmentationScore(_FragmentationBase):
             raise ValueError(f"{self.name}.resolution: must be positive (got {resolution})")
         self.resolution = resolution
         self.packing_weight = packing_weight
-
-    def cached(
-        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Learns the shape distribution before scoring when none was configured."""
-        self.observe(pod)
-        return super().cached(pod, cluster, nodes)
 
     def compute(
         self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
