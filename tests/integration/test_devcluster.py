@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,20 +23,9 @@ from fairgpu.devcluster import (
     gpu_node_specs,
 )
 from fairgpu.devcluster.nodes import NOT_READY_TAINT_KEY
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for(pred: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1) -> Any:
-    """Poll ``pred`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"condition not met within {timeout}s (last value: {last!r})")
 
 
 def pod_manifest(

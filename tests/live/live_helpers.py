@@ -13,6 +13,7 @@ import pytest
 from fairgpu.devcluster import ControlPlane, KubeClient, NodeSpec
 from fairgpu.kube import LiveScheduler, RunConfig
 from fairgpu.kube.client import Connection
+from tests import polling
 
 DOMAIN = "example.com"
 USAGE = f"{DOMAIN}/node.usage"
@@ -32,14 +33,7 @@ def live_node_specs() -> list[NodeSpec]:
 
 def wait_for(pred: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
     """Poll ``pred`` until truthy; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"condition not met within {timeout}s (last value: {last!r})")
+    return polling.wait_for(pred, timeout, interval)
 
 
 def pod(
