@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -45,6 +45,8 @@ DEVICE_CHOICE = "fairgpu.io/device-choice"
 # Bound of the secondary term of the lexicographic score (milli-GPU of fragmentation change,
 # far above any node's 8000 milli).
 LEX_SPAN = 100_000
+# Fragmentation deltas are rounded to this many decimals of a milli-GPU.
+DELTA_DECIMALS = 6
 
 Shape = tuple[int, int, int, frozenset[str] | None]
 
@@ -193,6 +195,14 @@ class TypicalPods:
                     out.append(item)
         return out
 
+    def distance(self, other: TypicalPods) -> float:
+        """L1 distance (0..2) between the two workloads' shape distributions, over every
+        shape (:attr:`full` where present); a shape one side lacks weighs 0 there."""
+        mine, theirs = (t.full if t.full is not None else t for t in (self, other))
+        a = {mine._key(i): float(mine.weight[i]) for i in range(mine.size)}
+        b = {theirs._key(j): float(theirs.weight[j]) for j in range(theirs.size)}
+        return sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in a.keys() | b.keys())
+
     def _key(self, i: int) -> Shape:
         return (int(self.cpu[i]), int(self.milli[i]), int(self.count[i]), self.models[i])
 
@@ -207,26 +217,51 @@ class TypicalPods:
         }
 
 
-class _Access:
-    """Per node slot: which typical shapes may use the node's GPU model (cached per cluster)."""
+class _ModelCodes:
+    """Per node slot: a small integer code of the node's GPU model ("" for GPU-less nodes),
+    and the GPUs of each model. Depends on the node set only (cached per static version)."""
 
-    def __init__(self, cluster: ClusterState, typical: TypicalPods) -> None:
+    _cache: ClassVar[dict[int, tuple[weakref.ref[ClusterState], int, _ModelCodes]]] = {}
+
+    def __init__(self, cluster: ClusterState) -> None:
         vocab: dict[str, int] = {}
         codes = np.zeros(cluster.size, dtype=np.int64)
         for idx, node in enumerate(cluster.nodes):
             model = node.gpu_model if node is not None and node.gpu_count else ""
             codes[idx] = vocab.setdefault(model, len(vocab))
-        table = np.zeros((len(vocab), typical.size), dtype=bool)
-        for model, code in vocab.items():
+        self.vocab = vocab
+        self.codes = codes
+        self.gpus = np.zeros(len(vocab), dtype=np.float64)
+        np.add.at(self.gpus, codes, np.asarray(cluster.gpu_count[: cluster.size], dtype=np.float64))
+
+    @classmethod
+    def of(cls, cluster: ClusterState) -> _ModelCodes:
+        """The codes of ``cluster``'s current node set (built once per static version)."""
+        hit = cls._cache.get(id(cluster))
+        if hit is not None and hit[0]() is cluster and hit[1] == cluster.static_version:
+            return hit[2]
+        if len(cls._cache) > 16:
+            cls._cache.clear()
+        codes = cls(cluster)
+        cls._cache[id(cluster)] = (weakref.ref(cluster), cluster.static_version, codes)
+        return codes
+
+
+class _Access:
+    """Per node slot: which typical shapes may use the node's GPU model (cached per cluster)."""
+
+    def __init__(self, cluster: ClusterState, typical: TypicalPods) -> None:
+        models = _ModelCodes.of(cluster)
+        table = np.zeros((len(models.vocab), typical.size), dtype=bool)
+        for model, code in models.vocab.items():
             for t, allowed in enumerate(typical.models):
                 gpu_shape = typical.count[t] > 0
                 table[code, t] = gpu_shape and (allowed is None or model in allowed) and model != ""
-        self.codes = codes
+        self.codes = models.codes
         self.table = table
         # Scarcity per shape: all GPUs over the GPUs of the models the shape may use (0 when
         # none): demand for a scarce model weighs more per GPU of that model.
-        gpus = np.zeros(len(vocab), dtype=np.float64)
-        np.add.at(gpus, codes, np.asarray(cluster.gpu_count[: cluster.size], dtype=np.float64))
+        gpus = models.gpus
         usable = gpus @ table
         self.scarcity = np.where(usable > 0, gpus.sum() / np.maximum(usable, 1.0), 0.0)
 
@@ -251,7 +286,14 @@ def fragmentation(
     roomy = (~lt).sum(-2)[..., inv]
     ok = access & (cpu_left[..., None] >= typical.cpu) & (roomy >= typical.count)
     frag = np.where(ok, small, total[..., None])
-    return frag @ typical.weight
+    return _weighted_sum(frag, typical.weight)
+
+
+def _weighted_sum(values: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """``values @ weight`` over the last axis, rounded the same way for a row whatever the
+    batch it is in (a matrix product's rounding depends on the batch shape), so a node's
+    "before" and "after" terms computed in different calls still give exact zero deltas."""
+    return (values * weight).sum(-1)
 
 
 _BY_MILLI: dict[int, tuple[TypicalPods, np.ndarray, np.ndarray]] = {}
@@ -275,15 +317,11 @@ def _by_milli(typical: TypicalPods) -> tuple[np.ndarray, np.ndarray]:
 
 def _units_u(f: np.ndarray, um: np.ndarray) -> np.ndarray:
     """(..., D, U): how many pods of each distinct milli fit in each device's free milli."""
-    per = f[..., :, None] // np.maximum(um, 1)
+    # Float division then floor is exact for these magnitudes (< 2**26) and, unlike integer
+    # division by an array, vectorised.
+    per = np.floor(f[..., :, None] / np.maximum(um, 1))
     # Whole-GPU shapes need an idle device; CPU-only shapes use no device.
     return np.where(um >= WHOLE, f[..., :, None] >= WHOLE, np.where(um > 0, per, 0))
-
-
-def _units(f: np.ndarray, typical: TypicalPods) -> np.ndarray:
-    """(..., D, T): how many pods of each typical shape fit in each device's free milli."""
-    um, inv = _by_milli(typical)
-    return _units_u(f, um)[..., inv]
 
 
 def _usable(
@@ -298,14 +336,14 @@ def _usable(
     each shape into the node until its devices, its CPU or (when both ``mem_left`` and the
     shapes' memory are known) its memory run out."""
     count = np.maximum(typical.count, 1)
-    slots = units_sum // count
-    by_cpu = np.maximum(cpu_left, 0)[..., None] // np.maximum(typical.cpu, 1)
+    slots = np.floor(units_sum / count)  # exact, as in _units_u
+    by_cpu = np.floor(np.maximum(cpu_left, 0)[..., None] / np.maximum(typical.cpu, 1))
     k = np.minimum(slots, np.where(typical.cpu > 0, by_cpu, slots))
     if mem_left is not None and typical.memory is not None:
         by_mem = np.floor(np.maximum(mem_left, 0)[..., None] / np.maximum(typical.memory, 1.0))
-        k = np.minimum(k, np.where(typical.memory > 0, by_mem, k).astype(np.int64))
+        k = np.minimum(k, np.where(typical.memory > 0, by_mem, k))
     usable = np.where(access, k * count * np.minimum(typical.milli, WHOLE), 0)
-    return usable @ (typical.weight if weight is None else weight)
+    return _weighted_sum(usable, typical.weight if weight is None else weight)
 
 
 def capacity_fragmentation(
@@ -432,6 +470,10 @@ def _free(cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
 
 def _cpu_left(cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
     return cluster.allocatable[nodes, COL_CPU] - cluster.requested[nodes, COL_CPU]
+
+
+def _mem_left(cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
+    return cluster.allocatable[nodes, COL_MEMORY] - cluster.requested[nodes, COL_MEMORY]
 
 
 def _whole_take(cluster: ClusterState, nodes: np.ndarray, count: int) -> np.ndarray:
@@ -613,6 +655,7 @@ class _FragmentationBase(CachedNodeScore):
         use_memory: bool = False,
         capacity_shapes: str = "typical",
         scarcity: float = 0.0,
+        relearn_threshold: float = 0.1,
     ) -> None:
         super().__init__()
         # Weigh each shape in the capacity measure by the scarcity of the GPU models it may use
@@ -633,8 +676,14 @@ class _FragmentationBase(CachedNodeScore):
         self.measure = measure
         if learn_every < 1:
             raise ValueError(f"{self.name}.learn_every: must be >= 1 (got {learn_every})")
+        if not 0 <= relearn_threshold <= 2:
+            raise ValueError(
+                f"{self.name}.relearn_threshold: must be within [0, 2] (got {relearn_threshold})"
+            )
         self.coverage = coverage
         self.learn_every = learn_every
+        self.relearn_threshold = relearn_threshold
+        self._next_learn = 1
         self.fixed = typical_pods is not None
         self.typical: TypicalPods | None = (
             TypicalPods.from_args(typical_pods) if typical_pods is not None else None
@@ -643,6 +692,8 @@ class _FragmentationBase(CachedNodeScore):
         self._seen_uids: set[str] = set()
         self._since_learn = 0
         self._access: _Access | None = None
+        self._fgd_terms = _NodeTerms()
+        self._capacity_terms = _NodeTerms()
 
     def on_cluster_change(self, cluster: ClusterState) -> None:
         """Rebuild the model-access table."""
@@ -659,19 +710,28 @@ class _FragmentationBase(CachedNodeScore):
     def observe(self, pod: PodInfo) -> None:
         """Learn the workload's shape distribution from the pods the engine sees (online).
 
-        Only used when no distribution was configured; each pod counts once.
+        Only used when no distribution was configured; each pod counts once. The distribution
+        is re-estimated after 1, 2, 4, ... new pods, then every ``learn_every``; it replaces
+        the one in use only when they differ by more than ``relearn_threshold`` (L1; 0.1 means
+        5% of the pods moved between shapes), because a replacement invalidates every cached
+        score (the next pod of each shape then scores all its feasible nodes afresh).
         """
         if self.fixed or pod.uid in self._seen_uids:
             return
         self._seen_uids.add(pod.uid)
         self._seen[TypicalPods.shape_of(pod)] += 1
         self._since_learn += 1
-        if self.typical is None or self._since_learn >= self.learn_every:
-            self.typical = TypicalPods.from_counts(self._seen, self.coverage)
-            self._since_learn = 0
-            self._access = None
-            self._full_access = None
-            self.reset()
+        if self.typical is not None and self._since_learn < self._next_learn:
+            return
+        fresh = TypicalPods.from_counts(self._seen, self.coverage)
+        self._since_learn = 0
+        self._next_learn = min(2 * self._next_learn, self.learn_every)
+        if self.typical is not None and fresh.distance(self.typical) <= self.relearn_threshold:
+            return
+        self.typical = fresh
+        self._access = None
+        self._full_access = None
+        self.reset()
 
     def access(self, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
         """(len(nodes), T) usable-model mask for the typical shapes."""
@@ -680,109 +740,222 @@ class _FragmentationBase(CachedNodeScore):
             self._access = _Access(cluster, self.typical)
         return self._access.rows(nodes)
 
+    def reset(self) -> None:
+        """Forget cached scores and the cached per-node terms of both measures."""
+        super().reset()
+        self._fgd_terms = _NodeTerms()
+        self._capacity_terms = _NodeTerms()
+
     def deltas(
-        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray, measure: str | None = None
+        self,
+        pod: PodInfo,
+        cluster: ClusterState,
+        nodes: np.ndarray,
+        measure: str | None = None,
+        scene: _Scene | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``F_before - F_after`` for ``nodes``.
 
         Sharing pods: (len(nodes), D) per candidate device (NaN where the device cannot host
         the pod). Whole-GPU and CPU-only pods: (len(nodes), 1), devices as the engine assigns
         them (lowest-index idle devices). Returns (deltas, F_before). ``measure`` overrides
-        the plugin's measure (``fgd`` | ``capacity``).
+        the plugin's measure (``fgd`` | ``capacity``); ``scene`` shares what was read of the
+        nodes between the two measures of one scoring.
         """
+        scene = scene if scene is not None else _Scene(pod, cluster, nodes)
+        if (measure or self.measure) == "capacity":
+            delta, before = self._capacity_deltas(scene)
+        else:
+            delta, before = self._fgd_deltas(scene)
+        # A difference of two float sums carries rounding noise (-160 comes out as
+        # -160.0000000000016); the scores truncate and floor deltas, so snap it away.
+        return np.round(delta, DELTA_DECIMALS), before
+
+    def _fgd_deltas(self, scene: _Scene) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`deltas` under :func:`fragmentation` for the typical shapes."""
         typical = self.typical
         assert typical is not None
-        acc = self.access(cluster, nodes)
-        free = _free(cluster, nodes)
-        cpu = _cpu_left(cluster, nodes)
-        if (measure or self.measure) == "capacity":
-            table = self._access
-            if self.capacity_shapes == "all" and typical.full is not None:
-                if self._full_access is None or self._full_access.codes.size < cluster.size:
-                    self._full_access = _Access(cluster, typical.full)
-                table = self._full_access
-                acc = table.rows(nodes)
-                typical = typical.full
-            weight = None
-            if self.scarcity and table is not None:
-                weight = typical.weight * table.scarcity**self.scarcity
-            return self._capacity_deltas(pod, cluster, nodes, free, cpu, acc, typical, weight)
-        before = fragmentation(free, cpu, acc, typical)
-        gpu = pod.gpu
-        cpu_after = cpu - pod.requests.get(CPU, 0)
-        if gpu.count <= 0:
-            after = fragmentation(free, cpu_after, acc, typical)
-            return (before - after)[:, None], before
-        if not gpu.is_shared:
-            take = _whole_take(cluster, nodes, gpu.count)
-            after = fragmentation(np.where(take, 0, free), cpu_after, acc, typical)
-            return (before - after)[:, None], before
-        # Sharing pod: only the chosen device changes, so update the per-shape sums
-        # incrementally for every candidate device instead of recomputing whole nodes.
-        m = gpu.milli
+        pod, cluster, nodes, free = scene.pod, scene.cluster, scene.nodes, scene.free
         um, inv = _by_milli(typical)
-        lt = free[:, :, None] < um  # (S, D, U)
-        part = np.where(lt, free[:, :, None], 0)
-        small = part.sum(1)  # (S, U)
-        roomy = (~lt).sum(1)
-        total = free.sum(1)
-        f2 = free - m  # (S, D)
-        lt2 = f2[:, :, None] < um
-        small2 = (small[:, None, :] - part + np.where(lt2, f2[:, :, None], 0))[..., inv]
-        roomy2 = (roomy[:, None, :] - (~lt) + (~lt2))[..., inv]  # (S, D, T)
-        ok2 = (
-            acc[:, None, :] & (cpu_after[:, None, None] >= typical.cpu) & (roomy2 >= typical.count)
-        )
-        frag2 = np.where(ok2, small2, (total - m)[:, None, None])
-        after = frag2 @ typical.weight  # (S, D)
-        delta = before[:, None] - after
-        valid = shared_fit(pod, cluster, nodes)
-        return np.where(valid, delta, np.nan), before
 
-    def _capacity_deltas(
-        self,
-        pod: PodInfo,
-        cluster: ClusterState,
-        nodes: np.ndarray,
-        free: np.ndarray,
-        cpu: np.ndarray,
-        acc: np.ndarray,
-        typical: TypicalPods,
-        weight: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`deltas` under :func:`capacity_fragmentation` for the shapes ``typical``
-        (weighted by ``weight`` instead of their frequency when given)."""
+        def node_terms(stale: np.ndarray) -> dict[str, np.ndarray]:
+            f = _free(cluster, stale)
+            lt = f[:, :, None] < um  # (S, D, U): device too small for the shape's milli
+            return {
+                "before": fragmentation(
+                    f, _cpu_left(cluster, stale), self.access(cluster, stale), typical
+                ),
+                "small": np.where(lt, f[:, :, None], 0).sum(1),
+                "roomy": (~lt).sum(1),
+            }
+
+        terms = self._fgd_terms.get(cluster, nodes, node_terms)
+        before = terms["before"]
+        acc = self.access(cluster, nodes)
         gpu = pod.gpu
-        cpu_after = cpu - pod.requests.get(CPU, 0)
-        mem = mem_after = None
-        if self.use_memory and typical.memory is not None:
-            mem = cluster.allocatable[nodes, COL_MEMORY] - cluster.requested[nodes, COL_MEMORY]
-            mem_after = mem - pod.requests.get(MEMORY, 0)
-        um, inv = _by_milli(typical)
-        units = _units_u(free, um)  # (S, D, U)
-        total_u = units.sum(1)
-        total_units = total_u[:, inv]  # (S, T)
-        before = free.sum(1) - _usable(total_units, cpu, acc, typical, mem, weight)
-        if gpu.count <= 0:
-            after = free.sum(1) - _usable(total_units, cpu_after, acc, typical, mem_after, weight)
-            return (before - after)[:, None], before
+        cpu_after = scene.cpu_after
         if not gpu.is_shared:
-            f2 = np.where(_whole_take(cluster, nodes, gpu.count), 0, free)
-            after = capacity_fragmentation(f2, cpu_after, acc, typical, mem_after, weight)
+            # CPU-only and whole-GPU pods: the taken devices are idle (free = WHOLE, fitting
+            # every shape); afterwards they are 0, too small for every GPU shape, adding 0.
+            taken = _whole_take(cluster, nodes, gpu.count).sum(1) if gpu.count > 0 else 0
+            roomy = terms["roomy"] - np.outer(taken, um > 0)
+            ok = acc & (cpu_after[:, None] >= typical.cpu) & (roomy[:, inv] >= typical.count)
+            total = free.sum(1) - taken * WHOLE
+            frag = np.where(ok, terms["small"][:, inv], total[:, None])
+            return (before - _weighted_sum(frag, typical.weight))[:, None], before
+        # Sharing pod: only the chosen device changes, so update the per-shape sums
+        # incrementally, once per distinct candidate (node, free milli).
+        m = gpu.milli
+        cand = scene.candidates()
+        s, f = cand.node, cand.free  # (P,)
+        f2 = f - m
+        lt_f, lt2 = f[:, None] < um, f2[:, None] < um  # (P, U)
+        small2 = terms["small"][s] - np.where(lt_f, f[:, None], 0) + np.where(lt2, f2[:, None], 0)
+        roomy2 = (terms["roomy"][s] - (~lt_f) + (~lt2))[:, inv]  # (P, T)
+        ok2 = acc[s] & (cpu_after[s, None] >= typical.cpu) & (roomy2 >= typical.count)
+        frag2 = np.where(ok2, small2[:, inv], (free.sum(1)[s] - m)[:, None])
+        return cand.scatter(before[s] - _weighted_sum(frag2, typical.weight)), before
+
+    def _capacity_deltas(self, scene: _Scene) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`deltas` under :func:`capacity_fragmentation`: the typical shapes (or all
+        shapes, ``capacity_shapes="all"``), weighted by frequency times scarcity."""
+        typical = self.typical
+        assert typical is not None
+        pod, cluster, nodes, free = scene.pod, scene.cluster, scene.nodes, scene.free
+        table = self._access
+        if table is None or table.codes.size < cluster.size:
+            self.access(cluster, nodes)
+            table = self._access
+        if self.capacity_shapes == "all" and typical.full is not None:
+            if self._full_access is None or self._full_access.codes.size < cluster.size:
+                self._full_access = _Access(cluster, typical.full)
+            table = self._full_access
+            typical = typical.full
+        assert table is not None
+        weight = typical.weight * table.scarcity**self.scarcity if self.scarcity else None
+        memory = self.use_memory and typical.memory is not None
+        um, inv = _by_milli(typical)
+
+        def node_terms(stale: np.ndarray) -> dict[str, np.ndarray]:
+            f = _free(cluster, stale)
+            total_u = _units_u(f, um).sum(1)  # (S, U)
+            usable = _usable(
+                total_u[:, inv],
+                _cpu_left(cluster, stale),
+                table.rows(stale),
+                typical,
+                _mem_left(cluster, stale) if memory else None,
+                weight,
+            )
+            return {"before": f.sum(1) - usable, "total_u": total_u}
+
+        terms = self._capacity_terms.get(cluster, nodes, node_terms)
+        before, total_u = terms["before"], terms["total_u"]
+        acc = table.rows(nodes)
+        gpu = pod.gpu
+        cpu_after = scene.cpu_after
+        mem_after = _mem_left(cluster, nodes) - pod.requests.get(MEMORY, 0) if memory else None
+        if not gpu.is_shared:
+            # CPU-only and whole-GPU pods: the taken devices are idle (free = WHOLE).
+            taken = _whole_take(cluster, nodes, gpu.count).sum(1) if gpu.count > 0 else 0
+            units = total_u - np.outer(taken, _units_u(np.array([WHOLE]), um)[0])
+            usable = _usable(units[:, inv], cpu_after, acc, typical, mem_after, weight)
+            after = free.sum(1) - taken * WHOLE - usable
             return (before - after)[:, None], before
-        f2 = free - gpu.milli  # (S, D): the pod on each candidate device
-        units2 = _units_u(np.maximum(f2, 0), um)
-        sums = (total_u[:, None, :] - units + units2)[..., inv]  # (S, D, T)
-        after = (free.sum(1) - gpu.milli)[:, None] - _usable(
+        cand = scene.candidates()
+        s, f = cand.node, cand.free  # (P,): one row per distinct candidate (node, free milli)
+        units_f = _units_u(f, um)  # (P, U)
+        units2 = _units_u(np.maximum(f - gpu.milli, 0), um)
+        sums = (total_u[s] - units_f + units2)[:, inv]  # (P, T)
+        after = (free.sum(1)[s] - gpu.milli) - _usable(
             sums,
-            cpu_after[:, None],
-            acc[:, None, :],
+            cpu_after[s],
+            acc[s],
             typical,
-            None if mem_after is None else mem_after[:, None],
+            None if mem_after is None else mem_after[s],
             weight,
         )
-        delta = before[:, None] - after
-        return np.where(shared_fit(pod, cluster, nodes), delta, np.nan), before
+        return cand.scatter(before[s] - after), before
+
+
+class _Scene:
+    """What one scoring reads of the scored nodes, gathered once for every measure."""
+
+    __slots__ = ("_candidates", "cluster", "cpu", "cpu_after", "free", "nodes", "pod")
+
+    def __init__(self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray) -> None:
+        self.pod, self.cluster, self.nodes = pod, cluster, nodes
+        self.free = _free(cluster, nodes)
+        self.cpu = _cpu_left(cluster, nodes)
+        self.cpu_after = self.cpu - pod.requests.get(CPU, 0)
+        self._candidates: _Candidates | None = None
+
+    def candidates(self) -> _Candidates:
+        """A sharing pod's distinct candidate devices."""
+        if self._candidates is None:
+            self._candidates = _Candidates(
+                shared_fit(self.pod, self.cluster, self.nodes), self.free
+            )
+        return self._candidates
+
+
+class _NodeTerms:
+    """Pod-independent per-node terms of a measure (the node's fragmentation before any
+    placement, per-shape sums), cached by node version and shared by every pod shape, so a
+    shape scored for the first time computes only its own after-placement terms."""
+
+    def __init__(self) -> None:
+        self.versions = np.empty(0, dtype=np.int64)
+        self.values: dict[str, np.ndarray] = {}
+
+    def get(
+        self,
+        cluster: ClusterState,
+        nodes: np.ndarray,
+        compute: Callable[[np.ndarray], dict[str, np.ndarray]],
+    ) -> dict[str, np.ndarray]:
+        """The terms of ``nodes``, computing them (``compute(stale_nodes)``) where stale."""
+        if self.versions.size < cluster.size:
+            self.versions = np.full(max(cluster.size, 1), -1, dtype=np.int64)
+            self.values = {}
+        now = cluster.node_version[nodes]
+        stale = nodes[self.versions[nodes] != now]
+        if stale.size:
+            for key, value in compute(stale).items():
+                table = self.values.get(key)
+                if table is None:
+                    shape = (self.versions.size, *value.shape[1:])
+                    table = self.values[key] = np.zeros(shape, dtype=value.dtype)
+                table[stale] = value
+            self.versions[stale] = cluster.node_version[stale]
+        return {key: table[nodes] for key, table in self.values.items()}
+
+
+class _Candidates:
+    """The distinct (node, free milli) pairs among a sharing pod's candidate devices.
+
+    A device's score depends on its node and its own free milli only, so the devices of one
+    node with equal free milli are evaluated once (nodes mostly hold idle devices plus a few
+    partly used ones: about two rows per node instead of one per device).
+    """
+
+    __slots__ = ("_cols", "_inverse", "_rows", "_shape", "free", "node")
+
+    def __init__(self, valid: np.ndarray, free: np.ndarray) -> None:
+        rows, cols = np.nonzero(valid)
+        values = free[rows, cols]
+        key = rows * (int(free.max(initial=0)) + 1) + values
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        self.node = rows[first]
+        self.free = values[first]
+        self._rows, self._cols, self._inverse = rows, cols, inverse.reshape(-1)
+        self._shape = valid.shape
+
+    def scatter(self, values: np.ndarray) -> np.ndarray:
+        """(S, D) array of the per-candidate ``values``, NaN where the device cannot host."""
+        out = np.full(self._shape, np.nan)
+        out[self._rows, self._cols] = values[self._inverse]
+        return out
 
 
 def _gpu_weighted(typical: TypicalPods) -> TypicalPods:
@@ -803,7 +976,8 @@ class FgdScore(_FragmentationBase):
 
     A sharing pod is scored with its best device (the first device reaching the best
     truncated score). Args: ``typical_pods`` (see :meth:`TypicalPods.from_args`; learned
-    online from the pods seen when absent), ``coverage`` (0.95), ``learn_every``.
+    online from the pods seen when absent), ``coverage`` (0.95), ``learn_every`` (256) and
+    ``relearn_threshold`` (0.1, see :meth:`_FragmentationBase.observe`).
     """
 
     name = "FGD"
@@ -856,9 +1030,17 @@ class FragmentationScore(_FragmentationBase):
         use_memory: bool = False,
         capacity_shapes: str = "typical",
         scarcity: float = 0.0,
+        relearn_threshold: float = 0.1,
     ) -> None:
         super().__init__(
-            typical_pods, coverage, learn_every, measure, use_memory, capacity_shapes, scarcity
+            typical_pods,
+            coverage,
+            learn_every,
+            measure,
+            use_memory,
+            capacity_shapes,
+            scarcity,
+            relearn_threshold,
         )
         if lead not in ("none", "fgd", "fgd-exact"):
             raise ValueError(f"{self.name}.lead: unknown {lead!r} (none | fgd | fgd-exact)")
@@ -883,10 +1065,11 @@ class FragmentationScore(_FragmentationBase):
         self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Composite score: fragmentation delta first, best fit second."""
-        delta, _ = self.deltas(pod, cluster, nodes)
-        free = _free(cluster, nodes)
+        scene = _Scene(pod, cluster, nodes)
+        delta, _ = self.deltas(pod, cluster, nodes, scene=scene)
+        free = scene.free
         gpu_left = free.sum(1) - pod.gpu.total_milli
-        cpu_left = _cpu_left(cluster, nodes) - pod.requests.get(CPU, 0)
+        cpu_left = scene.cpu_after
         # Secondary criterion in [0, 1): fuller nodes first (GPU dominates CPU).
         fit = 1.0 - (
             np.clip(gpu_left, 0, MAX_SPEC_GPU) / (MAX_SPEC_GPU + 1) * 0.999
@@ -898,7 +1081,7 @@ class FragmentationScore(_FragmentationBase):
         else:
             primary = np.floor(delta / self.resolution)  # (S, D) or (S, 1)
         if self.lead != "none":
-            lead, _ = self.deltas(pod, cluster, nodes, measure="fgd")
+            lead, _ = self.deltas(pod, cluster, nodes, measure="fgd", scene=scene)
             if self.refine == "shared" and not pod.gpu.is_shared:
                 primary = np.zeros_like(primary)
             if self.lead == "fgd":
