@@ -161,3 +161,19 @@ def test_distance_between_shape_mixes() -> None:
     assert a.distance(a) == 0
     assert a.distance(b) == pytest.approx(1.0)
     assert b.distance(a) == pytest.approx(1.0)
+
+
+def test_memory_counting_scores_are_cached_per_memory_request() -> None:
+    # With memory in the capacity measure, two pods alike but for memory score differently;
+    # the second must not be served the first one's cached scores.
+    shapes = [{"cpu": 1000, "milli": 1000, "count": 1, "weight": 1, "memory": 100 * 2**30}]
+    state = _cluster([[], []], [64_000, 64_000])
+    plugin = FragmentationScore(typical_pods=shapes, use_memory=True)
+    nodes = np.arange(2)
+    small, big = gpu_pod("s", count=0, cpu=1000), gpu_pod("b", count=0, cpu=1000)
+    big.requests["memory"] = 400 * 2**30
+    first = plugin.score(CycleState(), small, state, nodes)
+    second = plugin.score(CycleState(), big, state, nodes)
+    fresh = FragmentationScore(typical_pods=shapes, use_memory=True)
+    np.testing.assert_array_equal(second, fresh.score(CycleState(), big, state, nodes))
+    assert not np.array_equal(first, second)

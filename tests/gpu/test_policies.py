@@ -13,8 +13,10 @@ from fairgpu.engine.plugins.fragmentation import (
     TypicalPods,
     capacity_fragmentation,
     fragmentation,
+    gap_balance,
 )
 from fairgpu.engine.policies import DEFAULT_POLICY, GPU_SHARING_POLICIES, policy
+from fairgpu.engine.scheduler import Scheduler
 from fairgpu.model.pod import CPU, MEMORY, PODS, PodInfo
 
 WHOLE_ONLY = [{"cpu": 1000, "milli": 1000, "count": 1, "weight": 1}]
@@ -92,18 +94,48 @@ def _tied_for_fgd():  # type: ignore[no-untyped-def]
     return state
 
 
+def _lex(sharing_ties: str, seed: int, typical: list[dict] = HALVES) -> Scheduler:
+    """The default policy with the given order of a sharing pod's FGD ties."""
+    sched = scheduler("fairgpu-frag-lex", typical, seed)
+    prof = sched.profile.model_copy(deep=True)
+    for args in (prof.plugin_args[FragmentationScore.name], prof.device_policy_args):
+        args["sharing_ties"] = sharing_ties
+    return Scheduler(prof, seed)
+
+
 def test_lexicographic_policy_orders_fgd_ties_by_packing_capacity() -> None:
     fgd_choices = set()
     for seed in range(8):
-        lex = place(
-            scheduler("fairgpu-frag-lex", HALVES, seed), _tied_for_fgd(), gpu_pod("p", milli=200)
-        )
+        lex = place(_lex("capacity", seed), _tied_for_fgd(), gpu_pod("p", milli=200))
         assert lex == ("a", (0,))
         fgd_choices.add(
             place(scheduler("fgd", HALVES, seed), _tied_for_fgd(), gpu_pod("p", milli=200))
         )
     # FGD leaves the tie to the node order (b's idle device when b ranks first).
     assert ("b", (1,)) in fgd_choices and ("b", (0,)) not in fgd_choices
+
+
+def test_default_policy_orders_sharing_ties_by_gap_balance() -> None:
+    # The same FGD tie: a's 700 gap would become a second 500 gap (the sum of squares of gap
+    # counts grows by 2), an idle device a new 800 gap (grows by 1), so an idle device wins.
+    for seed in range(8):
+        name, devices = place(_lex("gap-balance", seed), _tied_for_fgd(), gpu_pod("p", milli=200))
+        assert (name, devices) in {("a", (1,)), ("b", (1,))}
+    assert "gap-balance" in str(policy(DEFAULT_POLICY).plugin_args)
+
+
+def test_gap_balance_counts_the_cluster_gaps() -> None:
+    state = make_cluster(gpu_node("a", gpus=4), gpu_node("b", gpus=2))
+    for device in range(3):
+        _busy(state, "a", device, 700, f"x{device}")
+    _busy(state, "b", 0, 400, "y")
+    balance = gap_balance(state, np.array([0, 1]), 300)
+    # Filling one of three 300 gaps: N(300) 3 -> 2, sum of squares -5.
+    assert balance[0, 0] == 5
+    # a's idle device leaves a new 700 gap: +1.
+    assert balance[0, 3] == -1
+    # b's 600 gap (alone) becomes a fourth 300 gap: -1 + 7 = +6.
+    assert balance[1, 0] == -6
 
 
 def test_lexicographic_score_keeps_fgd_order_and_stays_below_preference_steps() -> None:
@@ -229,10 +261,8 @@ def test_lexicographic_policy_uses_gpus_that_memory_strands() -> None:
     s_blind = blind.score(CycleState(), pod, _memory_starved(), nodes)
     assert s_aware[0] > s_aware[1] and s_blind[0] == s_blind[1]
     for seed in range(6):
-        chosen = place(
-            scheduler("fairgpu-frag-lex", WHOLE_BIG_MEMORY, seed), _memory_starved(), pod
-        )
-        assert chosen[0] == "a"
+        lex = _lex("capacity", seed, WHOLE_BIG_MEMORY)
+        assert place(lex, _memory_starved(), pod)[0] == "a"
 
 
 def test_typical_pods_keep_the_rare_shapes_apart_for_the_capacity_measure() -> None:

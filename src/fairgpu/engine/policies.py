@@ -135,8 +135,17 @@ def fairgpu_frag_lex() -> Profile:
     counts every shape of the workload (not only the 95% most frequent ones FGD uses), each
     weighted by its frequency times the cube of its GPU models' scarcity (all GPUs / GPUs it
     may use), so pods that could run anywhere leave scarce models to the pods pinned to
-    them. The device is chosen jointly with the node."""
-    args = {"lead": "fgd", "use_memory": True, "capacity_shapes": "all", "scarcity": 3}
+    them. A pod sharing a GPU orders FGD's ties by the capacity of the pinned shapes only,
+    then by the sum-of-squares gap balance of online bin packing (take a free-milli size
+    many devices share, leave one few do), which packs the shares tighter than the full
+    capacity order on the openb lists. The device is chosen jointly with the node."""
+    args = {
+        "lead": "fgd",
+        "use_memory": True,
+        "capacity_shapes": "all",
+        "scarcity": 3,
+        "sharing_ties": "gap-balance",
+    }
     return Profile(
         name="fairgpu-frag-lex",
         scores=[

@@ -45,6 +45,10 @@ DEVICE_CHOICE = "fairgpu.io/device-choice"
 # Bound of the secondary term of the lexicographic score (milli-GPU of fragmentation change,
 # far above any node's 8000 milli).
 LEX_SPAN = 100_000
+# The gap-balance term (a change of a sum of squares of device counts) is divided by
+# GAP_SPAN, clipped to +-0.45 and scaled by GAP_STEP: below one step of the terms before it.
+GAP_SPAN = 100_000
+GAP_STEP = 1e-6
 # Fragmentation deltas are rounded to this many decimals of a milli-GPU.
 DELTA_DECIMALS = 6
 
@@ -694,6 +698,13 @@ class _FragmentationBase(CachedNodeScore):
         self._access: _Access | None = None
         self._fgd_terms = _NodeTerms()
         self._capacity_terms = _NodeTerms()
+        self._pinned_terms = _NodeTerms()
+
+    def cache_key(self, pod: PodInfo) -> tuple[Any, ...]:
+        """As :meth:`CachedNodeScore.cache_key`, plus the pod's memory when the capacity
+        measure counts memory."""
+        key = super().cache_key(pod)
+        return (*key, pod.requests.get(MEMORY, 0)) if self.use_memory else key
 
     def on_cluster_change(self, cluster: ClusterState) -> None:
         """Rebuild the model-access table."""
@@ -745,6 +756,7 @@ class _FragmentationBase(CachedNodeScore):
         super().reset()
         self._fgd_terms = _NodeTerms()
         self._capacity_terms = _NodeTerms()
+        self._pinned_terms = _NodeTerms()
 
     def deltas(
         self,
@@ -763,8 +775,9 @@ class _FragmentationBase(CachedNodeScore):
         nodes between the two measures of one scoring.
         """
         scene = scene if scene is not None else _Scene(pod, cluster, nodes)
-        if (measure or self.measure) == "capacity":
-            delta, before = self._capacity_deltas(scene)
+        kind = measure or self.measure
+        if kind in ("capacity", "capacity-pinned"):
+            delta, before = self._capacity_deltas(scene, pinned_only=kind == "capacity-pinned")
         else:
             delta, before = self._fgd_deltas(scene)
         # A difference of two float sums carries rounding noise (-160 comes out as
@@ -816,9 +829,12 @@ class _FragmentationBase(CachedNodeScore):
         frag2 = np.where(ok2, small2[:, inv], (free.sum(1)[s] - m)[:, None])
         return cand.scatter(before[s] - _weighted_sum(frag2, typical.weight)), before
 
-    def _capacity_deltas(self, scene: _Scene) -> tuple[np.ndarray, np.ndarray]:
+    def _capacity_deltas(
+        self, scene: _Scene, pinned_only: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`deltas` under :func:`capacity_fragmentation`: the typical shapes (or all
-        shapes, ``capacity_shapes="all"``), weighted by frequency times scarcity."""
+        shapes, ``capacity_shapes="all"``), weighted by frequency times scarcity; with
+        ``pinned_only`` only the shapes pinned to some GPU models count."""
         typical = self.typical
         assert typical is not None
         pod, cluster, nodes, free = scene.pod, scene.cluster, scene.nodes, scene.free
@@ -833,6 +849,10 @@ class _FragmentationBase(CachedNodeScore):
             typical = typical.full
         assert table is not None
         weight = typical.weight * table.scarcity**self.scarcity if self.scarcity else None
+        if pinned_only:
+            pinned = np.array([models is not None for models in typical.models])
+            weight = np.where(pinned, typical.weight if weight is None else weight, 0.0)
+        cache = self._pinned_terms if pinned_only else self._capacity_terms
         memory = self.use_memory and typical.memory is not None
         um, inv = _by_milli(typical)
 
@@ -849,7 +869,7 @@ class _FragmentationBase(CachedNodeScore):
             )
             return {"before": f.sum(1) - usable, "total_u": total_u}
 
-        terms = self._capacity_terms.get(cluster, nodes, node_terms)
+        terms = cache.get(cluster, nodes, node_terms)
         before, total_u = terms["before"], terms["total_u"]
         acc = table.rows(nodes)
         gpu = pod.gpu
@@ -1009,6 +1029,12 @@ class FragmentationScore(_FragmentationBase):
     ``use_memory`` limits capacity copies by node memory; ``capacity_shapes="all"`` counts
     every shape of the workload (:attr:`TypicalPods.full`); ``scarcity`` (a power) weighs each
     shape by the scarcity of the GPU models it may use.
+
+    ``sharing_ties="gap-balance"`` (with ``lead="fgd"``) orders a sharing pod's FGD ties
+    differently: first by the packing capacity of the shapes pinned to GPU models only (so
+    unpinned pods keep off the GPUs scarce models need), then by :func:`gap_balance`, the
+    sum-of-squares rule of online bin packing over the cluster's partly used devices; whole-GPU
+    and CPU-only pods keep the capacity order.
     """
 
     name = "FragmentationAware"
@@ -1031,6 +1057,7 @@ class FragmentationScore(_FragmentationBase):
         capacity_shapes: str = "typical",
         scarcity: float = 0.0,
         relearn_threshold: float = 0.1,
+        sharing_ties: str = "capacity",
     ) -> None:
         super().__init__(
             typical_pods,
@@ -1060,6 +1087,57 @@ class FragmentationScore(_FragmentationBase):
             raise ValueError(f"{self.name}.resolution: must be positive (got {resolution})")
         self.resolution = resolution
         self.packing_weight = packing_weight
+        if sharing_ties not in ("capacity", "gap-balance"):
+            raise ValueError(
+                f"{self.name}.sharing_ties: unknown {sharing_ties!r} (capacity | gap-balance)"
+            )
+        if sharing_ties == "gap-balance" and lead != "fgd":
+            raise ValueError(f"{self.name}.sharing_ties: gap-balance needs lead='fgd'")
+        self.sharing_ties = sharing_ties
+        self._device_caches: dict[tuple[Any, ...], _DeviceCache] = {}
+
+    def reset(self) -> None:
+        """Also forget the per-device scores of sharing pods."""
+        super().reset()
+        self._device_caches = {}
+
+    def score(
+        self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+    ) -> np.ndarray:
+        """As :meth:`CachedNodeScore.score`; under ``gap-balance`` a sharing pod's cached
+        per-device scores get the gap-balance term of the moment before each node picks its
+        device (the term reads every device of the cluster, so it is never cached)."""
+        if self.sharing_ties != "gap-balance" or not pod.gpu.is_shared:
+            return super().score(cycle, pod, cluster, nodes)
+        self.observe(pod)
+        self._check_cluster(cluster)
+        per_device = self._device_scores(pod, cluster, nodes)
+        balance = np.clip(gap_balance(cluster, nodes, pod.gpu.milli) / GAP_SPAN, -0.45, 0.45)
+        total = per_device + balance * GAP_STEP
+        best = np.argmax(total, axis=1)
+        cycle.data[DEVICE_CHOICE] = (nodes, best)
+        return total[np.arange(nodes.size), best]
+
+    def _device_scores(self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
+        """(len(nodes), D): FGD's truncated score plus the pinned shapes' capacity change
+        (below one FGD point), -inf where the device cannot host; cached per node version."""
+        key = self.cache_key(pod)
+        cache = self._device_caches.get(key)
+        if cache is None or cache.versions.size < cluster.size:
+            if len(self._device_caches) > 2048:
+                self._device_caches = {}
+            cache = self._device_caches[key] = _DeviceCache(cluster.size, cluster.max_devices)
+        stale = nodes[cache.versions[nodes] != cluster.node_version[nodes]]
+        if stale.size:
+            scene = _Scene(pod, cluster, stale)
+            lead, _ = self.deltas(pod, cluster, stale, measure="fgd", scene=scene)
+            pinned, _ = self.deltas(pod, cluster, stale, measure="capacity-pinned", scene=scene)
+            top = _sigmoid_score(np.nan_to_num(lead) * (1000.0 / self.lead_scale))
+            tie = np.clip(np.floor(pinned / self.resolution), -LEX_SPAN, LEX_SPAN)
+            values = top + tie / (2.5 * LEX_SPAN)
+            cache.values[stale] = np.where(np.isnan(lead), -math.inf, values)
+            cache.versions[stale] = cluster.node_version[stale]
+        return cache.values[nodes]
 
     def compute(
         self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
@@ -1101,6 +1179,34 @@ class FragmentationScore(_FragmentationBase):
         total = np.where(np.isnan(delta), -math.inf, total)
         best = np.argmax(total, axis=1)
         return total[np.arange(nodes.size), best], best
+
+
+class _DeviceCache:
+    __slots__ = ("values", "versions")
+
+    def __init__(self, n: int, devices: int) -> None:
+        self.versions = np.full(max(n, 1), -1, dtype=np.int64)
+        self.values = np.full((max(n, 1), devices), -math.inf)
+
+
+def gap_balance(cluster: ClusterState, nodes: np.ndarray, milli: int) -> np.ndarray:
+    """(len(nodes), D): minus the change of ``sum over gap sizes g of N(g)**2`` if a pod of
+    ``milli`` went on each device, N(g) counting the cluster's partly used devices with g
+    milli free (Csirik et al.'s sum-of-squares rule for online bin packing).
+
+    Higher is better: taking a gap that many devices share and leaving one that few do keeps
+    a spread of gap sizes for the pods still to come, instead of piling up one size no pod
+    fits. Devices that cannot host the pod get meaningless values (mask them).
+    """
+    size = cluster.size
+    exists = cluster.device_exists[:size] & cluster.active[:size, None]
+    free_all = cluster.device_milli_free[:size][exists]
+    counts = np.bincount(free_all[(free_all > 0) & (free_all < WHOLE)], minlength=WHOLE + 1)
+    gap = np.clip(_free(cluster, nodes), 0, WHOLE)
+    left = np.clip(gap - milli, 0, WHOLE)
+    taken = np.where((gap > 0) & (gap < WHOLE), 1 - 2 * counts[gap], 0)
+    made = np.where((left > 0) & (left < WHOLE), 1 + 2 * counts[left], 0)
+    return -(taken + made).astype(np.float64)
 
 
 # ---- device policies -------------------------------------------------------------------
