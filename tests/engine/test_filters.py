@@ -328,7 +328,7 @@ def test_every_insufficient_resource_is_reported() -> None:
         pod(requests={"cpu": "2", "memory": "2Gi"}), state
     )
     assert result.reason() == (
-        "0/2 nodes are available: 2 Insufficient memory, 1 Insufficient cpu."
+        "0/2 nodes are available: 1 Insufficient cpu, 2 Insufficient memory."
     )
 
 
@@ -495,8 +495,8 @@ def test_affinity_reasons_count_each_node_once() -> None:
     assert result.reason() == (
         # n5 lacks the zone key and zone a has no db pod: affinity; zone b: existing anti only.
         "0/5 nodes are available: "
-        "3 node(s) didn't match pod affinity rules, "
-        "2 node(s) didn't satisfy existing pods anti-affinity rules."
+        "2 node(s) didn't satisfy existing pods anti-affinity rules, "
+        "3 node(s) didn't match pod affinity rules."
     )
 
 
@@ -516,10 +516,10 @@ def test_diagnosis_attributes_each_node_to_its_first_failing_filter() -> None:
     assert not result.ok
     assert result.reason() == (
         "0/5 nodes are available: "
-        "2 node(s) were unschedulable, "
         "1 Insufficient cpu, "
         "1 node(s) didn't match Pod's node affinity/selector, "
-        "1 node(s) had untolerated taint {gpu: a100}."
+        "1 node(s) had untolerated taint {gpu: a100}, "
+        "2 node(s) were unschedulable."
     )
     assert result.diagnosis is not None and result.diagnosis.total_nodes == 5
 

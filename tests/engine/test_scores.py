@@ -181,6 +181,41 @@ def test_pods_without_requests_are_scored_as_100m_and_200mi() -> None:
     assert scores(NodeResourcesFit(), pod(), state) == {"n": 85}
 
 
+def test_each_container_without_a_request_counts_the_default() -> None:
+    # Two app containers: one asks 300m and nothing for memory, one asks nothing at all.
+    sidecarless = pod(
+        containers=[
+            {"name": "a", "resources": {"requests": {"cpu": "300m"}}},
+            {"name": "b"},
+        ]
+    )
+    assert sidecarless.scoring_cpu_memory == (400, 400 * 2**20)
+    assert sidecarless.requests.get("cpu") == 300 and "memory" not in sidecarless.requests
+    # An explicit zero is a request: it counts 0, not the default.
+    zero = pod(requests={"cpu": "0", "memory": "0"})
+    assert zero.scoring_cpu_memory == (0, 0)
+    # An init container counts the defaults too, and the larger of init and app wins.
+    init = pod(
+        requests={"cpu": "50m", "memory": "10Mi"},
+        initContainers=[{"name": "i"}],
+    )
+    assert init.scoring_cpu_memory == (100, 200 * 2**20)
+
+
+def test_residents_without_requests_count_the_default_on_their_node() -> None:
+    idle = pod("idle")
+    state = cluster(
+        node("busy", cpu="1", memory="1000Mi"),
+        node("free", cpu="1", memory="1000Mi"),
+        placed=[(idle, "busy")],
+    )
+    # busy: cpu (1000-200)*100//1000 = 80, memory (1000-400)*100//1000 = 60 -> 70;
+    # free: 90 and 80 -> 85 (the resident's 0 requests would leave the nodes tied).
+    assert scores(NodeResourcesFit(), pod(), state) == {"busy": 70, "free": 85}
+    state.release(idle.uid)
+    assert scores(NodeResourcesFit(), pod(), state) == {"busy": 85, "free": 85}
+
+
 def test_least_allocated_is_zero_when_over_capacity() -> None:
     state = cluster(
         node("full", cpu="1", memory="1Gi"),

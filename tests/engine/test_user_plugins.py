@@ -82,8 +82,8 @@ def test_registered_short_name(importable: None, disks: object, clean_registry: 
     # A plain mask without reasons is still explained, by the plugin's name.
     none = Scheduler(profile(["NodeName", "DiskTypeSsd"])).schedule(pod(nodeName="hdd-1"), disks)
     assert none.reason() == (
-        "0/4 nodes are available: 3 node(s) didn't match the requested node name, "
-        "1 node(s) rejected by DiskTypeSsd."
+        "0/4 nodes are available: 1 node(s) rejected by DiskTypeSsd, "
+        "3 node(s) didn't match the requested node name."
     )
 
 

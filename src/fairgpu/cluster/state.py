@@ -84,6 +84,9 @@ class ClusterState:
         self.unschedulable = grow(get("unschedulable"), (capacity,), np.bool_)
         self.allocatable = grow(get("allocatable"), (capacity, r), np.int64)
         self.requested = grow(get("requested"), (capacity, r), np.int64)
+        # CPU and memory as kube-scheduler's resource scores count them (PodInfo's
+        # scoring_cpu_memory): a container without a request counts 100m / 200 MiB.
+        self.scoring_requested = grow(get("scoring_requested"), (capacity, 2), np.int64)
         self.gpu_count = grow(get("gpu_count"), (capacity,), np.int32)
         self.device_exists = grow(get("device_exists"), (capacity, d), np.bool_)
         self.device_milli_free = grow(get("device_milli_free"), (capacity, d), np.int32)
@@ -184,6 +187,7 @@ class ClusterState:
         self._write_node(idx, node)
         # Re-add the load of pods already there.
         self.requested[idx, :] = 0
+        self.scoring_requested[idx, :] = 0
         for uid, pod in self.node_pods[idx].items():
             self._charge(idx, pod, self.placements[uid], +1)
         return idx
@@ -288,6 +292,9 @@ class ClusterState:
     def _charge(self, idx: int, pod: PodInfo, placement: Placement, sign: int) -> None:
         cols, amounts = self.request_vector(pod)
         self.requested[idx, cols] += sign * amounts
+        cpu, memory = pod.scoring_cpu_memory
+        self.scoring_requested[idx, 0] += sign * cpu
+        self.scoring_requested[idx, 1] += sign * memory
         if placement.devices:
             self.requested[idx, COL_GPU_MEMORY] += (
                 sign * placement.device_memory * len(placement.devices)

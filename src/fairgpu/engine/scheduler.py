@@ -64,10 +64,8 @@ class Diagnosis:
         """kube-scheduler style: ``0/500 nodes are available: 320 Insufficient nvidia.com/gpu.``"""
         if self.status is not None and self.status.reasons:
             return "; ".join(self.status.reasons)
-        parts = [
-            f"{count} {reason}"
-            for reason, count in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-        ]
+        # As kube-scheduler: the "<count> <reason>" strings sorted as strings.
+        parts = sorted(f"{count} {reason}" for reason, count in self.reasons.items())
         detail = ", ".join(parts) if parts else "no nodes in the cluster"
         return f"0/{self.total_nodes} nodes are available: {detail}."
 

@@ -36,6 +36,9 @@ QOS_GUARANTEED = "Guaranteed"
 
 CPU = "cpu"
 MEMORY = "memory"
+# kube-scheduler's resource scores count these for a container that requests no CPU / memory.
+DEFAULT_MILLI_CPU = 100
+DEFAULT_MEMORY = 200 * 1024 * 1024
 PODS = "pods"
 EPHEMERAL = "ephemeral-storage"
 
@@ -99,19 +102,30 @@ def container_requests(container: k8s.Container, where: str, obj: str) -> dict[s
     return out
 
 
-def effective_requests(spec: k8s.PodSpec, obj: str) -> dict[str, int]:
+def effective_requests(
+    spec: k8s.PodSpec, obj: str, missing: dict[str, int] | None = None
+) -> dict[str, int]:
     """The pod's effective request as kube-scheduler computes it.
 
     ``max(sum(app containers) + sum(sidecars), max over init containers of (init + sidecars
     started before it)) + overhead``; sidecars are init containers with ``restartPolicy: Always``.
+    ``missing``: amounts a container that does not request a resource counts instead
+    (kube-scheduler scores with 100m CPU and 200 MiB for each such container).
     """
+
+    def requests_of(c: k8s.Container, where: str) -> dict[str, int]:
+        req = container_requests(c, where, obj)
+        for name, amount in (missing or {}).items():
+            req.setdefault(name, amount)
+        return req
+
     app: dict[str, int] = {}
     for i, c in enumerate(spec.containers):
-        _add(app, container_requests(c, f"spec.containers[{i}]", obj))
+        _add(app, requests_of(c, f"spec.containers[{i}]"))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for i, c in enumerate(spec.init_containers):
-        req = container_requests(c, f"spec.initContainers[{i}]", obj)
+        req = requests_of(c, f"spec.initContainers[{i}]")
         if c.restart_policy == "Always":
             _add(sidecars, req)
             _max(init_peak, sidecars)
@@ -193,6 +207,9 @@ class PodInfo:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
+    # (milli-CPU, memory bytes) kube-scheduler's resource scores count: each container that
+    # requests no CPU (memory) counts 100m (200 MiB). None: derived from ``requests``.
+    scoring_requests: tuple[int, int] | None = None
     gpu: GpuRequest = NO_GPU
     node_name: str = ""
     node_selector: tuple[tuple[str, str], ...] = ()
@@ -218,6 +235,17 @@ class PodInfo:
     def key(self) -> str:
         """``namespace/name``, the identity used in logs and results."""
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def scoring_cpu_memory(self) -> tuple[int, int]:
+        """(milli-CPU, memory bytes) as kube-scheduler's resource scores count them; for a
+        pod built without its containers, a missing or zero request counts the default."""
+        if self.scoring_requests is not None:
+            return self.scoring_requests
+        return (
+            self.requests.get(CPU) or DEFAULT_MILLI_CPU,
+            self.requests.get(MEMORY) or DEFAULT_MEMORY,
+        )
 
     @property
     def has_pod_affinity(self) -> bool:
@@ -283,6 +311,8 @@ def pod_from_k8s(
     if not spec.containers:
         raise InvalidObjectError(obj, "spec.containers", "at least one container is required")
     requests = effective_requests(spec, obj)
+    defaults = {CPU: DEFAULT_MILLI_CPU, MEMORY: DEFAULT_MEMORY}
+    scoring = effective_requests(spec, obj, defaults)
     gpu_names = names.all_request_names()
     models_text = meta.annotations.get(ANN_GPU_MODELS, "")
     models = frozenset(m for m in models_text.split("|") if m) or None
@@ -358,6 +388,7 @@ def pod_from_k8s(
         labels=dict(meta.labels),
         annotations=dict(meta.annotations),
         requests=plain,
+        scoring_requests=(scoring.get(CPU, 0), scoring.get(MEMORY, 0)),
         gpu=gpu,
         node_name=spec.node_name,
         node_selector=tuple(sorted(spec.node_selector.items())),

@@ -28,9 +28,6 @@ from fairgpu.engine.framework import (
 from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.pod import PODS, PodInfo
 
-# kube-scheduler scores pods that request nothing as if they asked for this much.
-DEFAULT_MILLI_CPU = 100
-DEFAULT_MEMORY = 200 * 1024 * 1024
 _ALIASES = {DEFAULT_NAMES.gpu: "fairgpu.io/gpu-milli"}
 # kube-scheduler scores these even when the pod does not ask for them; GPUs and extended
 # resources the pod does not ask for are left out of the node's average.
@@ -98,16 +95,14 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
     def _after(
         self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray, col: int
     ) -> np.ndarray:
-        rname = cluster.resources[col]
+        if col in (COL_CPU, COL_MEMORY):
+            # Requests with kube-scheduler's defaults for containers that ask for nothing,
+            # on the node's residents as on the pod.
+            which = 0 if col == COL_CPU else 1
+            return cluster.scoring_requested[nodes, which] + pod.scoring_cpu_memory[which]
         if col == COL_GPU_MILLI:
-            ask = pod.gpu.total_milli
-        else:
-            ask = pod.requests.get(rname, 0)
-            if ask == 0 and col == COL_CPU:
-                ask = DEFAULT_MILLI_CPU
-            elif ask == 0 and col == COL_MEMORY:
-                ask = DEFAULT_MEMORY
-        return cluster.requested[nodes, col] + ask
+            return cluster.requested[nodes, col] + pod.gpu.total_milli
+        return cluster.requested[nodes, col] + pod.requests.get(cluster.resources[col], 0)
 
     def score(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
