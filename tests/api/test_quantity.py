@@ -75,8 +75,25 @@ INVALID = [
     "1Gi3",
     "0x10",
     "1,5",
-    "m",
 ]
+
+
+# apimachinery's ParseQuantity reads a missing number as 0 (checked against
+# k8s.io/apimachinery v0.34.10): these are valid zero quantities, not errors.
+ZERO = ["-", "+", ".", "-.", "0.", "-0", "m", "k", "Ki", "-Ki", "Mi", "e3", "+e5", "n", "E"]
+
+
+@pytest.mark.parametrize("text", ZERO, ids=[repr(t) for t in ZERO])
+def test_a_missing_number_reads_as_zero(text: str) -> None:
+    assert to_milli(text) == 0 and to_int(text) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "milli", "whole"),
+    [("-.5", -500, -1), ("-1.5m", -2, -1), ("1.5m", 2, 1), ("0.0001m", 1, 1), ("1e-10", 1, 1)],
+)
+def test_rounding_is_away_from_zero(text: str, milli: int, whole: int) -> None:
+    assert to_milli(text) == milli and to_int(text) == whole
 
 
 @pytest.mark.parametrize("text", INVALID, ids=[repr(t) for t in INVALID])

@@ -2,8 +2,9 @@
 
 The grammar follows ``k8s.io/apimachinery/pkg/api/resource``: a signed decimal number followed by
 a binary-SI suffix (Ki..Ei), a decimal-SI suffix (n, u, m, k, M, G, T, P, E) or a decimal
-exponent (``e3``/``E-2``). Values are kept exact as :class:`fractions.Fraction` and rounded up
-when converted to integers, exactly as ``Quantity.Value()``/``MilliValue()`` do.
+exponent (``e3``/``E-2``). Values are kept exact as :class:`fractions.Fraction` and rounded away
+from zero when converted to integers, exactly as ``Quantity.Value()``/``MilliValue()`` do. As
+there, a missing number reads as 0: ``-``, ``.``, ``m`` and ``Ki`` are all zero.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from functools import lru_cache
 
 __all__ = ["QuantityError", "parse_quantity", "to_int", "to_milli"]
 
-_NUMBER = re.compile(r"^([+-]?)([0-9]+\.?[0-9]*|\.[0-9]+)(.*)$")
+# apimachinery's parseQuantityString: an optional sign, digits, an optional fraction, then a
+# suffix; every part may be empty, and a missing number reads as 0 ("-", ".", "Ki" are 0).
+_NUMBER = re.compile(r"^([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9]*)$")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Fraction(1, 10**9),
@@ -40,11 +43,11 @@ class QuantityError(ValueError):
 
 @lru_cache(maxsize=4096)
 def _parse_text(text: str) -> Fraction:
-    match = _NUMBER.match(text.strip())
-    if not match or text.strip() != text:
+    match = _NUMBER.match(text)
+    if not text or not match:
         raise QuantityError(f"{text!r} is not a quantity (expected e.g. 500m, 2, 1.5Gi, 1e3)")
-    sign, digits, suffix = match.groups()
-    value = Fraction(digits)
+    sign, whole, fraction, suffix = match.groups()
+    value = Fraction(f"{whole or 0}.{fraction or 0}")
     if suffix in _BINARY:
         value *= _BINARY[suffix]
     elif suffix in _DECIMAL:
@@ -83,11 +86,15 @@ def parse_quantity(value: object) -> Fraction:
     raise QuantityError(f"{value!r} is not a quantity (type {type(value).__name__})")
 
 
+def _away_from_zero(value: Fraction) -> int:
+    return math.ceil(value) if value >= 0 else -math.ceil(-value)
+
+
 def to_int(value: object) -> int:
-    """Quantity as a whole number, rounded up (``Quantity.Value()``)."""
-    return math.ceil(parse_quantity(value))
+    """Quantity as a whole number, rounded away from zero (``Quantity.Value()``)."""
+    return _away_from_zero(parse_quantity(value))
 
 
 def to_milli(value: object) -> int:
-    """Quantity in thousandths, rounded up (``Quantity.MilliValue()``)."""
-    return math.ceil(parse_quantity(value) * 1000)
+    """Quantity in thousandths, rounded away from zero (``Quantity.MilliValue()``)."""
+    return _away_from_zero(parse_quantity(value) * 1000)
