@@ -115,13 +115,15 @@ def test_lexicographic_policy_orders_fgd_ties_by_packing_capacity() -> None:
     assert ("b", (1,)) in fgd_choices and ("b", (0,)) not in fgd_choices
 
 
-def test_default_policy_orders_sharing_ties_by_gap_balance() -> None:
+def test_gaps_policy_orders_sharing_ties_by_gap_balance() -> None:
     # The same FGD tie: a's 700 gap would become a second 500 gap (the sum of squares of gap
     # counts grows by 2), an idle device a new 800 gap (grows by 1), so an idle device wins.
     for seed in range(8):
         name, devices = place(_lex("gap-balance", seed), _tied_for_fgd(), gpu_pod("p", milli=200))
         assert (name, devices) in {("a", (1,)), ("b", (1,))}
-    assert "gap-balance" in str(policy(DEFAULT_POLICY).plugin_args)
+    gaps = scheduler("fairgpu-frag-gaps", HALVES)
+    assert place(gaps, _tied_for_fgd(), gpu_pod("p", milli=200)) in {("a", (1,)), ("b", (1,))}
+    assert "gap-balance" not in str(policy(DEFAULT_POLICY).plugin_args)
 
 
 def test_gap_balance_counts_the_cluster_gaps() -> None:
