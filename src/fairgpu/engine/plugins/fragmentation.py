@@ -659,7 +659,7 @@ class _FragmentationBase(CachedNodeScore):
         use_memory: bool = False,
         capacity_shapes: str = "typical",
         scarcity: float = 0.0,
-        relearn_threshold: float = 0.1,
+        relearn_threshold: float = 0.2,
     ) -> None:
         super().__init__()
         # Weigh each shape in the capacity measure by the scarcity of the GPU models it may use
@@ -723,8 +723,8 @@ class _FragmentationBase(CachedNodeScore):
 
         Only used when no distribution was configured; each pod counts once. The distribution
         is re-estimated after 1, 2, 4, ... new pods, then every ``learn_every``; it replaces
-        the one in use only when they differ by more than ``relearn_threshold`` (L1; 0.1 means
-        5% of the pods moved between shapes), because a replacement invalidates every cached
+        the one in use only when they differ by more than ``relearn_threshold`` (L1; 0.2 means
+        10% of the pods moved between shapes), because a replacement invalidates every cached
         score (the next pod of each shape then scores all its feasible nodes afresh).
         """
         if self.fixed or pod.uid in self._seen_uids:
@@ -901,7 +901,7 @@ class _FragmentationBase(CachedNodeScore):
 class _Scene:
     """What one scoring reads of the scored nodes, gathered once for every measure."""
 
-    __slots__ = ("_candidates", "cluster", "cpu", "cpu_after", "free", "nodes", "pod")
+    __slots__ = ("_candidates", "_only", "cluster", "cpu", "cpu_after", "free", "nodes", "pod")
 
     def __init__(self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray) -> None:
         self.pod, self.cluster, self.nodes = pod, cluster, nodes
@@ -909,13 +909,20 @@ class _Scene:
         self.cpu = _cpu_left(cluster, nodes)
         self.cpu_after = self.cpu - pod.requests.get(CPU, 0)
         self._candidates: _Candidates | None = None
+        self._only: np.ndarray | None = None
+
+    def restrict(self, devices: np.ndarray) -> None:
+        """From now on evaluate only the (node, device) pairs set in ``devices``."""
+        self._only = devices
+        self._candidates = None
 
     def candidates(self) -> _Candidates:
         """A sharing pod's distinct candidate devices."""
         if self._candidates is None:
-            self._candidates = _Candidates(
-                shared_fit(self.pod, self.cluster, self.nodes), self.free
-            )
+            valid = shared_fit(self.pod, self.cluster, self.nodes)
+            if self._only is not None:
+                valid = valid & self._only
+            self._candidates = _Candidates(valid, self.free)
         return self._candidates
 
 
@@ -997,7 +1004,7 @@ class FgdScore(_FragmentationBase):
     A sharing pod is scored with its best device (the first device reaching the best
     truncated score). Args: ``typical_pods`` (see :meth:`TypicalPods.from_args`; learned
     online from the pods seen when absent), ``coverage`` (0.95), ``learn_every`` (256) and
-    ``relearn_threshold`` (0.1, see :meth:`_FragmentationBase.observe`).
+    ``relearn_threshold`` (0.2, see :meth:`_FragmentationBase.observe`).
     """
 
     name = "FGD"
@@ -1056,7 +1063,7 @@ class FragmentationScore(_FragmentationBase):
         use_memory: bool = False,
         capacity_shapes: str = "typical",
         scarcity: float = 0.0,
-        relearn_threshold: float = 0.1,
+        relearn_threshold: float = 0.2,
         sharing_ties: str = "capacity",
     ) -> None:
         super().__init__(
@@ -1095,11 +1102,36 @@ class FragmentationScore(_FragmentationBase):
             raise ValueError(f"{self.name}.sharing_ties: gap-balance needs lead='fgd'")
         self.sharing_ties = sharing_ties
         self._device_caches: dict[tuple[Any, ...], _DeviceCache] = {}
+        self._lead_caches: dict[tuple[Any, ...], _DeviceCache] = {}
 
     def reset(self) -> None:
-        """Also forget the per-device scores of sharing pods."""
+        """Also forget the per-device scores of sharing pods and the cached FGD deltas."""
         super().reset()
         self._device_caches = {}
+        self._lead_caches = {}
+
+    def _fgd_lead(
+        self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray, scene: _Scene
+    ) -> np.ndarray:
+        """FGD's deltas for ``nodes`` (as :meth:`deltas`), cached per node version under a key
+        without the pod's memory: pods that differ only in memory (separate score caches when
+        the capacity measure counts memory) share them."""
+        if not self.use_memory:
+            return self.deltas(pod, cluster, nodes, measure="fgd", scene=scene)[0]
+        key = CachedNodeScore.cache_key(self, pod)
+        cache = self._lead_caches.get(key)
+        if cache is None or cache.versions.size < cluster.size:
+            if len(self._lead_caches) > 2048:
+                self._lead_caches = {}
+            cache = _DeviceCache(cluster.size, cluster.max_devices, math.nan)
+            self._lead_caches[key] = cache
+        stale = nodes[cache.versions[nodes] != cluster.node_version[nodes]]
+        if stale.size:
+            part = scene if stale.size == nodes.size else _Scene(pod, cluster, stale)
+            values, _ = self.deltas(pod, cluster, stale, measure="fgd", scene=part)
+            cache.values[stale, : values.shape[1]] = values
+            cache.versions[stale] = cluster.node_version[stale]
+        return cache.values[nodes, : cluster.max_devices if pod.gpu.is_shared else 1]
 
     def score(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
@@ -1144,6 +1176,15 @@ class FragmentationScore(_FragmentationBase):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Composite score: fragmentation delta first, best fit second."""
         scene = _Scene(pod, cluster, nodes)
+        lead = None
+        if self.lead == "fgd" and pod.gpu.is_shared and not self.packing_weight:
+            # FGD's integer score comes first: a device below its node's best FGD score can
+            # never be the node's choice, so only the devices at that score get the (costly)
+            # capacity measure.
+            lead = self._fgd_lead(pod, cluster, nodes, scene)
+            scaled = np.nan_to_num(lead) * (1000.0 / self.lead_scale)
+            top = np.where(np.isnan(lead), -1.0, _sigmoid_score(scaled))
+            scene.restrict(top == top.max(axis=1, keepdims=True))
         delta, _ = self.deltas(pod, cluster, nodes, scene=scene)
         free = scene.free
         gpu_left = free.sum(1) - pod.gpu.total_milli
@@ -1159,7 +1200,8 @@ class FragmentationScore(_FragmentationBase):
         else:
             primary = np.floor(delta / self.resolution)  # (S, D) or (S, 1)
         if self.lead != "none":
-            lead, _ = self.deltas(pod, cluster, nodes, measure="fgd", scene=scene)
+            if lead is None:
+                lead = self._fgd_lead(pod, cluster, nodes, scene)
             if self.refine == "shared" and not pod.gpu.is_shared:
                 primary = np.zeros_like(primary)
             if self.lead == "fgd":
@@ -1184,9 +1226,9 @@ class FragmentationScore(_FragmentationBase):
 class _DeviceCache:
     __slots__ = ("values", "versions")
 
-    def __init__(self, n: int, devices: int) -> None:
+    def __init__(self, n: int, devices: int, fill: float = -math.inf) -> None:
         self.versions = np.full(max(n, 1), -1, dtype=np.int64)
-        self.values = np.full((max(n, 1), devices), -math.inf)
+        self.values = np.full((max(n, 1), devices), fill)
 
 
 def gap_balance(cluster: ClusterState, nodes: np.ndarray, milli: int) -> np.ndarray:
