@@ -136,8 +136,9 @@ def choose_reservation(
     rank: np.ndarray,
 ) -> np.ndarray | None:
     """Node slots to hold for ``pods`` (members of one job, placed on empty nodes), preferring
-    nodes with the most idle GPUs and free CPU (they drain first); None if they cannot fit even
-    on an empty cluster outside ``taken``."""
+    the nodes that drain first: by the declared end of their last pod (:func:`drain_estimate`;
+    nodes running pods without a declared run time last), then the most idle GPUs and free
+    CPU. None if they cannot fit even on an empty cluster outside ``taken``."""
     if not pods:
         return None
     head = pods[0]
@@ -146,7 +147,10 @@ def choose_reservation(
     n = cluster.size
     free = cluster.free()
     idle = cluster.idle_devices[:n]
-    order = np.lexsort((rank[:n], -free[:, COL_CPU], -idle))
+    drain = np.full(n, math.inf)
+    for idx in np.flatnonzero(per_node[:n] > 0):
+        drain[idx] = drain_estimate(cluster, int(idx))
+    order = np.lexsort((rank[:n], -free[:, COL_CPU], -idle, drain))
     chosen: list[int] = []
     left = len(pods)
     for idx in order:
@@ -192,8 +196,10 @@ def backfill_mask(
             continue
         ok = np.zeros(nodes.size, dtype=bool)
         if runtime is not None:
-            ends = now + runtime
-            ok |= np.array([ends <= drain.get(int(i), math.inf) for i in nodes], dtype=bool)
+            # The held job starts once its last node drains: work that ends by then, on any
+            # of its nodes, does not delay it (EASY backfilling).
+            start = max(drain.get(int(i), math.inf) for i in nodes)
+            ok |= now + runtime <= start
         if pod.gpu.count == 0:
             alloc = cluster.allocatable[nodes]
             req = cluster.requested[nodes]
