@@ -150,6 +150,9 @@ def test_preemption_evicts_the_planned_victims(
         assert s.metrics.evictions.labels("ok")._value.get() == 2
     # The two lowest-priority pods make room; nobody else is touched.
     assert names == {"urgent", *(f"low-{i}" for i in range(3, 9))}
+    # While it waited for them, the preemptor's status named its node.
+    urgent = next(p for p in pods(admin, ns) if p["metadata"]["name"] == "urgent")
+    assert urgent["status"].get("nominatedNodeName") == TRAINING_A100
 
 
 def test_eviction_refused_by_a_pdb_picks_other_victims(

@@ -45,6 +45,7 @@ from fairgpu.engine.policies import policy as named_policy
 from fairgpu.kube.cache import CacheChanges, Held, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.client import (
     CONNECTION_ERRORS,
+    STRATEGIC_MERGE_PATCH,
     Connection,
     RateLimiter,
     RestClient,
@@ -482,8 +483,25 @@ class LiveScheduler:
                 "preemptor waits for victims",
                 extra={"pod": b.pod.key, "node": b.node_name, "victims": sorted(waiting)},
             )
+            # As kube-scheduler does: the pod's status names the node it waits for.
+            self.bind_pool.submit(self._nominate_call, b.pod, b.node_name)
             return
         self._submit_bind(b)
+
+    def _nominate_call(self, pod: PodInfo, node_name: str) -> None:
+        """Set ``status.nominatedNodeName`` of a preemptor waiting for its victims."""
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        body = {"status": {"nominatedNodeName": node_name}}
+        try:
+            r = self.client.request("PATCH", path, body, content_type=STRATEGIC_MERGE_PATCH)
+        except CONNECTION_ERRORS as error:
+            log.warning("could not nominate", extra={"pod": pod.key, "error": str(error)})
+            return
+        if not r.ok and r.status != 404:
+            log.warning(
+                "could not nominate",
+                extra={"pod": pod.key, "status": r.status, "error": r.message},
+            )
 
     def _submit_bind(self, b: Bind) -> None:
         cluster = self.cache.cluster
