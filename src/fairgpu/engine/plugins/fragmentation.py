@@ -370,13 +370,47 @@ def capacity_fragmentation(
 
 
 # ---- cached per-node scoring -------------------------------------------------------------
-class _Cache:
-    __slots__ = ("devices", "scores", "versions")
+class _NodeCache:
+    """Named per-node arrays, valid while the node's :attr:`ClusterState.node_version` stays
+    the one they were computed at; each score keeps one per pod shape, the fragmentation
+    measures one for the pod-independent terms shared by every shape."""
 
-    def __init__(self, n: int) -> None:
-        self.versions = np.full(n, -1, dtype=np.int64)
-        self.scores = np.zeros(n, dtype=np.float64)
-        self.devices = np.full(n, -1, dtype=np.int64)
+    __slots__ = ("values", "versions")
+
+    def __init__(self) -> None:
+        self.versions = np.empty(0, dtype=np.int64)
+        self.values: dict[str, np.ndarray] = {}
+
+    def get(
+        self,
+        cluster: ClusterState,
+        nodes: np.ndarray,
+        compute: Callable[[np.ndarray], dict[str, np.ndarray]],
+    ) -> dict[str, np.ndarray]:
+        """The arrays for ``nodes``, computing them (``compute(stale_nodes)``) where stale."""
+        if self.versions.size < cluster.size:
+            self.versions = np.full(max(cluster.size, 1), -1, dtype=np.int64)
+            self.values = {}
+        stale = nodes[self.versions[nodes] != cluster.node_version[nodes]]
+        if stale.size:
+            for key, value in compute(stale).items():
+                table = self.values.get(key)
+                if table is None:
+                    shape = (self.versions.size, *value.shape[1:])
+                    table = self.values[key] = np.zeros(shape, dtype=value.dtype)
+                table[stale] = value
+            self.versions[stale] = cluster.node_version[stale]
+        return {key: table[nodes] for key, table in self.values.items()}
+
+
+def _cache_for(caches: dict[tuple[Any, ...], _NodeCache], key: tuple[Any, ...]) -> _NodeCache:
+    """The cache of one pod shape (all are dropped past 2048 shapes, to bound memory)."""
+    cache = caches.get(key)
+    if cache is None:
+        if len(caches) > 2048:
+            caches.clear()
+        cache = caches[key] = _NodeCache()
+    return cache
 
 
 class CachedNodeScore(ScorePlugin):
@@ -387,7 +421,7 @@ class CachedNodeScore(ScorePlugin):
     """
 
     def __init__(self) -> None:
-        self._caches: dict[tuple[Any, ...], _Cache] = {}
+        self._caches: dict[tuple[Any, ...], _NodeCache] = {}
         self._cluster: weakref.ref[ClusterState] | None = None
         self._static_version = -1
 
@@ -429,22 +463,13 @@ class CachedNodeScore(ScorePlugin):
     ) -> tuple[np.ndarray, np.ndarray]:
         """(scores, devices) for ``nodes``, recomputing only nodes changed since last time."""
         self._check_cluster(cluster)
-        key = self.cache_key(pod)
-        cache = self._caches.get(key)
-        n = cluster.size
-        if cache is None or cache.versions.size < n:
-            cache = _Cache(max(n, 1))
-            if len(self._caches) > 2048:
-                self._caches.clear()
-            self._caches[key] = cache
-        now = cluster.node_version[nodes]
-        stale = nodes[cache.versions[nodes] != now]
-        if stale.size:
+
+        def compute(stale: np.ndarray) -> dict[str, np.ndarray]:
             scores, devices = self.compute(pod, cluster, stale)
-            cache.scores[stale] = scores
-            cache.devices[stale] = devices
-            cache.versions[stale] = cluster.node_version[stale]
-        return cache.scores[nodes], cache.devices[nodes]
+            return {"scores": scores, "devices": devices}
+
+        got = _cache_for(self._caches, self.cache_key(pod)).get(cluster, nodes, compute)
+        return got["scores"], got["devices"]
 
     def score(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
@@ -696,9 +721,9 @@ class _FragmentationBase(CachedNodeScore):
         self._seen_uids: set[str] = set()
         self._since_learn = 0
         self._access: _Access | None = None
-        self._fgd_terms = _NodeTerms()
-        self._capacity_terms = _NodeTerms()
-        self._pinned_terms = _NodeTerms()
+        self._fgd_terms = _NodeCache()
+        self._capacity_terms = _NodeCache()
+        self._pinned_terms = _NodeCache()
 
     def cache_key(self, pod: PodInfo) -> tuple[Any, ...]:
         """As :meth:`CachedNodeScore.cache_key`, plus the pod's memory when the capacity
@@ -754,9 +779,9 @@ class _FragmentationBase(CachedNodeScore):
     def reset(self) -> None:
         """Forget cached scores and the cached per-node terms of both measures."""
         super().reset()
-        self._fgd_terms = _NodeTerms()
-        self._capacity_terms = _NodeTerms()
-        self._pinned_terms = _NodeTerms()
+        self._fgd_terms = _NodeCache()
+        self._capacity_terms = _NodeCache()
+        self._pinned_terms = _NodeCache()
 
     def deltas(
         self,
@@ -926,38 +951,6 @@ class _Scene:
         return self._candidates
 
 
-class _NodeTerms:
-    """Pod-independent per-node terms of a measure (the node's fragmentation before any
-    placement, per-shape sums), cached by node version and shared by every pod shape, so a
-    shape scored for the first time computes only its own after-placement terms."""
-
-    def __init__(self) -> None:
-        self.versions = np.empty(0, dtype=np.int64)
-        self.values: dict[str, np.ndarray] = {}
-
-    def get(
-        self,
-        cluster: ClusterState,
-        nodes: np.ndarray,
-        compute: Callable[[np.ndarray], dict[str, np.ndarray]],
-    ) -> dict[str, np.ndarray]:
-        """The terms of ``nodes``, computing them (``compute(stale_nodes)``) where stale."""
-        if self.versions.size < cluster.size:
-            self.versions = np.full(max(cluster.size, 1), -1, dtype=np.int64)
-            self.values = {}
-        now = cluster.node_version[nodes]
-        stale = nodes[self.versions[nodes] != now]
-        if stale.size:
-            for key, value in compute(stale).items():
-                table = self.values.get(key)
-                if table is None:
-                    shape = (self.versions.size, *value.shape[1:])
-                    table = self.values[key] = np.zeros(shape, dtype=value.dtype)
-                table[stale] = value
-            self.versions[stale] = cluster.node_version[stale]
-        return {key: table[nodes] for key, table in self.values.items()}
-
-
 class _Candidates:
     """The distinct (node, free milli) pairs among a sharing pod's candidate devices.
 
@@ -1101,8 +1094,8 @@ class FragmentationScore(_FragmentationBase):
         if sharing_ties == "gap-balance" and lead != "fgd":
             raise ValueError(f"{self.name}.sharing_ties: gap-balance needs lead='fgd'")
         self.sharing_ties = sharing_ties
-        self._device_caches: dict[tuple[Any, ...], _DeviceCache] = {}
-        self._lead_caches: dict[tuple[Any, ...], _DeviceCache] = {}
+        self._device_caches: dict[tuple[Any, ...], _NodeCache] = {}
+        self._lead_caches: dict[tuple[Any, ...], _NodeCache] = {}
 
     def reset(self) -> None:
         """Also forget the per-device scores of sharing pods and the cached FGD deltas."""
@@ -1118,20 +1111,13 @@ class FragmentationScore(_FragmentationBase):
         the capacity measure counts memory) share them."""
         if not self.use_memory:
             return self.deltas(pod, cluster, nodes, measure="fgd", scene=scene)[0]
+
+        def compute(stale: np.ndarray) -> dict[str, np.ndarray]:
+            part = scene if stale.size == nodes.size else None
+            return {"lead": self.deltas(pod, cluster, stale, measure="fgd", scene=part)[0]}
+
         key = CachedNodeScore.cache_key(self, pod)
-        cache = self._lead_caches.get(key)
-        if cache is None or cache.versions.size < cluster.size:
-            if len(self._lead_caches) > 2048:
-                self._lead_caches = {}
-            cache = _DeviceCache(cluster.size, cluster.max_devices, math.nan)
-            self._lead_caches[key] = cache
-        stale = nodes[cache.versions[nodes] != cluster.node_version[nodes]]
-        if stale.size:
-            part = scene if stale.size == nodes.size else _Scene(pod, cluster, stale)
-            values, _ = self.deltas(pod, cluster, stale, measure="fgd", scene=part)
-            cache.values[stale, : values.shape[1]] = values
-            cache.versions[stale] = cluster.node_version[stale]
-        return cache.values[nodes, : cluster.max_devices if pod.gpu.is_shared else 1]
+        return _cache_for(self._lead_caches, key).get(cluster, nodes, compute)["lead"]
 
     def score(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
@@ -1153,23 +1139,18 @@ class FragmentationScore(_FragmentationBase):
     def _device_scores(self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
         """(len(nodes), D): FGD's truncated score plus the pinned shapes' capacity change
         (below one FGD point), -inf where the device cannot host; cached per node version."""
-        key = self.cache_key(pod)
-        cache = self._device_caches.get(key)
-        if cache is None or cache.versions.size < cluster.size:
-            if len(self._device_caches) > 2048:
-                self._device_caches = {}
-            cache = self._device_caches[key] = _DeviceCache(cluster.size, cluster.max_devices)
-        stale = nodes[cache.versions[nodes] != cluster.node_version[nodes]]
-        if stale.size:
+
+        def compute(stale: np.ndarray) -> dict[str, np.ndarray]:
             scene = _Scene(pod, cluster, stale)
-            lead, _ = self.deltas(pod, cluster, stale, measure="fgd", scene=scene)
+            lead = self._fgd_lead(pod, cluster, stale, scene)
             pinned, _ = self.deltas(pod, cluster, stale, measure="capacity-pinned", scene=scene)
             top = _sigmoid_score(np.nan_to_num(lead) * (1000.0 / self.lead_scale))
             tie = np.clip(np.floor(pinned / self.resolution), -LEX_SPAN, LEX_SPAN)
             values = top + tie / (2.5 * LEX_SPAN)
-            cache.values[stale] = np.where(np.isnan(lead), -math.inf, values)
-            cache.versions[stale] = cluster.node_version[stale]
-        return cache.values[nodes]
+            return {"values": np.where(np.isnan(lead), -math.inf, values)}
+
+        cache = _cache_for(self._device_caches, self.cache_key(pod))
+        return cache.get(cluster, nodes, compute)["values"]
 
     def compute(
         self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
@@ -1221,14 +1202,6 @@ class FragmentationScore(_FragmentationBase):
         total = np.where(np.isnan(delta), -math.inf, total)
         best = np.argmax(total, axis=1)
         return total[np.arange(nodes.size), best], best
-
-
-class _DeviceCache:
-    __slots__ = ("values", "versions")
-
-    def __init__(self, n: int, devices: int, fill: float = -math.inf) -> None:
-        self.versions = np.full(max(n, 1), -1, dtype=np.int64)
-        self.values = np.full((max(n, 1), devices), fill)
 
 
 def gap_balance(cluster: ClusterState, nodes: np.ndarray, milli: int) -> np.ndarray:
