@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from live_helpers import DOMAIN, delete_pods, live_node_specs
+from live_helpers import DOMAIN, control_plane, delete_pods, live_node_specs
 
 from fairgpu.devcluster import (
     ControlPlane,
@@ -42,14 +42,8 @@ def live_bin_dir() -> Path:
 @pytest.fixture(scope="session")
 def live_cp(live_bin_dir: Path) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver for the live tests, with the fairgpu-system namespace."""
-    cp = ControlPlane(live_bin_dir)
-    cp.start()
-    try:
-        with cp.client() as c:
-            ensure_namespace(c, "fairgpu-system", ca_pem=Path(cp.ca_file).read_text())
+    with control_plane(live_bin_dir) as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 @pytest.fixture(scope="session")

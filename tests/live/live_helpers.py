@@ -6,14 +6,29 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fairgpu.devcluster import ControlPlane, KubeClient, NodeSpec
+from fairgpu.devcluster import ControlPlane, KubeClient, NodeSpec, ensure_namespace
 from fairgpu.kube import LiveScheduler, RunConfig
 from fairgpu.kube.client import Connection
 from tests import polling
+
+
+@contextlib.contextmanager
+def control_plane(bin_dir: Path) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver on loopback with the fairgpu-system namespace; stopped on exit."""
+    cp = ControlPlane(bin_dir)
+    cp.start()
+    try:
+        with cp.client() as c:
+            ensure_namespace(c, "fairgpu-system", ca_pem=Path(cp.ca_file).read_text())
+        yield cp
+    finally:
+        cp.stop()
+
 
 DOMAIN = "example.com"
 USAGE = f"{DOMAIN}/node.usage"

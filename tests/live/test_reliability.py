@@ -13,6 +13,7 @@ import pytest
 from live_helpers import (
     SchedulerProcess,
     bound,
+    control_plane,
     create_many,
     gpu_usage,
     pods,
@@ -32,25 +33,20 @@ BULK = "lv-bulk"
 @pytest.fixture(scope="module")
 def bulk_cp(live_bin_dir: Path) -> Iterator[ControlPlane]:
     """A control plane of its own with 250 tainted 8-GPU nodes (2 000 GPUs)."""
-    cp = ControlPlane(live_bin_dir)
-    cp.start()
-    try:
+    specs = [
+        NodeSpec(
+            f"bulk-{i:04d}",
+            pool=None,
+            gpu_model="NVIDIA-A100-SXM4-80GB",
+            gpus=GPUS,
+            taints=[{"key": BULK, "value": "true", "effect": "NoSchedule"}],
+        )
+        for i in range(NODES)
+    ]
+    with control_plane(live_bin_dir) as cp:
         with cp.client() as c:
-            ensure_namespace(c, "fairgpu-system")
-            specs = [
-                NodeSpec(
-                    f"bulk-{i:04d}",
-                    pool=None,
-                    gpu_model="NVIDIA-A100-SXM4-80GB",
-                    gpus=GPUS,
-                    taints=[{"key": BULK, "value": "true", "effect": "NoSchedule"}],
-                )
-                for i in range(NODES)
-            ]
             create_nodes(c, specs, status_in_create=True)
         yield cp
-    finally:
-        cp.stop()
 
 
 @pytest.fixture
