@@ -102,47 +102,76 @@ def container_requests(container: k8s.Container, where: str, obj: str) -> dict[s
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class ParsedRequests:
+    """A pod spec's requests, parsed once: per app container, per init container (with
+    whether it is a sidecar), and the overhead."""
+
+    app: tuple[dict[str, int], ...]
+    init: tuple[tuple[dict[str, int], bool], ...]
+    overhead: dict[str, int]
+
+    @classmethod
+    def of(cls, spec: k8s.PodSpec, obj: str) -> ParsedRequests:
+        """Parse ``spec``; errors name ``obj`` and the field."""
+        app = tuple(
+            container_requests(c, f"spec.containers[{i}]", obj)
+            for i, c in enumerate(spec.containers)
+        )
+        init = tuple(
+            (
+                container_requests(c, f"spec.initContainers[{i}]", obj),
+                c.restart_policy == "Always",
+            )
+            for i, c in enumerate(spec.init_containers)
+        )
+        overhead: dict[str, int] = {}
+        for name, value in spec.overhead.items():
+            try:
+                overhead[name] = parse_resource(name, value)
+            except QuantityError as error:
+                raise InvalidObjectError(obj, f"spec.overhead.{name}", str(error)) from None
+        return cls(app, init, overhead)
+
+    def effective(self, missing: dict[str, int] | None = None) -> dict[str, int]:
+        """The pod's effective request as kube-scheduler computes it.
+
+        ``max(sum(app containers) + sum(sidecars), max over init containers of (init +
+        sidecars started before it)) + overhead``; sidecars are init containers with
+        ``restartPolicy: Always``. ``missing``: amounts a container that does not request a
+        resource counts instead (kube-scheduler scores with 100m CPU and 200 MiB for each
+        such container).
+        """
+
+        def counted(req: dict[str, int]) -> dict[str, int]:
+            return {**(missing or {}), **req}
+
+        app: dict[str, int] = {}
+        for req in self.app:
+            _add(app, counted(req))
+        sidecars: dict[str, int] = {}
+        init_peak: dict[str, int] = {}
+        for req, sidecar in self.init:
+            if sidecar:
+                _add(sidecars, counted(req))
+                _max(init_peak, sidecars)
+            else:
+                running = counted(req)
+                _add(running, sidecars)
+                _max(init_peak, running)
+        total = dict(app)
+        _add(total, sidecars)
+        _max(total, init_peak)
+        _add(total, self.overhead)
+        return {k: v for k, v in total.items() if v > 0}
+
+
 def effective_requests(
     spec: k8s.PodSpec, obj: str, missing: dict[str, int] | None = None
 ) -> dict[str, int]:
-    """The pod's effective request as kube-scheduler computes it.
-
-    ``max(sum(app containers) + sum(sidecars), max over init containers of (init + sidecars
-    started before it)) + overhead``; sidecars are init containers with ``restartPolicy: Always``.
-    ``missing``: amounts a container that does not request a resource counts instead
-    (kube-scheduler scores with 100m CPU and 200 MiB for each such container).
-    """
-
-    def requests_of(c: k8s.Container, where: str) -> dict[str, int]:
-        req = container_requests(c, where, obj)
-        for name, amount in (missing or {}).items():
-            req.setdefault(name, amount)
-        return req
-
-    app: dict[str, int] = {}
-    for i, c in enumerate(spec.containers):
-        _add(app, requests_of(c, f"spec.containers[{i}]"))
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for i, c in enumerate(spec.init_containers):
-        req = requests_of(c, f"spec.initContainers[{i}]")
-        if c.restart_policy == "Always":
-            _add(sidecars, req)
-            _max(init_peak, sidecars)
-        else:
-            running = dict(req)
-            _add(running, sidecars)
-            _max(init_peak, running)
-    total = dict(app)
-    _add(total, sidecars)
-    _max(total, init_peak)
-    for name, value in spec.overhead.items():
-        try:
-            amount = parse_resource(name, value)
-        except QuantityError as error:
-            raise InvalidObjectError(obj, f"spec.overhead.{name}", str(error)) from None
-        total[name] = total.get(name, 0) + amount
-    return {k: v for k, v in total.items() if v > 0}
+    """The pod's effective request as kube-scheduler computes it (see
+    :meth:`ParsedRequests.effective`)."""
+    return ParsedRequests.of(spec, obj).effective(missing)
 
 
 def qos_class(spec: k8s.PodSpec) -> str:
@@ -310,9 +339,9 @@ def pod_from_k8s(
         raise InvalidObjectError(obj, "metadata.name", "is required")
     if not spec.containers:
         raise InvalidObjectError(obj, "spec.containers", "at least one container is required")
-    requests = effective_requests(spec, obj)
-    defaults = {CPU: DEFAULT_MILLI_CPU, MEMORY: DEFAULT_MEMORY}
-    scoring = effective_requests(spec, obj, defaults)
+    parsed = ParsedRequests.of(spec, obj)
+    requests = parsed.effective()
+    scoring = parsed.effective({CPU: DEFAULT_MILLI_CPU, MEMORY: DEFAULT_MEMORY})
     gpu_names = names.all_request_names()
     models_text = meta.annotations.get(ANN_GPU_MODELS, "")
     models = frozenset(m for m in models_text.split("|") if m) or None
