@@ -123,7 +123,7 @@ def test_gaps_policy_orders_sharing_ties_by_gap_balance() -> None:
         assert (name, devices) in {("a", (1,)), ("b", (1,))}
     gaps = scheduler("fairgpu-frag-gaps", HALVES)
     assert place(gaps, _tied_for_fgd(), gpu_pod("p", milli=200)) in {("a", (1,)), ("b", (1,))}
-    assert "gap-balance" not in str(policy(DEFAULT_POLICY).plugin_args)
+    assert "gap-balance" not in str(policy("fairgpu-frag-lex").plugin_args)
 
 
 def test_gap_balance_counts_the_cluster_gaps() -> None:

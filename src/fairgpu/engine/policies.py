@@ -166,6 +166,17 @@ def fairgpu_frag_gaps() -> Profile:
     return _lexicographic("fairgpu-frag-gaps", sharing_ties="gap-balance")
 
 
+def fairgpu_frag_plan() -> Profile:
+    """:func:`fairgpu_frag_gaps` under a packing plan: a GPU share goes first to a partly used
+    GPU whose shares plus this one are part of an optimal packing of the workload's share
+    sizes (the LP relaxation of bin packing, solved for the typical shapes), then to an idle
+    GPU, and only then anywhere else; FGD's score and the gap-balance order decide within
+    each tier. One-step fragmentation scores cannot see which partner completes a GPU (a 230
+    next to a 550 leaves room for a 220; next to a 650 it takes the hole a 320 fills); the plan
+    does. See :mod:`fairgpu.engine.plugins.packing_plan` and benchmarks/gpu_allocation."""
+    return _lexicographic("fairgpu-frag-plan", sharing_ties="gap-balance", packing_plan=True)
+
+
 # Score plugins / device policies that read the workload's typical pod shapes.
 _TYPICAL_SCORES = (frag.FgdScore.name, frag.FragmentationScore.name)
 _TYPICAL_DEVICES = {
@@ -199,6 +210,7 @@ POLICIES: dict[str, Callable[[], Profile]] = {
     "fairgpu-frag": fairgpu_frag,
     "fairgpu-frag-lex": fairgpu_frag_lex,
     "fairgpu-frag-gaps": fairgpu_frag_gaps,
+    "fairgpu-frag-plan": fairgpu_frag_plan,
 }
 
 # The policies compared on the openb traces (benchmarks/gpu_allocation), baselines first.
@@ -212,10 +224,11 @@ GPU_SHARING_POLICIES = (
     "fairgpu-frag",
     "fairgpu-frag-lex",
     "fairgpu-frag-gaps",
+    "fairgpu-frag-plan",
 )
 
 # Measured best on the openb traces (benchmarks/gpu_allocation).
-DEFAULT_POLICY = "fairgpu-frag-lex"
+DEFAULT_POLICY = "fairgpu-frag-plan"
 
 
 def register_policy(name: str, factory: Callable[[], Profile]) -> None:

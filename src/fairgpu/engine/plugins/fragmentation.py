@@ -33,6 +33,7 @@ from fairgpu.engine.framework import (
     ScorePlugin,
 )
 from fairgpu.engine.plugins.gpu import DeviceBestFit, idle_mask, shared_fit
+from fairgpu.engine.plugins.packing_plan import PackingPlan
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
@@ -49,6 +50,8 @@ LEX_SPAN = 100_000
 # GAP_SPAN, clipped to +-0.45 and scaled by GAP_STEP: below one step of the terms before it.
 GAP_SPAN = 100_000
 GAP_STEP = 1e-6
+# One tier of the packing plan (above FGD's 0..101 and everything ordered below it).
+PLAN_STEP = 128.0
 # Fragmentation deltas are rounded to this many decimals of a milli-GPU.
 DELTA_DECIMALS = 6
 
@@ -1035,6 +1038,11 @@ class FragmentationScore(_FragmentationBase):
     unpinned pods keep off the GPUs scarce models need), then by :func:`gap_balance`, the
     sum-of-squares rule of online bin packing over the cluster's partly used devices; whole-GPU
     and CPU-only pods keep the capacity order.
+
+    ``packing_plan=True`` (with ``sharing_ties="gap-balance"``) puts a tier above FGD's score
+    for sharing pods: a partly used device whose shares plus this one are part of an optimal
+    packing of the workload's share sizes first, then an idle device, then the rest
+    (:class:`~fairgpu.engine.plugins.packing_plan.PackingPlan`).
     """
 
     name = "FragmentationAware"
@@ -1058,6 +1066,7 @@ class FragmentationScore(_FragmentationBase):
         scarcity: float = 0.0,
         relearn_threshold: float = 0.2,
         sharing_ties: str = "capacity",
+        packing_plan: bool = False,
     ) -> None:
         super().__init__(
             typical_pods,
@@ -1094,14 +1103,45 @@ class FragmentationScore(_FragmentationBase):
         if sharing_ties == "gap-balance" and lead != "fgd":
             raise ValueError(f"{self.name}.sharing_ties: gap-balance needs lead='fgd'")
         self.sharing_ties = sharing_ties
+        if packing_plan and sharing_ties != "gap-balance":
+            raise ValueError(f"{self.name}.packing_plan: needs sharing_ties='gap-balance'")
+        self.packing_plan = packing_plan
+        self._plan: PackingPlan | None = None
+        self._plan_codes = _NodeCache()
         self._device_caches: dict[tuple[Any, ...], _NodeCache] = {}
         self._lead_caches: dict[tuple[Any, ...], _NodeCache] = {}
 
     def reset(self) -> None:
-        """Also forget the per-device scores of sharing pods and the cached FGD deltas."""
+        """Also forget the per-device scores of sharing pods, the cached FGD deltas and the
+        packing plan (it follows the typical shapes)."""
         super().reset()
         self._device_caches = {}
         self._lead_caches = {}
+        self._plan = None
+        self._plan_codes = _NodeCache()
+
+    def plan(self) -> PackingPlan:
+        """The packing plan of the typical shapes' GPU shares (all shapes where known)."""
+        if self._plan is None:
+            assert self.typical is not None
+            shapes = self.typical.full if self.typical.full is not None else self.typical
+            weights: dict[int, float] = {}
+            for i in range(shapes.size):
+                milli = int(shapes.milli[i])
+                if shapes.count[i] == 1 and 0 < milli < WHOLE:
+                    weights[milli] = weights.get(milli, 0.0) + float(shapes.weight[i])
+            self._plan = PackingPlan(weights)
+        return self._plan
+
+    def _plan_tiers(self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
+        """(len(nodes), D) packing-plan tier of the share on each device."""
+        plan = self.plan()
+
+        def compute(stale: np.ndarray) -> dict[str, np.ndarray]:
+            return {"codes": plan.device_codes(cluster, stale)}
+
+        codes = self._plan_codes.get(cluster, nodes, compute)["codes"]
+        return plan.tiers(pod.gpu.milli, codes)
 
     def _fgd_lead(
         self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray, scene: _Scene
@@ -1124,7 +1164,8 @@ class FragmentationScore(_FragmentationBase):
     ) -> np.ndarray:
         """As :meth:`CachedNodeScore.score`; under ``gap-balance`` a sharing pod's cached
         per-device scores get the gap-balance term of the moment before each node picks its
-        device (the term reads every device of the cluster, so it is never cached)."""
+        device (the term reads every device of the cluster, so it is never cached), and
+        with ``packing_plan`` the plan's tier above everything else."""
         if self.sharing_ties != "gap-balance" or not pod.gpu.is_shared:
             return super().score(cycle, pod, cluster, nodes)
         self.observe(pod)
@@ -1132,6 +1173,8 @@ class FragmentationScore(_FragmentationBase):
         per_device = self._device_scores(pod, cluster, nodes)
         balance = np.clip(gap_balance(cluster, nodes, pod.gpu.milli) / GAP_SPAN, -0.45, 0.45)
         total = per_device + balance * GAP_STEP
+        if self.packing_plan:
+            total = total + PLAN_STEP * self._plan_tiers(pod, cluster, nodes)
         best = np.argmax(total, axis=1)
         cycle.data[DEVICE_CHOICE] = (nodes, best)
         return total[np.arange(nodes.size), best]
