@@ -16,6 +16,7 @@ from fairgpu.engine.plugins.packing_plan import (
     FOLLOWS_PLAN,
     OFF_PLAN,
     OPENS_PATTERN,
+    DeviceContents,
     PackingPlan,
     solve_patterns,
 )
@@ -67,17 +68,41 @@ def test_column_generation_reaches_the_enumerated_lp_optimum(weights: dict[int, 
 
 def test_tiers_follow_the_plan() -> None:
     plan = PackingPlan({650: 10, 320: 10, 470: 10})
-    idle = plan.code(())
-    with_650 = plan.code((650,))
-    with_470 = plan.code((470,))
+    contents = DeviceContents()
+    idle = contents.code(())
+    with_650 = contents.code((650,))
+    with_470 = contents.code((470,))
     codes = np.array([[with_650, with_470, idle]])
-    assert plan.tiers(320, codes).tolist() == [[FOLLOWS_PLAN, OFF_PLAN, OPENS_PATTERN]]
-    assert plan.tiers(470, codes).tolist() == [[OFF_PLAN, FOLLOWS_PLAN, OPENS_PATTERN]]
+    assert plan.tiers(320, codes, contents).tolist() == [[FOLLOWS_PLAN, OFF_PLAN, OPENS_PATTERN]]
+    assert plan.tiers(470, codes, contents).tolist() == [[OFF_PLAN, FOLLOWS_PLAN, OPENS_PATTERN]]
     # A size the plan does not know: no preference at all.
-    assert plan.tiers(100, codes).tolist() == [[OFF_PLAN, OFF_PLAN, OFF_PLAN]]
+    assert plan.tiers(100, codes, contents).tolist() == [[OFF_PLAN, OFF_PLAN, OFF_PLAN]]
     # Contents seen after the tables were built still get a tier.
-    late = np.array([plan.code((320,))])
-    assert plan.tiers(650, late).tolist() == [FOLLOWS_PLAN]
+    late = np.array([contents.code((320,))])
+    assert plan.tiers(650, late, contents).tolist() == [FOLLOWS_PLAN]
+
+
+def test_device_contents_follow_the_nodes() -> None:
+    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=1))
+    a = state.node_index["a"]
+    state.assign(gpu_pod("x", milli=300), a, (1,))
+    state.assign(gpu_pod("y", milli=200), a, (1,))
+    contents = DeviceContents()
+    nodes = np.array([a, state.node_index["b"]])
+    codes = contents.of(state, nodes)
+    assert [[contents.contents[c] for c in row[:2]] for row in codes] == [
+        [(), (200, 300)],
+        [(), ()],
+    ]
+    state.release("x")
+    assert contents.contents[contents.of(state, nodes)[0, 1]] == (200,)
+
+
+def test_plan_distance_compares_normalised_share_distributions() -> None:
+    plan = PackingPlan({300: 1, 700: 1})
+    assert plan.distance({300: 2, 700: 2}) == 0.0
+    assert plan.distance({300: 1}) == pytest.approx(1.0)
+    assert plan.distance({300: 1, 1000: 5}) == pytest.approx(1.0)  # whole GPUs are no shares
 
 
 def test_plan_lower_bound_on_waste() -> None:

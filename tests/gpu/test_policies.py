@@ -10,6 +10,7 @@ from fairgpu.engine.framework import MAX_NODE_SCORE, CycleState
 from fairgpu.engine.plugins.fragmentation import (
     FgdScore,
     FragmentationScore,
+    GapCounts,
     TypicalPods,
     capacity_fragmentation,
     fragmentation,
@@ -124,6 +125,24 @@ def test_gaps_policy_orders_sharing_ties_by_gap_balance() -> None:
     gaps = scheduler("fairgpu-frag-gaps", HALVES)
     assert place(gaps, _tied_for_fgd(), gpu_pod("p", milli=200)) in {("a", (1,)), ("b", (1,))}
     assert "gap-balance" not in str(policy("fairgpu-frag-lex").plugin_args)
+
+
+def test_gap_counts_follow_assignments_and_releases() -> None:
+    state = make_cluster(gpu_node("a", gpus=4), gpu_node("b", gpus=2))
+    counter = GapCounts()
+
+    def fresh() -> np.ndarray:
+        return GapCounts().counts(state).copy()
+
+    assert counter.counts(state).sum() == 0
+    _busy(state, "a", 0, 700, "x")
+    _busy(state, "b", 1, 700, "y")
+    assert counter.counts(state)[300] == 2
+    _busy(state, "a", 0, 100, "z")
+    state.release("y")
+    counts = counter.counts(state)
+    assert counts[300] == 0 and counts[200] == 1 and counts.sum() == 1
+    assert np.array_equal(counts, fresh())
 
 
 def test_gap_balance_counts_the_cluster_gaps() -> None:

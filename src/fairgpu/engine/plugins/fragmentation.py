@@ -33,7 +33,7 @@ from fairgpu.engine.framework import (
     ScorePlugin,
 )
 from fairgpu.engine.plugins.gpu import DeviceBestFit, idle_mask, shared_fit
-from fairgpu.engine.plugins.packing_plan import PackingPlan
+from fairgpu.engine.plugins.packing_plan import DeviceContents, PackingPlan
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
@@ -52,6 +52,8 @@ GAP_SPAN = 100_000
 GAP_STEP = 1e-6
 # One tier of the packing plan (above FGD's 0..101 and everything ordered below it).
 PLAN_STEP = 128.0
+# The packing plan is solved again when the typical shares moved by more than this (L1).
+PLAN_RELEARN = 0.05
 # Fragmentation deltas are rounded to this many decimals of a milli-GPU.
 DELTA_DECIMALS = 6
 
@@ -1107,7 +1109,9 @@ class FragmentationScore(_FragmentationBase):
             raise ValueError(f"{self.name}.packing_plan: needs sharing_ties='gap-balance'")
         self.packing_plan = packing_plan
         self._plan: PackingPlan | None = None
-        self._plan_codes = _NodeCache()
+        self._plan_current = False
+        self._contents = DeviceContents()
+        self._gap_counts = GapCounts()
         self._device_caches: dict[tuple[Any, ...], _NodeCache] = {}
         self._lead_caches: dict[tuple[Any, ...], _NodeCache] = {}
 
@@ -1117,12 +1121,19 @@ class FragmentationScore(_FragmentationBase):
         super().reset()
         self._device_caches = {}
         self._lead_caches = {}
-        self._plan = None
-        self._plan_codes = _NodeCache()
+        self._plan_current = False
+
+    def on_cluster_change(self, cluster: ClusterState) -> None:
+        """Also forget the devices' contents and gap counts (another cluster or node set)."""
+        super().on_cluster_change(cluster)
+        self._contents = DeviceContents()
+        self._gap_counts = GapCounts()
 
     def plan(self) -> PackingPlan:
-        """The packing plan of the typical shapes' GPU shares (all shapes where known)."""
-        if self._plan is None:
+        """The packing plan of the typical shapes' GPU shares (all shapes where known). It is
+        solved again after the typical shapes changed only if their shares moved by more
+        than :data:`PLAN_RELEARN` (the solve takes up to a few hundred ms)."""
+        if self._plan is None or not self._plan_current:
             assert self.typical is not None
             shapes = self.typical.full if self.typical.full is not None else self.typical
             weights: dict[int, float] = {}
@@ -1130,18 +1141,10 @@ class FragmentationScore(_FragmentationBase):
                 milli = int(shapes.milli[i])
                 if shapes.count[i] == 1 and 0 < milli < WHOLE:
                     weights[milli] = weights.get(milli, 0.0) + float(shapes.weight[i])
-            self._plan = PackingPlan(weights)
+            if self._plan is None or (weights and self._plan.distance(weights) > PLAN_RELEARN):
+                self._plan = PackingPlan(weights)
+            self._plan_current = True
         return self._plan
-
-    def _plan_tiers(self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
-        """(len(nodes), D) packing-plan tier of the share on each device."""
-        plan = self.plan()
-
-        def compute(stale: np.ndarray) -> dict[str, np.ndarray]:
-            return {"codes": plan.device_codes(cluster, stale)}
-
-        codes = self._plan_codes.get(cluster, nodes, compute)["codes"]
-        return plan.tiers(pod.gpu.milli, codes)
 
     def _fgd_lead(
         self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray, scene: _Scene
@@ -1164,33 +1167,40 @@ class FragmentationScore(_FragmentationBase):
     ) -> np.ndarray:
         """As :meth:`CachedNodeScore.score`; under ``gap-balance`` a sharing pod's cached
         per-device scores get the gap-balance term of the moment before each node picks its
-        device (the term reads every device of the cluster, so it is never cached), and
-        with ``packing_plan`` the plan's tier above everything else."""
+        device (the term reads every device of the cluster, so it is never cached)."""
         if self.sharing_ties != "gap-balance" or not pod.gpu.is_shared:
             return super().score(cycle, pod, cluster, nodes)
         self.observe(pod)
         self._check_cluster(cluster)
         per_device = self._device_scores(pod, cluster, nodes)
-        balance = np.clip(gap_balance(cluster, nodes, pod.gpu.milli) / GAP_SPAN, -0.45, 0.45)
+        counts = self._gap_counts.counts(cluster)
+        balance = gap_balance(cluster, nodes, pod.gpu.milli, counts)
+        balance = np.clip(balance / GAP_SPAN, -0.45, 0.45)
         total = per_device + balance * GAP_STEP
-        if self.packing_plan:
-            total = total + PLAN_STEP * self._plan_tiers(pod, cluster, nodes)
         best = np.argmax(total, axis=1)
         cycle.data[DEVICE_CHOICE] = (nodes, best)
         return total[np.arange(nodes.size), best]
 
     def _device_scores(self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
-        """(len(nodes), D): FGD's truncated score plus the pinned shapes' capacity change
-        (below one FGD point), -inf where the device cannot host; cached per node version."""
+        """(len(nodes), D): the packing plan's tier (with ``packing_plan``), FGD's truncated
+        score, the pinned shapes' capacity change (below one FGD point); -inf where the
+        device cannot host; cached per node version."""
 
         def compute(stale: np.ndarray) -> dict[str, np.ndarray]:
             scene = _Scene(pod, cluster, stale)
             lead = self._fgd_lead(pod, cluster, stale, scene)
-            pinned, _ = self.deltas(pod, cluster, stale, measure="capacity-pinned", scene=scene)
             top = _sigmoid_score(np.nan_to_num(lead) * (1000.0 / self.lead_scale))
-            tie = np.clip(np.floor(pinned / self.resolution), -LEX_SPAN, LEX_SPAN)
-            values = top + tie / (2.5 * LEX_SPAN)
-            return {"values": np.where(np.isnan(lead), -math.inf, values)}
+            if self.packing_plan:
+                codes = self._contents.of(cluster, stale)
+                top = top + PLAN_STEP * self.plan().tiers(pod.gpu.milli, codes, self._contents)
+            top = np.where(np.isnan(lead), -math.inf, top)
+            # Only a node's best devices so far can be its choice: the capacity measure (the
+            # costly part) is computed for those alone.
+            best = top == top.max(axis=1, keepdims=True)
+            scene.restrict(best & np.isfinite(top))
+            pinned, _ = self.deltas(pod, cluster, stale, measure="capacity-pinned", scene=scene)
+            tie = np.clip(np.floor(np.nan_to_num(pinned) / self.resolution), -LEX_SPAN, LEX_SPAN)
+            return {"values": np.where(best, top + tie / (2.5 * LEX_SPAN), top)}
 
         cache = _cache_for(self._device_caches, self.cache_key(pod))
         return cache.get(cluster, nodes, compute)["values"]
@@ -1247,19 +1257,50 @@ class FragmentationScore(_FragmentationBase):
         return total[np.arange(nodes.size), best], best
 
 
-def gap_balance(cluster: ClusterState, nodes: np.ndarray, milli: int) -> np.ndarray:
+class GapCounts:
+    """N(g): the cluster's partly used devices per free-milli size g (0 < g < 1000), updated
+    from the nodes changed since the last call (by node version) instead of recounting every
+    device of the cluster for each pod. Build a new one when the node set changes."""
+
+    def __init__(self) -> None:
+        self._versions = np.empty(0, dtype=np.int64)
+        self._free = np.zeros((0, 0), dtype=np.int64)
+        self._counts = np.zeros(WHOLE + 1, dtype=np.int64)
+
+    def counts(self, cluster: ClusterState) -> np.ndarray:
+        """N(g) for g = 0..1000 (entries 0 and 1000 are always 0)."""
+        size = cluster.size
+        if self._versions.size != size or self._free.shape[1] != cluster.max_devices:
+            self._versions = np.full(size, -1, dtype=np.int64)
+            self._free = np.zeros((size, cluster.max_devices), dtype=np.int64)
+            self._counts = np.zeros(WHOLE + 1, dtype=np.int64)
+        stale = np.flatnonzero(self._versions != cluster.node_version[:size])
+        if stale.size:
+            exists = cluster.device_exists[stale] & cluster.active[stale, None]
+            free = np.where(exists, cluster.device_milli_free[stale], 0)
+            fresh = np.where((free > 0) & (free < WHOLE), free, 0)
+            self._counts -= np.bincount(self._free[stale].ravel(), minlength=WHOLE + 1)
+            self._counts += np.bincount(fresh.ravel(), minlength=WHOLE + 1)
+            self._counts[0] = 0
+            self._free[stale] = fresh
+            self._versions[stale] = cluster.node_version[stale]
+        return self._counts
+
+
+def gap_balance(
+    cluster: ClusterState, nodes: np.ndarray, milli: int, counts: np.ndarray | None = None
+) -> np.ndarray:
     """(len(nodes), D): minus the change of ``sum over gap sizes g of N(g)**2`` if a pod of
     ``milli`` went on each device, N(g) counting the cluster's partly used devices with g
     milli free (Csirik et al.'s sum-of-squares rule for online bin packing).
 
     Higher is better: taking a gap that many devices share and leaving one that few do keeps
     a spread of gap sizes for the pods still to come, instead of piling up one size no pod
-    fits. Devices that cannot host the pod get meaningless values (mask them).
+    fits. Devices that cannot host the pod get meaningless values (mask them). ``counts``:
+    N(g) when already known (:class:`GapCounts`).
     """
-    size = cluster.size
-    exists = cluster.device_exists[:size] & cluster.active[:size, None]
-    free_all = cluster.device_milli_free[:size][exists]
-    counts = np.bincount(free_all[(free_all > 0) & (free_all < WHOLE)], minlength=WHOLE + 1)
+    if counts is None:
+        counts = GapCounts().counts(cluster)
     gap = np.clip(_free(cluster, nodes), 0, WHOLE)
     left = np.clip(gap - milli, 0, WHOLE)
     taken = np.where((gap > 0) & (gap < WHOLE), 1 - 2 * counts[gap], 0)

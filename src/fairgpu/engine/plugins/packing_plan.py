@@ -109,6 +109,43 @@ def _sub_multisets(pattern: Content) -> set[Content]:
     return out
 
 
+class DeviceContents:
+    """Each device's content (its shares' sizes, sorted) as a small integer code, cached per
+    node version. Code 0 is an idle device; whole-GPU pods are not shares (a device they
+    hold has no room and is never a candidate)."""
+
+    def __init__(self) -> None:
+        self._codes: dict[Content, int] = {(): 0}
+        self.contents: list[Content] = [()]
+        self._versions = np.empty(0, dtype=np.int64)
+        self._table = np.zeros((0, 0), dtype=np.int64)
+
+    def code(self, content: Content) -> int:
+        """The code standing for ``content`` (sorted share sizes)."""
+        code = self._codes.get(content)
+        if code is None:
+            code = self._codes[content] = len(self.contents)
+            self.contents.append(content)
+        return code
+
+    def of(self, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
+        """(len(nodes), D) content codes of the nodes' devices."""
+        if self._versions.size < cluster.size or self._table.shape[1] != cluster.max_devices:
+            size = max(cluster.size, 1)
+            self._versions = np.full(size, -1, dtype=np.int64)
+            self._table = np.zeros((size, cluster.max_devices), dtype=np.int64)
+        stale = nodes[self._versions[nodes] != cluster.node_version[nodes]]
+        for idx in stale.tolist():
+            per_device: list[list[int]] = [[] for _ in range(cluster.max_devices)]
+            for uid, pod in cluster.node_pods[idx].items():
+                if pod.gpu.is_shared:
+                    for d in cluster.placements[uid].devices:
+                        per_device[d].append(pod.gpu.milli)
+            self._table[idx] = [self.code(tuple(sorted(s))) if s else 0 for s in per_device]
+            self._versions[idx] = cluster.node_version[idx]
+        return self._table[nodes]
+
+
 class PackingPlan:
     """The planned patterns of a share-size distribution and, per device content, which
     share sizes follow them.
@@ -123,25 +160,24 @@ class PackingPlan:
             ((int(s), float(w)) for s, w in weights.items() if 0 < int(s) < WHOLE and w > 0),
             key=lambda sw: (-sw[1], sw[0]),
         )[:MAX_SIZES]
+        total = sum(w for _, w in chosen)
+        # The planned distribution (normalised), to tell whether a new one differs.
+        self.weights = {s: w / total for s, w in chosen}
         self.patterns = solve_patterns(dict(chosen))
-        self.sizes = frozenset(s for s, _ in chosen)
+        self.sizes = frozenset(self.weights)
         self._parts: set[Content] = set()
         for pattern in self.patterns:
             self._parts |= _sub_multisets(pattern)
-        # Device contents seen so far, interned: code 0 is an idle device.
-        self._codes: dict[Content, int] = {(): 0}
-        self._contents: list[Content] = [()]
         self._tables: dict[int, np.ndarray] = {}
 
-    def code(self, content: Content) -> int:
-        """The small integer standing for a device's content (sorted share sizes)."""
-        code = self._codes.get(content)
-        if code is None:
-            code = self._codes[content] = len(self._contents)
-            self._contents.append(content)
-        return code
+    def distance(self, weights: Mapping[int, float]) -> float:
+        """L1 distance (0..2) between the planned share distribution and ``weights``."""
+        total = sum(w for s, w in weights.items() if 0 < s < WHOLE and w > 0)
+        other = {s: w / total for s, w in weights.items() if 0 < s < WHOLE and w > 0}
+        keys = self.weights.keys() | other.keys()
+        return sum(abs(self.weights.get(k, 0.0) - other.get(k, 0.0)) for k in keys)
 
-    def tiers(self, milli: int, codes: np.ndarray) -> np.ndarray:
+    def tiers(self, milli: int, codes: np.ndarray, contents: DeviceContents) -> np.ndarray:
         """Tier of putting a share of ``milli`` on devices with content ``codes``:
         :data:`FOLLOWS_PLAN` (a partly used device whose content plus the share is part of
         a planned pattern), :data:`OPENS_PATTERN` (an idle device) or :data:`OFF_PLAN`;
@@ -149,7 +185,8 @@ class PackingPlan:
         if milli not in self.sizes:
             return np.zeros(codes.shape, dtype=np.int64)
         table = self._tables.get(milli)
-        if table is None or table.size < len(self._contents):
+        known = len(contents.contents)
+        if table is None or table.size < known:
             start = 0 if table is None else table.size
             extra = [
                 OPENS_PATTERN
@@ -157,27 +194,12 @@ class PackingPlan:
                 else FOLLOWS_PLAN
                 if tuple(sorted((*content, milli))) in self._parts
                 else OFF_PLAN
-                for content in self._contents[start:]
+                for content in contents.contents[start:known]
             ]
             grown = np.asarray(extra, dtype=np.int64)
             table = grown if table is None else np.concatenate([table, grown])
             self._tables[milli] = table
         return table[codes]
-
-    def device_codes(self, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
-        """(len(nodes), D) content codes of the nodes' devices (whole-GPU pods are not
-        shares: a device they hold has no room and is never a candidate)."""
-        out = np.zeros((nodes.size, cluster.max_devices), dtype=np.int64)
-        for row, idx in enumerate(nodes):
-            per_device: list[list[int]] = [[] for _ in range(cluster.max_devices)]
-            for uid, pod in cluster.node_pods[int(idx)].items():
-                if pod.gpu.is_shared:
-                    for d in cluster.placements[uid].devices:
-                        per_device[d].append(pod.gpu.milli)
-            for d, shares in enumerate(per_device):
-                if shares:
-                    out[row, d] = self.code(tuple(sorted(shares)))
-        return out
 
     def waste_fraction(self) -> float:
         """Idle share of the planned GPUs (0..1): the plan's fragmentation lower bound."""
