@@ -33,7 +33,7 @@ OPENS_PATTERN = 1
 FOLLOWS_PLAN = 2
 # At most this many share sizes are planned (the most frequent); column generation stops
 # after this many rounds (it converges in far fewer on real workloads).
-MAX_SIZES = 64
+MAX_SIZES = 32
 MAX_ROUNDS = 500
 _EPS = 1e-9
 
