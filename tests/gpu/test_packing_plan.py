@@ -80,6 +80,10 @@ def test_tiers_follow_the_plan() -> None:
     # Contents seen after the tables were built still get a tier.
     late = np.array([contents.code((320,))])
     assert plan.tiers(650, late, contents).tolist() == [FOLLOWS_PLAN]
+    # Another interner (a new node set) numbers contents differently.
+    other = DeviceContents()
+    codes = np.array([other.code((470,)), other.code((650,))])
+    assert plan.tiers(320, codes, other).tolist() == [OFF_PLAN, FOLLOWS_PLAN]
 
 
 def test_device_contents_follow_the_nodes() -> None:

@@ -168,7 +168,9 @@ class PackingPlan:
         self._parts: set[Content] = set()
         for pattern in self.patterns:
             self._parts |= _sub_multisets(pattern)
+        # Per share size, the tier of each content code of ``_tables_for``.
         self._tables: dict[int, np.ndarray] = {}
+        self._tables_for: DeviceContents | None = None
 
     def distance(self, weights: Mapping[int, float]) -> float:
         """L1 distance (0..2) between the planned share distribution and ``weights``."""
@@ -184,6 +186,8 @@ class PackingPlan:
         all :data:`OFF_PLAN` when ``milli`` is not a planned size."""
         if milli not in self.sizes:
             return np.zeros(codes.shape, dtype=np.int64)
+        if contents is not self._tables_for:  # codes of another interner
+            self._tables, self._tables_for = {}, contents
         table = self._tables.get(milli)
         known = len(contents.contents)
         if table is None or table.size < known:
