@@ -12,8 +12,9 @@ is still part of a planned pattern, then to an idle GPU (starting a new pattern)
 then where the plan does not foresee it (see :meth:`PackingPlan.tiers`). Within a tier the
 fragmentation score decides as before.
 
-On the openb traces this tier alone lifts GPU allocation at 130% arrival by 0.3-0.4 points
-over the same score without it (benchmarks/gpu_allocation).
+On the openb traces this tier alone lifts GPU allocation at 130% arrival by 0.1-0.4 points
+over the same score without it, most where shares are most of the demand
+(benchmarks/gpu_allocation).
 """
 
 from __future__ import annotations
