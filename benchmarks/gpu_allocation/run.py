@@ -14,9 +14,9 @@ Usage::
         [--policies best-fit,fgd] [--seeds 42-51] [--workers 2] [--out result.json] \
         [--reuse benchmarks/gpu_allocation/results.json]
 
-``results.json`` holds the last full run (fgd, fairgpu-frag-lex, fairgpu-frag-gaps,
-fairgpu-frag-plan, best-fit; seeds 42..51) with its per-seed runs: ``--reuse`` it to rerun
-only a changed policy (runs are deterministic).
+``results.json`` holds the last full run (the published baselines, fgd, fairgpu-frag-lex,
+fairgpu-frag-gaps and fairgpu-frag-plan; seeds 42..51) with its per-seed runs: ``--reuse`` it
+to rerun only a changed policy (runs are deterministic).
 """
 
 from __future__ import annotations
