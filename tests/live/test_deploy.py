@@ -49,8 +49,9 @@ def templates(name: str) -> list[dict[str, Any]]:
 
 
 def test_runs_with_the_least_privilege_rbac_of_deploy(
-    live_cp: ControlPlane, admin: KubeClient, ns: str
+    live_cp: ControlPlane, admin: KubeClient, ns: str, podgroup_crd: None
 ) -> None:
+    # With the PodGroup CRD installed the scheduler also lists and watches PodGroups.
     for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
         for d in docs(name):
             apply(admin, d)
@@ -79,6 +80,9 @@ def test_runs_with_the_least_privilege_rbac_of_deploy(
     ) as s:
         placed = wait_for(lambda: b if len(b := bound(admin, ns)) == 4 else None)
         assert s.is_leader()
+        assert [r.path for r in s.pod_group_reflectors] == [
+            "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
+        ]
         c = wait_for(
             lambda: condition(
                 next(p for p in pods(admin, ns) if p["metadata"]["name"] == "too-big")

@@ -189,6 +189,14 @@ class Engine:
         """Register a PodGroup (coscheduling or Volcano) and its ``minMember``."""
         self.resolver.set_pod_group(namespace, name, min_member)
 
+    def remove_pod_group(self, namespace: str, name: str) -> None:
+        """Forget a PodGroup (its object was deleted)."""
+        self.resolver.remove_pod_group(namespace, name)
+
+    def set_pod_group_error(self, namespace: str, name: str, error: str) -> None:
+        """A PodGroup object is invalid: its pods are reported unschedulable with ``error``."""
+        self.resolver.set_pod_group_error(namespace, name, error)
+
     def register_pod_groups(self, groups: dict[str, int]) -> None:
         """Register many PodGroups at once: ``namespace/name`` -> minMember."""
         for key, min_member in groups.items():
@@ -354,7 +362,7 @@ class Engine:
             tenant = self.resolver.resolve(members[0])
             running = len(self.book.group_running.get(key, ()))
             if ref.min_member is None:
-                reason = (
+                reason = self.resolver.pod_group_errors.get(key) or (
                     f"pod group {key}: minMember unknown (no PodGroup registered and no "
                     f"{self.tenancy.gang.min_member_annotation} annotation)"
                 )

@@ -2,8 +2,9 @@
 
 Threads and who owns what:
 
-* two :class:`~fairgpu.kube.reflector.Reflector` threads (pods, nodes) decode watch events and
-  put them on one queue;
+* :class:`~fairgpu.kube.reflector.Reflector` threads (pods, nodes, and the coscheduling and
+  Volcano PodGroups where their CRDs are installed) decode watch events and put them on one
+  queue;
 * the *loop* thread (the caller of :meth:`LiveScheduler.run`) owns the
   :class:`~fairgpu.kube.cache.SchedulerCache` and the engine: it drains the queue, applies the
   events, and — when this replica leads and something changed — runs one
@@ -53,6 +54,7 @@ from fairgpu.kube.client import (
 )
 from fairgpu.kube.leader import LeaderElector
 from fairgpu.kube.metrics import HealthServer, Metrics
+from fairgpu.kube.podgroups import PodGroupBook, decode_pod_group, served_pod_group_paths
 from fairgpu.kube.reflector import Reflector
 from fairgpu.kube.reporter import Report, Reporter
 from fairgpu.model.gpu import ANN_GPU_DEVICES, DEFAULT_NAMES, WHOLE, encode_gpu_devices
@@ -176,6 +178,9 @@ class LiveScheduler:
             lambda t, obj: self.events.put(("node", t, obj)),
             name="nodes",
         )
+        # PodGroup reflectors, one per PodGroup API the cluster serves (found at start).
+        self.pod_group_reflectors: list[Reflector] = []
+        self.pod_group_book = PodGroupBook()
         self.reporter = Reporter(
             self.client,
             "fairgpu-scheduler",
@@ -265,6 +270,7 @@ class LiveScheduler:
         self.reporter.start()
         self.node_reflector.start()
         self.pod_reflector.start()
+        self._start_pod_group_reflectors()
         if self.elector is not None:
             self.elector.start()
         try:
@@ -286,14 +292,41 @@ class LiveScheduler:
         self.metrics.leader.set(0)
         self.pod_reflector.stop()
         self.node_reflector.stop()
+        for reflector in self.pod_group_reflectors:
+            reflector.stop()
         self.reporter.stop()
         self.health.stop()
         self.client.close()
         log.info("stopped", extra={"bound": self.bound_count})
 
+    def _start_pod_group_reflectors(self) -> None:
+        """Watch the PodGroup kinds whose CRDs are installed (coscheduling, Volcano)."""
+        try:
+            paths = served_pod_group_paths(self.client)
+        except CONNECTION_ERRORS as error:
+            log.warning(
+                "cannot discover PodGroup APIs; pod groups need the min-member annotation",
+                extra={"error": str(error)},
+            )
+            return
+        for path in paths:
+
+            def sink(etype: str, obj: Any, path: str = path) -> None:
+                self.events.put(("podgroup", etype, (path, obj)))
+
+            reflector = Reflector(
+                self.client, path, decode_pod_group, sink, name=path.rsplit("/", 2)[0]
+            )
+            self.pod_group_reflectors.append(reflector.start())
+        log.info("watching PodGroups", extra={"paths": paths})
+
     # ---- health -----------------------------------------------------------------------------
     def _synced(self) -> bool:
-        return self.pod_reflector.synced.is_set() and self.node_reflector.synced.is_set()
+        return (
+            self.pod_reflector.synced.is_set()
+            and self.node_reflector.synced.is_set()
+            and all(r.synced.is_set() for r in self.pod_group_reflectors)
+        )
 
     def _healthy(self) -> tuple[bool, str]:
         stale = time.monotonic() - self._heartbeat
@@ -381,6 +414,17 @@ class LiveScheduler:
                 self.metrics.watch_relists.labels("nodes").set(self.node_reflector.relists)
             else:
                 cache.apply_node(etype, payload, now, out)
+        elif kind == "podgroup":
+            path, obj = payload
+            for key, group in self.pod_group_book.apply(path, etype, obj).items():
+                namespace, _, name = key.partition("/")
+                if group is None:
+                    self.engine.remove_pod_group(namespace, name)
+                elif group.error is not None:
+                    self.engine.set_pod_group_error(namespace, name, group.error)
+                else:
+                    self.engine.set_pod_group(namespace, name, group.min_member)
+                out.dirty = True
         elif kind == "bind":
             self._bind_done(etype, payload, out)
         elif kind == "evict":

@@ -63,6 +63,8 @@ class TenantResolver:
         self._cache: dict[str, Tenant] = {}
         self._group_cache: dict[str, PodGroupRef | None] = {}
         self.pod_groups: dict[str, int] = {}
+        # PodGroup objects whose minMember is invalid: namespace/name -> what is wrong.
+        self.pod_group_errors: dict[str, str] = {}
 
     # ---- queues -----------------------------------------------------------------------
     def resolve(self, pod: PodInfo) -> Tenant:
@@ -136,7 +138,20 @@ class TenantResolver:
         if min_member < 1:
             raise ValueError(f"PodGroup {namespace}/{name}: minMember must be >= 1")
         self.pod_groups[f"{namespace}/{name}"] = min_member
+        self.pod_group_errors.pop(f"{namespace}/{name}", None)
         self._group_cache.clear()
+
+    def remove_pod_group(self, namespace: str, name: str) -> None:
+        """Forget a PodGroup object (deleted, or replaced by an invalid one)."""
+        key = f"{namespace}/{name}"
+        self.pod_groups.pop(key, None)
+        self.pod_group_errors.pop(key, None)
+        self._group_cache.clear()
+
+    def set_pod_group_error(self, namespace: str, name: str, error: str) -> None:
+        """A PodGroup object exists but is invalid: its pods are unschedulable with ``error``."""
+        self.remove_pod_group(namespace, name)
+        self.pod_group_errors[f"{namespace}/{name}"] = error
 
     def pod_group(self, pod: PodInfo) -> PodGroupRef | None:
         """The pod's gang, or None for a pod scheduled alone."""

@@ -1,0 +1,101 @@
+"""PodGroup objects (coscheduling, Volcano): decoding, merging, and gangs sized by them
+through a real kube-apiserver with the PodGroup CRD installed."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from live_helpers import bound, condition, create, pod, pods, scheduler, wait_for
+
+from fairgpu.devcluster import ControlPlane, KubeClient
+from fairgpu.kube.podgroups import PodGroupBook, PodGroupObject, decode_pod_group
+
+COSCHEDULING = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
+VOLCANO = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+def group_json(name: str, min_member: Any, namespace: str = "ns") -> bytes:
+    return msgspec.json.encode(
+        {"metadata": {"name": name, "namespace": namespace}, "spec": {"minMember": min_member}}
+    )
+
+
+def test_decode_pod_group_names_the_bad_field() -> None:
+    assert decode_pod_group(group_json("g", 4)) == PodGroupObject("ns/g", 4)
+    for bad in ("4", 0, -1, None, 2.5, True):
+        got = decode_pod_group(group_json("g", bad))
+        assert got.error is not None and "PodGroup ns/g: spec.minMember" in got.error
+
+
+@given(st.one_of(st.integers(), st.text(), st.none(), st.floats(), st.booleans()))
+def test_decode_pod_group_never_raises_on_a_bad_min_member(value: Any) -> None:
+    got = decode_pod_group(group_json("g", value))
+    assert (got.error is None) == (
+        isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    )
+
+
+def test_book_merges_apis_and_reports_changes() -> None:
+    book = PodGroupBook()
+    a, b = PodGroupObject("ns/a", 2), PodGroupObject("ns/b", 3)
+    assert book.apply(COSCHEDULING, "SYNC", [a, b]) == {"ns/a": a, "ns/b": b}
+    assert book.apply(VOLCANO, "SYNC", []) == {}
+    bigger = PodGroupObject("ns/a", 5)
+    assert book.apply(COSCHEDULING, "MODIFIED", bigger) == {"ns/a": bigger}
+    assert book.apply(COSCHEDULING, "MODIFIED", bigger) == {}
+    # A relist that no longer has b: b is gone.
+    assert book.apply(COSCHEDULING, "SYNC", [bigger]) == {"ns/b": None}
+    assert book.apply(COSCHEDULING, "DELETED", bigger) == {"ns/a": None}
+    assert book.merged == {}
+
+
+# ---- through the real API server -----------------------------------------------------------
+def _pod_group(admin: KubeClient, ns: str, name: str, min_member: Any) -> None:
+    body = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minMember": min_member},
+    }
+    r = admin.request("POST", f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups", body)
+    assert r.ok, r
+
+
+def _member(name: str, group: str) -> dict[str, Any]:
+    return pod(name, gpus=2, labels={GROUP_LABEL: group})
+
+
+def _reason(admin: KubeClient, ns: str, name: str) -> str | None:
+    p = next((p for p in pods(admin, ns) if p["metadata"]["name"] == name), None)
+    c = condition(p) if p is not None else None
+    return c["message"] if c and c["status"] == "False" else None
+
+
+@pytest.mark.integration
+def test_gang_size_comes_from_the_pod_group_object(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, podgroup_crd: None
+) -> None:
+    _pod_group(admin, ns, "trainer", 3)
+    _pod_group(admin, ns, "broken", 0)
+    for i in range(2):
+        create(admin, ns, _member(f"trainer-{i}", "trainer"))
+    create(admin, ns, _member("broken-0", "broken"))
+    with scheduler(live_cp) as s:
+        # Two of three members: the group waits, and says why.
+        msg = wait_for(lambda: _reason(admin, ns, "trainer-0"))
+        assert "trainer" in msg and "3" in msg, msg
+        bad = wait_for(lambda: _reason(admin, ns, "broken-0"))
+        assert "spec.minMember" in bad and "broken" in bad, bad
+        time.sleep(1.0)
+        assert not bound(admin, ns)
+        # The third member arrives: the whole group is bound together.
+        create(admin, ns, _member("trainer-2", "trainer"))
+        wait_for(lambda: {f"trainer-{i}" for i in range(3)} <= set(bound(admin, ns)))
+        assert s.engine.resolver.pod_groups[f"{ns}/trainer"] == 3
+    assert "broken-0" not in bound(admin, ns)
