@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from fairness_builders import cluster, node, pod
 
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.engine import Engine
 from fairgpu.engine.gang import Reservation, backfill_mask, choose_reservation, drain_estimate
 from fairgpu.model.pod import PodInfo
+from fairgpu.tenancy import parse_config
 
 
 def _running(name: str, runtime: float | None, gpus: int = 1) -> PodInfo:
@@ -56,3 +61,34 @@ def test_backfill_may_use_a_held_node_until_the_last_one_drains() -> None:
     assert allowed(500) == [True, True, True]
     assert allowed(2000) == [False, False, True]
     assert allowed(None) == [False, False, True]
+
+
+def _starved(state: ClusterState, label: Callable[[float], str] | None = None) -> str:
+    config = parse_config(
+        {"preemption": {"enabled": False}, "starvation": {"reserveAfterSeconds": 0}}
+    )
+    eng = Engine(tenancy=config, time_label=label)
+    big = pod("big", "wait", gpus=8)
+    res = eng.cycle(state, [big], 10.0)
+    assert not res.binds and res.reserved
+    return next(u.reason for u in res.unschedulable if u.pod is big)
+
+
+def test_a_held_job_is_told_where_and_until_when() -> None:
+    reason = _starved(_state())
+    # Held on n2, whose four pods declared 50 s: free at t=50 (not "in 40 s": the text stays
+    # the same from cycle to cycle, so no new Event each time).
+    assert reason.endswith(
+        "; GPUs are held for it on n2, expected free by t=50 s (the declared run times there)"
+    ), reason
+    assert _starved(_state(), lambda t: f"<{t:g}>").endswith(
+        "expected free by <50> (the declared run times there)"
+    )
+
+
+def test_a_held_job_on_nodes_without_run_times_is_told_the_end_is_unknown() -> None:
+    state = cluster(node("n3"), placed=[(_running("open", None), "n3", 0.0)])
+    assert _starved(state).endswith(
+        "; GPUs are held for it on n3, "
+        "when they free up is unknown (pods there declare no run time)"
+    )

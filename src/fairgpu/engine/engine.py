@@ -38,8 +38,9 @@ No preemption cycles
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -166,6 +167,7 @@ class Engine:
         *,
         tenancy: TenancyConfig | None = None,
         ordering: Ordering = "fair",
+        time_label: Callable[[float], str] | None = None,
     ) -> None:
         if ordering not in ORDERINGS:
             raise ValueError(f"unknown ordering {ordering!r}; known: {', '.join(ORDERINGS)}")
@@ -177,6 +179,8 @@ class Engine:
         self.book = QueueBook(self.tenancy, self.resolver)
         self.history = UsageHistory(self.tenancy.history.half_life_seconds)
         self.reservations: dict[str, Reservation] = {}
+        # How a point in time reads in a pending pod's reason (the live adapter: UTC).
+        self.time_label = time_label or (lambda t: f"t={t:.0f} s")
         self.preemptions = 0
         self._blocked_since: dict[str, float] = {}
         self._partial_since: dict[str, float] = {}
@@ -255,8 +259,39 @@ class Engine:
         self.book.mark_synced(cluster)
         for key, res in self.reservations.items():
             out.reserved[key] = list(res.node_names)
+        if self.reservations:
+            self._explain_reservations(cluster, out)
         self.preemptions += sum(1 for e in out.evictions if e.kind != "gang-timeout")
         return out
+
+    def _explain_reservations(self, cluster: ClusterState, out: CycleResult) -> None:
+        """Tell a held job's pending pods where GPUs are held for them and when those should
+        be free: the latest declared end (``fairgpu.io/duration-seconds``) of the pods on the
+        held nodes. The time is absolute, so the reason stays the same from cycle to cycle."""
+        notes: dict[str, str] = {}
+        for item in out.unschedulable:
+            group = self.resolver.pod_group(item.pod)
+            key = group.key if group is not None else item.pod.uid
+            if key not in self.reservations:
+                key = item.pod.uid  # a member of a group that already runs goes alone
+            res = self.reservations.get(key)
+            if res is None:
+                continue
+            note = notes.get(key)
+            if note is None:
+                names = res.node_names
+                held = ", ".join(names[:3]) + (
+                    f" and {len(names) - 3} more" if len(names) > 3 else ""
+                )
+                ends = [drain_estimate(cluster, int(i)) for i in res.nodes if i < cluster.size]
+                end = max(ends, default=math.inf)
+                when = (
+                    f"expected free by {self.time_label(end)} (the declared run times there)"
+                    if math.isfinite(end)
+                    else "when they free up is unknown (pods there declare no run time)"
+                )
+                note = notes[key] = f"; GPUs are held for it on {held}, {when}"
+            item.reason += note
 
     # ---- kube-default baseline ---------------------------------------------------------------
     def _kube_cycle(

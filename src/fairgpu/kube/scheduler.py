@@ -36,6 +36,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -151,6 +152,7 @@ class LiveScheduler:
             config.seed,
             tenancy=tenancy,
             ordering=config.ordering,  # type: ignore[arg-type]
+            time_label=_utc_label,
         )
         conn = config.connection or load_connection(config.kubeconfig, config.context)
         limiter = RateLimiter(config.qps, config.burst)
@@ -764,6 +766,11 @@ class LiveScheduler:
             m.node_gpus.remove(gone)
             m.node_gpu_capacity.remove(gone)
         self._nodes_exported = names
+
+
+def _utc_label(t: float) -> str:
+    """A wall-clock time as pending pods' reasons give it: RFC 3339, UTC, to the second."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def run(config: RunConfig) -> int:
