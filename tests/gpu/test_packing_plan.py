@@ -176,3 +176,30 @@ def test_default_policy_plans_and_the_plan_needs_gap_balance() -> None:
     assert policy(DEFAULT_POLICY).plugin_args[FragmentationScore.name]["packing_plan"] is True
     with pytest.raises(ValueError, match="packing_plan"):
         FragmentationScore(lead="fgd", packing_plan=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from([230, 320, 470, 550, 650, 1000]), min_size=5, max_size=25))
+def test_skipping_the_pinned_capacity_without_pinned_shapes_changes_no_placement(
+    sizes: list[int],
+) -> None:
+    # With no model-pinned shape the pinned capacity only adds the pod's own milli to every
+    # device: computing it or not must place every pod the same.
+    def run(force: bool) -> list[tuple[str, tuple[int, ...]]]:
+        state = make_cluster(*(gpu_node(f"n{i}", gpus=2) for i in range(4)))
+        sched = scheduler("fairgpu-frag-plan", SHARES)
+        if force:
+            for plugin, _ in sched.scores:
+                if isinstance(plugin, FragmentationScore):
+                    plugin._any_pinned_shape = lambda: True  # type: ignore[method-assign]
+        out = []
+        for i, milli in enumerate(sizes):
+            result = sched.schedule(gpu_pod(f"p{i}", milli=milli), state)
+            if result.node is None:
+                out.append(("", ()))
+                continue
+            state.assign(gpu_pod(f"p{i}", milli=milli), result.node, result.devices)
+            out.append((state.node(result.node).name, tuple(result.devices)))
+        return out
+
+    assert run(force=False) == run(force=True)

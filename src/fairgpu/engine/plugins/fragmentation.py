@@ -1146,6 +1146,14 @@ class FragmentationScore(_FragmentationBase):
             self._plan_current = True
         return self._plan
 
+    def _any_pinned_shape(self) -> bool:
+        """Whether some shape the capacity measure counts is pinned to GPU models."""
+        assert self.typical is not None
+        shapes = self.typical
+        if self.capacity_shapes == "all" and shapes.full is not None:
+            shapes = shapes.full
+        return any(models is not None for models in shapes.models)
+
     def _fgd_lead(
         self, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray, scene: _Scene
     ) -> np.ndarray:
@@ -1194,6 +1202,10 @@ class FragmentationScore(_FragmentationBase):
                 codes = self._contents.of(cluster, stale)
                 top = top + PLAN_STEP * self.plan().tiers(pod.gpu.milli, codes, self._contents)
             top = np.where(np.isnan(lead), -math.inf, top)
+            if not self._any_pinned_shape():
+                # Without model-pinned shapes the pinned capacity changes by the pod's own milli
+                # on every device: it orders nothing.
+                return {"values": top}
             # Only a node's best devices so far can be its choice: the capacity measure (the
             # costly part) is computed for those alone.
             best = top == top.max(axis=1, keepdims=True)
