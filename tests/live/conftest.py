@@ -13,7 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from live_helpers import DOMAIN, control_plane, delete_pods, live_node_specs, wait_for
+from live_helpers import (
+    DOMAIN,
+    control_plane,
+    delete_pods,
+    install_podgroup_crd,
+    live_node_specs,
+)
 
 from fairgpu.devcluster import (
     ControlPlane,
@@ -90,39 +96,6 @@ def ns(live_cp: ControlPlane, admin: KubeClient, kubelet: FakeKubelet) -> Iterat
 
 @pytest.fixture(scope="session")
 def podgroup_crd(admin: KubeClient) -> Iterator[None]:
-    """The coscheduling PodGroup CRD (schema kept open, as far as the scheduler cares)."""
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
-        "spec": {
-            "group": "scheduling.x-k8s.io",
-            "scope": "Namespaced",
-            "names": {"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup"},
-            "versions": [
-                {
-                    "name": "v1alpha1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    r = admin.request("POST", path, crd)
-    assert r.ok or r.status == 409, r
-
-    def established() -> bool:
-        got = admin.get(f"{path}/podgroups.scheduling.x-k8s.io")
-        conds = got.get("status", {}).get("conditions", [])
-        served = admin.request("GET", "/apis/scheduling.x-k8s.io/v1alpha1").ok
-        return served and any(c["type"] == "Established" and c["status"] == "True" for c in conds)
-
-    wait_for(established)
+    """The coscheduling PodGroup CRD (scheduling.x-k8s.io/v1alpha1)."""
+    install_podgroup_crd(admin, "scheduling.x-k8s.io", "v1alpha1")
     yield

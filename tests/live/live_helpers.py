@@ -291,3 +291,56 @@ def create_many(client: KubeClient, ns: str, manifests: list[dict[str, Any]]) ->
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda m: create(client, ns, m), manifests))
+
+
+def install_podgroup_crd(admin: KubeClient, group: str, version: str) -> None:
+    """Install a PodGroup CRD for ``group``/``version`` (schema kept open, as far as the
+    scheduler cares) and wait until the API serves it."""
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"podgroups.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup"},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    r = admin.request("POST", path, crd)
+    assert r.ok or r.status == 409, r
+
+    def established() -> bool:
+        got = admin.get(f"{path}/podgroups.{group}")
+        conds = (got.get("status") or {}).get("conditions") or []
+        ready = any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+        return ready and admin.request("GET", f"/apis/{group}/{version}").ok
+
+    wait_for(established)
+
+
+def create_pod_group(
+    admin: KubeClient, group: str, version: str, ns: str, name: str, min_member: Any
+) -> None:
+    """Create a PodGroup object of ``group``/``version``."""
+    body = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minMember": min_member},
+    }
+    r = admin.request("POST", f"/apis/{group}/{version}/namespaces/{ns}/podgroups", body)
+    assert r.ok, r

@@ -10,7 +10,17 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from live_helpers import bound, condition, create, pod, pods, scheduler, wait_for
+from live_helpers import (
+    bound,
+    condition,
+    create,
+    create_pod_group,
+    install_podgroup_crd,
+    pod,
+    pods,
+    scheduler,
+    wait_for,
+)
 
 from fairgpu.devcluster import ControlPlane, KubeClient
 from fairgpu.kube.podgroups import PodGroupBook, PodGroupObject, decode_pod_group
@@ -56,17 +66,6 @@ def test_book_merges_apis_and_reports_changes() -> None:
 
 
 # ---- through the real API server -----------------------------------------------------------
-def _pod_group(admin: KubeClient, ns: str, name: str, min_member: Any) -> None:
-    body = {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"minMember": min_member},
-    }
-    r = admin.request("POST", f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups", body)
-    assert r.ok, r
-
-
 def _member(name: str, group: str) -> dict[str, Any]:
     return pod(name, gpus=2, labels={GROUP_LABEL: group})
 
@@ -81,8 +80,8 @@ def _reason(admin: KubeClient, ns: str, name: str) -> str | None:
 def test_gang_size_comes_from_the_pod_group_object(
     live_cp: ControlPlane, admin: KubeClient, ns: str, podgroup_crd: None
 ) -> None:
-    _pod_group(admin, ns, "trainer", 3)
-    _pod_group(admin, ns, "broken", 0)
+    create_pod_group(admin, "scheduling.x-k8s.io", "v1alpha1", ns, "trainer", 3)
+    create_pod_group(admin, "scheduling.x-k8s.io", "v1alpha1", ns, "broken", 0)
     for i in range(2):
         create(admin, ns, _member(f"trainer-{i}", "trainer"))
     create(admin, ns, _member("broken-0", "broken"))
@@ -99,3 +98,23 @@ def test_gang_size_comes_from_the_pod_group_object(
         wait_for(lambda: {f"trainer-{i}" for i in range(3)} <= set(bound(admin, ns)))
         assert s.engine.resolver.pod_groups[f"{ns}/trainer"] == 3
     assert "broken-0" not in bound(admin, ns)
+
+
+@pytest.mark.integration
+def test_a_pod_group_crd_installed_later_is_picked_up(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    # Volcano names the group in an annotation; its PodGroup API is not served yet.
+    members = [
+        pod(f"volc-{i}", gpus=1, annotations={"scheduling.k8s.io/group-name": "volc"})
+        for i in range(2)
+    ]
+    for m in members:
+        create(admin, ns, m)
+    with scheduler(live_cp, podgroup_discovery_seconds=0.5) as s:
+        msg = wait_for(lambda: _reason(admin, ns, "volc-0"))
+        assert "minMember unknown" in msg, msg
+        install_podgroup_crd(admin, "scheduling.volcano.sh", "v1beta1")
+        create_pod_group(admin, "scheduling.volcano.sh", "v1beta1", ns, "volc", 2)
+        wait_for(lambda: {"volc-0", "volc-1"} <= set(bound(admin, ns)))
+        assert VOLCANO in [r.path for r in s.pod_group_reflectors]

@@ -3,9 +3,10 @@
 Pods name their group with the coscheduling label ``scheduling.x-k8s.io/pod-group`` or
 Volcano's ``scheduling.k8s.io/group-name``; the group's size lives in a PodGroup custom
 resource (``scheduling.x-k8s.io/v1alpha1`` or ``scheduling.volcano.sh/v1beta1``,
-``spec.minMember``). Each of those APIs the cluster serves (its CRD installed when the
-scheduler starts) gets a :class:`~fairgpu.kube.reflector.Reflector`; the loop thread applies
-what it sees with :class:`PodGroupBook`.
+``spec.minMember``). Each of those APIs the cluster serves (its CRD installed; the live
+scheduler looks at start and then periodically) gets a
+:class:`~fairgpu.kube.reflector.Reflector`; the loop thread applies what it sees with
+:class:`PodGroupBook`.
 """
 
 from __future__ import annotations

@@ -55,7 +55,12 @@ from fairgpu.kube.client import (
 )
 from fairgpu.kube.leader import LeaderElector
 from fairgpu.kube.metrics import HealthServer, Metrics
-from fairgpu.kube.podgroups import PodGroupBook, decode_pod_group, served_pod_group_paths
+from fairgpu.kube.podgroups import (
+    POD_GROUP_APIS,
+    PodGroupBook,
+    decode_pod_group,
+    served_pod_group_paths,
+)
 from fairgpu.kube.reflector import Reflector
 from fairgpu.kube.reporter import Report, Reporter
 from fairgpu.model.gpu import ANN_GPU_DEVICES, DEFAULT_NAMES, WHOLE, encode_gpu_devices
@@ -100,6 +105,8 @@ class RunConfig:
         resync_seconds: run a cycle at least this often while pods are pending.
         preemption_wait: seconds a preemptor waits for its victims to go before it is requeued.
         pdb_backoff: seconds a victim whose eviction a PodDisruptionBudget refused is spared.
+        podgroup_discovery_seconds: how often to look for PodGroup APIs (CRDs) not watched
+            yet, so one installed after the start is picked up.
         log_level: ``debug``, ``info``, ``warning``.
         connection: an already loaded connection (tests); overrides ``kubeconfig``.
         install_signal_handlers: stop gracefully on SIGTERM/SIGINT (main thread only).
@@ -131,6 +138,7 @@ class RunConfig:
     resync_seconds: float = 2.0
     preemption_wait: float = 120.0
     pdb_backoff: float = 60.0
+    podgroup_discovery_seconds: float = 60.0
     log_level: str = "info"
     connection: Connection | None = None
     install_signal_handlers: bool = True
@@ -272,7 +280,10 @@ class LiveScheduler:
         self.reporter.start()
         self.node_reflector.start()
         self.pod_reflector.start()
-        self._start_pod_group_reflectors()
+        self._discover_pod_groups()
+        threading.Thread(
+            target=self._rediscover_pod_groups, name="podgroup-discovery", daemon=True
+        ).start()
         if self.elector is not None:
             self.elector.start()
         try:
@@ -301,15 +312,17 @@ class LiveScheduler:
         self.client.close()
         log.info("stopped", extra={"bound": self.bound_count})
 
-    def _start_pod_group_reflectors(self) -> None:
-        """Watch the PodGroup kinds whose CRDs are installed (coscheduling, Volcano)."""
+    def _discover_pod_groups(self) -> None:
+        """Watch the PodGroup kinds whose CRDs are installed (coscheduling, Volcano) and not
+        watched yet."""
         try:
             paths = served_pod_group_paths(self.client)
         except CONNECTION_ERRORS as error:
-            log.warning(
-                "cannot discover PodGroup APIs; pod groups need the min-member annotation",
-                extra={"error": str(error)},
-            )
+            log.warning("cannot discover PodGroup APIs yet", extra={"error": str(error)})
+            return
+        watched = {r.path for r in self.pod_group_reflectors}
+        paths = [p for p in paths if p not in watched]
+        if not paths or self._stop.is_set():
             return
         for path in paths:
 
@@ -321,6 +334,12 @@ class LiveScheduler:
             )
             self.pod_group_reflectors.append(reflector.start())
         log.info("watching PodGroups", extra={"paths": paths})
+
+    def _rediscover_pod_groups(self) -> None:
+        every = self.config.podgroup_discovery_seconds
+        while every > 0 and not self._stop.wait(every):
+            if len(self.pod_group_reflectors) < len(POD_GROUP_APIS):
+                self._discover_pod_groups()
 
     # ---- health -----------------------------------------------------------------------------
     def _synced(self) -> bool:
