@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gpu_builders import GI, gpu_node, gpu_pod, make_cluster, place, scheduler
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairgpu.engine.framework import MAX_NODE_SCORE, CycleState
 from fairgpu.engine.plugins.fragmentation import (
@@ -300,6 +302,31 @@ def test_typical_pods_keep_the_rare_shapes_apart_for_the_capacity_measure() -> N
     assert np.allclose(back.weight, typical.weight) and back.milli.tolist() == [500, 1000]
     assert back.full is not None and np.allclose(np.sort(back.full.weight), [0.04, 0.06, 0.9])
     assert FgdScore(typical_pods=args).typical.size == 2  # type: ignore[union-attr]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5)),
+            st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_typical_pods_args_are_valid_or_refused_with_the_item(items: list) -> None:  # type: ignore[type-arg]
+    args = [
+        {"cpu": 1000, "milli": 100 * (i + 1), "count": 1, "weight": w}
+        | ({} if mem is None else {"memory": mem})
+        for i, (w, mem) in enumerate(items)
+    ]
+    try:
+        typical = TypicalPods.from_args(args)
+    except ValueError as error:
+        assert str(error).startswith(("typical_pods[", "TypicalPods: no pods"))
+        return
+    assert np.all(np.isfinite(typical.weight)) and typical.weight.sum() == pytest.approx(1.0)
 
 
 def test_scarcity_weighs_shapes_pinned_to_a_scarce_model() -> None:

@@ -108,6 +108,8 @@ class TypicalPods:
         """
         if not 0 < coverage <= 1:
             raise ValueError(f"TypicalPods.coverage: {coverage} is outside (0, 1]")
+        if not all(math.isfinite(float(c)) for c in counts.values()):
+            raise ValueError("TypicalPods: shape counts must be finite")
         items = sorted(
             ((s, float(c)) for s, c in counts.items() if c > 0),
             key=lambda kv: (-kv[1], kv[0][:3], sorted(kv[0][3] or ())),
@@ -120,7 +122,7 @@ class TypicalPods:
         for shape, c in items:
             chosen.append((shape, c))
             acc += c
-            if acc >= coverage * total - 1e-9:
+            if coverage < 1 and acc >= coverage * total - 1e-9:
                 break
         weight = np.array([c for _, c in chosen], dtype=np.float64)
         mem = None
@@ -171,10 +173,15 @@ class TypicalPods:
                     frozenset(models) if models else None,
                 )
                 w = float(item.get("weight", 1.0))
+                if not math.isfinite(w) or w < 0:
+                    raise ValueError(f"weight must be a finite number >= 0 (got {w})")
                 into = tail if item.get("tail") else counts
                 into[shape] = into.get(shape, 0.0) + w
                 if item.get("memory") is not None:
-                    memory[shape] = memory.get(shape, 0.0) + w * float(item["memory"])
+                    mem = float(item["memory"])
+                    if not math.isfinite(mem) or mem < 0:
+                        raise ValueError(f"memory must be a finite number >= 0 (got {mem})")
+                    memory[shape] = memory.get(shape, 0.0) + w * mem
             except (KeyError, TypeError, ValueError) as error:
                 raise ValueError(f"typical_pods[{i}]: {error}") from None
         both = dict(counts)
