@@ -119,6 +119,7 @@ def test_bad_sizes_are_refused_with_the_field() -> None:
         solve_patterns({1000: 1})
     # PackingPlan itself ignores what is not a share (whole GPUs, zero or negative weights).
     assert PackingPlan({1000: 5, 0: 3, 300: 0}).patterns == {}
+    assert PackingPlan({300: float("inf"), 400: float("nan")}).patterns == {}
 
 
 # Share sizes as often as in the openb traces: the plan is 650+320 and 550+220+230 (and a

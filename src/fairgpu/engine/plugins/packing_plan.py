@@ -20,6 +20,7 @@ over the same score without it, most where shares are most of the demand
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -151,14 +152,19 @@ class PackingPlan:
     """The planned patterns of a share-size distribution and, per device content, which
     share sizes follow them.
 
-    ``weights``: share size (milli-GPU) -> frequency. Only the :data:`MAX_SIZES` most
+    ``weights``: share size (milli-GPU) -> frequency (sizes outside (0, 1000) and weights
+    that are not finite and positive are ignored). Only the :data:`MAX_SIZES` most
     frequent sizes are planned; for any other size the plan is silent (every device gets
     the same tier).
     """
 
     def __init__(self, weights: Mapping[int, float]) -> None:
         chosen = sorted(
-            ((int(s), float(w)) for s, w in weights.items() if 0 < int(s) < WHOLE and w > 0),
+            (
+                (int(s), float(w))
+                for s, w in weights.items()
+                if 0 < int(s) < WHOLE and w > 0 and math.isfinite(w)
+            ),
             key=lambda sw: (-sw[1], sw[0]),
         )[:MAX_SIZES]
         total = sum(w for _, w in chosen)
