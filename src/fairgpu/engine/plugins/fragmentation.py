@@ -1118,6 +1118,7 @@ class FragmentationScore(_FragmentationBase):
         self._plan: PackingPlan | None = None
         self._plan_current = False
         self._contents = DeviceContents()
+        self._content_codes = _NodeCache()
         self._gap_counts = GapCounts()
         self._device_caches: dict[tuple[Any, ...], _NodeCache] = {}
         self._lead_caches: dict[tuple[Any, ...], _NodeCache] = {}
@@ -1134,6 +1135,7 @@ class FragmentationScore(_FragmentationBase):
         """Also forget the devices' contents and gap counts (another cluster or node set)."""
         super().on_cluster_change(cluster)
         self._contents = DeviceContents()
+        self._content_codes = _NodeCache()
         self._gap_counts = GapCounts()
 
     def plan(self) -> PackingPlan:
@@ -1152,6 +1154,19 @@ class FragmentationScore(_FragmentationBase):
                 self._plan = PackingPlan(weights)
             self._plan_current = True
         return self._plan
+
+    def _lead_score(self, lead: np.ndarray) -> np.ndarray:
+        """FGD's truncated score (0..100) of the deltas ``lead`` (NaN read as 0), on the
+        ``lead_scale`` the policy set."""
+        return _sigmoid_score(np.nan_to_num(lead) * (1000.0 / self.lead_scale))
+
+    def _device_codes(self, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
+        """(len(nodes), D) content codes of the devices, cached per node version."""
+
+        def compute(stale: np.ndarray) -> dict[str, np.ndarray]:
+            return {"codes": self._contents.of(cluster, stale)}
+
+        return self._content_codes.get(cluster, nodes, compute)["codes"]
 
     def _any_pinned_shape(self) -> bool:
         """Whether some shape the capacity measure counts is pinned to GPU models."""
@@ -1204,9 +1219,9 @@ class FragmentationScore(_FragmentationBase):
         def compute(stale: np.ndarray) -> dict[str, np.ndarray]:
             scene = _Scene(pod, cluster, stale)
             lead = self._fgd_lead(pod, cluster, stale, scene)
-            top = _sigmoid_score(np.nan_to_num(lead) * (1000.0 / self.lead_scale))
+            top = self._lead_score(lead)
             if self.packing_plan:
-                codes = self._contents.of(cluster, stale)
+                codes = self._device_codes(cluster, stale)
                 top = top + PLAN_STEP * self.plan().tiers(pod.gpu.milli, codes, self._contents)
             top = np.where(np.isnan(lead), -math.inf, top)
             if not self._any_pinned_shape():
@@ -1235,8 +1250,7 @@ class FragmentationScore(_FragmentationBase):
             # never be the node's choice, so only the devices at that score get the (costly)
             # capacity measure.
             lead = self._fgd_lead(pod, cluster, nodes, scene)
-            scaled = np.nan_to_num(lead) * (1000.0 / self.lead_scale)
-            top = np.where(np.isnan(lead), -1.0, _sigmoid_score(scaled))
+            top = np.where(np.isnan(lead), -1.0, self._lead_score(lead))
             scene.restrict(top == top.max(axis=1, keepdims=True))
         delta, _ = self.deltas(pod, cluster, nodes, scene=scene)
         free = scene.free
@@ -1261,7 +1275,7 @@ class FragmentationScore(_FragmentationBase):
                 # FGD's truncated score (0..100) first; our measure, squeezed into (-0.5, 0.5),
                 # only orders FGD's ties. The total stays within 0..101, below the preference
                 # scores' steps.
-                top = _sigmoid_score(np.nan_to_num(lead) * (1000.0 / self.lead_scale))
+                top = self._lead_score(lead)
                 primary = top + np.clip(primary, -LEX_SPAN, LEX_SPAN) / (2.5 * LEX_SPAN)
             else:
                 primary = np.nan_to_num(lead) * self.lead_weight + primary

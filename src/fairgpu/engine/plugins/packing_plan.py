@@ -112,15 +112,13 @@ def _sub_multisets(pattern: Content) -> set[Content]:
 
 
 class DeviceContents:
-    """Each device's content (its shares' sizes, sorted) as a small integer code, cached per
-    node version. Code 0 is an idle device; whole-GPU pods are not shares (a device they
-    hold has no room and is never a candidate)."""
+    """Each device's content (its shares' sizes, sorted) as a small integer code. Code 0 is
+    an idle device; whole-GPU pods are not shares (a device they hold has no room and is
+    never a candidate). Codes stay valid as long as this object lives."""
 
     def __init__(self) -> None:
         self._codes: dict[Content, int] = {(): 0}
         self.contents: list[Content] = [()]
-        self._versions = np.empty(0, dtype=np.int64)
-        self._table = np.zeros((0, 0), dtype=np.int64)
 
     def code(self, content: Content) -> int:
         """The code standing for ``content`` (sorted share sizes)."""
@@ -131,21 +129,17 @@ class DeviceContents:
         return code
 
     def of(self, cluster: ClusterState, nodes: np.ndarray) -> np.ndarray:
-        """(len(nodes), D) content codes of the nodes' devices."""
-        if self._versions.size < cluster.size or self._table.shape[1] != cluster.max_devices:
-            size = max(cluster.size, 1)
-            self._versions = np.full(size, -1, dtype=np.int64)
-            self._table = np.zeros((size, cluster.max_devices), dtype=np.int64)
-        stale = nodes[self._versions[nodes] != cluster.node_version[nodes]]
-        for idx in stale.tolist():
+        """(len(nodes), D) content codes of the nodes' devices, read from their pods (cache
+        them per node version)."""
+        out = np.zeros((nodes.size, cluster.max_devices), dtype=np.int64)
+        for row, idx in enumerate(nodes.tolist()):
             per_device: list[list[int]] = [[] for _ in range(cluster.max_devices)]
             for uid, pod in cluster.node_pods[idx].items():
                 if pod.gpu.is_shared:
                     for d in cluster.placements[uid].devices:
                         per_device[d].append(pod.gpu.milli)
-            self._table[idx] = [self.code(tuple(sorted(s))) if s else 0 for s in per_device]
-            self._versions[idx] = cluster.node_version[idx]
-        return self._table[nodes]
+            out[row] = [self.code(tuple(sorted(s))) if s else 0 for s in per_device]
+        return out
 
 
 class PackingPlan:
