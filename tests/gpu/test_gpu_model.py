@@ -61,7 +61,7 @@ def test_validate_reports_each_problem() -> None:
     unknown = validate_gpu_request(gpu_pod("m", models=frozenset({"A100"})), nodes)
     assert len(unknown) == 1 and "A100" in unknown[0] and "not in the cluster" in unknown[0]
     too_many = validate_gpu_request(gpu_pod("n", count=3, models=frozenset({"T4"})), nodes)
-    assert any("no allowed node has more than 2" in p for p in too_many)
+    assert any("no node with GPU model T4 has more than 2" in p for p in too_many)
     memory = validate_gpu_request(gpu_pod("mem", milli=500, memory_mib=40000), nodes)
     assert any("40000 MiB" in p for p in memory)
     fraction = gpu_pod("f", count=2, milli=500)

@@ -309,7 +309,7 @@ class Engine:
             if reason:
                 out.unschedulable.append(Unschedulable(pod, reason))
                 continue
-            ask = _ask(pod)
+            ask = _ask(pod, cluster)
             known = ctx.front.find(*ask) if ask is not None else None
             if known is not None:
                 reason = known
@@ -563,7 +563,7 @@ class Engine:
         fast: tuple[object, ...] | None = None
         if job.group is None:
             head = job.pods[0]
-            memo = self._memo_key(head)
+            memo = self._memo_key(head, ctx.cluster)
             if memo is not None:
                 # Within a cycle, and until something is evicted, a queue's usage and the
                 # cluster's load only grow: the same ask from the same queue fails again.
@@ -611,8 +611,8 @@ class Engine:
             return None
         return backfill_mask(pod, ctx.cluster, others, ctx.drain, ctx.now)
 
-    def _memo_key(self, pod: PodInfo) -> tuple[object, ...] | None:
-        shape = _shape(pod)
+    def _memo_key(self, pod: PodInfo, cluster: ClusterState) -> tuple[object, ...] | None:
+        shape = _shape(pod, cluster)
         if shape is None:
             return None
         if self.reservations:
@@ -627,7 +627,7 @@ class Engine:
             out.unschedulable.append(Unschedulable(pod, reason))
             return set()
         allowed = self._allowed(job, pod, ctx)
-        ask = _ask(pod) if allowed is None else None
+        ask = _ask(pod, ctx.cluster) if allowed is None else None
         known = ctx.front.find(*ask) if ask is not None else None
         if known is not None:
             reason = known
@@ -948,12 +948,17 @@ class Engine:
 
 
 class _Front:
-    """Failed asks per pod group key, kept as a list of request vectors: an ask that needs at
-    least as much of everything as one that already failed (same selectors, tolerations,
-    namespace and other resources) fails too, since placements in a cycle only take capacity.
+    """Failed asks per group key (see :func:`_ask`), kept as a list of request vectors: an
+    ask of the same group that needs at least as much of everything as one that already
+    failed fails too, since placements in a cycle only take capacity.
+
+    ``exact``: how many leading vector entries (CPU, memory) must be equal rather than merely
+    larger. The front whose reasons are handed on uses 2: a pod asking more CPU could be
+    rejected by other nodes for other reasons, so only a bigger GPU ask borrows a reason.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, exact: int = 0) -> None:
+        self.exact = exact
         self._fronts: dict[tuple[object, ...], tuple[list[np.ndarray], list[str]]] = {}
 
     def find(self, group: tuple[object, ...], vec: np.ndarray) -> str | None:
@@ -961,7 +966,10 @@ class _Front:
         if entry is None:
             return None
         arr = np.asarray(entry[0])
-        hit = np.flatnonzero((vec >= arr).all(axis=1))
+        ok = (vec >= arr).all(axis=1)
+        if self.exact:
+            ok &= (vec[: self.exact] == arr[:, : self.exact]).all(axis=1)
+        hit = np.flatnonzero(ok)
         return entry[1][int(hit[0])] if hit.size else None
 
     def add(self, group: tuple[object, ...], vec: np.ndarray, reason: str) -> None:
@@ -974,24 +982,52 @@ class _Front:
         self._fronts.clear()
 
 
-def _ask(pod: PodInfo) -> tuple[tuple[object, ...], np.ndarray] | None:
-    """(group, vector) for :class:`_Front`, or None for pods it cannot judge."""
+def _gpu_kind(pod: PodInfo) -> int:
+    """0: no GPU, 1: whole devices, 2: a share of one device (each has its own reasons)."""
+    gpu = pod.gpu
+    return 0 if gpu.count == 0 else 1 if gpu.is_whole else 2
+
+
+def _labels_key(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[str, str], ...] | None:
+    """The pod's labels while placed pods carry (anti-)affinity terms that may select them
+    (InterPodAffinity rejects nodes for the incoming pod's labels); None otherwise."""
+    return tuple(sorted(pod.labels.items())) if cluster.pods_with_affinity else None
+
+
+def _ask(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[object, ...], np.ndarray] | None:
+    """(group, vector) for :class:`_Front`, or None for pods it cannot judge.
+
+    The vector is (CPU, memory, devices, compute and memory per device). The group holds the
+    rest a failure depends on: the static key (selectors, tolerations, models, nodeName),
+    namespace, other requests, the kind of GPU ask (none, whole, share: each fails with its
+    own reasons), and the labels while placed pods have (anti-)affinity.
+
+    Reasons are handed on only between asks of equal CPU and memory (``_Front(exact=2)``):
+    the filters before ``GpuFit`` then reject the same nodes for the same reasons, and every
+    node that reached ``GpuFit`` and failed there fails there for a bigger GPU ask too, so
+    the borrowed reason (counts included) is the one the pod would get itself. That holds
+    because ``GpuFit`` is the last load-dependent filter a pod without pod affinity can
+    fail; while placed pods have (anti-)affinity, ``InterPodAffinity`` runs after it, so the
+    whole vector is then part of the group (equal asks only).
+    """
     if pod.has_pod_affinity or pod.error:
         return None
     gpu = pod.gpu
     others = tuple(sorted((k, v) for k, v in pod.requests.items() if k not in (CPU, MEMORY)))
-    group = (pod.static_key(), pod.namespace, others, gpu.memory_percent)
-    whole = gpu.count > 0 and gpu.is_whole
+    kind = _gpu_kind(pod)
     vec = np.array(
         [
             pod.requests.get(CPU, 0),
             pod.requests.get(MEMORY, 0),
             gpu.count,
-            1000 if whole else (gpu.milli if gpu.count else 0),
-            1e18 if whole else gpu.memory_mib,
+            1000 if kind == 1 else (gpu.milli if kind else 0),
+            1e18 if kind == 1 else gpu.memory_mib,
         ],
         dtype=float,
     )
+    labels = _labels_key(pod, cluster)
+    exact = tuple(vec) if labels is not None else None
+    group = (pod.static_key(), pod.namespace, others, kind, gpu.memory_percent, labels, exact)
     return group, vec
 
 
@@ -1002,7 +1038,7 @@ class _CycleCtx:
     out: CycleResult
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     user_keys: dict[tuple[str, str], tuple[float, str]] = field(default_factory=dict)
-    front: _Front = field(default_factory=_Front)
+    front: _Front = field(default_factory=lambda: _Front(exact=2))
     preempt_front: _Front = field(default_factory=_Front)
     preempt_attempts: int = 0
 
@@ -1021,7 +1057,17 @@ def _only(cluster: ClusterState, node: int) -> np.ndarray:
     return mask
 
 
-def _shape(pod: PodInfo) -> tuple[object, ...] | None:
+def _shape(pod: PodInfo, cluster: ClusterState) -> tuple[object, ...] | None:
+    """Everything the outcome of a single pod's attempt depends on besides its queue and
+    priority (see ``_try_job``): requests, GPU ask, selectors, namespace, whether it may
+    preempt, and its labels while placed pods have (anti-)affinity terms."""
     if pod.has_pod_affinity or pod.error:
         return None
-    return (pod.static_key(), tuple(sorted(pod.requests.items())), pod.gpu, pod.namespace)
+    return (
+        pod.static_key(),
+        tuple(sorted(pod.requests.items())),
+        pod.gpu,
+        pod.namespace,
+        pod.preemption_policy,
+        _labels_key(pod, cluster),
+    )

@@ -115,7 +115,8 @@ def gpu_request_from(
     """Build a :class:`GpuRequest` from a pod's effective requests.
 
     Raises ``ValueError`` for asks no device can meet: cores above 100%, a fraction together
-    with more than one device, negative values.
+    with more than one device, negative values, a fraction together with MIG slices (mixed
+    strategy ``nvidia.com/mig-*``: a share would be a share of a slice).
     """
     count = requests.get(names.gpu, 0)
     cores = requests.get(names.cores_percent)
@@ -143,6 +144,8 @@ def gpu_request_from(
         or 0 < mem_pct < 100
         or (milli is not None and milli < WHOLE)
     )
+    if fraction_asked or cores or milli:
+        _refuse_shared_mig(requests, names, cores, mem, mem_pct)
     if count == 0 and (fraction_asked or cores or milli):
         count = 1  # a compute or memory share implies one device, as in HAMi
     if count > 1 and fraction_asked:
@@ -154,6 +157,29 @@ def gpu_request_from(
     if milli is None:
         milli = WHOLE if cores is None else cores * 10
     return GpuRequest(count, milli, mem, mem_pct if mem_pct < 100 else 0, models)
+
+
+def _refuse_shared_mig(
+    requests: dict[str, int], names: GpuResourceNames, cores: int | None, mem: int, mem_pct: int
+) -> None:
+    # A share together with a MIG slice would be a share *of the slice*, and slices cannot be
+    # time-shared (the device plugin hands out whole slices only).
+    slices = sorted(r for r, v in requests.items() if v > 0 and mig_profile(r) is not None)
+    if not slices:
+        return
+    share = (
+        names.cores_percent
+        if cores is not None
+        else names.memory_mib
+        if mem
+        else names.memory_percent
+        if mem_pct
+        else names.milli
+    )
+    raise ValueError(
+        f"{share}: a share of a GPU cannot be combined with MIG slices ({', '.join(slices)}); "
+        "MIG slices cannot be shared: ask whole slices only"
+    )
 
 
 # ---- MIG ----------------------------------------------------------------------------------
@@ -253,66 +279,155 @@ def _nodes_of(cluster_or_nodes: ClusterState | Iterable[NodeInfo]) -> list[NodeI
     return list(cluster_or_nodes)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True, slots=True)
+class GpuLimits:
+    """The most a set of nodes can offer any GPU ask (what :func:`check_gpu_request` reads).
+
+    ``by_model``: GPU product -> (most devices on one node, largest device memory in MiB,
+    True if every node of that product is MIG single-strategy); ``mig``: mixed-strategy MIG
+    resource -> most instances one node advertises; ``nodes``: how many nodes were summed.
+    Built once per change of the node set (:func:`gpu_limits`), so checking a pod never
+    loops over nodes.
+    """
+
+    by_model: dict[str, tuple[int, int, bool]]
+    mig: dict[str, int]
+    nodes: int
+    names: GpuResourceNames = DEFAULT_NAMES
+
+
+def gpu_limits(
+    cluster_or_nodes: ClusterState | Iterable[NodeInfo], names: GpuResourceNames = DEFAULT_NAMES
+) -> GpuLimits:
+    """Summarise nodes (or a cluster's active nodes) for :func:`check_gpu_request`."""
+    by_model: dict[str, tuple[int, int, bool]] = {}
+    mig: dict[str, int] = {}
+    nodes = _nodes_of(cluster_or_nodes)
+    for node in nodes:
+        for rname, amount in node.allocatable.items():
+            if amount > 0 and mig_profile(rname) is not None:
+                mig[rname] = max(mig.get(rname, 0), amount)
+        if node.gpu_count <= 0:
+            continue
+        single = is_mig_single(node.labels, names)
+        most, memory, all_single = by_model.get(node.gpu_model, (0, 0, True))
+        by_model[node.gpu_model] = (
+            max(most, node.gpu_count),
+            max(memory, node.gpu_memory_mib),
+            all_single and single,
+        )
+    return GpuLimits(by_model, mig, len(nodes), names)
+
+
+def _mig_problems(pod: PodInfo, limits: GpuLimits) -> list[str]:
+    """Mixed-strategy MIG asks no node can ever meet: an unknown profile, too many slices."""
+    problems = []
+    for rname, amount in sorted(pod.requests.items()):
+        profile = mig_profile(rname)
+        if profile is None or amount <= 0:
+            continue
+        most = limits.mig.get(rname, 0)
+        if most == 0:
+            offered = ", ".join(sorted(m[len(MIG_PREFIX) :] for m in limits.mig)) or "none"
+            problems.append(
+                f"{rname}: no node offers MIG profile {profile} (profiles offered: {offered})"
+            )
+        elif amount > most:
+            problems.append(
+                f"{rname}: {amount} MIG {profile} instance(s) asked, no node has more than {most}"
+            )
+    return problems
+
+
+def _ask_problems(gpu: GpuRequest, names: GpuResourceNames) -> list[str]:
+    """Asks no device can meet whatever the cluster (normally refused when decoding)."""
+    problems = []
+    if gpu.milli <= 0 or gpu.milli > WHOLE:
+        problems.append(f"{names.cores_percent}: {gpu.milli / 10:g}% is outside 1..100 (one GPU)")
+    if gpu.count < 0:
+        problems.append(f"{names.gpu}: must not be negative (got {gpu.count})")
+    if gpu.count > 1 and gpu.is_shared:
+        problems.append(
+            f"{names.gpu}: a fraction of a GPU can only be asked for one device (got {gpu.count})"
+        )
+    if gpu.memory_percent < 0 or gpu.memory_percent > 100:
+        problems.append(f"{names.memory_percent}: {gpu.memory_percent}% is outside 0..100")
+    return problems
+
+
+def check_gpu_request(pod: PodInfo, limits: GpuLimits) -> list[str]:
+    """Problems that make the pod's GPU ask impossible on the nodes ``limits`` sums up.
+
+    Checks: the ask itself (compute above one GPU, a fraction together with more than one
+    device, negative values), an unknown GPU model, more devices than any allowed node has,
+    memory above every allowed device, a share that only MIG single-strategy nodes could serve
+    (slices cannot be time-shared), and mixed-strategy MIG profiles no node advertises or not
+    in the number asked. Each message starts with the resource (or field) at fault. Empty if
+    none; also empty for an empty cluster (nothing is known yet).
+    """
+    if pod.error:
+        return [pod.error]
+    gpu = pod.gpu
+    names = limits.names
+    problems = _ask_problems(gpu, names)
+    if limits.nodes == 0:
+        return problems
+    problems += _mig_problems(pod, limits)
+    if gpu.count <= 0:
+        return problems
+    present = limits.by_model
+    if gpu.models is not None:
+        allowed = [v for m, v in present.items() if m in gpu.models]
+        where = f"with GPU model {'|'.join(sorted(gpu.models))}"
+        if not allowed:
+            wanted = "|".join(sorted(gpu.models))
+            have = "|".join(sorted(m for m in present if m)) or "none"
+            problems.append(f"GPU model {wanted} is not in the cluster (have {have})")
+            return problems
+    else:
+        allowed = list(present.values())
+        where = ""
+    if not allowed:
+        problems.append(f"{names.gpu}: no node in the cluster has GPUs")
+        return problems
+    most = max(v[0] for v in allowed)
+    if gpu.count > most:
+        node = f"no node {where}" if where else "no node"
+        problems.append(f"{gpu.count} GPUs asked ({names.gpu}), but {node} has more than {most}")
+    biggest = max(v[1] for v in allowed)
+    if gpu.memory_mib > biggest:
+        problems.append(
+            f"{names.memory_mib}: {gpu.memory_mib} MiB of GPU memory asked, "
+            f"largest GPU has {biggest}"
+        )
+    if gpu.is_shared and all(v[2] for v in allowed):
+        problems.append(
+            f"{share_field(gpu, names)}: a share of a GPU, but every GPU node"
+            f"{' ' + where if where else ''} has only MIG slices (single strategy), "
+            "which cannot be shared; ask whole GPUs"
+        )
+    return problems
+
+
+def share_field(gpu: GpuRequest, names: GpuResourceNames = DEFAULT_NAMES) -> str:
+    """The resource name through which ``gpu`` asks for a share (for messages)."""
+    if gpu.memory_mib:
+        return names.memory_mib
+    if gpu.memory_percent:
+        return names.memory_percent
+    return names.cores_percent
+
+
 def validate_gpu_request(
     pod: PodInfo, cluster_or_nodes: ClusterState | Iterable[NodeInfo]
 ) -> list[str]:
     """Problems that make the pod's GPU ask impossible in this cluster; empty if none.
 
-    Checks: the ask itself (compute above one GPU, a fraction together with more than one
-    device, negative values), an unknown GPU model, more devices than any allowed node has,
-    memory above every allowed device, a share that only MIG single-strategy nodes could serve,
-    and mixed-strategy MIG profiles no node advertises. Each message names the field at fault.
-    Reusable by an admission webhook: it reads only the pod and the node descriptions.
+    :func:`check_gpu_request` over :func:`gpu_limits` of the nodes: reusable by an admission
+    webhook, since it reads only the pod and the node descriptions. The scheduler's
+    ``GpuRequestCheck`` pre-filter runs the same check with the limits cached per node change.
     """
-    problems: list[str] = []
-    if pod.error:
-        problems.append(pod.error)
-        return problems
-    gpu = pod.gpu
-    nodes = _nodes_of(cluster_or_nodes)
-    if gpu.milli <= 0 or gpu.milli > WHOLE:
-        problems.append(f"gpu compute: {gpu.milli} milli is outside 1..{WHOLE} (one GPU)")
-    if gpu.count < 0:
-        problems.append(f"gpu count: must not be negative (got {gpu.count})")
-    if gpu.count > 1 and gpu.is_shared:
-        problems.append(
-            f"gpu count: a fraction of a GPU can only be asked for one device (got {gpu.count})"
-        )
-    if gpu.memory_percent < 0 or gpu.memory_percent > 100:
-        problems.append(f"gpu memory percentage: {gpu.memory_percent}% is outside 0..100")
-    for rname, amount in pod.requests.items():
-        profile = mig_profile(rname)
-        if profile is None or amount <= 0:
-            continue
-        if nodes and not any(n.allocatable.get(rname, 0) >= amount for n in nodes):
-            problems.append(f"{rname}: no node offers {amount} MIG {profile} instance(s)")
-    if gpu.count <= 0 or not nodes:
-        return problems
-    gpu_nodes = [n for n in nodes if n.gpu_count > 0]
-    if gpu.models is not None:
-        present = {n.gpu_model for n in gpu_nodes}
-        allowed = [n for n in gpu_nodes if n.gpu_model in gpu.models]
-        if not allowed:
-            wanted = "|".join(sorted(gpu.models))
-            have = "|".join(sorted(present)) or "none"
-            problems.append(f"gpu model: {wanted} is not in the cluster (have {have})")
-            return problems
-    else:
-        allowed = gpu_nodes
-    if not allowed:
-        problems.append("gpu count: no node in the cluster has GPUs")
-        return problems
-    most = max(n.gpu_count for n in allowed)
-    if gpu.count > most:
-        problems.append(f"gpu count: {gpu.count} GPUs asked, no allowed node has more than {most}")
-    biggest = max(n.gpu_memory_mib for n in allowed)
-    if gpu.memory_mib > biggest:
-        problems.append(
-            f"gpu memory: {gpu.memory_mib} MiB asked, the largest allowed GPU has {biggest} MiB"
-        )
-    if gpu.is_shared and all(is_mig_single(n.labels) for n in allowed):
-        problems.append("gpu share: MIG slices (single strategy) cannot be shared; ask whole GPUs")
-    return problems
+    return check_gpu_request(pod, gpu_limits(cluster_or_nodes))
 
 
 def describe_request(gpu: GpuRequest) -> dict[str, Any]:

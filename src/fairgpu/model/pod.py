@@ -324,6 +324,32 @@ def _pod_terms(
     return tuple(out)
 
 
+def _refuse_zero_gpu_share(
+    spec: k8s.PodSpec, parsed: ParsedRequests, names: GpuResourceNames, obj: str
+) -> None:
+    """A container that asks ``nvidia.com/gpu: 0`` together with a share (``gpucores``,
+    ``gpumem``...) would be given a device share it never receives: the device plugin hands a
+    container devices only for its ``nvidia.com/gpu`` units. Refuse it, naming the field."""
+    shares = (names.cores_percent, names.memory_mib, names.memory_percent, names.milli)
+    sections = (
+        ("spec.containers", spec.containers, parsed.app),
+        ("spec.initContainers", spec.init_containers, [r for r, _ in parsed.init]),
+    )
+    for where, containers, requests in sections:
+        for i, (container, req) in enumerate(zip(containers, requests, strict=True)):
+            if names.gpu not in req or req[names.gpu] != 0:
+                continue
+            asked = [s for s in shares if req.get(s, 0) > 0]
+            if asked:
+                section = "requests" if names.gpu in container.resources.requests else "limits"
+                raise InvalidObjectError(
+                    obj,
+                    f"{where}[{i}].resources.{section}.{names.gpu}",
+                    f"0 devices asked together with {asked[0]} {req[asked[0]]}: the container "
+                    f"would get no GPU; ask {names.gpu}: 1 (or leave it out) to get the share",
+                )
+
+
 def pod_from_k8s(
     pod: k8s.Pod,
     names: GpuResourceNames = DEFAULT_NAMES,
@@ -349,6 +375,7 @@ def pod_from_k8s(
         gpu = gpu_request_from(requests, names, models)
     except ValueError as error:
         raise InvalidObjectError(obj, "spec.containers[].resources", str(error)) from None
+    _refuse_zero_gpu_share(spec, parsed, names, obj)
     plain = {k: v for k, v in requests.items() if k not in gpu_names}
     plain[PODS] = 1
     try:

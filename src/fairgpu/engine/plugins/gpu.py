@@ -17,12 +17,21 @@ from fairgpu.engine.framework import (
     PreFilterPlugin,
     Status,
 )
-from fairgpu.model.gpu import WHOLE
+from fairgpu.model.gpu import (
+    DEFAULT_NAMES,
+    MIG_PREFIX,
+    MIG_STRATEGY_LABEL,
+    WHOLE,
+    GpuLimits,
+    check_gpu_request,
+    gpu_limits,
+)
 from fairgpu.model.pod import PodInfo
 
 INSUFFICIENT_GPU = "Insufficient nvidia.com/gpu"
 NO_DEVICE = "no single GPU with enough free compute and memory"
 WRONG_MODEL = "GPU model not requested by the pod"
+MIG_NOT_SHARED = "node(s) had only MIG slices, which cannot be shared"
 
 
 def shared_fit(pod: PodInfo, cluster: ClusterState, nodes: np.ndarray | slice) -> np.ndarray:
@@ -50,49 +59,38 @@ def idle_mask(cluster: ClusterState, nodes: np.ndarray | slice) -> np.ndarray:
 
 
 class GpuRequestCheck(PreFilterPlugin):
-    """Reject GPU asks no node in the cluster could ever satisfy, with a clear reason."""
+    """Reject GPU asks no node in the cluster could ever satisfy, with a clear reason.
+
+    Runs :func:`~fairgpu.model.gpu.check_gpu_request` (the contract of ``model/gpu.py``: an
+    unknown GPU model, more devices or memory than any allowed node has, a share that only
+    MIG single-strategy nodes could serve, a mixed-strategy MIG profile no node offers or not
+    in the number asked) and answers UNRESOLVABLE, so the pod is not retried in a loop.
+    The node summary is rebuilt only when the node set changes.
+    """
 
     name = "GpuRequestCheck"
 
     def __init__(self) -> None:
-        self._version = -1
-        self._models: set[str] = set()
-        self._max_count = 0
-        self._max_memory = 0
+        self._key: tuple[int, int, int] = (-1, -1, -1)
+        self._limits: GpuLimits | None = None
 
-    def _cluster_limits(self, cluster: ClusterState) -> None:
+    def _cluster_limits(self, cluster: ClusterState) -> GpuLimits:
         # Node descriptions change rarely: recompute only when one does.
-        if self._version == cluster.static_version:
-            return
-        n = cluster.size
-        active = cluster.active[:n]
-        self._models = {node.gpu_model for _, node in cluster.active_nodes() if node.gpu_count}
-        self._max_count = int(cluster.gpu_count[:n][active].max(initial=0))
-        self._max_memory = int(cluster.device_memory_total[:n][active].max(initial=0))
-        self._version = cluster.static_version
+        key = (id(cluster), cluster.static_version, cluster.size)
+        if self._limits is None or key != self._key:
+            self._limits = gpu_limits(cluster)
+            self._key = key
+        return self._limits
 
     def pre_filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> Status:
-        """Unknown model, more devices than any node has, memory above every device."""
-        gpu = pod.gpu
-        if gpu.count == 0 or cluster.size == 0:
+        """UNRESOLVABLE with every problem of the ask, or SUCCESS."""
+        if cluster.size == 0:
             return Status()
-        self._cluster_limits(cluster)
-        present = self._models
-        if gpu.models is not None and present and not (gpu.models & present):
-            wanted = "|".join(sorted(gpu.models))
-            return Status.unresolvable(
-                self.name, f"GPU model {wanted} not in cluster (have {'|'.join(sorted(present))})"
-            )
-        if gpu.count > self._max_count:
-            return Status.unresolvable(
-                self.name,
-                f"{gpu.count} GPUs asked, but no node has more than {self._max_count}",
-            )
-        if gpu.memory_mib and gpu.memory_mib > self._max_memory:
-            return Status.unresolvable(
-                self.name,
-                f"{gpu.memory_mib} MiB of GPU memory asked, largest GPU has {self._max_memory}",
-            )
+        if pod.gpu.count == 0 and not any(r.startswith(MIG_PREFIX) for r in pod.requests):
+            return Status()
+        problems = check_gpu_request(pod, self._cluster_limits(cluster))
+        if problems:
+            return Status.unresolvable(self.name, *problems)
         return Status()
 
 
@@ -114,10 +112,37 @@ class GpuModel(FilterPlugin):
         return FilterResult(mask, {WRONG_MODEL: ~mask})
 
 
+def mig_single_nodes(cluster: ClusterState) -> np.ndarray:
+    """Per node slot: are its GPU devices MIG slices (single strategy, see ``model/gpu.py``)?
+
+    Read from the label columns the cluster caches per node change.
+    """
+    strategy, values = cluster.label_codes(MIG_STRATEGY_LABEL)
+    product, products = cluster.label_codes(DEFAULT_NAMES.product_label)
+    single = [i for i, v in enumerate(values) if v == "single"]
+    sliced = [i for i, v in enumerate(products) if "-MIG-" in v]
+    return np.isin(strategy, single) | np.isin(product, sliced)
+
+
 class GpuFit(FilterPlugin):
-    """Device-level GPU fit: idle devices for whole asks, one roomy device for shared asks."""
+    """Device-level GPU fit: idle devices for whole asks, one roomy device for shared asks.
+
+    A share never goes to a MIG single-strategy node: its devices are slices, which the
+    device plugin hands out whole and cannot time-share.
+    """
 
     name = "GpuFit"
+
+    def __init__(self) -> None:
+        self._mig_key: tuple[int, int, int] = (-1, -1, -1)
+        self._mig = np.zeros(0, dtype=bool)
+
+    def _mig_single(self, cluster: ClusterState) -> np.ndarray:
+        key = (id(cluster), cluster.static_version, cluster.size)
+        if key != self._mig_key:
+            self._mig = mig_single_nodes(cluster)
+            self._mig_key = key
+        return self._mig
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Never over-commits a device: compute and memory are checked per device."""
@@ -128,8 +153,11 @@ class GpuFit(FilterPlugin):
         if gpu.is_whole:
             mask = cluster.idle_devices[:n] >= gpu.count
             return FilterResult(mask, {INSUFFICIENT_GPU: ~mask})
-        mask = shared_fit(pod, cluster, slice(0, n)).any(axis=1)
-        return FilterResult(mask, {NO_DEVICE: ~mask})
+        sliced = self._mig_single(cluster)
+        room = shared_fit(pod, cluster, slice(0, n)).any(axis=1)
+        mask = room & ~sliced
+        # One reason per node, so a bigger share fails each node for the same reason.
+        return FilterResult(mask, {MIG_NOT_SHARED: sliced, NO_DEVICE: ~room & ~sliced})
 
 
 class _SharedDevicePolicy(DevicePolicy):
