@@ -1000,7 +1000,8 @@ def _ask(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[object, ...], np.nd
     The vector is (CPU, memory, devices, compute and memory per device). The group holds the
     rest a failure depends on: the static key (selectors, tolerations, models, nodeName),
     namespace, other requests, the kind of GPU ask (none, whole, share: each fails with its
-    own reasons), and the labels while placed pods have (anti-)affinity.
+    own reasons), the preemption policy, and the labels while placed pods have
+    (anti-)affinity.
 
     Reasons are handed on only between asks of equal CPU and memory (``_Front(exact=2)``):
     the filters before ``GpuFit`` then reject the same nodes for the same reasons, and every
@@ -1027,7 +1028,16 @@ def _ask(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[object, ...], np.nd
     )
     labels = _labels_key(pod, cluster)
     exact = tuple(vec) if labels is not None else None
-    group = (pod.static_key(), pod.namespace, others, kind, gpu.memory_percent, labels, exact)
+    group = (
+        pod.static_key(),
+        pod.namespace,
+        others,
+        kind,
+        gpu.memory_percent,
+        pod.preemption_policy,  # the preemption front: a pod that may preempt tries
+        labels,
+        exact,
+    )
     return group, vec
 
 
