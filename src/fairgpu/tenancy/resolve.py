@@ -6,12 +6,16 @@ User: the configurable user label (default ``fairgpu.io/user``), else the namesp
 Pod group: ``fairgpu.io/pod-group`` (with a ``fairgpu.io/min-member`` annotation), the
 scheduler-plugins coscheduling label ``scheduling.x-k8s.io/pod-group`` or Volcano's
 ``scheduling.k8s.io/group-name``; minMember comes from the pod's annotation or from the
-PodGroup object registered with :meth:`TenantResolver.set_pod_group`.
+PodGroup object registered with :meth:`TenantResolver.set_pod_group`. Like a PodGroup's
+``spec.minMember`` (scheduler-plugins coscheduling, Volcano), the annotation must be an
+integer >= 1: a pod of a group whose annotation is anything else is no member of any group
+and its tenant carries an error naming the pod and the annotation, so it is reported
+unschedulable (unresolvable) rather than silently run alone.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.config import TenancyConfig
@@ -84,6 +88,14 @@ class TenantResolver:
         self._group_cache.pop(uid, None)
 
     def _resolve(self, pod: PodInfo) -> Tenant:
+        tenant = self._resolve_queue(pod)
+        if tenant.error is None and self._group_label(pod) is not None:
+            error = self._min_member_annotation(pod)[1]
+            if error is not None:
+                return replace(tenant, error=error)
+        return tenant
+
+    def _resolve_queue(self, pod: PodInfo) -> Tenant:
         cfg = self.config
         user = pod.labels.get(cfg.user_label) or pod.namespace
         label = pod.labels.get(cfg.queue_label)
@@ -162,20 +174,40 @@ class TenantResolver:
         self._group_cache[key] = ref
         return ref
 
-    def _pod_group(self, pod: PodInfo) -> PodGroupRef | None:
+    @staticmethod
+    def _group_label(pod: PodInfo) -> tuple[str, str] | None:
+        """(label, group name) of the first group label or annotation the pod sets."""
         for label in GROUP_KEYS:
             name = pod.labels.get(label) or pod.annotations.get(label)
-            if not name:
-                continue
-            key = f"{pod.namespace}/{name}"
-            text = pod.annotations.get(self.config.gang.min_member_annotation)
-            min_member: int | None = None
-            if text is not None:
-                try:
-                    min_member = max(1, int(text))
-                except ValueError:
-                    min_member = None
-            if min_member is None:
-                min_member = self.pod_groups.get(key)
-            return PodGroupRef(key, min_member, label)
+            if name:
+                return label, name
         return None
+
+    def _min_member_annotation(self, pod: PodInfo) -> tuple[int | None, str | None]:
+        """(minMember, None) from the pod's annotation, (None, None) if it has none, or
+        (None, what is wrong) naming the pod and the annotation."""
+        name = self.config.gang.min_member_annotation
+        text = pod.annotations.get(name)
+        if text is None:
+            return None, None
+        where = f"Pod {pod.key}: annotation {name}"
+        try:
+            value = int(text.strip(), 10)
+        except ValueError:
+            return None, f"{where}: {text!r} is not an integer (the pod group's minMember)"
+        if value < 1:
+            return None, f"{where}: must be >= 1, as a PodGroup's minMember (got {value})"
+        return value, None
+
+    def _pod_group(self, pod: PodInfo) -> PodGroupRef | None:
+        found = self._group_label(pod)
+        if found is None:
+            return None
+        label, name = found
+        key = f"{pod.namespace}/{name}"
+        min_member, error = self._min_member_annotation(pod)
+        if error is not None:
+            return None  # not a member: its tenant carries the error (see _resolve)
+        if min_member is None:
+            min_member = self.pod_groups.get(key)
+        return PodGroupRef(key, min_member, label)
