@@ -16,6 +16,7 @@ from fairgpu.api.objects import Node, Pod, decode
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import CycleResult, Engine, Unschedulable
 from fairgpu.engine.plugins.gpu import INSUFFICIENT_GPU, MIG_NOT_SHARED, NO_DEVICE
+from fairgpu.model.gpu import device_sharing_problem
 from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.pod import PodInfo, pod_from_k8s
 
@@ -248,3 +249,26 @@ def test_a_pod_that_may_preempt_is_not_skipped_after_one_that_may_not() -> None:
     result = cycle(state, polite, pushy)
     assert [e.pod.name for e in result.evictions] == ["low"]
     assert bound_to(result) == {"pushy": "n1"}
+
+
+# ---- what the node's device plugin allows ------------------------------------------------------
+@pytest.mark.parametrize(
+    ("labels", "gpus", "needle"),
+    [
+        ({"nvidia.com/gpu.count": "8"}, 8, "equals its physical GPU count"),
+        (
+            {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.replicas": "10"},
+            80,
+            "counts 80 devices there",
+        ),
+        ({"nvidia.com/gpu.count": "8"}, 7, None),  # one GPU unhealthy: nothing to say
+        ({}, 8, None),  # no physical count known: nothing honest to say
+        ({"nvidia.com/gpu.count": "eight"}, 8, None),
+    ],
+)
+def test_device_sharing_problem(labels: dict[str, str], gpus: int, needle: str | None) -> None:
+    problem = device_sharing_problem(k8s_node("n1", labels, gpus=gpus))
+    if needle is None:
+        assert problem is None
+    else:
+        assert problem is not None and problem.startswith("Node n1: ") and needle in problem

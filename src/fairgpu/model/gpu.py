@@ -430,6 +430,54 @@ def validate_gpu_request(
     return check_gpu_request(pod, gpu_limits(cluster_or_nodes))
 
 
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+
+
+def device_sharing_problem(node: NodeInfo, names: GpuResourceNames = DEFAULT_NAMES) -> str | None:
+    """Why GPU shares on ``node`` would not work as booked, from what the node says; or None.
+
+    fairgpu counts a node's devices from its allocatable ``nvidia.com/gpu`` and books shares
+    on them, while the kubelet admits a pod only if the ``nvidia.com/gpu`` units requested on
+    the node fit allocatable. The physical count is known only from GPU feature discovery's
+    ``nvidia.com/gpu.count`` label (and ``nvidia.com/gpu.replicas``, set by time-slicing);
+    without that label nothing can be said honestly and None is returned. Meant to be
+    reported once per node when a share is first placed there: a cluster that never shares
+    GPUs has nothing to fix.
+
+    * allocatable equals the physical count: the device plugin advertises no virtual devices,
+      so once the pods requesting ``nvidia.com/gpu`` there outnumber the GPUs (shares asked
+      as ``nvidia.com/gpu: 1`` plus ``gpucores``), the kubelet rejects the next one;
+    * allocatable is larger (HAMi ``deviceSplitCount``, NVIDIA time-slicing ``replicas``):
+      fairgpu would count the virtual devices as GPUs and hand them out as whole devices.
+    """
+    if node.gpu_count <= 0:
+        return None
+    label = node.labels.get(names.count_label, "")
+    try:
+        physical = int(label, 10)
+    except ValueError:
+        return None
+    if physical <= 0:
+        return None
+    if node.gpu_count == physical:
+        return (
+            f"Node {node.name}: allocatable {names.gpu} ({node.gpu_count}) equals its physical "
+            f"GPU count (label {names.count_label}): the kubelet admits at most "
+            f"{node.gpu_count} pods requesting {names.gpu} there, so GPU shares that request "
+            f"{names.gpu}: 1 beyond that are rejected; enable virtual devices in the device "
+            "plugin (see docs/running-on-a-cluster.md) or do not share GPUs on this node"
+        )
+    if node.gpu_count > physical:
+        replicas = node.labels.get(REPLICAS_LABEL)
+        how = f" (label {REPLICAS_LABEL}: {replicas})" if replicas else ""
+        return (
+            f"Node {node.name}: allocatable {names.gpu} ({node.gpu_count}) is more than its "
+            f"physical GPU count ({physical}, label {names.count_label}){how}: fairgpu counts "
+            f"{node.gpu_count} devices there and books whole GPUs and shares on virtual ones"
+        )
+    return None
+
+
 def describe_request(gpu: GpuRequest) -> dict[str, Any]:
     """A JSON-friendly summary of a GPU ask (for reports and webhook messages)."""
     return {
