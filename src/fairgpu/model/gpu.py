@@ -21,8 +21,11 @@ identical slices and ``nvidia.com/gpu`` counts *slices*; the node's ``nvidia.com
 label ends in ``-MIG-<profile>`` (GPU feature discovery) and ``nvidia.com/mig.strategy`` is
 ``single``. Such a node is modelled as ``gpu_count`` = number of slices, each slice one device
 (so the cluster's ``max_devices`` must cover the slice count); a pod asking ``nvidia.com/gpu: N``
-gets N whole slices. Slices cannot be time-shared: :func:`validate_gpu_request` rejects a
-fractional ask that only MIG single-strategy nodes could serve.
+gets N whole slices. Slices cannot be time-shared: the ``GpuFit`` filter never places a share
+on a MIG single-strategy node, :func:`check_gpu_request` (run by the ``GpuRequestCheck``
+pre-filter) reports a share that only such nodes could serve and mixed-strategy asks no node
+can meet as unresolvable, and :func:`gpu_request_from` refuses a share asked together with
+``nvidia.com/mig-*`` slices.
 
 Device assignment annotation
 ----------------------------
