@@ -7,6 +7,7 @@ and a pending pod's reason is its own, never one borrowed from a different kind 
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.api.objects import Node, Pod, decode
 from fairgpu.cluster.state import ClusterState
+from fairgpu.engine import engine as engine_module
 from fairgpu.engine.engine import CycleResult, Engine, Unschedulable
 from fairgpu.engine.plugins.gpu import INSUFFICIENT_GPU, MIG_NOT_SHARED, NO_DEVICE
 from fairgpu.model.gpu import device_sharing_problem
@@ -198,7 +200,8 @@ def test_a_pod_asking_more_cpu_gets_its_own_reason() -> None:
 
 def test_a_bigger_gpu_ask_still_borrows_a_reason_that_is_its_own() -> None:
     one = k8s_pod("one", requests={"nvidia.com/gpu": 1})
-    two = k8s_pod("two", requests={"nvidia.com/gpu": 2}, created=1)
+    # More GPUs and more CPU, still below what every node with room for "one" has free.
+    two = k8s_pod("two", requests={"nvidia.com/gpu": 2, "cpu": "3"}, created=1)
     engine = Engine()
     calls: list[str] = []
     schedule = engine.scheduler.schedule
@@ -272,3 +275,47 @@ def test_device_sharing_problem(labels: dict[str, str], gpus: int, needle: str |
         assert problem is None
     else:
         assert problem is not None and problem.startswith("Node n1: ") and needle in problem
+
+
+def _crowded(seed: int) -> tuple[ClusterState, list[PodInfo]]:
+    """Six GPU nodes with every device at least 91% busy, and 60 pending pods of every kind
+    (CPU only, whole GPUs, shares; varied CPU; two node selectors): none of them fits."""
+    rng = random.Random(seed)
+    nodes = [
+        k8s_node(f"n{i}", {"zone": "ab"[i % 2]}, gpus=4, cpu=str(rng.choice([8, 16, 32])))
+        for i in range(6)
+    ]
+    state = make_cluster(*nodes)
+    for i in range(6):
+        for d in range(4):
+            busy = k8s_pod(f"busy{i}-{d}", requests={"nvidia.com/gpucores": rng.randint(91, 100)})
+            state.assign(busy, i, (d,))
+    pending = []
+    for j in range(60):
+        kind = rng.choice(["cpu", "whole", "share"])
+        ask: dict[str, Any] = {"cpu": str(rng.choice([1, 2, 4, 8, 30]))}
+        if kind == "cpu":
+            ask["memory"] = "1Ti"
+        elif kind == "whole":
+            ask["nvidia.com/gpu"] = rng.choice([1, 2, 4])
+        else:
+            ask["nvidia.com/gpucores"] = rng.choice([10, 30, 50, 90])
+            if rng.random() < 0.5:
+                ask["nvidia.com/gpumem"] = rng.choice([1024, 4096])
+        selector = {"zone": rng.choice("ab")} if rng.random() < 0.3 else {}
+        pending.append(k8s_pod(f"p{j}", requests=ask, created=j % 60, nodeSelector=selector))
+    return state, pending
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_every_reason_is_the_one_the_pod_gets_without_shortcuts(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state, pending = _crowded(seed)
+    fast = pending_of(cycle(state, *pending))
+    monkeypatch.setattr(engine_module, "_ask", lambda *args: None)
+    monkeypatch.setattr(Engine, "_memo_key", lambda *args: None)
+    state, pending = _crowded(seed)
+    slow = pending_of(cycle(state, *pending))
+    assert len(slow) == 60
+    assert {k: v.reason for k, v in fast.items()} == {k: v.reason for k, v in slow.items()}

@@ -46,7 +46,7 @@ from typing import Literal
 
 import numpy as np
 
-from fairgpu.cluster.state import ClusterState
+from fairgpu.cluster.state import COL_CPU, COL_MEMORY, ClusterState
 from fairgpu.engine.framework import Code
 from fairgpu.engine.gang import (
     Reservation,
@@ -324,7 +324,7 @@ class Engine:
                     out.unschedulable.append(Unschedulable(pod, reason, False))
                     continue
                 if ask is not None:
-                    ctx.front.add(*ask, reason)
+                    ctx.front.add(*ask, reason, _ceiling(self.scheduler, pod, cluster, ask[1]))
             pgroup = None if ask is None else (pod.priority, *ask[0])
             tried = pgroup is not None and ctx.preempt_front.find(pgroup, ask[1]) is not None
             if (
@@ -642,7 +642,7 @@ class Engine:
                 out.unschedulable.append(Unschedulable(pod, reason, False))
                 return set()
             if ask is not None:
-                ctx.front.add(*ask, reason)
+                ctx.front.add(*ask, reason, _ceiling(self.scheduler, pod, ctx.cluster, ask[1]))
         pgroup = None if ask is None else (job.tenant.queue, pod.priority, *ask[0])
         tried = pgroup is not None and ctx.preempt_front.find(pgroup, ask[1]) is not None
         if not tried and ctx.preempt_attempts < MAX_PREEMPTION_ATTEMPTS:
@@ -952,30 +952,34 @@ class _Front:
     ask of the same group that needs at least as much of everything as one that already
     failed fails too, since placements in a cycle only take capacity.
 
-    ``exact``: how many leading vector entries (CPU, memory) must be equal rather than merely
-    larger. The front whose reasons are handed on uses 2: a pod asking more CPU could be
-    rejected by other nodes for other reasons, so only a bigger GPU ask borrows a reason.
+    An entry may carry a ceiling per vector entry (see :func:`_ceiling`): only asks at or
+    below it match, so the reason handed on is the one the asking pod would get itself.
     """
 
-    def __init__(self, exact: int = 0) -> None:
-        self.exact = exact
-        self._fronts: dict[tuple[object, ...], tuple[list[np.ndarray], list[str]]] = {}
+    def __init__(self) -> None:
+        self._fronts: dict[
+            tuple[object, ...], tuple[list[np.ndarray], list[np.ndarray], list[str]]
+        ] = {}
 
     def find(self, group: tuple[object, ...], vec: np.ndarray) -> str | None:
         entry = self._fronts.get(group)
         if entry is None:
             return None
-        arr = np.asarray(entry[0])
-        ok = (vec >= arr).all(axis=1)
-        if self.exact:
-            ok &= (vec[: self.exact] == arr[:, : self.exact]).all(axis=1)
+        ok = (vec >= np.asarray(entry[0])).all(axis=1) & (vec <= np.asarray(entry[1])).all(axis=1)
         hit = np.flatnonzero(ok)
-        return entry[1][int(hit[0])] if hit.size else None
+        return entry[2][int(hit[0])] if hit.size else None
 
-    def add(self, group: tuple[object, ...], vec: np.ndarray, reason: str) -> None:
-        vecs, reasons = self._fronts.setdefault(group, ([], []))
+    def add(
+        self,
+        group: tuple[object, ...],
+        vec: np.ndarray,
+        reason: str,
+        ceiling: np.ndarray | None = None,
+    ) -> None:
+        vecs, ceilings, reasons = self._fronts.setdefault(group, ([], [], []))
         if len(vecs) < 256:
             vecs.append(vec)
+            ceilings.append(np.full(vec.shape, np.inf) if ceiling is None else ceiling)
             reasons.append(reason)
 
     def clear(self) -> None:
@@ -1003,7 +1007,7 @@ def _ask(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[object, ...], np.nd
     own reasons), the preemption policy, and the labels while placed pods have
     (anti-)affinity.
 
-    Reasons are handed on only between asks of equal CPU and memory (``_Front(exact=2)``):
+    Reasons are handed on only up to the failed ask's :func:`_ceiling` in CPU and memory:
     the filters before ``GpuFit`` then reject the same nodes for the same reasons, and every
     node that reached ``GpuFit`` and failed there fails there for a bigger GPU ask too, so
     the borrowed reason (counts included) is the one the pod would get itself. That holds
@@ -1041,6 +1045,24 @@ def _ask(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[object, ...], np.nd
     return group, vec
 
 
+def _ceiling(
+    scheduler: Scheduler, pod: PodInfo, cluster: ClusterState, vec: np.ndarray
+) -> np.ndarray:
+    """The largest CPU and memory (entries 0 and 1 of ``vec``) that ``NodeResourcesFit``
+    rejects on exactly the same nodes, for the same resources, as it did for ``pod``: just
+    below the least free amount among the nodes that had room for the pod's own ask (and
+    pass the load-independent filters). GPU entries have no ceiling (see :func:`_ask`)."""
+    n = cluster.size
+    reach = scheduler.static_mask(pod, cluster)
+    ceiling = np.full(vec.shape, np.inf)
+    for j, col in enumerate((COL_CPU, COL_MEMORY)):
+        free = cluster.allocatable[:n, col] - cluster.requested[:n, col]
+        roomy = free[reach & (free >= vec[j])]
+        if roomy.size:
+            ceiling[j] = roomy.min()
+    return ceiling
+
+
 @dataclass(slots=True)
 class _CycleCtx:
     cluster: ClusterState
@@ -1048,7 +1070,7 @@ class _CycleCtx:
     out: CycleResult
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     user_keys: dict[tuple[str, str], tuple[float, str]] = field(default_factory=dict)
-    front: _Front = field(default_factory=lambda: _Front(exact=2))
+    front: _Front = field(default_factory=_Front)
     preempt_front: _Front = field(default_factory=_Front)
     preempt_attempts: int = 0
 
