@@ -95,6 +95,13 @@ class Metrics:
         self.node_gpu_capacity = Gauge(
             "fairgpu_node_gpus_capacity", "GPUs on each node.", ["node"], registry=r
         )
+        self.node_sharing_problem = Gauge(
+            "fairgpu_node_gpu_sharing_problem",
+            "1 where a GPU share was bound but the node's device plugin cannot admit shares "
+            "as booked (allocatable nvidia.com/gpu equal to, or above, the physical count).",
+            ["node"],
+            registry=r,
+        )
         self.leader = Gauge(
             "fairgpu_leader", "1 while this replica holds the leader Lease.", registry=r
         )

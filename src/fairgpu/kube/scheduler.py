@@ -63,7 +63,13 @@ from fairgpu.kube.podgroups import (
 )
 from fairgpu.kube.reflector import Reflector
 from fairgpu.kube.reporter import Report, Reporter
-from fairgpu.model.gpu import ANN_GPU_DEVICES, DEFAULT_NAMES, WHOLE, encode_gpu_devices
+from fairgpu.model.gpu import (
+    ANN_GPU_DEVICES,
+    DEFAULT_NAMES,
+    WHOLE,
+    device_sharing_problem,
+    encode_gpu_devices,
+)
 from fairgpu.model.node_pools import NodePoolConfig
 from fairgpu.model.pod import PodInfo
 
@@ -169,6 +175,7 @@ class LiveScheduler:
         self.identity = config.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         self.cache = SchedulerCache(config.scheduler_name, config.max_devices)
         self.metrics = Metrics()
+        self._sharing_checked: set[tuple[str, int]] = set()  # (node, GPU count) looked at
         self.events: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
         self.pools = NodePoolConfig(usage_key=config.node_pool_label)
         names = DEFAULT_NAMES
@@ -475,6 +482,7 @@ class LiveScheduler:
             self._evict(ev, now)
         for b in result.binds:
             self._assumed(b, now)
+        self._check_sharing(result.binds)
         failed: dict[str, Report] = {}
         errors = 0
         for u in result.unschedulable:
@@ -507,6 +515,24 @@ class LiveScheduler:
                     "seconds": round(elapsed, 4),
                 },
             )
+
+    def _check_sharing(self, binds: list[Bind]) -> None:
+        """Once per node (and GPU count): warn when a GPU share is bound to a node whose
+        device plugin cannot admit more pods requesting ``nvidia.com/gpu`` than it has GPUs,
+        or advertises virtual devices fairgpu counts as GPUs (``device_sharing_problem``)."""
+        cluster = self.cache.cluster
+        for b in binds:
+            idx = cluster.node_index.get(b.node_name)
+            if not b.pod.gpu.is_shared or idx is None:
+                continue
+            node = cluster.node(idx)
+            if (b.node_name, node.gpu_count) in self._sharing_checked:
+                continue
+            self._sharing_checked.add((b.node_name, node.gpu_count))
+            problem = device_sharing_problem(node)
+            self.metrics.node_sharing_problem.labels(b.node_name).set(1 if problem else 0)
+            if problem:
+                log.warning("GPU shares on this node may not work", extra={"problem": problem})
 
     def _batch(self, pending: list[PodInfo], limit: int) -> list[PodInfo]:
         """About ``limit`` pods taken round robin over queues: each queue's jobs (a pod, or
