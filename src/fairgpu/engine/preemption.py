@@ -63,6 +63,38 @@ class PreemptionPlan:
         return (len(self.victims), max(prios), sum(prios), qos, -newest)
 
 
+def victim_eligible(placement: Placement | None, now: float, min_runtime: float = 0.0) -> bool:
+    """May the pod placed at ``placement`` be chosen as a preemption victim?
+
+    Only a pod the API reports bound, whose deletion has not begun, that has run at least
+    ``min_runtime`` seconds. An Eviction of an unbound pod (assumed, or a preemptor waiting
+    for its own victims) deletes it outright, and a terminating pod frees nothing sooner for
+    being chosen again: it holds its node until it is gone, as kube-scheduler counts it.
+    """
+    return (
+        placement is not None
+        and placement.bound
+        and not placement.terminating
+        and now - placement.started >= min_runtime
+    )
+
+
+def may_preempt_again(pod: PodInfo, cluster: ClusterState, nominated: str) -> bool:
+    """kube-scheduler's ``PodEligibleToPreemptOthers``: False while ``pod``'s nominated node
+    still holds a lower-priority pod that is terminating (its victims from an earlier attempt
+    have not gone yet), so a preemptor never evicts more while earlier victims still hold a
+    node. ``nominated``: the node name the pod was nominated to ("" for none)."""
+    idx = cluster.node_index.get(nominated) if nominated else None
+    if idx is None:
+        return True
+    placements = cluster.placements
+    for uid, other in cluster.node_pods[idx].items():
+        pl = placements.get(uid)
+        if pl is not None and pl.terminating and other.priority < pod.priority:
+            return False
+    return True
+
+
 def eviction_order(pod: PodInfo, placement: Placement) -> tuple[float, ...]:
     """Sort key, first evicted first: lowest priority, BestEffort, most recently started."""
     return (pod.priority, QOS_RANK.get(pod.qos, 1), -placement.started)
