@@ -333,12 +333,15 @@ def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
         try:
             second.wait_ready()
             time.sleep(2.0)  # the new leader sees terminating victims and nominated pods
+            # No waiting preemptor was evicted (deleted) by the higher-priority ones, before
+            # or after the crash, and none is bound while its victims still terminate.
+            assert audit.unbound_deleted == []
+            assert all(world.get(f"mid-{i}") is not None for i in range(8))
             assert not any(world.node_of(f"mid-{i}") for i in range(8))
             with world.kubelet(nodes):
                 wait_for(lambda: sum(bool(world.node_of(f"high-{i}")) for i in range(4)) == 4, 30)
                 wait_for(lambda: sum(bool(world.node_of(f"mid-{i}")) for i in range(8)) == 4, 30)
                 time.sleep(1.0)
-            assert second.metric("fairgpu_binds_total") >= 8
             conflicts = [
                 line
                 for line in second.get("/metrics")[1].splitlines()
