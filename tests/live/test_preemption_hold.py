@@ -201,3 +201,23 @@ def test_replanned_preemptor_drops_its_earlier_hold() -> None:
     assert "uid-p" not in w.holds.held
     # The earlier victim keeps its node while it terminates.
     assert w.cache.cluster.placements["uid-v0"].terminating
+
+
+def test_pod_group_timeout_victims_keep_their_node_and_same_cycle_binds_wait() -> None:
+    w = World()
+    _full(w)
+    # What the engine's pod-group timeout does: release v0 and evict it, no preemptor.
+    v0 = w.cache.cluster.pods["uid-v0"]
+    w.cache.cluster.release("uid-v0")
+    w.holds.evicting(v0, None)
+    w.pod("ADDED", pod_json("q", priority=0))
+    result = w.engine.cycle(w.cache.cluster, w.cache.schedulable(), 2.0)
+    assert [(b.pod.name, b.node_name) for b in result.binds] == [("q", "n1")]
+    assert w.holds.without_preemptor([v0], result.binds, 2.0) == []
+    assert "uid-q" not in w.cache.cluster.placements  # placed again next cycle
+    assert w.cache.cluster.placements["uid-v0"].terminating
+    assert w.free_gpus("n1") == 0
+    assert w.cycle(3.0) == [] and w.posted == []  # q waits while v0 terminates
+    w.drain(w.pod("DELETED", pod_json("v0", node="n1", device=0)), 4.0)
+    w.cycle(5.0)
+    assert [b.pod.name for b in w.posted] == ["q"]

@@ -472,7 +472,11 @@ class LiveScheduler:
             m.attempt_seconds.observe(elapsed / len(pending))
         for ev in result.evictions:
             self._evict(ev, now)
-        for b in result.binds:
+        timed_out = [ev.pod for ev in result.evictions if ev.preemptor is None]
+        binds = self.holds.without_preemptor(timed_out, result.binds, now)
+        if len(binds) < len(result.binds):
+            self._dirty = True  # forgotten binds are placed again next cycle
+        for b in binds:
             self._assumed(b, now)
         failed: dict[str, Report] = {}
         errors = 0
@@ -655,7 +659,7 @@ class LiveScheduler:
             # An Eviction of an unbound pod deletes it outright: never send one. (The engine
             # does not choose such victims; a gang timeout may release a member not bound yet.)
             self.metrics.evictions.labels("skipped_unbound").inc()
-            log.error("not evicting a pod that is not bound", extra={"pod": victim.key})
+            log.warning("not evicting a pod that is not bound", extra={"pod": victim.key})
             return
         self.metrics.preemptions.labels(ev.kind or "unknown").inc()
         self.holds.evicting(victim, ev.preemptor.uid if ev.preemptor is not None else None)
