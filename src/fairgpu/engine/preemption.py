@@ -103,7 +103,13 @@ def eviction_order(pod: PodInfo, placement: Placement) -> tuple[float, ...]:
 def _restore(cluster: ClusterState, saved: Sequence[tuple[PodInfo, Placement]]) -> None:
     for victim, pl in saved:
         if victim.uid not in cluster.placements:
-            cluster.assign(victim, pl.node, pl.devices, started=pl.started)
+            _reassign(cluster, victim, pl)
+
+
+def _reassign(cluster: ClusterState, pod: PodInfo, pl: Placement) -> None:
+    """Put ``pod`` back where ``pl`` had it, keeping what the adapter recorded about it."""
+    new = cluster.assign(pod, pl.node, pl.devices, started=pl.started)
+    new.bound, new.terminating = pl.bound, pl.terminating
 
 
 def find_preemption(
@@ -206,7 +212,7 @@ def _plan_on_node(
         # Reprieve the most important first; whoever cannot come back is a victim.
         victims: list[PodInfo] = []
         for v, pl in sorted(saved, key=lambda s: eviction_order(*s), reverse=True):
-            cluster.assign(v, pl.node, pl.devices, started=pl.started)
+            _reassign(cluster, v, pl)
             if not scheduler.schedule(pod, cluster, restrict=only).ok:
                 cluster.release(v.uid)
                 victims.append(v)

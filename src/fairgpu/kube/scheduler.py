@@ -644,8 +644,9 @@ class LiveScheduler:
             self.reporter.forget(uid)
             log.debug("bound", extra={"pod": b.pod.key, "node": b.node_name})
             return
-        m.binds.labels("conflict" if status == 409 else "error").inc()
-        log.warning(
+        gone = status == 404  # deleted before its bind (watch lag): expected, not a fault
+        m.binds.labels("gone" if gone else "conflict" if status == 409 else "error").inc()
+        (log.info if gone else log.warning)(
             "bind failed; forgetting the assumed placement",
             extra={"pod": b.pod.key, "node": b.node_name, "status": status, "error": message},
         )
