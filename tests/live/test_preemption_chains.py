@@ -153,15 +153,18 @@ class World:
         self.gpus: dict[str, int] = {}
         ensure_namespace(api, self.ns, ca_pem=Path(cp.ca_file).read_text())
 
-    def node(self, suffix: str, gpus: int) -> str:
+    def node(self, suffix: str, gpus: int, group: str = "") -> str:
         name = f"n-{self.tag}-{suffix}"
-        spec = NodeSpec(name, pool="training", gpu_model=A100, gpus=gpus, labels={"t": self.tag})
+        labels = {"t": self.tag, "group": group}
+        spec = NodeSpec(name, pool="training", gpu_model=A100, gpus=gpus, labels=labels)
         create_nodes(self.api, [spec], domain=DOMAIN)
         self.gpus[name] = gpus
         return name
 
-    def create(self, name: str, priority: str, gpus: int = 1) -> None:
-        manifest = pod(name, gpus=gpus, priority_class=priority, node_selector={"t": self.tag})
+    def create(self, name: str, priority: str, gpus: int = 1, group: str = "") -> None:
+        """A pod for this test's nodes (those of node ``group`` if given)."""
+        selector = {"t": self.tag} | ({"group": group} if group else {})
+        manifest = pod(name, gpus=gpus, priority_class=priority, node_selector=selector)
         create(self.api, self.ns, manifest)
 
     def get(self, name: str) -> dict[str, Any] | None:
@@ -309,7 +312,7 @@ def test_preemptor_deleted_while_waiting_leaves_its_victims_gpus_held(world: Wor
 
 
 def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
-    nodes = [world.node("a", gpus=4), world.node("b", gpus=4)]
+    nodes = [world.node("a", gpus=4, group="ab"), world.node("b", gpus=4, group="ab")]
     lows = {f"low-{i}": "pc-low" for i in range(8)}
     first = SchedulerProcess(world.cp, tmp_path / "first.log", "--no-leader-elect")
     with world.audit() as audit:
@@ -317,7 +320,7 @@ def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
             first.wait_ready()
             with world.kubelet(nodes):
                 for name in lows:
-                    world.create(name, "pc-low")
+                    world.create(name, "pc-low", group="ab")
                 wait_for(lambda: world.running(list(lows)), 30)
             # Eight preemptors, each evicting a low pod that never finishes, then four more
             # of higher priority while those wait; the scheduler dies in the middle.
@@ -325,10 +328,16 @@ def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
                 world.create(f"mid-{i}", "pc-mid")
             wait_for(lambda: sum(world.terminating(n) for n in lows) == 8, 20)
             for i in range(4):
-                world.create(f"high-{i}", "pc-high")
+                world.create(f"high-{i}", "pc-high", group="ab")
             time.sleep(1.0)
         finally:
             first.kill9()
+        # While it is down, a pod of priority 2 starts on a new node: one the mids could
+        # evict, were they allowed to preempt again while their victims still terminate.
+        spare_node = world.node("c", gpus=1, group="c")
+        spare = pod("spare", gpus=1, priority_class="pc-low-2", node_selector={"group": "c"})
+        spare["spec"]["nodeName"] = spare_node
+        create(world.api, world.ns, spare)
         second = SchedulerProcess(world.cp, tmp_path / "second.log", "--no-leader-elect")
         try:
             second.wait_ready()
@@ -338,13 +347,18 @@ def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
             assert audit.unbound_deleted == []
             assert all(world.get(f"mid-{i}") is not None for i in range(8))
             assert not any(world.node_of(f"mid-{i}") for i in range(8))
-            with world.kubelet(nodes):
+            # The restarted scheduler sees the mids nominated where their victims still
+            # terminate: they evict nobody more (spare runs on).
+            assert not world.terminating("spare")
+            assert second.metric("fairgpu_evictions_total") == 0
+            with world.kubelet([*nodes, spare_node]):
                 wait_for(lambda: sum(bool(world.node_of(f"high-{i}")) for i in range(4)) == 4, 30)
-                wait_for(lambda: sum(bool(world.node_of(f"mid-{i}")) for i in range(8)) == 4, 30)
+                wait_for(lambda: sum(bool(world.node_of(f"mid-{i}")) for i in range(8)) == 5, 30)
                 time.sleep(1.0)
             assert second.metric('fairgpu_binds_total{result="conflict"}') == 0
             assert second.metric('fairgpu_evictions_total{result="skipped_unbound"}') == 0
         finally:
             second.terminate()
     audit.assert_clean()
-    assert sum(bool(p["spec"].get("nodeName")) for p in world.pods()) == 8
+    # 4 highs and 4 mids on a and b; once nothing terminates there, one more mid takes c.
+    assert sum(bool(p["spec"].get("nodeName")) for p in world.pods()) == 9
