@@ -285,12 +285,13 @@ def test_node_removed_while_a_preemptor_waits_cancels_its_bind(world: World) -> 
         world.fill(a, {"low": "pc-low", "keep": "pc-keep"})
         world.create("mid", "pc-mid")
         wait_for(lambda: world.terminating("low") and world.nominated("mid") == a, 15)
-        b = world.node("b", gpus=1)
         world.api.request("DELETE", f"/api/v1/nodes/{a}")
-        wait_for(lambda: world.node_of("mid") == b, 15)
-        with world.kubelet([a]):  # low goes: a stale bind to a would fire now
+        with world.kubelet([a]):  # low goes: a stale bind to the deleted node would fire now
             wait_for(lambda: world.get("low") is None, 15)
-            time.sleep(1.5)
+            assert _stays(lambda: not world.node_of("mid"), 1.5)
+        b = world.node("b", gpus=1)  # somewhere to go: mid is placed afresh
+        wait_for(lambda: world.node_of("mid") == b, 15)
+        time.sleep(0.5)
     audit.assert_clean(s)
     assert world.node_of("mid") == b
 
