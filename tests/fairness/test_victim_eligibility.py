@@ -105,3 +105,19 @@ def test_may_preempt_again_while_lower_priority_pods_terminate_on_the_nominated_
     state.placements[gone.uid].terminating = False
     state.placements[keep.uid].terminating = True  # higher priority: not its victim
     assert may_preempt_again(urgent, state, "n1")
+
+
+def test_reclaim_chain_never_takes_a_waiting_preemptor() -> None:
+    # Queue a holds all four GPUs; b reclaims two; while b's pods wait, c reclaims too. a and
+    # b are equally far above their shares and b is tried first: only a's pods may go.
+    held = [pod(f"a{i}", "a", created=float(i)) for i in range(4)]
+    state = cluster(node("n1", gpus=4), placed=[(p, "n1", 0.0) for p in held])
+    engine = Engine()
+    first = engine.cycle(state, [pod(f"b{i}", "b", created=5.0 + i) for i in range(2)], 10.0)
+    assert [e.kind for e in first.evictions] == ["reclaim", "reclaim"]
+    waiting = {b.pod.uid for b in first.binds}
+    for uid in waiting:
+        state.placements[uid].bound = False  # waiting for their victims
+    second = engine.cycle(state, [pod("c0", "c", created=8.0)], 11.0)
+    assert [e.pod.namespace for e in second.evictions] == ["a"]
+    assert waiting <= set(state.placements)
