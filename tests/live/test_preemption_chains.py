@@ -161,10 +161,15 @@ class World:
         self.gpus[name] = gpus
         return name
 
-    def create(self, name: str, priority: str, gpus: int = 1, group: str = "") -> None:
-        """A pod for this test's nodes (those of node ``group`` if given)."""
+    def create(
+        self, name: str, priority: str | None, gpus: int = 1, group: str = "", queue: str = ""
+    ) -> None:
+        """A pod for this test's nodes (those of node ``group`` if given), in ``queue``."""
         selector = {"t": self.tag} | ({"group": group} if group else {})
-        manifest = pod(name, gpus=gpus, priority_class=priority, node_selector=selector)
+        labels = {"fairgpu.io/queue": queue} if queue else {}
+        manifest = pod(
+            name, gpus=gpus, priority_class=priority, node_selector=selector, labels=labels
+        )
         create(self.api, self.ns, manifest)
 
     def get(self, name: str) -> dict[str, Any] | None:
@@ -210,12 +215,12 @@ class World:
         finally:
             audit.close()
 
-    def fill(self, node: str, pods: dict[str, str]) -> None:
+    def fill(self, node: str, pods: dict[str, str], queue: str = "") -> None:
         """Create ``pods`` (name -> priority class) and let them run on ``node``; its kubelet
         is stopped afterwards."""
         with self.kubelet([node]):
             for name, prio in pods.items():
-                self.create(name, prio)
+                self.create(name, prio, queue=queue)
             wait_for(lambda: self.running(list(pods)), 20)
 
 
@@ -254,6 +259,27 @@ def test_chain_never_evicts_a_waiting_preemptor_nor_binds_over_terminating_victi
         with world.kubelet([a]):  # the victims go; mid binds, and only then may high-2 take
             # its place (a bound, running pod of lower priority).
             wait_for(lambda: world.node_of("high") == a and world.node_of("high-2") == a, 20)
+        assert s.metrics.evictions.labels("ok")._value.get() == 3
+    audit.assert_clean(s)
+
+
+def test_reclaim_chain_never_evicts_a_waiting_preemptor(world: World) -> None:
+    a = world.node("a", gpus=4)
+    with world.audit() as audit, scheduler(world.cp) as s:
+        held = [f"a{i}" for i in range(4)]
+        world.fill(a, dict.fromkeys(held, "pc-low"), queue="qa")  # qa holds every GPU
+        for i in range(2):  # qb reclaims two; its pods wait for their victims
+            world.create(f"b{i}", "pc-low", queue="qb")
+        wait_for(lambda: sum(world.terminating(n) for n in held) == 2, 15)
+        wait_for(lambda: world.nominated("b0") == a and world.nominated("b1") == a, 15)
+        # qa and qb are equally far above their shares: qc takes from qa only, never one of
+        # qb's waiting (unbound) pods.
+        world.create("c0", "pc-low", queue="qc")
+        wait_for(lambda: sum(world.terminating(n) for n in held) == 3, 15)
+        assert world.get("b0") is not None and world.get("b1") is not None
+        assert _stays(lambda: not any(world.node_of(n) for n in ("b0", "b1", "c0")), 1.0)
+        with world.kubelet([a]):
+            wait_for(lambda: all(world.node_of(n) == a for n in ("b0", "b1", "c0")), 20)
         assert s.metrics.evictions.labels("ok")._value.get() == 3
     audit.assert_clean(s)
 
