@@ -367,13 +367,13 @@ class SchedulerCache:
         its deletion is observed and is never chosen again.
         """
         self.evicting.discard(uid)
+        where = self.bound.get(uid)
+        if where is None:
+            return False  # never bound: nothing to put back (it may still bind)
         if terminating:
             self.evicted.add(uid)
         else:
             self.evicted.discard(uid)
-        where = self.bound.get(uid)
-        if where is None:
-            return False
         if uid in self.cluster.placements:
             self._flag(uid)
             return False
