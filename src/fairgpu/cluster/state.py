@@ -35,6 +35,12 @@ class Placement:
     device_milli: int = 0
     device_memory: int = 0
     started: float = 0.0
+    # Live adapter only (the simulator binds at once and never deletes gracefully): False while
+    # the pod is merely assumed (bind in flight, or a preemptor waiting for its victims), True
+    # once the API reports it bound; ``terminating`` once its deletion has begun. Only bound,
+    # non-terminating pods may be preemption victims (an Eviction deletes an unbound pod).
+    bound: bool = True
+    terminating: bool = False
 
 
 class ClusterState:

@@ -58,7 +58,7 @@ from fairgpu.engine.gang import (
     whole_gpus,
 )
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
-from fairgpu.engine.preemption import PreemptionPlan, find_preemption
+from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_eligible
 from fairgpu.engine.profile import Profile
 from fairgpu.engine.scheduler import Scheduler, ScheduleResult
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
@@ -187,6 +187,9 @@ class Engine:
         self._bound_now: set[str] = set()
         self._keys: dict[str, tuple[float, float, str]] = {}
         self._deserved: dict[str, float] = {}
+        # Pods that may be placed but not preempt this cycle (the live adapter: preemptors whose
+        # earlier victims still terminate on their nominated node). Empty in the simulator.
+        self.no_preemption: frozenset[str] = frozenset()
 
     # ---- configuration hooks for the adapters ------------------------------------------------
     def set_pod_group(self, namespace: str, name: str, min_member: int) -> None:
@@ -333,12 +336,15 @@ class Engine:
                 and pod.priority > lowest
                 and not tried
                 and ctx.preempt_attempts < MAX_PREEMPTION_ATTEMPTS
+                and pod.uid not in self.no_preemption
             ):
                 ctx.preempt_attempts += 1
                 victims = [
                     uid
                     for uid, p in cluster.pods.items()
-                    if p.priority < pod.priority and uid not in self._bound_now
+                    if p.priority < pod.priority
+                    and uid not in self._bound_now
+                    and victim_eligible(cluster.placements.get(uid), now)
                 ]
                 plan = find_preemption(pod, cluster, self.scheduler, victims)
                 if plan is not None and self._apply_plan(cluster, pod, plan, now, out, "priority"):
@@ -823,7 +829,11 @@ class Engine:
         """Victim pools to try in order: each queue above the preemptor's (most above first),
         then the preemptor's own lower-priority pods, then all of those together."""
         cfg = self.tenancy
-        if not cfg.preemption.enabled or pod.preemption_policy == "Never":
+        if (
+            not cfg.preemption.enabled
+            or pod.preemption_policy == "Never"
+            or pod.uid in self.no_preemption
+        ):
             return []
         book = self.book
         queue = job.tenant.queue
@@ -836,8 +846,7 @@ class Engine:
             return (
                 uid not in self._bound_now
                 and uid not in members
-                and uid in placements
-                and ctx.now - placements[uid].started >= min_run
+                and victim_eligible(placements.get(uid), ctx.now, min_run)
             )
 
         sets: list[list[str]] = []

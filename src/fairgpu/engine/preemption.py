@@ -63,6 +63,38 @@ class PreemptionPlan:
         return (len(self.victims), max(prios), sum(prios), qos, -newest)
 
 
+def victim_eligible(placement: Placement | None, now: float, min_runtime: float = 0.0) -> bool:
+    """May the pod placed at ``placement`` be chosen as a preemption victim?
+
+    Only a pod the API reports bound, whose deletion has not begun, that has run at least
+    ``min_runtime`` seconds. An Eviction of an unbound pod (assumed, or a preemptor waiting
+    for its own victims) deletes it outright, and a terminating pod frees nothing sooner for
+    being chosen again: it holds its node until it is gone, as kube-scheduler counts it.
+    """
+    return (
+        placement is not None
+        and placement.bound
+        and not placement.terminating
+        and now - placement.started >= min_runtime
+    )
+
+
+def may_preempt_again(pod: PodInfo, cluster: ClusterState, nominated: str) -> bool:
+    """kube-scheduler's ``PodEligibleToPreemptOthers``: False while ``pod``'s nominated node
+    still holds a lower-priority pod that is terminating (its victims from an earlier attempt
+    have not gone yet), so a preemptor never evicts more while earlier victims still hold a
+    node. ``nominated``: the node name the pod was nominated to ("" for none)."""
+    idx = cluster.node_index.get(nominated) if nominated else None
+    if idx is None:
+        return True
+    placements = cluster.placements
+    for uid, other in cluster.node_pods[idx].items():
+        pl = placements.get(uid)
+        if pl is not None and pl.terminating and other.priority < pod.priority:
+            return False
+    return True
+
+
 def eviction_order(pod: PodInfo, placement: Placement) -> tuple[float, ...]:
     """Sort key, first evicted first: lowest priority, BestEffort, most recently started."""
     return (pod.priority, QOS_RANK.get(pod.qos, 1), -placement.started)
@@ -71,7 +103,13 @@ def eviction_order(pod: PodInfo, placement: Placement) -> tuple[float, ...]:
 def _restore(cluster: ClusterState, saved: Sequence[tuple[PodInfo, Placement]]) -> None:
     for victim, pl in saved:
         if victim.uid not in cluster.placements:
-            cluster.assign(victim, pl.node, pl.devices, started=pl.started)
+            _reassign(cluster, victim, pl)
+
+
+def _reassign(cluster: ClusterState, pod: PodInfo, pl: Placement) -> None:
+    """Put ``pod`` back where ``pl`` had it, keeping what the adapter recorded about it."""
+    new = cluster.assign(pod, pl.node, pl.devices, started=pl.started)
+    new.bound, new.terminating = pl.bound, pl.terminating
 
 
 def find_preemption(
@@ -174,7 +212,7 @@ def _plan_on_node(
         # Reprieve the most important first; whoever cannot come back is a victim.
         victims: list[PodInfo] = []
         for v, pl in sorted(saved, key=lambda s: eviction_order(*s), reverse=True):
-            cluster.assign(v, pl.node, pl.devices, started=pl.started)
+            _reassign(cluster, v, pl)
             if not scheduler.schedule(pod, cluster, restrict=only).ok:
                 cluster.release(v.uid)
                 victims.append(v)

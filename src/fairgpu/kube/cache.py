@@ -10,6 +10,11 @@ engine, bind in flight). A failed bind *forgets* the pod (releases its capacity)
 preemption are released by the engine at once but still run until their deletion is observed;
 the preemptor stays assumed on their node meanwhile, so their capacity is never handed out
 twice. If an eviction is refused the preemptor is forgotten and the victim put back.
+
+Each placement says whether the API reports the pod bound (``Placement.bound``: False while it
+is merely assumed) and whether its deletion has begun (``Placement.terminating``), so the
+engine never chooses an unbound or terminating pod as a victim. A terminating pod keeps its
+capacity until its deletion is observed, as kube-scheduler counts it.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class PodRecord:
     devices: tuple[int, ...] | None = None
     started: float | None = None
     resource_version: str = ""
+    nominated: str = ""
 
 
 @dataclass(slots=True)
@@ -113,6 +119,7 @@ def decode_pod(
         None,
         started=_ts(pod.status.start_time),
         resource_version=meta.resource_version,
+        nominated=pod.status.nominated_node_name,
     )
     if not spec.node_name and spec.scheduler_name != scheduler_name:
         return rec
@@ -161,15 +168,6 @@ def _node_key(n: NodeInfo) -> tuple[Any, ...]:
 
 
 @dataclass(slots=True)
-class Held:
-    """A preemptor assumed on ``node`` whose bind waits until ``waiting`` victims are gone."""
-
-    bind: Any
-    waiting: set[str]
-    deadline: float
-
-
-@dataclass(slots=True)
 class CacheChanges:
     """What one batch of events changed, for the loop to act on."""
 
@@ -193,6 +191,12 @@ class SchedulerCache:
         self.bound: dict[str, tuple[str, tuple[int, ...] | None]] = {}
         self.assumed: dict[str, str] = {}
         self.evicting: set[str] = set()
+        # Bound pods whose deletion has begun: as the API reports it (deletionTimestamp), or
+        # as this scheduler knows it (an eviction posted for a preemptor that gave up).
+        self.deleting: set[str] = set()
+        self.evicted: set[str] = set()
+        # Pending pods' status.nominatedNodeName (a preemptor's node, set by this scheduler).
+        self.nominated: dict[str, str] = {}
         self.orphans: dict[str, dict[str, PodInfo]] = {}
         self._node_keys: dict[str, tuple[Any, ...]] = {}
         self.overcommits = 0
@@ -229,6 +233,8 @@ class SchedulerCache:
                 self.forget(uid)
                 out.dirty = True
             return
+        if rec.nominated:
+            self.nominated[uid] = rec.nominated
         if uid not in self.pending:
             out.dirty = True
             self.first_seen.setdefault(uid, now)
@@ -244,6 +250,9 @@ class SchedulerCache:
         self.bound.pop(uid, None)
         self.assumed.pop(uid, None)
         self.evicting.discard(uid)
+        self.deleting.discard(uid)
+        self.evicted.discard(uid)
+        self.nominated.pop(uid, None)
         for pods in self.orphans.values():
             pods.pop(uid, None)
         if self.cluster.release(uid) is not None:
@@ -255,6 +264,9 @@ class SchedulerCache:
         self.pending.pop(uid, None)
         self.first_seen.pop(uid, None)
         self.bound[uid] = (rec.node_name, rec.devices)
+        self.nominated.pop(uid, None)
+        if rec.deleting:
+            self.deleting.add(uid)  # a deletion is never undone
         if uid in self.evicting or rec.info is None:
             return  # released by a preemption plan; stays released until it is gone
         self.assumed.pop(uid, None)
@@ -266,6 +278,7 @@ class SchedulerCache:
                 sorted(rec.devices)
             )
             if node is not None and node.name == rec.node_name and same_devices:
+                self._flag(uid)
                 return
             cluster.release(uid)
             out.dirty = True
@@ -280,6 +293,7 @@ class SchedulerCache:
             return
         devs = self._devices_for(pod, idx, devices)
         self.cluster.assign(pod, idx, devs, started=started)
+        self._flag(pod.uid)
         free = self.cluster.device_milli_free[idx]
         if (free < 0).any():
             self.overcommits += 1
@@ -318,8 +332,17 @@ class SchedulerCache:
 
     # ---- assume / forget ------------------------------------------------------------------------
     def assumed_by_engine(self, uid: str, node_name: str) -> None:
-        """Record that the engine assumed ``uid`` on ``node_name`` (bind about to be sent)."""
+        """Record that the engine assumed ``uid`` on ``node_name`` (bind about to be sent):
+        its placement is not bound until the API says so, so it is never a victim."""
         self.assumed[uid] = node_name
+        self._flag(uid)
+
+    def _flag(self, uid: str) -> None:
+        """Copy what the API reports (bound, terminating) onto ``uid``'s placement."""
+        pl = self.cluster.placements.get(uid)
+        if pl is not None:
+            pl.bound = uid in self.bound
+            pl.terminating = uid in self.deleting or uid in self.evicted
 
     def forget(self, uid: str) -> bool:
         """Undo an assumption (bind failed or abandoned); True if capacity was released.
@@ -335,14 +358,27 @@ class SchedulerCache:
         """``uid`` was released by a preemption plan; ignore its updates until it is gone."""
         self.evicting.add(uid)
 
-    def restore(self, uid: str, pod: PodInfo, started: float) -> bool:
-        """Put back a victim whose eviction did not happen (e.g. refused by a PDB)."""
+    def restore(self, uid: str, pod: PodInfo, started: float, terminating: bool = False) -> bool:
+        """Put a released victim back on its node; True if capacity was taken again.
+
+        ``terminating=False``: its eviction did not happen (e.g. refused by a PDB), it runs on
+        and may be chosen again. ``terminating=True``: its eviction was posted but the
+        preemptor gave up (timeout, deleted, node gone); the victim holds its capacity until
+        its deletion is observed and is never chosen again.
+        """
         self.evicting.discard(uid)
         where = self.bound.get(uid)
-        if where is None or uid in self.cluster.placements:
+        if where is None:
+            return False  # never bound: nothing to put back (it may still bind)
+        if terminating:
+            self.evicted.add(uid)
+        else:
+            self.evicted.discard(uid)
+        if uid in self.cluster.placements:
+            self._flag(uid)
             return False
         self._place_bound(pod, where[0], where[1], started)
-        return True
+        return uid in self.cluster.placements
 
     # ---- nodes --------------------------------------------------------------------------------
     def apply_node(self, etype: str, rec: NodeRecord, now: float, out: CacheChanges) -> None:

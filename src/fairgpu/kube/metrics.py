@@ -54,7 +54,10 @@ class Metrics:
             registry=r,
         )
         self.binds = Counter(
-            "fairgpu_binds", "Bind calls by result (ok, conflict, error).", ["result"], registry=r
+            "fairgpu_binds",
+            "Bind calls by result (ok, conflict, gone = the pod was deleted first, error).",
+            ["result"],
+            registry=r,
         )
         self.bind_seconds = Histogram(
             "fairgpu_bind_duration_seconds",
@@ -70,7 +73,8 @@ class Metrics:
         )
         self.evictions = Counter(
             "fairgpu_evictions",
-            "Eviction calls by result (ok, blocked = refused by a PodDisruptionBudget, error).",
+            "Eviction calls by result (ok, blocked = refused by a PodDisruptionBudget, error; "
+            "skipped_unbound = not sent, the pod was never bound).",
             ["result"],
             registry=r,
         )

@@ -44,7 +44,7 @@ from typing import Any
 from fairgpu.engine.engine import Bind, Engine, Evict
 from fairgpu.engine.policies import DEFAULT_POLICY
 from fairgpu.engine.policies import policy as named_policy
-from fairgpu.kube.cache import CacheChanges, Held, SchedulerCache, decode_node, decode_pod
+from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.client import (
     CONNECTION_ERRORS,
     STRATEGIC_MERGE_PATCH,
@@ -61,6 +61,7 @@ from fairgpu.kube.podgroups import (
     decode_pod_group,
     served_pod_group_paths,
 )
+from fairgpu.kube.preemption_hold import PreemptionHolds
 from fairgpu.kube.reflector import Reflector
 from fairgpu.kube.reporter import Report, Reporter
 from fairgpu.model.gpu import (
@@ -224,12 +225,8 @@ class LiveScheduler:
         )
         self.bind_pool = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
         self.evict_pool = ThreadPoolExecutor(4, thread_name_prefix="evict")
-        self.held: dict[str, Held] = {}
-        self.victims: dict[str, tuple[str, Any]] = {}  # victim uid -> (preemptor uid, pod)
-        # Preemptors whose plan fell through (eviction refused, victims too slow) wait a
-        # little before the next attempt, doubling per failure: no eviction storm when the
-        # engine keeps choosing a victim a PodDisruptionBudget protects.
-        self.backoff: dict[str, tuple[float, int]] = {}
+        # Preemptors waiting for their victims, and the backoff of those that gave up.
+        self.holds = PreemptionHolds(self.cache, config.preemption_wait)
         self.inflight = 0
         self.bound_count = 0
         self.lost_lease = False
@@ -419,10 +416,15 @@ class LiveScheduler:
             except queue.Empty:
                 break
             self._apply(item, now, out)
+        # First cancel the waiting binds of preemptors the batch unplaced (deleted, node gone),
+        # then post those whose victims are all gone.
+        if self.holds.reconcile(now):
+            out.dirty = True
         if out.dirty:
             self._dirty = True
         if out.gone:
-            self._victims_gone(out.gone)
+            for b in self.holds.gone(out.gone, now):
+                self._submit_bind(b)
             for uid in out.gone:
                 self.reporter.forget(uid)
                 self.engine.resolver.forget(uid)
@@ -460,11 +462,8 @@ class LiveScheduler:
 
     def _cycle(self, now: float) -> None:
         cache = self.cache
-        pending = cache.schedulable()
-        if self.backoff:
-            for uid in [u for u in self.backoff if u not in cache.pending]:
-                del self.backoff[uid]
-            pending = [p for p in pending if self.backoff.get(p.uid, (0.0, 0))[0] <= now]
+        pending = self.holds.ready(cache.schedulable(), now)
+        self.engine.no_preemption = self.holds.no_preemption(pending)
         self._dirty = False
         limit = self.config.max_batch
         if limit > 0 and len(pending) > limit:
@@ -480,7 +479,11 @@ class LiveScheduler:
             m.attempt_seconds.observe(elapsed / len(pending))
         for ev in result.evictions:
             self._evict(ev, now)
-        for b in result.binds:
+        timed_out = [ev.pod for ev in result.evictions if ev.preemptor is None]
+        binds = self.holds.without_preemptor(timed_out, result.binds, now)
+        if len(binds) < len(result.binds):
+            self._dirty = True  # forgotten binds are placed again next cycle
+        for b in binds:
             self._assumed(b, now)
         self._check_sharing(result.binds)
         failed: dict[str, Report] = {}
@@ -561,18 +564,11 @@ class LiveScheduler:
 
     # ---- binding --------------------------------------------------------------------------------
     def _assumed(self, b: Bind, now: float) -> None:
-        uid = b.pod.uid
-        self.cache.assumed_by_engine(uid, b.node_name)
-        waiting = {
-            v
-            for v in b.wait_for
-            if v in self.cache.bound or v in self.cache.evicting or v in self.cache.cluster.pods
-        }
-        if waiting:
-            self.held[uid] = Held(b, waiting, now + self.config.preemption_wait)
+        self.cache.assumed_by_engine(b.pod.uid, b.node_name)
+        if self.holds.hold(b, now):
             log.info(
                 "preemptor waits for victims",
-                extra={"pod": b.pod.key, "node": b.node_name, "victims": sorted(waiting)},
+                extra={"pod": b.pod.key, "node": b.node_name, "victims": sorted(b.wait_for)},
             )
             # As kube-scheduler does: the pod's status names the node it waits for.
             self.bind_pool.submit(self._nominate_call, b.pod, b.node_name)
@@ -674,8 +670,9 @@ class LiveScheduler:
             self.reporter.forget(uid)
             log.debug("bound", extra={"pod": b.pod.key, "node": b.node_name})
             return
-        m.binds.labels("conflict" if status == 409 else "error").inc()
-        log.warning(
+        gone = status == 404  # deleted before its bind (watch lag): expected, not a fault
+        m.binds.labels("gone" if gone else "conflict" if status == 409 else "error").inc()
+        (log.info if gone else log.warning)(
             "bind failed; forgetting the assumed placement",
             extra={"pod": b.pod.key, "node": b.node_name, "status": status, "error": message},
         )
@@ -685,10 +682,14 @@ class LiveScheduler:
     # ---- preemption ---------------------------------------------------------------------------
     def _evict(self, ev: Evict, now: float) -> None:
         victim = ev.pod
+        if victim.uid not in self.cache.bound:
+            # An Eviction of an unbound pod deletes it outright: never send one. (The engine
+            # does not choose such victims; a gang timeout may release a member not bound yet.)
+            self.metrics.evictions.labels("skipped_unbound").inc()
+            log.warning("not evicting a pod that is not bound", extra={"pod": victim.key})
+            return
         self.metrics.preemptions.labels(ev.kind or "unknown").inc()
-        self.cache.mark_evicting(victim.uid)
-        if ev.preemptor is not None:
-            self.victims[victim.uid] = (ev.preemptor.uid, victim)
+        self.holds.evicting(victim, ev.preemptor.uid if ev.preemptor is not None else None)
         log.info(
             "evicting",
             extra={
@@ -734,48 +735,13 @@ class LiveScheduler:
             "eviction refused; choosing again" if blocked else "eviction failed",
             extra={"pod": victim.key, "status": status, "error": message},
         )
-        entry = self.victims.pop(victim.uid, None)
         # The victim keeps running: put it back, spared for a while (a victim "started" in the
-        # future is not old enough to be preempted again until then).
-        if self.cache.restore(victim.uid, victim, now + self.config.pdb_backoff):
+        # future is not old enough to be preempted again until then); its preemptor gives up.
+        if self.holds.refused(victim, now, now + self.config.pdb_backoff):
             out.dirty = True
-        if entry is not None:
-            self._abandon(entry[0], out)
-
-    def _abandon(self, preemptor: str, out: CacheChanges) -> None:
-        """Give up a held preemptor: forget it and put back its victims still running."""
-        held = self.held.pop(preemptor, None)
-        if held is None:
-            return
-        self.cache.forget(preemptor)
-        _, failures = self.backoff.get(preemptor, (0.0, 0))
-        delay = min(30.0, 1.0 * 2**failures)
-        self.backoff[preemptor] = (time.time() + delay, failures + 1)
-        for v in held.waiting:
-            entry = self.victims.pop(v, None)
-            if entry is not None:
-                self.cache.restore(v, entry[1], time.time())
-        out.dirty = True
-
-    def _victims_gone(self, gone: set[str]) -> None:
-        for uid in gone:
-            self.victims.pop(uid, None)
-        for p_uid in list(self.held):
-            held = self.held[p_uid]
-            held.waiting -= gone
-            if p_uid in gone:
-                del self.held[p_uid]
-                continue
-            if not held.waiting:
-                del self.held[p_uid]
-                self._submit_bind(held.bind)
 
     def _expire_held(self, now: float) -> None:
-        out = CacheChanges()
-        for p_uid in [u for u, h in self.held.items() if now > h.deadline]:
-            log.warning("victims did not go in time; requeueing preemptor", extra={"pod": p_uid})
-            self._abandon(p_uid, out)
-        if out.dirty:
+        if self.holds.expire(now):
             self._dirty = True
 
     # ---- metrics ------------------------------------------------------------------------------

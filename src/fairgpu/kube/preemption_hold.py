@@ -1,0 +1,219 @@
+"""Preemptors waiting for their victims: the live scheduler's preemption-hold state machine.
+
+When the engine plans a preemption it releases the victims from the cache and assumes the
+preemptor on their node at once. In the API the victims still run: their Evictions start a
+graceful deletion, and they keep the node's CPU, memory and GPU devices until they are gone. So
+the preemptor is *held*: its status names the node (``nominatedNodeName``, as kube-scheduler
+does) and its Binding is posted only once every victim is gone.
+
+A held preemptor leaves that state in one of these ways:
+
+* every victim is gone: its Bind is handed back to be posted (once);
+* it is *dropped*: its pod was deleted, its node removed, it was bound by someone else, or the
+  engine placed it again — whatever no longer leaves it assumed on its node;
+* it is *abandoned*: its victims did not go in time, or an eviction was refused; it is forgotten
+  and requeued after a backoff that doubles per failure (so a victim a PodDisruptionBudget
+  protects does not cause an eviction storm).
+
+Invariants (what :class:`PreemptionHolds` keeps true between two calls):
+
+1. A waiting bind is never posted while one of its victims exists in the API, and never for a
+   preemptor that is no longer assumed on that node (:meth:`PreemptionHolds.reconcile`).
+2. A victim's capacity is never handed out while it exists: while its preemptor is held, the
+   preemptor's assumption holds it; when the preemptor is dropped or abandoned the victim is put
+   back in the cache as *terminating* (its eviction was posted), keeping its node until its
+   deletion is observed and never chosen as a victim again. Only a refused eviction puts a
+   victim back as running.
+3. Each victim belongs to at most one held preemptor, and is forgotten here once gone.
+4. A preemptor that was nominated keeps its nomination after it is abandoned; while a
+   lower-priority pod on that node is terminating it may be placed but may not preempt again
+   (:meth:`PreemptionHolds.no_preemption`, kube-scheduler's ``PodEligibleToPreemptOthers``):
+   re-planning after a timeout never evicts more while earlier victims still terminate.
+
+Pure bookkeeping over a :class:`~fairgpu.kube.cache.SchedulerCache`: no I/O, no clock (``now``
+is passed in), used by the scheduling loop thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fairgpu.engine.engine import Bind
+from fairgpu.engine.preemption import may_preempt_again
+from fairgpu.kube.cache import SchedulerCache
+from fairgpu.model.pod import PodInfo
+
+__all__ = ["Held", "PreemptionHolds"]
+
+log = logging.getLogger("fairgpu.kube.preemption")
+
+#: Longest backoff (seconds) before an abandoned preemptor is tried again.
+MAX_BACKOFF = 30.0
+
+
+@dataclass(slots=True)
+class Held:
+    """A preemptor assumed on ``bind.node_name`` whose bind waits until ``waiting`` victims
+    are gone, or until ``deadline`` (then it is abandoned)."""
+
+    bind: Bind
+    waiting: set[str]
+    deadline: float
+
+
+class PreemptionHolds:
+    """Held preemptors, their victims and the backoff of abandoned ones.
+
+    Args:
+        cache: the scheduler cache the preemptors are assumed in.
+        wait: seconds a preemptor waits for its victims before it is abandoned.
+    """
+
+    def __init__(self, cache: SchedulerCache, wait: float) -> None:
+        self.cache = cache
+        self.wait = wait
+        self.held: dict[str, Held] = {}
+        self.victims: dict[str, tuple[str, PodInfo]] = {}  # victim -> (preemptor, victim pod)
+        self.backoff: dict[str, tuple[float, int]] = {}  # preemptor -> (retry at, failures)
+
+    # ---- entering --------------------------------------------------------------------------
+    def evicting(self, victim: PodInfo, preemptor: str | None) -> None:
+        """``victim`` was released by a plan and its Eviction is about to be posted."""
+        self.cache.mark_evicting(victim.uid)
+        if preemptor is not None:
+            self.victims[victim.uid] = (preemptor, victim)
+
+    def hold(self, bind: Bind, now: float) -> bool:
+        """The engine assumed ``bind.pod``; True if its bind must wait (held), False if it can
+        be posted now. An earlier hold of the same pod (it was placed again) is dropped."""
+        uid = bind.pod.uid
+        if uid in self.held:
+            self._drop(uid, now, forget=False)
+        cache = self.cache
+        waiting = {v for v in bind.wait_for if v in cache.bound or v in cache.evicting}
+        if not waiting:
+            return False
+        self.held[uid] = Held(bind, waiting, now + self.wait)
+        cache.nominated[uid] = bind.node_name
+        return True
+
+    # ---- leaving ---------------------------------------------------------------------------
+    def gone(self, uids: set[str], now: float) -> list[Bind]:
+        """Pods ``uids`` are gone from the API; returns the binds whose victims are all gone."""
+        for uid in uids:
+            self.victims.pop(uid, None)
+        ready: list[Bind] = []
+        for p_uid in list(self.held):
+            if p_uid in uids:
+                self._drop(p_uid, now)
+                continue
+            held = self.held[p_uid]
+            held.waiting -= uids
+            if not held.waiting:
+                del self.held[p_uid]
+                ready.append(held.bind)
+        return ready
+
+    def reconcile(self, now: float) -> bool:
+        """Drop every held preemptor no longer assumed on its node (deleted, node removed,
+        bound elsewhere, forgotten); True if the cache changed."""
+        cache = self.cache
+        changed = False
+        for p_uid, held in list(self.held.items()):
+            node = held.bind.node_name
+            if cache.assumed.get(p_uid) == node and cache.node_name_of(p_uid) == node:
+                continue
+            log.info(
+                "preemptor no longer waits on its node; cancelling its bind",
+                extra={"pod": held.bind.pod.key, "node": node},
+            )
+            changed |= self._drop(p_uid, now)
+        return changed
+
+    def expire(self, now: float) -> bool:
+        """Abandon preemptors whose victims did not go by their deadline; True if any."""
+        late = [u for u, h in self.held.items() if now > h.deadline]
+        for p_uid in late:
+            log.warning("victims did not go in time; requeueing preemptor", extra={"pod": p_uid})
+            self._drop(p_uid, now, backoff=True)
+        return bool(late)
+
+    def refused(self, victim: PodInfo, now: float, spare_until: float) -> bool:
+        """``victim``'s eviction was refused or failed: it runs on (put back, spared until
+        ``spare_until``) and its preemptor is abandoned. True if the cache changed."""
+        entry = self.victims.pop(victim.uid, None)
+        changed = False
+        if entry is not None:
+            # First the preemptor gives the capacity back, then the victim takes it again.
+            changed = self._drop(entry[0], now, backoff=True)
+        return self.cache.restore(victim.uid, victim, spare_until) or changed
+
+    def _drop(self, p_uid: str, now: float, *, backoff: bool = False, forget: bool = True) -> bool:
+        """Stop holding ``p_uid``: forget its assumption (unless it was placed again) and put
+        its victims back as terminating; True if there was a hold."""
+        held = self.held.pop(p_uid, None)
+        if held is None:
+            return False
+        if forget:
+            self.cache.forget(p_uid)
+        if backoff:
+            _, failures = self.backoff.get(p_uid, (0.0, 0))
+            self.backoff[p_uid] = (now + min(MAX_BACKOFF, 2.0**failures), failures + 1)
+        for v in held.waiting:
+            entry = self.victims.pop(v, None)
+            if entry is not None:
+                self.cache.restore(v, entry[1], now, terminating=True)
+        return True
+
+    def without_preemptor(
+        self, victims: list[PodInfo], binds: list[Bind], now: float
+    ) -> list[Bind]:
+        """Pods evicted for no preemptor (a pod group's timeout) keep their node until they
+        are gone, but the engine freed their capacity at once. Binds of the same cycle onto
+        their nodes are forgotten (placed again next cycle, with the victims counted) and the
+        victims put back as terminating; returns the binds that may go ahead."""
+        if not victims:
+            return binds
+        cache = self.cache
+        nodes = set()
+        for v in victims:
+            where = cache.bound.get(v.uid)
+            node = where[0] if where is not None else cache.assumed.get(v.uid)
+            if node:
+                nodes.add(node)
+        keep: list[Bind] = []
+        for b in binds:
+            if b.node_name not in nodes:
+                keep.append(b)
+                continue
+            cache.forget(b.pod.uid)
+            for v in b.wait_for:  # a preemptor's own victims keep their node too
+                entry = self.victims.pop(v, None)
+                if entry is not None:
+                    cache.restore(v, entry[1], now, terminating=True)
+        for v in victims:
+            cache.restore(v.uid, v, now, terminating=True)
+        return keep
+
+    # ---- the engine's input ----------------------------------------------------------------
+    def ready(self, pending: Iterable[PodInfo], now: float) -> list[PodInfo]:
+        """``pending`` without the abandoned preemptors still backing off."""
+        pending = list(pending)
+        if not self.backoff:
+            return pending
+        for uid in [u for u in self.backoff if u not in self.cache.pending]:
+            del self.backoff[uid]
+        return [p for p in pending if self.backoff.get(p.uid, (0.0, 0))[0] <= now]
+
+    def no_preemption(self, pending: Iterable[PodInfo]) -> frozenset[str]:
+        """Pending pods that may be placed but must not preempt: their nominated node still
+        holds a terminating pod of lower priority (invariant 4)."""
+        cache = self.cache
+        cluster = cache.cluster
+        return frozenset(
+            p.uid
+            for p in pending
+            if (node := cache.nominated.get(p.uid)) and not may_preempt_again(p, cluster, node)
+        )

@@ -1,0 +1,391 @@
+"""Preemption under churn against a real kube-apiserver, checked in the API server's own state.
+
+Victims are seen terminating for as long as a test wants: their node's FakeKubelet is stopped
+once they run (nothing finishes a graceful deletion then) and started again when they may go.
+An :class:`Audit` watches every pod of the test's namespace and, after each event, sums the
+``fairgpu.io/gpu-devices`` annotation per device over the bound pods, terminating ones included
+(they hold their GPUs until they are gone, as kube-scheduler counts them). Every test ends with:
+no device or node over capacity at any moment, no pod deleted while unbound (an Eviction of a
+pod never bound deletes it outright), no pod bound twice (no rebinding seen, no 409 on a bind).
+
+These tests run their own control plane: the session's FakeKubelet would finish every graceful
+deletion at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from live_helpers import (
+    A100,
+    DOMAIN,
+    SchedulerProcess,
+    control_plane,
+    create,
+    pod,
+    scheduler,
+    wait_for,
+)
+
+from fairgpu.devcluster import (
+    ControlPlane,
+    FakeKubelet,
+    KubeClient,
+    NodeSpec,
+    create_nodes,
+    ensure_namespace,
+)
+from fairgpu.kube import LiveScheduler
+from fairgpu.model.gpu import ANN_GPU_DEVICES, WHOLE, decode_gpu_devices
+
+pytestmark = pytest.mark.integration
+
+PRIORITIES = {"pc-low": 1, "pc-low-2": 2, "pc-mid": 10, "pc-keep": 50, "pc-high": 1000}
+
+
+# ---- the local checker ---------------------------------------------------------------------
+def over_capacity(pods: list[dict[str, Any]], gpus: dict[str, int]) -> list[str]:
+    """Devices and nodes booked beyond capacity by the bound pods in ``pods`` (terminating
+    ones included): one line per problem."""
+    per_device: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for p in pods:
+        node = p["spec"].get("nodeName")
+        text = (p["metadata"].get("annotations") or {}).get(ANN_GPU_DEVICES, "")
+        if not node or not text:
+            continue
+        for share in decode_gpu_devices(text):
+            milli = WHOLE if share.whole else share.milli
+            per_device.setdefault((node, share.index), []).append((p["metadata"]["name"], milli))
+    problems = []
+    for (node, index), holders in sorted(per_device.items()):
+        if sum(m for _, m in holders) > WHOLE or index >= gpus.get(node, 0):
+            problems.append(f"{node} GPU {index}: {sorted(n for n, _ in holders)}")
+    return problems
+
+
+class Audit:
+    """Watches the pods of ``ns`` and checks every state the API server goes through."""
+
+    def __init__(self, api: KubeClient, ns: str, gpus: dict[str, int]) -> None:
+        self.gpus = gpus
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.over: list[str] = []
+        self.unbound_deleted: list[str] = []
+        self.rebound: list[str] = []
+        self.expected_deletes: set[str] = set()
+        path = f"/api/v1/namespaces/{ns}/pods"
+        listed = api.get(path)
+        for p in listed["items"]:
+            self.pods[p["metadata"]["uid"]] = p
+        rv = listed["metadata"]["resourceVersion"]
+        self.stream = api.watch(path, {"resourceVersion": rv}, timeout_seconds=600)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with contextlib.suppress(Exception):  # the stream is closed at the end
+            for ev in self.stream:
+                self._apply(ev["type"], ev["object"])
+
+    def _apply(self, etype: str, obj: dict[str, Any]) -> None:
+        uid, name = obj["metadata"]["uid"], obj["metadata"]["name"]
+        node = obj["spec"].get("nodeName") or ""
+        before = self.pods.get(uid)
+        was = (before or {}).get("spec", {}).get("nodeName") or ""
+        if was and node != was:
+            self.rebound.append(f"{name}: {was} -> {node}")
+        if etype == "DELETED":
+            self.pods.pop(uid, None)
+            if not node and name not in self.expected_deletes:
+                self.unbound_deleted.append(name)
+            return
+        self.pods[uid] = obj
+        for problem in over_capacity(list(self.pods.values()), self.gpus):
+            if problem not in self.over:
+                self.over.append(problem)
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def assert_clean(self, sched: LiveScheduler | None = None) -> None:
+        """No over-booking, no unbound pod deleted, no pod bound twice."""
+        assert self.over == [], f"GPUs booked beyond capacity: {self.over}"
+        assert self.unbound_deleted == [], f"unbound pods deleted: {self.unbound_deleted}"
+        assert self.rebound == []
+        if sched is not None:
+            m = sched.metrics
+            assert m.binds.labels("conflict")._value.get() == 0, "a bind hit a bound pod"
+            assert m.evictions.labels("skipped_unbound")._value.get() == 0
+
+
+# ---- the world of one test -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cp(live_bin_dir: Path) -> Iterator[ControlPlane]:
+    """A control plane of this module only, with the priority classes the tests use."""
+    with control_plane(live_bin_dir) as plane:
+        with plane.client() as c:
+            for name, value in PRIORITIES.items():
+                body = {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": name},
+                    "value": value,
+                }
+                c.post("/apis/scheduling.k8s.io/v1/priorityclasses", body)
+        yield plane
+
+
+class World:
+    """A namespace, nodes labelled for this test only, and helpers."""
+
+    def __init__(self, cp: ControlPlane, api: KubeClient) -> None:
+        self.cp = cp
+        self.api = api
+        self.tag = uuid.uuid4().hex[:6]
+        self.ns = f"pc-{self.tag}"
+        self.gpus: dict[str, int] = {}
+        ensure_namespace(api, self.ns, ca_pem=Path(cp.ca_file).read_text())
+
+    def node(self, suffix: str, gpus: int, group: str = "") -> str:
+        name = f"n-{self.tag}-{suffix}"
+        labels = {"t": self.tag, "group": group}
+        spec = NodeSpec(name, pool="training", gpu_model=A100, gpus=gpus, labels=labels)
+        create_nodes(self.api, [spec], domain=DOMAIN)
+        self.gpus[name] = gpus
+        return name
+
+    def create(
+        self, name: str, priority: str | None, gpus: int = 1, group: str = "", queue: str = ""
+    ) -> None:
+        """A pod for this test's nodes (those of node ``group`` if given), in ``queue``."""
+        selector = {"t": self.tag} | ({"group": group} if group else {})
+        labels = {"fairgpu.io/queue": queue} if queue else {}
+        manifest = pod(
+            name, gpus=gpus, priority_class=priority, node_selector=selector, labels=labels
+        )
+        create(self.api, self.ns, manifest)
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        r = self.api.request("GET", f"/api/v1/namespaces/{self.ns}/pods/{name}")
+        return r.body if r.ok else None
+
+    def node_of(self, name: str) -> str:
+        p = self.get(name)
+        return (p or {}).get("spec", {}).get("nodeName") or ""
+
+    def terminating(self, name: str) -> bool:
+        p = self.get(name)
+        return p is not None and bool(p["metadata"].get("deletionTimestamp"))
+
+    def nominated(self, name: str) -> str:
+        p = self.get(name)
+        return (p or {}).get("status", {}).get("nominatedNodeName") or ""
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.api.get(f"/api/v1/namespaces/{self.ns}/pods")["items"]
+
+    def running(self, names: list[str]) -> bool:
+        phases = {p["metadata"]["name"]: p["status"].get("phase") for p in self.pods()}
+        return all(phases.get(n) == "Running" for n in names)
+
+    @contextlib.contextmanager
+    def kubelet(self, nodes: list[str]) -> Iterator[FakeKubelet]:
+        """A FakeKubelet for ``nodes`` while the block runs (it finishes graceful deletions)."""
+        client = self.cp.client(maxsize=4)
+        k = FakeKubelet(client, nodes=nodes, namespace=self.ns, workers=2).start()
+        try:
+            assert k.wait_synced(20)
+            yield k
+        finally:
+            k.stop()
+            client.close()
+
+    @contextlib.contextmanager
+    def audit(self) -> Iterator[Audit]:
+        audit = Audit(self.api, self.ns, self.gpus)
+        try:
+            yield audit
+        finally:
+            audit.close()
+
+    def fill(self, node: str, pods: dict[str, str], queue: str = "") -> None:
+        """Create ``pods`` (name -> priority class) and let them run on ``node``; its kubelet
+        is stopped afterwards."""
+        with self.kubelet([node]):
+            for name, prio in pods.items():
+                self.create(name, prio, queue=queue)
+            wait_for(lambda: self.running(list(pods)), 20)
+
+
+@pytest.fixture
+def world(cp: ControlPlane) -> Iterator[World]:
+    with cp.client(maxsize=16) as api:
+        yield World(cp, api)
+
+
+def _stays(pred: Callable[[], bool], seconds: float) -> bool:
+    """``pred`` holds throughout ``seconds`` (sampled)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not pred():
+            return False
+        time.sleep(0.1)
+    return True
+
+
+# ---- scenarios -----------------------------------------------------------------------------
+def test_chain_never_evicts_a_waiting_preemptor_nor_binds_over_terminating_victims(
+    world: World,
+) -> None:
+    a = world.node("a", gpus=2)
+    with world.audit() as audit, scheduler(world.cp) as s:
+        world.fill(a, {"low": "pc-low", "keep": "pc-keep"})
+        world.create("mid", "pc-mid")  # evicts low, then waits: low never finishes
+        wait_for(lambda: world.terminating("low") and world.nominated("mid") == a, 15)
+        # mid waits, unbound: were it a victim, the API would delete it outright, and high
+        # would bind at once over low, still terminating.
+        world.create("high", "pc-high")
+        wait_for(lambda: world.terminating("keep") and world.nominated("high") == a, 15)
+        world.create("high-2", "pc-high")  # nothing left to evict: all are going or waiting
+        assert _stays(lambda: not world.node_of("mid") and not world.node_of("high"), 2.0)
+        assert s.metrics.evictions.labels("ok")._value.get() == 2
+        with world.kubelet([a]):  # the victims go; mid binds, and only then may high-2 take
+            # its place (a bound, running pod of lower priority).
+            wait_for(lambda: world.node_of("high") == a and world.node_of("high-2") == a, 20)
+        assert s.metrics.evictions.labels("ok")._value.get() == 3
+    audit.assert_clean(s)
+
+
+def test_reclaim_chain_never_evicts_a_waiting_preemptor(world: World) -> None:
+    a = world.node("a", gpus=4)
+    with world.audit() as audit, scheduler(world.cp) as s:
+        held = [f"a{i}" for i in range(4)]
+        world.fill(a, dict.fromkeys(held, "pc-low"), queue="qa")  # qa holds every GPU
+        for i in range(2):  # qb reclaims two; its pods wait for their victims
+            world.create(f"b{i}", "pc-low", queue="qb")
+        wait_for(lambda: sum(world.terminating(n) for n in held) == 2, 15)
+        wait_for(lambda: world.nominated("b0") == a and world.nominated("b1") == a, 15)
+        # qa and qb are equally far above their shares: qc takes from qa only, never one of
+        # qb's waiting (unbound) pods.
+        world.create("c0", "pc-low", queue="qc")
+        wait_for(lambda: sum(world.terminating(n) for n in held) == 3, 15)
+        assert world.get("b0") is not None and world.get("b1") is not None
+        assert _stays(lambda: not any(world.node_of(n) for n in ("b0", "b1", "c0")), 1.0)
+        with world.kubelet([a]):
+            wait_for(lambda: all(world.node_of(n) == a for n in ("b0", "b1", "c0")), 20)
+        assert s.metrics.evictions.labels("ok")._value.get() == 3
+    audit.assert_clean(s)
+
+
+def test_victims_that_never_terminate_time_out_without_more_evictions(
+    world: World, tmp_path: Path
+) -> None:
+    a = world.node("a", gpus=2)
+    tenancy = tmp_path / "tenancy.yaml"
+    tenancy.write_text("preemption: {enabled: true, minRuntimeSeconds: 3}\n")
+    with world.audit() as audit, scheduler(world.cp, tenancy=tenancy, preemption_wait=2.0) as s:
+        world.fill(a, {"low": "pc-low", "keep": "pc-low-2"})
+        time.sleep(3.5)  # both ran long enough to be victims; low goes first
+        world.create("mid", "pc-mid")
+        wait_for(lambda: world.terminating("low") and world.nominated("mid") == a, 15)
+        # The hold times out (2 s) and mid is tried again (after 1 s) while low still
+        # terminates: it is not evicted again, and keep is never evicted.
+        assert _stays(lambda: not world.terminating("keep") and not world.node_of("mid"), 6.0)
+        assert s.metrics.evictions.labels("ok")._value.get() == 1
+        with world.kubelet([a]):
+            wait_for(lambda: world.node_of("mid") == a, 20)
+        assert not world.terminating("keep")
+    audit.assert_clean(s)
+
+
+def test_node_removed_while_a_preemptor_waits_cancels_its_bind(world: World) -> None:
+    a = world.node("a", gpus=2)
+    with world.audit() as audit, scheduler(world.cp) as s:
+        world.fill(a, {"low": "pc-low", "keep": "pc-keep"})
+        world.create("mid", "pc-mid")
+        wait_for(lambda: world.terminating("low") and world.nominated("mid") == a, 15)
+        world.api.request("DELETE", f"/api/v1/nodes/{a}")
+        with world.kubelet([a]):  # low goes: a stale bind to the deleted node would fire now
+            wait_for(lambda: world.get("low") is None, 15)
+            assert _stays(lambda: not world.node_of("mid"), 1.5)
+        b = world.node("b", gpus=1)  # somewhere to go: mid is placed afresh
+        wait_for(lambda: world.node_of("mid") == b, 15)
+        time.sleep(0.5)
+    audit.assert_clean(s)
+    assert world.node_of("mid") == b
+
+
+def test_preemptor_deleted_while_waiting_leaves_its_victims_gpus_held(world: World) -> None:
+    a = world.node("a", gpus=2)
+    with world.audit() as audit, scheduler(world.cp) as s:
+        world.fill(a, {"low": "pc-low", "keep": "pc-keep"})
+        world.create("mid", "pc-mid")
+        wait_for(lambda: world.terminating("low") and world.nominated("mid") == a, 15)
+        audit.expected_deletes.add("mid")
+        world.api.request("DELETE", f"/api/v1/namespaces/{world.ns}/pods/mid")
+        wait_for(lambda: world.get("mid") is None, 10)
+        world.create("next", "pc-mid")  # low's GPU is not free until low is gone
+        assert _stays(lambda: not world.node_of("next"), 2.0)
+        with world.kubelet([a]):
+            wait_for(lambda: world.node_of("next") == a, 20)
+    audit.assert_clean(s)
+
+
+def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
+    nodes = [world.node("a", gpus=4, group="ab"), world.node("b", gpus=4, group="ab")]
+    lows = {f"low-{i}": "pc-low" for i in range(8)}
+    first = SchedulerProcess(world.cp, tmp_path / "first.log", "--no-leader-elect")
+    with world.audit() as audit:
+        try:
+            first.wait_ready()
+            with world.kubelet(nodes):
+                for name in lows:
+                    world.create(name, "pc-low", group="ab")
+                wait_for(lambda: world.running(list(lows)), 30)
+            # Eight preemptors, each evicting a low pod that never finishes, then four more
+            # of higher priority while those wait; the scheduler dies in the middle.
+            for i in range(8):
+                world.create(f"mid-{i}", "pc-mid")
+            wait_for(lambda: sum(world.terminating(n) for n in lows) == 8, 20)
+            for i in range(4):
+                world.create(f"high-{i}", "pc-high", group="ab")
+            time.sleep(1.0)
+        finally:
+            first.kill9()
+        # While it is down, a pod of priority 2 starts on a new node: one the mids could
+        # evict, were they allowed to preempt again while their victims still terminate.
+        spare_node = world.node("c", gpus=1, group="c")
+        spare = pod("spare", gpus=1, priority_class="pc-low-2", node_selector={"group": "c"})
+        spare["spec"]["nodeName"] = spare_node
+        create(world.api, world.ns, spare)
+        second = SchedulerProcess(world.cp, tmp_path / "second.log", "--no-leader-elect")
+        try:
+            second.wait_ready()
+            time.sleep(2.0)  # the new leader sees terminating victims and nominated pods
+            # No waiting preemptor was evicted (deleted) by the higher-priority ones, before
+            # or after the crash, and none is bound while its victims still terminate.
+            assert audit.unbound_deleted == []
+            assert all(world.get(f"mid-{i}") is not None for i in range(8))
+            assert not any(world.node_of(f"mid-{i}") for i in range(8))
+            # The restarted scheduler sees the mids nominated where their victims still
+            # terminate: they evict nobody more (spare runs on).
+            assert not world.terminating("spare")
+            assert second.metric("fairgpu_evictions_total") == 0
+            with world.kubelet([*nodes, spare_node]):
+                wait_for(lambda: sum(bool(world.node_of(f"high-{i}")) for i in range(4)) == 4, 30)
+                wait_for(lambda: sum(bool(world.node_of(f"mid-{i}")) for i in range(8)) == 5, 30)
+                time.sleep(1.0)
+            assert second.metric('fairgpu_binds_total{result="conflict"}') == 0
+            assert second.metric('fairgpu_evictions_total{result="skipped_unbound"}') == 0
+        finally:
+            second.terminate()
+    audit.assert_clean()
+    # 4 highs and 4 mids on a and b; once nothing terminates there, one more mid takes c.
+    assert sum(bool(p["spec"].get("nodeName")) for p in world.pods()) == 9

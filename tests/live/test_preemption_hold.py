@@ -1,0 +1,223 @@
+"""The preemption-hold state machine on a real cache and engine, without an API server: a
+waiting preemptor binds only once every victim is gone, is cancelled when its pod or node goes,
+and victims of a preemptor that gave up keep their capacity until they are gone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from fairgpu.engine.engine import Bind, Engine
+from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
+from fairgpu.kube.preemption_hold import MAX_BACKOFF, PreemptionHolds
+
+WAIT = 120.0
+
+
+def node_json(name: str, gpus: int = 2) -> bytes:
+    alloc = {"cpu": "32", "memory": "128Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return msgspec.json.encode({"metadata": {"name": name}, "status": {"allocatable": alloc}})
+
+
+def pod_json(
+    name: str,
+    *,
+    priority: int = 0,
+    node: str = "",
+    device: int | None = None,
+    deleting: bool = False,
+    gpus: int = 1,
+) -> bytes:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
+    if device is not None:
+        meta["annotations"] = {"fairgpu.io/gpu-devices": str(device)}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    limits = {"nvidia.com/gpu": str(gpus)}
+    spec = {
+        "schedulerName": "fairgpu",
+        "nodeName": node,
+        "priority": priority,
+        "containers": [
+            {"name": "c", "resources": {"requests": {"cpu": "1", **limits}, "limits": limits}}
+        ],
+    }
+    return msgspec.json.encode({"metadata": meta, "spec": spec, "status": {"phase": "Running"}})
+
+
+class World:
+    """A cache with nodes n1 and n2 (2 GPUs each), the engine, and the hold machine, wired
+    as the live scheduler wires them (minus the API calls)."""
+
+    def __init__(self) -> None:
+        self.cache = SchedulerCache("fairgpu")
+        self.cache.sync_nodes(
+            [decode_node(node_json(n)) for n in ("n1", "n2")], 0.0, CacheChanges()
+        )
+        self.engine = Engine(ordering="kube-default")
+        self.holds = PreemptionHolds(self.cache, WAIT)
+        self.posted: list[Bind] = []
+
+    def pod(self, etype: str, raw: bytes, now: float = 1.0) -> CacheChanges:
+        out = CacheChanges()
+        self.cache.apply_pod(etype, decode_pod(raw, "fairgpu"), now, out)
+        return out
+
+    def drain(self, out: CacheChanges, now: float) -> None:
+        """What the loop does after a batch of events."""
+        self.holds.reconcile(now)
+        self.posted += self.holds.gone(out.gone, now)
+
+    def cycle(self, now: float) -> list[str]:
+        """One engine cycle; returns the names of the evicted pods (binds without victims are
+        'posted' at once, like the live scheduler's)."""
+        pending = self.holds.ready(self.cache.schedulable(), now)
+        self.engine.no_preemption = self.holds.no_preemption(pending)
+        result = self.engine.cycle(self.cache.cluster, pending, now)
+        for ev in result.evictions:
+            self.holds.evicting(ev.pod, ev.preemptor.uid if ev.preemptor else None)
+        for b in result.binds:
+            self.cache.assumed_by_engine(b.pod.uid, b.node_name)
+            if not self.holds.hold(b, now):
+                self.posted.append(b)
+        return [e.pod.name for e in result.evictions]
+
+    def free_gpus(self, node: str) -> int:
+        idx = self.cache.cluster.node_index[node]
+        return int((self.cache.cluster.device_milli_free[idx, :2] == 1000).sum())
+
+
+def _full(world: World) -> None:
+    """n1: v0 and v1 (priorities 0, 4, bound); n2: w0 and w1 (priorities 5, 6, bound)."""
+    for i in range(2):
+        world.pod("ADDED", pod_json(f"v{i}", priority=4 * i, node="n1", device=i))
+        world.pod("ADDED", pod_json(f"w{i}", priority=5 + i, node="n2", device=i))
+
+
+def test_preemptor_binds_only_once_every_victim_is_gone() -> None:
+    w = World()
+    _full(w)
+    w.pod("ADDED", pod_json("p", priority=10, gpus=2))
+    assert sorted(w.cycle(2.0)) == ["v0", "v1"]
+    assert w.holds.held["uid-p"].waiting == {"uid-v0", "uid-v1"}
+    # The victims' deletion is observed: first as terminating, then gone, one by one.
+    w.drain(w.pod("MODIFIED", pod_json("v0", node="n1", device=0, deleting=True)), 3.0)
+    w.drain(w.pod("DELETED", pod_json("v0", node="n1", device=0, deleting=True)), 4.0)
+    assert w.posted == []  # v1 still holds its GPU
+    w.drain(w.pod("DELETED", pod_json("v1", node="n1", device=1, deleting=True)), 5.0)
+    assert [b.pod.name for b in w.posted] == ["p"]
+    w.drain(w.pod("DELETED", pod_json("v1", node="n1", device=1)), 6.0)
+    assert [b.pod.name for b in w.posted] == ["p"]  # posted once
+
+
+def test_a_chain_never_evicts_a_waiting_preemptor_or_a_terminating_victim() -> None:
+    w = World()
+    _full(w)
+    w.pod("ADDED", pod_json("p1", priority=2))
+    assert w.cycle(2.0) == ["v0"]
+    w.pod("MODIFIED", pod_json("v0", node="n1", device=0, deleting=True))
+    # p1 (priority 2, waiting) would be the cheapest victim for p2 were it bound.
+    w.pod("ADDED", pod_json("p2", priority=10))
+    assert w.cycle(3.0) == ["v1"]
+    w.pod("ADDED", pod_json("p3", priority=20))
+    assert w.cycle(4.0) == ["w0"]  # not p1, p2 (waiting) nor v0, v1 (terminating)
+    assert {h.bind.pod.name for h in w.holds.held.values()} == {"p1", "p2", "p3"}
+    assert w.free_gpus("n1") == w.free_gpus("n2") == 0
+
+
+def test_preemptor_deleted_while_waiting_is_never_bound_and_victims_keep_their_gpus() -> None:
+    w = World()
+    _full(w)
+    w.pod("ADDED", pod_json("p", priority=10))
+    assert w.cycle(2.0) == ["v0"]
+    w.drain(w.pod("DELETED", pod_json("p", priority=10)), 3.0)
+    assert w.holds.held == {}
+    # v0 still terminates: its GPU stays taken, and it is not chosen again.
+    assert w.free_gpus("n1") == 0
+    assert w.cache.cluster.placements["uid-v0"].terminating
+    w.pod("ADDED", pod_json("q", priority=10))
+    assert w.cycle(4.0) == ["v1"]
+    w.drain(w.pod("DELETED", pod_json("v0", node="n1", device=0)), 5.0)
+    assert w.posted == []  # q waits for v1; p is never bound
+    assert w.free_gpus("n1") == 1
+
+
+def test_node_removed_while_waiting_cancels_the_bind() -> None:
+    w = World()
+    _full(w)
+    w.pod("ADDED", pod_json("p", priority=10))
+    assert w.cycle(2.0) == ["v0"]
+    out = CacheChanges()
+    w.cache.apply_node("DELETED", decode_node(node_json("n1")), 3.0, out)
+    w.drain(out, 3.0)
+    assert w.holds.held == {}
+    w.drain(w.pod("DELETED", pod_json("v0", node="n1", device=0)), 4.0)
+    assert w.posted == []  # no stale bind onto the removed node
+    assert w.cache.schedulable()[0].name == "p"  # pending again
+
+
+def test_timeout_requeues_without_evicting_more_while_victims_terminate() -> None:
+    w = World()
+    _full(w)
+    w.pod("ADDED", pod_json("p", priority=10))
+    assert w.cycle(2.0) == ["v0"]
+    w.pod("MODIFIED", pod_json("v0", node="n1", device=0, deleting=True))
+    late = 2.0 + WAIT + 1
+    assert w.holds.expire(late)
+    assert w.holds.held == {} and "uid-p" not in w.cache.cluster.placements
+    # v0 holds its GPU until it is gone; p backs off, then may not preempt again.
+    assert w.free_gpus("n1") == 0
+    assert [p.name for p in w.holds.ready(w.cache.schedulable(), late)] == []
+    assert w.cycle(late + MAX_BACKOFF) == []
+    assert w.holds.no_preemption(w.cache.schedulable()) == {"uid-p"}
+    # v0 goes: p preempts again (or fits); here the freed GPU is enough.
+    w.drain(w.pod("DELETED", pod_json("v0", node="n1", device=0)), late + 40)
+    assert w.cycle(late + 41) == []
+    assert [b.pod.name for b in w.posted] == ["p"]
+
+
+def test_refused_eviction_puts_the_victim_back_running_and_abandons_the_preemptor() -> None:
+    w = World()
+    _full(w)
+    w.pod("ADDED", pod_json("p", priority=10))
+    assert w.cycle(2.0) == ["v0"]
+    v0 = w.cache.bound and w.holds.victims["uid-v0"][1]
+    assert w.holds.refused(v0, 3.0, 63.0)
+    assert w.holds.held == {}
+    pl = w.cache.cluster.placements["uid-v0"]
+    assert not pl.terminating and pl.bound and pl.started == 63.0
+    assert w.free_gpus("n1") == 0
+    assert w.holds.backoff["uid-p"][0] == 4.0  # one second after the first failure
+
+
+def test_replanned_preemptor_drops_its_earlier_hold() -> None:
+    w = World()
+    _full(w)
+    w.pod("ADDED", pod_json("p", priority=10))
+    assert w.cycle(2.0) == ["v0"]
+    first = w.holds.held["uid-p"].bind
+    assert w.holds.hold(Bind(first.pod, "n2", (0,), ()), 3.0) is False
+    assert "uid-p" not in w.holds.held
+    # The earlier victim keeps its node while it terminates.
+    assert w.cache.cluster.placements["uid-v0"].terminating
+
+
+def test_pod_group_timeout_victims_keep_their_node_and_same_cycle_binds_wait() -> None:
+    w = World()
+    _full(w)
+    # What the engine's pod-group timeout does: release v0 and evict it, no preemptor.
+    v0 = w.cache.cluster.pods["uid-v0"]
+    w.cache.cluster.release("uid-v0")
+    w.holds.evicting(v0, None)
+    w.pod("ADDED", pod_json("q", priority=0))
+    result = w.engine.cycle(w.cache.cluster, w.cache.schedulable(), 2.0)
+    assert [(b.pod.name, b.node_name) for b in result.binds] == [("q", "n1")]
+    assert w.holds.without_preemptor([v0], result.binds, 2.0) == []
+    assert "uid-q" not in w.cache.cluster.placements  # placed again next cycle
+    assert w.cache.cluster.placements["uid-v0"].terminating
+    assert w.free_gpus("n1") == 0
+    assert w.cycle(3.0) == [] and w.posted == []  # q waits while v0 terminates
+    w.drain(w.pod("DELETED", pod_json("v0", node="n1", device=0)), 4.0)
+    w.cycle(5.0)
+    assert [b.pod.name for b in w.posted] == ["q"]
