@@ -178,6 +178,11 @@ class ClusterState:
     def _recompute_devices(self, idx: int) -> None:
         """Per-device free compute and memory of node ``idx`` from its placements."""
         self.node_version[idx] += 1
+        self.device_milli_free[idx], self.device_memory_free[idx] = self._device_free(idx)
+        self._recount_idle(idx)
+
+    def _device_free(self, idx: int) -> tuple[np.ndarray, np.ndarray]:
+        """(free milli, free memory) per device of node ``idx``, summed from its placements."""
         count = int(self.gpu_count[idx])
         milli = np.where(self.device_exists[idx], WHOLE, 0).astype(np.int32)
         mem = self.device_memory_total[idx].copy()
@@ -187,9 +192,7 @@ class ClusterState:
                 if 0 <= d < count:  # devices the node does not show (yet) hold nothing
                     milli[d] -= pl.device_milli
                     mem[d] -= pl.device_memory
-        self.device_milli_free[idx] = milli
-        self.device_memory_free[idx] = mem
-        self._recount_idle(idx)
+        return milli, mem
 
     def _recount_idle(self, idx: int) -> None:
         idle = (
@@ -411,29 +414,38 @@ class ClusterState:
     def verify_node(self, idx: int) -> list[str]:
         """Recompute node ``idx``'s load and per-device arrays from its placements; returns
         the names of the arrays that had drifted (now repaired), empty when consistent."""
-        requested = self.requested[idx].copy()
-        scoring = self.scoring_requested[idx].copy()
-        milli = self.device_milli_free[idx].copy()
-        memory = self.device_memory_free[idx].copy()
-        self.requested[idx, :] = 0
-        self.scoring_requested[idx, :] = 0
+        placements = self.placements
+        cpu = memory_sum = gpu_memory = 0
+        cols: list[np.ndarray] = []
+        amounts: list[np.ndarray] = []
         for uid, pod in self.node_pods[idx].items():
-            self._charge(idx, pod, self.placements[uid], +1)
-        version = self.node_version[idx]
-        self._recompute_devices(idx)
-        drift = [
-            name
-            for name, before, after in (
-                ("requested", requested, self.requested[idx]),
-                ("scoring_requested", scoring, self.scoring_requested[idx]),
-                ("device_milli_free", milli, self.device_milli_free[idx]),
-                ("device_memory_free", memory, self.device_memory_free[idx]),
-            )
-            if not np.array_equal(before, after)
-        ]
-        if not drift:
-            self.node_version[idx] = version  # nothing changed: keep score caches warm
-        else:
+            c, a = self.request_vector(pod)
+            cols.append(c)
+            amounts.append(a)
+            pod_cpu, pod_memory = pod.scoring_cpu_memory
+            cpu += pod_cpu
+            memory_sum += pod_memory
+            pl = placements[uid]
+            gpu_memory += pl.device_memory * len(pl.devices)
+        requested = np.zeros(len(self.resources), dtype=np.int64)
+        if cols:
+            np.add.at(requested, np.concatenate(cols), np.concatenate(amounts))
+        requested[COL_GPU_MEMORY] += gpu_memory
+        scoring = np.array([cpu, memory_sum], dtype=np.int64)
+        milli, memory = self._device_free(idx)
+        drift = []
+        for name, arr, want in (
+            ("requested", self.requested, requested),
+            ("scoring_requested", self.scoring_requested, scoring),
+            ("device_milli_free", self.device_milli_free, milli),
+            ("device_memory_free", self.device_memory_free, memory),
+        ):
+            if not np.array_equal(arr[idx], want):
+                arr[idx] = want
+                drift.append(name)
+        if drift:
+            self._recount_idle(idx)
+            self.node_version[idx] += 1
             self.load_version += 1
             self.release_version += 1
         return drift
