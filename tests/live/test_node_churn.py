@@ -192,3 +192,26 @@ def test_the_auditor_sees_gpus_cpu_and_pods_booked_twice(
     assert any(f"node {name}: GPU 3 booked 2000m" in v for v in found), found
     assert any(f"node {name}: cpu requested" in v for v in found), found
     assert len(found) == 2
+
+
+def test_a_node_cut_into_56_mig_slices_is_used_whole(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    product = "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"  # GPU feature discovery, single strategy
+    spec = NodeSpec(f"mig-{uuid.uuid4().hex[:6]}", gpu_model=product, gpus=56, gpu_memory_mib=9728)
+    create_nodes(admin, [spec])
+    auditor = Auditor(admin)
+    try:
+        with scheduler(live_cp), auditor.running():
+            create(admin, ns, pod("wide", gpus=50, pool=None, model=product))
+            create(admin, ns, pod("rest", gpus=6, pool=None, model=product))
+            wait_for(lambda: bound(admin, ns) == {"wide": spec.name, "rest": spec.name})
+        devices = sorted(
+            int(d)
+            for p in pods(admin, ns)
+            for d in p["metadata"]["annotations"]["fairgpu.io/gpu-devices"].split(",")
+        )
+        assert devices == list(range(56))
+        assert auditor.violations == []
+    finally:
+        delete_nodes(admin, [spec.name])
