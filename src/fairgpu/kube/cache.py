@@ -222,7 +222,8 @@ class SchedulerCache:
         self.evicting: set[str] = set()
         self.orphans: dict[str, dict[str, PodInfo]] = {}
         self._node_keys: dict[str, tuple[Any, ...]] = {}
-        self._node_reported: dict[str, str] = {}  # node name -> uid whose problems were reported
+        # Node name -> its uid and problems (or its decoding error) last reported: each once.
+        self._node_reported: dict[str, str] = {}
         self.overcommits = 0
         self.repairs: dict[str, int] = {}
         self.last_full_check = float("-inf")
@@ -449,9 +450,12 @@ class SchedulerCache:
 
     def _note_problems(self, info: NodeInfo, out: CacheChanges) -> None:
         """Log and pass on a Node object's GPU-detail problems, the first time it shows them."""
-        if not info.problems or self._node_reported.get(info.name) == info.uid:
+        if not info.problems:
             return
-        self._node_reported[info.name] = info.uid
+        seen = "\n".join([info.uid, *(p.message for p in info.problems)])
+        if self._node_reported.get(info.name) == seen:
+            return
+        self._node_reported[info.name] = seen
         for problem in info.problems:
             log.warning(
                 "node field ignored",
