@@ -223,3 +223,17 @@ def pod_from_k8s_json(raw: bytes) -> PodInfo:
     from fairgpu.api import objects as k8s
 
     return pod_from_k8s(k8s.decode_json(raw, k8s.Pod))
+
+
+def test_the_max_devices_option_is_deprecated_and_ignored(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from fairgpu.cli import app
+
+    missing = tmp_path / "no-kubeconfig"
+    result = CliRunner().invoke(
+        app, ["run", "--max-devices", "8", "--kubeconfig", str(missing), "--metrics-port", "0"]
+    )
+    assert "--max-devices is deprecated and ignored" in result.output
+    assert result.exit_code != 0 and str(missing) in result.output
+    assert "--max-devices" not in CliRunner().invoke(app, ["run", "--help"]).output
