@@ -43,6 +43,15 @@ def _asks(pod: PodInfo, cluster: ClusterState, col: int) -> bool:
     return pod.requests.get(cluster.resources[col], 0) > 0
 
 
+def _devices_look_free(pod: PodInfo, cluster: ClusterState, n: int) -> np.ndarray:
+    """Per node: do the per-device arrays show room for the pod's GPUs (compute only)?"""
+    gpu = pod.gpu
+    if gpu.is_whole:
+        return cluster.idle_devices[:n] >= gpu.count
+    roomy = cluster.device_exists[:n] & (cluster.device_milli_free[:n] >= gpu.milli)
+    return roomy.any(axis=1)
+
+
 class NodeResourcesFit(FilterPlugin, ScorePlugin):
     """Filter on free resources; score by ``strategy``.
 
@@ -79,8 +88,10 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
         """Nodes whose free amount of any requested resource is below the request fail.
 
         A GPU pod's total (devices x milli-GPU each) is checked against the node's GPU total
-        too: the per-device check in GpuFit decides which devices fit, and this one keeps a
-        node from ever holding more GPUs than it has, even if the device arrays were wrong.
+        too, as a backstop: it keeps a node from ever holding more GPUs than it has even if
+        its per-device arrays were wrong. Which devices fit is GpuFit's to decide (with its
+        own reasons), so the total rejects only nodes whose devices look free enough: while
+        the arrays are right a short total implies devices too full, and nothing changes.
         """
         cols, amounts = cluster.request_vector(pod)
         n = cluster.size
@@ -88,6 +99,10 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
             return FilterResult(np.ones(n, dtype=bool))
         free = cluster.allocatable[:n, cols] - cluster.requested[:n, cols]
         short = free < amounts
+        if pod.gpu.count:
+            gpu = np.flatnonzero(cols == COL_GPU_MILLI)
+            if gpu.size and short[:, gpu[0]].any():
+                short[:, gpu[0]] &= _devices_look_free(pod, cluster, n)
         mask = ~short.any(axis=1)
         reasons = {}
         for j, col in enumerate(cols):
