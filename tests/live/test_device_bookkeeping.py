@@ -237,3 +237,40 @@ def test_the_max_devices_option_is_deprecated_and_ignored(tmp_path: Any) -> None
     assert "--max-devices is deprecated and ignored" in result.output
     assert result.exit_code != 0 and str(missing) in result.output
     assert "--max-devices" not in CliRunner().invoke(app, ["run", "--help"]).output
+
+
+def test_the_scheduling_loop_checks_after_each_batch_and_counts_repairs() -> None:
+    from fairgpu.kube import LiveScheduler, RunConfig
+    from fairgpu.kube.client import Connection
+
+    # The loop's own drain, fed directly (no threads started, nothing sent to an API server).
+    s = LiveScheduler(
+        RunConfig(
+            connection=Connection("https://127.0.0.1:1"),
+            leader_elect=False,
+            metrics_port=0,
+            metrics_host="127.0.0.1",
+            install_signal_handlers=False,
+        )
+    )
+    try:
+        s.events.put(("node", "ADDED", decode_node(gpu_node_json("n1", 8, memory="16Gi"))))
+        for i in range(2):
+            raw = pod_json(f"p{i}", node="n1", devices=str(i))
+            s.events.put(("pod", "ADDED", decode_pod(raw, "fairgpu")))
+        s._drain(0.1)
+        assert s.reporter.backlog == 1  # the Node's Warning Event, queued once
+        s.cache.cluster.release("uid-p0")  # a divergence the events did not cause
+        raw = pod_json("p1", node="n1", devices="1", phase="Running")
+        s.events.put(("pod", "MODIFIED", decode_pod(raw, "fairgpu")))  # touches n1
+        s._drain(0.1)
+        assert s.cache.cluster.placements["uid-p0"].devices == (0,)
+        text = s.metrics.render().decode()
+        assert 'fairgpu_cache_repairs_total{kind="missing"} 1.0' in text
+        assert (
+            'fairgpu_node_problems_total{field="metadata.labels[nvidia.com/gpu.memory]"} 1.0'
+            in (text)
+        )
+    finally:
+        s.health.server.server_close()
+        s.client.close()
