@@ -107,17 +107,18 @@ def test_the_engine_places_a_cpu_pod_pinned_by_the_label_on_the_live_cache() -> 
     assert [(b.pod.name, b.node_name) for b in result.binds] == [("cpu", "odd")]
 
 
+@pytest.mark.parametrize("memory", ["16Gi", "x1"])
 def test_the_simulator_keeps_the_node_warns_once_and_schedules_the_pinned_pod(
-    tmp_path: Path, caplog: Any
+    tmp_path: Path, caplog: Any, memory: str
 ) -> None:
-    docs = [odd_node("16Gi"), pinned_cpu_pod("16Gi", "a"), pinned_cpu_pod("16Gi", "b")]
+    docs = [odd_node(memory), pinned_cpu_pod(memory, "a"), pinned_cpu_pod(memory, "b")]
     path = tmp_path / "w.yaml"
     path.write_text("\n---\n".join(msgspec.json.encode(d).decode() for d in docs))
     with caplog.at_level(logging.WARNING, logger="fairgpu.sim.workloads"):
         workload = load_kube_yaml([path])
     assert [n.name for n in workload.nodes] == ["odd"]
     assert (
-        len(workload.extra["node_problems"]) == 1 and "16Gi" in workload.extra["node_problems"][0]
+        len(workload.extra["node_problems"]) == 1 and memory in workload.extra["node_problems"][0]
     )
     assert len(caplog.records) == 1 and LABEL in caplog.records[0].getMessage()
     result = Simulation(workload, Engine()).run()
