@@ -59,7 +59,12 @@ def node_from_k8s(
     names: GpuResourceNames = DEFAULT_NAMES,
     default_gpu_memory_mib: int = DEFAULT_GPU_MEMORY_MIB,
 ) -> NodeInfo:
-    """Decode a v1 Node; raises :class:`InvalidObjectError` naming the field at fault."""
+    """Decode a v1 Node; raises :class:`InvalidObjectError` naming the field at fault.
+
+    A field read only for GPU detail never raises: it falls back and is listed in
+    ``NodeInfo.problems`` (``default_gpu_memory_mib`` is the per-GPU memory used then, and for
+    nodes without the memory label).
+    """
     meta = node.metadata
     obj = f"Node {meta.name or '<unnamed>'}"
     if not meta.name:
