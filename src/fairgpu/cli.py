@@ -423,7 +423,10 @@ def run(
         str,
         typer.Option(help="Node-pool label/taint key for placement derived from workload type."),
     ] = "example.com/node.usage",
-    max_devices: Annotated[int, typer.Option(help="Most GPUs on one node.")] = 8,
+    max_devices: Annotated[
+        int | None,
+        typer.Option(hidden=True, help="Deprecated and ignored: nodes may have any GPU count."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed for random tie-breaking.")] = 0,
     identity: Annotated[
         str | None, typer.Option(help="Leader-election identity (default: host + random).")
@@ -439,6 +442,8 @@ def run(
         _fail(f"--ordering must be 'fair' or 'kube-default', not {ordering!r}")
     if config is not None and not config.exists():
         _fail(f"{config}: no such file or directory")
+    if max_devices is not None:
+        typer.echo("warning: --max-devices is deprecated and ignored", err=True)
     settings = RunConfig(
         kubeconfig=kubeconfig,
         context=context,
@@ -461,7 +466,6 @@ def run(
         max_batch=max_batch,
         events_qps=events_qps,
         node_pool_label=node_pool_label,
-        max_devices=max_devices,
         seed=seed,
         log_level=log_level,
     )

@@ -492,19 +492,23 @@ def test_node_falls_back_to_capacity() -> None:
             {"metadata": {"name": "n1"}, "spec": {"taints": [{"key": "a", "effect": "Never"}]}},
             "spec.taints[0].effect",
         ),
-        (
-            {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.memory": "40GB"}}},
-            "metadata.labels[nvidia.com/gpu.memory]",
-        ),
         ({"metadata": {}}, "metadata.name"),
     ],
-    ids=["bad-allocatable", "negative-capacity", "bad-taint-effect", "bad-gpu-memory", "no-name"],
+    ids=["bad-allocatable", "negative-capacity", "bad-taint-effect", "no-name"],
 )
 def test_bad_nodes_name_object_and_field(raw: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidObjectError) as caught:
         node_from_k8s(decode(raw, Node))
     assert caught.value.field == field
     assert str(caught.value).startswith("Node ")
+
+
+def test_a_bad_gpu_memory_label_keeps_the_node_and_names_the_field() -> None:
+    raw = {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.memory": "40GB"}}}
+    info = node_from_k8s(decode(raw, Node), default_gpu_memory_mib=1000)
+    assert info.gpu_memory_mib == 1000
+    assert [p.field for p in info.problems] == ["metadata.labels[nvidia.com/gpu.memory]"]
+    assert info.problems[0].message.startswith("Node n1: ")
 
 
 def test_node_taint_without_key_is_a_decode_error() -> None:

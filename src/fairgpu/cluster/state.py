@@ -48,11 +48,20 @@ class ClusterState:
 
     Node slots are never reused while a pod references them; a removed node's slot is marked
     inactive. Callers mutate only through :meth:`add_node`, :meth:`remove_node`,
-    :meth:`assign` and :meth:`release`, which keep the arrays consistent.
+    :meth:`assign`, :meth:`set_devices` and :meth:`release`, which keep the arrays consistent.
+
+    Per-device arrays are ``max_devices`` wide, the most GPUs (or MIG slices) of any node seen
+    so far: the width grows when a wider node is added, so no node is ever too wide. A
+    placement may name devices its node does not have (yet): a bound pod's devices are kept
+    while its node shows no GPUs, and count again as soon as they exist.
+
+    Args:
+        max_devices: initial per-device width (a hint; it grows on demand).
+        capacity: initial node slots (grows on demand).
     """
 
     def __init__(self, max_devices: int = 8, capacity: int = 64) -> None:
-        self.max_devices = max_devices
+        self.max_devices = max(1, max_devices)
         self.resources: list[str] = list(FIXED_RESOURCES)
         self.resource_index: dict[str, int] = {r: i for i, r in enumerate(self.resources)}
         self.nodes: list[NodeInfo | None] = []
@@ -104,6 +113,16 @@ class ClusterState:
         self.node_version = grow(get("node_version"), (capacity,), np.int64)
         self._cap = capacity
 
+    def _ensure_devices(self, count: int) -> None:
+        """Widen the per-device arrays to hold ``count`` devices per node.
+
+        Only called while a node is written, which bumps ``static_version``: score plugins that
+        cache per-device tables drop them then, so none outlives the old width.
+        """
+        if count > self.max_devices:
+            self.max_devices = count
+            self._grow(self._cap)
+
     @property
     def size(self) -> int:
         """Number of node slots in use (active or not); arrays are valid up to this index."""
@@ -131,10 +150,6 @@ class ClusterState:
         """Add (or update in place) a node; returns its slot."""
         if node.name in self.node_index:
             return self.update_node(node)
-        if node.gpu_count > self.max_devices:
-            raise ValueError(
-                f"Node {node.name}: {node.gpu_count} GPUs exceeds max_devices={self.max_devices}"
-            )
         idx = len(self.nodes)
         if idx >= self._cap:
             self._grow(max(64, self._cap * 2))
@@ -142,9 +157,12 @@ class ClusterState:
         self.node_pods.append({})
         self.node_index[node.name] = idx
         self._write_node(idx, node)
+        self._recompute_devices(idx)
         return idx
 
     def _write_node(self, idx: int, node: NodeInfo) -> None:
+        """Write the node's static columns and device existence (not the load)."""
+        self._ensure_devices(node.gpu_count)
         self.active[idx] = True
         self.unschedulable[idx] = node.unschedulable
         self.allocatable[idx, :] = 0
@@ -161,22 +179,26 @@ class ClusterState:
         self.device_exists[idx, :count] = True
         self.device_memory_total[idx, :] = 0
         self.device_memory_total[idx, :count] = node.gpu_memory_mib
-        self._recompute_devices(idx)
         self._static_changed()
 
     def _recompute_devices(self, idx: int) -> None:
+        """Per-device free compute and memory of node ``idx`` from its placements."""
         self.node_version[idx] += 1
+        self.device_milli_free[idx], self.device_memory_free[idx] = self._device_free(idx)
+        self._recount_idle(idx)
+
+    def _device_free(self, idx: int) -> tuple[np.ndarray, np.ndarray]:
+        """(free milli, free memory) per device of node ``idx``, summed from its placements."""
+        count = int(self.gpu_count[idx])
         milli = np.where(self.device_exists[idx], WHOLE, 0).astype(np.int32)
         mem = self.device_memory_total[idx].copy()
         for uid in self.node_pods[idx]:
             pl = self.placements[uid]
             for d in pl.devices:
-                if d < self.max_devices:
+                if 0 <= d < count:  # devices the node does not show (yet) hold nothing
                     milli[d] -= pl.device_milli
                     mem[d] -= pl.device_memory
-        self.device_milli_free[idx] = milli
-        self.device_memory_free[idx] = mem
-        self._recount_idle(idx)
+        return milli, mem
 
     def _recount_idle(self, idx: int) -> None:
         idle = (
@@ -187,7 +209,11 @@ class ClusterState:
         self.idle_devices[idx] = int(idle.sum())
 
     def update_node(self, node: NodeInfo) -> int:
-        """Replace a node's static description, keeping its pods."""
+        """Replace a node's static description, keeping its pods and their devices.
+
+        Each placement's per-device memory follows the node's (a whole GPU takes all of it), and
+        devices that appear count the pods that named them while they were missing.
+        """
         idx = self.node_index[node.name]
         self.nodes[idx] = node
         self._write_node(idx, node)
@@ -195,7 +221,11 @@ class ClusterState:
         self.requested[idx, :] = 0
         self.scoring_requested[idx, :] = 0
         for uid, pod in self.node_pods[idx].items():
-            self._charge(idx, pod, self.placements[uid], +1)
+            placement = self.placements[uid]
+            if placement.devices:
+                placement.device_memory = self.device_memory_for(pod, idx)
+            self._charge(idx, pod, placement, +1)
+        self._recompute_devices(idx)
         return idx
 
     def remove_node(self, name: str) -> list[PodInfo]:
@@ -332,10 +362,7 @@ class ClusterState:
         placement = Placement(idx, devs, milli if devs else 0, 0, started)
         if devs:
             placement.device_memory = self.device_memory_for(pod, idx)
-            for d in devs:
-                self.device_milli_free[idx, d] -= placement.device_milli
-                self.device_memory_free[idx, d] -= placement.device_memory
-            self._recount_idle(idx)
+            self._take_devices(idx, placement, -1)
         self.placements[pod.uid] = placement
         self.pods[pod.uid] = pod
         self.node_pods[idx][pod.uid] = pod
@@ -357,14 +384,77 @@ class ClusterState:
         self.pods_with_affinity.pop(uid, None)
         self._charge(idx, pod, placement, -1)
         if placement.devices:
-            for d in placement.devices:
-                self.device_milli_free[idx, d] += placement.device_milli
-                self.device_memory_free[idx, d] += placement.device_memory
-            self._recount_idle(idx)
+            self._take_devices(idx, placement, +1)
         self.load_version += 1
         self.node_version[idx] += 1
         self.release_version += 1
         return pod, placement
+
+    def _take_devices(self, idx: int, placement: Placement, sign: int) -> None:
+        """Add (``sign`` +1) or take (-1) the placement's share of each existing device."""
+        count = int(self.gpu_count[idx])
+        for d in placement.devices:
+            if 0 <= d < count:
+                self.device_milli_free[idx, d] += sign * placement.device_milli
+                self.device_memory_free[idx, d] += sign * placement.device_memory
+        self._recount_idle(idx)
+
+    def set_devices(self, uid: str, devices: Iterable[int]) -> Placement:
+        """Move placed pod ``uid`` to ``devices`` of its node, keeping the placement object
+        (and every other field of it); raises ``KeyError`` if ``uid`` is not placed."""
+        placement = self.placements[uid]
+        pod = self.pods[uid]
+        idx = placement.node
+        self._charge(idx, pod, placement, -1)
+        devs = tuple(devices)
+        gpu = pod.gpu
+        placement.devices = devs
+        placement.device_milli = (WHOLE if gpu.is_whole else gpu.milli) if devs else 0
+        placement.device_memory = self.device_memory_for(pod, idx) if devs else 0
+        self._charge(idx, pod, placement, +1)
+        self._recompute_devices(idx)
+        self.load_version += 1
+        self.release_version += 1
+        return placement
+
+    def verify_node(self, idx: int) -> list[str]:
+        """Recompute node ``idx``'s load and per-device arrays from its placements; returns
+        the names of the arrays that had drifted (now repaired), empty when consistent."""
+        placements = self.placements
+        cpu = memory_sum = gpu_memory = 0
+        cols: list[np.ndarray] = []
+        amounts: list[np.ndarray] = []
+        for uid, pod in self.node_pods[idx].items():
+            c, a = self.request_vector(pod)
+            cols.append(c)
+            amounts.append(a)
+            pod_cpu, pod_memory = pod.scoring_cpu_memory
+            cpu += pod_cpu
+            memory_sum += pod_memory
+            pl = placements[uid]
+            gpu_memory += pl.device_memory * len(pl.devices)
+        requested = np.zeros(len(self.resources), dtype=np.int64)
+        if cols:
+            np.add.at(requested, np.concatenate(cols), np.concatenate(amounts))
+        requested[COL_GPU_MEMORY] += gpu_memory
+        scoring = np.array([cpu, memory_sum], dtype=np.int64)
+        milli, memory = self._device_free(idx)
+        drift = []
+        for name, arr, want in (
+            ("requested", self.requested, requested),
+            ("scoring_requested", self.scoring_requested, scoring),
+            ("device_milli_free", self.device_milli_free, milli),
+            ("device_memory_free", self.device_memory_free, memory),
+        ):
+            if not np.array_equal(arr[idx], want):
+                arr[idx] = want
+                drift.append(name)
+        if drift:
+            self._recount_idle(idx)
+            self.node_version[idx] += 1
+            self.load_version += 1
+            self.release_version += 1
+        return drift
 
     # ---- summaries ----------------------------------------------------------------------
     def gpu_capacity_milli(self) -> int:

@@ -15,6 +15,12 @@ Each placement says whether the API reports the pod bound (``Placement.bound``: 
 is merely assumed) and whether its deletion has begun (``Placement.terminating``), so the
 engine never chooses an unbound or terminating pod as a victim. A terminating pod keeps its
 capacity until its deletion is observed, as kube-scheduler counts it.
+
+Devices of bound pods come from their ``fairgpu.io/gpu-devices`` annotation, validated against
+the node when it shows GPUs, and are kept while it shows none (a Node re-created under the same
+name, or a device plugin restarting, reports 0 GPUs for a moment): they count again as soon as
+the GPUs reappear, and every change of a node's GPUs re-reads them (:mod:`fairgpu.kube.devices`).
+:mod:`fairgpu.kube.consistency` checks the result after every batch of events.
 """
 
 from __future__ import annotations
@@ -29,13 +35,22 @@ import msgspec
 from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.cluster.state import ClusterState
-from fairgpu.model.gpu import ANN_GPU_DEVICES, DEFAULT_NAMES, WHOLE, GpuResourceNames
+from fairgpu.kube.devices import annotation_fits, least_used, reapply_devices
+from fairgpu.model.gpu import ANN_GPU_DEVICES, DEFAULT_NAMES, GpuResourceNames
 from fairgpu.model.gpu import decode_gpu_devices as _decode_devices
-from fairgpu.model.node import NodeInfo, node_from_k8s
+from fairgpu.model.node import NodeInfo, NodeProblem, node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import PodInfo, invalid_pod, pod_from_k8s
 
-__all__ = ["NodeRecord", "PodRecord", "SchedulerCache", "decode_node", "decode_pod"]
+__all__ = [
+    "CacheChanges",
+    "NodeRecord",
+    "PodRecord",
+    "SchedulerCache",
+    "annotation_fits",
+    "decode_node",
+    "decode_pod",
+]
 
 log = logging.getLogger("fairgpu.kube.cache")
 
@@ -169,10 +184,18 @@ def _node_key(n: NodeInfo) -> tuple[Any, ...]:
 
 @dataclass(slots=True)
 class CacheChanges:
-    """What one batch of events changed, for the loop to act on."""
+    """What one batch of events changed, for the loop to act on.
+
+    ``nodes``: names of the nodes the batch touched (checked by the consistency check);
+    ``node_problems``: (node name, node uid, problem) first seen in this batch, to report;
+    ``repairs``: divergences the consistency check found and repaired, by kind.
+    """
 
     dirty: bool = False
     gone: set[str] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+    node_problems: list[tuple[str, str, NodeProblem]] = field(default_factory=list)
+    repairs: dict[str, int] = field(default_factory=dict)
 
 
 class SchedulerCache:
@@ -180,12 +203,16 @@ class SchedulerCache:
 
     Args:
         scheduler_name: pods with this ``spec.schedulerName`` are ours to schedule.
-        max_devices: GPUs per node the cluster arrays hold.
+        max_devices: initial GPUs per node of the cluster arrays (they grow with the widest
+            node; no node is too wide).
     """
 
     def __init__(self, scheduler_name: str, max_devices: int = 8) -> None:
         self.scheduler_name = scheduler_name
         self.cluster = ClusterState(max_devices=max_devices)
+        # Bound pods by node name (uid -> pod), whether placed, orphaned or evicting: what the
+        # consistency check compares the cluster state with.
+        self.bound_on: dict[str, dict[str, PodInfo]] = {}
         self.pending: dict[str, PodInfo] = {}
         self.first_seen: dict[str, float] = {}
         self.bound: dict[str, tuple[str, tuple[int, ...] | None]] = {}
@@ -199,7 +226,11 @@ class SchedulerCache:
         self.nominated: dict[str, str] = {}
         self.orphans: dict[str, dict[str, PodInfo]] = {}
         self._node_keys: dict[str, tuple[Any, ...]] = {}
+        # Node name -> its uid and problems (or its decoding error) last reported: each once.
+        self._node_reported: dict[str, str] = {}
         self.overcommits = 0
+        self.repairs: dict[str, int] = {}
+        self.last_full_check = float("-inf")
 
     # ---- queries ------------------------------------------------------------------------------
     def schedulable(self) -> list[PodInfo]:
@@ -247,7 +278,9 @@ class SchedulerCache:
     def _gone(self, uid: str, out: CacheChanges) -> None:
         self.pending.pop(uid, None)
         self.first_seen.pop(uid, None)
-        self.bound.pop(uid, None)
+        where = self.bound.pop(uid, None)
+        if where is not None:
+            self._unindex(uid, where[0])
         self.assumed.pop(uid, None)
         self.evicting.discard(uid)
         self.deleting.discard(uid)
@@ -263,10 +296,13 @@ class SchedulerCache:
         uid = rec.uid
         self.pending.pop(uid, None)
         self.first_seen.pop(uid, None)
+        old = self.bound.get(uid)
         self.bound[uid] = (rec.node_name, rec.devices)
         self.nominated.pop(uid, None)
         if rec.deleting:
             self.deleting.add(uid)  # a deletion is never undone
+        self._index(rec, old)
+        out.nodes.add(rec.node_name)
         if uid in self.evicting or rec.info is None:
             return  # released by a preemption plan; stays released until it is gone
         self.assumed.pop(uid, None)
@@ -283,6 +319,19 @@ class SchedulerCache:
             cluster.release(uid)
             out.dirty = True
         self._place_bound(rec.info, rec.node_name, rec.devices, rec.started or now)
+
+    def _index(self, rec: PodRecord, old: tuple[str, Any] | None) -> None:
+        if old is not None and old[0] != rec.node_name:
+            self._unindex(rec.uid, old[0])
+        if rec.info is not None:
+            self.bound_on.setdefault(rec.node_name, {})[rec.uid] = rec.info
+
+    def _unindex(self, uid: str, node_name: str) -> None:
+        pods = self.bound_on.get(node_name)
+        if pods is not None:
+            pods.pop(uid, None)
+            if not pods:
+                del self.bound_on[node_name]
 
     def _place_bound(
         self, pod: PodInfo, node_name: str, devices: tuple[int, ...] | None, started: float
@@ -305,19 +354,28 @@ class SchedulerCache:
     def _devices_for(
         self, pod: PodInfo, idx: int, devices: tuple[int, ...] | None
     ) -> tuple[int, ...]:
-        """The devices a bound pod holds: its annotation, else (bound by another scheduler)
-        the least-used devices that fit, so accounting stays right either way."""
+        """The devices a bound pod holds.
+
+        Its annotation when the node shows no GPUs (kept until they appear) or when every index
+        is one of the node's devices; otherwise (bound by another scheduler, or an annotation
+        naming devices the node does not have) the least-used devices that fit, so the
+        accounting stays right either way.
+        """
         gpu = pod.gpu
-        c = self.cluster
-        count = int(c.gpu_count[idx])
-        if gpu.count == 0 or count == 0:
+        if gpu.count == 0:
             return ()
-        if devices is not None and all(0 <= d < count for d in devices):
-            return devices
-        free = c.device_milli_free[idx, :count]
-        need = WHOLE if gpu.is_whole else gpu.milli
-        order = sorted(range(count), key=lambda d: (-(int(free[d]) >= need), -int(free[d]), d))
-        return tuple(sorted(order[: gpu.count]))
+        count = int(self.cluster.gpu_count[idx])
+        if devices is not None:
+            if annotation_fits(devices, count):
+                return tuple(sorted(devices))
+            log.warning(
+                "GPU devices annotation names devices the node does not have; "
+                "accounting the least-used devices instead",
+                extra={"pod": pod.key, "devices": list(devices), "node_gpus": count},
+            )
+        if count == 0:
+            return ()  # chosen when the node's GPUs appear
+        return least_used(self.cluster, pod, idx)
 
     def sync_pods(self, records: list[PodRecord], now: float, out: CacheChanges) -> None:
         """Replace the pod view with a full list (after a relist)."""
@@ -382,31 +440,71 @@ class SchedulerCache:
 
     # ---- nodes --------------------------------------------------------------------------------
     def apply_node(self, etype: str, rec: NodeRecord, now: float, out: CacheChanges) -> None:
-        """Apply one node event."""
+        """Apply one node event.
+
+        A node whose GPU count or memory changes re-reads its bound pods' devices; GPU-detail
+        problems of a node (see :class:`~fairgpu.model.node.NodeProblem`) are passed on in
+        ``out.node_problems`` once per Node object.
+        """
         if etype == "DELETED" or rec.info is None:
-            if rec.info is None and etype != "DELETED":
-                log.warning("ignoring malformed node", extra={"node": rec.name, "error": rec.error})
+            malformed = rec.info is None and etype != "DELETED"
+            repeat = malformed and self._node_reported.get(rec.name) == rec.error
             self._remove_node(rec.name, out)
+            if malformed:
+                if not repeat:  # once, not at every status heartbeat
+                    log.warning(
+                        "ignoring malformed node", extra={"node": rec.name, "error": rec.error}
+                    )
+                self._node_reported[rec.name] = rec.error
             return
-        key = _node_key(rec.info)
+        info = rec.info
+        out.nodes.add(rec.name)
+        self._note_problems(info, out)
+        key = _node_key(info)
         if self._node_keys.get(rec.name) == key:
             return  # a status heartbeat: nothing the engine reads changed
-        if rec.info.gpu_count > self.cluster.max_devices:
-            log.warning(
-                "node has more GPUs than the cache holds per node; ignoring it",
-                extra={"node": rec.name, "gpus": rec.info.gpu_count},
-            )
-            return
         self._node_keys[rec.name] = key
-        self.cluster.add_node(rec.info)
+        cluster = self.cluster
+        idx = cluster.node_index.get(rec.name)
+        before = None if idx is None else (int(cluster.gpu_count[idx]), cluster.node(idx))
+        cluster.add_node(info)
         out.dirty = True
+        if before is not None and (
+            before[0] != info.gpu_count or before[1].gpu_memory_mib != info.gpu_memory_mib
+        ):
+            moved = reapply_devices(cluster, self.bound, rec.name)
+            if moved:
+                log.info(
+                    "node GPUs changed; devices of its pods re-read",
+                    extra={"node": rec.name, "gpus": info.gpu_count, "pods_moved": moved},
+                )
         for uid, pod in self.orphans.pop(rec.name, {}).items():
             where = self.bound.get(uid)
-            if where is not None and uid not in self.cluster.placements:
+            placed = uid in self.cluster.placements or uid in self.evicting
+            if where is not None and not placed:
                 self._place_bound(pod, where[0], where[1], now)
 
+    def _note_problems(self, info: NodeInfo, out: CacheChanges) -> None:
+        """Log and pass on a Node object's GPU-detail problems, the first time it shows them."""
+        if not info.problems:
+            return
+        seen = "\n".join([info.uid, *(p.message for p in info.problems)])
+        if self._node_reported.get(info.name) == seen:
+            return
+        self._node_reported[info.name] = seen
+        for problem in info.problems:
+            log.warning(
+                "node field ignored",
+                extra={"node": info.name, "field": problem.field, "error": problem.message},
+            )
+            out.node_problems.append((info.name, info.uid, problem))
+
     def _remove_node(self, name: str, out: CacheChanges) -> None:
+        """Forget node ``name``; its bound pods wait as orphans (devices kept) for its return."""
         self._node_keys.pop(name, None)
+        self._node_reported.pop(name, None)
+        if name not in self.cluster.node_index:
+            return
         for pod in self.cluster.remove_node(name):
             if pod.uid in self.bound:
                 self.orphans.setdefault(name, {})[pod.uid] = pod

@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -114,9 +115,33 @@ class Metrics:
             "FailedScheduling reports queued (Event + PodScheduled=False).",
             registry=r,
         )
+        self.cache_repairs = Counter(
+            "fairgpu_cache_repairs",
+            "Divergences between the cache and the bound pods' node and gpu-devices annotation "
+            "found after a batch of watch events and repaired, by kind (missing, orphan, node, "
+            "devices, stale, arrays). Stays 0 in a healthy scheduler.",
+            ["kind"],
+            registry=r,
+        )
+        self.node_problems = Counter(
+            "fairgpu_node_problems",
+            "Node fields read only for GPU detail that could not be read and fell back to a "
+            "default (counted once per Node object and field), by field.",
+            ["field"],
+            registry=r,
+        )
         self.watch_relists = Gauge(
             "fairgpu_watch_relists", "Full relists per watched resource.", ["resource"], registry=r
         )
+
+    def count_cache_changes(
+        self, repairs: dict[str, int], node_problems: list[tuple[str, str, Any]]
+    ) -> None:
+        """Count one batch's cache repairs and newly seen node problems."""
+        for kind, count in repairs.items():
+            self.cache_repairs.labels(kind).inc(count)
+        for _, _, problem in node_problems:
+            self.node_problems.labels(getattr(problem, "field", "")).inc()
 
     def render(self) -> bytes:
         """The exposition text."""

@@ -1,5 +1,6 @@
 """Tell people why a pod is not scheduled: a ``FailedScheduling`` Event and a
-``PodScheduled=False`` condition, rate-limited.
+``PodScheduled=False`` condition, rate-limited; and warn about Nodes whose GPU details could
+not be read (a Warning Event on the Node, once per problem).
 
 A big backlog of unschedulable pods must not flood the API server: reports are coalesced per
 pod (only the latest reason is sent), a pod is re-reported only when its reason changes or
@@ -27,13 +28,18 @@ log = logging.getLogger("fairgpu.kube.reporter")
 
 @dataclass(slots=True)
 class Report:
-    """One pod's unschedulable reason."""
+    """One pod's unschedulable reason, or (``kind`` ``Node``) a warning about a node."""
 
     uid: str
     namespace: str
     name: str
     message: str
     reason: str = "Unschedulable"
+    kind: str = "Pod"
+
+
+#: Reason of the Warning Event about a Node field read only for GPU detail that fell back.
+NODE_PROBLEM_REASON = "GPUDetailIgnored"
 
 
 def _now() -> str:
@@ -112,6 +118,17 @@ class Reporter:
             self._cond.notify()
         return True
 
+    def node_problems(self, problems: list[tuple[str, str, object]]) -> None:
+        """Queue a Warning Event on each Node for ``(name, uid, problem)`` (``str(problem)`` is
+        the note); the caller passes each problem once."""
+        for name, uid, problem in problems:
+            key = f"node/{name}/{getattr(problem, 'field', '')}"
+            rep = Report(uid, "default", name, str(problem), NODE_PROBLEM_REASON, "Node")
+            with self._cond:
+                self._queue[key] = rep
+                self._queue.move_to_end(key)
+                self._cond.notify()
+
     def forget(self, uid: str) -> None:
         """The pod was bound or deleted: drop its history and any queued report."""
         self._last.pop(uid, None)
@@ -131,7 +148,7 @@ class Reporter:
                 if self._stop:
                     return
                 _, rep = self._queue.popitem(last=False)
-            if not self.still_pending(rep.uid):
+            if rep.kind == "Pod" and not self.still_pending(rep.uid):
                 continue
             try:
                 self._send(rep)
@@ -144,6 +161,9 @@ class Reporter:
                 time.sleep(0.5)
 
     def _send(self, rep: Report) -> None:
+        if rep.kind == "Node":
+            self._post_event(rep, "Warning", rep.reason, "Decoding")
+            return
         ns, name = rep.namespace, rep.name
         self.limiter.acquire()
         status = {
@@ -174,7 +194,15 @@ class Reporter:
             )
         if r.status == 404:
             return
+        self._post_event(rep, "Warning", "FailedScheduling", "Scheduling")
+
+    def _post_event(self, rep: Report, etype: str, reason: str, action: str) -> None:
+        """An events.k8s.io/v1 Event about ``rep``'s object (a Node's go to ``default``)."""
+        ns, name = rep.namespace, rep.name
         self.limiter.acquire()
+        regarding = {"apiVersion": "v1", "kind": rep.kind, "name": name, "uid": rep.uid}
+        if rep.kind == "Pod":
+            regarding["namespace"] = ns
         event = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
@@ -182,17 +210,11 @@ class Reporter:
             "eventTime": _micro_now(),
             "reportingController": self.component,
             "reportingInstance": self.instance or self.component,
-            "action": "Scheduling",
-            "reason": "FailedScheduling",
+            "action": action,
+            "reason": reason,
             "note": rep.message[:1024],
-            "type": "Warning",
-            "regarding": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": ns,
-                "name": name,
-                "uid": rep.uid,
-            },
+            "type": etype,
+            "regarding": regarding,
         }
         r = self.client.request(
             "POST", f"/apis/events.k8s.io/v1/namespaces/{ns}/events", event, limited=False
@@ -201,5 +223,5 @@ class Reporter:
             self.failed += 1
             log.warning(
                 "event not written",
-                extra={"pod": f"{ns}/{name}", "status": r.status, "error": r.message},
+                extra={rep.kind.lower(): f"{ns}/{name}", "status": r.status, "error": r.message},
             )

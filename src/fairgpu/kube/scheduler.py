@@ -53,6 +53,7 @@ from fairgpu.kube.client import (
     RestClient,
     load_connection,
 )
+from fairgpu.kube.consistency import check as check_cache
 from fairgpu.kube.leader import LeaderElector
 from fairgpu.kube.metrics import HealthServer, Metrics
 from fairgpu.kube.podgroups import (
@@ -107,7 +108,7 @@ class RunConfig:
         events_qps: rate cap for Events + PodScheduled conditions.
         node_pool_label: the node-pool label/taint key used to derive placement from a
             ``fairgpu.io/workload-type`` label.
-        max_devices: GPUs per node the cache holds.
+        max_devices: deprecated and ignored (the cache holds nodes of any GPU count).
         seed: engine seed.
         resync_seconds: run a cycle at least this often while pods are pending.
         preemption_wait: seconds a preemptor waits for its victims to go before it is requeued.
@@ -420,6 +421,9 @@ class LiveScheduler:
         # then post those whose victims are all gone.
         if self.holds.reconcile(now):
             out.dirty = True
+        check_cache(self.cache, out, now)  # repairs any divergence from the pods' annotations
+        self.metrics.count_cache_changes(out.repairs, out.node_problems)
+        self.reporter.node_problems(out.node_problems)
         if out.dirty:
             self._dirty = True
         if out.gone:

@@ -1,9 +1,10 @@
 """NodeResourcesFit and NodeResourcesBalancedAllocation, vectorised over all nodes.
 
 Filtering checks every requested resource (cpu, memory, pods, ephemeral-storage, every extended
-resource); GPU devices are checked by :mod:`fairgpu.engine.plugins.gpu`. Scoring strategies are
-kube-scheduler's LeastAllocated (spread), MostAllocated (binpack) and RequestedToCapacityRatio,
-with the same integer arithmetic.
+resource) and, for GPU pods, the node's GPU total (``nvidia.com/gpu`` allocatable, in milli-GPU)
+as a backstop; which devices fit is checked by :mod:`fairgpu.engine.plugins.gpu`. Scoring
+strategies are kube-scheduler's LeastAllocated (spread), MostAllocated (binpack) and
+RequestedToCapacityRatio, with the same integer arithmetic.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.pod import PODS, PodInfo
 
 _ALIASES = {DEFAULT_NAMES.gpu: "fairgpu.io/gpu-milli"}
+# What kube-scheduler calls the node-level GPU total in its reasons.
+_REASON_NAMES = {COL_GPU_MILLI: DEFAULT_NAMES.gpu}
 # kube-scheduler scores these even when the pod does not ask for them; GPUs and extended
 # resources the pod does not ask for are left out of the node's average.
 _ALWAYS_SCORED = (COL_CPU, COL_MEMORY, COL_EPHEMERAL)
@@ -38,6 +41,15 @@ def _asks(pod: PodInfo, cluster: ClusterState, col: int) -> bool:
     if col in (COL_GPU_MILLI, COL_GPU_MEMORY):
         return pod.gpu.count > 0
     return pod.requests.get(cluster.resources[col], 0) > 0
+
+
+def _devices_look_free(pod: PodInfo, cluster: ClusterState, n: int) -> np.ndarray:
+    """Per node: do the per-device arrays show room for the pod's GPUs (compute only)?"""
+    gpu = pod.gpu
+    if gpu.is_whole:
+        return cluster.idle_devices[:n] >= gpu.count
+    roomy = cluster.device_exists[:n] & (cluster.device_milli_free[:n] >= gpu.milli)
+    return roomy.any(axis=1)
 
 
 class NodeResourcesFit(FilterPlugin, ScorePlugin):
@@ -73,22 +85,30 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
             raise ValueError("NodeResourcesFit.shape[].utilization: must increase strictly")
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
-        """Nodes whose free amount of any requested resource is below the request fail."""
+        """Nodes whose free amount of any requested resource is below the request fail.
+
+        A GPU pod's total (devices x milli-GPU each) is checked against the node's GPU total
+        too, as a backstop: it keeps a node from ever holding more GPUs than it has even if
+        its per-device arrays were wrong. Which devices fit is GpuFit's to decide (with its
+        own reasons), so the total rejects only nodes whose devices look free enough: while
+        the arrays are right a short total implies devices too full, and nothing changes.
+        """
         cols, amounts = cluster.request_vector(pod)
-        if pod.gpu.count:  # GPU columns are checked per device by GpuFit
-            keep = (cols != COL_GPU_MILLI) & (cols != COL_GPU_MEMORY)
-            cols, amounts = cols[keep], amounts[keep]
         n = cluster.size
         if cols.size == 0:
             return FilterResult(np.ones(n, dtype=bool))
         free = cluster.allocatable[:n, cols] - cluster.requested[:n, cols]
         short = free < amounts
+        if pod.gpu.count:
+            gpu = np.flatnonzero(cols == COL_GPU_MILLI)
+            if gpu.size and short[:, gpu[0]].any():
+                short[:, gpu[0]] &= _devices_look_free(pod, cluster, n)
         mask = ~short.any(axis=1)
         reasons = {}
         for j, col in enumerate(cols):
             failing = short[:, j]
             if failing.any():
-                rname = cluster.resources[col]
+                rname = _REASON_NAMES.get(int(col), cluster.resources[col])
                 reasons["Too many pods" if rname == PODS else f"Insufficient {rname}"] = failing
         return FilterResult(mask, reasons)
 

@@ -7,12 +7,16 @@ annotations give each pod its timing: ``fairgpu.io/arrival-seconds`` (default 0)
 ``fairgpu.io/duration-seconds`` (default: runs until the end).
 
 A malformed pod does not stop the replay: it is kept with its error and reported unschedulable.
-A malformed node, an unreadable file or invalid YAML raises :class:`WorkloadError`.
+A Node field read only for GPU detail that cannot be read (``nvidia.com/gpu.memory: 16Gi``)
+keeps the node with a fallback, as the live scheduler does: it is logged once as a warning and
+listed in the workload's ``extra["node_problems"]``. A node malformed otherwise, an unreadable
+file or invalid YAML raises :class:`WorkloadError`.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,8 @@ from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, p
 from fairgpu.sim.workload import PodArrival, Workload
 
 DEFAULT_POOLS = NodePoolConfig()
+
+log = logging.getLogger("fairgpu.sim.workloads")
 
 
 class WorkloadError(ValueError):
@@ -96,6 +102,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
     priority_classes: dict[str, int] = {}
     pod_groups: dict[str, int] = {}
     nodes = []
+    problems: list[str] = []
     pod_docs: list[tuple[Path, dict[str, Any]]] = []
     ignored: dict[str, int] = {}
     for path, doc in docs:
@@ -108,9 +115,13 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
             priority_classes[pc.metadata.name] = pc.value
         elif kind == "Node":
             try:
-                nodes.append(node_from_k8s(k8s.decode(doc, k8s.Node)))
+                node = node_from_k8s(k8s.decode(doc, k8s.Node))
             except InvalidObjectError as error:
                 raise WorkloadError(f"{path}: {error}") from None
+            for problem in node.problems:
+                log.warning("%s: %s", path, problem.message)
+                problems.append(f"{path}: {problem.message}")
+            nodes.append(node)
         elif kind == "Pod":
             pod_docs.append((path, doc))
         elif kind == "Deployment":
@@ -159,7 +170,11 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
         arrivals=arrivals,
         pod_groups=pod_groups,
         description=description,
-        extra={"ignored_kinds": ignored, "priority_classes": priority_classes},
+        extra={
+            "ignored_kinds": ignored,
+            "priority_classes": priority_classes,
+            "node_problems": problems,
+        },
     )
 
 
