@@ -18,7 +18,8 @@ __all__ = ["QuantityError", "parse_quantity", "to_int", "to_milli"]
 
 # apimachinery's parseQuantityString: an optional sign, digits, an optional fraction, then a
 # suffix; every part may be empty, and a missing number reads as 0 ("-", ".", "Ki" are 0).
-_NUMBER = re.compile(r"^([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9]*)$")
+# fullmatch, not match with "$": "$" also matches before a trailing newline ("1\n").
+_NUMBER = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9]*)")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Fraction(1, 10**9),
@@ -32,7 +33,7 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
-_EXPONENT = re.compile(r"^[eE]([+-]?[0-9]+)$")
+_EXPONENT = re.compile(r"[eE]([+-]?[0-9]+)")
 # Kubernetes refuses quantities whose magnitude needs more than this many bits.
 _MAX_ABS = Fraction(2**63 - 1)
 
@@ -43,7 +44,7 @@ class QuantityError(ValueError):
 
 @lru_cache(maxsize=4096)
 def _parse_text(text: str) -> Fraction:
-    match = _NUMBER.match(text)
+    match = _NUMBER.fullmatch(text)
     if not text or not match:
         raise QuantityError(f"{text!r} is not a quantity (expected e.g. 500m, 2, 1.5Gi, 1e3)")
     sign, whole, fraction, suffix = match.groups()
@@ -53,7 +54,7 @@ def _parse_text(text: str) -> Fraction:
     elif suffix in _DECIMAL:
         value *= _DECIMAL[suffix]
     else:
-        exp = _EXPONENT.match(suffix)
+        exp = _EXPONENT.fullmatch(suffix)
         if not exp:
             raise QuantityError(f"{text!r} has an unknown suffix {suffix!r}")
         power = int(exp.group(1))
