@@ -1,0 +1,158 @@
+"""VolumeStore: the claims, volumes, storage classes and CSI nodes the volume plugins read.
+
+The store is part of the engine's input, next to the :class:`ClusterState` (as its
+``volumes`` attribute); the adapters fill it (the simulator from YAML, the live scheduler from
+watches) and the engine only reads it, except for one thing: like kube-scheduler's assume
+cache, the VolumeBinding filter records which volume each unbound claim would get on each
+feasible node (:class:`ClaimChoices`). Once the pod is placed, that choice *is* the binding
+decision: later pods see the volume as taken, the simulator applies it and the live scheduler
+writes it to the API before binding the pod. A choice of a pod that is not (or no longer)
+placed is ignored, so discarded gangs and failed binds need no cleanup here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fairgpu.model.volumes import ClaimInfo, ClassInfo, CSINodeInfo, VolumeInfo
+
+if TYPE_CHECKING:
+    from fairgpu.cluster.state import ClusterState
+
+
+@dataclass(slots=True)
+class ClaimChoices:
+    """For each unbound WaitForFirstConsumer claim of one pod, the volume it would bind to on
+    every node slot: ``choice[j][slot]`` indexes ``candidates[j]`` (-1: provision a new
+    volume there, or nothing fits, which the filter already rejected)."""
+
+    claims: tuple[str, ...]
+    candidates: tuple[tuple[str, ...], ...]
+    choice: tuple[np.ndarray, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeDecision:
+    """What binding the pod to ``node`` means for its unbound claims: claim key -> volume
+    name to bind, and the claims to provision on that node (selected-node annotation)."""
+
+    node: str
+    bind: tuple[tuple[str, str], ...] = ()
+    provision: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.bind or self.provision)
+
+
+@dataclass(slots=True)
+class VolumeStore:
+    """Storage objects by key, plus the per-pod volume choices of the current decisions.
+
+    ``version`` grows on every change, so plugins can cache derived data.
+    """
+
+    claims: dict[str, ClaimInfo] = field(default_factory=dict)
+    volumes: dict[str, VolumeInfo] = field(default_factory=dict)
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    csi_nodes: dict[str, CSINodeInfo] = field(default_factory=dict)
+    choices: dict[str, ClaimChoices] = field(default_factory=dict)
+    version: int = 0
+
+    # ---- updates (adapters) ------------------------------------------------------------
+    def set_claim(self, claim: ClaimInfo) -> None:
+        """Add or replace a claim."""
+        self.claims[claim.key] = claim
+        self.version += 1
+
+    def set_volume(self, volume: VolumeInfo) -> None:
+        """Add or replace a PersistentVolume."""
+        self.volumes[volume.name] = volume
+        self.version += 1
+
+    def set_class(self, sc: ClassInfo) -> None:
+        """Add or replace a StorageClass."""
+        self.classes[sc.name] = sc
+        self.version += 1
+
+    def set_csi_node(self, node: CSINodeInfo) -> None:
+        """Add or replace a CSINode."""
+        self.csi_nodes[node.name] = node
+        self.version += 1
+
+    def remove(self, kind: str, key: str) -> None:
+        """Forget object ``key`` of ``kind`` (claim, volume, class or csinode)."""
+        table = {
+            "claim": self.claims,
+            "volume": self.volumes,
+            "class": self.classes,
+            "csinode": self.csi_nodes,
+        }[kind]
+        if table.pop(key, None) is not None:
+            self.version += 1
+
+    def forget_pod(self, uid: str) -> None:
+        """Drop a pod's recorded volume choices (it was bound or deleted)."""
+        self.choices.pop(uid, None)
+
+    # ---- queries (plugins) ---------------------------------------------------------------
+    def claim(self, namespace: str, name: str) -> ClaimInfo | None:
+        """The claim ``namespace/name``, or None."""
+        return self.claims.get(f"{namespace}/{name}")
+
+    def class_of(self, claim: ClaimInfo) -> ClassInfo | None:
+        """The claim's StorageClass; an unset class name means the default class, as the
+        DefaultStorageClass admission plugin fills it in."""
+        name = claim.storage_class
+        if name is None:
+            return next((c for c in self.classes.values() if c.default), None)
+        return self.classes.get(name) if name else None
+
+    def class_name(self, claim: ClaimInfo) -> str:
+        """The class name the claim asks for ('' for none)."""
+        if claim.storage_class is None:
+            sc = self.class_of(claim)
+            return sc.name if sc is not None else ""
+        return claim.storage_class
+
+    def volumes_of_class(self, name: str) -> Iterator[VolumeInfo]:
+        """Volumes of StorageClass ``name`` in name order (a deterministic tie-break)."""
+        for key in sorted(self.volumes):
+            vol = self.volumes[key]
+            if vol.storage_class == name:
+                yield vol
+
+    def taken(self, cluster: ClusterState) -> dict[str, str]:
+        """Volumes chosen for placed pods whose claims are not bound yet: volume -> claim."""
+        out: dict[str, str] = {}
+        for uid, pick in self.choices.items():
+            placement = cluster.placements.get(uid)
+            if placement is None:
+                continue
+            for claim, cands, choice in zip(pick.claims, pick.candidates, pick.choice, strict=True):
+                idx = int(choice[placement.node]) if placement.node < choice.size else -1
+                if idx >= 0:
+                    out[cands[idx]] = claim
+        return out
+
+    def decision(self, uid: str, node: int, node_name: str) -> VolumeDecision:
+        """The volume binding decision for pod ``uid`` placed on slot ``node``."""
+        pick = self.choices.get(uid)
+        if pick is None:
+            return VolumeDecision(node_name)
+        bind: list[tuple[str, str]] = []
+        provision: list[str] = []
+        for claim, cands, choice in zip(pick.claims, pick.candidates, pick.choice, strict=True):
+            idx = int(choice[node]) if node < choice.size else -1
+            if idx >= 0:
+                bind.append((claim, cands[idx]))
+            else:
+                provision.append(claim)
+        return VolumeDecision(node_name, tuple(bind), tuple(provision))
+
+    def claims_of(self, namespace: str, names: Iterable[str]) -> list[ClaimInfo | None]:
+        """The claims ``names`` of a pod in ``namespace`` (None where missing)."""
+        return [self.claims.get(f"{namespace}/{n}") for n in names]
