@@ -311,9 +311,7 @@ class PersistentVolumeClaimStatus(_Base):
 class PersistentVolumeClaim(_Base):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: PersistentVolumeClaimSpec = msgspec.field(default_factory=PersistentVolumeClaimSpec)
-    status: PersistentVolumeClaimStatus = msgspec.field(
-        default_factory=PersistentVolumeClaimStatus
-    )
+    status: PersistentVolumeClaimStatus = msgspec.field(default_factory=PersistentVolumeClaimStatus)
     kind: str = "PersistentVolumeClaim"
 
 

@@ -12,13 +12,20 @@ placed is ignored, so discarded gangs and failed binds need no cleanup here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fairgpu.model.volumes import ClaimInfo, ClassInfo, CSINodeInfo, VolumeInfo
+from fairgpu.model.selectors import NodeSelectorTerm, Requirement
+from fairgpu.model.volumes import (
+    ClaimInfo,
+    ClassInfo,
+    CSINodeInfo,
+    StorageObject,
+    VolumeInfo,
+)
 
 if TYPE_CHECKING:
     from fairgpu.cluster.state import ClusterState
@@ -82,6 +89,17 @@ class VolumeStore:
         """Add or replace a CSINode."""
         self.csi_nodes[node.name] = node
         self.version += 1
+
+    def add(self, obj: StorageObject) -> None:
+        """Add or replace any decoded storage object."""
+        if isinstance(obj, ClaimInfo):
+            self.set_claim(obj)
+        elif isinstance(obj, VolumeInfo):
+            self.set_volume(obj)
+        elif isinstance(obj, ClassInfo):
+            self.set_class(obj)
+        else:
+            self.set_csi_node(obj)
 
     def remove(self, kind: str, key: str) -> None:
         """Forget object ``key`` of ``kind`` (claim, volume, class or csinode)."""
@@ -156,3 +174,49 @@ class VolumeStore:
     def claims_of(self, namespace: str, names: Iterable[str]) -> list[ClaimInfo | None]:
         """The claims ``names`` of a pod in ``namespace`` (None where missing)."""
         return [self.claims.get(f"{namespace}/{n}") for n in names]
+
+
+def apply_decision(
+    store: VolumeStore, decision: VolumeDecision, node_labels: Mapping[str, str]
+) -> list[str]:
+    """Do what the PV controller and a provisioner do once the pod is bound (the simulator's
+    stand-in): bind each claim to its chosen volume, and provision a volume for each claim to
+    provision, limited to the node's values of the class's allowed-topology keys. Returns the
+    names of the volumes bound."""
+    names = []
+    for key, vol_name in decision.bind:
+        claim, vol = store.claims.get(key), store.volumes.get(vol_name)
+        if claim is None or vol is None:
+            continue
+        store.set_volume(replace(vol, claim=key, claim_uid=claim.uid, phase="Bound"))
+        store.set_claim(replace(claim, volume_name=vol_name))
+        names.append(vol_name)
+    for key in decision.provision:
+        claim = store.claims.get(key)
+        if claim is None:
+            continue
+        sc = store.class_of(claim)
+        topology_keys = sorted({k for term in sc.allowed_topologies for k, _ in term}) if sc else []
+        terms = None
+        if topology_keys:
+            reqs = tuple(
+                Requirement(k, "In", (node_labels[k],)) for k in topology_keys if k in node_labels
+            )
+            terms = (NodeSelectorTerm(reqs),)
+        name = f"pvc-{claim.uid or key.replace('/', '-')}"
+        store.set_volume(
+            VolumeInfo(
+                name=name,
+                capacity=claim.request,
+                access_modes=claim.access_modes,
+                storage_class=sc.name if sc else "",
+                claim=key,
+                claim_uid=claim.uid,
+                node_terms=terms,
+                phase="Bound",
+                volume_mode=claim.volume_mode,
+            )
+        )
+        store.set_claim(replace(claim, volume_name=name, selected_node=decision.node))
+        names.append(name)
+    return names

@@ -266,3 +266,21 @@ def pod_volume_refs(
             ident = f"{','.join(sorted(rbd.monitors))}/{rbd.pool}/{rbd.image}"
             disks.append(("rbd", ident, rbd.read_only))
     return tuple(dict.fromkeys(claims)), tuple(disks)
+
+
+StorageObject = ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo
+STORAGE_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode")
+
+
+def decode_storage(doc: dict[str, object]) -> StorageObject:
+    """Decode one storage object given as a parsed JSON/YAML mapping, by its ``kind``."""
+    kind = doc.get("kind")
+    if kind == "PersistentVolumeClaim":
+        return claim_from_k8s(k8s.decode(doc, k8s.PersistentVolumeClaim))
+    if kind == "PersistentVolume":
+        return volume_from_k8s(k8s.decode(doc, k8s.PersistentVolume))
+    if kind == "StorageClass":
+        return class_from_k8s(k8s.decode(doc, k8s.StorageClass))
+    if kind == "CSINode":
+        return csinode_from_k8s(k8s.decode(doc, k8s.CSINode))
+    raise InvalidObjectError(str(kind), "kind", f"not one of {', '.join(STORAGE_KINDS)}")
