@@ -112,6 +112,16 @@ class VolumeStore:
         if table.pop(key, None) is not None:
             self.version += 1
 
+    def prune_bound(self) -> None:
+        """Drop the choices of pods whose claims are all bound now (the decision is done)."""
+        done = [
+            uid
+            for uid, pick in self.choices.items()
+            if all((c := self.claims.get(k)) is not None and c.volume_name for k in pick.claims)
+        ]
+        for uid in done:
+            del self.choices[uid]
+
     def forget_pod(self, uid: str) -> None:
         """Drop a pod's recorded volume choices (it was bound or deleted)."""
         self.choices.pop(uid, None)
