@@ -66,7 +66,7 @@ def test_bound_claim_follows_its_volumes_node_affinity() -> None:
     )
     assert feasible(user("app", "data"), state) == ["b"]
     assert reason(user("app", "data"), state) == (
-        "0/3 nodes are available: 2 node(s) had volume node affinity conflict."
+        "0/3 nodes are available: 2 node(s) didn't match PersistentVolume's node affinity."
     )
 
 
@@ -228,10 +228,9 @@ def test_read_write_once_pod_claim_is_used_by_one_pod_only() -> None:
         pv_doc("pv", claim="default/solo", modes=("ReadWriteOncePod",)),
         pvc_doc("solo", volume="pv", modes=("ReadWriteOncePod",)),
     )
-    result = scheduler().schedule(user("second", "solo"), state)
-    assert result.reason() == (
-        "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod "
-        "access mode"
+    assert reason(user("second", "solo"), state) == (
+        "0/3 nodes are available: 3 node(s) unavailable due to PersistentVolumeClaim with "
+        "ReadWriteOncePod access mode already in-use by another pod."
     )
     state.release(holder.uid)
     assert feasible(user("second", "solo"), state) == ["a", "b", "c"]

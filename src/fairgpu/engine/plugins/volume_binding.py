@@ -39,7 +39,9 @@ from fairgpu.model.selectors import Requirement
 from fairgpu.model.volumes import NO_PROVISIONER, PHASE_AVAILABLE, ClaimInfo, ClassInfo, VolumeInfo
 
 BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
-NODE_CONFLICT = "node(s) had volume node affinity conflict"
+# kube-scheduler 1.34's words for a bound volume whose node affinity excludes the node (older
+# releases said "node(s) had volume node affinity conflict").
+NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
 PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 _STATE = "VolumeBinding"

@@ -1,10 +1,10 @@
 """VolumeRestrictions: a ReadWriteOncePod claim is used by one pod at a time, and in-tree disks
 that cannot be shared (GCE PD, AWS EBS, iSCSI, RBD) are not mounted twice on one node.
 
-As in kube-scheduler 1.34: a missing claim, or a ReadWriteOncePod claim another placed pod
-uses, rejects the pod before any node is looked at (no node can help); a disk conflict rejects
-the nodes where a placed pod holds the same disk (unless both mount it read-only, where that
-is allowed: GCE PD, iSCSI, RBD).
+As in kube-scheduler 1.34: a missing claim rejects the pod before any node is looked at; a
+ReadWriteOncePod claim another placed pod uses rejects every node (evicting that pod could
+help); a disk conflict rejects the nodes where a placed pod holds the same disk (unless both
+mount it read-only, where that is allowed: GCE PD, iSCSI, RBD).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from fairgpu.model.volumes import RWOP
 
 DISK_CONFLICT = "node(s) had no available disk"
 RWOP_CONFLICT = (
-    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
+    "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
+    "already in-use by another pod"
 )
 
 
@@ -48,30 +49,19 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
     name = "VolumeRestrictions"
 
     def pre_filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> Status:
-        """Rejects the pod outright (UNRESOLVABLE) for a missing or taken RWOP claim."""
-        if not pod.claims:
-            return SUCCESS
+        """Rejects the pod outright (UNRESOLVABLE) if one of its claims does not exist."""
         store = cluster.volumes
-        exclusive: set[str] = set()
         for name in pod.claims:
-            claim = store.claim(pod.namespace, name)
-            if claim is None:
+            if store.claim(pod.namespace, name) is None:
                 return Status.unresolvable(self.name, claim_not_found(name))
-            if RWOP in claim.access_modes:
-                exclusive.add(name)
-        if exclusive:
-            for uid, other in cluster.pods.items():
-                if (
-                    uid != pod.uid
-                    and other.namespace == pod.namespace
-                    and not exclusive.isdisjoint(other.claims)
-                ):
-                    return Status.unresolvable(self.name, RWOP_CONFLICT)
         return SUCCESS
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
-        """Nodes where a placed pod mounts one of the pod's disks in a conflicting way."""
+        """Every node if a ReadWriteOncePod claim is in use; else nodes with a disk conflict."""
         ok = np.ones(cluster.size, dtype=bool)
+        if pod.claims and _exclusive_in_use(pod, cluster):
+            ok[:] = False
+            return FilterResult(ok, {RWOP_CONFLICT: ~ok})
         if not pod.disks:
             return FilterResult(ok)
         for uid, other in cluster.pods.items():
@@ -81,3 +71,21 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
             if ok[node] and any(_conflicts(d, o) for d in pod.disks for o in other.disks):
                 ok[node] = False
         return FilterResult(ok, {DISK_CONFLICT: ~ok})
+
+
+def _exclusive_in_use(pod: PodInfo, cluster: ClusterState) -> bool:
+    """Does another placed pod use one of the pod's ReadWriteOncePod claims?"""
+    store = cluster.volumes
+    exclusive = set()
+    for name in pod.claims:
+        claim = store.claim(pod.namespace, name)
+        if claim is not None and RWOP in claim.access_modes:
+            exclusive.add(name)
+    if not exclusive:
+        return False
+    return any(
+        uid != pod.uid
+        and other.namespace == pod.namespace
+        and not exclusive.isdisjoint(other.claims)
+        for uid, other in cluster.pods.items()
+    )
