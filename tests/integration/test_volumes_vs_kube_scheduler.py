@@ -43,7 +43,7 @@ pytestmark = pytest.mark.integration
 
 NS = "vol-diff"
 # More cases or another seed: FAIRGPU_VOLUME_CASES=300 FAIRGPU_VOLUME_SEED=7.
-CASES = int(os.environ.get("FAIRGPU_VOLUME_CASES", "48"))
+CASES = int(os.environ.get("FAIRGPU_VOLUME_CASES", "96"))
 SEED = int(os.environ.get("FAIRGPU_VOLUME_SEED", "16"))
 KINDS = (
     "local",
