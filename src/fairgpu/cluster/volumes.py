@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -101,15 +101,19 @@ class VolumeStore:
         else:
             self.set_csi_node(obj)
 
-    def remove(self, kind: str, key: str) -> None:
-        """Forget object ``key`` of ``kind`` (claim, volume, class or csinode)."""
-        table = {
+    def table(self, kind: str) -> dict[str, Any]:
+        """The objects of ``kind`` (claim, volume, class or csinode) by key."""
+        tables: dict[str, dict[str, Any]] = {
             "claim": self.claims,
             "volume": self.volumes,
             "class": self.classes,
             "csinode": self.csi_nodes,
-        }[kind]
-        if table.pop(key, None) is not None:
+        }
+        return tables[kind]
+
+    def remove(self, kind: str, key: str) -> None:
+        """Forget object ``key`` of ``kind`` (claim, volume, class or csinode)."""
+        if self.table(kind).pop(key, None) is not None:
             self.version += 1
 
     def prune_bound(self) -> None:

@@ -137,12 +137,7 @@ class VolumeWatch:
         table_kind = _RESOURCES[kind][3]
         before = store.version
         if etype == "SYNC":
-            table = {
-                "claim": store.claims,
-                "volume": store.volumes,
-                "class": store.classes,
-                "csinode": store.csi_nodes,
-            }[table_kind]
+            table = store.table(table_kind)
             table.clear()
             store.version += 1
             for item in obj:
