@@ -307,3 +307,36 @@ def test_bad_storage_objects_name_the_field() -> None:
     bad_pv = pv_doc("pv", size="-1Gi")
     with pytest.raises(InvalidObjectError, match=r"PersistentVolume pv.*spec.capacity.storage"):
         volume_from_k8s(k8s.decode(bad_pv, k8s.PersistentVolume))
+
+
+def test_volumes_without_affinity_mix_with_node_local_ones() -> None:
+    net = pv_doc("net", size="5Gi")  # no node affinity: usable from every node
+    state = load(
+        three_nodes(),
+        sc_doc("local"),
+        net,
+        pv_doc("a-small", node="a", size="2Gi"),
+        pvc_doc("x"),
+        pvc_doc("y"),
+    )
+    single = user("single", "x")
+    assert feasible(single, state) == ["a", "b", "c"]
+    store = state.volumes
+    picks = {n: store.decision(single.uid, state.node_index[n], n).bind for n in "abc"}
+    assert picks == {
+        "a": (("default/x", "a-small"),),
+        "b": (("default/x", "net"),),
+        "c": (("default/x", "net"),),
+    }
+    # Two claims need two volumes on the node: only a has them (a-small and net).
+    both = user("both", "x", "y")
+    assert feasible(both, state) == ["a"]
+    assert store.decision(both.uid, state.node_index["a"], "a").bind == (
+        ("default/x", "a-small"),
+        ("default/y", "net"),
+    )
+
+
+def test_a_volume_whose_hostname_matches_no_node_is_never_chosen() -> None:
+    state = load(three_nodes(), sc_doc("local"), pv_doc("ghost", node="gone"), pvc_doc("x"))
+    assert feasible(user("app", "x"), state) == []

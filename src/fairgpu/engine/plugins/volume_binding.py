@@ -13,7 +13,8 @@ kube-scheduler 1.34's rules:
 
 Volumes chosen for placed pods whose claims are not bound yet count as taken (the assume
 cache); the chosen volumes are recorded in the store for the adapters' pre-bind step.
-Vectorised: one node mask per candidate volume, the first fitting volume per node by argmax.
+Vectorised: the free volumes of a class are a sorted catalog of arrays; a volume pinned to one
+node (local disks) costs no node mask at all (see ``_volume_catalog``).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from fairgpu.engine.framework import (
     Status,
 )
 from fairgpu.engine.plugins._labels import requirement_mask, term_mask
+from fairgpu.engine.plugins._volume_catalog import EVERYWHERE, GENERAL, Catalog, build_catalog
 from fairgpu.engine.plugins.volume_restrictions import claim_not_found
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.selectors import Requirement
-from fairgpu.model.volumes import NO_PROVISIONER, PHASE_AVAILABLE, ClaimInfo, ClassInfo, VolumeInfo
+from fairgpu.model.volumes import NO_PROVISIONER, ClaimInfo, ClassInfo, VolumeInfo
 
 BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 # kube-scheduler 1.34's words for a bound volume whose node affinity excludes the node (older
@@ -84,21 +86,6 @@ def classify(pod: PodInfo, store: VolumeStore) -> PodClaims | Status:
     return out
 
 
-def _available(claim: ClaimInfo, vol: VolumeInfo, class_name: str, taken: dict[str, str]) -> bool:
-    """May ``vol`` bind ``claim`` (before node affinity)? kube-scheduler's FindMatchingVolume."""
-    if vol.deleting or vol.capacity < claim.request or vol.volume_mode != claim.volume_mode:
-        return False
-    if vol.bound_to(claim):
-        return True
-    if vol.claim or vol.phase != PHASE_AVAILABLE or vol.storage_class != class_name:
-        return False
-    if taken.get(vol.name, claim.key) != claim.key:
-        return False
-    if claim.selector is not None and not claim.selector.matches(dict(vol.labels)):
-        return False
-    return claim.access_modes <= vol.access_modes
-
-
 class VolumeBinding(PreFilterPlugin, FilterPlugin):
     """PreFilter: claims exist, none waits for immediate binding. Filter: see the module."""
 
@@ -107,6 +94,9 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
     def __init__(self) -> None:
         self._masks: dict[object, np.ndarray] = {}
         self._version = -1
+        self._catalogs: dict[str, Catalog] = {}
+        self._prebound: dict[str, list[VolumeInfo]] = {}
+        self._catalog_key: tuple[int, int] = (-1, -1)
 
     def _cached(self, cluster: ClusterState, key: object) -> np.ndarray | None:
         if self._version != cluster.static_version or len(self._masks) > 4096:
@@ -181,37 +171,101 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
             ok &= fits
         return FilterResult(ok, reasons)
 
+    def _catalog(self, cluster: ClusterState, class_name: str) -> Catalog:
+        store = cluster.volumes
+        key = (store.version, cluster.static_version)
+        if self._catalog_key != key:
+            self._catalogs.clear()
+            self._prebound.clear()
+            for vol in store.volumes.values():
+                if vol.claim:
+                    self._prebound.setdefault(vol.claim, []).append(vol)
+            self._catalog_key = key
+        cat = self._catalogs.get(class_name)
+        if cat is None:
+            vols = [v for v in store.volumes.values() if v.storage_class == class_name]
+            cat = self._catalogs[class_name] = build_catalog(cluster, vols)
+        return cat
+
+    def _prebound_choice(
+        self, cluster: ClusterState, claim: ClaimInfo
+    ) -> tuple[tuple[str, ...], np.ndarray] | None:
+        """A volume whose claimRef already names the claim decides alone (kube-scheduler's
+        FindMatchingVolume): usable where its node affinity allows, nowhere else."""
+        vols = sorted(
+            (
+                v
+                for v in self._prebound.get(claim.key, ())
+                if v.bound_to(claim)
+                and not v.deleting
+                and v.capacity >= claim.request
+                and v.volume_mode == claim.volume_mode
+            ),
+            key=lambda v: v.name,
+        )
+        if not vols:
+            return None
+        mask = self.volume_mask(cluster, vols[0])
+        return (vols[0].name,), np.where(mask, 0, -1)
+
+    def _first_fit(
+        self,
+        cluster: ClusterState,
+        cat: Catalog,
+        fit: np.ndarray,
+        used: dict[str, np.ndarray],
+    ) -> np.ndarray:
+        """Per node slot, the index of the smallest fitting volume usable there (-1: none)."""
+        n = cluster.size
+        choice = np.full(n, -1, dtype=np.int64)
+        pinned = np.flatnonzero(fit & (cat.slot >= 0))
+        if pinned.size:
+            # Sorted smallest first: a slot's first pinned volume is its smallest.
+            slots, first = np.unique(cat.slot[pinned], return_index=True)
+            choice[slots] = pinned[first]
+        remaining = np.ones(n, dtype=bool)
+        for i in np.flatnonzero(fit & ((cat.slot == EVERYWHERE) | (cat.slot == GENERAL))):
+            vol = cat.vols[int(i)]
+            mask = remaining if cat.slot[i] == EVERYWHERE else self.volume_mask(cluster, vol)
+            mask = mask & remaining
+            if vol.name in used:
+                mask &= ~used[vol.name]
+            choice[mask & ((choice < 0) | (choice > i))] = i
+            remaining &= ~mask
+            if not remaining.any():
+                break
+        return choice
+
     def _choose(
         self, pod: PodInfo, delayed: list[tuple[ClaimInfo, ClassInfo]], cluster: ClusterState
     ) -> np.ndarray:
         """Per node: can every unbound claim get a volume or be provisioned? Records the
         volume chosen per claim and node in the store."""
         store = cluster.volumes
-        n = cluster.size
         taken = store.taken(cluster)
-        fits = np.ones(n, dtype=bool)
+        fits = np.ones(cluster.size, dtype=bool)
         used: dict[str, np.ndarray] = {}  # volume -> nodes where an earlier claim took it
         keys, all_cands, choices = [], [], []
-        for claim, sc in sorted(delayed, key=lambda d: (d[0].request, d[0].name)):
-            cands = [
-                v for v in store.volumes_of_class(sc.name) if _available(claim, v, sc.name, taken)
-            ]
-            prebound = [v for v in cands if v.bound_to(claim)]
-            cands = prebound[:1] or sorted(cands, key=lambda v: (v.capacity, v.name))
-            choice = np.full(n, -1, dtype=np.int32)
-            if cands:
-                masks = np.stack([self.volume_mask(cluster, v) for v in cands])
-                for i, vol in enumerate(cands):
-                    if vol.name in used:
-                        masks[i] &= ~used[vol.name]
-                has = masks.any(axis=0)
-                choice = np.where(has, masks.argmax(axis=0), -1).astype(np.int32)
-                for i in np.unique(choice[has]):
-                    name = cands[int(i)].name
-                    used[name] = used.get(name, np.zeros(n, dtype=bool)) | (choice == i)
+        ordered = sorted(delayed, key=lambda d: (d[0].request, d[0].name))
+        for k, (claim, sc) in enumerate(ordered):
+            cat = self._catalog(cluster, sc.name)
+            found = self._prebound_choice(cluster, claim)
+            if found is not None:
+                names, choice = found
+            else:
+                fit = cat.fitting(claim, taken)
+                for name, where in used.items():
+                    i = cat.index.get(name)
+                    if i is not None and cat.slot[i] >= 0 and where[cat.slot[i]]:
+                        fit[i] = False  # a pinned volume taken at its only node
+                names, choice = cat.names, self._first_fit(cluster, cat, fit, used)
+            if k + 1 < len(ordered):
+                for i in np.unique(choice[choice >= 0]):
+                    name = names[int(i)]
+                    used[name] = used.get(name, np.zeros(cluster.size, bool)) | (choice == i)
             fits &= (choice >= 0) | self.provision_mask(cluster, sc)
             keys.append(claim.key)
-            all_cands.append(tuple(v.name for v in cands))
+            all_cands.append(names)
             choices.append(choice)
         store.choices[pod.uid] = ClaimChoices(tuple(keys), tuple(all_cands), tuple(choices))
         return fits

@@ -1,0 +1,100 @@
+"""The free volumes of one StorageClass as arrays, for VolumeBinding's per-node choice.
+
+A cluster of local disks has a volume or more per node: comparing every volume's node
+affinity with every node would cost volumes x nodes per attempt. Instead the free volumes
+(unclaimed, ``Available``, not being deleted) of a class are kept sorted smallest first with
+their capacity, access and volume modes as arrays, and each volume's node affinity is
+classified once: pinned to one node slot (the ``kubernetes.io/hostname In [x]`` that local
+volumes carry), usable everywhere (no affinity), or general (a node mask). The catalog is
+rebuilt when the store or the nodes change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.model.volumes import PHASE_AVAILABLE, ClaimInfo, VolumeInfo
+
+HOSTNAME = "kubernetes.io/hostname"
+EVERYWHERE = -1  # no node affinity
+GENERAL = -2  # node affinity evaluated as a mask
+NOWHERE = -3  # pinned to a hostname no node has
+_MODES = {"ReadWriteOnce": 1, "ReadOnlyMany": 2, "ReadWriteMany": 4, "ReadWriteOncePod": 8}
+
+
+def mode_bits(modes: frozenset[str]) -> int:
+    """Access modes as a bit set (unknown modes get a bit no volume has)."""
+    return sum(_MODES.get(m, 16) for m in modes)
+
+
+@dataclass(slots=True)
+class Catalog:
+    """Free volumes of one class, smallest (then by name) first."""
+
+    vols: list[VolumeInfo]
+    capacity: np.ndarray
+    modes: np.ndarray
+    block: np.ndarray
+    slot: np.ndarray
+    index: dict[str, int]
+    names: tuple[str, ...]
+
+    def fitting(self, claim: ClaimInfo, taken: dict[str, str]) -> np.ndarray:
+        """Which volumes could bind ``claim`` (before node affinity)."""
+        want = mode_bits(claim.access_modes)
+        fit = (
+            (self.capacity >= claim.request)
+            & ((self.modes & want) == want)
+            & (self.block == (claim.volume_mode == "Block"))
+        )
+        for name, owner in taken.items():
+            i = self.index.get(name)
+            if i is not None and owner != claim.key:
+                fit[i] = False
+        if claim.selector is not None:
+            sel = claim.selector
+            fit &= np.array([sel.matches(dict(v.labels)) for v in self.vols], dtype=bool)
+        return fit
+
+
+def _slot(hosts: dict[str, int], vol: VolumeInfo) -> int:
+    terms = vol.node_terms
+    if terms is None:
+        return EVERYWHERE
+    if len(terms) != 1 or terms[0].fields or len(terms[0].expressions) != 1:
+        return GENERAL
+    req = terms[0].expressions[0]
+    if req.key != HOSTNAME or req.operator != "In" or len(req.values) != 1:
+        return GENERAL
+    return hosts.get(req.values[0], NOWHERE)
+
+
+def _host_slots(cluster: ClusterState) -> dict[str, int]:
+    """Hostname label value -> its one node slot (GENERAL where several nodes share it)."""
+    out: dict[str, int] = {}
+    for idx, node in cluster.active_nodes():
+        host = node.labels.get(HOSTNAME)
+        if host is not None:
+            out[host] = GENERAL if host in out else idx
+    return out
+
+
+def build_catalog(cluster: ClusterState, vols: list[VolumeInfo]) -> Catalog:
+    """The catalog of the free volumes among ``vols`` (one class)."""
+    hosts = _host_slots(cluster)
+    free = sorted(
+        (v for v in vols if not v.claim and not v.deleting and v.phase == PHASE_AVAILABLE),
+        key=lambda v: (v.capacity, v.name),
+    )
+    return Catalog(
+        vols=free,
+        capacity=np.array([v.capacity for v in free], dtype=np.int64),
+        modes=np.array([mode_bits(v.access_modes) for v in free], dtype=np.int64),
+        block=np.array([v.volume_mode == "Block" for v in free], dtype=bool),
+        slot=np.array([_slot(hosts, v) for v in free], dtype=np.int64),
+        index={v.name: i for i, v in enumerate(free)},
+        names=tuple(v.name for v in free),
+    )
