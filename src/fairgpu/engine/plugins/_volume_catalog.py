@@ -12,6 +12,7 @@ rebuilt when the store or the nodes change.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -23,6 +24,15 @@ EVERYWHERE = -1  # no node affinity
 GENERAL = -2  # node affinity evaluated as a mask
 NOWHERE = -3  # pinned to a hostname no node has
 _MODES = {"ReadWriteOnce": 1, "ReadOnlyMany": 2, "ReadWriteMany": 4, "ReadWriteOncePod": 8}
+
+
+@lru_cache(maxsize=8)
+def all_nodes(size: int) -> np.ndarray:
+    """A read-only all-True mask: what a volume filter returns for a pod without volumes
+    (shared, so that such pods cost no allocation; read-only, so that no caller can alter it)."""
+    mask = np.ones(size, dtype=bool)
+    mask.flags.writeable = False
+    return mask
 
 
 def mode_bits(modes: frozenset[str]) -> int:

@@ -13,6 +13,7 @@ import numpy as np
 from fairgpu.cluster.state import ClusterState
 from fairgpu.cluster.volumes import VolumeStore
 from fairgpu.engine.framework import CycleState, FilterPlugin, FilterResult
+from fairgpu.engine.plugins._volume_catalog import all_nodes
 from fairgpu.model.pod import PodInfo
 
 MAX_VOLUME_COUNT = "node(s) exceed max volume count"
@@ -60,9 +61,9 @@ class NodeVolumeLimits(FilterPlugin):
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Only nodes whose CSINode limits one of the pod's drivers are looked at."""
-        ok = np.ones(cluster.size, dtype=bool)
         if not pod.claims:
-            return FilterResult(ok)
+            return FilterResult(all_nodes(cluster.size))
+        ok = np.ones(cluster.size, dtype=bool)
         store = cluster.volumes
         new = csi_volumes(pod, store)
         drivers = set(new.values())

@@ -34,7 +34,13 @@ from fairgpu.engine.framework import (
     Status,
 )
 from fairgpu.engine.plugins._labels import requirement_mask, term_mask
-from fairgpu.engine.plugins._volume_catalog import EVERYWHERE, GENERAL, Catalog, build_catalog
+from fairgpu.engine.plugins._volume_catalog import (
+    EVERYWHERE,
+    GENERAL,
+    Catalog,
+    all_nodes,
+    build_catalog,
+)
 from fairgpu.engine.plugins.volume_restrictions import claim_not_found
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.selectors import Requirement
@@ -146,10 +152,10 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Bound claims' node affinity, then a volume (or provisioning) per unbound claim."""
+        if not pod.claims:
+            return FilterResult(all_nodes(cluster.size))
         n = cluster.size
         ok = np.ones(n, dtype=bool)
-        if not pod.claims:
-            return FilterResult(ok)
         found = cycle.data.get(_STATE) or classify(pod, cluster.volumes)
         if isinstance(found, Status):
             return FilterResult(np.zeros(n, dtype=bool), {found.reasons[0]: np.ones(n, bool)})

@@ -20,6 +20,7 @@ from fairgpu.engine.framework import (
     PreFilterPlugin,
     Status,
 )
+from fairgpu.engine.plugins._volume_catalog import all_nodes
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.volumes import RWOP
 
@@ -58,6 +59,8 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Every node if a ReadWriteOncePod claim is in use; else nodes with a disk conflict."""
+        if not pod.claims and not pod.disks:
+            return FilterResult(all_nodes(cluster.size))
         ok = np.ones(cluster.size, dtype=bool)
         if pod.claims and _exclusive_in_use(pod, cluster):
             ok[:] = False

@@ -14,6 +14,7 @@ import numpy as np
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.framework import CycleState, FilterPlugin, FilterResult
 from fairgpu.engine.plugins._labels import requirement_mask
+from fairgpu.engine.plugins._volume_catalog import all_nodes
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.selectors import Requirement
 
@@ -43,10 +44,10 @@ class VolumeZone(FilterPlugin):
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Skips all work for pods without claims or whose volumes carry no zone labels."""
+        if not pod.claims:
+            return FilterResult(all_nodes(cluster.size))
         n = cluster.size
         ok = np.ones(n, dtype=bool)
-        if not pod.claims:
-            return FilterResult(ok)
         store = cluster.volumes
         constraints = []
         for name in pod.claims:
