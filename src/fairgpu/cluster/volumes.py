@@ -68,6 +68,9 @@ class VolumeStore:
     csi_nodes: dict[str, CSINodeInfo] = field(default_factory=dict)
     choices: dict[str, ClaimChoices] = field(default_factory=dict)
     version: int = 0
+    # Changes of PersistentVolumes only: all of them, and per StorageClass name.
+    volume_version: int = 0
+    class_versions: dict[str, int] = field(default_factory=dict)
 
     # ---- updates (adapters) ------------------------------------------------------------
     def set_claim(self, claim: ClaimInfo) -> None:
@@ -77,8 +80,21 @@ class VolumeStore:
 
     def set_volume(self, volume: VolumeInfo) -> None:
         """Add or replace a PersistentVolume."""
+        old = self.volumes.get(volume.name)
         self.volumes[volume.name] = volume
         self.version += 1
+        self._volume_changed(old)
+        self._volume_changed(volume)
+
+    def _volume_changed(self, volume: VolumeInfo | None) -> None:
+        if volume is not None:
+            self.volume_version += 1
+            name = volume.storage_class
+            self.class_versions[name] = self.class_versions.get(name, 0) + 1
+
+    def class_version(self, name: str) -> int:
+        """How often the volumes of StorageClass ``name`` changed (grows only)."""
+        return self.class_versions.get(name, 0)
 
     def set_class(self, sc: ClassInfo) -> None:
         """Add or replace a StorageClass."""
@@ -113,8 +129,20 @@ class VolumeStore:
 
     def remove(self, kind: str, key: str) -> None:
         """Forget object ``key`` of ``kind`` (claim, volume, class or csinode)."""
-        if self.table(kind).pop(key, None) is not None:
+        gone = self.table(kind).pop(key, None)
+        if gone is not None:
             self.version += 1
+            if kind == "volume":
+                self._volume_changed(gone)
+
+    def clear(self, kind: str) -> None:
+        """Forget every object of ``kind`` (before a relist fills it again)."""
+        table = self.table(kind)
+        if kind == "volume":
+            for vol in table.values():
+                self._volume_changed(vol)
+        table.clear()
+        self.version += 1
 
     def prune_bound(self) -> None:
         """Drop the choices of pods whose claims are all bound now (the decision is done)."""

@@ -137,9 +137,7 @@ class VolumeWatch:
         table_kind = _RESOURCES[kind][3]
         before = store.version
         if etype == "SYNC":
-            table = store.table(table_kind)
-            table.clear()
-            store.version += 1
+            store.clear(table_kind)
             for item in obj:
                 _put(store, item)
         elif etype == "DELETED":

@@ -92,19 +92,35 @@ def _host_slots(cluster: ClusterState) -> dict[str, int]:
     return out
 
 
-def build_catalog(cluster: ClusterState, vols: list[VolumeInfo]) -> Catalog:
-    """The catalog of the free volumes among ``vols`` (one class)."""
-    hosts = _host_slots(cluster)
-    free = sorted(
-        (v for v in vols if not v.claim and not v.deleting and v.phase == PHASE_AVAILABLE),
-        key=lambda v: (v.capacity, v.name),
-    )
+Row = tuple[int, int, bool, int]  # capacity, access mode bits, block mode, slot
+
+
+def build_catalog(
+    cluster: ClusterState, vols: list[VolumeInfo], rows: dict[int, tuple[VolumeInfo, Row]]
+) -> Catalog:
+    """The catalog of the free volumes among ``vols`` (one class). ``rows`` memoises each
+    volume's row by object (valid while the nodes do not change), so a rebuild after one
+    volume changed costs little per unchanged volume."""
+    hosts: dict[str, int] | None = None
+    free = []
+    for v in vols:
+        if v.claim or v.deleting or v.phase != PHASE_AVAILABLE:
+            continue
+        hit = rows.get(id(v))
+        if hit is None or hit[0] is not v:
+            if hosts is None:
+                hosts = _host_slots(cluster)
+            row = (v.capacity, mode_bits(v.access_modes), v.volume_mode == "Block", _slot(hosts, v))
+            hit = rows[id(v)] = (v, row)
+        free.append(hit)
+    free.sort(key=lambda h: (h[1][0], h[0].name))
+    table = np.array([h[1] for h in free], dtype=np.int64).reshape(len(free), 4)
     return Catalog(
-        vols=free,
-        capacity=np.array([v.capacity for v in free], dtype=np.int64),
-        modes=np.array([mode_bits(v.access_modes) for v in free], dtype=np.int64),
-        block=np.array([v.volume_mode == "Block" for v in free], dtype=bool),
-        slot=np.array([_slot(hosts, v) for v in free], dtype=np.int64),
-        index={v.name: i for i, v in enumerate(free)},
-        names=tuple(v.name for v in free),
+        vols=[h[0] for h in free],
+        capacity=table[:, 0],
+        modes=table[:, 1],
+        block=table[:, 2].astype(bool),
+        slot=table[:, 3],
+        index={h[0].name: i for i, h in enumerate(free)},
+        names=tuple(h[0].name for h in free),
     )

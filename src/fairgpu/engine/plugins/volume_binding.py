@@ -38,6 +38,7 @@ from fairgpu.engine.plugins._volume_catalog import (
     EVERYWHERE,
     GENERAL,
     Catalog,
+    Row,
     all_nodes,
     build_catalog,
 )
@@ -100,9 +101,11 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
     def __init__(self) -> None:
         self._masks: dict[object, np.ndarray] = {}
         self._version = -1
-        self._catalogs: dict[str, Catalog] = {}
+        self._catalogs: dict[str, tuple[int, Catalog]] = {}
+        self._rows: dict[int, tuple[VolumeInfo, Row]] = {}
+        self._rows_version = -1
         self._prebound: dict[str, list[VolumeInfo]] = {}
-        self._catalog_key: tuple[int, int] = (-1, -1)
+        self._prebound_version = -1
 
     def _cached(self, cluster: ClusterState, key: object) -> np.ndarray | None:
         if self._version != cluster.static_version or len(self._masks) > 4096:
@@ -178,20 +181,30 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
         return FilterResult(ok, reasons)
 
     def _catalog(self, cluster: ClusterState, class_name: str) -> Catalog:
+        """The class's catalog, rebuilt only after its volumes (or the nodes) changed."""
         store = cluster.volumes
-        key = (store.version, cluster.static_version)
-        if self._catalog_key != key:
+        if (
+            self._rows_version != cluster.static_version
+            or len(self._rows) > 4 * len(store.volumes) + 1024
+        ):
+            self._rows.clear()  # slots follow node slots; drop rows of forgotten volumes
             self._catalogs.clear()
+            self._rows_version = cluster.static_version
+        if self._prebound_version != store.volume_version:
             self._prebound.clear()
             for vol in store.volumes.values():
                 if vol.claim:
                     self._prebound.setdefault(vol.claim, []).append(vol)
-            self._catalog_key = key
-        cat = self._catalogs.get(class_name)
-        if cat is None:
+            self._prebound_version = store.volume_version
+        version = store.class_version(class_name)
+        hit = self._catalogs.get(class_name)
+        if hit is None or hit[0] != version:
             vols = [v for v in store.volumes.values() if v.storage_class == class_name]
-            cat = self._catalogs[class_name] = build_catalog(cluster, vols)
-        return cat
+            hit = self._catalogs[class_name] = (
+                version,
+                build_catalog(cluster, vols, self._rows),
+            )
+        return hit[1]
 
     def _prebound_choice(
         self, cluster: ClusterState, claim: ClaimInfo
