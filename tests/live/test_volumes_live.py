@@ -174,3 +174,35 @@ def test_missing_claim_keeps_the_pod_pending_with_kube_schedulers_reason(
 
         assert wait_for(reason) == 'persistentvolumeclaim "nope" not found'
     assert bound(admin, ns) == {}
+
+
+def test_watch_events_fill_the_store_and_skip_invalid_objects() -> None:
+    """No server needed: the reflectors' decode and the main loop's apply, as wired."""
+    import msgspec
+
+    from fairgpu.cluster.state import ClusterState
+    from fairgpu.kube.client import Connection, RestClient
+    from fairgpu.kube.volumes import Invalid, VolumeWatch
+
+    events: list[tuple[str, Any]] = []
+    watch = VolumeWatch(
+        RestClient(Connection("https://127.0.0.1:1", "")), lambda t, o: events.append((t, o))
+    )
+    decode = {r.name: r.decode for r in watch.reflectors}
+    good = {"metadata": {"name": "data", "namespace": "ns"}, "spec": {"volumeName": "pv"}}
+    bad = {
+        "metadata": {"name": "broken", "namespace": "ns"},
+        "spec": {"resources": {"requests": {"storage": "lots"}}},
+    }
+    claim = decode["claim"](msgspec.json.encode(good))
+    broken = decode["claim"](msgspec.json.encode(bad))
+    assert isinstance(broken, Invalid)
+    assert broken.key == "ns/broken" and "spec.resources.requests.storage" in broken.error
+    state = ClusterState()
+    before = state.release_version
+    assert VolumeWatch.apply(state, "SYNC", ("PersistentVolumeClaim", [claim, broken]))
+    assert list(state.volumes.claims) == ["ns/data"]
+    assert state.release_version > before  # pending pods are tried again
+    assert VolumeWatch.apply(state, "DELETED", ("PersistentVolumeClaim", claim))
+    assert not state.volumes.claims
+    assert not VolumeWatch.apply(state, "DELETED", ("PersistentVolumeClaim", broken))
