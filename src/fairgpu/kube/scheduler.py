@@ -44,6 +44,7 @@ from typing import Any
 from fairgpu.engine.engine import Bind, Engine, Evict
 from fairgpu.engine.policies import DEFAULT_POLICY
 from fairgpu.engine.policies import policy as named_policy
+from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, Held, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.client import (
     CONNECTION_ERRORS,
@@ -63,7 +64,6 @@ from fairgpu.kube.podgroups import (
 )
 from fairgpu.kube.reflector import Reflector
 from fairgpu.kube.reporter import Report, Reporter
-from fairgpu.kube.volumes import PreBindPlan, VolumeWatch, plan_for, prebind
 from fairgpu.model.gpu import ANN_GPU_DEVICES, DEFAULT_NAMES, WHOLE, encode_gpu_devices
 from fairgpu.model.node_pools import NodePoolConfig
 from fairgpu.model.pod import PodInfo
@@ -190,7 +190,9 @@ class LiveScheduler:
             name="nodes",
         )
         # Claims, volumes, storage classes and CSI nodes for the volume plugins.
-        self.volume_watch = VolumeWatch(self.client, lambda t, o: self.events.put(("volume", t, o)))
+        self.volume_watch = storage.VolumeWatch(
+            self.client, lambda t, o: self.events.put(("volume", t, o))
+        )
         # PodGroup reflectors, one per PodGroup API the cluster serves (found at start).
         self.pod_group_reflectors: list[Reflector] = []
         self.pod_group_book = PodGroupBook()
@@ -453,7 +455,7 @@ class LiveScheduler:
                     self.engine.set_pod_group(namespace, name, group.min_member)
                 out.dirty = True
         elif kind == "volume":
-            out.dirty = VolumeWatch.apply(cache.cluster, etype, payload) or out.dirty
+            out.dirty = storage.VolumeWatch.apply(cache.cluster, etype, payload) or out.dirty
         elif kind == "bind":
             self._bind_done(etype, payload, out)
         elif kind == "evict":
@@ -588,15 +590,15 @@ class LiveScheduler:
                 mem = pl.device_memory
             annotations[ANN_GPU_DEVICES] = encode_gpu_devices(b.devices, milli, mem)
         self.inflight += 1
-        plan = plan_for(cluster, b.pod.uid, b.node_name)  # volumes first, as PreBind does
+        plan = storage.plan_for(cluster, b.pod.uid, b.node_name)  # volumes first, as PreBind does
         self.bind_pool.submit(self._bind_call, b, annotations, plan)
 
     def _bind_call(
-        self, b: Bind, annotations: dict[str, str], plan: PreBindPlan | None = None
+        self, b: Bind, annotations: dict[str, str], plan: storage.PreBindPlan | None = None
     ) -> None:
         pod = b.pod
         if plan is not None:
-            status, message = prebind(self.client, plan)
+            status, message = storage.prebind(self.client, plan)
             if not 200 <= status < 300:
                 self.events.put(("bind", (status, message), b))
                 return
