@@ -9,6 +9,8 @@ claims are all bound already) names kube-scheduler's node; a pod it cannot place
 ``PodScheduled=False`` with its reasons. fairgpu's engine, given the same objects as listed from
 the API, must place exactly the pods kube-scheduler places, each onto a node it finds feasible
 (the node kube-scheduler chose is among them), and give the pending ones the same reasons.
+A second test lets several pods compete for a few local volumes in one scheduling pass: both
+place the same number of pods per group and leave the rest pending for the same reasons.
 """
 
 from __future__ import annotations
@@ -465,3 +467,111 @@ def test_fairgpu_places_volumes_as_kube_scheduler_does(
     # The generated cases exercise both outcomes for most kinds.
     assert sum(placed for placed, _ in kinds.values()) >= CASES // 4
     assert sum(left for _, left in kinds.values()) >= CASES // 4
+
+
+# ---- pods competing for the same volumes -----------------------------------------------------
+COMPETE_GROUPS = 12
+COMPETE_NS = "vol-compete"
+
+
+def build_competition(index: int, rng: random.Random) -> tuple[Case, list[dict[str, Any]]]:
+    """Several pods, each with its own claim, for a few equal local volumes of one class: the
+    volumes chosen for pods placed earlier are taken (kube-scheduler's assume cache)."""
+    case = Case(100 + index, "compete")
+    for j in range(3):
+        labels = {"case": str(case.index), ZONE: f"z{j}"}
+        case.nodes.append(NodeSpec(case.name(f"n{j}"), cpu="4", memory="8Gi", labels=labels))
+    sc = case.name("local")
+    case.objects.append(_sc(sc, "kubernetes.io/no-provisioner", wffc=True))
+    for k in range(rng.randint(0, 3)):
+        node_name = rng.choice(case.nodes).name
+        case.objects.append(_pv(case.name(f"pv{k}"), sc, "5Gi", node=node_name))
+        case.volume_node[case.name(f"pv{k}")] = node_name
+        case.available.append(case.name(f"pv{k}"))
+    pods = []
+    for k in range(rng.randint(2, 4)):
+        claim = _pvc(case.name(f"data{k}"), sc)
+        claim["metadata"]["namespace"] = COMPETE_NS
+        case.objects.append(claim)
+        manifest = _pod(case.name(f"pod{k}"), case.index, [case.name(f"data{k}")])
+        manifest["metadata"]["namespace"] = COMPETE_NS
+        pods.append(manifest)
+    return case, pods
+
+
+def test_competing_pods_get_the_volumes_kube_scheduler_gives_them(kube_bin_dir: Path) -> None:
+    from fairgpu.engine.engine import Engine
+
+    rng = random.Random(SEED + 1)
+    groups = [build_competition(i, rng) for i in range(COMPETE_GROUPS)]
+    cp = ControlPlane(kube_bin_dir)
+    cp.start()
+    client = cp.client(maxsize=16)
+    try:
+        ensure_namespace(client, COMPETE_NS, ca_pem=Path(cp.ca_file).read_text())
+        create_nodes(client, [n for case, _ in groups for n in case.nodes])
+        paths = dict(_PATHS)
+        paths["PersistentVolumeClaim"] = f"/api/v1/namespaces/{COMPETE_NS}/persistentvolumeclaims"
+        for case, _ in groups:
+            for doc in case.objects:
+                client.post(paths[doc["kind"]], doc)
+            for pv in case.available:
+                client.patch(
+                    f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Available"}}
+                )
+        state, _ = fairgpu_view(client)
+        pending = [pod_from_k8s(k8s.decode(m, k8s.Pod)) for _, ms in groups for m in ms]
+        decided = Engine(Profile(), ordering="kube-default").cycle(state, pending, now=0.0)
+        ours_placed = {b.pod.name for b in decided.binds}
+        ours_reasons = {u.pod.name: reasons(u.reason) for u in decided.unschedulable}
+        for _, manifests in groups:
+            for m in manifests:
+                client.post(f"/api/v1/namespaces/{COMPETE_NS}/pods", m)
+        cp.start_scheduler()
+        try:
+            theirs = polling.wait_for(lambda: competition_outcomes(client, groups), 60, 0.5)
+        finally:
+            cp.stop_scheduler()
+    finally:
+        client.close()
+        cp.stop()
+    for case, manifests in groups:
+        names = [m["metadata"]["name"] for m in manifests]
+        kube_placed = [n for n in names if theirs[n][0] == "node"]
+        # Equal volumes and claims: how many pods fit is fixed, which ones is queue order.
+        assert len(kube_placed) == len(ours_placed & set(names)), (case.index, theirs, ours_placed)
+        kube_pending = sorted(sorted(reasons(theirs[n][1])) for n in names if n not in kube_placed)
+        our_pending = sorted(sorted(ours_reasons[n]) for n in names if n not in ours_placed)
+        assert kube_pending == our_pending, (case.index, kube_pending, our_pending)
+        for n in kube_placed:
+            assert case.volume_node and theirs[n][1] in case.volume_node.values()
+
+
+def competition_outcomes(
+    client: KubeClient, groups: list[tuple[Case, list[dict[str, Any]]]]
+) -> dict[str, tuple[str, str]] | None:
+    """Pod name -> ("node", node) from the volume kube-scheduler bound to its claim, or
+    ("pending", message); None while a pod is undecided."""
+    claimed = {}
+    for raw in client.get("/api/v1/persistentvolumes")["items"]:
+        ref = raw["spec"].get("claimRef")
+        if ref:
+            claimed[ref["name"]] = raw["metadata"]["name"]
+    out: dict[str, tuple[str, str]] = {}
+    for case, manifests in groups:
+        for m in manifests:
+            name = m["metadata"]["name"]
+            claim = m["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+            if claim in claimed:
+                out[name] = ("node", case.volume_node[claimed[claim]])
+                continue
+            p = client.get(f"/api/v1/namespaces/{COMPETE_NS}/pods/{name}")
+            cond = [
+                c
+                for c in p.get("status", {}).get("conditions") or []
+                if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message")
+            ]
+            if not cond:
+                return None
+            out[name] = ("pending", cond[0]["message"])
+    return out
