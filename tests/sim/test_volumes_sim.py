@@ -134,3 +134,60 @@ def test_bad_storage_object_names_file_and_field(tmp_path: Path) -> None:
     path.write_text(NODES + bad)
     with pytest.raises(WorkloadError, match=r"PersistentVolumeClaim default/x.*storage"):
         load_kube_yaml([path])
+
+
+IMMEDIATE = """
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: now}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: Immediate
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: now-z2}
+provisioner: csi.example.com
+allowedTopologies:
+- matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [z2]}]
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: disk-n2}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: now
+  local: {path: /mnt/disk}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [n2]}]
+"""
+
+
+def test_immediate_claims_are_bound_up_front_as_the_pv_controller_does(tmp_path: Path) -> None:
+    # The volume has no status (as written by hand): it is Available, and the Immediate claim
+    # is bound to it before any pod asks, whatever its node; the pod then follows the volume.
+    text = NODES + IMMEDIATE + claim("data", "now") + claim("zonal", "now-z2")
+    text += user("p", "data") + user("q", "zonal")
+    sim = run(tmp_path, text)
+    recs = {r.pod.name: r for r in sim.records.values()}
+    store = sim.cluster.volumes
+    assert store.claims["default/data"].volume_name == "disk-n2"
+    assert recs["p"].node == "n2"
+    # Provisioned in the class's allowed zone: the only z2 node.
+    assert store.claims["default/zonal"].volume_name
+    assert recs["q"].node == "n2"
+
+
+def test_immediate_claim_without_a_volume_or_provisioner_keeps_its_pod_pending(
+    tmp_path: Path,
+) -> None:
+    text = NODES + IMMEDIATE + claim("a", "now") + claim("b", "now") + user("p", "a")
+    text += user("q", "b")
+    sim = run(tmp_path, text)
+    recs = {r.pod.name: r for r in sim.records.values()}
+    assert sorted(bool(r.node) for r in recs.values()) == [False, True]
+    waiting = next(r for r in recs.values() if not r.node)
+    assert waiting.reason == "pod has unbound immediate PersistentVolumeClaims"

@@ -20,6 +20,8 @@ import numpy as np
 
 from fairgpu.model.selectors import NodeSelectorTerm, Requirement
 from fairgpu.model.volumes import (
+    NO_PROVISIONER,
+    PHASE_AVAILABLE,
     ClaimInfo,
     ClassInfo,
     CSINodeInfo,
@@ -262,3 +264,49 @@ def apply_decision(
         store.set_claim(replace(claim, volume_name=name, selected_node=decision.node))
         names.append(name)
     return names
+
+
+def settle(store: VolumeStore) -> list[str]:
+    """What the PV controller does on its own, for the simulator: a volume without a phase
+    becomes ``Available`` (``Bound`` if it names a claim), and each unbound claim of an
+    ``Immediate`` class (or of no class) is bound at once to the smallest fitting free volume
+    of its class, whatever its node affinity, or else provisioned if the class has a
+    provisioner (in the first of its allowed topologies). Returns the claims bound."""
+    for vol in list(store.volumes.values()):
+        if not vol.phase:
+            store.set_volume(replace(vol, phase="Bound" if vol.claim else PHASE_AVAILABLE))
+    bound = []
+    for key in sorted(store.claims):
+        claim = store.claims[key]
+        sc = store.class_of(claim)
+        if claim.volume_name or claim.deleting or (sc is not None and sc.wait_for_first_consumer):
+            continue
+        name = store.class_name(claim)
+        if name and sc is None:
+            continue  # the class does not exist: the claim stays pending
+        vol = _smallest_free(store, claim, name)
+        if vol is not None:
+            apply_decision(store, VolumeDecision("", ((key, vol.name),)), {})
+        elif sc is not None and sc.provisioner and sc.provisioner != NO_PROVISIONER:
+            first = sc.allowed_topologies[0] if sc.allowed_topologies else ()
+            labels = {k: sorted(values)[0] for k, values in first if values}
+            apply_decision(store, VolumeDecision("", (), (key,)), labels)
+        else:
+            continue
+        bound.append(key)
+    return bound
+
+
+def _smallest_free(store: VolumeStore, claim: ClaimInfo, class_name: str) -> VolumeInfo | None:
+    fits = [
+        v
+        for v in store.volumes_of_class(class_name)
+        if (v.bound_to(claim) or (not v.claim and v.phase == PHASE_AVAILABLE))
+        and not v.deleting
+        and v.capacity >= claim.request
+        and v.volume_mode == claim.volume_mode
+        and claim.access_modes <= v.access_modes
+        and (claim.selector is None or claim.selector.matches(dict(v.labels)))
+    ]
+    prebound = [v for v in fits if v.bound_to(claim)]
+    return (prebound or sorted(fits, key=lambda v: (v.capacity, v.name)) or [None])[0]

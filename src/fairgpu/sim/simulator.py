@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.cluster.volumes import apply_decision
+from fairgpu.cluster.volumes import apply_decision, settle
 from fairgpu.engine.engine import Engine
 from fairgpu.model.pod import LABEL_QUEUE, LABEL_USER, PodInfo
 from fairgpu.sim.workload import PodArrival, Workload
@@ -127,6 +127,7 @@ class Simulation:
             self.cluster.add_node(node)
         for obj in workload.extra.get("storage", ()):
             self.cluster.volumes.add(obj)
+        settle(self.cluster.volumes)  # the PV controller's part: phases, Immediate claims
         self._events: list[tuple[float, int, int, str]] = []
         self._seq = 0
         self.records: dict[str, PodRecord] = {}
