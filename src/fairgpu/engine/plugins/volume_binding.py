@@ -286,5 +286,10 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
             keys.append(claim.key)
             all_cands.append(names)
             choices.append(choice)
+        if len(store.choices) > 4096:
+            # Only placed pods' choices are ever read again; the others are recomputed at
+            # their next attempt (this bounds what deleted pods leave behind).
+            for uid in [u for u in store.choices if u not in cluster.placements]:
+                del store.choices[uid]
         store.choices[pod.uid] = ClaimChoices(tuple(keys), tuple(all_cands), tuple(choices))
         return fits
