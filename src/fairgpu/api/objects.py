@@ -120,6 +120,53 @@ class Container(_Base):
     restart_policy: str | None = None
 
 
+class PersistentVolumeClaimVolumeSource(_Base):
+    claim_name: str = ""
+    read_only: bool = False
+
+
+class GCEPersistentDiskVolumeSource(_Base):
+    pd_name: str = ""
+    read_only: bool = False
+
+
+class AWSElasticBlockStoreVolumeSource(_Base):
+    volume_id: str = msgspec.field(default="", name="volumeID")
+    read_only: bool = False
+
+
+class ISCSIVolumeSource(_Base):
+    iqn: str = ""
+    lun: int = 0
+    target_portal: str = ""
+    read_only: bool = False
+
+
+class RBDVolumeSource(_Base):
+    monitors: list[str] = []
+    pool: str = "rbd"
+    image: str = ""
+    read_only: bool = False
+
+
+class CSIPersistentVolumeSource(_Base):
+    driver: str = ""
+    volume_handle: str = ""
+    read_only: bool = False
+
+
+class Volume(_Base):
+    """A pod volume; only the sources the scheduler's volume plugins read are decoded."""
+
+    name: str = ""
+    persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None
+    ephemeral: dict[str, Any] | None = None
+    gce_persistent_disk: GCEPersistentDiskVolumeSource | None = None
+    aws_elastic_block_store: AWSElasticBlockStoreVolumeSource | None = None
+    iscsi: ISCSIVolumeSource | None = None
+    rbd: RBDVolumeSource | None = None
+
+
 class PodSpec(_Base):
     containers: list[Container] = []
     init_containers: list[Container] = []
@@ -132,6 +179,7 @@ class PodSpec(_Base):
     priority_class_name: str = ""
     preemption_policy: str | None = None
     overhead: ResourceList = {}
+    volumes: list[Volume] = []
 
 
 class PodCondition(_Base):
@@ -202,6 +250,106 @@ class Deployment(_Base):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: DeploymentSpec = msgspec.field(default_factory=DeploymentSpec)
     kind: str = "Deployment"
+
+
+class ObjectReference(_Base):
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+    api_version: str = ""
+    resource_version: str = ""
+
+
+class VolumeNodeAffinity(_Base):
+    required: NodeSelector | None = None
+
+
+class PersistentVolumeSpec(_Base):
+    capacity: ResourceList = {}
+    access_modes: list[str] = []
+    claim_ref: ObjectReference | None = None
+    storage_class_name: str = ""
+    node_affinity: VolumeNodeAffinity | None = None
+    volume_mode: str = "Filesystem"
+    csi: CSIPersistentVolumeSource | None = None
+    gce_persistent_disk: GCEPersistentDiskVolumeSource | None = None
+    aws_elastic_block_store: AWSElasticBlockStoreVolumeSource | None = None
+    persistent_volume_reclaim_policy: str = ""
+
+
+class PersistentVolumeStatus(_Base):
+    phase: str = ""
+
+
+class PersistentVolume(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PersistentVolumeSpec = msgspec.field(default_factory=PersistentVolumeSpec)
+    status: PersistentVolumeStatus = msgspec.field(default_factory=PersistentVolumeStatus)
+    kind: str = "PersistentVolume"
+
+
+class VolumeResourceRequirements(_Base):
+    requests: ResourceList = {}
+
+
+class PersistentVolumeClaimSpec(_Base):
+    access_modes: list[str] = []
+    resources: VolumeResourceRequirements = msgspec.field(
+        default_factory=VolumeResourceRequirements
+    )
+    storage_class_name: str | None = None
+    volume_name: str = ""
+    selector: LabelSelector | None = None
+    volume_mode: str = "Filesystem"
+
+
+class PersistentVolumeClaimStatus(_Base):
+    phase: str = ""
+
+
+class PersistentVolumeClaim(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PersistentVolumeClaimSpec = msgspec.field(default_factory=PersistentVolumeClaimSpec)
+    status: PersistentVolumeClaimStatus = msgspec.field(default_factory=PersistentVolumeClaimStatus)
+    kind: str = "PersistentVolumeClaim"
+
+
+class TopologySelectorRequirement(_Base):
+    key: str
+    values: list[str] = []
+
+
+class TopologySelectorTerm(_Base):
+    match_label_expressions: list[TopologySelectorRequirement] = []
+
+
+class StorageClass(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    provisioner: str = ""
+    volume_binding_mode: str | None = None
+    allowed_topologies: list[TopologySelectorTerm] = []
+    kind: str = "StorageClass"
+
+
+class VolumeNodeResources(_Base):
+    count: int | None = None
+
+
+class CSINodeDriver(_Base):
+    name: str = ""
+    node_id: str = msgspec.field(default="", name="nodeID")
+    allocatable: VolumeNodeResources | None = None
+
+
+class CSINodeSpec(_Base):
+    drivers: list[CSINodeDriver] = []
+
+
+class CSINode(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: CSINodeSpec = msgspec.field(default_factory=CSINodeSpec)
+    kind: str = "CSINode"
 
 
 def _describe(raw: Any, kind: str) -> str:

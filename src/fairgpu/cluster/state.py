@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairgpu.cluster.volumes import VolumeStore
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.node import NodeInfo
 from fairgpu.model.pod import CPU, EPHEMERAL, MEMORY, PODS, PodInfo
@@ -82,6 +83,7 @@ class ClusterState:
         self._taint_cache: tuple[np.ndarray, list[tuple[Taint, ...]]] | None = None
         self._name_array: np.ndarray | None = None
         self.pods_with_affinity: dict[str, PodInfo] = {}
+        self.volumes = VolumeStore()  # claims, volumes, classes, CSI nodes (adapters fill it)
 
     # ---- storage ------------------------------------------------------------------------
     def _grow(self, capacity: int) -> None:

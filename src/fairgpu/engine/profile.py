@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 TieBreak = Literal["random", "fixed-rank"]
 
-DEFAULT_PRE_FILTERS = ["GpuRequestCheck"]
+DEFAULT_PRE_FILTERS = ["GpuRequestCheck", "VolumeRestrictions", "VolumeBinding"]
 DEFAULT_FILTERS = [
     "NodeUnschedulable",
     "NodeName",
@@ -21,6 +21,10 @@ DEFAULT_FILTERS = [
     "GpuModel",
     "NodeResourcesFit",
     "GpuFit",
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
     "InterPodAffinity",
 ]
 

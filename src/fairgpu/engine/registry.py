@@ -24,6 +24,7 @@ from fairgpu.engine.plugins.node_affinity import NodeAffinity
 from fairgpu.engine.plugins.node_name import NodeName
 from fairgpu.engine.plugins.node_resources import BalancedAllocation, NodeResourcesFit
 from fairgpu.engine.plugins.node_unschedulable import NodeUnschedulable
+from fairgpu.engine.plugins.storage import STORAGE_PLUGINS
 from fairgpu.engine.plugins.taint_toleration import TaintToleration
 
 PluginFactory = Callable[..., Plugin]
@@ -73,6 +74,7 @@ for _cls in (
     GpuModel,
     GpuFit,
     InterPodAffinity,
+    *STORAGE_PLUGINS,
 ):
     register(_cls.name, _cls)
 for _cls in (DeviceBestFit, DeviceSpread, DeviceRandom):

@@ -44,6 +44,7 @@ from typing import Any
 from fairgpu.engine.engine import Bind, Engine, Evict
 from fairgpu.engine.policies import DEFAULT_POLICY
 from fairgpu.engine.policies import policy as named_policy
+from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.client import (
     CONNECTION_ERRORS,
@@ -197,6 +198,10 @@ class LiveScheduler:
             lambda t, obj: self.events.put(("node", t, obj)),
             name="nodes",
         )
+        # Claims, volumes, storage classes and CSI nodes for the volume plugins.
+        self.volume_watch = storage.VolumeWatch(
+            self.client, lambda t, o: self.events.put(("volume", t, o))
+        )
         # PodGroup reflectors, one per PodGroup API the cluster serves (found at start).
         self.pod_group_reflectors: list[Reflector] = []
         self.pod_group_book = PodGroupBook()
@@ -285,6 +290,7 @@ class LiveScheduler:
         self.reporter.start()
         self.node_reflector.start()
         self.pod_reflector.start()
+        self.volume_watch.start()
         self._discover_pod_groups()
         threading.Thread(
             target=self._rediscover_pod_groups, name="podgroup-discovery", daemon=True
@@ -310,6 +316,7 @@ class LiveScheduler:
         self.metrics.leader.set(0)
         self.pod_reflector.stop()
         self.node_reflector.stop()
+        self.volume_watch.stop()
         for reflector in self.pod_group_reflectors:
             reflector.stop()
         self.reporter.stop()
@@ -351,6 +358,7 @@ class LiveScheduler:
         return (
             self.pod_reflector.synced.is_set()
             and self.node_reflector.synced.is_set()
+            and self.volume_watch.synced()
             and all(r.synced.is_set() for r in self.pod_group_reflectors)
         )
 
@@ -459,6 +467,8 @@ class LiveScheduler:
                 else:
                     self.engine.set_pod_group(namespace, name, group.min_member)
                 out.dirty = True
+        elif kind == "volume":
+            out.dirty = storage.VolumeWatch.apply(cache.cluster, etype, payload) or out.dirty
         elif kind == "bind":
             self._bind_done(etype, payload, out)
         elif kind == "evict":
@@ -606,10 +616,18 @@ class LiveScheduler:
                 mem = pl.device_memory
             annotations[ANN_GPU_DEVICES] = encode_gpu_devices(b.devices, milli, mem)
         self.inflight += 1
-        self.bind_pool.submit(self._bind_call, b, annotations)
+        plan = storage.plan_for(cluster, b.pod.uid, b.node_name)  # volumes first, as PreBind does
+        self.bind_pool.submit(self._bind_call, b, annotations, plan)
 
-    def _bind_call(self, b: Bind, annotations: dict[str, str]) -> None:
+    def _bind_call(
+        self, b: Bind, annotations: dict[str, str], plan: storage.PreBindPlan | None = None
+    ) -> None:
         pod = b.pod
+        if plan is not None:
+            status, message = storage.prebind(self.client, plan)
+            if not 200 <= status < 300:
+                self.events.put(("bind", (status, message), b))
+                return
         body = {
             "apiVersion": "v1",
             "kind": "Binding",

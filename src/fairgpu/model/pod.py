@@ -20,6 +20,7 @@ from fairgpu.model.selectors import (
     compile_label_selector,
     compile_node_term,
 )
+from fairgpu.model.volumes import pod_volume_refs
 
 DOMAIN = "fairgpu.io"
 ANN_ARRIVAL = f"{DOMAIN}/arrival-seconds"
@@ -249,6 +250,10 @@ class PodInfo:
     anti_affinity_terms: tuple[PodAffinityTerm, ...] = ()
     preferred_affinity: tuple[PodAffinityTerm, ...] = ()
     preferred_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    # PersistentVolumeClaim names (pod namespace) and in-tree disks (kind, identity,
+    # read-only): what the volume plugins read; empty for most pods, which they then skip.
+    claims: tuple[str, ...] = ()
+    disks: tuple[tuple[str, str, bool], ...] = ()
     priority: int = 0
     priority_class: str = ""
     preemption_policy: str = "PreemptLowerPriority"
@@ -298,6 +303,8 @@ class PodInfo:
                 self.required_terms,
                 self.tolerations,
                 self.gpu.models,
+                self.claims,
+                self.disks,
             )
         return self._static_key
 
@@ -437,6 +444,7 @@ def pod_from_k8s(
     if priority is None:
         priority = (priority_classes or {}).get(spec.priority_class_name, 0)
     owner = next((o.uid or o.name for o in meta.owner_references if o.controller), "")
+    claims, disks = pod_volume_refs(spec, meta.name)
     return PodInfo(
         name=meta.name,
         namespace=meta.namespace or "default",
@@ -455,6 +463,8 @@ def pod_from_k8s(
         anti_affinity_terms=paa,
         preferred_affinity=ppa,
         preferred_anti_affinity=ppaa,
+        claims=claims,
+        disks=disks,
         priority=priority,
         priority_class=spec.priority_class_name,
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",

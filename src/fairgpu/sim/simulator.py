@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
+from fairgpu.cluster.volumes import apply_decision, settle
 from fairgpu.engine.engine import Engine
 from fairgpu.model.pod import LABEL_QUEUE, LABEL_USER, PodInfo
 from fairgpu.sim.workload import PodArrival, Workload
@@ -124,6 +125,9 @@ class Simulation:
         self.cluster = ClusterState(max_devices=devices, capacity=max(64, len(workload.nodes)))
         for node in workload.nodes:
             self.cluster.add_node(node)
+        for obj in workload.extra.get("storage", ()):
+            self.cluster.volumes.add(obj)
+        settle(self.cluster.volumes)  # the PV controller's part: phases, Immediate claims
         self._events: list[tuple[float, int, int, str]] = []
         self._seq = 0
         self.records: dict[str, PodRecord] = {}
@@ -228,6 +232,7 @@ class Simulation:
                 "",
             )
             self._charge_tenant(rec, +1)
+            self._bind_volumes(bind.pod, bind.node_name)
             key = self._group_key(bind.pod)
             if key:
                 self.group_running.setdefault(key, set()).add(bind.pod.uid)
@@ -239,6 +244,15 @@ class Simulation:
             # No change to the cluster can help (e.g. invalid object): stop retrying it.
             if not unsched.resolvable and self.pending.pop(unsched.pod.uid, None) is not None:
                 self._wait(rec, -1)
+
+    def _bind_volumes(self, pod: PodInfo, node_name: str) -> None:
+        """Apply the pod's volume binding decision, as the PV controller would at once."""
+        store = self.cluster.volumes
+        if pod.uid in store.choices:
+            slot = self.cluster.node_index[node_name]
+            decision = store.decision(pod.uid, slot, node_name)
+            apply_decision(store, decision, self.cluster.node(slot).labels)
+            store.forget_pod(pod.uid)
 
     def _complete(self, token: str) -> None:
         uid, _, run = token.rpartition("#")

@@ -2,7 +2,9 @@
 
 Reads one or more multi-document YAML files (or directories of ``*.yaml``/``*.yml``) holding
 Nodes, Pods, PriorityClasses, Deployments (expanded to their replicas) and PodGroups
-(scheduler-plugins ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``). Simulation-only
+(scheduler-plugins ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the
+storage objects pods mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses,
+CSINodes; in ``Workload.extra["storage"]``). Simulation-only
 annotations give each pod its timing: ``fairgpu.io/arrival-seconds`` (default 0) and
 ``fairgpu.io/duration-seconds`` (default: runs until the end).
 
@@ -27,6 +29,7 @@ from fairgpu.api.errors import InvalidObjectError
 from fairgpu.model.node import node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, pod_from_k8s
+from fairgpu.model.volumes import STORAGE_KINDS, StorageObject, decode_storage
 from fairgpu.sim.workload import PodArrival, Workload
 
 DEFAULT_POOLS = NodePoolConfig()
@@ -105,6 +108,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
     problems: list[str] = []
     pod_docs: list[tuple[Path, dict[str, Any]]] = []
     ignored: dict[str, int] = {}
+    storage: list[StorageObject] = []  # PVCs, PVs, StorageClasses, CSINodes
     for path, doc in docs:
         kind = doc.get("kind")
         if kind == "PriorityClass":
@@ -137,6 +141,11 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
                 raise WorkloadError(
                     f"{path}: PodGroup {meta.get('name')}: spec.minMember must be an integer"
                 ) from None
+        elif kind in STORAGE_KINDS:
+            try:
+                storage.append(decode_storage(doc))
+            except InvalidObjectError as error:
+                raise WorkloadError(f"{path}: {error}") from None
         else:
             ignored[str(kind)] = ignored.get(str(kind), 0) + 1
     names = [n.name for n in nodes]
@@ -174,6 +183,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
             "ignored_kinds": ignored,
             "priority_classes": priority_classes,
             "node_problems": problems,
+            "storage": storage,
         },
     )
 

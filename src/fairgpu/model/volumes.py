@@ -1,0 +1,286 @@
+"""Storage objects as the scheduler sees them: claims, volumes, classes and CSI node limits.
+
+Each is decoded once from the API's JSON (see :mod:`fairgpu.api.objects`) into a slim frozen
+struct holding only what kube-scheduler's volume plugins read (VolumeBinding, VolumeZone,
+VolumeRestrictions, NodeVolumeLimits). Decoders raise :class:`InvalidObjectError` naming the
+object and the field at fault.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fairgpu.api import objects as k8s
+from fairgpu.api.errors import InvalidObjectError
+from fairgpu.api.quantity import QuantityError, parse_quantity
+from fairgpu.model.selectors import (
+    LabelSelector,
+    NodeSelectorTerm,
+    compile_label_selector,
+    compile_node_term,
+)
+
+STORAGE = "storage"
+RWOP = "ReadWriteOncePod"
+WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+NO_PROVISIONER = "kubernetes.io/no-provisioner"
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+PHASE_AVAILABLE = "Available"
+#: What kube-scheduler's PreBind and the PV controller write.
+ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
+ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
+ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimInfo:
+    """A PersistentVolumeClaim. ``storage_class`` None: not set (the default class applies);
+    ``volume_name`` empty: not bound yet."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    storage_class: str | None = None
+    volume_name: str = ""
+    access_modes: frozenset[str] = frozenset()
+    request: int = 0
+    selector: LabelSelector | None = None
+    volume_mode: str = "Filesystem"
+    deleting: bool = False
+    selected_node: str = ""
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeInfo:
+    """A PersistentVolume. ``claim`` is the ``namespace/name`` its claimRef points to (with
+    ``claim_uid`` when set); ``node_terms`` None: usable from every node."""
+
+    name: str
+    capacity: int = 0
+    access_modes: frozenset[str] = frozenset()
+    storage_class: str = ""
+    claim: str = ""
+    claim_uid: str = ""
+    node_terms: tuple[NodeSelectorTerm, ...] | None = None
+    phase: str = ""
+    volume_mode: str = "Filesystem"
+    labels: tuple[tuple[str, str], ...] = ()
+    csi_driver: str = ""
+    csi_handle: str = ""
+    deleting: bool = False
+    resource_version: str = ""
+
+    def bound_to(self, claim: ClaimInfo) -> bool:
+        """True if the claimRef names ``claim`` (and its uid, when the ref carries one)."""
+        return self.claim == claim.key and (not self.claim_uid or self.claim_uid == claim.uid)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassInfo:
+    """A StorageClass. ``allowed_topologies``: OR of terms, each an AND of (key, values)."""
+
+    name: str
+    provisioner: str = ""
+    wait_for_first_consumer: bool = False
+    allowed_topologies: tuple[tuple[tuple[str, frozenset[str]], ...], ...] = ()
+    default: bool = False
+
+    def allows(self, labels: dict[str, str]) -> bool:
+        """kube-scheduler's topology check for dynamic provisioning on a node."""
+        if not self.allowed_topologies:
+            return True
+        return any(
+            all(labels.get(key) in values for key, values in term)
+            for term in self.allowed_topologies
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CSINodeInfo:
+    """A CSINode: per CSI driver, how many volumes the node can attach (None: no limit)."""
+
+    name: str
+    limits: tuple[tuple[str, int], ...] = ()
+
+
+def _bytes(value: object) -> int:
+    exact = parse_quantity(value)
+    if exact < 0:
+        raise QuantityError(f"{value!r} is negative")
+    return math.ceil(exact)
+
+
+def _obj(kind: str, meta: k8s.ObjectMeta) -> str:
+    name = meta.name or "<unnamed>"
+    return f"{kind} {meta.namespace}/{name}" if meta.namespace else f"{kind} {name}"
+
+
+def claim_from_k8s(pvc: k8s.PersistentVolumeClaim) -> ClaimInfo:
+    """Decode a v1 PersistentVolumeClaim."""
+    meta, spec = pvc.metadata, pvc.spec
+    obj = _obj("PersistentVolumeClaim", meta)
+    if not meta.name:
+        raise InvalidObjectError(obj, "metadata.name", "is required")
+    request = 0
+    value = spec.resources.requests.get(STORAGE)
+    if value is not None:
+        try:
+            request = _bytes(value)
+        except QuantityError as error:
+            raise InvalidObjectError(obj, "spec.resources.requests.storage", str(error)) from None
+    try:
+        selector = compile_label_selector(spec.selector, "spec.selector")
+    except ValueError as error:
+        field, _, problem = str(error).partition(": ")
+        raise InvalidObjectError(obj, field, problem) from None
+    return ClaimInfo(
+        namespace=meta.namespace or "default",
+        name=meta.name,
+        uid=meta.uid,
+        storage_class=spec.storage_class_name,
+        volume_name=spec.volume_name,
+        access_modes=frozenset(spec.access_modes),
+        request=request,
+        selector=selector,
+        volume_mode=spec.volume_mode or "Filesystem",
+        deleting=meta.deletion_timestamp is not None,
+        selected_node=meta.annotations.get(ANN_SELECTED_NODE, ""),
+    )
+
+
+def volume_from_k8s(pv: k8s.PersistentVolume) -> VolumeInfo:
+    """Decode a v1 PersistentVolume."""
+    meta, spec = pv.metadata, pv.spec
+    obj = _obj("PersistentVolume", meta)
+    if not meta.name:
+        raise InvalidObjectError(obj, "metadata.name", "is required")
+    capacity = 0
+    value = spec.capacity.get(STORAGE)
+    if value is not None:
+        try:
+            capacity = _bytes(value)
+        except QuantityError as error:
+            raise InvalidObjectError(obj, "spec.capacity.storage", str(error)) from None
+    terms = None
+    affinity = spec.node_affinity
+    if affinity is not None and affinity.required is not None:
+        where = "spec.nodeAffinity.required.nodeSelectorTerms"
+        try:
+            terms = tuple(
+                compile_node_term(t, f"{where}[{i}]")
+                for i, t in enumerate(affinity.required.node_selector_terms)
+            )
+        except ValueError as error:
+            field, _, problem = str(error).partition(": ")
+            raise InvalidObjectError(obj, field, problem) from None
+    ref = spec.claim_ref
+    claim = f"{ref.namespace or 'default'}/{ref.name}" if ref is not None and ref.name else ""
+    csi = spec.csi
+    return VolumeInfo(
+        name=meta.name,
+        capacity=capacity,
+        access_modes=frozenset(spec.access_modes),
+        storage_class=spec.storage_class_name,
+        claim=claim,
+        claim_uid=ref.uid if ref is not None and claim else "",
+        node_terms=terms,
+        phase=pv.status.phase,
+        volume_mode=spec.volume_mode or "Filesystem",
+        labels=tuple(sorted(meta.labels.items())),
+        csi_driver=csi.driver if csi is not None else "",
+        csi_handle=csi.volume_handle if csi is not None else "",
+        deleting=meta.deletion_timestamp is not None,
+        resource_version=meta.resource_version,
+    )
+
+
+def class_from_k8s(sc: k8s.StorageClass) -> ClassInfo:
+    """Decode a storage.k8s.io/v1 StorageClass."""
+    meta = sc.metadata
+    obj = _obj("StorageClass", meta)
+    if not meta.name:
+        raise InvalidObjectError(obj, "metadata.name", "is required")
+    mode = sc.volume_binding_mode or "Immediate"
+    if mode not in ("Immediate", WAIT_FOR_FIRST_CONSUMER):
+        raise InvalidObjectError(obj, "volumeBindingMode", f"unknown {mode!r}")
+    topologies = tuple(
+        tuple((req.key, frozenset(req.values)) for req in term.match_label_expressions)
+        for term in sc.allowed_topologies
+    )
+    return ClassInfo(
+        name=meta.name,
+        provisioner=sc.provisioner,
+        wait_for_first_consumer=mode == WAIT_FOR_FIRST_CONSUMER,
+        allowed_topologies=topologies,
+        default=meta.annotations.get(DEFAULT_CLASS_ANNOTATION) == "true",
+    )
+
+
+def csinode_from_k8s(node: k8s.CSINode) -> CSINodeInfo:
+    """Decode a storage.k8s.io/v1 CSINode."""
+    meta = node.metadata
+    if not meta.name:
+        raise InvalidObjectError(_obj("CSINode", meta), "metadata.name", "is required")
+    limits = []
+    for i, driver in enumerate(node.spec.drivers):
+        count = driver.allocatable.count if driver.allocatable is not None else None
+        if count is None:
+            continue
+        if count < 0:
+            raise InvalidObjectError(
+                _obj("CSINode", meta), f"spec.drivers[{i}].allocatable.count", "is negative"
+            )
+        limits.append((driver.name, count))
+    return CSINodeInfo(meta.name, tuple(limits))
+
+
+def pod_volume_refs(
+    spec: k8s.PodSpec, pod_name: str
+) -> tuple[tuple[str, ...], tuple[tuple[str, str, bool], ...]]:
+    """A pod's claim names (generic ephemeral volumes as ``<pod>-<volume>``, the claim the
+    ephemeral controller creates) and its in-tree disks as (kind, identity, read-only)."""
+    claims: list[str] = []
+    disks: list[tuple[str, str, bool]] = []
+    for vol in spec.volumes:
+        if vol.persistent_volume_claim is not None:
+            claims.append(vol.persistent_volume_claim.claim_name)
+        elif vol.ephemeral is not None:
+            claims.append(f"{pod_name}-{vol.name}")
+        elif vol.gce_persistent_disk is not None:
+            gce = vol.gce_persistent_disk
+            disks.append(("gce-pd", gce.pd_name, gce.read_only))
+        elif vol.aws_elastic_block_store is not None:
+            ebs = vol.aws_elastic_block_store
+            disks.append(("aws-ebs", ebs.volume_id, False))  # EBS never shares, even read-only
+        elif vol.iscsi is not None:
+            iscsi = vol.iscsi
+            disks.append(("iscsi", iscsi.iqn, iscsi.read_only))
+        elif vol.rbd is not None:
+            rbd = vol.rbd
+            ident = f"{','.join(sorted(rbd.monitors))}/{rbd.pool}/{rbd.image}"
+            disks.append(("rbd", ident, rbd.read_only))
+    return tuple(dict.fromkeys(claims)), tuple(disks)
+
+
+StorageObject = ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo
+STORAGE_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode")
+
+
+def decode_storage(doc: dict[str, object]) -> StorageObject:
+    """Decode one storage object given as a parsed JSON/YAML mapping, by its ``kind``."""
+    kind = doc.get("kind")
+    if kind == "PersistentVolumeClaim":
+        return claim_from_k8s(k8s.decode(doc, k8s.PersistentVolumeClaim))
+    if kind == "PersistentVolume":
+        return volume_from_k8s(k8s.decode(doc, k8s.PersistentVolume))
+    if kind == "StorageClass":
+        return class_from_k8s(k8s.decode(doc, k8s.StorageClass))
+    if kind == "CSINode":
+        return csinode_from_k8s(k8s.decode(doc, k8s.CSINode))
+    raise InvalidObjectError(str(kind), "kind", f"not one of {', '.join(STORAGE_KINDS)}")

@@ -1,0 +1,577 @@
+"""Volumes, differentially: generated PV/PVC/StorageClass/CSINode cases decided by the real
+kube-scheduler 1.34 and by fairgpu's engine on the same objects.
+
+Each case has its own three nodes (selected by a ``case`` label), storage class, volumes,
+claims and one pod. kube-scheduler runs without a PV controller, so a pod whose claims need
+binding stops in PreBind after writing its decision: the chosen volume's ``claimRef``, or the
+claim's ``volume.kubernetes.io/selected-node``. That decision (or the binding, for pods whose
+claims are all bound already) names kube-scheduler's node; a pod it cannot place gets
+``PodScheduled=False`` with its reasons. fairgpu's engine, given the same objects as listed from
+the API, must place exactly the pods kube-scheduler places, each onto a node it finds feasible
+(the node kube-scheduler chose is among them), and give the pending ones the same reasons.
+A second test lets several pods compete for a few local volumes in one scheduling pass: both
+place the same number of pods per group and leave the rest pending for the same reasons.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fairgpu.api import objects as k8s
+from fairgpu.cluster.state import ClusterState
+from fairgpu.devcluster import ControlPlane, KubeClient, NodeSpec, create_nodes, ensure_namespace
+from fairgpu.engine.profile import Profile
+from fairgpu.engine.scheduler import Scheduler
+from fairgpu.model.node import node_from_k8s
+from fairgpu.model.pod import pod_from_k8s
+from fairgpu.model.volumes import (
+    claim_from_k8s,
+    class_from_k8s,
+    csinode_from_k8s,
+    volume_from_k8s,
+)
+from tests import polling
+
+pytestmark = pytest.mark.integration
+
+NS = "vol-diff"
+# More cases or another seed: FAIRGPU_VOLUME_CASES=300 FAIRGPU_VOLUME_SEED=7.
+CASES = int(os.environ.get("FAIRGPU_VOLUME_CASES", "96"))
+SEED = int(os.environ.get("FAIRGPU_VOLUME_SEED", "16"))
+KINDS = (
+    "local",
+    "local",
+    "local-two",
+    "bound-local",
+    "zonal",
+    "dynamic",
+    "immediate",
+    "missing",
+    "csi-limit",
+    "rwop",
+)
+DRIVER = "csi.example.com"
+ZONE = "topology.kubernetes.io/zone"
+
+
+@dataclass
+class Case:
+    """Objects of one case, created in order; ``pod`` is the one both schedulers place."""
+
+    index: int
+    kind: str
+    nodes: list[NodeSpec] = field(default_factory=list)
+    objects: list[dict[str, Any]] = field(default_factory=list)  # storage + existing pods
+    bindings: list[tuple[str, str]] = field(default_factory=list)  # (pvc, pv) bound up front
+    available: list[str] = field(default_factory=list)  # PVs to mark Available
+    volume_node: dict[str, str] = field(default_factory=dict)  # local PV -> node
+    pod: dict[str, Any] = field(default_factory=dict)
+
+    def name(self, suffix: str) -> str:
+        return f"c{self.index}-{suffix}"
+
+
+def _sc(name: str, provisioner: str, wffc: bool, zones: list[str] | None = None) -> dict:
+    doc: dict[str, Any] = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        "volumeBindingMode": "WaitForFirstConsumer" if wffc else "Immediate",
+    }
+    if zones is not None:
+        doc["allowedTopologies"] = [{"matchLabelExpressions": [{"key": ZONE, "values": zones}]}]
+    return doc
+
+
+def _pv(
+    name: str,
+    sc: str,
+    size: str = "5Gi",
+    modes: list[str] | None = None,
+    node: str | None = None,
+    labels: dict[str, str] | None = None,
+    csi: str | None = None,
+) -> dict:
+    spec: dict[str, Any] = {
+        "capacity": {"storage": size},
+        "accessModes": modes or ["ReadWriteOnce"],
+        "storageClassName": sc,
+    }
+    if csi:
+        spec["csi"] = {"driver": DRIVER, "volumeHandle": csi}
+    else:
+        spec["local"] = {"path": f"/mnt/{name}"}
+        host = node or "nowhere"
+        term = {
+            "matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}
+            ]
+        }
+        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def _pvc(name: str, sc: str, size: str = "1Gi", modes: list[str] | None = None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "storageClassName": sc,
+            "accessModes": modes or ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+
+
+def _pod(name: str, case: int, claims: list[str], node: str = "") -> dict:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "c",
+                "image": "registry.invalid/x:1",
+                "resources": {"requests": {"cpu": "100m"}},
+            }
+        ],
+        "nodeSelector": {"case": str(case)},
+        "volumes": [
+            {"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}}
+            for i, c in enumerate(claims)
+        ],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
+
+
+def _local(case: Case, rng: random.Random, claims: int) -> None:
+    sc = case.name("local")
+    case.objects.append(_sc(sc, "kubernetes.io/no-provisioner", wffc=True))
+    for k in range(rng.randint(claims - 1, 2 + 2 * claims)):
+        pv = case.name(f"pv{k}")
+        node = rng.choice(
+            [*[n.name for n in case.nodes], None]
+            if rng.random() < 0.3
+            else [case.nodes[0].name, case.nodes[1].name]
+        )
+        modes = rng.choice(
+            [["ReadWriteOnce"], ["ReadWriteMany"], ["ReadWriteOnce", "ReadWriteMany"]]
+        )
+        case.objects.append(_pv(pv, sc, rng.choice(["1Gi", "5Gi"]), modes, node))
+        case.volume_node[pv] = node or "nowhere"
+        if rng.random() < 0.85:
+            case.available.append(pv)
+    names = []
+    for k in range(claims):
+        pvc = case.name(f"data{k}")
+        modes = rng.choice([["ReadWriteOnce"], ["ReadWriteMany"]])
+        case.objects.append(_pvc(pvc, sc, rng.choice(["1Gi", "3Gi"]), modes))
+        names.append(pvc)
+    case.pod = _pod(case.name("pod"), case.index, names)
+
+
+def _bound(case: Case, sc: str, pv: dict[str, Any], modes: list[str] | None = None) -> str:
+    pvc = case.name("bound")
+    case.objects.append(_pvc(pvc, sc, "1Gi", modes))
+    case.objects.append(pv)
+    case.bindings.append((pvc, pv["metadata"]["name"]))
+    return pvc
+
+
+def build_case(index: int, rng: random.Random) -> Case:
+    kind = KINDS[index % len(KINDS)]
+    case = Case(index, kind)
+    zones = ["z0", "z1", rng.choice(["z1", "z2"])]
+    for j in range(3):
+        labels = {"case": str(index), ZONE: zones[j]}
+        case.nodes.append(NodeSpec(case.name(f"n{j}"), cpu="4", memory="8Gi", labels=labels))
+    nodes = [n.name for n in case.nodes]
+    if kind in ("local", "local-two"):
+        _local(case, rng, 1 if kind == "local" else 2)
+    elif kind == "bound-local":
+        sc = case.name("local")
+        case.objects.append(_sc(sc, "kubernetes.io/no-provisioner", wffc=True))
+        pvc = _bound(case, sc, _pv(case.name("pv"), sc, node=rng.choice([*nodes, "gone"])))
+        case.pod = _pod(case.name("pod"), index, [pvc])
+    elif kind == "zonal":
+        sc = case.name("zonal")
+        case.objects.append(_sc(sc, DRIVER, wffc=False))
+        zone = rng.choice(["z0", "z1", "z2", "z0__z2", "z1__z0"])
+        pv = _pv(case.name("pv"), sc, labels={ZONE: zone}, csi=case.name("h"))
+        case.pod = _pod(case.name("pod"), index, [_bound(case, sc, pv)])
+    elif kind == "dynamic":
+        sc = case.name("dyn")
+        allowed = rng.choice([None, ["z0"], ["z1"], ["z2"], ["z0", "z2"]])
+        provisioner = rng.choice(["example.com/x", "example.com/x", "kubernetes.io/no-provisioner"])
+        case.objects.append(_sc(sc, provisioner, wffc=True, zones=allowed))
+        case.objects.append(_pvc(case.name("fresh"), sc))
+        case.pod = _pod(case.name("pod"), index, [case.name("fresh")])
+    elif kind == "immediate":
+        sc = case.name("imm")
+        case.objects.append(_sc(sc, "example.com/x", wffc=False))
+        case.objects.append(_pvc(case.name("waiting"), sc))
+        case.pod = _pod(case.name("pod"), index, [case.name("waiting")])
+    elif kind == "missing":
+        case.pod = _pod(case.name("pod"), index, [case.name("nope")])
+    elif kind == "csi-limit":
+        _csi_limit(case, rng, nodes)
+    else:
+        _rwop(case, rng, nodes)
+    return case
+
+
+def _csi_limit(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    sc = case.name("csi")
+    case.objects.append(_sc(sc, DRIVER, wffc=False))
+    for name in nodes:
+        count = rng.randint(0, 2)
+        case.objects.append(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSINode",
+                "metadata": {"name": name},
+                "spec": {
+                    "drivers": [{"name": DRIVER, "nodeID": name, "allocatable": {"count": count}}]
+                },
+            }
+        )
+    old = case.name("old")
+    case.objects.append(_pvc(old, sc))
+    case.objects.append(_pv(case.name("pv-old"), sc, csi=case.name("h-old")))
+    case.bindings.append((old, case.name("pv-old")))
+    case.objects.append(_pod(case.name("holder"), case.index, [old], node=rng.choice(nodes)))
+    new = case.name("new")
+    case.objects.append(_pvc(new, sc))
+    case.objects.append(_pv(case.name("pv-new"), sc, csi=case.name("h-new")))
+    case.bindings.append((new, case.name("pv-new")))
+    case.pod = _pod(case.name("pod"), case.index, [new])
+
+
+def _rwop(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    sc = case.name("csi")
+    case.objects.append(_sc(sc, DRIVER, wffc=False))
+    pv = _pv(case.name("pv"), sc, modes=["ReadWriteOncePod"], csi=case.name("h"))
+    pvc = _bound(case, sc, pv, modes=["ReadWriteOncePod"])
+    if rng.random() < 0.7:
+        case.objects.append(_pod(case.name("holder"), case.index, [pvc], node=rng.choice(nodes)))
+    case.pod = _pod(case.name("pod"), case.index, [pvc])
+
+
+# ---- the cluster -----------------------------------------------------------------------------
+_PATHS = {
+    "StorageClass": "/apis/storage.k8s.io/v1/storageclasses",
+    "CSINode": "/apis/storage.k8s.io/v1/csinodes",
+    "PersistentVolume": "/api/v1/persistentvolumes",
+    "PersistentVolumeClaim": f"/api/v1/namespaces/{NS}/persistentvolumeclaims",
+    "Pod": f"/api/v1/namespaces/{NS}/pods",
+}
+
+
+def create_case(client: KubeClient, case: Case) -> None:
+    """Create the case's objects; bind the up-front claims as a PV controller would."""
+    for doc in case.objects:
+        client.post(_PATHS[doc["kind"]], doc)
+    for pvc, pv in case.bindings:
+        claim = client.get(f"{_PATHS['PersistentVolumeClaim']}/{pvc}")
+        ref = {"kind": "PersistentVolumeClaim", "namespace": NS, "name": pvc}
+        ref["uid"] = claim["metadata"]["uid"]
+        client.patch(f"/api/v1/persistentvolumes/{pv}", {"spec": {"claimRef": ref}})
+        client.patch(f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Bound"}})
+        client.patch(
+            f"{_PATHS['PersistentVolumeClaim']}/{pvc}",
+            {
+                "metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+                "spec": {"volumeName": pv},
+            },
+        )
+        client.patch(
+            f"{_PATHS['PersistentVolumeClaim']}/{pvc}/status", {"status": {"phase": "Bound"}}
+        )
+    for pv in case.available:
+        client.patch(f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Available"}})
+
+
+@pytest.fixture(scope="module")
+def cluster_cases(kube_bin_dir: Path) -> Iterator[tuple[ControlPlane, KubeClient, list[Case]]]:
+    rng = random.Random(SEED)
+    cases = [build_case(i, rng) for i in range(CASES)]
+    cp = ControlPlane(kube_bin_dir)
+    cp.start()
+    client = cp.client(maxsize=16)
+    try:
+        ensure_namespace(client, NS, ca_pem=Path(cp.ca_file).read_text())
+        create_nodes(client, [n for c in cases for n in c.nodes])
+        for case in cases:
+            create_case(client, case)
+        yield cp, client, cases
+    finally:
+        client.close()
+        cp.stop()
+
+
+# ---- fairgpu on the same objects -------------------------------------------------------------
+def fairgpu_view(client: KubeClient) -> tuple[ClusterState, list[Any]]:
+    """ClusterState and volume store built from what the API returns; the pending pods."""
+    state = ClusterState()
+    for raw in client.get("/api/v1/nodes")["items"]:
+        state.add_node(node_from_k8s(k8s.decode(raw, k8s.Node)))
+    store = state.volumes
+    sources = (
+        ("/apis/storage.k8s.io/v1/storageclasses", k8s.StorageClass, class_from_k8s),
+        ("/apis/storage.k8s.io/v1/csinodes", k8s.CSINode, csinode_from_k8s),
+        ("/api/v1/persistentvolumes", k8s.PersistentVolume, volume_from_k8s),
+        ("/api/v1/persistentvolumeclaims", k8s.PersistentVolumeClaim, claim_from_k8s),
+    )
+    for path, kind, slim in sources:
+        for raw in client.get(path)["items"]:
+            store.add(slim(k8s.decode(raw, kind)))
+    pending = []
+    for raw in client.get(_PATHS["Pod"])["items"]:
+        p = pod_from_k8s(k8s.decode(raw, k8s.Pod))
+        if p.node_name:
+            state.assign(p, state.node_index[p.node_name])
+        else:
+            pending.append(p)
+    return state, pending
+
+
+# ---- kube-scheduler's outcome ----------------------------------------------------------------
+_PREFIX = re.compile(r"^0/\d+ nodes are available: ")
+
+
+def reasons(message: str) -> set[str]:
+    """The reasons of a pending message, without the preemption part or the node total."""
+    # "0/9 nodes are available: <reasons>. <post-filter notes>, preemption: ..."
+    message = _PREFIX.sub("", message.strip()).split(". ")[0].rstrip(".")
+    return {part.strip() for part in message.split(", ")}
+
+
+def kube_outcome(client: KubeClient, case: Case) -> tuple[str, str] | None:
+    """("node", name) once kube-scheduler chose a node, ("pending", message), or None yet."""
+    p = client.get(f"{_PATHS['Pod']}/{case.pod['metadata']['name']}")
+    if p["spec"].get("nodeName"):
+        return "node", p["spec"]["nodeName"]
+    for claim in [v["persistentVolumeClaim"]["claimName"] for v in case.pod["spec"]["volumes"]]:
+        r = client.request("GET", f"{_PATHS['PersistentVolumeClaim']}/{claim}")
+        if not r.ok:
+            continue
+        selected = (
+            r.body["metadata"].get("annotations", {}).get("volume.kubernetes.io/selected-node")
+        )
+        if selected:
+            return "node", selected
+    for pv, node in case.volume_node.items():
+        vol = client.get(f"/api/v1/persistentvolumes/{pv}")
+        if vol["spec"].get("claimRef"):
+            return "node", node
+    for c in p.get("status", {}).get("conditions") or []:
+        if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message"):
+            return "pending", c["message"]
+    return None
+
+
+def all_outcomes(client: KubeClient, cases: list[Case]) -> list[tuple[str, str]] | None:
+    """Every case's outcome, or None while some pod is still undecided."""
+    out = []
+    for case in cases:
+        found = kube_outcome(client, case)
+        if found is None:
+            return None
+        out.append(found)
+    return out
+
+
+def chosen_volume_mismatches(
+    client: KubeClient, cases: list[Case], outcomes: list[tuple[str, str]], state: ClusterState
+) -> list[tuple[Any, ...]]:
+    """Where kube-scheduler bound a claim to a local volume, fairgpu's decision for that node
+    binds it to a volume of the same size (the smallest that fits; equal sizes tie)."""
+    size = {}
+    kube_pick = {}
+    for raw in client.get("/api/v1/persistentvolumes")["items"]:
+        size[raw["metadata"]["name"]] = raw["spec"]["capacity"]["storage"]
+        ref = raw["spec"].get("claimRef")
+        if ref:
+            kube_pick[f"{ref['namespace']}/{ref['name']}"] = raw["metadata"]["name"]
+    out = []
+    for case, (what, node) in zip(cases, outcomes, strict=True):
+        if what != "node" or not case.volume_node:
+            continue
+        uid = f"{NS}/{case.pod['metadata']['name']}"
+        decision = state.volumes.decision(uid, state.node_index[node], node)
+        for claim, ours in decision.bind:
+            theirs = kube_pick.get(claim)
+            if theirs is None or size[theirs] != size[ours] or case.volume_node[theirs] != node:
+                out.append((case.index, case.kind, "volume", claim, theirs, ours))
+    return out
+
+
+def test_fairgpu_places_volumes_as_kube_scheduler_does(
+    cluster_cases: tuple[ControlPlane, KubeClient, list[Case]],
+) -> None:
+    cp, client, cases = cluster_cases
+    state, pending = fairgpu_view(client)
+    assert not pending  # only the placed holders so far
+    sched = Scheduler(Profile())
+    ours = {}
+    for case in cases:
+        p = pod_from_k8s(k8s.decode(case.pod, k8s.Pod))
+        result = sched.schedule(p, state)
+        mask, _ = sched.filter(p, state)
+        names = {state.node(int(i)).name for i in np.flatnonzero(mask)}
+        ours[p.name] = (result.ok, names, result.reason())
+    for case in cases:
+        client.post(_PATHS["Pod"], case.pod)
+    cp.start_scheduler()
+    try:
+        outcomes = polling.wait_for(lambda: all_outcomes(client, cases), 60, 0.5)
+    finally:
+        cp.stop_scheduler()
+    mismatches = []
+    kinds: dict[str, list[int]] = {}
+    for case, (what, detail) in zip(cases, outcomes, strict=True):
+        state_name = case.pod["metadata"]["name"]
+        ok, feasible, reason = ours[state_name]
+        kinds.setdefault(case.kind, [0, 0])[0 if what == "node" else 1] += 1
+        if what == "node" and not (ok and detail in feasible):
+            mismatches.append(
+                (case.index, case.kind, "kube placed on", detail, sorted(feasible), reason)
+            )
+        if what == "pending" and (ok or reasons(detail) != reasons(reason)):
+            mismatches.append(
+                (case.index, case.kind, "kube pending", detail, sorted(feasible), reason)
+            )
+    mismatches += chosen_volume_mismatches(client, cases, outcomes, state)
+    print("placed/pending per kind:", kinds)
+    assert not mismatches, "\n".join(map(str, mismatches))
+    # The generated cases exercise both outcomes for most kinds.
+    assert sum(placed for placed, _ in kinds.values()) >= CASES // 4
+    assert sum(left for _, left in kinds.values()) >= CASES // 4
+
+
+# ---- pods competing for the same volumes -----------------------------------------------------
+COMPETE_GROUPS = 12
+COMPETE_NS = "vol-compete"
+
+
+def build_competition(index: int, rng: random.Random) -> tuple[Case, list[dict[str, Any]]]:
+    """Several pods, each with its own claim, for a few equal local volumes of one class: the
+    volumes chosen for pods placed earlier are taken (kube-scheduler's assume cache)."""
+    case = Case(100 + index, "compete")
+    for j in range(3):
+        labels = {"case": str(case.index), ZONE: f"z{j}"}
+        case.nodes.append(NodeSpec(case.name(f"n{j}"), cpu="4", memory="8Gi", labels=labels))
+    sc = case.name("local")
+    case.objects.append(_sc(sc, "kubernetes.io/no-provisioner", wffc=True))
+    for k in range(rng.randint(0, 3)):
+        node_name = rng.choice(case.nodes).name
+        case.objects.append(_pv(case.name(f"pv{k}"), sc, "5Gi", node=node_name))
+        case.volume_node[case.name(f"pv{k}")] = node_name
+        case.available.append(case.name(f"pv{k}"))
+    pods = []
+    for k in range(rng.randint(2, 4)):
+        claim = _pvc(case.name(f"data{k}"), sc)
+        claim["metadata"]["namespace"] = COMPETE_NS
+        case.objects.append(claim)
+        manifest = _pod(case.name(f"pod{k}"), case.index, [case.name(f"data{k}")])
+        manifest["metadata"]["namespace"] = COMPETE_NS
+        pods.append(manifest)
+    return case, pods
+
+
+def test_competing_pods_get_the_volumes_kube_scheduler_gives_them(kube_bin_dir: Path) -> None:
+    from fairgpu.engine.engine import Engine
+
+    rng = random.Random(SEED + 1)
+    groups = [build_competition(i, rng) for i in range(COMPETE_GROUPS)]
+    cp = ControlPlane(kube_bin_dir)
+    cp.start()
+    client = cp.client(maxsize=16)
+    try:
+        ensure_namespace(client, COMPETE_NS, ca_pem=Path(cp.ca_file).read_text())
+        create_nodes(client, [n for case, _ in groups for n in case.nodes])
+        paths = dict(_PATHS)
+        paths["PersistentVolumeClaim"] = f"/api/v1/namespaces/{COMPETE_NS}/persistentvolumeclaims"
+        for case, _ in groups:
+            for doc in case.objects:
+                client.post(paths[doc["kind"]], doc)
+            for pv in case.available:
+                client.patch(
+                    f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Available"}}
+                )
+        state, _ = fairgpu_view(client)
+        pending = [pod_from_k8s(k8s.decode(m, k8s.Pod)) for _, ms in groups for m in ms]
+        decided = Engine(Profile(), ordering="kube-default").cycle(state, pending, now=0.0)
+        ours_placed = {b.pod.name for b in decided.binds}
+        ours_reasons = {u.pod.name: reasons(u.reason) for u in decided.unschedulable}
+        for _, manifests in groups:
+            for m in manifests:
+                client.post(f"/api/v1/namespaces/{COMPETE_NS}/pods", m)
+        cp.start_scheduler()
+        try:
+            theirs = polling.wait_for(lambda: competition_outcomes(client, groups), 60, 0.5)
+        finally:
+            cp.stop_scheduler()
+    finally:
+        client.close()
+        cp.stop()
+    for case, manifests in groups:
+        names = [m["metadata"]["name"] for m in manifests]
+        kube_placed = [n for n in names if theirs[n][0] == "node"]
+        # Equal volumes and claims: how many pods fit is fixed, which ones is queue order.
+        assert len(kube_placed) == len(ours_placed & set(names)), (case.index, theirs, ours_placed)
+        kube_pending = sorted(sorted(reasons(theirs[n][1])) for n in names if n not in kube_placed)
+        our_pending = sorted(sorted(ours_reasons[n]) for n in names if n not in ours_placed)
+        assert kube_pending == our_pending, (case.index, kube_pending, our_pending)
+        for n in kube_placed:
+            assert case.volume_node and theirs[n][1] in case.volume_node.values()
+
+
+def competition_outcomes(
+    client: KubeClient, groups: list[tuple[Case, list[dict[str, Any]]]]
+) -> dict[str, tuple[str, str]] | None:
+    """Pod name -> ("node", node) from the volume kube-scheduler bound to its claim, or
+    ("pending", message); None while a pod is undecided."""
+    claimed = {}
+    for raw in client.get("/api/v1/persistentvolumes")["items"]:
+        ref = raw["spec"].get("claimRef")
+        if ref:
+            claimed[ref["name"]] = raw["metadata"]["name"]
+    out: dict[str, tuple[str, str]] = {}
+    for case, manifests in groups:
+        for m in manifests:
+            name = m["metadata"]["name"]
+            claim = m["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+            if claim in claimed:
+                out[name] = ("node", case.volume_node[claimed[claim]])
+                continue
+            p = client.get(f"/api/v1/namespaces/{COMPETE_NS}/pods/{name}")
+            cond = [
+                c
+                for c in p.get("status", {}).get("conditions") or []
+                if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message")
+            ]
+            if not cond:
+                return None
+            out[name] = ("pending", cond[0]["message"])
+    return out

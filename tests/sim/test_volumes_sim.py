@@ -1,0 +1,193 @@
+"""Storage in the simulator: PVs, PVCs, StorageClasses and CSINodes read from YAML, pods placed
+where their volumes are, and the binding decision applied (claim bound, volume provisioned)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fairgpu.engine.engine import Engine
+from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.workloads.kube_yaml import WorkloadError, load_kube_yaml
+
+NODES = "\n---\n".join(
+    f"""apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  labels: {{kubernetes.io/hostname: {name}, topology.kubernetes.io/zone: {zone}}}
+status: {{allocatable: {{cpu: "8", memory: 32Gi, pods: "10"}}}}"""
+    for name, zone in (("n0", "z1"), ("n1", "z1"), ("n2", "z2"))
+)
+
+STORAGE = """
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: local}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: zonal}
+provisioner: csi.example.com
+volumeBindingMode: WaitForFirstConsumer
+allowedTopologies:
+- matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [z2]}]
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: local-n1}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: local
+  local: {path: /mnt/disk}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [n1]}]
+status: {phase: Available}
+"""
+
+
+def claim(name: str, sc: str) -> str:
+    return f"""
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}, namespace: default}}
+spec:
+  storageClassName: {sc}
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 1Gi}}}}
+"""
+
+
+def user(name: str, claim_name: str, arrival: int = 0, duration: int = 100) -> str:
+    return f"""
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+  annotations:
+    fairgpu.io/arrival-seconds: "{arrival}"
+    fairgpu.io/duration-seconds: "{duration}"
+spec:
+  containers: [{{name: c, resources: {{requests: {{cpu: 100m}}}}}}]
+  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {claim_name}}}}}]
+"""
+
+
+def run(tmp_path: Path, text: str) -> Simulation:
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    sim = Simulation(load_kube_yaml([path]), Engine(seed=1))
+    sim.run()
+    return sim
+
+
+def test_local_volume_binds_and_later_pods_follow_it(tmp_path: Path) -> None:
+    text = NODES + "\n---\n" + STORAGE + claim("data", "local")
+    text += user("first", "data", arrival=0) + user("again", "data", arrival=200)
+    sim = run(tmp_path, text)
+    recs = {r.pod.name: r for r in sim.records.values()}
+    assert recs["first"].node == "n1"
+    store = sim.cluster.volumes
+    assert store.claims["default/data"].volume_name == "local-n1"
+    assert store.volumes["local-n1"].claim == "default/data"
+    # Bound now: the second pod goes where the volume is, through the bound claim's PV.
+    assert recs["again"].node == "n1" and recs["again"].start == 200.0
+
+
+def test_second_claim_finds_no_local_volume_left(tmp_path: Path) -> None:
+    text = NODES + "\n---\n" + STORAGE + claim("one", "local") + claim("two", "local")
+    text += user("a", "one") + user("b", "two")
+    sim = run(tmp_path, text)
+    recs = {r.pod.name: r for r in sim.records.values()}
+    placed = [r for r in recs.values() if r.node]
+    waiting = [r for r in recs.values() if not r.node]
+    assert [r.node for r in placed] == ["n1"] and len(waiting) == 1
+    assert waiting[0].reason == (
+        "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."
+    )
+
+
+def test_dynamic_provisioning_in_the_allowed_zone(tmp_path: Path) -> None:
+    text = NODES + "\n---\n" + STORAGE + claim("z", "zonal") + user("p", "z", duration=10)
+    text += user("later", "z", arrival=50)
+    sim = run(tmp_path, text)
+    recs = {r.pod.name: r for r in sim.records.values()}
+    assert recs["p"].node == "n2" and recs["later"].node == "n2"
+    store = sim.cluster.volumes
+    provisioned = store.volumes[store.claims["default/z"].volume_name]
+    assert provisioned.claim == "default/z"
+    assert store.claims["default/z"].selected_node == "n2"
+
+
+def test_bad_storage_object_names_file_and_field(tmp_path: Path) -> None:
+    bad = claim("x", "local").replace("1Gi", "plenty")
+    path = tmp_path / "bad.yaml"
+    path.write_text(NODES + bad)
+    with pytest.raises(WorkloadError, match=r"PersistentVolumeClaim default/x.*storage"):
+        load_kube_yaml([path])
+
+
+IMMEDIATE = """
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: now}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: Immediate
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: now-z2}
+provisioner: csi.example.com
+allowedTopologies:
+- matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [z2]}]
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: disk-n2}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: now
+  local: {path: /mnt/disk}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [n2]}]
+"""
+
+
+def test_immediate_claims_are_bound_up_front_as_the_pv_controller_does(tmp_path: Path) -> None:
+    # The volume has no status (as written by hand): it is Available, and the Immediate claim
+    # is bound to it before any pod asks, whatever its node; the pod then follows the volume.
+    text = NODES + IMMEDIATE + claim("data", "now") + claim("zonal", "now-z2")
+    text += user("p", "data") + user("q", "zonal")
+    sim = run(tmp_path, text)
+    recs = {r.pod.name: r for r in sim.records.values()}
+    store = sim.cluster.volumes
+    assert store.claims["default/data"].volume_name == "disk-n2"
+    assert recs["p"].node == "n2"
+    # Provisioned in the class's allowed zone: the only z2 node.
+    assert store.claims["default/zonal"].volume_name
+    assert recs["q"].node == "n2"
+
+
+def test_immediate_claim_without_a_volume_or_provisioner_keeps_its_pod_pending(
+    tmp_path: Path,
+) -> None:
+    text = NODES + IMMEDIATE + claim("a", "now") + claim("b", "now") + user("p", "a")
+    text += user("q", "b")
+    sim = run(tmp_path, text)
+    recs = {r.pod.name: r for r in sim.records.values()}
+    assert sorted(bool(r.node) for r in recs.values()) == [False, True]
+    waiting = next(r for r in recs.values() if not r.node)
+    assert waiting.reason == "pod has unbound immediate PersistentVolumeClaims"
