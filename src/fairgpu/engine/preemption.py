@@ -175,7 +175,8 @@ def _enough_freed(
         & (free[cand, COL_PODS] + freed[cand, 2] >= 1)
         & (free[cand, COL_GPU_MILLI] + freed[cand, 3] >= need_gpu)
     )
-    return cand[ok]
+    kept: np.ndarray = cand[ok]
+    return kept
 
 
 def _plan_on_node(

@@ -192,7 +192,8 @@ class Scheduler:
         """Nodes that pass every load-independent filter (labels, taints, names), cached."""
         cycle = CycleState(rng=self.rng)
         mask = self._static_results(cycle, pod, cluster)[-1][1].mask
-        return mask & cluster.active[: cluster.size]
+        out: np.ndarray = mask & cluster.active[: cluster.size]
+        return out
 
     def filter(
         self,
