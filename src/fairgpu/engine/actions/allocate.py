@@ -149,15 +149,12 @@ def _preempt_member(
             return Member(False, reason)
         memo.preempt_attempts += 1
     placed = _preempt(session, job, pod, stmt, victims, allowed)
-    if placed is None:
-        if pgroup is not None and key is not None:
-            memo.preempt_front.add(pgroup, key[1], reason)
-        return Member(False, reason)
-    if not placed:
-        if pgroup is not None and key is not None:
-            memo.preempt_front.add(pgroup, key[1], reason)
-        return Member(False, reason, stop=True)
-    return Member(True)
+    if placed:
+        return Member(True)
+    if pgroup is not None and key is not None:
+        memo.preempt_front.add(pgroup, key[1], reason)
+    # No plan: the job may go on without this member; a plan that did not work: it stops.
+    return Member(False, reason, stop=placed is False)
 
 
 def _preempt(
