@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine import engine as engine_module
+from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.engine import Engine
 from fairgpu.model.gpu import GpuRequest
 from fairgpu.model.node import NodeInfo
@@ -71,18 +71,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    ask, memo = engine_module._ask, Engine._memo_key
+    ask, memo = memo_keys.ask, memo_keys.memo_key
     with_memo, without, same = [], [], True
     for r in range(args.rounds):
-        engine_module._ask, Engine._memo_key = ask, memo  # type: ignore[method-assign]
+        memo_keys.ask, memo_keys.memo_key = ask, memo
         seconds, fast = one_cycle(r)
         with_memo.append(seconds)
-        engine_module._ask = lambda *a: None  # type: ignore[assignment]
-        Engine._memo_key = lambda *a: None  # type: ignore[method-assign]
+        memo_keys.ask = lambda *a: None  # type: ignore[assignment]
+        memo_keys.memo_key = lambda *a: None  # type: ignore[assignment]
         seconds, slow = one_cycle(r)
         without.append(seconds)
         same = same and fast == slow
-    engine_module._ask, Engine._memo_key = ask, memo  # type: ignore[method-assign]
+    memo_keys.ask, memo_keys.memo_key = ask, memo
     a, b = float(np.median(with_memo)), float(np.median(without))
     print(
         json.dumps(

@@ -8,10 +8,11 @@ Use it by naming it in a profile (the directory holding this file must be import
     plugin_args:
       "disktype_ssd:DiskTypeSsd": {label: disktype, value: ssd}
 
-or register it under a short name before building a scheduler::
+or register it under a short name in a registry passed to the scheduler::
 
-    from fairgpu.engine import registry
-    registry.register("DiskTypeSsd", DiskTypeSsd)
+    reg = fairgpu.engine.registry.default_registry()
+    reg.register("DiskTypeSsd", DiskTypeSsd)
+    Scheduler(profile, registry=reg)
 
 The filter is ``static`` (it only reads node labels), so the scheduler evaluates it once per pod
 shape and reuses the mask until a node changes.

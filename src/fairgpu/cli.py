@@ -138,26 +138,20 @@ def simulate(
 
 
 def _build_engine(policy: str, ordering: str, config: Path | None, seed: int, workload: Any) -> Any:
-    import inspect
+    from typing import cast
 
-    from fairgpu.engine.engine import Engine
+    from fairgpu.engine.engine import ORDERINGS, Engine, Ordering
     from fairgpu.engine.policies import policy as named_policy
+    from fairgpu.tenancy import load_config
 
-    profile = named_policy(policy)
-    params = inspect.signature(Engine).parameters
-    kwargs: dict[str, Any] = {}
-    if "ordering" in params:
-        if ordering not in ("fair", "kube-default"):
-            raise UserError(f"--ordering must be 'fair' or 'kube-default', not {ordering!r}")
-        kwargs["ordering"] = ordering
-    if "tenancy" in params:
-        from fairgpu.tenancy import load_config
-
-        kwargs["tenancy"] = load_config(config) if config is not None else None
-    elif config is not None:
-        raise UserError("--config is not supported by this build")
-    engine = Engine(profile, seed=seed, **kwargs)
-    if workload.pod_groups and hasattr(engine, "register_pod_groups"):
+    if ordering not in ORDERINGS:
+        known = " or ".join(repr(o) for o in ORDERINGS)
+        raise UserError(f"--ordering must be {known}, not {ordering!r}")
+    tenancy = load_config(config) if config is not None else None
+    engine = Engine(
+        named_policy(policy), seed=seed, ordering=cast(Ordering, ordering), tenancy=tenancy
+    )
+    if workload.pod_groups:
         engine.register_pod_groups(workload.pod_groups)
     return engine
 
@@ -242,7 +236,7 @@ def _add_fair_shares(summary: dict[str, Any], result: Any, engine: Any) -> None:
     from fairgpu.tenancy import fair_share_series
 
     tl = result.timeline
-    if not tl.tenant_demand_milli or getattr(engine, "tenancy", None) is None:
+    if not tl.tenant_demand_milli:
         return
     capacity = float(result.gpu_capacity_milli)
     series = fair_share_series(engine.tenancy, capacity, tl.tenant_demand_milli)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine.framework import CycleState, FilterPlugin, PermitPlugin, ScorePlugin, Status
+from fairgpu.engine.framework import CycleState, FilterPlugin, ScorePlugin
 from fairgpu.model.pod import PodInfo
 
 
@@ -52,13 +52,3 @@ class Broken(FilterPlugin):
 
 class NotAPlugin:
     """Has the right name but is not a Plugin subclass."""
-
-
-class DenyAll(PermitPlugin):
-    """A permit plugin (wrong kind for a filter slot)."""
-
-    name = "DenyAll"
-
-    def permit(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int) -> Status:
-        """Never allows."""
-        return Status.unschedulable(self.name, "denied")

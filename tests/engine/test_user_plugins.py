@@ -1,14 +1,13 @@
-"""The user-plugin path: ``module:Class`` names in a profile and ``registry.register``."""
+"""The user-plugin path: ``module:Class`` names in a profile and a registry passed in."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from engine_builders import cluster, node, pod, profile
 
-from fairgpu.engine import registry
+from fairgpu.engine.registry import default_registry
 from fairgpu.engine.scheduler import Scheduler
 
 HERE = Path(__file__).parent
@@ -30,14 +29,6 @@ def disks() -> object:
         node("ssd-2", labels={"disktype": "ssd", "rack": "r1"}),
         node("plain", labels={"rack": "r1"}),
     )
-
-
-@pytest.fixture
-def clean_registry() -> Iterator[None]:
-    saved = dict(registry.REGISTRY)
-    yield
-    registry.REGISTRY.clear()
-    registry.REGISTRY.update(saved)
 
 
 FILTERS = ["NodeUnschedulable", "NodeResourcesFit"]
@@ -72,15 +63,17 @@ def test_example_plugin_arguments_and_reason(importable: None, disks: object) ->
     assert result.reason() == "0/4 nodes are available: 4 node(s) not labelled disktype=nvme."
 
 
-def test_registered_short_name(importable: None, disks: object, clean_registry: None) -> None:
+def test_registered_short_name(importable: None, disks: object) -> None:
     from plugins_example import DiskTypeSsd
 
-    registry.register("DiskTypeSsd", DiskTypeSsd)
-    sched = Scheduler(profile([*FILTERS, "DiskTypeSsd"]), seed=0)
+    reg = default_registry()
+    reg.register("DiskTypeSsd", DiskTypeSsd)
+    sched = Scheduler(profile([*FILTERS, "DiskTypeSsd"]), seed=0, registry=reg)
     result = sched.schedule(pod(), disks)
     assert result.node_name in {"ssd-1", "ssd-2"}
     # A plain mask without reasons is still explained, by the plugin's name.
-    none = Scheduler(profile(["NodeName", "DiskTypeSsd"])).schedule(pod(nodeName="hdd-1"), disks)
+    prof = profile(["NodeName", "DiskTypeSsd"])
+    none = Scheduler(prof, registry=reg).schedule(pod(nodeName="hdd-1"), disks)
     assert none.reason() == (
         "0/4 nodes are available: 1 node(s) rejected by DiskTypeSsd, "
         "3 node(s) didn't match the requested node name."
@@ -97,17 +90,75 @@ def test_static_user_filter_is_cached_per_pod_shape(importable: None, disks: obj
             calls += 1
             return super().filter(cycle, pod, cluster)
 
-    registry.register("CountingSsd", Counting)
-    try:
-        sched = Scheduler(profile(["CountingSsd"]))
-        for i in range(5):
-            sched.schedule(pod(f"p{i}"), disks)
-        assert calls == 1
-        disks.add_node(node("ssd-3", labels={"disktype": "ssd"}))  # type: ignore[attr-defined]
-        sched.schedule(pod("q"), disks)
-        assert calls == 2
-    finally:
-        registry.REGISTRY.pop("CountingSsd", None)
+    reg = default_registry()
+    reg.register("CountingSsd", Counting)
+    sched = Scheduler(profile(["CountingSsd"]), registry=reg)
+    for i in range(5):
+        sched.schedule(pod(f"p{i}"), disks)
+    assert calls == 1
+    disks.add_node(node("ssd-3", labels={"disktype": "ssd"}))  # type: ignore[attr-defined]
+    sched.schedule(pod("q"), disks)
+    assert calls == 2
+
+
+def test_a_registered_name_is_not_global() -> None:
+    from plugins_example import DiskTypeSsd
+
+    default_registry().register("DiskTypeSsd", DiskTypeSsd)
+    with pytest.raises(ValueError, match="unknown plugin 'DiskTypeSsd'"):
+        Scheduler(profile(["DiskTypeSsd"]))
+
+
+def test_duplicate_name_is_an_error(importable: None) -> None:
+    from plugins_example import DiskTypeSsd
+
+    reg = default_registry()
+    with pytest.raises(ValueError, match="plugin 'NodeName' is already registered"):
+        reg.register("NodeName", DiskTypeSsd)
+    reg.register("DiskTypeSsd", DiskTypeSsd)
+    with pytest.raises(ValueError, match="'DiskTypeSsd' is already registered"):
+        reg.register("DiskTypeSsd", DiskTypeSsd)
+
+
+def test_fragmentation_plugins_need_no_policies_import() -> None:
+    """Built-in fragmentation plugins are in the default registry: no import side effect."""
+    import subprocess
+    import sys
+
+    code = (
+        "from fairgpu.engine.profile import Profile, ScoreRef\n"
+        "from fairgpu.engine.scheduler import Scheduler\n"
+        "import sys\n"
+        "Scheduler(Profile(scores=[ScoreRef(name='FGD')], device_policy='fgd'))\n"
+        "assert 'fairgpu.engine.policies' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_lifecycle_hooks_are_called(importable: None, disks: object) -> None:
+    from plugins_example import PreferRack
+
+    seen: list[str] = []
+
+    class Recording(PreferRack):
+        def on_cluster_change(self, cluster):  # type: ignore[no-untyped-def]
+            seen.append("change")
+
+        def reset(self) -> None:
+            seen.append("reset")
+
+        def observe(self, pod):  # type: ignore[no-untyped-def]
+            seen.append(f"observe {pod.name}")
+
+    reg = default_registry()
+    reg.register("Recording", Recording)
+    sched = Scheduler(profile(FILTERS, {"Recording": 1}), registry=reg)
+    sched.schedule(pod("a"), disks)
+    sched.schedule(pod("b"), disks)
+    assert seen == ["change", "reset", "observe a", "observe b"]
+    disks.add_node(node("ssd-3", labels={"disktype": "ssd"}))  # type: ignore[attr-defined]
+    sched.schedule(pod("c"), disks)
+    assert seen[4:] == ["change", "reset", "observe c"]
 
 
 @pytest.mark.parametrize(
@@ -116,7 +167,7 @@ def test_static_user_filter_is_cached_per_pod_shape(importable: None, disks: obj
         ("plugins_example:Missing", "cannot be imported"),
         ("no_such_module_xyz:Plugin", "cannot be imported"),
         ("plugins_example:NotAPlugin", "is not a FilterPlugin"),
-        ("plugins_example:DenyAll", "is not a FilterPlugin"),
+        ("plugins_example:PreferRack", "is not a FilterPlugin"),
         ("NoSuchPlugin", "unknown plugin 'NoSuchPlugin'; known: "),
     ],
     ids=["missing-class", "missing-module", "not-a-plugin", "wrong-kind", "unknown-name"],

@@ -15,7 +15,7 @@ import pytest
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.api.objects import Node, Pod, decode
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine import engine as engine_module
+from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.engine import CycleResult, Engine, Unschedulable
 from fairgpu.engine.plugins.gpu import INSUFFICIENT_GPU, MIG_NOT_SHARED, NO_DEVICE
 from fairgpu.model.gpu import device_sharing_problem
@@ -313,8 +313,8 @@ def test_every_reason_is_the_one_the_pod_gets_without_shortcuts(
 ) -> None:
     state, pending = _crowded(seed)
     fast = pending_of(cycle(state, *pending))
-    monkeypatch.setattr(engine_module, "_ask", lambda *args: None)
-    monkeypatch.setattr(Engine, "_memo_key", lambda *args: None)
+    monkeypatch.setattr(memo_keys, "ask", lambda *args: None)
+    monkeypatch.setattr(memo_keys, "memo_key", lambda *args: None)
     state, pending = _crowded(seed)
     slow = pending_of(cycle(state, *pending))
     assert len(slow) == 60

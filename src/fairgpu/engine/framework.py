@@ -5,10 +5,19 @@ boolean mask; a score plugin scores an array of candidate node slots. Plugins re
 :class:`Status` (or masks) rather than raising; an exception inside a plugin is turned into an
 ``ERROR`` status for that pod only.
 
-Order within one scheduling attempt::
+Order within one scheduling attempt (:meth:`fairgpu.engine.scheduler.Scheduler.schedule`)::
 
-    pre_filter -> filter (static, then dynamic) -> [post_filter if nothing fits]
-    -> score + normalize -> select (tie-break policy) -> reserve (devices) -> permit
+    pre_filter -> filter (static, then dynamic) -> observe + score + normalize (every score
+    plugin) -> select (tie-break policy) -> device policy (which GPUs of the chosen node)
+
+The attempt never changes the cluster. Placing the result, rolling it back, and holding a pod
+group until all its needed members fit (what kube-scheduler's Reserve and Permit do) belong to
+the engine's transactional statement (:mod:`fairgpu.engine.statement`), not to plugins.
+
+Lifecycle hooks every plugin may override (no-ops by default), called by the scheduler:
+:meth:`Plugin.on_cluster_change` then :meth:`Plugin.reset` whenever the node set changes (a
+new cluster, a node added, removed or relabelled), and :meth:`Plugin.observe` for every pod a
+score plugin is about to score.
 """
 
 from __future__ import annotations
@@ -31,7 +40,6 @@ class Code(enum.IntEnum):
     SUCCESS = 0
     UNSCHEDULABLE = 1  # might fit after the cluster changes (e.g. preemption)
     UNRESOLVABLE = 2  # cannot fit whatever happens (bad ask, no such GPU model)
-    WAIT = 3  # permit: hold the reservation (gang not complete yet)
     ERROR = 4
 
 
@@ -87,6 +95,18 @@ class Plugin:
 
     name: ClassVar[str] = ""
 
+    def on_cluster_change(self, cluster: ClusterState) -> None:
+        """The node set changed (another cluster object, or its ``static_version`` moved):
+        rebuild per-node static tables. Followed by :meth:`reset`."""
+
+    def reset(self) -> None:
+        """Forget every cached result (after :meth:`on_cluster_change`, or when a plugin's own
+        learned inputs changed)."""
+
+    def observe(self, pod: PodInfo) -> None:
+        """``pod`` is about to be scored: a plugin that learns from the workload (typical pod
+        shapes) counts it here. Called once per scoring, so it must ignore repeats itself."""
+
 
 class PreFilterPlugin(Plugin):
     """Checks a pod before any node is looked at (e.g. an impossible GPU ask)."""
@@ -124,25 +144,6 @@ class ScorePlugin(Plugin):
     def normalize(self, scores: np.ndarray) -> np.ndarray:
         """Map raw scores to 0..MAX_NODE_SCORE; default: already in range."""
         return scores
-
-
-class ReservePlugin(Plugin):
-    """Claims node-local resources (e.g. GPU devices) once a node is chosen."""
-
-    def reserve(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int) -> Status:
-        """Reserve on slot ``node``; the engine calls :meth:`unreserve` if a later step fails."""
-        raise NotImplementedError
-
-    def unreserve(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int) -> None:
-        """Undo :meth:`reserve`."""
-
-
-class PermitPlugin(Plugin):
-    """Approves, delays (WAIT) or rejects the binding of a reserved pod (gangs)."""
-
-    def permit(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int) -> Status:
-        """SUCCESS to bind now, WAIT to hold the reservation, anything else to undo it."""
-        raise NotImplementedError
 
 
 class DevicePolicy(Plugin):

@@ -1,8 +1,7 @@
-"""Gangs and large jobs: a transactional statement, capacity reservations and backfill.
+"""Large jobs: capacity reservations, drain estimates and backfill masks.
 
-:class:`Statement` (after Volcano's) applies placements and evictions to the cluster and the
-queue book tentatively and either commits them all or rolls every one of them back, so a pod
-group is placed all-or-nothing: a partial group is never bound.
+(The transaction that places a pod group all-or-nothing is :mod:`fairgpu.engine.statement`;
+when reservations are made and dropped is :mod:`fairgpu.engine.actions.reserve`.)
 
 :class:`Reservation` holds nodes for a large job (many whole GPUs, or a big gang) that has
 waited too long at the head of fair order: while it exists, other pods may use those nodes only
@@ -23,23 +22,9 @@ from fairgpu.cluster.state import (
     COL_GPU_MILLI,
     COL_MEMORY,
     ClusterState,
-    Placement,
 )
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import ANN_DURATION, CPU, MEMORY, PodInfo
-from fairgpu.tenancy.book import QueueBook, zero
-from fairgpu.tenancy.config import DIM_CPU, DIM_GPU, DIM_GPU_MEMORY, DIM_MEMORY
-
-
-def placed_vector(pod: PodInfo, placement: Placement) -> np.ndarray:
-    """The queue-book vector of a placed pod (what it actually holds)."""
-    vec = zero()
-    if placement.devices:
-        vec[DIM_GPU] = placement.device_milli * len(placement.devices)
-        vec[DIM_GPU_MEMORY] = placement.device_memory * len(placement.devices)
-    vec[DIM_CPU] = pod.requests.get(CPU, 0)
-    vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
-    return vec
 
 
 def declared_runtime(pod: PodInfo) -> float | None:
@@ -52,43 +37,6 @@ def declared_runtime(pod: PodInfo) -> float | None:
     except ValueError:
         return None
     return value if value >= 0 and math.isfinite(value) else None
-
-
-class Statement:
-    """Tentative placements and evictions that are committed or discarded together."""
-
-    def __init__(self, cluster: ClusterState, book: QueueBook, now: float) -> None:
-        self.cluster = cluster
-        self.book = book
-        self.now = now
-        self.placed: list[tuple[PodInfo, Placement]] = []
-        self.evicted: list[tuple[PodInfo, Placement, PodInfo]] = []
-
-    def assign(self, pod: PodInfo, node: int, devices: tuple[int, ...]) -> Placement:
-        """Place ``pod`` on ``node`` and account it."""
-        placement = self.cluster.assign(pod, node, devices, started=self.now)
-        self.book.add(pod.uid, pod, placed_vector(pod, placement))
-        self.placed.append((pod, placement))
-        return placement
-
-    def evict(self, victim: PodInfo, preemptor: PodInfo) -> None:
-        """Remove ``victim`` from the cluster and the book (remembered for rollback)."""
-        released = self.cluster.release(victim.uid)
-        if released is None:
-            return
-        self.book.remove(victim.uid)
-        self.evicted.append((victim, released[1], preemptor))
-
-    def discard(self) -> None:
-        """Undo everything, newest first, leaving cluster and book as before."""
-        for pod, _ in reversed(self.placed):
-            self.cluster.release(pod.uid)
-            self.book.remove(pod.uid)
-        for victim, pl, _ in reversed(self.evicted):
-            placement = self.cluster.assign(victim, pl.node, pl.devices, started=pl.started)
-            self.book.add(victim.uid, victim, placed_vector(victim, placement))
-        self.placed.clear()
-        self.evicted.clear()
 
 
 @dataclass(slots=True)

@@ -9,14 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fairgpu.engine import registry
 from fairgpu.engine.plugins import fragmentation as frag
 from fairgpu.engine.profile import Profile, ScoreRef
-
-for _cls in frag.SCORE_PLUGINS:
-    registry.register(_cls.name, _cls)
-for _cls in frag.DEVICE_POLICIES:
-    registry.register(_cls.name, _cls, device_policy=True)
 
 _KUBE_SCORES = [
     ScoreRef(name="TaintToleration", weight=3),
@@ -229,11 +223,6 @@ GPU_SHARING_POLICIES = (
 
 # Measured best on the openb traces (benchmarks/gpu_allocation).
 DEFAULT_POLICY = "fairgpu-frag-plan"
-
-
-def register_policy(name: str, factory: Callable[[], Profile]) -> None:
-    """Add a named policy selectable with ``--policy``."""
-    POLICIES[name] = factory
 
 
 def policy(name: str) -> Profile:

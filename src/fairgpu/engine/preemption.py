@@ -126,23 +126,70 @@ def find_preemption(
     ``allowed`` limits the nodes considered; ``accept`` vetoes a victim set (e.g. the reclaim
     rule between queues). ``cluster`` is left exactly as it was.
     """
+    by_node = _candidates(pod, cluster, scheduler, eligible, allowed)
+    if not by_node:
+        return None
+    # Most promising first: fewest eligible pods, then lowest priorities.
+    order = sorted(
+        by_node,
+        key=lambda i: (len(by_node[i]), sum(v.priority for v in by_node[i]), i),
+    )
+    placements = cluster.placements
+    best: PreemptionPlan | None = None
+    best_rank: tuple[float, ...] | None = None
+    for node in order[:max_nodes]:
+        plan = _plan_on_node(pod, cluster, scheduler, node, by_node[node])
+        if plan is None or (accept is not None and not accept(plan.victims)):
+            continue
+        rank = plan.rank(placements)
+        if best_rank is None or rank < best_rank:
+            best, best_rank = plan, rank
+            if len(plan.victims) == 1:
+                break  # cannot do better than one victim on an earlier-ranked node
+    return best
+
+
+def _candidates(
+    pod: PodInfo,
+    cluster: ClusterState,
+    scheduler: Scheduler,
+    eligible: Sequence[str],
+    allowed: np.ndarray | None,
+) -> dict[int, list[PodInfo]]:
+    """Eligible pods per node, on the nodes that pass the pod's static filters and where
+    evicting all of them would free enough (the vectorised pre-screen)."""
     placements = cluster.placements
     uids = [u for u in eligible if u in placements]
     if not uids:
-        return None
-    n = cluster.size
+        return {}
     mask = scheduler.static_mask(pod, cluster).copy()
     if allowed is not None:
         mask &= allowed
     nodes = np.fromiter((placements[u].node for u in uids), dtype=np.int64, count=len(uids))
     keep = mask[nodes]
     if not keep.any():
-        return None
+        return {}
     uids = [u for u, k in zip(uids, keep, strict=True) if k]
     nodes = nodes[keep]
     pods = [cluster.pods[u] for u in uids]
-    # Pre-screen: what all eligible victims of a node would free, per resource.
-    freed = np.zeros((n, 4))
+    cand = _enough_freed(pod, cluster, pods, nodes)
+    if cand.size == 0:
+        return {}
+    wanted = set(cand.tolist())
+    by_node: dict[int, list[PodInfo]] = {}
+    for p, node in zip(pods, nodes.tolist(), strict=True):
+        if node in wanted:
+            by_node.setdefault(node, []).append(p)
+    return by_node
+
+
+def _enough_freed(
+    pod: PodInfo, cluster: ClusterState, pods: list[PodInfo], nodes: np.ndarray
+) -> np.ndarray:
+    """The nodes among ``nodes`` where evicting all their ``pods`` would free enough CPU,
+    memory, pod slots and GPU compute for ``pod``."""
+    placements = cluster.placements
+    freed = np.zeros((cluster.size, 4))
     amounts = np.array(
         [
             (
@@ -157,40 +204,17 @@ def find_preemption(
     )
     np.add.at(freed, nodes, amounts)
     free = cluster.free()
-    need_cpu = pod.requests.get(CPU, 0)
-    need_mem = pod.requests.get(MEMORY, 0)
     gpu = pod.gpu
     need_gpu = gpu.count * (WHOLE if gpu.is_whole else gpu.milli)
     cand = np.unique(nodes)
     ok = (
-        (free[cand, COL_CPU] + freed[cand, 0] >= need_cpu)
-        & (free[cand, COL_MEMORY] + freed[cand, 1] >= need_mem)
+        (free[cand, COL_CPU] + freed[cand, 0] >= pod.requests.get(CPU, 0))
+        & (free[cand, COL_MEMORY] + freed[cand, 1] >= pod.requests.get(MEMORY, 0))
         & (free[cand, COL_PODS] + freed[cand, 2] >= 1)
         & (free[cand, COL_GPU_MILLI] + freed[cand, 3] >= need_gpu)
     )
-    cand = cand[ok]
-    if cand.size == 0:
-        return None
-    by_node: dict[int, list[PodInfo]] = {}
-    for p, node in zip(pods, nodes.tolist(), strict=True):
-        by_node.setdefault(node, []).append(p)
-    # Most promising first: fewest eligible pods, then lowest priorities.
-    order = sorted(
-        cand.tolist(),
-        key=lambda i: (len(by_node[i]), sum(v.priority for v in by_node[i]), i),
-    )
-    best: PreemptionPlan | None = None
-    best_rank: tuple[float, ...] | None = None
-    for node in order[:max_nodes]:
-        plan = _plan_on_node(pod, cluster, scheduler, node, by_node[node])
-        if plan is None or (accept is not None and not accept(plan.victims)):
-            continue
-        rank = plan.rank(placements)
-        if best_rank is None or rank < best_rank:
-            best, best_rank = plan, rank
-            if len(plan.victims) == 1:
-                break  # cannot do better than one victim on an earlier-ranked node
-    return best
+    kept: np.ndarray = cand[ok]
+    return kept
 
 
 def _plan_on_node(

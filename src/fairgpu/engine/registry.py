@@ -1,7 +1,15 @@
-"""Plugin registry: configuration names -> plugin factories.
+"""Plugin registry: configuration names -> plugin factories, as a value passed to the scheduler.
 
-Users add their own policy by naming ``"package.module:ClassName"`` in the profile, or by calling
-:func:`register` before building a :class:`~fairgpu.engine.scheduler.Scheduler`.
+:func:`default_registry` returns a fresh :class:`Registry` holding every built-in plugin and
+device policy. A user adds a policy either by naming ``"package.module:ClassName"`` in the
+profile (imported on demand), or by registering a short name on a registry and passing it in::
+
+    reg = default_registry()
+    reg.register("DiskTypeSsd", DiskTypeSsd)
+    Scheduler(profile, registry=reg)
+
+Nothing registers itself by being imported, and a name can be registered only once per
+registry (a second registration is an error, never a silent override).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fairgpu.engine.framework import Plugin
+from fairgpu.engine.plugins import fragmentation as frag
 from fairgpu.engine.plugins.gpu import (
     DeviceBestFit,
     DeviceRandom,
@@ -29,13 +38,69 @@ from fairgpu.engine.plugins.taint_toleration import TaintToleration
 
 PluginFactory = Callable[..., Plugin]
 
-REGISTRY: dict[str, PluginFactory] = {}
-DEVICE_POLICIES: dict[str, PluginFactory] = {}
+BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
+    NodeUnschedulable,
+    NodeName,
+    NodeAffinity,
+    TaintToleration,
+    NodeResourcesFit,
+    BalancedAllocation,
+    GpuRequestCheck,
+    GpuModel,
+    GpuFit,
+    InterPodAffinity,
+    *STORAGE_PLUGINS,
+    *frag.SCORE_PLUGINS,
+)
+BUILTIN_DEVICE_POLICIES: tuple[type[Plugin], ...] = (
+    DeviceBestFit,
+    DeviceSpread,
+    DeviceRandom,
+    *frag.DEVICE_POLICIES,
+)
 
 
-def register(name: str, factory: PluginFactory, device_policy: bool = False) -> None:
-    """Make ``factory`` available under ``name`` (overrides a built-in of the same name)."""
-    (DEVICE_POLICIES if device_policy else REGISTRY)[name] = factory
+class Registry:
+    """Plugin and device-policy factories by name (two separate name spaces)."""
+
+    def __init__(self) -> None:
+        self._tables: dict[bool, dict[str, PluginFactory]] = {False: {}, True: {}}
+
+    def register(self, name: str, factory: PluginFactory, *, device_policy: bool = False) -> None:
+        """Make ``factory`` available under ``name``; a name already taken is a ``ValueError``."""
+        table = self._tables[device_policy]
+        if name in table:
+            kind = "device policy" if device_policy else "plugin"
+            raise ValueError(f"{kind} {name!r} is already registered")
+        table[name] = factory
+
+    def names(self, *, device_policy: bool = False) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._tables[device_policy])
+
+    def build(
+        self, name: str, args: dict[str, Any] | None = None, *, device_policy: bool = False
+    ) -> Plugin:
+        """Instantiate ``name`` (a registered name or ``module:Class``) with ``args``."""
+        table = self._tables[device_policy]
+        factory = table.get(name) or (_import(name) if ":" in name else None)
+        if factory is None:
+            kind = "device policy" if device_policy else "plugin"
+            raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(sorted(table))}")
+        try:
+            return factory(**(args or {}))
+        except TypeError as error:
+            raise ValueError(f"plugin {name!r}: bad arguments {args!r}: {error}") from None
+
+
+def default_registry() -> Registry:
+    """A new registry holding every built-in plugin and device policy."""
+    reg = Registry()
+    for cls in BUILTIN_PLUGINS:
+        reg.register(cls.name, cls)
+    for cls in BUILTIN_DEVICE_POLICIES:
+        reg.register(cls.name, cls, device_policy=True)
+    return reg
 
 
 def _import(path: str) -> PluginFactory:
@@ -48,34 +113,3 @@ def _import(path: str) -> PluginFactory:
     if not callable(factory):
         raise ValueError(f"plugin {path!r} is not a class or factory")
     return factory  # type: ignore[no-any-return]
-
-
-def build(name: str, args: dict[str, Any] | None = None, device_policy: bool = False) -> Plugin:
-    """Instantiate plugin ``name`` (a registered name or ``module:Class``) with ``args``."""
-    table = DEVICE_POLICIES if device_policy else REGISTRY
-    factory = table.get(name) or (_import(name) if ":" in name else None)
-    if factory is None:
-        kind = "device policy" if device_policy else "plugin"
-        raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(sorted(table))}")
-    try:
-        return factory(**(args or {}))
-    except TypeError as error:
-        raise ValueError(f"plugin {name!r}: bad arguments {args!r}: {error}") from None
-
-
-for _cls in (
-    NodeUnschedulable,
-    NodeName,
-    NodeAffinity,
-    TaintToleration,
-    NodeResourcesFit,
-    BalancedAllocation,
-    GpuRequestCheck,
-    GpuModel,
-    GpuFit,
-    InterPodAffinity,
-    *STORAGE_PLUGINS,
-):
-    register(_cls.name, _cls)
-for _cls in (DeviceBestFit, DeviceSpread, DeviceRandom):
-    register(_cls.name, _cls, device_policy=True)

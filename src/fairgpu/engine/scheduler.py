@@ -13,18 +13,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine import registry
 from fairgpu.engine.framework import (
     Code,
     CycleState,
     DevicePolicy,
     FilterPlugin,
     FilterResult,
+    Plugin,
     PreFilterPlugin,
     ScorePlugin,
     Status,
 )
 from fairgpu.engine.profile import Profile
+from fairgpu.engine.registry import Registry, default_registry
 from fairgpu.model.pod import PodInfo
 
 
@@ -116,15 +117,17 @@ class Scheduler:
 
     Static filters (labels, taints, names) are cached per pod shape and invalidated whenever a
     node changes; dynamic filters and scores are numpy operations over all node slots.
+    ``registry`` resolves the profile's plugin names (default: :func:`default_registry`).
     """
 
-    def __init__(self, profile: Profile, seed: int = 0) -> None:
+    def __init__(self, profile: Profile, seed: int = 0, registry: Registry | None = None) -> None:
         self.profile = profile
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        instances: dict[str, object] = {}
+        registry = registry or default_registry()
+        instances: dict[str, Plugin] = {}
 
-        def get(name: str) -> object:
+        def get(name: str) -> Plugin:
             if name not in instances:
                 instances[name] = registry.build(name, profile.plugin_args.get(name))
             return instances[name]
@@ -144,6 +147,8 @@ class Scheduler:
             profile.device_policy, profile.device_policy_args, device_policy=True
         )
         self.device_policy: DevicePolicy = self._typed(device, DevicePolicy, profile.device_policy)
+        self.plugins: list[Plugin] = [*instances.values(), self.device_policy]
+        self._cluster_id = -1
         self._static_cache: dict[tuple[object, ...], list[tuple[str, FilterResult]]] = {}
         self._static_version = -1
         self._ranks = np.zeros(0, dtype=np.int64)
@@ -160,9 +165,13 @@ class Scheduler:
     def _static_results(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState
     ) -> list[tuple[str, FilterResult]]:
-        if self._static_version != cluster.static_version:
+        if self._static_version != cluster.static_version or self._cluster_id != id(cluster):
             self._static_cache.clear()
             self._static_version = cluster.static_version
+            self._cluster_id = id(cluster)
+            for plugin in self.plugins:
+                plugin.on_cluster_change(cluster)
+                plugin.reset()
         key = pod.static_key()
         cached = self._static_cache.get(key)
         if cached is None:
@@ -183,7 +192,8 @@ class Scheduler:
         """Nodes that pass every load-independent filter (labels, taints, names), cached."""
         cycle = CycleState(rng=self.rng)
         mask = self._static_results(cycle, pod, cluster)[-1][1].mask
-        return mask & cluster.active[: cluster.size]
+        out: np.ndarray = mask & cluster.active[: cluster.size]
+        return out
 
     def filter(
         self,
@@ -233,6 +243,7 @@ class Scheduler:
         """Weighted sum of normalised plugin scores for the candidate slots."""
         total = np.zeros(len(nodes), dtype=np.float64)
         for plugin, weight in self.scores:
+            plugin.observe(pod)
             raw = np.asarray(plugin.score(cycle, pod, cluster, nodes))
             total += weight * np.asarray(plugin.normalize(raw), dtype=np.float64)
         return total

@@ -17,19 +17,10 @@ import numpy as np
 from fairgpu.cluster.state import ClusterState
 from fairgpu.cluster.volumes import apply_decision, settle
 from fairgpu.engine.engine import Engine
-from fairgpu.model.pod import LABEL_QUEUE, LABEL_USER, PodInfo
+from fairgpu.model.pod import PodInfo
 from fairgpu.sim.workload import PodArrival, Workload
 
 _COMPLETE, _ARRIVE = 0, 1
-
-
-def _label_user(pod: PodInfo) -> str:
-    return pod.labels.get(LABEL_USER, "")
-
-
-def default_tenant(pod: PodInfo) -> str:
-    """The queue a pod is accounted to: its ``fairgpu.io/queue`` label, else its namespace."""
-    return pod.labels.get(LABEL_QUEUE) or pod.namespace
 
 
 @dataclass(slots=True)
@@ -108,16 +99,10 @@ class Simulation:
         self.seed = seed
         self.until = until
         # By default pods are accounted exactly as the engine's tenancy resolves them.
-        resolve = getattr(engine, "tenant", None)
-        self.tenant_of = tenant_of or (
-            (lambda p: resolve(p).queue) if resolve is not None else default_tenant
-        )
-        self.user_of = user_of or (
-            (lambda p: resolve(p).user) if resolve is not None else _label_user
-        )
+        self.tenant_of = tenant_of or (lambda p: engine.tenant(p).queue)
+        self.user_of = user_of or (lambda p: engine.tenant(p).user)
         self.pending_milli: dict[str, int] = {}
-        resolver = getattr(engine, "resolver", None)
-        self._group_of = getattr(resolver, "pod_group", None)
+        self._group_of = engine.pod_group
         self.group_running: dict[str, set[str]] = {}
         self.on_progress = on_progress
         self.track_fragmentation = track_fragmentation
@@ -152,7 +137,7 @@ class Simulation:
         self._push(arrival.arrival, _ARRIVE, pod.uid)
 
     def _group_key(self, pod: PodInfo) -> str:
-        ref = self._group_of(pod) if self._group_of is not None else None
+        ref = self._group_of(pod)
         return ref.key if ref is not None else ""
 
     def _leave_group(self, rec: PodRecord) -> None:

@@ -1,0 +1,91 @@
+"""Admission: the checks a job passes before any node is looked at.
+
+An :class:`Admission` reports a refused job's pods itself (in the session's result) and says
+whether placement should go on. :class:`FairAdmission` applies tenancy (queue errors, quotas,
+namespace caps); :class:`KubeDefaultAdmission` only the namespace caps, as a ResourceQuota
+would. Per-pod namespace caps are checked again for each member at placement
+(:mod:`~fairgpu.engine.actions.allocate`), as earlier members use them up.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from fairgpu.engine import memo as memo_keys
+from fairgpu.engine.decisions import Unschedulable
+from fairgpu.engine.jobs import Job
+from fairgpu.engine.session import Session
+
+
+class Admission(Protocol):
+    """Checks before placement."""
+
+    def valid(self, session: Session, job: Job) -> bool:
+        """False (after reporting) for a job that can never be judged (a bad tenant)."""
+
+    def outcome_key(self, session: Session, job: Job) -> tuple[object, ...] | None:
+        """A key under which the job's failure may be remembered for the cycle, or None."""
+
+    def admit(self, session: Session, job: Job) -> bool:
+        """False (after reporting) if quotas or caps refuse the job."""
+
+
+class KubeDefaultAdmission:
+    """Namespace caps only; no queues, no quotas."""
+
+    def valid(self, session: Session, job: Job) -> bool:
+        """Every pod is judged."""
+        return True
+
+    def outcome_key(self, session: Session, job: Job) -> tuple[object, ...] | None:
+        """No job-level memo (the failed-ask memo still applies)."""
+        return None
+
+    def admit(self, session: Session, job: Job) -> bool:
+        """Refuse a pod its namespace can never hold."""
+        pod = job.pods[0]
+        reason = session.book.namespace_never_fits(pod)
+        if reason:
+            session.out.unschedulable.append(Unschedulable(pod, reason, False))
+            return False
+        return True
+
+
+class FairAdmission:
+    """The tenant must resolve, every pod must decode, and the queue's quota must admit the
+    job's needed members together."""
+
+    def valid(self, session: Session, job: Job) -> bool:
+        """A tenant that does not resolve (bad queue label) fails the job for good."""
+        error = job.tenant.error
+        if error:
+            session.out.unschedulable.extend(Unschedulable(p, error, False) for p in job.pods)
+            return False
+        return True
+
+    def outcome_key(self, session: Session, job: Job) -> tuple[object, ...] | None:
+        """See :func:`fairgpu.engine.memo.outcome_key`."""
+        return memo_keys.outcome_key(job, session.cluster, bool(session.state.reservations))
+
+    def admit(self, session: Session, job: Job) -> bool:
+        """Decode errors, quotas that can never fit, then quotas that do not fit now."""
+        out = session.out
+        book = session.book
+        pods = job.pods
+        if any(p.error for p in pods):
+            out.unschedulable.extend(Unschedulable(p, p.error, False) for p in pods if p.error)
+            return False
+        vecs = [book.pending_vector(p) for p in pods[: job.need]]
+        need_vec = sum(vecs, start=np.zeros_like(book.pending_vector(pods[0])))
+        queue = job.tenant.queue
+        reason = book.never_fits(queue, need_vec) or book.namespace_never_fits(pods[0])
+        if reason:
+            out.unschedulable.extend(Unschedulable(p, reason, False) for p in pods)
+            return False
+        reason = book.admit(queue, need_vec)
+        if reason:
+            out.unschedulable.extend(Unschedulable(p, reason) for p in pods)
+            return False
+        return True

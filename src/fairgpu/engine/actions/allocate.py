@@ -1,0 +1,233 @@
+"""Allocate: place jobs in queue order, each through one statement -- a pod alone is a gang
+of one.
+
+For every member of a job: check its namespace caps, schedule it (restricted by other jobs'
+reservations), and if it does not fit, ask the victim policy for a preemption plan, evict the
+victims tentatively and schedule it again on the plan's node. When at least ``need`` members
+are placed the statement commits (evictions, then binds); otherwise it is discarded and the
+job's pods are reported pending.
+
+Two things apply only to a job of one pod, because a gang's attempt is rolled back as a whole
+and what failed inside it says nothing about the cycle's state afterwards: the failed-ask
+memo (:class:`~fairgpu.engine.memo.Front`) and the preemption gate
+(:func:`~fairgpu.engine.actions.preempt.worth_searching`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairgpu.engine import memo as memo_keys
+from fairgpu.engine.actions.admit import Admission
+from fairgpu.engine.actions.order import QueueOrder
+from fairgpu.engine.actions.preempt import VictimPolicy, worth_searching
+from fairgpu.engine.actions.reserve import allowed_nodes, note_blocked, note_placed
+from fairgpu.engine.decisions import Unschedulable
+from fairgpu.engine.framework import Code
+from fairgpu.engine.jobs import Job
+from fairgpu.engine.session import Session
+from fairgpu.engine.statement import Statement
+from fairgpu.model.pod import PodInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """What differs between orderings once a job is chosen: admission, victims, and whether
+    a blocked large job may get a starvation reservation."""
+
+    admission: Admission
+    victims: VictimPolicy
+    reserve: bool
+
+
+@dataclass(slots=True)
+class Member:
+    """One member's attempt. ``final``: no change can help (unresolvable); ``capped``:
+    refused by namespace caps; ``stop``: a preemption was planned but the pod still did not
+    fit, so the job stops here."""
+
+    placed: bool
+    reason: str = ""
+    final: bool = False
+    capped: bool = False
+    stop: bool = False
+
+
+def allocate(session: Session, order: QueueOrder, rules: Rules) -> None:
+    """Try every job ``order`` hands out, once."""
+    while (job := order.pop()) is not None:
+        changed = try_job(session, job, rules)
+        order.update(changed)
+
+
+def try_job(session: Session, job: Job, rules: Rules) -> set[str]:
+    """Place ``job`` (or explain why not); returns the queues whose usage changed."""
+    admission = rules.admission
+    if not admission.valid(session, job):
+        return set()
+    out = session.out
+    fast = admission.outcome_key(session, job)
+    if fast is not None:
+        known = session.memo.outcome.get(fast)
+        if known is not None:
+            head = job.pods[0]
+            out.unschedulable.append(Unschedulable(head, known[0], known[1]))
+            if rules.reserve and head.gpu.count >= session.tenancy.starvation.min_gpus:
+                note_blocked(session, job)
+            return set()
+    n_before = len(out.unschedulable)
+    changed = place_job(session, job, rules) if admission.admit(session, job) else set()
+    if fast is not None and not changed and len(out.unschedulable) > n_before:
+        last = out.unschedulable[-1]
+        session.memo.outcome[fast] = (last.reason, last.resolvable)
+    return changed
+
+
+def place_job(session: Session, job: Job, rules: Rules) -> set[str]:
+    """Place at least ``job.need`` members together, or none."""
+    stmt = session.statement()
+    placed = 0
+    results: list[Member] = []
+    for pod in job.pods:
+        member = place_member(session, job, pod, stmt, rules)
+        if member.placed:
+            placed += 1
+            continue
+        results.append(member)
+        if member.stop or (not member.capped and placed < job.need):
+            break
+    if placed < job.need:
+        stmt.discard()
+        _report_failure(session, job, placed, results, rules)
+        return set()
+    first = next((m.reason for m in results if m.reason), "")
+    return _commit(session, job, stmt, first, rules)
+
+
+def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rules: Rules) -> Member:
+    """One member: caps, then a plain attempt, then preemption."""
+    caps = session.book.namespace_admit(pod)
+    if caps:
+        return Member(False, caps, capped=True)
+    alone = job.group is None
+    allowed = allowed_nodes(session, job, pod)
+    key = memo_keys.ask(pod, session.cluster) if alone and allowed is None else None
+    known = session.memo.front.find(*key) if key is not None else None
+    if known is not None:
+        reason = known
+    else:
+        result = session.scheduler.schedule(pod, session.cluster, restrict=allowed)
+        if result.ok and result.node is not None:
+            stmt.assign(pod, result.node, result.devices)
+            return Member(True)
+        reason = result.reason()
+        if result.code == Code.UNRESOLVABLE:
+            return Member(False, reason, final=True)
+        if key is not None:
+            top = memo_keys.ceiling(session.scheduler, pod, session.cluster, key[1])
+            session.memo.front.add(*key, reason, top)
+    return _preempt_member(session, job, pod, stmt, rules, allowed, key, reason)
+
+
+def _preempt_member(
+    session: Session,
+    job: Job,
+    pod: PodInfo,
+    stmt: Statement,
+    rules: Rules,
+    allowed: np.ndarray | None,
+    key: tuple[tuple[object, ...], np.ndarray] | None,
+    reason: str,
+) -> Member:
+    victims = rules.victims
+    memo = session.memo
+    pgroup = None if key is None else (*victims.memo_key(job, pod), *key[0])
+    if job.group is None:
+        vec = None if key is None else key[1]
+        if not worth_searching(session, victims, pgroup, pod, vec):
+            return Member(False, reason)
+        memo.preempt_attempts += 1
+    placed = _preempt(session, job, pod, stmt, victims, allowed)
+    if placed:
+        return Member(True)
+    if pgroup is not None and key is not None:
+        memo.preempt_front.add(pgroup, key[1], reason)
+    # No plan: the job may go on without this member; a plan that did not work: it stops.
+    return Member(False, reason, stop=placed is False)
+
+
+def _preempt(
+    session: Session,
+    job: Job,
+    pod: PodInfo,
+    stmt: Statement,
+    victims: VictimPolicy,
+    allowed: np.ndarray | None,
+) -> bool | None:
+    """Evict a plan's victims and place ``pod`` on its node: None without a plan, False if
+    the pod still does not fit there (the caller discards the statement)."""
+    plan = victims.plan(session, job, pod, allowed)
+    if plan is None:
+        return None
+    cluster = session.cluster
+    node_name = cluster.node(plan.node).name
+    mark = len(stmt.evicted)
+    for victim in plan.victims:
+        kind = victims.kind(job, victim)
+        stmt.evict(victim, pod, _eviction_reason(job, pod, kind, node_name), kind)
+    only = np.zeros(cluster.size, dtype=bool)
+    only[plan.node] = True
+    retry = session.scheduler.schedule(pod, cluster, restrict=only)
+    if not retry.ok or retry.node is None:
+        return False
+    stmt.assign(pod, retry.node, retry.devices, stmt.evicted_since(mark))
+    return True
+
+
+def _eviction_reason(job: Job, pod: PodInfo, kind: str, node_name: str) -> str:
+    if job.group is None:
+        return f"preempted by {pod.key} ({kind}) on {node_name}"
+    return f"preempted by pod group {job.key} ({kind})"
+
+
+def _commit(session: Session, job: Job, stmt: Statement, first: str, rules: Rules) -> set[str]:
+    changed = {job.tenant.queue}
+    for e in stmt.evicted:
+        changed.add(session.resolver.resolve(e.victim).queue)
+    evicted = bool(stmt.evicted)
+    placed = {a.pod.uid for a in stmt.placed}
+    for a in stmt.placed:
+        rules.victims.placed(a.pod)
+    stmt.commit()
+    for pod in job.pods:
+        if pod.uid not in placed:
+            session.out.unschedulable.append(
+                Unschedulable(pod, first or "no room beyond minMember")
+            )
+    if evicted:
+        session.released()
+    note_placed(session, job)
+    return changed
+
+
+def _report_failure(
+    session: Session, job: Job, placed: int, results: list[Member], rules: Rules
+) -> None:
+    out = session.out
+    if job.group is None:
+        # A pod alone reports its own reason.
+        member = results[-1]
+        if rules.reserve and not member.final and not member.capped:
+            note_blocked(session, job)
+        out.unschedulable.append(Unschedulable(job.pods[0], member.reason, not member.final))
+        return
+    first = next((m.reason for m in results if m.reason), "")
+    reason = (
+        f"pod group {job.key}: only {placed} of {job.need} needed members fit "
+        f"together ({first or 'no room'})"
+    )
+    out.unschedulable.extend(Unschedulable(p, reason) for p in job.pods)
+    if rules.reserve:
+        note_blocked(session, job)

@@ -1,0 +1,129 @@
+"""Queue order: which job a cycle tries next.
+
+A :class:`QueueOrder` hands out jobs one at a time and is told which queues' usage changed
+after each attempt (so a share-based order can re-rank them). Two implementations:
+:class:`FairOrder` (fairgpu's) and :class:`KubeDefaultOrder` (kube-scheduler's).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Protocol
+
+from fairgpu.engine.jobs import Job, pod_order
+from fairgpu.engine.session import Session
+from fairgpu.model.pod import PodInfo
+
+# queue -> user -> that user's jobs in order
+Lanes = dict[str, dict[str, list[Job]]]
+
+
+class QueueOrder(Protocol):
+    """The order jobs are tried in within one cycle."""
+
+    def pop(self) -> Job | None:
+        """The next job to try, or None when every job was handed out."""
+
+    def update(self, changed: set[str]) -> None:
+        """The usage of queues ``changed`` moved (a job was placed, victims evicted)."""
+
+
+def kube_default_order(pods: Iterable[PodInfo]) -> list[PodInfo]:
+    """kube-scheduler's active queue order: priority (high first), then creation time."""
+    return sorted(pods, key=pod_order)
+
+
+class KubeDefaultOrder:
+    """kube-scheduler's order over single pods, blind to queues and shares."""
+
+    def __init__(self, session: Session, pending: Iterable[PodInfo]) -> None:
+        resolve = session.resolver.resolve
+        self._jobs = deque(Job(p.uid, [p], resolve(p)) for p in kube_default_order(pending))
+
+    def pop(self) -> Job | None:
+        """Highest priority, then oldest."""
+        return self._jobs.popleft() if self._jobs else None
+
+    def update(self, changed: set[str]) -> None:
+        """Shares do not matter to this order."""
+
+
+def lanes(jobs: Iterable[Job]) -> Lanes:
+    """Jobs per queue and user, each user's in :attr:`Job.sort_key` order."""
+    out: Lanes = {}
+    for job in jobs:
+        out.setdefault(job.tenant.queue, {}).setdefault(job.tenant.user, []).append(job)
+    for users in out.values():
+        for lst in users.values():
+            lst.sort(key=lambda j: j.sort_key)
+    return out
+
+
+class FairOrder:
+    """The next job comes from the queue with the lowest weighted dominant share
+    (departments first, then queues inside one; optionally blended with decayed usage
+    history), then from that queue's user with the lowest share, then by priority and
+    creation time inside that user. A PriorityClass never moves one tenant ahead of another,
+    and submitting more pods never raises a tenant's share."""
+
+    def __init__(self, session: Session, queues: Lanes) -> None:
+        self.s = session
+        self._cursors = {
+            q: {u: deque(lst) for u, lst in users.items()} for q, users in queues.items()
+        }
+        self._keys = {q: self._order_key(q) for q in self._cursors}
+        self._user_keys: dict[tuple[str, str], tuple[float, str]] = {}
+
+    def pop(self) -> Job | None:
+        """The head job of the lowest-share user of the lowest-share queue."""
+        cursors = self._cursors
+        if not cursors:
+            return None
+        queue = min(cursors, key=self._keys.__getitem__)
+        users = cursors[queue]
+        user = min(users, key=lambda u: self._user_key(queue, u))
+        job = users[user].popleft()
+        if not users[user]:
+            del users[user]
+            if not users:
+                del cursors[queue]
+        return job
+
+    def update(self, changed: set[str]) -> None:
+        """Re-rank the changed queues, their departments' other queues, and their users."""
+        if not changed:
+            return
+        book = self.s.book
+        parents = {book.queue_limits(q).parent for q in changed} - {""}
+        for q in self._cursors:
+            if q in changed or book.queue_limits(q).parent in parents:
+                self._keys[q] = self._order_key(q)
+        for key in [k for k in self._user_keys if k[0] in changed]:
+            del self._user_keys[key]
+
+    def _user_key(self, queue: str, user: str) -> tuple[float, str]:
+        key = self._user_keys.get((queue, user))
+        if key is None:
+            key = (self.s.book.user_share(queue, user), user)
+            self._user_keys[(queue, user)] = key
+        return key
+
+    def _blend(self, key: str, instant: float, weight: float) -> float:
+        history = self.s.state.history
+        if not history.enabled:
+            return instant
+        a = self.s.tenancy.history.weight
+        return (1 - a) * instant + a * history.value(key) / weight
+
+    def _order_key(self, queue: str) -> tuple[float, float, str]:
+        book = self.s.book
+        lim = book.queue_limits(queue)
+        qs = self._blend(queue, book.queue_share(queue), lim.weight)
+        if lim.parent:
+            top = self._blend(
+                "/" + lim.parent, book.top_share(queue), book.parent_weight(lim.parent)
+            )
+        else:
+            top = qs
+        return (top, qs, queue)

@@ -1,0 +1,57 @@
+"""What one cycle decides: binds, evictions and the reasons pods stay pending."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fairgpu.model.pod import PodInfo
+
+
+@dataclass(slots=True)
+class Bind:
+    """Bind ``pod`` to ``node_name`` using GPU ``devices``.
+
+    ``wait_for`` lists the uids of pods evicted to make room: the live adapter posts the
+    binding only once they are gone (the simulator removes them at once).
+    """
+
+    pod: PodInfo
+    node_name: str
+    devices: tuple[int, ...] = ()
+    wait_for: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Evict:
+    """Evict ``pod`` (a preemption victim) to make room for ``preemptor``.
+
+    ``kind``: ``reclaim`` (between queues), ``priority`` (inside a queue, or kube-default),
+    ``gang-timeout`` (a pod group stayed below minMember too long).
+    """
+
+    pod: PodInfo
+    preemptor: PodInfo | None = None
+    reason: str = ""
+    kind: str = ""
+
+
+@dataclass(slots=True)
+class Unschedulable:
+    """``pod`` stays pending for ``reason``; ``resolvable`` is False if no change can help."""
+
+    pod: PodInfo
+    reason: str
+    resolvable: bool = True
+
+
+@dataclass(slots=True)
+class CycleResult:
+    """All decisions of one cycle, in the order they were made.
+
+    ``reserved`` maps a large job's key to the node names held for it after this cycle.
+    """
+
+    binds: list[Bind] = field(default_factory=list)
+    evictions: list[Evict] = field(default_factory=list)
+    unschedulable: list[Unschedulable] = field(default_factory=list)
+    reserved: dict[str, list[str]] = field(default_factory=dict)

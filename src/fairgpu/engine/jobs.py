@@ -1,0 +1,94 @@
+"""Jobs: what the queue order hands out -- one pod, or the pending members of a pod group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fairgpu.engine.decisions import CycleResult, Unschedulable
+from fairgpu.model.pod import PodInfo
+from fairgpu.tenancy.book import QueueBook
+from fairgpu.tenancy.resolve import PodGroupRef, Tenant, TenantResolver
+
+
+@dataclass(slots=True)
+class Job:
+    """One pod, or the pending members of a pod group, placed all-or-nothing.
+
+    ``need`` members must be placed together (minMember minus running members); a pod alone
+    is a job of one with ``need`` 1.
+    """
+
+    key: str
+    pods: list[PodInfo]
+    tenant: Tenant
+    group: PodGroupRef | None = None
+    need: int = 1
+    waiting: str = ""
+
+    @property
+    def sort_key(self) -> tuple[int, float, str]:
+        """Order inside one user: priority (high first), creation time, key."""
+        return (-max(p.priority for p in self.pods), min(p.created for p in self.pods), self.key)
+
+
+def pod_order(pod: PodInfo) -> tuple[int, float, str]:
+    """kube-scheduler's active queue order: priority (high first), then creation time."""
+    return (-pod.priority, pod.created, pod.uid)
+
+
+def build_jobs(
+    pending: Iterable[PodInfo],
+    resolver: TenantResolver,
+    book: QueueBook,
+    min_member_annotation: str,
+    out: CycleResult,
+) -> list[Job]:
+    """Group ``pending`` into jobs: each pod outside a group alone, each group's pending
+    members together. A group that cannot start yet (minMember unknown, or fewer members
+    than it needs) is reported in ``out`` and yields no job."""
+    jobs: list[Job] = []
+    groups: dict[str, list[PodInfo]] = {}
+    for pod in pending:
+        ref = resolver.pod_group(pod)
+        if ref is None:
+            jobs.append(Job(pod.uid, [pod], resolver.resolve(pod)))
+        else:
+            groups.setdefault(ref.key, []).append(pod)
+    for key, members in groups.items():
+        members.sort(key=pod_order)
+        jobs.extend(_group_jobs(key, members, resolver, book, min_member_annotation, out))
+    return jobs
+
+
+def _group_jobs(
+    key: str,
+    members: list[PodInfo],
+    resolver: TenantResolver,
+    book: QueueBook,
+    min_member_annotation: str,
+    out: CycleResult,
+) -> list[Job]:
+    ref = resolver.pod_group(members[0])
+    assert ref is not None
+    tenant = resolver.resolve(members[0])
+    running = len(book.group_running.get(key, ()))
+    if ref.min_member is None:
+        reason = resolver.pod_group_errors.get(key) or (
+            f"pod group {key}: minMember unknown (no PodGroup registered and no "
+            f"{min_member_annotation} annotation)"
+        )
+        out.unschedulable.extend(Unschedulable(p, reason) for p in members)
+        return []
+    need = max(0, ref.min_member - running)
+    if need == 0:
+        # The group already runs with minMember: further members go one by one.
+        return [Job(p.uid, [p], tenant, ref) for p in members]
+    if len(members) < need:
+        reason = (
+            f"pod group {key}: waiting for members, {running} running + "
+            f"{len(members)} pending < minMember {ref.min_member}"
+        )
+        out.unschedulable.extend(Unschedulable(p, reason) for p in members)
+        return []
+    return [Job(key, members, tenant, ref, need)]

@@ -1,0 +1,201 @@
+"""Memo tables of one cycle: failures that need not be tried again.
+
+Within a cycle, and until something is evicted, placements only take capacity and a queue's
+usage only grows, so an ask that failed fails again. These keys say when two asks are "the
+same" (or one needs at least as much as another); each is one small function so that what
+they compare can change in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fairgpu.cluster.state import COL_CPU, COL_MEMORY, ClusterState
+from fairgpu.engine.gang import declared_runtime
+from fairgpu.model.pod import CPU, MEMORY, PodInfo
+
+if TYPE_CHECKING:
+    from fairgpu.engine.jobs import Job
+    from fairgpu.engine.scheduler import Scheduler
+
+# At most this many failed request vectors are kept per ask group.
+MAX_FRONT = 256
+
+
+def gpu_kind(pod: PodInfo) -> int:
+    """0: no GPU, 1: whole devices, 2: a share of one device (each has its own reasons)."""
+    gpu = pod.gpu
+    return 0 if gpu.count == 0 else 1 if gpu.is_whole else 2
+
+
+def labels_key(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[str, str], ...] | None:
+    """The pod's labels while placed pods carry (anti-)affinity terms that may select them
+    (InterPodAffinity rejects nodes for the incoming pod's labels); None otherwise."""
+    return tuple(sorted(pod.labels.items())) if cluster.pods_with_affinity else None
+
+
+def shape(pod: PodInfo, cluster: ClusterState) -> tuple[object, ...] | None:
+    """Everything the outcome of a single pod's attempt depends on besides its queue and
+    priority: requests, GPU ask, selectors, namespace, whether it may preempt, and its labels
+    while placed pods have (anti-)affinity terms (None for pods whose fit depends on other
+    pods: inter-pod affinity, or a decode error)."""
+    if pod.has_pod_affinity or pod.error:
+        return None
+    return (
+        pod.static_key(),
+        tuple(sorted(pod.requests.items())),
+        pod.gpu,
+        pod.namespace,
+        pod.preemption_policy,
+        labels_key(pod, cluster),
+    )
+
+
+def memo_key(pod: PodInfo, cluster: ClusterState, reservations: bool) -> tuple[object, ...] | None:
+    """:func:`shape`, plus the declared run time while reservations exist (backfill reads
+    it)."""
+    key = shape(pod, cluster)
+    if key is None:
+        return None
+    if reservations:
+        return (*key, declared_runtime(pod))
+    return key
+
+
+def outcome_key(job: Job, cluster: ClusterState, reservations: bool) -> tuple[object, ...] | None:
+    """The fast-path key of a job of one pod: the same ask from the same queue at the same
+    priority gets the same answer (None for gangs and pods :func:`shape` cannot judge)."""
+    if job.group is not None:
+        return None
+    head = job.pods[0]
+    memo = memo_key(head, cluster, reservations)
+    if memo is None:
+        return None
+    return (job.tenant.queue, memo, head.priority)
+
+
+def ask(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[object, ...], np.ndarray] | None:
+    """(group, vector) for :class:`Front`, or None for pods it cannot judge.
+
+    The vector is (CPU, memory, devices, compute and memory per device). The group holds the
+    rest a failure depends on: the static key (selectors, tolerations, models, nodeName),
+    namespace, other requests, the kind of GPU ask (none, whole, share: each fails with its
+    own reasons), the preemption policy, and the labels while placed pods have
+    (anti-)affinity.
+
+    Reasons are handed on only up to the failed ask's :func:`ceiling` in CPU and memory:
+    the filters before ``GpuFit`` then reject the same nodes for the same reasons, and every
+    node that reached ``GpuFit`` and failed there fails there for a bigger GPU ask too, so
+    the borrowed reason (counts included) is the one the pod would get itself. That holds
+    because ``GpuFit`` is the last load-dependent filter a pod without pod affinity can
+    fail; while placed pods have (anti-)affinity, ``InterPodAffinity`` runs after it, so the
+    whole vector is then part of the group (equal asks only).
+    """
+    if pod.has_pod_affinity or pod.error:
+        return None
+    gpu = pod.gpu
+    others = tuple(sorted((k, v) for k, v in pod.requests.items() if k not in (CPU, MEMORY)))
+    kind = gpu_kind(pod)
+    vec = np.array(
+        [
+            pod.requests.get(CPU, 0),
+            pod.requests.get(MEMORY, 0),
+            gpu.count,
+            1000 if kind == 1 else (gpu.milli if kind else 0),
+            1e18 if kind == 1 else gpu.memory_mib,
+        ],
+        dtype=float,
+    )
+    labels = labels_key(pod, cluster)
+    exact = tuple(vec) if labels is not None else None
+    group = (
+        pod.static_key(),
+        pod.namespace,
+        others,
+        kind,
+        gpu.memory_percent,
+        pod.preemption_policy,  # the preemption front: a pod that may preempt tries
+        labels,
+        exact,
+    )
+    return group, vec
+
+
+def ceiling(
+    scheduler: Scheduler, pod: PodInfo, cluster: ClusterState, vec: np.ndarray
+) -> np.ndarray:
+    """The largest CPU and memory (entries 0 and 1 of ``vec``) that ``NodeResourcesFit``
+    rejects on exactly the same nodes, for the same resources, as it did for ``pod``: just
+    below the least free amount among the nodes that had room for the pod's own ask (and
+    pass the load-independent filters). GPU entries have no ceiling (see :func:`ask`)."""
+    n = cluster.size
+    reach = scheduler.static_mask(pod, cluster)
+    top = np.full(vec.shape, np.inf)
+    for j, col in enumerate((COL_CPU, COL_MEMORY)):
+        free = cluster.allocatable[:n, col] - cluster.requested[:n, col]
+        roomy = free[reach & (free >= vec[j])]
+        if roomy.size:
+            top[j] = roomy.min()
+    return top
+
+
+class Front:
+    """Failed asks per group key (see :func:`ask`), kept as a list of request vectors: an
+    ask of the same group that needs at least as much of everything as one that already
+    failed fails too, since placements in a cycle only take capacity.
+
+    An entry may carry a ceiling per vector entry (see :func:`ceiling`): only asks at or
+    below it match, so the reason handed on is the one the asking pod would get itself.
+    """
+
+    def __init__(self) -> None:
+        self._fronts: dict[
+            tuple[object, ...], tuple[list[np.ndarray], list[np.ndarray], list[str]]
+        ] = {}
+
+    def find(self, group: tuple[object, ...], vec: np.ndarray) -> str | None:
+        """The reason a dominated ask failed, or None."""
+        entry = self._fronts.get(group)
+        if entry is None:
+            return None
+        ok = (vec >= np.asarray(entry[0])).all(axis=1) & (vec <= np.asarray(entry[1])).all(axis=1)
+        hit = np.flatnonzero(ok)
+        return entry[2][int(hit[0])] if hit.size else None
+
+    def add(
+        self,
+        group: tuple[object, ...],
+        vec: np.ndarray,
+        reason: str,
+        ceiling: np.ndarray | None = None,
+    ) -> None:
+        """Remember that ``vec`` failed in ``group`` for ``reason`` (valid up to
+        ``ceiling``)."""
+        vecs, ceilings, reasons = self._fronts.setdefault(group, ([], [], []))
+        if len(vecs) < MAX_FRONT:
+            vecs.append(vec)
+            ceilings.append(np.full(vec.shape, np.inf) if ceiling is None else ceiling)
+            reasons.append(reason)
+
+    def clear(self) -> None:
+        """Forget every failure."""
+        self._fronts.clear()
+
+
+@dataclass(slots=True)
+class CycleMemo:
+    """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks."""
+
+    outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
+    front: Front = field(default_factory=Front)
+    preempt_front: Front = field(default_factory=Front)
+    preempt_attempts: int = 0
+
+    def forget(self) -> None:
+        """Capacity was released (evictions): earlier failures may now succeed."""
+        self.outcome.clear()
+        self.front.clear()
+        self.preempt_front.clear()

@@ -1,0 +1,76 @@
+"""One scheduling cycle's session: the state every action reads and the statements that
+change it.
+
+A :class:`Session` is opened by :meth:`fairgpu.engine.engine.Engine.cycle` over the cluster
+snapshot it is given. It owns, for that cycle, the cluster state, the queue book (synced to
+the cluster when the session opens), the tenant resolver, the scheduler, the memo tables and
+the decisions made so far; actions (``fairgpu.engine.actions``) read it and change cluster
+and book only through :meth:`Session.statement` (see :mod:`fairgpu.engine.statement`).
+
+What must outlive a cycle (reservations, starvation and gang timers) is the engine's
+:class:`EngineState`, which the session carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.decisions import CycleResult
+from fairgpu.engine.gang import Reservation
+from fairgpu.engine.memo import CycleMemo
+from fairgpu.engine.scheduler import Scheduler
+from fairgpu.engine.statement import Statement
+from fairgpu.tenancy.book import QueueBook
+from fairgpu.tenancy.config import TenancyConfig
+from fairgpu.tenancy.history import UsageHistory
+from fairgpu.tenancy.resolve import TenantResolver
+
+
+@dataclass(slots=True)
+class EngineState:
+    """What the engine keeps between cycles (never a clock: times are cycles' ``now``).
+
+    ``reservations``: nodes held per starving job key; ``blocked_since``: when a large job
+    first failed at the head of fair order; ``partial_since``: when a running pod group fell
+    below its minMember; ``history``: decayed usage per queue.
+    """
+
+    history: UsageHistory
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    blocked_since: dict[str, float] = field(default_factory=dict)
+    partial_since: dict[str, float] = field(default_factory=dict)
+    preemptions: int = 0
+
+
+@dataclass(slots=True)
+class Session:
+    """The state of one cycle at time ``now``; ``out`` collects its decisions.
+
+    ``placed_now`` holds the uids placed in this cycle (never victims in the same cycle);
+    ``drain`` the expected drain time of reserved nodes (for backfill); ``no_preemption``
+    the pods that may be placed but not preempt in this cycle.
+    """
+
+    cluster: ClusterState
+    now: float
+    book: QueueBook
+    resolver: TenantResolver
+    scheduler: Scheduler
+    tenancy: TenancyConfig
+    state: EngineState
+    time_label: Callable[[float], str]
+    out: CycleResult = field(default_factory=CycleResult)
+    memo: CycleMemo = field(default_factory=CycleMemo)
+    placed_now: set[str] = field(default_factory=set)
+    drain: dict[int, float] = field(default_factory=dict)
+    no_preemption: frozenset[str] = frozenset()
+
+    def statement(self) -> Statement:
+        """A new transaction over this session's cluster and book."""
+        return Statement(self)
+
+    def released(self) -> None:
+        """Capacity was released (evictions): earlier failures may now succeed."""
+        self.memo.forget()

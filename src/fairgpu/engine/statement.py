@@ -1,0 +1,120 @@
+"""The transactional statement: the only writer of the cluster and the queue book in a cycle.
+
+After Volcano's ``Statement``. Every placement and eviction a cycle decides goes through one:
+:meth:`Statement.assign` and :meth:`Statement.evict` apply it tentatively to both the
+:class:`~fairgpu.cluster.state.ClusterState` and the :class:`~fairgpu.tenancy.book.QueueBook`
+(so later attempts see it), then :meth:`Statement.commit` emits the :class:`Bind` and
+:class:`Evict` decisions, or :meth:`Statement.discard` rolls every step back, newest first.
+Because cluster and book change only here, and always together, they cannot drift apart; and
+a pod group is placed all-or-nothing: a partial group is never bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fairgpu.cluster.state import Placement
+from fairgpu.engine.decisions import Bind, Evict
+from fairgpu.model.pod import CPU, MEMORY, PodInfo
+from fairgpu.tenancy.book import zero
+from fairgpu.tenancy.config import DIM_CPU, DIM_GPU, DIM_GPU_MEMORY, DIM_MEMORY
+
+if TYPE_CHECKING:
+    from fairgpu.engine.session import Session
+
+
+def placed_vector(pod: PodInfo, placement: Placement) -> np.ndarray:
+    """The queue-book vector of a placed pod (what it actually holds)."""
+    vec = zero()
+    if placement.devices:
+        vec[DIM_GPU] = placement.device_milli * len(placement.devices)
+        vec[DIM_GPU_MEMORY] = placement.device_memory * len(placement.devices)
+    vec[DIM_CPU] = pod.requests.get(CPU, 0)
+    vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
+    return vec
+
+
+@dataclass(slots=True)
+class Eviction:
+    """One tentative eviction: the victim, where it ran, and what the decision will say."""
+
+    victim: PodInfo
+    placement: Placement
+    preemptor: PodInfo | None
+    reason: str
+    kind: str
+
+
+@dataclass(slots=True)
+class Assignment:
+    """One tentative placement; ``wait_for``: uids of victims evicted for it."""
+
+    pod: PodInfo
+    placement: Placement
+    wait_for: tuple[str, ...]
+
+
+class Statement:
+    """Tentative placements and evictions that are committed or discarded together."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.placed: list[Assignment] = []
+        self.evicted: list[Eviction] = []
+
+    def assign(
+        self, pod: PodInfo, node: int, devices: tuple[int, ...], wait_for: tuple[str, ...] = ()
+    ) -> Placement:
+        """Place ``pod`` on node slot ``node`` with ``devices`` and account it."""
+        s = self.session
+        placement = s.cluster.assign(pod, node, devices, started=s.now)
+        s.book.add(pod.uid, pod, placed_vector(pod, placement))
+        s.placed_now.add(pod.uid)
+        self.placed.append(Assignment(pod, placement, wait_for))
+        return placement
+
+    def evict(
+        self, victim: PodInfo, preemptor: PodInfo | None, reason: str = "", kind: str = ""
+    ) -> bool:
+        """Remove ``victim`` from cluster and book (remembered for rollback); False if it
+        was not placed."""
+        s = self.session
+        released = s.cluster.release(victim.uid)
+        if released is None:
+            return False
+        s.book.remove(victim.uid)
+        self.evicted.append(Eviction(victim, released[1], preemptor, reason, kind))
+        return True
+
+    def evicted_since(self, mark: int) -> tuple[str, ...]:
+        """Uids of the victims evicted after the first ``mark`` evictions."""
+        return tuple(e.victim.uid for e in self.evicted[mark:])
+
+    def commit(self) -> None:
+        """Emit the decisions: every eviction, then every bind, in the order they were made."""
+        s = self.session
+        out = s.out
+        for e in self.evicted:
+            out.evictions.append(Evict(e.victim, e.preemptor, e.reason, e.kind))
+        for a in self.placed:
+            name = s.cluster.node(a.placement.node).name
+            out.binds.append(Bind(a.pod, name, a.placement.devices, a.wait_for))
+        self.placed = []
+        self.evicted = []
+
+    def discard(self) -> None:
+        """Undo everything, newest first, leaving cluster and book as before."""
+        s = self.session
+        for a in reversed(self.placed):
+            s.cluster.release(a.pod.uid)
+            s.book.remove(a.pod.uid)
+            s.placed_now.discard(a.pod.uid)
+        for e in reversed(self.evicted):
+            pl = e.placement
+            placement = s.cluster.assign(e.victim, pl.node, pl.devices, started=pl.started)
+            s.book.add(e.victim.uid, e.victim, placed_vector(e.victim, placement))
+        self.placed = []
+        self.evicted = []

@@ -1,0 +1,229 @@
+"""The session's pieces on their own: the statement, the queue book it keeps in step with the
+cluster, and victim search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from fairness_builders import cluster, node, pod
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.actions.order import FairOrder, KubeDefaultOrder, lanes
+from fairgpu.engine.actions.preempt import FairVictims, KubeDefaultVictims, eligible_victim
+from fairgpu.engine.engine import Engine
+from fairgpu.engine.jobs import Job
+from fairgpu.engine.session import Session
+from fairgpu.tenancy import parse_config
+from fairgpu.tenancy.book import QueueBook
+from fairgpu.tenancy.resolve import TenantResolver
+
+
+def book_state(book: QueueBook) -> dict[str, Any]:
+    """Everything the book accounts, comparable with ``==``."""
+    return {
+        "entries": sorted(book.entries),
+        "usage": {q: v.tolist() for q, v in book.usage.items() if v.any()},
+        "users": {k: v.tolist() for k, v in book.user_usage.items() if v.any()},
+        "ns": {k: v.tolist() for k, v in book.ns_usage.items() if v.any()},
+        "pods": {q: sorted(u) for q, u in book.queue_pods.items() if u},
+    }
+
+
+def cluster_state(state: ClusterState) -> dict[str, Any]:
+    """Every placement and the per-node load, comparable with ``==``."""
+    return {
+        "placements": {u: (p.node, p.devices, p.started) for u, p in state.placements.items()},
+        "requested": state.requested[: state.size].tolist(),
+        "free": state.device_milli_free[: state.size].tolist(),
+    }
+
+
+def fresh_book(engine: Engine, state: ClusterState) -> dict[str, Any]:
+    """What a book rebuilt from scratch out of ``state`` holds."""
+    book = QueueBook(engine.tenancy, TenantResolver(engine.tenancy))
+    book.sync(state)
+    return book_state(book)
+
+
+def setup() -> tuple[Engine, ClusterState, Session]:
+    running = [(pod(f"a{i}", "a"), "n1", 0.0) for i in range(4)]
+    running += [(pod(f"b{i}", "b", gpus=2), "n2", 0.0) for i in range(2)]
+    state = cluster(node("n1", gpus=4), node("n2", gpus=4), placed=running)
+    engine = Engine()
+    return engine, state, engine.session(state, 100.0)
+
+
+def test_discard_restores_cluster_and_book_exactly() -> None:
+    engine, state, s = setup()
+    before_cluster, before_book = cluster_state(state), book_state(s.book)
+    stmt = s.statement()
+    assert stmt.evict(state.pods["a/a0"], None)
+    assert stmt.evict(state.pods["b/b1"], None)
+    stmt.assign(pod("x", "c", gpus=2), 1, (2, 3))
+    stmt.assign(pod("y", "c"), 0, (0,))
+    assert cluster_state(state) != before_cluster
+    assert book_state(s.book) == fresh_book(engine, state)  # in step while open
+    stmt.discard()
+    assert cluster_state(state) == before_cluster
+    assert book_state(s.book) == before_book
+    assert not s.out.binds and not s.out.evictions and not s.placed_now
+
+
+def test_commit_emits_evictions_then_binds_and_keeps_book_in_step() -> None:
+    engine, state, s = setup()
+    stmt = s.statement()
+    x = pod("x", "c", gpus=2)
+    stmt.evict(state.pods["b/b0"], x, "room for x", "reclaim")
+    stmt.assign(x, 1, (0, 1), wait_for=stmt.evicted_since(0))
+    stmt.commit()
+    assert [(e.pod.uid, e.preemptor, e.reason, e.kind) for e in s.out.evictions] == [
+        ("b/b0", x, "room for x", "reclaim")
+    ]
+    assert [(b.pod.uid, b.node_name, b.devices, b.wait_for) for b in s.out.binds] == [
+        ("c/x", "n2", (0, 1), ("b/b0",))
+    ]
+    assert book_state(s.book) == fresh_book(engine, state)
+    assert s.placed_now == {"c/x"}
+    stmt.discard()  # nothing left to undo after a commit
+    assert "c/x" in state.placements
+
+
+def test_evicting_a_pod_that_is_not_placed_changes_nothing() -> None:
+    _, state, s = setup()
+    before_cluster, before_book = cluster_state(state), book_state(s.book)
+    assert not s.statement().evict(pod("ghost", "a"), None)
+    assert cluster_state(state) == before_cluster and book_state(s.book) == before_book
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 7), st.booleans()), max_size=12))
+def test_any_mix_of_steps_keeps_book_and_cluster_in_step(steps: list[Any]) -> None:
+    """Whatever a statement does, committed or discarded, the book equals one rebuilt from
+    the cluster."""
+    engine, state, s = setup()
+    stmt = s.statement()
+    for i, (place, slot, commit) in enumerate(steps):
+        if place:
+            node_idx, dev = divmod(slot, 4)
+            if state.device_milli_free[node_idx, dev] >= 1000:
+                stmt.assign(pod(f"p{i}", "c"), node_idx, (dev,))
+        else:
+            uids = sorted(state.placements)
+            if uids:
+                stmt.evict(state.pods[uids[slot % len(uids)]], None)
+        if commit:
+            stmt.commit()
+        assert book_state(s.book) == fresh_book(engine, state)
+    stmt.discard()
+    assert book_state(s.book) == fresh_book(engine, state)
+
+
+def test_queue_book_usage_and_shares() -> None:
+    _, state, s = setup()
+    book = s.book
+    # n1 holds 4 one-GPU pods of a, n2 two two-GPU pods of b: 8 GPUs in all.
+    assert book.used("a")[0] == book.used("b")[0] == 4000
+    assert book.queue_share("a") == pytest.approx(0.5)
+    assert book.user_share("a", "") == book.user_share("a", "")
+    stmt = s.statement()
+    stmt.evict(state.pods["a/a0"], None)
+    assert book.queue_share("a") == pytest.approx(3 / 8)
+    assert book.queue_pods["a"] == {"a/a1", "a/a2", "a/a3"}
+    stmt.discard()
+    assert book.queue_share("a") == pytest.approx(0.5)
+
+
+def test_quota_admission_counts_what_the_statement_placed() -> None:
+    config = parse_config({"mode": "static", "queues": [{"name": "a", "quota": {"gpu": 2}}]})
+    engine = Engine(tenancy=config)
+    state = cluster(node("n1", gpus=4))
+    s = engine.session(state, 0.0)
+    one = s.book.pending_vector(pod("p", "a"))
+    assert s.book.admit("a", one) is None
+    stmt = s.statement()
+    stmt.assign(pod("p0", "a"), 0, (0,))
+    stmt.assign(pod("p1", "a"), 0, (1,))
+    assert s.book.admit("a", one)  # over the quota now
+    stmt.discard()
+    assert s.book.admit("a", one) is None
+
+
+def test_victim_eligibility() -> None:
+    config = parse_config({"preemption": {"minRuntimeSeconds": 60}})
+    engine = Engine(tenancy=config)
+    state = cluster(
+        node("n1", gpus=4),
+        placed=[(pod("old", "a"), "n1", 0.0), (pod("young", "a"), "n1", 90.0)],
+    )
+    s = engine.session(state, 100.0)
+    assert eligible_victim(s, "a/old", 60)
+    assert not eligible_victim(s, "a/young", 60)  # ran 10 s < 60 s
+    assert not eligible_victim(s, "a/missing", 0)  # not placed
+    s.statement().assign(pod("new", "a"), 0, (2,))
+    s.placed_now.add("a/old")
+    assert not eligible_victim(s, "a/old", 0)  # placed in this cycle
+    assert not eligible_victim(s, "a/new", 0)
+
+
+def test_fair_victims_reclaim_from_the_queue_above_its_share_only() -> None:
+    # a holds all 8 GPUs; b and c want some: a is the only queue above its share.
+    state = cluster(
+        node("n1", gpus=8), placed=[(pod(f"a{i}", "a", priority=i), "n1", 0.0) for i in range(8)]
+    )
+    engine = Engine()
+    s = engine.session(state, 1000.0)
+    job_b = Job("b/x", [pod("x", "b", gpus=2)], engine.tenant(pod("x", "b")))
+    pending = [job_b, Job("c/y", [pod("y", "c", gpus=4)], engine.tenant(pod("y", "c")))]
+    from fairgpu.engine.actions.reclaim import deserved_shares
+
+    victims = FairVictims(s, deserved_shares(s.book, lanes(pending)))
+    sets = victims.candidate_sets(job_b, job_b.pods[0])
+    assert sets == [sorted(f"a/a{i}" for i in range(8))]
+    plan = victims.plan(s, job_b, job_b.pods[0], None)
+    assert plan is not None
+    # The fewest victims, lowest priority first.
+    assert sorted(v.uid for v in plan.victims) == ["a/a0", "a/a1"]
+    assert all(victims.kind(job_b, v) == "reclaim" for v in plan.victims)
+    # A pod of a itself may only take lower priority from its own queue.
+    job_a = Job("a/z", [pod("z", "a", priority=3)], engine.tenant(pod("z", "a")))
+    own = victims.candidate_sets(job_a, job_a.pods[0])
+    assert own == [["a/a0", "a/a1", "a/a2"]]
+
+
+def test_kube_default_victims_take_lower_priority_anywhere() -> None:
+    state = cluster(
+        node("n1", gpus=2),
+        placed=[(pod("lo", "a", priority=1), "n1", 0.0), (pod("hi", "b", priority=9), "n1", 0.0)],
+    )
+    engine = Engine(ordering="kube-default")
+    s = engine.session(state, 0.0)
+    victims = KubeDefaultVictims(s)
+    x = pod("x", "c", priority=5)
+    job = Job(x.uid, [x], engine.tenant(x))
+    assert victims.may_preempt(x) and not victims.may_preempt(pod("y", "c", priority=1))
+    plan = victims.plan(s, job, x, None)
+    assert plan is not None and [v.uid for v in plan.victims] == ["a/lo"]
+    assert victims.kind(job, plan.victims[0]) == "priority"
+
+
+def test_queue_orders() -> None:
+    engine = Engine()
+    state = cluster(node("n1", gpus=8), placed=[(pod("a0", "a", gpus=4), "n1", 0.0)])
+    s = engine.session(state, 0.0)
+    pods = [pod("a1", "a", priority=9), pod("b1", "b", created=5.0), pod("b2", "b", created=1.0)]
+    kube = KubeDefaultOrder(s, pods)
+    assert [kube.pop().key for _ in range(3)] == ["a/a1", "b/b2", "b/b1"]  # type: ignore[union-attr]
+    assert kube.pop() is None
+    jobs = [Job(p.uid, [p], engine.tenant(p)) for p in pods]
+    fair = FairOrder(s, lanes(jobs))
+    first = fair.pop()
+    assert first is not None and first.key == "b/b2"  # b holds nothing, a holds half
+    s.statement().assign(pod("b9", "b", gpus=8 - 4), 0, (4, 5, 6, 7))
+    fair.update({"b"})
+    second = fair.pop()
+    assert second is not None and second.key == "a/a1"  # now b holds as much as a
+    assert np.isclose(s.book.queue_share("a"), s.book.queue_share("b"))
