@@ -403,7 +403,7 @@ class LiveScheduler:
             if leader:
                 self._expire_held(now)
                 periodic = now - self._last_cycle >= cfg.resync_seconds and (
-                    self.cache.pending or self.engine.reservations
+                    self.cache.pending or self.engine.has_reservations()
                 )
                 if self._dirty or periodic:
                     self._cycle(now)
@@ -439,7 +439,7 @@ class LiveScheduler:
                 self._submit_bind(b)
             for uid in out.gone:
                 self.reporter.forget(uid)
-                self.engine.resolver.forget(uid)
+                self.engine.forget_pod(uid)
 
     def _apply(self, item: tuple[str, Any, Any], now: float, out: CacheChanges) -> None:
         kind, etype, payload = item
@@ -557,7 +557,7 @@ class LiveScheduler:
         engine = self.engine
         jobs: dict[str, dict[str, list[PodInfo]]] = {}
         for p in pending:
-            ref = engine.resolver.pod_group(p)
+            ref = engine.pod_group(p)
             key = ref.key if ref is not None else p.uid
             jobs.setdefault(engine.tenant(p).queue, {}).setdefault(key, []).append(p)
         lanes = []
