@@ -157,8 +157,8 @@ class World:
         name = f"n-{self.tag}-{suffix}"
         labels = {"t": self.tag, "group": group}
         spec = NodeSpec(name, pool="training", gpu_model=A100, gpus=gpus, labels=labels)
+        self.gpus[name] = gpus  # known to the audit before a pod can be bound there
         create_nodes(self.api, [spec], domain=DOMAIN)
-        self.gpus[name] = gpus
         return name
 
     def create(
