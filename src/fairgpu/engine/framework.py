@@ -121,6 +121,11 @@ class ScorePlugin(Plugin):
         """Raw scores for the node slots in ``nodes`` (int array), same length."""
         raise NotImplementedError
 
+    def observe(self, pod: PodInfo) -> None:
+        """Called with each pod just before :meth:`score`: plugins that learn from the
+        workload (e.g. its typical pod shapes) update what they learned here, so that
+        ``score`` only reads it. Default: nothing."""
+
     def normalize(self, scores: np.ndarray) -> np.ndarray:
         """Map raw scores to 0..MAX_NODE_SCORE; default: already in range."""
         return scores

@@ -233,6 +233,7 @@ class Scheduler:
         """Weighted sum of normalised plugin scores for the candidate slots."""
         total = np.zeros(len(nodes), dtype=np.float64)
         for plugin, weight in self.scores:
+            plugin.observe(pod)
             raw = np.asarray(plugin.score(cycle, pod, cluster, nodes))
             total += weight * np.asarray(plugin.normalize(raw), dtype=np.float64)
         return total
