@@ -25,10 +25,11 @@ NO_DEVICE = "no single GPU with enough free compute and memory"
 WRONG_MODEL = "GPU model not requested by the pod"
 
 
-def shared_fit(pod: PodInfo, cluster: ClusterState, nodes: np.ndarray | slice) -> np.ndarray:
+def shared_fit(pod: PodInfo, cluster: ClusterState, nodes: np.ndarray | slice | int) -> np.ndarray:
     """Per (node, device): can this device host the sharing pod? Shape (len(nodes), devices)."""
     gpu = pod.gpu
     milli_ok = cluster.device_milli_free[nodes] >= gpu.milli
+    mem_ok: np.ndarray | bool
     if gpu.memory_mib:
         need = np.int64(gpu.memory_mib)
         mem_ok = cluster.device_memory_free[nodes] >= need
@@ -40,7 +41,7 @@ def shared_fit(pod: PodInfo, cluster: ClusterState, nodes: np.ndarray | slice) -
     return cluster.device_exists[nodes] & milli_ok & mem_ok
 
 
-def idle_mask(cluster: ClusterState, nodes: np.ndarray | slice) -> np.ndarray:
+def idle_mask(cluster: ClusterState, nodes: np.ndarray | slice | int) -> np.ndarray:
     """Per (node, device): is the device completely unused?"""
     return (
         cluster.device_exists[nodes]
@@ -128,7 +129,7 @@ class GpuFit(FilterPlugin):
         if gpu.is_whole:
             mask = cluster.idle_devices[:n] >= gpu.count
             return FilterResult(mask, {INSUFFICIENT_GPU: ~mask})
-        mask = shared_fit(pod, cluster, slice(0, n)).any(axis=1)
+        mask = np.asarray(shared_fit(pod, cluster, slice(0, n)).any(axis=1))
         return FilterResult(mask, {NO_DEVICE: ~mask})
 
 
