@@ -196,3 +196,32 @@ def test_the_scheduler_lets_each_score_observe_the_pod_it_scores() -> None:
         assert sched.schedule(gpu_pod(f"p{i}", milli=230), state).node is not None
     (plugin, _), *_ = sched.scores
     assert isinstance(plugin, FgdScore) and plugin.learner.seen_uids == {f"p{i}" for i in range(5)}
+
+
+_SHAPES_SCRIPT = """
+import json
+from fairgpu.engine.plugins.shape_learning import TypicalPods
+counts = {(1000 * (i % 5 + 1), 100 + 37 * i, 1, frozenset({f"M{i % 4}", f"N{i % 3}"})): 1 / (i + 3)
+          for i in range(24)}
+typical = TypicalPods.from_counts(counts, coverage=0.5)
+other = TypicalPods.from_counts(dict(list(counts.items())[:20]), coverage=1.0)
+print(json.dumps([typical.to_args(), typical.distance(other)]))
+"""
+
+
+def test_shape_arguments_and_distances_are_the_same_in_every_process() -> None:
+    # Shapes hold frozensets of model names, whose set order follows the per-process string
+    # hash seed; sums over them must not, or a replay differs from one run to the next.
+    import os
+    import subprocess
+    import sys
+
+    outputs = set()
+    for seed in range(3):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        run = subprocess.run(
+            [sys.executable, "-c", _SHAPES_SCRIPT], env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        outputs.add(run.stdout)
+    assert len(outputs) == 1

@@ -150,9 +150,13 @@ class TypicalPods:
         out = [self._arg(i) for i in range(self.size)]
         full = self.full
         if full is not None:
-            mine = {self._key(i) for i in range(self.size)}
+            # Sums run in shape order, never in set order: a set of shapes (which hold
+            # frozensets of model names) iterates in an order that changes with the string
+            # hash seed, i.e. from one process to the next, and so would the rounding.
+            keys = [self._key(i) for i in range(self.size)]
+            mine = set(keys)
             own = {full._key(j): float(full.weight[j]) for j in range(full.size)}
-            scale = sum(own.get(k, 0.0) for k in mine)
+            scale = sum(own.get(k, 0.0) for k in keys)
             for j in range(full.size):
                 if full._key(j) not in mine and scale > 0:
                     item = full._arg(j)
@@ -167,7 +171,8 @@ class TypicalPods:
         mine, theirs = (t.full if t.full is not None else t for t in (self, other))
         a = {mine._key(i): float(mine.weight[i]) for i in range(mine.size)}
         b = {theirs._key(j): float(theirs.weight[j]) for j in range(theirs.size)}
-        return sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in a.keys() | b.keys())
+        keys = [*a, *(k for k in b if k not in a)]  # shape order, the same in every process
+        return sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in keys)
 
     def _key(self, i: int) -> Shape:
         return (int(self.cpu[i]), int(self.milli[i]), int(self.count[i]), self.models[i])
