@@ -38,6 +38,7 @@ def shared_fit(pod: PodInfo, cluster: ClusterState, nodes: np.ndarray | slice | 
     """Per (node, device): can this device host the sharing pod? Shape (len(nodes), devices)."""
     gpu = pod.gpu
     milli_ok = cluster.device_milli_free[nodes] >= gpu.milli
+    mem_ok: np.ndarray | bool
     if gpu.memory_mib:
         need = np.int64(gpu.memory_mib)
         mem_ok = cluster.device_memory_free[nodes] >= need
