@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpu_builders import gpu_node, gpu_pod, make_cluster
+from gpu_builders import gpu_node, gpu_pod, make_cluster, scheduler
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairgpu.cluster.state import COL_CPU, ClusterState
 from fairgpu.engine.framework import CycleState
-from fairgpu.engine.plugins.fragmentation import (
-    FgdScore,
-    FragmentationScore,
-    TypicalPods,
-    capacity_fragmentation,
-    fragmentation,
-)
+from fairgpu.engine.plugins.capacity_measure import capacity_fragmentation
+from fairgpu.engine.plugins.fgd_measure import fragmentation
+from fairgpu.engine.plugins.fgd_score import FgdScore
+from fairgpu.engine.plugins.fragmentation import FragmentationScore
+from fairgpu.engine.plugins.shape_learning import TypicalPods
 from fairgpu.model.pod import PodInfo
 
 SHAPES = [
@@ -117,7 +115,7 @@ def test_learned_shapes_are_kept_while_the_mix_holds() -> None:
     original = plugin.reset
 
     def counting_reset() -> None:
-        resets.append(len(plugin._seen_uids))
+        resets.append(len(plugin.learner.seen_uids))
         original()
 
     plugin.reset = counting_reset  # type: ignore[method-assign]
@@ -128,7 +126,7 @@ def test_learned_shapes_are_kept_while_the_mix_holds() -> None:
     typical = plugin.typical
     assert typical is not None
     # The shapes in use stay within the threshold of the mix seen.
-    seen = TypicalPods.from_counts(plugin._seen, 1.0)
+    seen = TypicalPods.from_counts(plugin.learner.seen, 1.0)
     assert sorted(typical.milli.tolist()) == [320, 470, 1000]
     assert 0 < typical.distance(seen) <= 0.1
 
@@ -177,3 +175,53 @@ def test_memory_counting_scores_are_cached_per_memory_request() -> None:
     fresh = FragmentationScore(typical_pods=shapes, use_memory=True)
     np.testing.assert_array_equal(second, fresh.score(CycleState(), big, state, nodes))
     assert not np.array_equal(first, second)
+
+
+def test_scoring_reads_the_learned_shapes_and_only_observe_learns() -> None:
+    state = make_cluster(*(gpu_node(f"n{i}", gpus=2) for i in range(3)))
+    plugin = _learner()
+    for i in range(20):
+        plugin.observe(gpu_pod(f"p{i}", milli=470))
+    seen, typical = dict(plugin.learner.seen), plugin.typical
+    plugin.score(CycleState(), gpu_pod("x", milli=230), state, np.arange(3))
+    assert dict(plugin.learner.seen) == seen and plugin.typical is typical
+    with pytest.raises(RuntimeError, match="observe"):
+        _learner().score(CycleState(), gpu_pod("y", milli=230), state, np.arange(3))
+
+
+def test_the_scheduler_lets_each_score_observe_the_pod_it_scores() -> None:
+    state = make_cluster(*(gpu_node(f"n{i}", gpus=2) for i in range(3)))
+    sched = scheduler("fgd")
+    for i in range(5):
+        assert sched.schedule(gpu_pod(f"p{i}", milli=230), state).node is not None
+    (plugin, _), *_ = sched.scores
+    assert isinstance(plugin, FgdScore) and plugin.learner.seen_uids == {f"p{i}" for i in range(5)}
+
+
+_SHAPES_SCRIPT = """
+import json
+from fairgpu.engine.plugins.shape_learning import TypicalPods
+counts = {(1000 * (i % 5 + 1), 100 + 37 * i, 1, frozenset({f"M{i % 4}", f"N{i % 3}"})): 1 / (i + 3)
+          for i in range(24)}
+typical = TypicalPods.from_counts(counts, coverage=0.5)
+other = TypicalPods.from_counts(dict(list(counts.items())[:20]), coverage=1.0)
+print(json.dumps([typical.to_args(), typical.distance(other)]))
+"""
+
+
+def test_shape_arguments_and_distances_are_the_same_in_every_process() -> None:
+    # Shapes hold frozensets of model names, whose set order follows the per-process string
+    # hash seed; sums over them must not, or a replay differs from one run to the next.
+    import os
+    import subprocess
+    import sys
+
+    outputs = set()
+    for seed in range(3):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        run = subprocess.run(
+            [sys.executable, "-c", _SHAPES_SCRIPT], env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        outputs.add(run.stdout)
+    assert len(outputs) == 1

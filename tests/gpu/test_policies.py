@@ -9,15 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairgpu.engine.framework import MAX_NODE_SCORE, CycleState
-from fairgpu.engine.plugins.fragmentation import (
-    FgdScore,
-    FragmentationScore,
-    GapCounts,
-    TypicalPods,
-    capacity_fragmentation,
-    fragmentation,
-    gap_balance,
-)
+from fairgpu.engine.plugins.capacity_measure import capacity_fragmentation
+from fairgpu.engine.plugins.fgd_measure import fragmentation
+from fairgpu.engine.plugins.fgd_score import FgdScore
+from fairgpu.engine.plugins.fragmentation import FragmentationScore
+from fairgpu.engine.plugins.gap_balance import GapCounts, gap_balance
+from fairgpu.engine.plugins.shape_learning import TypicalPods
 from fairgpu.engine.policies import DEFAULT_POLICY, GPU_SHARING_POLICIES, policy
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.model.pod import CPU, MEMORY, PODS, PodInfo

@@ -392,7 +392,8 @@ def decode_json(data: bytes, kind: type[T]) -> T:
     if decoder is None:
         decoder = _JSON_DECODERS[kind] = msgspec.json.Decoder(kind)
     try:
-        return decoder.decode(data)
+        decoded: T = decoder.decode(data)
+        return decoded
     except msgspec.ValidationError as error:
         field, problem = _field(error)
         raise InvalidObjectError(kind.__name__, field, problem) from None

@@ -91,7 +91,7 @@ class ClusterState:
         r, d = len(self.resources), self.max_devices
 
         def grow(arr: np.ndarray | None, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-            new = np.zeros(shape, dtype=dtype)
+            new: np.ndarray = np.zeros(shape, dtype=dtype)
             if arr is not None:
                 new[tuple(slice(0, s) for s in arr.shape)] = arr
             return new
@@ -145,7 +145,8 @@ class ClusterState:
     def free(self) -> np.ndarray:
         """Allocatable minus requested, shape (size, resources)."""
         n = self.size
-        return self.allocatable[:n] - self.requested[:n]
+        free: np.ndarray = self.allocatable[:n] - self.requested[:n]
+        return free
 
     # ---- nodes --------------------------------------------------------------------------
     def add_node(self, node: NodeInfo) -> int:

@@ -284,9 +284,9 @@ def settle(store: VolumeStore) -> list[str]:
         name = store.class_name(claim)
         if name and sc is None:
             continue  # the class does not exist: the claim stays pending
-        vol = _smallest_free(store, claim, name)
-        if vol is not None:
-            apply_decision(store, VolumeDecision("", ((key, vol.name),)), {})
+        free = _smallest_free(store, claim, name)
+        if free is not None:
+            apply_decision(store, VolumeDecision("", ((key, free.name),)), {})
         elif sc is not None and sc.provisioner and sc.provisioner != NO_PROVISIONER:
             first = sc.allowed_topologies[0] if sc.allowed_topologies else ()
             labels = {k: sorted(values)[0] for k, values in first if values}
@@ -309,4 +309,5 @@ def _smallest_free(store: VolumeStore, claim: ClaimInfo, class_name: str) -> Vol
         and (claim.selector is None or claim.selector.matches(dict(v.labels)))
     ]
     prebound = [v for v in fits if v.bound_to(claim)]
-    return (prebound or sorted(fits, key=lambda v: (v.capacity, v.name)) or [None])[0]
+    ranked = prebound or sorted(fits, key=lambda v: (v.capacity, v.name))
+    return ranked[0] if ranked else None

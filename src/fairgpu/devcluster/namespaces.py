@@ -51,7 +51,7 @@ def ensure_namespace(
         _create(client, f"/api/v1/namespaces/{name}/configmaps", cm_body)
 
 
-def _create(client: KubeClient, path: str, body: dict[str, object]) -> None:
+def _create(client: KubeClient, path: str, body: Mapping[str, object]) -> None:
     resp = client.request("POST", path, body)
     if resp.ok or resp.status == 409:
         return

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fairgpu.engine.plugins import fragmentation as frag
+from fairgpu.engine.plugins import gpu_sharing as frag
 from fairgpu.engine.profile import Profile, ScoreRef
 
 _KUBE_SCORES = [
@@ -101,7 +101,7 @@ def fairgpu_frag() -> Profile:
     """Ours: the workload's preferences first (preferred node affinity -- e.g. a node pool --,
     PreferNoSchedule taints, preferred pod affinity: weight 1000 each, so they dominate), then
     the smallest exact increase of expected fragmentation measured by packing capacity
-    (:func:`~fairgpu.engine.plugins.fragmentation.capacity_fragmentation`), with the device
+    (:func:`~fairgpu.engine.plugins.capacity_measure.capacity_fragmentation`), with the device
     chosen jointly with the node; fixed-rank ties. Without preferences (the openb traces) the
     preference scores are equal on every node and only fragmentation decides."""
     return Profile(
@@ -138,7 +138,7 @@ def fairgpu_frag_lex() -> Profile:
     """Ours, lexicographic: the workload's preferences first (as :func:`fairgpu_frag`), then
     FGD's truncated score (the expected-fragmentation decrease through a sigmoid, 0..100),
     then, among FGD's ties, the smallest exact increase of packing-capacity fragmentation
-    (:func:`~fairgpu.engine.plugins.fragmentation.capacity_fragmentation`), then the fixed
+    (:func:`~fairgpu.engine.plugins.capacity_measure.capacity_fragmentation`), then the fixed
     rank. FGD's coarse score decides whether a placement breaks a typical shape's fit; the
     capacity measure orders the many ties (most decisions) by how many further copies of
     the workload's shapes still fit -- limited by free GPU milli, CPU and memory (the shapes'

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fairgpu.engine.framework import Plugin
-from fairgpu.engine.plugins import fragmentation as frag
+from fairgpu.engine.plugins import gpu_sharing as frag
 from fairgpu.engine.plugins.gpu import (
     DeviceBestFit,
     DeviceRandom,

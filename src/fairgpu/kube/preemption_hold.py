@@ -189,10 +189,10 @@ class PreemptionHolds:
                 keep.append(b)
                 continue
             cache.forget(b.pod.uid)
-            for v in b.wait_for:  # a preemptor's own victims keep their node too
-                entry = self.victims.pop(v, None)
+            for uid in b.wait_for:  # a preemptor's own victims keep their node too
+                entry = self.victims.pop(uid, None)
                 if entry is not None:
-                    cache.restore(v, entry[1], now, terminating=True)
+                    cache.restore(uid, entry[1], now, terminating=True)
         for v in victims:
             cache.restore(v.uid, v, now, terminating=True)
         return keep

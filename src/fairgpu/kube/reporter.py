@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fairgpu.kube.client import CONNECTION_ERRORS, STRATEGIC_MERGE_PATCH, RateLimiter, RestClient
@@ -118,7 +118,7 @@ class Reporter:
             self._cond.notify()
         return True
 
-    def node_problems(self, problems: list[tuple[str, str, object]]) -> None:
+    def node_problems(self, problems: Sequence[tuple[str, str, object]]) -> None:
         """Queue a Warning Event on each Node for ``(name, uid, problem)`` (``str(problem)`` is
         the note); the caller passes each problem once."""
         for name, uid, problem in problems:

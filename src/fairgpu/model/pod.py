@@ -483,7 +483,8 @@ def invalid_pod(raw: Any, error: Exception) -> PodInfo:
     name = str(meta.get("name") or meta.get("generateName") or "<unnamed>")
     namespace = str(meta.get("namespace") or "default")
     uid = str(meta.get("uid") or f"{namespace}/{name}")
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    raw_labels = meta.get("labels")
+    labels = raw_labels if isinstance(raw_labels, dict) else {}
     return PodInfo(
         name=name,
         namespace=namespace,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fairgpu.api import objects as k8s
@@ -141,7 +141,7 @@ class PodAffinityTerm:
 
 
 def compile_requirements(
-    reqs: list[k8s.NodeSelectorRequirement] | list[k8s.LabelSelectorRequirement],
+    reqs: Sequence[k8s.NodeSelectorRequirement | k8s.LabelSelectorRequirement],
     allowed: frozenset[str],
     where: str,
 ) -> tuple[Requirement, ...]:

@@ -376,7 +376,8 @@ class QueueBook:
         if self.static:
             return nominal
         lim = self.queue_limits(queue)
-        return nominal + lim.borrowing  # inf where either is unset
+        top: np.ndarray = nominal + lim.borrowing  # inf where either is unset
+        return top
 
     def never_fits(self, queue: str, vec: np.ndarray) -> str | None:
         """A reason if ``vec`` alone exceeds what ``queue`` may ever hold."""
@@ -420,7 +421,7 @@ class QueueBook:
             nom = np.where(np.isinf(other.nominal), 0.0, other.nominal)
             borrowed += np.maximum(u - nom, 0.0)
             lendable += np.minimum(other.lending, np.maximum(nom - u, 0.0))
-        for d in need:
+        for d in need.tolist():
             if borrowed[d] + borrow[d] > lendable[d] + 1e-6:
                 return (
                     f"queue {queue!r} would borrow {_fmt(d, borrow[d])} but cohort "

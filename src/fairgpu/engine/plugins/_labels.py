@@ -34,10 +34,10 @@ def requirement_mask(cluster: ClusterState, req: Requirement) -> np.ndarray:
             return np.zeros(codes.shape, dtype=bool)
         numbers = [parse_int64(v) for v in vocab]
         if op == "Gt":
-            hit = [x is not None and x > bound for x in numbers]
+            hits = [x is not None and x > bound for x in numbers]
         else:
-            hit = [x is not None and x < bound for x in numbers]
-        return _lookup(codes, vocab, hit)
+            hits = [x is not None and x < bound for x in numbers]
+        return _lookup(codes, vocab, hits)
     return np.zeros(codes.shape, dtype=bool)
 
 

@@ -34,10 +34,11 @@ WRONG_MODEL = "GPU model not requested by the pod"
 MIG_NOT_SHARED = "node(s) had only MIG slices, which cannot be shared"
 
 
-def shared_fit(pod: PodInfo, cluster: ClusterState, nodes: np.ndarray | slice) -> np.ndarray:
+def shared_fit(pod: PodInfo, cluster: ClusterState, nodes: np.ndarray | slice | int) -> np.ndarray:
     """Per (node, device): can this device host the sharing pod? Shape (len(nodes), devices)."""
     gpu = pod.gpu
     milli_ok = cluster.device_milli_free[nodes] >= gpu.milli
+    mem_ok: np.ndarray | bool
     if gpu.memory_mib:
         need = np.int64(gpu.memory_mib)
         mem_ok = cluster.device_memory_free[nodes] >= need
@@ -49,7 +50,7 @@ def shared_fit(pod: PodInfo, cluster: ClusterState, nodes: np.ndarray | slice) -
     return cluster.device_exists[nodes] & milli_ok & mem_ok
 
 
-def idle_mask(cluster: ClusterState, nodes: np.ndarray | slice) -> np.ndarray:
+def idle_mask(cluster: ClusterState, nodes: np.ndarray | slice | int) -> np.ndarray:
     """Per (node, device): is the device completely unused?"""
     return (
         cluster.device_exists[nodes]

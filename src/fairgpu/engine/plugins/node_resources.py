@@ -49,7 +49,7 @@ def _devices_look_free(pod: PodInfo, cluster: ClusterState, n: int) -> np.ndarra
     if gpu.is_whole:
         return cluster.idle_devices[:n] >= gpu.count
     roomy = cluster.device_exists[:n] & (cluster.device_milli_free[:n] >= gpu.milli)
-    return roomy.any(axis=1)
+    return np.asarray(roomy.any(axis=1))
 
 
 class NodeResourcesFit(FilterPlugin, ScorePlugin):
@@ -73,9 +73,9 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
         self.strategy = strategy
         resources = resources or [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]
         self.resources = [
-            (_ALIASES.get(str(r["name"]), str(r["name"])), int(r.get("weight", 1)))
+            (_ALIASES.get(str(r["name"]), str(r["name"])), int(r.get("weight", 1)))  # type: ignore[call-overload]
             for r in resources
-        ]  # type: ignore[call-overload]
+        ]
         if any(w <= 0 for _, w in self.resources):
             raise ValueError("NodeResourcesFit.resources[].weight: must be positive")
         points = shape or [{"utilization": 0, "score": 10}, {"utilization": 100, "score": 0}]

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine.plugins.fragmentation import TypicalPods, cluster_fragmentation
+from fairgpu.engine.plugins.fgd_measure import cluster_fragmentation
+from fairgpu.engine.plugins.shape_learning import TypicalPods
 from fairgpu.engine.policies import policy, with_typical_pods
 from fairgpu.engine.profile import Profile
 from fairgpu.engine.scheduler import Scheduler

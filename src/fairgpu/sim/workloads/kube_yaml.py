@@ -152,7 +152,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise WorkloadError(f"Node {dup}: defined more than once")
-    arrivals = []
+    arrivals: list[PodArrival] = []
     seen: set[str] = set()
     for _path, doc in pod_docs:
         try:
@@ -200,7 +200,7 @@ def _expand_deployment(path: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
     template = spec.get("template") or {}
     pods = []
     for i in range(replicas):
-        pod = {
+        pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": copy.deepcopy(template.get("metadata") or {}),
