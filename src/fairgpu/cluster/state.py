@@ -67,6 +67,8 @@ class ClusterState:
         self._taint_cache: tuple[np.ndarray, list[tuple[Taint, ...]]] | None = None
         self._name_array: np.ndarray | None = None
         self.pods_with_affinity: dict[str, PodInfo] = {}
+        # Namespace name -> labels (for namespaceSelector); replaced, never mutated, on change.
+        self.namespace_labels: dict[str, dict[str, str]] = {}
 
     # ---- storage ------------------------------------------------------------------------
     def _grow(self, capacity: int) -> None:

@@ -57,6 +57,7 @@ from fairgpu.engine.gang import (
     drain_estimate,
     whole_gpus,
 )
+from fairgpu.engine.plugins.scheduling_gates import gated_reason
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption
 from fairgpu.engine.profile import Profile
@@ -250,6 +251,11 @@ class Engine:
         self.book.sync(cluster)
         self._bound_now = set()
         pending = [p for p in pending if p.uid not in cluster.placements]
+        # Gated pods are not pending work yet: no attempt, no share of the queue's demand.
+        gated = [p for p in pending if p.scheduling_gates]
+        if gated:
+            out.unschedulable.extend(Unschedulable(p, gated_reason(p)) for p in gated)
+            pending = [p for p in pending if not p.scheduling_gates]
         if self.ordering == "kube-default":
             self._kube_cycle(cluster, pending, now, out)
         else:
@@ -976,7 +982,7 @@ class _Front:
 
 def _ask(pod: PodInfo) -> tuple[tuple[object, ...], np.ndarray] | None:
     """(group, vector) for :class:`_Front`, or None for pods it cannot judge."""
-    if pod.has_pod_affinity or pod.error:
+    if pod.has_pod_affinity or pod.spread_constraints or pod.error:
         return None
     gpu = pod.gpu
     others = tuple(sorted((k, v) for k, v in pod.requests.items() if k not in (CPU, MEMORY)))
@@ -1022,6 +1028,6 @@ def _only(cluster: ClusterState, node: int) -> np.ndarray:
 
 
 def _shape(pod: PodInfo) -> tuple[object, ...] | None:
-    if pod.has_pod_affinity or pod.error:
+    if pod.has_pod_affinity or pod.spread_constraints or pod.error:
         return None
     return (pod.static_key(), tuple(sorted(pod.requests.items())), pod.gpu, pod.namespace)

@@ -12,15 +12,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 TieBreak = Literal["random", "fixed-rank"]
 
-DEFAULT_PRE_FILTERS = ["GpuRequestCheck"]
+DEFAULT_PRE_FILTERS = ["SchedulingGates", "GpuRequestCheck"]
 DEFAULT_FILTERS = [
     "NodeUnschedulable",
     "NodeName",
     "TaintToleration",
     "NodeAffinity",
+    "NodePorts",
     "GpuModel",
     "NodeResourcesFit",
     "GpuFit",
+    "PodTopologySpread",
     "InterPodAffinity",
 ]
 

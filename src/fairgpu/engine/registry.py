@@ -22,8 +22,11 @@ from fairgpu.engine.plugins.gpu import (
 from fairgpu.engine.plugins.inter_pod_affinity import InterPodAffinity
 from fairgpu.engine.plugins.node_affinity import NodeAffinity
 from fairgpu.engine.plugins.node_name import NodeName
+from fairgpu.engine.plugins.node_ports import NodePorts
 from fairgpu.engine.plugins.node_resources import BalancedAllocation, NodeResourcesFit
 from fairgpu.engine.plugins.node_unschedulable import NodeUnschedulable
+from fairgpu.engine.plugins.pod_topology_spread import PodTopologySpread
+from fairgpu.engine.plugins.scheduling_gates import SchedulingGates
 from fairgpu.engine.plugins.taint_toleration import TaintToleration
 
 PluginFactory = Callable[..., Plugin]
@@ -73,6 +76,9 @@ for _cls in (
     GpuModel,
     GpuFit,
     InterPodAffinity,
+    SchedulingGates,
+    NodePorts,
+    PodTopologySpread,
 ):
     register(_cls.name, _cls)
 for _cls in (DeviceBestFit, DeviceSpread, DeviceRandom):
