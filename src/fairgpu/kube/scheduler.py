@@ -55,6 +55,7 @@ from fairgpu.kube.client import (
 )
 from fairgpu.kube.leader import LeaderElector
 from fairgpu.kube.metrics import HealthServer, Metrics
+from fairgpu.kube.namespaces import NamespaceStore, namespace_reflector
 from fairgpu.kube.podgroups import (
     POD_GROUP_APIS,
     PodGroupBook,
@@ -188,6 +189,10 @@ class LiveScheduler:
             lambda t, obj: self.events.put(("node", t, obj)),
             name="nodes",
         )
+        self.namespaces = NamespaceStore()
+        self.namespace_reflector = namespace_reflector(
+            self.client, lambda t, obj: self.events.put(("namespace", t, obj))
+        )
         # PodGroup reflectors, one per PodGroup API the cluster serves (found at start).
         self.pod_group_reflectors: list[Reflector] = []
         self.pod_group_book = PodGroupBook()
@@ -279,6 +284,7 @@ class LiveScheduler:
         self.health.start()
         self.reporter.start()
         self.node_reflector.start()
+        self.namespace_reflector.start()
         self.pod_reflector.start()
         self._discover_pod_groups()
         threading.Thread(
@@ -305,6 +311,7 @@ class LiveScheduler:
         self.metrics.leader.set(0)
         self.pod_reflector.stop()
         self.node_reflector.stop()
+        self.namespace_reflector.stop()
         for reflector in self.pod_group_reflectors:
             reflector.stop()
         self.reporter.stop()
@@ -446,6 +453,8 @@ class LiveScheduler:
                 else:
                     self.engine.set_pod_group(namespace, name, group.min_member)
                 out.dirty = True
+        elif kind == "namespace":
+            out.dirty |= self.namespaces.apply(etype, payload, cache.cluster)
         elif kind == "bind":
             self._bind_done(etype, payload, out)
         elif kind == "evict":
@@ -479,8 +488,8 @@ class LiveScheduler:
         errors = 0
         for u in result.unschedulable:
             pod = u.pod
-            if pod.uid in cache.cluster.placements:
-                continue  # e.g. a gang member placed while others of its group were not
+            if pod.uid in cache.cluster.placements or pod.scheduling_gates:
+                continue  # placed (a gang member) or gated: the API server's condition stands
             if pod.error:
                 errors += 1
             failed[pod.uid] = Report(

@@ -44,7 +44,11 @@ from fairgpu.model.selectors import LabelSelector, Requirement
 
 MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
 SKEW = "node(s) didn't match pod topology spread constraints"
-DEFAULT_OWNER_KINDS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController"})
+# Deployment: the simulator's expanded Deployments own their replicas directly (live, a
+# ReplicaSet owns them).
+DEFAULT_OWNER_KINDS = frozenset(
+    {"ReplicaSet", "StatefulSet", "ReplicationController", "Deployment"}
+)
 SYSTEM_DEFAULTS = (
     {"topologyKey": HOSTNAME, "maxSkew": 3},
     {"topologyKey": ZONE, "maxSkew": 5},
