@@ -357,3 +357,31 @@ def test_a_gated_pod_preempts_nobody() -> None:
     out = engine.cycle(state, [gated], 0.0)
     assert out.evictions == [] and out.binds == []
     assert "low" in {p.name for p in state.pods.values()}
+
+
+@pytest.mark.parametrize("ordering", ["fair", "kube-default"])
+def test_a_port_conflict_is_not_borrowed_by_a_pod_without_ports(ordering: str) -> None:
+    # The cycle reuses a failure for pods of the same shape; a host port is part of it.
+    state = cluster(node("n1"))
+    state.assign(pod("holder", **ports({"containerPort": 1, "hostPort": 80})), 0)
+    clash = pod("clash", requests={"cpu": "1"}, **ports({"containerPort": 1, "hostPort": 80}))
+    plain = pod("plain", requests={"cpu": "1"})
+    plain.created = clash.created + 1  # tried after the clash in both orderings
+    engine = Engine(policy("spread"), ordering=ordering)  # type: ignore[arg-type]
+    out = engine.cycle(state, [clash, plain], 0.0)
+    assert [b.pod.name for b in out.binds] == ["plain"]
+
+
+def test_a_spread_failure_clears_when_a_matching_pod_lands_elsewhere() -> None:
+    # Zone b's node has room for small pods only: the spread pod fails in zone a (1 + 1 - 0).
+    state = cluster(
+        node("n1", labels={ZONE: "a"}),
+        node("n2", cpu="1", labels={ZONE: "b"}),
+        placed=[(web("w1"), "n1")],
+    )
+    big = web("big", requests={"cpu": "2"}, topologySpreadConstraints=[spread()])
+    engine = Engine(policy("spread"), ordering="kube-default")
+    assert engine.cycle(state, [big], 0.0).binds == []
+    # A matching pod lands in zone b (an assign: nothing is released), so the minimum is 1.
+    state.assign(web("small", requests={"cpu": "100m"}), 1)
+    assert [b.node_name for b in engine.cycle(state, [big], 1.0).binds] == ["n1"]

@@ -982,7 +982,7 @@ class _Front:
 
 def _ask(pod: PodInfo) -> tuple[tuple[object, ...], np.ndarray] | None:
     """(group, vector) for :class:`_Front`, or None for pods it cannot judge."""
-    if pod.has_pod_affinity or pod.spread_constraints or pod.error:
+    if pod.has_pod_affinity or pod.spread_constraints or pod.host_ports or pod.error:
         return None
     gpu = pod.gpu
     others = tuple(sorted((k, v) for k, v in pod.requests.items() if k not in (CPU, MEMORY)))
@@ -1028,6 +1028,6 @@ def _only(cluster: ClusterState, node: int) -> np.ndarray:
 
 
 def _shape(pod: PodInfo) -> tuple[object, ...] | None:
-    if pod.has_pod_affinity or pod.spread_constraints or pod.error:
+    if pod.has_pod_affinity or pod.spread_constraints or pod.host_ports or pod.error:
         return None
     return (pod.static_key(), tuple(sorted(pod.requests.items())), pod.gpu, pod.namespace)
