@@ -8,7 +8,12 @@ baseline in the same run, a naive per-node Python loop evaluates the same filter
 selector, required node affinity, resources, GPU count) for a subset of the same pods, and the
 script reports the speed-up. Prints one JSON object.
 
-    python benchmarks/decision_latency/run.py [--nodes 5000] [--pods 20000] [--stream 2000]
+    python benchmarks/decision_latency/run.py [--nodes 5000] [--pods 20000] [--stream 2000] \
+        [--constraints]
+
+``--constraints`` gives every resident and streamed pod a hard zone spread, a soft hostname
+spread, required hostname anti-affinity and preferred zone affinity to its own app (about 600
+apps), so every decision exercises PodTopologySpread and InterPodAffinity in both directions.
 """
 
 from __future__ import annotations
@@ -122,12 +127,17 @@ def main() -> None:
     parser.add_argument("--stream", type=int, default=2000)
     parser.add_argument("--baseline-pods", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--constraints",
+        action="store_true",
+        help="topology spread and pod (anti-)affinity on every pod",
+    )
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    state, placed = synthetic.build(args.nodes, args.pods)
+    state, placed = synthetic.build(args.nodes, args.pods, constraints=args.constraints)
     build_s = time.perf_counter() - t0
-    stream = synthetic.pods(args.stream, seed=9, start=10**7)
+    stream = synthetic.pods(args.stream, seed=9, start=10**7, constraints=args.constraints)
     for p in stream:
         p.source = None
     # The cluster is long-lived: move it out of the young GC generations, as a steady-state
@@ -158,6 +168,7 @@ def main() -> None:
                 "benchmark": "decision_latency",
                 "nodes": args.nodes,
                 "resident_pods": placed,
+                "constraints": args.constraints,
                 "stream_pods": len(stream),
                 "build_seconds": round(build_s, 1),
                 "targets": {"p50_ms": P50_TARGET_MS, "p99_ms": P99_TARGET_MS},

@@ -385,3 +385,49 @@ def test_a_spread_failure_clears_when_a_matching_pod_lands_elsewhere() -> None:
     # A matching pod lands in zone b (an assign: nothing is released), so the minimum is 1.
     state.assign(web("small", requests={"cpu": "100m"}), 1)
     assert [b.node_name for b in engine.cycle(state, [big], 1.0).binds] == ["n1"]
+
+
+def test_pod_indexes_match_a_full_scan_under_churn() -> None:
+    from fairgpu.engine.plugins._pod_counts import carried_terms, matching_counts
+    from fairgpu.model.selectors import LabelSelector
+
+    rng = random.Random(3)
+    state = cluster(*[node(f"n{i}", labels={ZONE: "ab"[i % 2]}) for i in range(6)])
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOST}
+            ]
+        }
+    }
+    sel = LabelSelector((("app", "web"),))
+
+    def extract(p: Any) -> tuple[Any, ...]:
+        return tuple((t, t.selector) for t in p.anti_affinity_terms)
+
+    placed: list[str] = []
+    for i in range(120):
+        roll = rng.random()
+        if roll < 0.3 and placed:
+            state.release(placed.pop(rng.randrange(len(placed))))
+        elif roll < 0.33:
+            name = f"n{rng.randrange(6)}"
+            placed = [u for u in placed if state.node(state.placements[u].node).name != name]
+            state.remove_node(name)
+            state.add_node(node(name, labels={ZONE: "c"}))
+        else:
+            app = rng.choice(["web", "db"])
+            p = pod(f"p{i}", labels={"app": app}, affinity=anti if rng.random() < 0.3 else None)
+            state.assign(p, rng.choice([s for s, _ in state.active_nodes()]))
+            placed.append(p.uid)
+        counts = matching_counts(state, (sel,), lambda p: sel.matches(p.labels))
+        expected = np.zeros(state.size, dtype=np.int64)
+        carriers = np.zeros(state.size, dtype=np.int64)
+        for uid, p in state.pods.items():
+            expected[state.placements[uid].node] += p.labels.get("app") == "web"
+            carriers[state.placements[uid].node] += bool(p.anti_affinity_terms)
+        assert counts.tolist() == expected.tolist()
+        found = carried_terms(state, "anti-test", extract, {"app": "db"})
+        total = sum((arr for _, arr in found), np.zeros(state.size, dtype=np.int64))
+        assert total.tolist() == carriers.tolist()
+        assert carried_terms(state, "anti-test", extract, {"app": "web"}) == []

@@ -1,156 +1,195 @@
-"""Per-node counts of placed pods matching a predicate, kept up to date incrementally.
+"""Indexes over the placed pods for selector questions, kept up to date incrementally.
 
-Topology spread and inter-pod affinity both ask "how many placed pods matching this selector
-run on each node". Counting over every placed pod for every attempt is a Python loop over tens
-of thousands of pods; instead each distinct question (a hashable key plus its predicate) keeps
-a count array over node slots, and before each use only the nodes whose ``node_version``
-changed since the last look are recounted (a placement or release bumps it). Between two
-attempts that is usually one node.
+Topology spread and inter-pod affinity ask "how many placed pods matching this selector run on
+each node" and "which placed pods carry a term that selects this pod". Scanning every placed
+pod per attempt is a Python loop over tens of thousands of pods. Instead, per
+:class:`ClusterState`:
+
+* placed pods are indexed by each ``label=value`` they carry, so a selector requiring
+  ``app=web`` is evaluated only on the pods labelled ``app=web``;
+* terms that placed pods carry (e.g. required anti-affinity) are counted per node and indexed
+  by a label pair their selector requires, so only terms that can select the incoming pod are
+  evaluated.
+
+Before each use only the nodes whose ``node_version`` changed since the last look are
+re-read (a placement or release bumps it); between two attempts that is usually one node.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.model.pod import PodInfo
+from fairgpu.model.selectors import LabelSelector
 
 Predicate = Callable[[PodInfo], bool]
-MAX_TABLES = 256  # distinct selectors remembered per cluster (least recently used dropped)
+Pair = tuple[str, str]
+Extractor = Callable[[PodInfo], tuple[tuple[Hashable, LabelSelector | None], ...]]
 
 
-class _Counts:
-    """The count tables of one :class:`ClusterState`."""
-
-    def __init__(self) -> None:
-        self.seen = np.zeros(0, dtype=np.int64)
-        self.tables: OrderedDict[Hashable, tuple[Predicate, np.ndarray]] = OrderedDict()
-        self.namespaces: object = None
-
-    def sync(self, cluster: ClusterState) -> None:
-        """Recount the nodes that changed since the last call in every table."""
-        n = cluster.size
-        if cluster.namespace_labels is not self.namespaces:
-            # Namespace labels feed namespaceSelector predicates: start over (rare).
-            self.tables.clear()
-            self.namespaces = cluster.namespace_labels
-        if self.seen.size < n:
-            grown = np.full(n, -1, dtype=np.int64)
-            grown[: self.seen.size] = self.seen
-            self.seen = grown
-        versions = cluster.node_version[:n]
-        changed = np.flatnonzero(versions != self.seen[:n])
-        if changed.size == 0:
-            return
-        self.seen[:n] = versions
-        if changed.size > max(64, n // 8):
-            self.tables.clear()  # a bulk change: recounting lazily per table is cheaper
-            return
-        for key, (pred, arr) in list(self.tables.items()):
-            if arr.size < n:
-                arr = np.concatenate([arr, np.zeros(n - arr.size, dtype=np.int32)])
-                self.tables[key] = (pred, arr)
-            for idx in changed.tolist():
-                arr[idx] = sum(1 for p in cluster.node_pods[idx].values() if pred(p))
-
-    def get(self, cluster: ClusterState, key: Hashable, pred: Predicate) -> np.ndarray:
-        """Count array (one int per node slot) for ``key``, computed in full on first use."""
-        entry = self.tables.get(key)
-        if entry is not None:
-            self.tables.move_to_end(key)
-            return entry[1]
-        arr = np.zeros(cluster.size, dtype=np.int32)
-        for idx, pods in enumerate(cluster.node_pods):
-            if pods:
-                arr[idx] = sum(1 for p in pods.values() if pred(p))
-        self.tables[key] = (pred, arr)
-        if len(self.tables) > MAX_TABLES:
-            self.tables.popitem(last=False)
-        return arr
-
-
-_BY_CLUSTER: weakref.WeakKeyDictionary[ClusterState, _Counts] = weakref.WeakKeyDictionary()
-
-
-def matching_counts(cluster: ClusterState, key: Hashable, pred: Predicate) -> np.ndarray:
-    """Per-node-slot number of placed pods for which ``pred`` holds.
-
-    ``key`` must identify ``pred`` exactly (same key, same answers). The returned array is
-    owned by the index: read it, never write to it.
-    """
-    counts = _BY_CLUSTER.get(cluster)
-    if counts is None:
-        counts = _BY_CLUSTER[cluster] = _Counts()
-    counts.sync(cluster)
-    return counts.get(cluster, key, pred)[: cluster.size]
-
-
-Extractor = Callable[[PodInfo], tuple[Hashable, ...]]
+def required_pairs(selector: LabelSelector | None) -> list[Pair]:
+    """``label=value`` pairs every pod ``selector`` matches must carry."""
+    if selector is None:
+        return []
+    pairs = list(selector.match_labels)
+    pairs += [
+        (r.key, r.values[0])
+        for r in selector.expressions
+        if r.operator == "In" and len(r.values) == 1
+    ]
+    return pairs
 
 
 class _Carried:
-    """Per node, how many placed pods carry each term an extractor yields (e.g. the required
-    anti-affinity terms of placed pods), kept up to date like the count tables."""
+    """Per node, how many placed pods carry each term an extractor yields."""
 
     def __init__(self, extract: Extractor) -> None:
         self.extract = extract
-        self.seen = np.zeros(0, dtype=np.int64)
         self.per_node: dict[int, dict[Hashable, int]] = {}
         self.arrays: dict[Hashable, np.ndarray] = {}
+        self.by_pair: dict[Pair, set[Hashable]] = {}
+        self.pairs: dict[Hashable, list[Pair]] = {}
+        self.unkeyed: set[Hashable] = set()
 
-    def _recount(self, cluster: ClusterState, idx: int, touched: set[Hashable]) -> None:
+    def recount(self, cluster: ClusterState, idx: int) -> None:
         for term, count in self.per_node.pop(idx, {}).items():
-            self.arrays[term][idx] -= count
-            touched.add(term)
+            arr = self.arrays[term]
+            arr[idx] -= count
+            if not arr.any():  # no placed pod carries it any more
+                del self.arrays[term]
+                self.unkeyed.discard(term)
+                for pair in self.pairs.pop(term, ()):
+                    self.by_pair[pair].discard(term)
         found: dict[Hashable, int] = {}
         for pod in cluster.node_pods[idx].values():
-            for term in self.extract(pod):
+            for term, selector in self.extract(pod):
                 found[term] = found.get(term, 0) + 1
-        n = cluster.size
+                if term not in self.arrays:
+                    self._add_term(term, selector, cluster.size)
         for term, count in found.items():
-            arr = self.arrays.get(term)
-            if arr is None:
-                arr = self.arrays[term] = np.zeros(n, dtype=np.int32)
-            arr[idx] += count
+            self.arrays[term][idx] += count
         if found:
             self.per_node[idx] = found
 
-    def sync(self, cluster: ClusterState) -> dict[Hashable, np.ndarray]:
+    def _add_term(self, term: Hashable, selector: LabelSelector | None, n: int) -> None:
+        self.arrays[term] = np.zeros(n, dtype=np.int32)
+        pairs = required_pairs(selector)[:1]
+        if pairs:
+            self.pairs[term] = pairs
+            self.by_pair.setdefault(pairs[0], set()).add(term)
+        else:
+            self.unkeyed.add(term)
+
+    def grow(self, n: int) -> None:
+        for term, arr in self.arrays.items():
+            if arr.size < n:
+                self.arrays[term] = np.concatenate([arr, np.zeros(n - arr.size, np.int32)])
+
+    def candidates(self, labels: dict[str, str]) -> Iterable[Hashable]:
+        """Terms that may select a pod with ``labels`` (their required pair is among them)."""
+        yield from self.unkeyed
+        for pair in labels.items():
+            yield from self.by_pair.get(pair, ())
+
+
+class _Index:
+    """The indexes of one :class:`ClusterState`."""
+
+    def __init__(self) -> None:
+        self.seen = np.zeros(0, dtype=np.int64)
+        self.node_uids: dict[int, set[str]] = {}
+        self.by_pair: dict[Pair, set[str]] = {}
+        self.pod_pairs: dict[str, list[Pair]] = {}
+        self.carried: dict[str, _Carried] = {}
+
+    def _reindex(self, cluster: ClusterState, idx: int) -> None:
+        old = self.node_uids.get(idx, set())
+        now = set(cluster.node_pods[idx])
+        for uid in old - now:
+            for pair in self.pod_pairs.pop(uid, ()):
+                self.by_pair[pair].discard(uid)
+        for uid in now - old:
+            pairs = list(cluster.node_pods[idx][uid].labels.items())
+            self.pod_pairs[uid] = pairs
+            for pair in pairs:
+                self.by_pair.setdefault(pair, set()).add(uid)
+        self.node_uids[idx] = now
+        for carried in self.carried.values():
+            carried.recount(cluster, idx)
+
+    def sync(self, cluster: ClusterState) -> None:
+        """Re-read the nodes that changed since the last call."""
         n = cluster.size
         if self.seen.size < n:
             grown = np.full(n, -1, dtype=np.int64)
             grown[: self.seen.size] = self.seen
             self.seen = grown
-            for term, arr in self.arrays.items():
-                self.arrays[term] = np.concatenate([arr, np.zeros(n - arr.size, np.int32)])
+            for carried in self.carried.values():
+                carried.grow(n)
         versions = cluster.node_version[:n]
         changed = np.flatnonzero(versions != self.seen[:n])
         self.seen[:n] = versions
-        touched: set[Hashable] = set()
         for idx in changed.tolist():
-            self._recount(cluster, idx, touched)
-        for term in touched:
-            if term in self.arrays and not self.arrays[term].any():
-                del self.arrays[term]  # no placed pod carries it any more
-        return self.arrays
+            self._reindex(cluster, idx)
+
+    def candidates(
+        self, cluster: ClusterState, selectors: Iterable[LabelSelector]
+    ) -> Iterable[str]:
+        """Uids of the placed pods that may match every selector (a superset)."""
+        best: set[str] | None = None
+        for selector in selectors:
+            for pair in required_pairs(selector):
+                uids = self.by_pair.get(pair, set())
+                if best is None or len(uids) < len(best):
+                    best = uids
+        return cluster.pods.keys() if best is None else best
 
 
-_CARRIED: weakref.WeakKeyDictionary[ClusterState, dict[str, _Carried]] = weakref.WeakKeyDictionary()
+_BY_CLUSTER: weakref.WeakKeyDictionary[ClusterState, _Index] = weakref.WeakKeyDictionary()
+
+
+def _index(cluster: ClusterState) -> _Index:
+    index = _BY_CLUSTER.get(cluster)
+    if index is None:
+        index = _BY_CLUSTER[cluster] = _Index()
+    index.sync(cluster)
+    return index
+
+
+def matching_counts(
+    cluster: ClusterState, selectors: tuple[LabelSelector, ...], pred: Predicate
+) -> np.ndarray:
+    """Per-node-slot number of placed pods for which ``pred`` holds.
+
+    ``pred`` must imply every one of ``selectors`` (they only narrow the pods it is asked
+    about, through the label index).
+    """
+    index = _index(cluster)
+    nodes = [
+        cluster.placements[uid].node
+        for uid in list(index.candidates(cluster, selectors))
+        if pred(cluster.pods[uid])
+    ]
+    return np.bincount(np.asarray(nodes, dtype=np.intp), minlength=cluster.size)[: cluster.size]
 
 
 def carried_terms(
-    cluster: ClusterState, name: str, extract: Extractor
-) -> dict[Hashable, np.ndarray]:
-    """Term -> per-node-slot number of placed pods carrying it, for the terms ``extract``
-    yields from a pod (``name`` identifies ``extract``). Read-only for the caller."""
-    per_cluster = _CARRIED.get(cluster)
-    if per_cluster is None:
-        per_cluster = _CARRIED[cluster] = {}
-    index = per_cluster.get(name)
+    cluster: ClusterState, name: str, extract: Extractor, labels: dict[str, str]
+) -> list[tuple[Hashable, np.ndarray]]:
+    """Terms placed pods carry that may select a pod with ``labels``, each with the per-node
+    number of placed pods carrying it. ``extract`` yields ``(term, its label selector)`` per
+    pod; ``name`` identifies it. The arrays are read-only for the caller."""
+    index = _BY_CLUSTER.get(cluster)
     if index is None:
-        index = per_cluster[name] = _Carried(extract)
-    return index.sync(cluster)
+        index = _BY_CLUSTER[cluster] = _Index()
+    carried = index.carried.get(name)
+    if carried is None:
+        carried = index.carried[name] = _Carried(extract)
+        for idx in range(min(index.seen.size, cluster.size)):
+            carried.recount(cluster, idx)  # nodes indexed before this extractor existed
+    index.sync(cluster)
+    return [(t, carried.arrays[t]) for t in set(carried.candidates(labels))]

@@ -20,7 +20,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.framework import CycleState, FilterPlugin, FilterResult, ScorePlugin
 from fairgpu.engine.plugins._pod_counts import carried_terms, matching_counts
 from fairgpu.model.pod import PodInfo
-from fairgpu.model.selectors import PodAffinityTerm
+from fairgpu.model.selectors import LabelSelector, PodAffinityTerm
 
 AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
@@ -36,10 +36,13 @@ def _domain_mask(cluster: ClusterState, key: str, values: Iterable[str]) -> np.n
 
 def _selected(cluster: ClusterState, terms: tuple[PodAffinityTerm, ...]) -> np.ndarray:
     """Per node slot, how many placed pods every one of ``terms`` selects."""
+    selectors = tuple(t.selector for t in terms if t.selector is not None)
+    if len(selectors) < len(terms):
+        return np.zeros(cluster.size, dtype=np.int64)  # a term without a selector selects none
     ns_labels = cluster.namespace_labels
     return matching_counts(
         cluster,
-        ("pod-affinity", terms),
+        selectors,
         lambda p: all(t.selects(p.namespace, p.labels, ns_labels) for t in terms),
     )
 
@@ -81,15 +84,15 @@ def _affinity_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
     return ok
 
 
-def _anti_terms(pod: PodInfo) -> tuple[Hashable, ...]:
-    return pod.anti_affinity_terms
+def _anti_terms(pod: PodInfo) -> tuple[tuple[Hashable, LabelSelector | None], ...]:
+    return tuple((t, t.selector) for t in pod.anti_affinity_terms)
 
 
-def _weighted_terms(pod: PodInfo) -> tuple[Hashable, ...]:
+def _weighted_terms(pod: PodInfo) -> tuple[tuple[Hashable, LabelSelector | None], ...]:
     return (
-        *(("pref", t) for t in pod.preferred_affinity),
-        *(("anti", t) for t in pod.preferred_anti_affinity),
-        *(("hard", t) for t in pod.affinity_terms),
+        *((("pref", t), t.selector) for t in pod.preferred_affinity),
+        *((("anti", t), t.selector) for t in pod.preferred_anti_affinity),
+        *((("hard", t), t.selector) for t in pod.affinity_terms),
     )
 
 
@@ -109,7 +112,7 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
         """Nodes in a domain where a placed pod's required anti-affinity selects ``pod``."""
         hit = np.zeros(cluster.size, dtype=bool)
         ns_labels = cluster.namespace_labels
-        for term, per_node in carried_terms(cluster, "anti", _anti_terms).items():
+        for term, per_node in carried_terms(cluster, "anti", _anti_terms, pod.labels):
             assert isinstance(term, PodAffinityTerm)
             if term.selects(pod.namespace, pod.labels, ns_labels):
                 hit |= _per_domain(cluster, term.topology_key, per_node) > 0
@@ -168,7 +171,7 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
         # Symmetry: placed pods' preferred (and required affinity) terms selecting this pod.
         signs = {"pref": 1, "anti": -1, "hard": self.hard_weight}
         ns_labels = cluster.namespace_labels
-        for item, per_node in carried_terms(cluster, "weighted", _weighted_terms).items():
+        for item, per_node in carried_terms(cluster, "weighted", _weighted_terms, pod.labels):
             assert isinstance(item, tuple)
             kind, term = item
             if signs[kind] and term.selects(pod.namespace, pod.labels, ns_labels):

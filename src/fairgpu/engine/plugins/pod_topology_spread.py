@@ -61,11 +61,7 @@ def _count(cluster: ClusterState, pod: PodInfo, c: SpreadConstraint) -> np.ndarr
     ns, sel = pod.namespace, c.selector
     if sel is None:
         return np.zeros(cluster.size, dtype=np.int32)
-    return matching_counts(
-        cluster,
-        ("spread", ns, sel),
-        lambda p: p.namespace == ns and sel.matches(p.labels),
-    )
+    return matching_counts(cluster, (sel,), lambda p: p.namespace == ns and sel.matches(p.labels))
 
 
 def _affinity_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
