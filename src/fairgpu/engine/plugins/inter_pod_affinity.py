@@ -50,8 +50,11 @@ def _selected(cluster: ClusterState, terms: tuple[PodAffinityTerm, ...]) -> np.n
 def _per_domain(cluster: ClusterState, key: str, per_node: np.ndarray) -> np.ndarray:
     """Sum of ``per_node`` per value of label ``key``, gathered back per node (0 without it)."""
     codes, vocab = cluster.label_codes(key)
-    has = codes >= 0
-    sums = np.bincount(codes[has], weights=per_node[has], minlength=len(vocab))
+    hit = np.flatnonzero(per_node)  # few nodes hold matching pods: sum over those only
+    hit = hit[codes[hit] >= 0]
+    if hit.size == 0:
+        return np.zeros(cluster.size, dtype=np.float64)
+    sums = np.bincount(codes[hit], weights=per_node[hit], minlength=len(vocab))
     return np.append(sums, 0.0)[codes]
 
 
