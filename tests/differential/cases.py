@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HOST = "kubernetes.io/hostname"
-KINDS = ("spread", "affinity", "gates", "ports", "mixed")
+ZONE = "topology.kubernetes.io/zone"
+KINDS = ("spread", "affinity", "gates", "ports", "mixed", "defaults")
 
 
 @dataclass
@@ -26,6 +27,9 @@ class Case:
     namespaces: list[dict[str, Any]] = field(default_factory=list)
     existing: list[dict[str, Any]] = field(default_factory=list)
     incoming: dict[str, Any] = field(default_factory=dict)
+    # "defaults" cases: the ReplicaSet owning the pod to place (and some existing pods);
+    # the pods' ownerReferences get its uid once it exists.
+    replica_set: dict[str, Any] | None = None
 
     @property
     def zone_key(self) -> str:
@@ -64,7 +68,9 @@ def _nodes(case: Case, rng: random.Random) -> None:
     for j in range(count):
         labels = {HOST: f"{case.cid}-n{j}", "case": case.cid}
         if rng.random() < 0.85:
-            labels[case.zone_key] = rng.choice("abc")
+            zone = rng.choice("abc")
+            labels[case.zone_key] = zone
+            labels[ZONE] = f"{case.cid}-{zone}"
         labels["pool"] = rng.choice(["x", "x", "y"])
         taints = []
         if rng.random() < 0.2:
@@ -174,10 +180,56 @@ def _node_affinity(case: Case, rng: random.Random) -> dict[str, Any]:
     }
 
 
+def _owned(case: Case, pod: dict[str, Any]) -> dict[str, Any]:
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": f"{case.cid}-rs",
+            "uid": "",
+            "controller": True,
+        }
+    ]
+    return pod
+
+
+def _defaults_case(case: Case, rng: random.Random) -> None:
+    """A ReplicaSet's pod without constraints of its own: kube's system default spread
+    constraints (hostname maxSkew 3, zone maxSkew 5, ScheduleAnyway) score its nodes."""
+    selector = {"app": "web", "case": case.cid}
+    case.replica_set = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": f"{case.cid}-rs", "namespace": case.main_ns},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]},
+            },
+        },
+    }
+    for k in range(rng.randint(0, 9)):
+        node = rng.choice(case.nodes)["name"]
+        owned = rng.random() < 0.8
+        labels = {"app": "web"} if owned or rng.random() < 0.5 else {"app": "db"}
+        pod = _pod(case, f"e{k}", case.main_ns, labels, nodeName=node)
+        case.existing.append(_owned(case, pod) if owned else pod)
+    spec = {
+        "affinity": {"nodeAffinity": _node_affinity(case, rng)},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+    }
+    case.incoming = _owned(case, _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec))
+
+
 def make_case(i: int, kind: str, rng: random.Random) -> Case:
     """Case number ``i`` of ``kind`` (one of :data:`KINDS`)."""
     case = Case(f"c{i:03d}", kind)
     _nodes(case, rng)
+    if kind == "defaults":
+        _defaults_case(case, rng)
+        return case
     mixed = kind == "mixed"
     _existing(case, rng, ports=kind in ("ports", "mixed"), anti=kind in ("affinity", "mixed"))
     labels = {"app": rng.choice(["web", "db"]), "rev": rng.choice(["1", "2"])}
@@ -203,5 +255,5 @@ def make_case(i: int, kind: str, rng: random.Random) -> Case:
 def make_cases(count: int, seed: int = 16) -> list[Case]:
     """``count`` cases cycling through :data:`KINDS` (spread twice as often)."""
     rng = random.Random(seed)
-    kinds = ["spread", "spread", "affinity", "affinity", "ports", "gates", "mixed"]
+    kinds = ["spread", "spread", "affinity", "affinity", "ports", "gates", "mixed", "defaults"]
     return [make_case(i, kinds[i % len(kinds)], rng) for i in range(count)]

@@ -31,7 +31,7 @@ from tests.differential.cases import Case, make_cases
 
 pytestmark = pytest.mark.integration
 
-CASES = 140
+CASES = 160
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +63,23 @@ def _create_case_objects(client: KubeClient, cases: list[Case], ca: str) -> None
                 [ns for c in cases for ns in c.namespaces],
             )
         )
+        list(pool.map(lambda c: _create_replica_set(client, c), cases))
         list(
             pool.map(
                 lambda p: client.post(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p),
                 [p for c in cases for p in c.existing],
             )
         )
+
+
+def _create_replica_set(client: KubeClient, case: Case) -> None:
+    """Create the case's ReplicaSet (if any) and give its uid to the pods it owns."""
+    if case.replica_set is None:
+        return
+    rs = client.post(f"/apis/apps/v1/namespaces/{case.main_ns}/replicasets", case.replica_set)
+    for pod in [*case.existing, case.incoming]:
+        for ref in pod["metadata"].get("ownerReferences", []):
+            ref["uid"] = rs["metadata"]["uid"]
 
 
 def _snapshot(client: KubeClient) -> tuple[ClusterState, dict[str, Any]]:
@@ -164,16 +175,22 @@ def test_fairgpu_agrees_with_kube_scheduler(control_plane: ControlPlane, tmp_pat
         tally[0] += ok
         tally[1] += 1
         top_scored += bool(theirs) and theirs in best[ns]
+        # A telling agreement: fairgpu's scores single out fewer nodes than pass the filters.
+        tally[2] += bool(theirs) and theirs in best[ns] and len(best[ns]) < len(feasible[ns])
         if not ok:
             disagree.append(
                 f"{case.cid} ({case.kind}): kube={theirs or 'pending'} fairgpu={mine or 'pending'} "
                 f"feasible={sorted(feasible[ns])} reason={reasons.get(ns, '')!r}"
             )
-    summary = ", ".join(f"{k} {a}/{b}" for k, (a, b, _) in sorted(per_kind.items()))
+    summary = ", ".join(
+        f"{k} {a}/{b} (scores decided {c})" for k, (a, b, c) in sorted(per_kind.items())
+    )
     bound = sum(1 for v in kube.values() if v)
     print(f"agreement per kind: {summary}; kube bound {bound}, {top_scored} on a top-scored node")
     # The generator must produce both outcomes, or the test proves little.
     assert 0.2 * len(cases) < bound < 0.9 * len(cases), summary
     assert not disagree, "\n".join(disagree)
-    # Scores too: kube-scheduler's choice is always one fairgpu's spread policy ranks best.
+    # Scores too: kube-scheduler's choice is always one fairgpu's spread policy ranks best,
+    # and for pods under the default spread constraints the scores do decide.
     assert top_scored == bound, summary
+    assert per_kind["defaults"][2] >= 5, summary
