@@ -87,8 +87,51 @@ def _pool_affinity(kind: str) -> dict[str, Any]:
     }
 
 
-def pod_object(i: int, rng: random.Random, anti_affinity_share: float = 0.0) -> dict[str, Any]:
-    """Pod ``i``: training (whole GPUs), inference (whole or shared GPU) or CPU work."""
+def _constraints(app: str) -> dict[str, Any]:
+    """What every pod carries with ``--constraints``: its app spread over zones (hard) and
+    hostnames (soft), no two replicas on one node, and a preference for its app's zones."""
+    selector = {"matchLabels": {"app": app}}
+    return {
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 2,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": selector,
+            },
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": selector,
+            },
+        ],
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector}
+            ]
+        },
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 10,
+                    "podAffinityTerm": {
+                        "topologyKey": "topology.kubernetes.io/zone",
+                        "labelSelector": selector,
+                    },
+                }
+            ]
+        },
+    }
+
+
+def pod_object(
+    i: int, rng: random.Random, anti_affinity_share: float = 0.0, constraints: bool = False
+) -> dict[str, Any]:
+    """Pod ``i``: training (whole GPUs), inference (whole or shared GPU) or CPU work.
+
+    ``constraints``: every pod gets the spread and pod (anti-)affinity of :func:`_constraints`.
+    """
     roll = rng.random()
     kind = "training" if roll < 0.3 else "inference" if roll < 0.6 else "cpu"
     app = f"{kind}-app-{rng.randrange(200)}"
@@ -131,6 +174,10 @@ def pod_object(i: int, rng: random.Random, anti_affinity_share: float = 0.0) -> 
                 }
             ]
         }
+    if constraints:
+        extra = _constraints(app)
+        spec["topologySpreadConstraints"] = extra.pop("topologySpreadConstraints")
+        spec.setdefault("affinity", {}).update(extra)
     return {
         "metadata": {
             "name": f"pod-{i:06d}",
@@ -147,17 +194,27 @@ def pod_object(i: int, rng: random.Random, anti_affinity_share: float = 0.0) -> 
 
 
 def pods(
-    count: int, seed: int = 1, start: int = 0, anti_affinity_share: float = 0.0
+    count: int,
+    seed: int = 1,
+    start: int = 0,
+    anti_affinity_share: float = 0.0,
+    constraints: bool = False,
 ) -> list[PodInfo]:
     """``count`` decoded pods numbered from ``start``."""
     rng = random.Random(seed)
     return [
-        pod_from_k8s(decode(pod_object(start + i, rng, anti_affinity_share), Pod))
+        pod_from_k8s(decode(pod_object(start + i, rng, anti_affinity_share, constraints), Pod))
         for i in range(count)
     ]
 
 
-def fill(state: ClusterState, target: int, seed: int = 2, anti_affinity_share: float = 0.0) -> int:
+def fill(
+    state: ClusterState,
+    target: int,
+    seed: int = 2,
+    anti_affinity_share: float = 0.0,
+    constraints: bool = False,
+) -> int:
     """Place ``target`` generated pods (random feasible node, no scoring, real filters).
 
     Pods that fit nowhere are skipped and more are generated, up to ``3 * target`` attempts.
@@ -174,7 +231,7 @@ def fill(state: ClusterState, target: int, seed: int = 2, anti_affinity_share: f
     for i in range(3 * target):
         if placed >= target:
             break
-        p = pod_from_k8s(decode(pod_object(i, gen, anti_affinity_share), Pod))
+        p = pod_from_k8s(decode(pod_object(i, gen, anti_affinity_share, constraints), Pod))
         p.source = None
         mask, _ = sched.filter(p, state)
         candidates = mask.nonzero()[0]
@@ -189,9 +246,11 @@ def fill(state: ClusterState, target: int, seed: int = 2, anti_affinity_share: f
     return placed
 
 
-def build(node_count: int, pod_count: int, seed: int = 0) -> tuple[ClusterState, int]:
+def build(
+    node_count: int, pod_count: int, seed: int = 0, constraints: bool = False
+) -> tuple[ClusterState, int]:
     """A cluster of ``node_count`` nodes holding ``pod_count`` placed pods (if they fit)."""
     state = ClusterState(max_devices=8, capacity=node_count)
     for n in nodes(node_count, seed):
         state.add_node(n)
-    return state, fill(state, pod_count, seed + 2)
+    return state, fill(state, pod_count, seed + 2, constraints=constraints)

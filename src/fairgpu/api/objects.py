@@ -83,6 +83,8 @@ class PodAffinityTerm(_Base):
     label_selector: LabelSelector | None = None
     namespaces: list[str] = []
     namespace_selector: LabelSelector | None = None
+    match_label_keys: list[str] = []
+    mismatch_label_keys: list[str] = []
 
 
 class WeightedPodAffinityTerm(_Base):
@@ -114,10 +116,33 @@ class ResourceRequirements(_Base):
     limits: ResourceList = {}
 
 
+class ContainerPort(_Base):
+    container_port: int = 0
+    host_port: int = 0
+    protocol: str = ""
+    host_ip: str = msgspec.field(default="", name="hostIP")
+
+
 class Container(_Base):
     name: str = ""
     resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
     restart_policy: str | None = None
+    ports: list[ContainerPort] = []
+
+
+class PodSchedulingGate(_Base):
+    name: str = ""
+
+
+class TopologySpreadConstraint(_Base):
+    topology_key: str = ""
+    max_skew: int = 0
+    when_unsatisfiable: str = ""
+    label_selector: LabelSelector | None = None
+    min_domains: int | None = None
+    node_affinity_policy: str | None = None
+    node_taints_policy: str | None = None
+    match_label_keys: list[str] = []
 
 
 class PersistentVolumeClaimVolumeSource(_Base):
@@ -180,6 +205,8 @@ class PodSpec(_Base):
     preemption_policy: str | None = None
     overhead: ResourceList = {}
     volumes: list[Volume] = []
+    scheduling_gates: list[PodSchedulingGate] = []
+    topology_spread_constraints: list[TopologySpreadConstraint] = []
 
 
 class PodCondition(_Base):
@@ -225,6 +252,12 @@ class Node(_Base):
     spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
     status: NodeStatus = msgspec.field(default_factory=NodeStatus)
     kind: str = "Node"
+    api_version: str = "v1"
+
+
+class Namespace(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    kind: str = "Namespace"
     api_version: str = "v1"
 
 

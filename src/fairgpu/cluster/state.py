@@ -84,6 +84,8 @@ class ClusterState:
         self._name_array: np.ndarray | None = None
         self.pods_with_affinity: dict[str, PodInfo] = {}
         self.volumes = VolumeStore()  # claims, volumes, classes, CSI nodes (adapters fill it)
+        # Namespace name -> labels (for namespaceSelector); replaced, never mutated, on change.
+        self.namespace_labels: dict[str, dict[str, str]] = {}
 
     # ---- storage ------------------------------------------------------------------------
     def _grow(self, capacity: int) -> None:

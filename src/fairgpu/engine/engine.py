@@ -30,6 +30,7 @@ from fairgpu.engine.decisions import Bind, CycleResult, Evict, Unschedulable
 from fairgpu.engine.gang import Reservation
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.orderings import CYCLES
+from fairgpu.engine.plugins.scheduling_gates import gated_reason
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.engine.profile import Profile
 from fairgpu.engine.registry import Registry
@@ -198,6 +199,11 @@ class Engine:
         """
         session = self.session(cluster, now)
         todo = [p for p in pending if p.uid not in cluster.placements]
+        # Gated pods are not pending work yet: no attempt, no share of the queue's demand.
+        gated = [p for p in todo if p.scheduling_gates]
+        if gated:
+            session.out.unschedulable.extend(Unschedulable(p, gated_reason(p)) for p in gated)
+            todo = [p for p in todo if not p.scheduling_gates]
         self._cycle.run(session, todo)
         self.book.mark_synced(cluster)
         publish_reservations(session)

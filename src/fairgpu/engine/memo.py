@@ -37,12 +37,26 @@ def labels_key(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[str, str], ..
     return tuple(sorted(pod.labels.items())) if cluster.pods_with_affinity else None
 
 
+def memoisable(pod: PodInfo) -> bool:
+    """May a failure of ``pod`` be reused for similar pods? Not when its fit depends on other
+    pods through filters that run after ``GpuFit`` (inter-pod affinity, topology spread,
+    host ports, volumes), nor for a pod that failed to decode."""
+    return not (
+        pod.has_pod_affinity
+        or pod.spread_constraints
+        or pod.host_ports
+        or pod.claims
+        or pod.disks
+        or pod.error
+    )
+
+
 def shape(pod: PodInfo, cluster: ClusterState) -> tuple[object, ...] | None:
     """Everything the outcome of a single pod's attempt depends on besides its queue and
     priority: requests, GPU ask, selectors, namespace, whether it may preempt, and its labels
     while placed pods have (anti-)affinity terms (None for pods whose fit depends on other
     pods: inter-pod affinity, or a decode error)."""
-    if pod.has_pod_affinity or pod.error:
+    if not memoisable(pod):
         return None
     return (
         pod.static_key(),
@@ -90,11 +104,10 @@ def ask(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[object, ...], np.nda
     the filters before ``GpuFit`` then reject the same nodes for the same reasons, and every
     node that reached ``GpuFit`` and failed there fails there for a bigger GPU ask too, so
     the borrowed reason (counts included) is the one the pod would get itself. That holds
-    because ``GpuFit`` is the last load-dependent filter a pod without pod affinity can
-    fail; while placed pods have (anti-)affinity, ``InterPodAffinity`` runs after it, so the
+    because ``GpuFit`` is the last load-dependent filter a memoisable pod can fail; while placed pods have (anti-)affinity, ``InterPodAffinity`` runs after it, so the
     whole vector is then part of the group (equal asks only).
     """
-    if pod.has_pod_affinity or pod.error:
+    if not memoisable(pod):
         return None
     gpu = pod.gpu
     others = tuple(sorted((k, v) for k, v in pod.requests.items() if k not in (CPU, MEMORY)))

@@ -16,7 +16,12 @@ _KUBE_SCORES = [
     ScoreRef(name="TaintToleration", weight=3),
     ScoreRef(name="NodeAffinity", weight=2),
     ScoreRef(name="InterPodAffinity", weight=2),
+    ScoreRef(name="PodTopologySpread", weight=2),
 ]
+# The fragmentation policies weigh the workload's own preferences first; kube's cluster
+# default spread constraints (every ReplicaSet pod spread over hostnames) would override
+# packing there, so they score only the pod's own ScheduleAnyway constraints.
+_SPREAD_OWN_ONLY = {"PodTopologySpread": {"default_constraints": "none"}}
 
 
 def spread() -> Profile:
@@ -110,8 +115,10 @@ def fairgpu_frag() -> Profile:
             ScoreRef(name="TaintToleration", weight=1000),
             ScoreRef(name="NodeAffinity", weight=1000),
             ScoreRef(name="InterPodAffinity", weight=1000),
+            ScoreRef(name="PodTopologySpread", weight=1000),
             ScoreRef(name=frag.FragmentationScore.name, weight=1),
         ],
+        plugin_args=dict(_SPREAD_OWN_ONLY),
         device_policy=frag.DeviceFragmentation.name,
         tie_break="fixed-rank",
     )
@@ -125,9 +132,10 @@ def _lexicographic(name: str, **extra: Any) -> Profile:
             ScoreRef(name="TaintToleration", weight=1000),
             ScoreRef(name="NodeAffinity", weight=1000),
             ScoreRef(name="InterPodAffinity", weight=1000),
+            ScoreRef(name="PodTopologySpread", weight=1000),
             ScoreRef(name=frag.FragmentationScore.name, weight=1),
         ],
-        plugin_args={frag.FragmentationScore.name: dict(args)},
+        plugin_args={frag.FragmentationScore.name: dict(args), **_SPREAD_OWN_ONLY},
         device_policy=frag.DeviceFragmentation.name,
         device_policy_args=dict(args),
         tie_break="fixed-rank",

@@ -12,12 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 TieBreak = Literal["random", "fixed-rank"]
 
-DEFAULT_PRE_FILTERS = ["GpuRequestCheck", "VolumeRestrictions", "VolumeBinding"]
+DEFAULT_PRE_FILTERS = ["SchedulingGates", "GpuRequestCheck", "VolumeRestrictions", "VolumeBinding"]
 DEFAULT_FILTERS = [
     "NodeUnschedulable",
     "NodeName",
     "TaintToleration",
     "NodeAffinity",
+    "NodePorts",
     "GpuModel",
     "NodeResourcesFit",
     "GpuFit",
@@ -25,6 +26,7 @@ DEFAULT_FILTERS = [
     "NodeVolumeLimits",
     "VolumeBinding",
     "VolumeZone",
+    "PodTopologySpread",
     "InterPodAffinity",
 ]
 

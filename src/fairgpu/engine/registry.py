@@ -31,8 +31,11 @@ from fairgpu.engine.plugins.gpu import (
 from fairgpu.engine.plugins.inter_pod_affinity import InterPodAffinity
 from fairgpu.engine.plugins.node_affinity import NodeAffinity
 from fairgpu.engine.plugins.node_name import NodeName
+from fairgpu.engine.plugins.node_ports import NodePorts
 from fairgpu.engine.plugins.node_resources import BalancedAllocation, NodeResourcesFit
 from fairgpu.engine.plugins.node_unschedulable import NodeUnschedulable
+from fairgpu.engine.plugins.pod_topology_spread import PodTopologySpread
+from fairgpu.engine.plugins.scheduling_gates import SchedulingGates
 from fairgpu.engine.plugins.storage import STORAGE_PLUGINS
 from fairgpu.engine.plugins.taint_toleration import TaintToleration
 
@@ -49,6 +52,9 @@ BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
     GpuModel,
     GpuFit,
     InterPodAffinity,
+    SchedulingGates,
+    NodePorts,
+    PodTopologySpread,
     *STORAGE_PLUGINS,
     *frag.SCORE_PLUGINS,
 )

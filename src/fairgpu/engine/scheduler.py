@@ -281,7 +281,8 @@ class Scheduler:
         if pod.error:
             diag = Diagnosis(status=Status.unresolvable("Decode", pod.error))
             return ScheduleResult(pod, diagnosis=diag, code=Code.UNRESOLVABLE)
-        cacheable = restrict is None and not pod.has_pod_affinity
+        # A spread pod's failure can clear when another pod lands (the minimum domain grows).
+        cacheable = restrict is None and not pod.has_pod_affinity and not pod.spread_constraints
         if cacheable:
             # Assigns only take capacity, so a failure stands until something is released.
             hit = self._failures.get(pod.uid)

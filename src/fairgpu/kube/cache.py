@@ -271,7 +271,11 @@ class SchedulerCache:
             self.first_seen.setdefault(uid, now)
         elif uid not in self.cluster.placements:
             old = self.pending[uid]
-            if old.labels != rec.info.labels or old.annotations != rec.info.annotations:
+            if (
+                old.labels != rec.info.labels
+                or old.annotations != rec.info.annotations
+                or old.scheduling_gates != rec.info.scheduling_gates  # a gate was removed
+            ):
                 out.dirty = True
         self.pending[uid] = rec.info
 

@@ -57,6 +57,7 @@ from fairgpu.kube.client import (
 from fairgpu.kube.consistency import check as check_cache
 from fairgpu.kube.leader import LeaderElector
 from fairgpu.kube.metrics import HealthServer, Metrics
+from fairgpu.kube.namespaces import NamespaceStore, namespace_reflector
 from fairgpu.kube.podgroups import (
     POD_GROUP_APIS,
     PodGroupBook,
@@ -202,6 +203,10 @@ class LiveScheduler:
         self.volume_watch = storage.VolumeWatch(
             self.client, lambda t, o: self.events.put(("volume", t, o))
         )
+        self.namespaces = NamespaceStore()
+        self.namespace_reflector = namespace_reflector(
+            self.client, lambda t, obj: self.events.put(("namespace", t, obj))
+        )
         # PodGroup reflectors, one per PodGroup API the cluster serves (found at start).
         self.pod_group_reflectors: list[Reflector] = []
         self.pod_group_book = PodGroupBook()
@@ -289,6 +294,7 @@ class LiveScheduler:
         self.health.start()
         self.reporter.start()
         self.node_reflector.start()
+        self.namespace_reflector.start()
         self.pod_reflector.start()
         self.volume_watch.start()
         self._discover_pod_groups()
@@ -317,6 +323,7 @@ class LiveScheduler:
         self.pod_reflector.stop()
         self.node_reflector.stop()
         self.volume_watch.stop()
+        self.namespace_reflector.stop()
         for reflector in self.pod_group_reflectors:
             reflector.stop()
         self.reporter.stop()
@@ -469,6 +476,8 @@ class LiveScheduler:
                 out.dirty = True
         elif kind == "volume":
             out.dirty = storage.VolumeWatch.apply(cache.cluster, etype, payload) or out.dirty
+        elif kind == "namespace":
+            out.dirty |= self.namespaces.apply(etype, payload, cache.cluster)
         elif kind == "bind":
             self._bind_done(etype, payload, out)
         elif kind == "evict":
@@ -504,8 +513,8 @@ class LiveScheduler:
         errors = 0
         for u in result.unschedulable:
             pod = u.pod
-            if pod.uid in cache.cluster.placements:
-                continue  # e.g. a gang member placed while others of its group were not
+            if pod.uid in cache.cluster.placements or pod.scheduling_gates:
+                continue  # placed (a gang member) or gated: the API server's condition stands
             if pod.error:
                 errors += 1
             failed[pod.uid] = Report(

@@ -12,6 +12,14 @@ from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.api.quantity import QuantityError, parse_quantity
 from fairgpu.model.gpu import DEFAULT_NAMES, NO_GPU, GpuRequest, GpuResourceNames, gpu_request_from
+from fairgpu.model.pod_constraints import (
+    HostPort,
+    SpreadConstraint,
+    compile_spread,
+    gate_names,
+    host_ports,
+    merge_label_keys,
+)
 from fairgpu.model.selectors import (
     NodeSelectorTerm,
     PodAffinityTerm,
@@ -264,6 +272,11 @@ class PodInfo:
     source: k8s.Pod | None = None
     error: str | None = None
     _static_key: tuple[Any, ...] | None = None
+    # Non-empty: the pod waits for these spec.schedulingGates and is not scheduled.
+    scheduling_gates: tuple[str, ...] = ()
+    spread_constraints: tuple[SpreadConstraint, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    owner_kind: str = ""
 
     @property
     def key(self) -> str:
@@ -310,22 +323,38 @@ class PodInfo:
 
 
 def _pod_terms(
-    terms: list[k8s.PodAffinityTerm], namespace: str, where: str, weights: list[int] | None = None
+    terms: list[k8s.PodAffinityTerm],
+    namespace: str,
+    where: str,
+    weights: list[int] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> tuple[PodAffinityTerm, ...]:
     out = []
     for i, term in enumerate(terms):
         if not term.topology_key:
             raise ValueError(f"{where}[{i}].topologyKey: must be set")
         selector = compile_label_selector(term.label_selector, f"{where}[{i}].labelSelector")
-        all_ns = term.namespace_selector is not None and not (
-            term.namespace_selector.match_labels or term.namespace_selector.match_expressions
+        # matchLabelKeys / mismatchLabelKeys: key In / NotIn the incoming pod's own value.
+        selector = merge_label_keys(
+            selector, labels or {}, term.match_label_keys, term.mismatch_label_keys
         )
+        ns_sel = term.namespace_selector
+        all_ns = ns_sel is not None and not (ns_sel.match_labels or ns_sel.match_expressions)
+        by_labels = None
+        if ns_sel is not None and not all_ns:
+            by_labels = compile_label_selector(ns_sel, f"{where}[{i}].namespaceSelector")
+        # The pod's own namespace only when neither a list nor a selector names any.
         namespaces = frozenset(term.namespaces) or (
-            frozenset() if all_ns else frozenset({namespace})
+            frozenset() if all_ns or by_labels is not None else frozenset({namespace})
         )
         out.append(
             PodAffinityTerm(
-                selector, term.topology_key, namespaces, all_ns, weights[i] if weights else 1
+                selector,
+                term.topology_key,
+                namespaces,
+                all_ns,
+                weights[i] if weights else 1,
+                by_labels,
             )
         )
     return tuple(out)
@@ -412,17 +441,23 @@ def pod_from_k8s(
         if affinity and affinity.pod_affinity:
             a = affinity.pod_affinity
             w = "spec.affinity.podAffinity"
-            pa = _pod_terms(a.required_during_scheduling_ignored_during_execution, ns, w)
+            req_terms = a.required_during_scheduling_ignored_during_execution
+            pa = _pod_terms(req_terms, ns, w, labels=meta.labels)
             prefs = a.preferred_during_scheduling_ignored_during_execution
-            ppa = _pod_terms([p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs])
+            ppa = _pod_terms(
+                [p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs], meta.labels
+            )
         if affinity and affinity.pod_anti_affinity:
             a = affinity.pod_anti_affinity
             w = "spec.affinity.podAntiAffinity"
-            paa = _pod_terms(a.required_during_scheduling_ignored_during_execution, ns, w)
+            req_terms = a.required_during_scheduling_ignored_during_execution
+            paa = _pod_terms(req_terms, ns, w, labels=meta.labels)
             prefs = a.preferred_during_scheduling_ignored_during_execution
             ppaa = _pod_terms(
-                [p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs]
+                [p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs], meta.labels
             )
+        spread = compile_spread(spec.topology_spread_constraints, meta.labels)
+        ports = host_ports(spec)
     except ValueError as error:
         field_path, _, problem = str(error).partition(": ")
         raise InvalidObjectError(obj, field_path, problem) from None
@@ -473,6 +508,10 @@ def pod_from_k8s(
         created=_timestamp(meta.creation_timestamp),
         owner=owner,
         source=pod,
+        scheduling_gates=gate_names(spec),
+        spread_constraints=spread,
+        host_ports=ports,
+        owner_kind=next((o.kind for o in meta.owner_references if o.controller), ""),
     )
 
 

@@ -130,13 +130,30 @@ class PodAffinityTerm:
     namespaces: frozenset[str]
     all_namespaces: bool
     weight: int = 1
+    # A non-empty namespaceSelector: namespaces whose labels it matches count too.
+    namespace_selector: LabelSelector | None = None
 
-    def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        """Whether a pod with ``labels`` in ``namespace`` is matched by this term."""
+    def selects(
+        self,
+        namespace: str,
+        labels: Mapping[str, str],
+        namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> bool:
+        """Whether a pod with ``labels`` in ``namespace`` is matched by this term.
+
+        ``namespace_labels``: the known Namespaces' labels; a namespace not listed there has
+        only the ``kubernetes.io/metadata.name`` label the API server sets on every Namespace.
+        """
         if self.selector is None:
             return False
         if not self.all_namespaces and namespace not in self.namespaces:
-            return False
+            if self.namespace_selector is None:
+                return False
+            ns_labels = (namespace_labels or {}).get(namespace)
+            if ns_labels is None:
+                ns_labels = {"kubernetes.io/metadata.name": namespace}
+            if not self.namespace_selector.matches(ns_labels):
+                return False
         return self.selector.matches(labels)
 
 

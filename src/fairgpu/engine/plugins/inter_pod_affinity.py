@@ -1,20 +1,26 @@
 """InterPodAffinity: required (anti-)affinity filters, preferred terms score.
 
-Topology domains are label values of ``topologyKey``; the set of domains holding matching pods
-is collected once per term and turned into a node mask with the dictionary-encoded labels.
-Existing pods' required anti-affinity is honoured symmetrically, as in kube-scheduler.
+Topology domains are label values of ``topologyKey``. Per term, the placed pods it selects are
+counted per node by an incrementally maintained index (:mod:`._pod_counts`), summed per domain
+with the dictionary-encoded labels and turned back into a node mask. Existing pods' required
+anti-affinity is honoured symmetrically, as in kube-scheduler, through an index of the terms
+placed pods carry. A term's namespaces are its ``namespaces`` list, the Namespaces its
+``namespaceSelector`` matches (labels from ``cluster.namespace_labels``), or the pod's own
+namespace when neither is given; ``matchLabelKeys``/``mismatchLabelKeys`` are merged into its
+selector when the pod is decoded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.framework import CycleState, FilterPlugin, FilterResult, ScorePlugin
+from fairgpu.engine.plugins._pod_counts import carried_terms, matching_counts
 from fairgpu.model.pod import PodInfo
-from fairgpu.model.selectors import PodAffinityTerm
+from fairgpu.model.selectors import LabelSelector, PodAffinityTerm
 
 AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
@@ -28,16 +34,33 @@ def _domain_mask(cluster: ClusterState, key: str, values: Iterable[str]) -> np.n
     return np.isin(codes, ids) if ids else np.zeros(codes.shape, dtype=bool)
 
 
-def _domains(cluster: ClusterState, term: PodAffinityTerm) -> dict[str, int]:
-    """Topology values holding pods matched by ``term`` -> number of such pods."""
-    out: dict[str, int] = {}
-    for uid, other in cluster.pods.items():
-        if term.selects(other.namespace, other.labels):
-            node = cluster.nodes[cluster.placements[uid].node]
-            if node is not None and term.topology_key in node.labels:
-                value = node.labels[term.topology_key]
-                out[value] = out.get(value, 0) + 1
-    return out
+def _selected(cluster: ClusterState, terms: tuple[PodAffinityTerm, ...]) -> np.ndarray:
+    """Per node slot, how many placed pods every one of ``terms`` selects."""
+    selectors = tuple(t.selector for t in terms if t.selector is not None)
+    if len(selectors) < len(terms):
+        return np.zeros(cluster.size, dtype=np.int64)  # a term without a selector selects none
+    ns_labels = cluster.namespace_labels
+    return matching_counts(
+        cluster,
+        selectors,
+        lambda p: all(t.selects(p.namespace, p.labels, ns_labels) for t in terms),
+    )
+
+
+def _per_domain(cluster: ClusterState, key: str, per_node: np.ndarray) -> np.ndarray:
+    """Sum of ``per_node`` per value of label ``key``, gathered back per node (0 without it)."""
+    codes, vocab = cluster.label_codes(key)
+    hit = np.flatnonzero(per_node)  # few nodes hold matching pods: sum over those only
+    hit = hit[codes[hit] >= 0]
+    if hit.size == 0:
+        return np.zeros(cluster.size, dtype=np.float64)
+    sums = np.bincount(codes[hit], weights=per_node[hit], minlength=len(vocab))
+    return np.append(sums, 0.0)[codes]
+
+
+def _term_domains(cluster: ClusterState, term: PodAffinityTerm) -> np.ndarray:
+    """Per node: matching pods in the node's domain of ``term.topology_key``."""
+    return _per_domain(cluster, term.topology_key, _selected(cluster, (term,)))
 
 
 def _affinity_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
@@ -49,23 +72,31 @@ def _affinity_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
     self-affine group), every node carrying all the topology keys passes.
     """
     terms = pod.affinity_terms
-    domains: list[set[str]] = [set() for _ in terms]
-    for uid, other in cluster.pods.items():
-        if all(t.selects(other.namespace, other.labels) for t in terms):
-            node = cluster.nodes[cluster.placements[uid].node]
-            if node is None:
-                continue
-            for term, found in zip(terms, domains, strict=True):
-                if term.topology_key in node.labels:
-                    found.add(node.labels[term.topology_key])
+    counts = _selected(cluster, terms)
+    marked = [_per_domain(cluster, t.topology_key, counts) > 0 for t in terms]
     ok = np.ones(cluster.size, dtype=bool)
-    if not any(domains) and all(t.selects(pod.namespace, pod.labels) for t in terms):
+    ns_labels = cluster.namespace_labels
+    if not any(m.any() for m in marked) and all(
+        t.selects(pod.namespace, pod.labels, ns_labels) for t in terms
+    ):
         for term in terms:
             ok &= cluster.label_codes(term.topology_key)[0] >= 0
         return ok
-    for term, found in zip(terms, domains, strict=True):
-        ok &= _domain_mask(cluster, term.topology_key, found)
+    for found in marked:
+        ok &= found
     return ok
+
+
+def _anti_terms(pod: PodInfo) -> tuple[tuple[Hashable, LabelSelector | None], ...]:
+    return tuple((t, t.selector) for t in pod.anti_affinity_terms)
+
+
+def _weighted_terms(pod: PodInfo) -> tuple[tuple[Hashable, LabelSelector | None], ...]:
+    return (
+        *((("pref", t), t.selector) for t in pod.preferred_affinity),
+        *((("anti", t), t.selector) for t in pod.preferred_anti_affinity),
+        *((("hard", t), t.selector) for t in pod.affinity_terms),
+    )
 
 
 class InterPodAffinity(FilterPlugin, ScorePlugin):
@@ -80,6 +111,16 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
             raise ValueError("InterPodAffinity.hard_pod_affinity_weight: must be in 0..100")
         self.hard_weight = hard_pod_affinity_weight
 
+    def _existing_anti(self, pod: PodInfo, cluster: ClusterState) -> np.ndarray:
+        """Nodes in a domain where a placed pod's required anti-affinity selects ``pod``."""
+        hit = np.zeros(cluster.size, dtype=bool)
+        ns_labels = cluster.namespace_labels
+        for term, per_node in carried_terms(cluster, "anti", _anti_terms, pod.labels):
+            assert isinstance(term, PodAffinityTerm)
+            if term.selects(pod.namespace, pod.labels, ns_labels):
+                hit |= _per_domain(cluster, term.topology_key, per_node) > 0
+        return hit
+
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Skips all work when neither the pod nor any placed pod uses pod affinity."""
         n = cluster.size
@@ -91,16 +132,7 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
         ):
             return FilterResult(mask)
         reasons: dict[str, np.ndarray] = {}
-        # Existing pods whose required anti-affinity selects the incoming pod.
-        existing = np.zeros(n, dtype=bool)
-        for uid, other in cluster.pods_with_affinity.items():
-            for term in other.anti_affinity_terms:
-                if term.selects(pod.namespace, pod.labels):
-                    node = cluster.nodes[cluster.placements[uid].node]
-                    if node is not None and term.topology_key in node.labels:
-                        existing |= _domain_mask(
-                            cluster, term.topology_key, [node.labels[term.topology_key]]
-                        )
+        existing = self._existing_anti(pod, cluster)
         if existing.any():
             reasons[EXISTING_ANTI] = existing
             mask &= ~existing
@@ -112,7 +144,7 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
                 mask &= ok
         anti_hit = np.zeros(n, dtype=bool)
         for term in pod.anti_affinity_terms:
-            anti_hit |= _domain_mask(cluster, term.topology_key, _domains(cluster, term))
+            anti_hit |= _term_domains(cluster, term) > 0
         anti_fail = mask & anti_hit
         if anti_fail.any():
             # Reasons are exclusive per node, as kube-scheduler reports only the first one.
@@ -138,26 +170,17 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
         total = np.zeros(cluster.size, dtype=np.int64)
         for sign, terms in ((1, pod.preferred_affinity), (-1, pod.preferred_anti_affinity)):
             for term in terms:
-                codes, vocab = cluster.label_codes(term.topology_key)
-                for value, count in _domains(cluster, term).items():
-                    total[codes == vocab.index(value)] += sign * term.weight * count
-        # Symmetry: placed pods' preferred terms that select the incoming pod.
-        for uid, other in cluster.pods_with_affinity.items():
-            node = cluster.nodes[cluster.placements[uid].node]
-            if node is None:
-                continue
-            weighted = (
-                (1, other.preferred_affinity),
-                (-1, other.preferred_anti_affinity),
-                (self.hard_weight, other.affinity_terms),  # required terms carry weight 1
-            )
-            for sign, terms in weighted:
-                for term in terms:
-                    if term.selects(pod.namespace, pod.labels) and term.topology_key in node.labels:
-                        value = node.labels[term.topology_key]
-                        total += (
-                            sign * term.weight * _domain_mask(cluster, term.topology_key, [value])
-                        )
+                total += (sign * term.weight * _term_domains(cluster, term)).astype(np.int64)
+        # Symmetry: placed pods' preferred (and required affinity) terms selecting this pod.
+        signs = {"pref": 1, "anti": -1, "hard": self.hard_weight}
+        ns_labels = cluster.namespace_labels
+        for item, per_node in carried_terms(cluster, "weighted", _weighted_terms, pod.labels):
+            assert isinstance(item, tuple)
+            kind, term = item
+            if signs[kind] and term.selects(pod.namespace, pod.labels, ns_labels):
+                # Each carrying pod adds its weight to every node of its domain.
+                carriers = _per_domain(cluster, term.topology_key, per_node)
+                total += (signs[kind] * term.weight * carriers).astype(np.int64)
         return total[nodes]
 
     def normalize(self, scores: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Kubernetes YAML as a simulator workload.
 
 Reads one or more multi-document YAML files (or directories of ``*.yaml``/``*.yml``) holding
-Nodes, Pods, PriorityClasses, Deployments (expanded to their replicas) and PodGroups
+Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Pods, PriorityClasses,
+Deployments (expanded to their replicas) and PodGroups
 (scheduler-plugins ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the
 storage objects pods mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses,
 CSINodes; in ``Workload.extra["storage"]``). Simulation-only
@@ -104,6 +105,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
     docs = read_documents(paths)
     priority_classes: dict[str, int] = {}
     pod_groups: dict[str, int] = {}
+    namespaces: dict[str, dict[str, str]] = {}
     nodes = []
     problems: list[str] = []
     pod_docs: list[tuple[Path, dict[str, Any]]] = []
@@ -130,6 +132,16 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
             pod_docs.append((path, doc))
         elif kind == "Deployment":
             pod_docs.extend((path, d) for d in _expand_deployment(path, doc))
+        elif kind == "Namespace":
+            try:
+                ns = k8s.decode(doc, k8s.Namespace)
+            except InvalidObjectError as error:
+                raise WorkloadError(f"{path}: {error}") from None
+            # The API server labels every Namespace with its own name.
+            namespaces[ns.metadata.name] = {
+                **ns.metadata.labels,
+                "kubernetes.io/metadata.name": ns.metadata.name,
+            }
         elif kind == "PodGroup":
             meta = doc.get("metadata") or {}
             spec = doc.get("spec") or {}
@@ -184,6 +196,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
             "priority_classes": priority_classes,
             "node_problems": problems,
             "storage": storage,
+            "namespace_labels": namespaces,
         },
     )
 

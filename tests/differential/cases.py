@@ -1,0 +1,259 @@
+"""Generated placement cases for the differential test against the real kube-scheduler.
+
+A case is a handful of nodes, pods already bound to them, and one pod to place, in namespaces
+of its own. Everything a case's selectors can match carries the case's own label value and
+every topology domain but the hostname is keyed per case, so the cases of one control plane
+never see each other's pods: the pods to place can all be created at once.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+KINDS = ("spread", "affinity", "gates", "ports", "mixed", "defaults")
+
+
+@dataclass
+class Case:
+    """One generated case: Node, Namespace and Pod manifests, and the pod to place."""
+
+    cid: str
+    kind: str
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    namespaces: list[dict[str, Any]] = field(default_factory=list)
+    existing: list[dict[str, Any]] = field(default_factory=list)
+    incoming: dict[str, Any] = field(default_factory=dict)
+    # "defaults" cases: the ReplicaSet owning the pod to place (and some existing pods);
+    # the pods' ownerReferences get its uid once it exists.
+    replica_set: dict[str, Any] | None = None
+
+    @property
+    def zone_key(self) -> str:
+        return f"zone.example.com/{self.cid}"
+
+    @property
+    def main_ns(self) -> str:
+        return f"{self.cid}-a"
+
+
+def _pod(case: Case, name: str, ns: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+    spec.setdefault(
+        "containers",
+        [{"name": "c", "image": "registry.invalid/x:1", "resources": {"requests": {"cpu": "10m"}}}],
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"case": case.cid, **labels}},
+        "spec": spec,
+    }
+
+
+def _sel(case: Case, rng: random.Random) -> dict[str, Any]:
+    labels = {"case": case.cid}
+    if rng.random() < 0.8:
+        labels["app"] = rng.choice(["web", "db"])
+    out: dict[str, Any] = {"matchLabels": labels}
+    if rng.random() < 0.2:
+        out["matchExpressions"] = [{"key": "rev", "operator": "In", "values": ["1", "2"]}]
+    return out
+
+
+def _nodes(case: Case, rng: random.Random) -> None:
+    count = rng.randint(2, 5)
+    for j in range(count):
+        labels = {HOST: f"{case.cid}-n{j}", "case": case.cid}
+        if rng.random() < 0.85:
+            zone = rng.choice("abc")
+            labels[case.zone_key] = zone
+            labels[ZONE] = f"{case.cid}-{zone}"
+        labels["pool"] = rng.choice(["x", "x", "y"])
+        taints = []
+        if rng.random() < 0.2:
+            taints.append({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"})
+        case.nodes.append({"name": f"{case.cid}-n{j}", "labels": labels, "taints": taints})
+    case.namespaces = [
+        {"name": f"{case.cid}-a", "labels": {"case": case.cid, "tier": "prod"}},
+        {
+            "name": f"{case.cid}-b",
+            "labels": {"case": case.cid, "tier": rng.choice(["prod", "dev"])},
+        },
+    ]
+
+
+def _existing(case: Case, rng: random.Random, ports: bool, anti: bool) -> None:
+    for k in range(rng.randint(0, 7)):
+        node = rng.choice(case.nodes)["name"]
+        ns = case.main_ns if rng.random() < 0.75 else f"{case.cid}-b"
+        labels = {"app": rng.choice(["web", "web", "db"]), "rev": rng.choice(["1", "2"])}
+        spec: dict[str, Any] = {"nodeName": node, "tolerations": [{"operator": "Exists"}]}
+        if ports and rng.random() < 0.5:
+            spec["containers"] = [_port_container(rng)]
+        if anti and rng.random() < 0.25:
+            spec["affinity"] = {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": _sel(case, rng), "topologyKey": _topology(case, rng)}
+                    ]
+                }
+            }
+        case.existing.append(_pod(case, f"e{k}", ns, labels, **spec))
+
+
+def _port_container(rng: random.Random) -> dict[str, Any]:
+    port: dict[str, Any] = {"containerPort": 8080, "hostPort": rng.choice([80, 81])}
+    if rng.random() < 0.3:
+        port["protocol"] = "UDP"
+    if rng.random() < 0.3:
+        port["hostIP"] = rng.choice(["10.0.0.1", "10.0.0.2", "0.0.0.0"])
+    return {
+        "name": "c",
+        "image": "registry.invalid/x:1",
+        "ports": [port],
+        "resources": {"requests": {"cpu": "10m"}},
+    }
+
+
+def _topology(case: Case, rng: random.Random) -> str:
+    return rng.choice([HOST, case.zone_key])
+
+
+def _spread(case: Case, rng: random.Random) -> list[dict[str, Any]]:
+    out = []
+    keys = [HOST, case.zone_key]
+    rng.shuffle(keys)
+    # The API refuses two constraints with the same key and whenUnsatisfiable.
+    for key in keys[: rng.choice([1, 1, 2])]:
+        hard = rng.random() < 0.75
+        c: dict[str, Any] = {
+            "maxSkew": rng.choice([1, 1, 2]),
+            "topologyKey": key,
+            "whenUnsatisfiable": "DoNotSchedule" if hard else "ScheduleAnyway",
+            "labelSelector": _sel(case, rng),
+        }
+        if hard and rng.random() < 0.3:
+            c["minDomains"] = rng.randint(2, 4)
+        if rng.random() < 0.3:
+            c["nodeAffinityPolicy"] = rng.choice(["Honor", "Ignore"])
+        if rng.random() < 0.3:
+            c["nodeTaintsPolicy"] = rng.choice(["Honor", "Ignore"])
+        if rng.random() < 0.3 and "matchExpressions" not in c["labelSelector"]:
+            c["matchLabelKeys"] = ["rev"]  # the API refuses a key the selector names too
+        out.append(c)
+    return out
+
+
+def _affinity(case: Case, rng: random.Random) -> dict[str, Any]:
+    def term() -> dict[str, Any]:
+        t: dict[str, Any] = {"labelSelector": _sel(case, rng), "topologyKey": _topology(case, rng)}
+        r = rng.random()
+        if r < 0.3:
+            t["namespaceSelector"] = {"matchLabels": {"case": case.cid, "tier": "prod"}}
+        elif r < 0.45:
+            t["namespaceSelector"] = {}
+        elif r < 0.6:
+            t["namespaces"] = [f"{case.cid}-b"]
+        if rng.random() < 0.25 and "matchExpressions" not in t["labelSelector"]:
+            t["matchLabelKeys" if rng.random() < 0.5 else "mismatchLabelKeys"] = ["rev"]
+        return t
+
+    out: dict[str, Any] = {}
+    if rng.random() < 0.6:
+        out["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term()]}
+    if rng.random() < 0.6 or not out:
+        out["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term()]}
+    return out
+
+
+def _node_affinity(case: Case, rng: random.Random) -> dict[str, Any]:
+    exprs = [{"key": "case", "operator": "In", "values": [case.cid]}]
+    if rng.random() < 0.3:
+        exprs.append({"key": "pool", "operator": "In", "values": ["x"]})
+    return {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": exprs}]
+        }
+    }
+
+
+def _owned(case: Case, pod: dict[str, Any]) -> dict[str, Any]:
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": f"{case.cid}-rs",
+            "uid": "",
+            "controller": True,
+        }
+    ]
+    return pod
+
+
+def _defaults_case(case: Case, rng: random.Random) -> None:
+    """A ReplicaSet's pod without constraints of its own: kube's system default spread
+    constraints (hostname maxSkew 3, zone maxSkew 5, ScheduleAnyway) score its nodes."""
+    selector = {"app": "web", "case": case.cid}
+    case.replica_set = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": f"{case.cid}-rs", "namespace": case.main_ns},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]},
+            },
+        },
+    }
+    for k in range(rng.randint(0, 9)):
+        node = rng.choice(case.nodes)["name"]
+        owned = rng.random() < 0.8
+        labels = {"app": "web"} if owned or rng.random() < 0.5 else {"app": "db"}
+        pod = _pod(case, f"e{k}", case.main_ns, labels, nodeName=node)
+        case.existing.append(_owned(case, pod) if owned else pod)
+    spec = {
+        "affinity": {"nodeAffinity": _node_affinity(case, rng)},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+    }
+    case.incoming = _owned(case, _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec))
+
+
+def make_case(i: int, kind: str, rng: random.Random) -> Case:
+    """Case number ``i`` of ``kind`` (one of :data:`KINDS`)."""
+    case = Case(f"c{i:03d}", kind)
+    _nodes(case, rng)
+    if kind == "defaults":
+        _defaults_case(case, rng)
+        return case
+    mixed = kind == "mixed"
+    _existing(case, rng, ports=kind in ("ports", "mixed"), anti=kind in ("affinity", "mixed"))
+    labels = {"app": rng.choice(["web", "db"]), "rev": rng.choice(["1", "2"])}
+    spec: dict[str, Any] = {"affinity": {"nodeAffinity": _node_affinity(case, rng)}}
+    if rng.random() < 0.5:
+        spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    if kind in ("spread", "mixed") or (kind == "gates" and rng.random() < 0.5):
+        spec["topologySpreadConstraints"] = _spread(case, rng)
+    if kind in ("affinity", "mixed"):
+        spec["affinity"].update(_affinity(case, rng))
+    if kind in ("ports", "mixed"):
+        spec["containers"] = [_port_container(rng)]
+        if rng.random() < 0.3:
+            spec["initContainers"] = [
+                {**_port_container(rng), "name": "side", "restartPolicy": "Always"}
+            ]
+    if kind == "gates" or (mixed and rng.random() < 0.1):
+        spec["schedulingGates"] = [{"name": "example.com/hold"}]
+    case.incoming = _pod(case, "incoming", case.main_ns, labels, **spec)
+    return case
+
+
+def make_cases(count: int, seed: int = 16) -> list[Case]:
+    """``count`` cases cycling through :data:`KINDS` (spread twice as often)."""
+    rng = random.Random(seed)
+    kinds = ["spread", "spread", "affinity", "affinity", "ports", "gates", "mixed", "defaults"]
+    return [make_case(i, kinds[i % len(kinds)], rng) for i in range(count)]
