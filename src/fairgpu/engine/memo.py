@@ -104,8 +104,9 @@ def ask(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[object, ...], np.nda
     the filters before ``GpuFit`` then reject the same nodes for the same reasons, and every
     node that reached ``GpuFit`` and failed there fails there for a bigger GPU ask too, so
     the borrowed reason (counts included) is the one the pod would get itself. That holds
-    because ``GpuFit`` is the last load-dependent filter a memoisable pod can fail; while placed pods have (anti-)affinity, ``InterPodAffinity`` runs after it, so the
-    whole vector is then part of the group (equal asks only).
+    because ``GpuFit`` is the last load-dependent filter a memoisable pod can fail; while
+    placed pods have (anti-)affinity, ``InterPodAffinity`` runs after it, so the whole
+    vector is then part of the group (equal asks only).
     """
     if not memoisable(pod):
         return None
