@@ -386,60 +386,13 @@ def pod_from_k8s(
     plain = {k: v for k, v in requests.items() if k not in gpu_names}
     plain[PODS] = 1
     try:
-        affinity = spec.affinity
-        required: tuple[NodeSelectorTerm, ...] | None = None
-        preferred: tuple[tuple[int, NodeSelectorTerm], ...] = ()
-        pa: tuple[PodAffinityTerm, ...] = ()
-        paa: tuple[PodAffinityTerm, ...] = ()
-        ppa: tuple[PodAffinityTerm, ...] = ()
-        ppaa: tuple[PodAffinityTerm, ...] = ()
-        if affinity and affinity.node_affinity:
-            na = affinity.node_affinity
-            base = "spec.affinity.nodeAffinity"
-            req = na.required_during_scheduling_ignored_during_execution
-            if req is not None:
-                required = tuple(
-                    compile_node_term(t, f"{base}.required.nodeSelectorTerms[{i}]")
-                    for i, t in enumerate(req.node_selector_terms)
-                )
-            pref = []
-            for i, p in enumerate(na.preferred_during_scheduling_ignored_during_execution):
-                if not 1 <= p.weight <= 100:
-                    raise ValueError(f"{base}.preferred[{i}].weight: must be in 1..100")
-                pref.append((p.weight, compile_node_term(p.preference, f"{base}.preferred[{i}]")))
-            preferred = tuple(pref)
-        ns = meta.namespace or "default"
-        if affinity and affinity.pod_affinity:
-            a = affinity.pod_affinity
-            w = "spec.affinity.podAffinity"
-            pa = _pod_terms(a.required_during_scheduling_ignored_during_execution, ns, w)
-            prefs = a.preferred_during_scheduling_ignored_during_execution
-            ppa = _pod_terms([p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs])
-        if affinity and affinity.pod_anti_affinity:
-            a = affinity.pod_anti_affinity
-            w = "spec.affinity.podAntiAffinity"
-            paa = _pod_terms(a.required_during_scheduling_ignored_during_execution, ns, w)
-            prefs = a.preferred_during_scheduling_ignored_during_execution
-            ppaa = _pod_terms(
-                [p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs]
-            )
+        required, preferred = _node_affinity(spec.affinity)
+        pa, ppa = _pod_affinity(spec.affinity, meta.namespace or "default", anti=False)
+        paa, ppaa = _pod_affinity(spec.affinity, meta.namespace or "default", anti=True)
     except ValueError as error:
         field_path, _, problem = str(error).partition(": ")
         raise InvalidObjectError(obj, field_path, problem) from None
-    tolerations = []
-    for i, t in enumerate(spec.tolerations):
-        op = t.operator or "Equal"
-        at = f"spec.tolerations[{i}]"
-        if op not in ("Equal", "Exists"):
-            raise InvalidObjectError(obj, f"{at}.operator", f"unknown {op!r}")
-        # The API server's validation: an empty key means "every taint" and needs Exists.
-        if not t.key and op != "Exists":
-            raise InvalidObjectError(obj, f"{at}.operator", "must be Exists when key is empty")
-        if op == "Exists" and t.value:
-            raise InvalidObjectError(obj, f"{at}.value", "must be empty when operator is Exists")
-        if t.effect and t.effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise InvalidObjectError(obj, f"{at}.effect", f"unknown {t.effect!r}")
-        tolerations.append(Toleration(t.key, op, t.value, t.effect))
+    tolerations = _tolerations(spec, obj)
     priority = spec.priority
     if priority is None:
         priority = (priority_classes or {}).get(spec.priority_class_name, 0)
@@ -474,6 +427,68 @@ def pod_from_k8s(
         owner=owner,
         source=pod,
     )
+
+
+def _node_affinity(
+    affinity: k8s.Affinity | None,
+) -> tuple[tuple[NodeSelectorTerm, ...] | None, tuple[tuple[int, NodeSelectorTerm], ...]]:
+    """The compiled required and preferred node-affinity terms (``None``: no requirement).
+
+    Raises ``ValueError("<field path>: <problem>")`` on a malformed term or weight.
+    """
+    if not affinity or not affinity.node_affinity:
+        return None, ()
+    na = affinity.node_affinity
+    base = "spec.affinity.nodeAffinity"
+    required: tuple[NodeSelectorTerm, ...] | None = None
+    req = na.required_during_scheduling_ignored_during_execution
+    if req is not None:
+        required = tuple(
+            compile_node_term(t, f"{base}.required.nodeSelectorTerms[{i}]")
+            for i, t in enumerate(req.node_selector_terms)
+        )
+    pref = []
+    for i, p in enumerate(na.preferred_during_scheduling_ignored_during_execution):
+        if not 1 <= p.weight <= 100:
+            raise ValueError(f"{base}.preferred[{i}].weight: must be in 1..100")
+        pref.append((p.weight, compile_node_term(p.preference, f"{base}.preferred[{i}]")))
+    return required, tuple(pref)
+
+
+def _pod_affinity(
+    affinity: k8s.Affinity | None, ns: str, *, anti: bool
+) -> tuple[tuple[PodAffinityTerm, ...], tuple[PodAffinityTerm, ...]]:
+    """The required and preferred pod affinity (``anti``: anti-affinity) terms.
+
+    Raises ``ValueError("<field path>: <problem>")`` on a malformed term.
+    """
+    a = affinity and (affinity.pod_anti_affinity if anti else affinity.pod_affinity)
+    if not a:
+        return (), ()
+    w = "spec.affinity.podAntiAffinity" if anti else "spec.affinity.podAffinity"
+    required = _pod_terms(a.required_during_scheduling_ignored_during_execution, ns, w)
+    prefs = a.preferred_during_scheduling_ignored_during_execution
+    preferred = _pod_terms([p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs])
+    return required, preferred
+
+
+def _tolerations(spec: k8s.PodSpec, obj: str) -> list[Toleration]:
+    """The pod's tolerations, validated as the API server does."""
+    tolerations = []
+    for i, t in enumerate(spec.tolerations):
+        op = t.operator or "Equal"
+        at = f"spec.tolerations[{i}]"
+        if op not in ("Equal", "Exists"):
+            raise InvalidObjectError(obj, f"{at}.operator", f"unknown {op!r}")
+        # The API server's validation: an empty key means "every taint" and needs Exists.
+        if not t.key and op != "Exists":
+            raise InvalidObjectError(obj, f"{at}.operator", "must be Exists when key is empty")
+        if op == "Exists" and t.value:
+            raise InvalidObjectError(obj, f"{at}.value", "must be empty when operator is Exists")
+        if t.effect and t.effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise InvalidObjectError(obj, f"{at}.effect", f"unknown {t.effect!r}")
+        tolerations.append(Toleration(t.key, op, t.value, t.effect))
+    return tolerations
 
 
 def invalid_pod(raw: Any, error: Exception) -> PodInfo:
