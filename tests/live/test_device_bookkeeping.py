@@ -242,6 +242,7 @@ def test_the_max_devices_option_is_deprecated_and_ignored(tmp_path: Any) -> None
 def test_the_scheduling_loop_checks_after_each_batch_and_counts_repairs() -> None:
     from fairgpu.kube import LiveScheduler, RunConfig
     from fairgpu.kube.client import Connection
+    from fairgpu.kube.events import NodeEvent, PodEvent
 
     # The loop's own drain, fed directly (no threads started, nothing sent to an API server).
     s = LiveScheduler(
@@ -254,15 +255,15 @@ def test_the_scheduling_loop_checks_after_each_batch_and_counts_repairs() -> Non
         )
     )
     try:
-        s.events.put(("node", "ADDED", decode_node(gpu_node_json("n1", 8, memory="16Gi"))))
+        s.events.put(NodeEvent("ADDED", decode_node(gpu_node_json("n1", 8, memory="16Gi"))))
         for i in range(2):
             raw = pod_json(f"p{i}", node="n1", devices=str(i))
-            s.events.put(("pod", "ADDED", decode_pod(raw, "fairgpu")))
+            s.events.put(PodEvent("ADDED", decode_pod(raw, "fairgpu")))
         s._drain(0.1)
         assert s.reporter.backlog == 1  # the Node's Warning Event, queued once
         s.cache.cluster.release("uid-p0")  # a divergence the events did not cause
         raw = pod_json("p1", node="n1", devices="1", phase="Running")
-        s.events.put(("pod", "MODIFIED", decode_pod(raw, "fairgpu")))  # touches n1
+        s.events.put(PodEvent("MODIFIED", decode_pod(raw, "fairgpu")))  # touches n1
         s._drain(0.1)
         assert s.cache.cluster.placements["uid-p0"].devices == (0,)
         text = s.metrics.render().decode()

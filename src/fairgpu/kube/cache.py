@@ -27,20 +27,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-import msgspec
-
-from fairgpu.api import objects as k8s
-from fairgpu.api.errors import InvalidObjectError
 from fairgpu.cluster.state import ClusterState
+from fairgpu.kube.decode import NodeRecord, PodRecord, decode_node, decode_pod
 from fairgpu.kube.devices import annotation_fits, least_used, reapply_devices
-from fairgpu.model.gpu import ANN_GPU_DEVICES, DEFAULT_NAMES, GpuResourceNames
-from fairgpu.model.gpu import decode_gpu_devices as _decode_devices
-from fairgpu.model.node import NodeInfo, NodeProblem, node_from_k8s
-from fairgpu.model.node_pools import NodePoolConfig, derive_placement
-from fairgpu.model.pod import PodInfo, invalid_pod, pod_from_k8s
+from fairgpu.model.node import NodeInfo, NodeProblem
+from fairgpu.model.pod import PodInfo
 
 __all__ = [
     "CacheChanges",
@@ -55,118 +48,6 @@ __all__ = [
 log = logging.getLogger("fairgpu.kube.cache")
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-
-
-@dataclass(slots=True)
-class PodRecord:
-    """One pod as a watch delivered it, decoded once.
-
-    ``info`` is None for unbound pods of other schedulers (the scheduler never reads them).
-    ``devices`` comes from the ``fairgpu.io/gpu-devices`` annotation (None when absent or bad).
-    """
-
-    uid: str
-    namespace: str
-    name: str
-    node_name: str
-    scheduler_name: str
-    phase: str
-    deleting: bool
-    info: PodInfo | None
-    devices: tuple[int, ...] | None = None
-    started: float | None = None
-    resource_version: str = ""
-    nominated: str = ""
-
-
-@dataclass(slots=True)
-class NodeRecord:
-    """One node: ``info`` is None when the Node object is malformed (``error`` says why)."""
-
-    name: str
-    info: NodeInfo | None
-    error: str = ""
-
-
-def _ts(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def decode_pod(
-    raw: bytes,
-    scheduler_name: str,
-    names: GpuResourceNames = DEFAULT_NAMES,
-    pools: NodePoolConfig | None = None,
-) -> PodRecord:
-    """Decode one Pod's JSON; malformed pods of ``scheduler_name`` become ``invalid_pod``."""
-    try:
-        pod = k8s.decode_json(raw, k8s.Pod)
-    except InvalidObjectError as error:
-        data: Any = msgspec.json.decode(raw)
-        meta = data.get("metadata", {}) if isinstance(data, dict) else {}
-        spec = data.get("spec", {}) if isinstance(data, dict) else {}
-        status = data.get("status", {}) if isinstance(data, dict) else {}
-        info = invalid_pod(data, error)
-        return PodRecord(
-            info.uid,
-            info.namespace,
-            info.name,
-            str(spec.get("nodeName") or "") if isinstance(spec, dict) else "",
-            str(spec.get("schedulerName") or "default-scheduler") if isinstance(spec, dict) else "",
-            str(status.get("phase") or "") if isinstance(status, dict) else "",
-            bool(meta.get("deletionTimestamp")) if isinstance(meta, dict) else False,
-            info,
-        )
-    meta, spec = pod.metadata, pod.spec
-    rec = PodRecord(
-        meta.uid or f"{meta.namespace}/{meta.name}",
-        meta.namespace or "default",
-        meta.name,
-        spec.node_name,
-        spec.scheduler_name,
-        pod.status.phase,
-        meta.deletion_timestamp is not None,
-        None,
-        started=_ts(pod.status.start_time),
-        resource_version=meta.resource_version,
-        nominated=pod.status.nominated_node_name,
-    )
-    if not spec.node_name and spec.scheduler_name != scheduler_name:
-        return rec
-    try:
-        info = pod_from_k8s(pod, names)
-    except InvalidObjectError as error:
-        info = invalid_pod(msgspec.json.decode(raw), error)
-    else:
-        info.source = None  # keep the cache lean: the scheduler never reads the raw object
-        if not spec.node_name and pools is not None:
-            info = derive_placement(info, pools)
-    rec.info = info
-    text = meta.annotations.get(ANN_GPU_DEVICES)
-    if text:
-        try:
-            rec.devices = tuple(d.index for d in _decode_devices(text))
-        except ValueError:
-            rec.devices = None
-    return rec
-
-
-def decode_node(
-    raw: bytes, names: GpuResourceNames = DEFAULT_NAMES, default_gpu_memory_mib: int = 16384
-) -> NodeRecord:
-    """Decode one Node's JSON (malformed nodes keep their name and the error)."""
-    try:
-        node = k8s.decode_json(raw, k8s.Node)
-        return NodeRecord(node.metadata.name, node_from_k8s(node, names, default_gpu_memory_mib))
-    except InvalidObjectError as error:
-        data: Any = msgspec.json.decode(raw)
-        meta = data.get("metadata", {}) if isinstance(data, dict) else {}
-        return NodeRecord(str(meta.get("name", "")), None, str(error))
 
 
 def _node_key(n: NodeInfo) -> tuple[Any, ...]:

@@ -29,6 +29,13 @@ class Metrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self._add_cycle_metrics(r)
+        self._add_api_metrics(r)
+        self._add_cluster_metrics(r)
+        self._add_health_metrics(r)
+
+    def _add_cycle_metrics(self, r: CollectorRegistry) -> None:
+        """Engine cycles and the pods they try."""
         self.attempts = Counter(
             "fairgpu_scheduling_attempts",
             "Pods tried by the engine, by result (scheduled, unschedulable, error).",
@@ -54,6 +61,9 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+
+    def _add_api_metrics(self, r: CollectorRegistry) -> None:
+        """Binds, preemptions and the Eviction calls they cause."""
         self.binds = Counter(
             "fairgpu_binds",
             "Bind calls by result (ok, conflict, gone = the pod was deleted first, error).",
@@ -79,6 +89,9 @@ class Metrics:
             ["result"],
             registry=r,
         )
+
+    def _add_cluster_metrics(self, r: CollectorRegistry) -> None:
+        """Pending pods and GPUs per queue and per node."""
         self.pending = Gauge(
             "fairgpu_pending_pods",
             "Pods waiting to be scheduled, per queue.",
@@ -107,6 +120,9 @@ class Metrics:
             ["node"],
             registry=r,
         )
+
+    def _add_health_metrics(self, r: CollectorRegistry) -> None:
+        """Leadership, reports, and the cache's and watches' health."""
         self.leader = Gauge(
             "fairgpu_leader", "1 while this replica holds the leader Lease.", registry=r
         )

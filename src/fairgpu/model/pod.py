@@ -415,66 +415,16 @@ def pod_from_k8s(
     plain = {k: v for k, v in requests.items() if k not in gpu_names}
     plain[PODS] = 1
     try:
-        affinity = spec.affinity
-        required: tuple[NodeSelectorTerm, ...] | None = None
-        preferred: tuple[tuple[int, NodeSelectorTerm], ...] = ()
-        pa: tuple[PodAffinityTerm, ...] = ()
-        paa: tuple[PodAffinityTerm, ...] = ()
-        ppa: tuple[PodAffinityTerm, ...] = ()
-        ppaa: tuple[PodAffinityTerm, ...] = ()
-        if affinity and affinity.node_affinity:
-            na = affinity.node_affinity
-            base = "spec.affinity.nodeAffinity"
-            req = na.required_during_scheduling_ignored_during_execution
-            if req is not None:
-                required = tuple(
-                    compile_node_term(t, f"{base}.required.nodeSelectorTerms[{i}]")
-                    for i, t in enumerate(req.node_selector_terms)
-                )
-            pref = []
-            for i, p in enumerate(na.preferred_during_scheduling_ignored_during_execution):
-                if not 1 <= p.weight <= 100:
-                    raise ValueError(f"{base}.preferred[{i}].weight: must be in 1..100")
-                pref.append((p.weight, compile_node_term(p.preference, f"{base}.preferred[{i}]")))
-            preferred = tuple(pref)
+        required, preferred = _node_affinity(spec.affinity)
         ns = meta.namespace or "default"
-        if affinity and affinity.pod_affinity:
-            a = affinity.pod_affinity
-            w = "spec.affinity.podAffinity"
-            req_terms = a.required_during_scheduling_ignored_during_execution
-            pa = _pod_terms(req_terms, ns, w, labels=meta.labels)
-            prefs = a.preferred_during_scheduling_ignored_during_execution
-            ppa = _pod_terms(
-                [p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs], meta.labels
-            )
-        if affinity and affinity.pod_anti_affinity:
-            a = affinity.pod_anti_affinity
-            w = "spec.affinity.podAntiAffinity"
-            req_terms = a.required_during_scheduling_ignored_during_execution
-            paa = _pod_terms(req_terms, ns, w, labels=meta.labels)
-            prefs = a.preferred_during_scheduling_ignored_during_execution
-            ppaa = _pod_terms(
-                [p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs], meta.labels
-            )
+        pa, ppa = _pod_affinity(spec.affinity, ns, meta.labels, anti=False)
+        paa, ppaa = _pod_affinity(spec.affinity, ns, meta.labels, anti=True)
         spread = compile_spread(spec.topology_spread_constraints, meta.labels)
         ports = host_ports(spec)
     except ValueError as error:
         field_path, _, problem = str(error).partition(": ")
         raise InvalidObjectError(obj, field_path, problem) from None
-    tolerations = []
-    for i, t in enumerate(spec.tolerations):
-        op = t.operator or "Equal"
-        at = f"spec.tolerations[{i}]"
-        if op not in ("Equal", "Exists"):
-            raise InvalidObjectError(obj, f"{at}.operator", f"unknown {op!r}")
-        # The API server's validation: an empty key means "every taint" and needs Exists.
-        if not t.key and op != "Exists":
-            raise InvalidObjectError(obj, f"{at}.operator", "must be Exists when key is empty")
-        if op == "Exists" and t.value:
-            raise InvalidObjectError(obj, f"{at}.value", "must be empty when operator is Exists")
-        if t.effect and t.effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise InvalidObjectError(obj, f"{at}.effect", f"unknown {t.effect!r}")
-        tolerations.append(Toleration(t.key, op, t.value, t.effect))
+    tolerations = _tolerations(spec, obj)
     priority = spec.priority
     if priority is None:
         priority = (priority_classes or {}).get(spec.priority_class_name, 0)
@@ -513,6 +463,73 @@ def pod_from_k8s(
         host_ports=ports,
         owner_kind=next((o.kind for o in meta.owner_references if o.controller), ""),
     )
+
+
+def _node_affinity(
+    affinity: k8s.Affinity | None,
+) -> tuple[tuple[NodeSelectorTerm, ...] | None, tuple[tuple[int, NodeSelectorTerm], ...]]:
+    """The compiled required and preferred node-affinity terms (``None``: no requirement).
+
+    Raises ``ValueError("<field path>: <problem>")`` on a malformed term or weight.
+    """
+    if not affinity or not affinity.node_affinity:
+        return None, ()
+    na = affinity.node_affinity
+    base = "spec.affinity.nodeAffinity"
+    required: tuple[NodeSelectorTerm, ...] | None = None
+    req = na.required_during_scheduling_ignored_during_execution
+    if req is not None:
+        required = tuple(
+            compile_node_term(t, f"{base}.required.nodeSelectorTerms[{i}]")
+            for i, t in enumerate(req.node_selector_terms)
+        )
+    pref = []
+    for i, p in enumerate(na.preferred_during_scheduling_ignored_during_execution):
+        if not 1 <= p.weight <= 100:
+            raise ValueError(f"{base}.preferred[{i}].weight: must be in 1..100")
+        pref.append((p.weight, compile_node_term(p.preference, f"{base}.preferred[{i}]")))
+    return required, tuple(pref)
+
+
+def _pod_affinity(
+    affinity: k8s.Affinity | None, ns: str, labels: dict[str, str], *, anti: bool
+) -> tuple[tuple[PodAffinityTerm, ...], tuple[PodAffinityTerm, ...]]:
+    """The required and preferred pod affinity (``anti``: anti-affinity) terms; ``labels``
+    are the pod's own, for ``matchLabelKeys`` / ``mismatchLabelKeys``.
+
+    Raises ``ValueError("<field path>: <problem>")`` on a malformed term.
+    """
+    a = affinity and (affinity.pod_anti_affinity if anti else affinity.pod_affinity)
+    if not a:
+        return (), ()
+    w = "spec.affinity.podAntiAffinity" if anti else "spec.affinity.podAffinity"
+    required = _pod_terms(
+        a.required_during_scheduling_ignored_during_execution, ns, w, labels=labels
+    )
+    prefs = a.preferred_during_scheduling_ignored_during_execution
+    preferred = _pod_terms(
+        [p.pod_affinity_term for p in prefs], ns, w, [p.weight for p in prefs], labels
+    )
+    return required, preferred
+
+
+def _tolerations(spec: k8s.PodSpec, obj: str) -> list[Toleration]:
+    """The pod's tolerations, validated as the API server does."""
+    tolerations = []
+    for i, t in enumerate(spec.tolerations):
+        op = t.operator or "Equal"
+        at = f"spec.tolerations[{i}]"
+        if op not in ("Equal", "Exists"):
+            raise InvalidObjectError(obj, f"{at}.operator", f"unknown {op!r}")
+        # The API server's validation: an empty key means "every taint" and needs Exists.
+        if not t.key and op != "Exists":
+            raise InvalidObjectError(obj, f"{at}.operator", "must be Exists when key is empty")
+        if op == "Exists" and t.value:
+            raise InvalidObjectError(obj, f"{at}.value", "must be empty when operator is Exists")
+        if t.effect and t.effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise InvalidObjectError(obj, f"{at}.effect", f"unknown {t.effect!r}")
+        tolerations.append(Toleration(t.key, op, t.value, t.effect))
+    return tolerations
 
 
 def invalid_pod(raw: Any, error: Exception) -> PodInfo:

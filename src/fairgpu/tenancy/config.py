@@ -246,6 +246,19 @@ def _loc(loc: tuple[int | str, ...]) -> str:
 
 def _check(cfg: TenancyConfig) -> None:
     """Cross-field rules pydantic cannot express per field; raise naming the field."""
+    names = _queue_names(cfg)
+    parents = {q.parent for q in cfg.queues if q.parent}
+    owner: dict[str, str] = {}  # namespace -> the queue it is mapped to
+    for i, q in enumerate(cfg.queues):
+        _check_gpu_fields(i, q)
+        _check_parent(cfg, i, q, names)
+        _check_namespaces(i, q, parents, owner)
+    _check_default_queue(cfg, names, parents)
+    _check_namespace_quotas(cfg)
+
+
+def _queue_names(cfg: TenancyConfig) -> dict[str, int]:
+    """Each queue's index by name; a duplicate name is an error."""
     names: dict[str, int] = {}
     for i, q in enumerate(cfg.queues):
         if q.name in names:
@@ -253,54 +266,70 @@ def _check(cfg: TenancyConfig) -> None:
                 CONFIG_OBJECT, f"queues[{i}].name", f"duplicate queue {q.name!r}"
             )
         names[q.name] = i
-    parents = {q.parent for q in cfg.queues if q.parent}
-    owner: dict[str, str] = {}
-    for i, q in enumerate(cfg.queues):
-        for field in ("quota", "borrowing_limit", "lending_limit"):
-            res: Resources = getattr(q, field)
-            if res.gpu is not None and res.gpu_cores is not None:
-                raise InvalidObjectError(
-                    CONFIG_OBJECT,
-                    f"queues[{i}].{to_camel(field)}.gpuCores",
-                    "set either gpu or gpuCores, not both (same resource)",
-                )
-        if q.parent is not None:
-            if q.parent not in names:
-                raise InvalidObjectError(
-                    CONFIG_OBJECT, f"queues[{i}].parent", f"unknown queue {q.parent!r}"
-                )
-            if q.parent == q.name:
-                raise InvalidObjectError(CONFIG_OBJECT, f"queues[{i}].parent", "is itself")
-            grand = cfg.queues[names[q.parent]].parent
-            if grand is not None:
-                raise InvalidObjectError(
-                    CONFIG_OBJECT,
-                    f"queues[{i}].parent",
-                    f"{q.parent!r} has a parent itself; only two levels are supported",
-                )
-        if q.name in parents and q.namespaces:
+    return names
+
+
+def _check_gpu_fields(i: int, q: QueueConfig) -> None:
+    for field in ("quota", "borrowing_limit", "lending_limit"):
+        res: Resources = getattr(q, field)
+        if res.gpu is not None and res.gpu_cores is not None:
             raise InvalidObjectError(
                 CONFIG_OBJECT,
-                f"queues[{i}].namespaces",
-                f"{q.name!r} is a parent queue; only leaf queues hold pods",
+                f"queues[{i}].{to_camel(field)}.gpuCores",
+                "set either gpu or gpuCores, not both (same resource)",
             )
-        for j, ns in enumerate(q.namespaces):
-            if ns in owner:
-                raise InvalidObjectError(
-                    CONFIG_OBJECT,
-                    f"queues[{i}].namespaces[{j}]",
-                    f"namespace {ns!r} is already mapped to queue {owner[ns]!r}",
-                )
-            owner[ns] = q.name
-    if cfg.default_queue is not None:
-        if cfg.default_queue not in names:
+
+
+def _check_parent(cfg: TenancyConfig, i: int, q: QueueConfig, names: dict[str, int]) -> None:
+    if q.parent is None:
+        return
+    if q.parent not in names:
+        raise InvalidObjectError(
+            CONFIG_OBJECT, f"queues[{i}].parent", f"unknown queue {q.parent!r}"
+        )
+    if q.parent == q.name:
+        raise InvalidObjectError(CONFIG_OBJECT, f"queues[{i}].parent", "is itself")
+    grand = cfg.queues[names[q.parent]].parent
+    if grand is not None:
+        raise InvalidObjectError(
+            CONFIG_OBJECT,
+            f"queues[{i}].parent",
+            f"{q.parent!r} has a parent itself; only two levels are supported",
+        )
+
+
+def _check_namespaces(i: int, q: QueueConfig, parents: set[str], owner: dict[str, str]) -> None:
+    """Only leaf queues hold namespaces, and a namespace maps to one queue (``owner``)."""
+    if q.name in parents and q.namespaces:
+        raise InvalidObjectError(
+            CONFIG_OBJECT,
+            f"queues[{i}].namespaces",
+            f"{q.name!r} is a parent queue; only leaf queues hold pods",
+        )
+    for j, ns in enumerate(q.namespaces):
+        if ns in owner:
             raise InvalidObjectError(
-                CONFIG_OBJECT, "defaultQueue", f"unknown queue {cfg.default_queue!r}"
+                CONFIG_OBJECT,
+                f"queues[{i}].namespaces[{j}]",
+                f"namespace {ns!r} is already mapped to queue {owner[ns]!r}",
             )
-        if cfg.default_queue in parents:
-            raise InvalidObjectError(
-                CONFIG_OBJECT, "defaultQueue", f"{cfg.default_queue!r} is a parent queue"
-            )
+        owner[ns] = q.name
+
+
+def _check_default_queue(cfg: TenancyConfig, names: dict[str, int], parents: set[str]) -> None:
+    if cfg.default_queue is None:
+        return
+    if cfg.default_queue not in names:
+        raise InvalidObjectError(
+            CONFIG_OBJECT, "defaultQueue", f"unknown queue {cfg.default_queue!r}"
+        )
+    if cfg.default_queue in parents:
+        raise InvalidObjectError(
+            CONFIG_OBJECT, "defaultQueue", f"{cfg.default_queue!r} is a parent queue"
+        )
+
+
+def _check_namespace_quotas(cfg: TenancyConfig) -> None:
     for ns, limits in cfg.namespace_quotas.items():
         for key, value in limits.items():
             where = f"namespaceQuotas.{ns}.{key}"

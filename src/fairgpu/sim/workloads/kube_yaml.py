@@ -2,12 +2,12 @@
 
 Reads one or more multi-document YAML files (or directories of ``*.yaml``/``*.yml``) holding
 Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Pods, PriorityClasses,
-Deployments (expanded to their replicas) and PodGroups
-(scheduler-plugins ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the
-storage objects pods mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses,
-CSINodes; in ``Workload.extra["storage"]``). Simulation-only
-annotations give each pod its timing: ``fairgpu.io/arrival-seconds`` (default 0) and
-``fairgpu.io/duration-seconds`` (default: runs until the end).
+Deployments (expanded to their replicas) and PodGroups (scheduler-plugins
+``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the storage objects pods
+mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes; in
+``Workload.extra["storage"]``). Simulation-only annotations give each pod its timing:
+``fairgpu.io/arrival-seconds`` (default 0) and ``fairgpu.io/duration-seconds`` (default: runs
+until the end).
 
 A malformed pod does not stop the replay: it is kept with its error and reported unschedulable.
 A Node field read only for GPU detail that cannot be read (``nvidia.com/gpu.memory: 16Gi``)
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ import yaml
 
 from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
-from fairgpu.model.node import node_from_k8s
+from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, pod_from_k8s
 from fairgpu.model.volumes import STORAGE_KINDS, StorageObject, decode_storage
@@ -96,74 +97,109 @@ def _seconds(pod: PodInfo, key: str, default: float | None) -> float | None:
     return value
 
 
+@dataclass
+class _Objects:
+    """What a workload's documents hold, by kind, in file order."""
+
+    priority_classes: dict[str, int] = field(default_factory=dict)
+    pod_groups: dict[str, int] = field(default_factory=dict)
+    nodes: list[NodeInfo] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    pod_docs: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    ignored: dict[str, int] = field(default_factory=dict)
+    storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSINodes
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels
+
+
 def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POOLS) -> Workload:
     """Build a :class:`Workload` from Kubernetes YAML files.
 
     Pods labelled with a workload type get node-pool placement derived with ``pools``
     (``None`` turns derivation off).
     """
-    docs = read_documents(paths)
-    priority_classes: dict[str, int] = {}
-    pod_groups: dict[str, int] = {}
-    namespaces: dict[str, dict[str, str]] = {}
-    nodes = []
-    problems: list[str] = []
-    pod_docs: list[tuple[Path, dict[str, Any]]] = []
-    ignored: dict[str, int] = {}
-    storage: list[StorageObject] = []  # PVCs, PVs, StorageClasses, CSINodes
-    for path, doc in docs:
-        kind = doc.get("kind")
-        if kind == "PriorityClass":
-            try:
-                pc = k8s.decode(doc, k8s.PriorityClass)
-            except InvalidObjectError as error:
-                raise WorkloadError(f"{path}: {error}") from None
-            priority_classes[pc.metadata.name] = pc.value
-        elif kind == "Node":
-            try:
-                node = node_from_k8s(k8s.decode(doc, k8s.Node))
-            except InvalidObjectError as error:
-                raise WorkloadError(f"{path}: {error}") from None
-            for problem in node.problems:
-                log.warning("%s: %s", path, problem.message)
-                problems.append(f"{path}: {problem.message}")
-            nodes.append(node)
-        elif kind == "Pod":
-            pod_docs.append((path, doc))
-        elif kind == "Deployment":
-            pod_docs.extend((path, d) for d in _expand_deployment(path, doc))
-        elif kind == "Namespace":
-            try:
-                ns = k8s.decode(doc, k8s.Namespace)
-            except InvalidObjectError as error:
-                raise WorkloadError(f"{path}: {error}") from None
-            # The API server labels every Namespace with its own name.
-            namespaces[ns.metadata.name] = {
-                **ns.metadata.labels,
-                "kubernetes.io/metadata.name": ns.metadata.name,
-            }
-        elif kind == "PodGroup":
-            meta = doc.get("metadata") or {}
-            spec = doc.get("spec") or {}
-            try:
-                pod_groups[f"{meta.get('namespace') or 'default'}/{meta['name']}"] = int(
-                    spec.get("minMember", 1)
-                )
-            except (KeyError, TypeError, ValueError):
-                raise WorkloadError(
-                    f"{path}: PodGroup {meta.get('name')}: spec.minMember must be an integer"
-                ) from None
-        elif kind in STORAGE_KINDS:
-            try:
-                storage.append(decode_storage(doc))
-            except InvalidObjectError as error:
-                raise WorkloadError(f"{path}: {error}") from None
-        else:
-            ignored[str(kind)] = ignored.get(str(kind), 0) + 1
+    objects = _Objects()
+    for path, doc in read_documents(paths):
+        try:
+            _collect(path, doc, objects)
+        except InvalidObjectError as error:
+            raise WorkloadError(f"{path}: {error}") from None
+    nodes = objects.nodes
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise WorkloadError(f"Node {dup}: defined more than once")
+    arrivals = _arrivals(objects.pod_docs, objects.priority_classes, pools)
+    description = f"{len(nodes)} nodes, {len(arrivals)} pods from " + ", ".join(
+        str(p) for p in paths
+    )
+    return Workload(
+        name=", ".join(Path(p).name for p in paths),
+        nodes=nodes,
+        arrivals=arrivals,
+        pod_groups=objects.pod_groups,
+        description=description,
+        extra={
+            "ignored_kinds": objects.ignored,
+            "priority_classes": objects.priority_classes,
+            "node_problems": objects.problems,
+            "storage": objects.storage,
+            "namespace_labels": objects.namespaces,
+        },
+    )
+
+
+def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
+    """Add one document to ``out`` by its kind (raises :class:`InvalidObjectError` or
+    :class:`WorkloadError` when it is malformed)."""
+    kind = doc.get("kind")
+    if kind == "PriorityClass":
+        pc = k8s.decode(doc, k8s.PriorityClass)
+        out.priority_classes[pc.metadata.name] = pc.value
+    elif kind == "Node":
+        node = node_from_k8s(k8s.decode(doc, k8s.Node))
+        for problem in node.problems:
+            log.warning("%s: %s", path, problem.message)
+            out.problems.append(f"{path}: {problem.message}")
+        out.nodes.append(node)
+    elif kind == "Pod":
+        out.pod_docs.append((path, doc))
+    elif kind == "Deployment":
+        out.pod_docs.extend((path, d) for d in _expand_deployment(path, doc))
+    elif kind == "Namespace":
+        ns = k8s.decode(doc, k8s.Namespace)
+        # The API server labels every Namespace with its own name.
+        out.namespaces[ns.metadata.name] = {
+            **ns.metadata.labels,
+            "kubernetes.io/metadata.name": ns.metadata.name,
+        }
+    elif kind == "PodGroup":
+        key, min_member = _pod_group(path, doc)
+        out.pod_groups[key] = min_member
+    elif kind in STORAGE_KINDS:
+        out.storage.append(decode_storage(doc))
+    else:
+        out.ignored[str(kind)] = out.ignored.get(str(kind), 0) + 1
+
+
+def _pod_group(path: Path, doc: dict[str, Any]) -> tuple[str, int]:
+    """A PodGroup's ``namespace/name`` and its ``spec.minMember``."""
+    meta = doc.get("metadata") or {}
+    spec = doc.get("spec") or {}
+    try:
+        return f"{meta.get('namespace') or 'default'}/{meta['name']}", int(spec.get("minMember", 1))
+    except (KeyError, TypeError, ValueError):
+        raise WorkloadError(
+            f"{path}: PodGroup {meta.get('name')}: spec.minMember must be an integer"
+        ) from None
+
+
+def _arrivals(
+    pod_docs: list[tuple[Path, dict[str, Any]]],
+    priority_classes: dict[str, int],
+    pools: NodePoolConfig | None,
+) -> list[PodArrival]:
+    """Each pod document decoded with its timing; a malformed or duplicate pod is kept with
+    its error."""
     arrivals: list[PodArrival] = []
     seen: set[str] = set()
     for _path, doc in pod_docs:
@@ -182,23 +218,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
             pod.uid = f"{pod.uid}#{len(arrivals)}"
         seen.add(pod.uid)
         arrivals.append(PodArrival(pod, arrival, duration))
-    description = f"{len(nodes)} nodes, {len(arrivals)} pods from " + ", ".join(
-        str(p) for p in paths
-    )
-    return Workload(
-        name=", ".join(Path(p).name for p in paths),
-        nodes=nodes,
-        arrivals=arrivals,
-        pod_groups=pod_groups,
-        description=description,
-        extra={
-            "ignored_kinds": ignored,
-            "priority_classes": priority_classes,
-            "node_problems": problems,
-            "storage": storage,
-            "namespace_labels": namespaces,
-        },
-    )
+    return arrivals
 
 
 def _expand_deployment(path: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
