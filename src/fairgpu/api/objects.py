@@ -167,6 +167,14 @@ class Volume(_Base):
     rbd: RBDVolumeSource | None = None
 
 
+class PodResourceClaim(_Base):
+    """One entry of a pod's ``spec.resourceClaims`` (DRA): exactly one source is set."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
 class PodSpec(_Base):
     containers: list[Container] = []
     init_containers: list[Container] = []
@@ -180,6 +188,7 @@ class PodSpec(_Base):
     preemption_policy: str | None = None
     overhead: ResourceList = {}
     volumes: list[Volume] = []
+    resource_claims: list[PodResourceClaim] = []
 
 
 class PodCondition(_Base):

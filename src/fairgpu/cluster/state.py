@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairgpu.cluster.dra import DraStore
 from fairgpu.cluster.volumes import VolumeStore
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.node import NodeInfo
@@ -84,6 +85,7 @@ class ClusterState:
         self._name_array: np.ndarray | None = None
         self.pods_with_affinity: dict[str, PodInfo] = {}
         self.volumes = VolumeStore()  # claims, volumes, classes, CSI nodes (adapters fill it)
+        self.dra = DraStore()  # DRA classes, slices, claims, templates (adapters fill it)
 
     # ---- storage ------------------------------------------------------------------------
     def _grow(self, capacity: int) -> None:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 TieBreak = Literal["random", "fixed-rank"]
 
-DEFAULT_PRE_FILTERS = ["GpuRequestCheck", "VolumeRestrictions", "VolumeBinding"]
+DEFAULT_PRE_FILTERS = ["GpuRequestCheck", "VolumeRestrictions", "VolumeBinding", "DynamicResources"]
 DEFAULT_FILTERS = [
     "NodeUnschedulable",
     "NodeName",
@@ -25,6 +25,7 @@ DEFAULT_FILTERS = [
     "NodeVolumeLimits",
     "VolumeBinding",
     "VolumeZone",
+    "DynamicResources",
     "InterPodAffinity",
 ]
 

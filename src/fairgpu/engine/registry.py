@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fairgpu.engine.framework import Plugin
+from fairgpu.engine.plugins.dynamic_resources import DynamicResources
 from fairgpu.engine.plugins.gpu import (
     DeviceBestFit,
     DeviceRandom,
@@ -75,6 +76,7 @@ for _cls in (
     GpuFit,
     InterPodAffinity,
     *STORAGE_PLUGINS,
+    DynamicResources,
 ):
     register(_cls.name, _cls)
 for _cls in (DeviceBestFit, DeviceSpread, DeviceRandom):

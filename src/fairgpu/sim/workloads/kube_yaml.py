@@ -25,7 +25,9 @@ from typing import Any
 import yaml
 
 from fairgpu.api import objects as k8s
+from fairgpu.api.dra import DRA_KINDS
 from fairgpu.api.errors import InvalidObjectError
+from fairgpu.model.dra import DraObject, decode_dra
 from fairgpu.model.node import node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, pod_from_k8s
@@ -109,6 +111,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
     pod_docs: list[tuple[Path, dict[str, Any]]] = []
     ignored: dict[str, int] = {}
     storage: list[StorageObject] = []  # PVCs, PVs, StorageClasses, CSINodes
+    dra: list[DraObject] = []  # DeviceClasses, ResourceSlices, ResourceClaims, templates
     for path, doc in docs:
         kind = doc.get("kind")
         if kind == "PriorityClass":
@@ -141,6 +144,11 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
                 raise WorkloadError(
                     f"{path}: PodGroup {meta.get('name')}: spec.minMember must be an integer"
                 ) from None
+        elif kind in DRA_KINDS:
+            try:
+                dra.append(decode_dra(doc))
+            except InvalidObjectError as error:
+                raise WorkloadError(f"{path}: {error}") from None
         elif kind in STORAGE_KINDS:
             try:
                 storage.append(decode_storage(doc))
@@ -184,6 +192,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
             "priority_classes": priority_classes,
             "node_problems": problems,
             "storage": storage,
+            "dra": dra,
         },
     )
 
