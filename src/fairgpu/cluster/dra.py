@@ -88,6 +88,7 @@ class DraStore:
     _generated: dict[tuple[str, str], str] = field(default_factory=dict)
     _nodes: dict[str, tuple[int, NodeDevices]] = field(default_factory=dict)
     _devices: dict[DeviceKey, DeviceInfo] = field(default_factory=dict)
+    _counters: dict[CounterKey, dict[str, int]] = field(default_factory=dict)
     _devices_version: int = -1
     _allocated: tuple[int, InUse] | None = None
 
@@ -142,10 +143,24 @@ class DraStore:
 
     def device(self, key: DeviceKey) -> DeviceInfo | None:
         """The device ``(driver, pool, name)`` in the newest generation of its pool."""
-        if self._devices_version != self.slice_version:
-            self._devices = {d.key: d for s in self._valid_slices() for d in s.devices}
-            self._devices_version = self.slice_version
+        self._index()
         return self._devices.get(key)
+
+    def counter_totals(self, key: CounterKey) -> dict[str, int]:
+        """The counters of counter set ``(driver, pool, set)`` (empty if unknown)."""
+        self._index()
+        return self._counters.get(key, {})
+
+    def _index(self) -> None:
+        if self._devices_version != self.slice_version:
+            valid = self._valid_slices()
+            self._devices = {d.key: d for s in valid for d in s.devices}
+            self._counters = {
+                (s.driver, s.pool, name): amounts
+                for s in valid
+                for name, amounts in s.counters.items()
+            }
+            self._devices_version = self.slice_version
 
     def _valid_slices(self) -> list[SliceInfo]:
         """Slices of each pool's newest generation (older ones are being replaced)."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fairgpu.engine.framework import Plugin
+from fairgpu.engine.plugins.dra_packing import DynamicResourcesPacking
 from fairgpu.engine.plugins.dynamic_resources import DynamicResources
 from fairgpu.engine.plugins.gpu import (
     DeviceBestFit,
@@ -77,6 +78,7 @@ for _cls in (
     InterPodAffinity,
     *STORAGE_PLUGINS,
     DynamicResources,
+    DynamicResourcesPacking,
 ):
     register(_cls.name, _cls)
 for _cls in (DeviceBestFit, DeviceSpread, DeviceRandom):
