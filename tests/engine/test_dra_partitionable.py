@@ -82,3 +82,31 @@ def test_partitions_go_to_an_already_partitioned_gpu() -> None:
     parent = {devices_of(state, n)[0].split("-mig")[0] for n in ("a", "b")}
     assert len(parent) == 1  # both partitions on one GPU
     assert place(sched, state, claim_pod("p3", "w")).ok  # the other GPU stayed whole
+
+
+def test_packing_score_sends_partitions_to_the_node_with_a_partitioned_gpu() -> None:
+    import numpy as np
+
+    from fairgpu.engine.plugins.dra_packing import DynamicResourcesPacking
+    from fairgpu.engine.profile import Profile, ScoreRef
+    from fairgpu.engine.scheduler import Scheduler
+
+    state = dra_cluster(
+        ["n1", "n2"], *nvidia_device_classes(), nvidia_slice("n1", 1), nvidia_slice("n2", 1)
+    )
+    for i in range(3):
+        state.dra.add(decode_dra(_claim(f"s{i}", mig="2g.20gb")))
+    profile = Profile(scores=[ScoreRef(name=DynamicResourcesPacking.name)], tie_break="fixed-rank")
+    sched = Scheduler(profile, seed=0)
+    preferred = sched.schedule(claim_pod("probe", "s2"), state).node
+    assert preferred is not None
+    # The first partition goes to the node the tie-break does not prefer.
+    first = claim_pod("p0", "s0")
+    other = np.ones(state.size, dtype=bool)
+    other[preferred] = False
+    result = sched.schedule(first, state, restrict=other)
+    assert result.node is not None and result.node != preferred
+    state.assign(first, result.node)
+    state.dra.commit(first.uid, first.namespace, first.resource_claims, result.node)
+    # The next one follows it to the partitioned GPU instead of breaking the other node's.
+    assert place(sched, state, claim_pod("p1", "s1")).node == result.node
