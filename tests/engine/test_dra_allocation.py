@@ -118,10 +118,14 @@ def test_admin_access_may_use_devices_in_use_and_takes_none() -> None:
     state.dra.add(decode_dra(claim_doc("all", request(mode="All"))))
     state.dra.add(decode_dra(claim_doc("admin", request(mode="All", admin=True))))
     state.dra.add(decode_dra(claim_doc("later", request())))
+    state.dra.add(decode_dra(claim_doc("admin2", request(mode="All", admin=True))))
     sched = scheduler()
     assert place(sched, state, claim_pod("p1", "admin")).ok
     assert place(sched, state, claim_pod("p2", "all")).ok  # admin access took nothing
-    assert not place(sched, state, claim_pod("p3", "later")).ok
+    assert place(sched, state, claim_pod("p3", "admin2")).ok  # and may use devices in use
+    assert not place(sched, state, claim_pod("p4", "later")).ok
+    results = state.dra.claims["default/admin2"].allocation
+    assert results is not None and all(r.admin for r in results)
 
 
 def test_shared_claim_pins_later_pods_to_its_node() -> None:
