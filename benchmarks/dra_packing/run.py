@@ -33,7 +33,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 from typing import Any
 
 import numpy as np
@@ -199,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         "gpus": args.nodes * 8,
         "seeds": list(seeds),
         "share_at_first_failure": {p: round(v, 4) for p, v in share.items()},
+        "median_share_at_first_failure": {
+            p: round(median(r["allocated_share"] for r in runs if r["placement"] == p), 4)
+            for p in PLACEMENTS
+        },
         "kube_scheduler_share": round(share["kube-scheduler"], 4),
         "fairgpu_share": round(share["fairgpu"], 4),
         "ratio": round(share["fairgpu"] / share["kube-scheduler"], 4),

@@ -231,3 +231,13 @@ def _drv() -> str:
 
 def _attr(name: str, test: str) -> str:
     return f"device.attributes['{_drv()}'].{name} {test}"
+
+
+def test_capacity_selector_with_quantities() -> None:
+    small = gpu("small", index=0)
+    small["capacity"]["memory"]["value"] = "24Gi"
+    state = dra_cluster(["n1"], device_class(), slice_doc("n1", small, gpu("big", index=1)))
+    cap = f"device.capacity['{_drv()}'].memory.compareTo(quantity('40Gi')) >= 0"
+    state.dra.add(decode_dra(claim_doc("c", request("gpu", GPU_CLASS, 1, cap))))
+    assert place(scheduler(), state, claim_pod("p", "c")).ok
+    assert devices_of(state, "c") == ["big"]

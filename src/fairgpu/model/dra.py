@@ -11,16 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
-import cel
 import msgspec
 
 from fairgpu.api import dra as api
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.api.objects import PodResourceClaim, decode
 from fairgpu.api.quantity import QuantityError, to_int
+from fairgpu.model.dra_cel import Selector, compile_selector
 from fairgpu.model.selectors import NodeSelectorTerm, compile_node_term
 
 MODE_EXACT = "ExactCount"
@@ -50,53 +49,6 @@ def _attr_value(attr: api.DeviceAttribute) -> AttrValue | None:
 def qualify(name: str, driver: str) -> str:
     """``name`` with the driver's domain when it has none (how CEL and constraints see it)."""
     return name if "/" in name else f"{driver}/{name}"
-
-
-# ---- CEL --------------------------------------------------------------------------------
-def _cel_quantity(text: str) -> int:
-    return to_int(text)
-
-
-def _compare_to(a: int, b: int) -> int:
-    return (a > b) - (a < b)
-
-
-_CEL_FUNCTIONS: dict[str, Any] = {
-    # Quantities are plain integers here; these are the quantity library's methods DRA
-    # selectors use (compareTo, isGreaterThan, isLessThan, asInteger).
-    "quantity": _cel_quantity,
-    "compareTo": _compare_to,
-    "isGreaterThan": lambda a, b: a > b,
-    "isLessThan": lambda a, b: a < b,
-    "asInteger": lambda a: a,
-}
-
-
-@lru_cache(maxsize=4096)
-def compile_selector(expression: str) -> Any:
-    """Compile a CEL device selector (cached by text); raises ``ValueError`` if invalid."""
-    return cel.compile(expression)
-
-
-@dataclass(frozen=True, slots=True)
-class Selector:
-    """A compiled CEL device selector and where it came from (for error messages)."""
-
-    expression: str
-    where: str = field(compare=False)
-    program: Any = field(compare=False, hash=False, repr=False)
-
-    def evaluate(self, device: DeviceInfo) -> bool:
-        """True if ``device`` is selected; raises ``ValueError`` on a CEL runtime error
-        (kube-scheduler aborts the attempt then: a missing attribute is an error in CEL)."""
-        ctx = cel.Context(variables={"device": device.cel_input()}, functions=_CEL_FUNCTIONS)
-        try:
-            result = self.program.execute(ctx)
-        except Exception as error:  # the CEL library raises KeyError, ValueError, TypeError...
-            raise ValueError(f"{self.where}: CEL runtime error: {error}") from None
-        if not isinstance(result, bool):
-            raise ValueError(f"{self.where}: CEL expression must return bool, got {result!r}")
-        return result
 
 
 def _selectors(items: list[api.DeviceSelector], obj: str, where: str) -> tuple[Selector, ...]:

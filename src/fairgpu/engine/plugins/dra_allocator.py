@@ -120,7 +120,8 @@ class Allocator:
                     f"request {req.result_name}: device class {req.class_name} does not exist"
                 )
             try:
-                hit = all(s.evaluate(device) for s in (*cls.selectors, *req.selectors))
+                variables = device.cel_input()
+                hit = all(s.evaluate(variables) for s in (*cls.selectors, *req.selectors))
             except ValueError as error:
                 raise AllocationError(str(error)) from None
             self.cache[key] = hit
