@@ -60,6 +60,9 @@ def test_all_mode_takes_every_matching_device_and_needs_them_free() -> None:
     assert sorted(devices_of(state, "all")) == ["g0", "g1"]
     assert not place(sched, state, claim_pod("p2", "one")).ok
     assert not place(sched, state, claim_pod("p3", "all2")).ok
+    none = f"device.attributes['{_drv()}'].index > 5"
+    state.dra.add(decode_dra(claim_doc("nothing", request("gpu", GPU_CLASS, 1, none, mode="All"))))
+    assert not place(sched, state, claim_pod("p4", "nothing")).ok  # All needs one device
 
 
 def test_class_and_request_selectors_both_apply() -> None:

@@ -6,7 +6,8 @@ Semantics follow ``k8s.io/dynamic-resource-allocation/structured``:
   itself (CEL, ``device.driver/attributes/capacity``) is true; a CEL runtime error (e.g. a
   missing attribute) aborts the attempt;
 * ``ExactCount`` takes ``count`` devices; ``All`` takes every matching device reachable from
-  the node, which must all be free (and fails if one of their pools is incomplete);
+  the node, which must all be free, at least one (and fails if one of their pools is
+  incomplete);
 * ``firstAvailable``: the first alternative for which the whole rest of the search succeeds;
 * ``matchAttribute`` constraints: all devices of the named requests (all requests if none are
   named) carry the attribute with one value;
@@ -145,6 +146,8 @@ class Allocator:
         return self._pick(u, ci, req, cands, 0, req.count)
 
     def _all(self, u: int, ci: int, req: RequestInfo, cands: list[DeviceInfo]) -> bool:
+        if not cands:
+            return False  # the API: "at least one device must exist on the node"
         for d in cands:
             if (d.driver, d.pool) in self.node.incomplete:
                 raise AllocationError(
