@@ -152,3 +152,31 @@ def test_bad_dra_object_names_file_and_field(tmp_path: Path) -> None:
     path.write_text(NODES + bad)
     with pytest.raises(WorkloadError, match=r"bad.yaml: DeviceClass broken: field spec.selectors"):
         load_kube_yaml([path])
+
+
+def gang_pod(name: str, group: str, size: int, template_name: str) -> str:
+    return (
+        pod(name, 0, 100, gpu=f"tpl:{template_name}")
+        .replace(
+            "  namespace: default\n",
+            f"  namespace: default\n  labels: {{fairgpu.io/pod-group: {group}}}\n",
+            1,
+        )
+        .replace("annotations:\n", f"annotations:\n    fairgpu.io/min-member: '{size}'\n", 1)
+    )
+
+
+def test_gang_of_claims_starts_whole_or_not_at_all(tmp_path: Path) -> None:
+    # Three GPUs are needed, two exist: no member may hold a device.
+    text = base() + template("one-gpu", gpus=1)
+    text += "".join(gang_pod(f"g{i}", "job", 3, "one-gpu") for i in range(3))
+    sim = run(tmp_path, text, until=50)
+    assert all(r.start is None for r in sim.records.values())
+    assert all(c.allocation is None for c in sim.cluster.dra.claims.values())
+    # Two members fit: both start, each with its own GPU.
+    text = base() + template("one-gpu", gpus=1)
+    text += "".join(gang_pod(f"g{i}", "job", 2, "one-gpu") for i in range(2))
+    sim = run(tmp_path, text, until=50)
+    assert all(r.start == 0.0 for r in sim.records.values())
+    devices = sorted(c.allocation[0].device for c in sim.cluster.dra.claims.values())
+    assert devices == ["gpu-0", "gpu-1"]
