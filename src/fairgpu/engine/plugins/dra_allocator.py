@@ -199,7 +199,7 @@ class Allocator:
     def _take(self, ci: int, req: RequestInfo, d: DeviceInfo) -> bool:
         if not req.admin and not self._free(d):
             return False
-        applied = []
+        applied: list[_Constraint] = []
         for con in self.state.constraints[ci]:
             if not con.applies(req):
                 continue

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairgpu.cluster.dra import ClaimAllocation, DraStore, PodChoice
+from fairgpu.cluster.dra import ClaimAllocation, DraStore, InUse, NodeDevices, PodChoice
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.framework import (
     SUCCESS,
@@ -37,7 +37,7 @@ from fairgpu.engine.plugins.dra_allocator import (
     Allocator,
     MatchCache,
 )
-from fairgpu.model.dra import RESERVED_FOR_MAX, ClaimInfo
+from fairgpu.model.dra import RESERVED_FOR_MAX, ClaimInfo, DeviceResult
 from fairgpu.model.pod import PodInfo
 
 CANNOT_ALLOCATE = "cannot allocate all claims"
@@ -129,7 +129,7 @@ class DynamicResources(PreFilterPlugin, FilterPlugin):
         unavailable = np.zeros(n, dtype=bool)
         choice = PodChoice()
         allocator = Allocator(pending, store.classes, self._cache, self.policy)
-        in_use = store.in_use(cluster) if pending else None
+        in_use = store.in_use(cluster) if pending else InUse()
         for idx, node in cluster.active_nodes():
             if pending:
                 view = store.node_devices(node.name, node.labels)
@@ -161,12 +161,11 @@ class DynamicResources(PreFilterPlugin, FilterPlugin):
         store.choices[uid] = choice
 
 
-def _pinned_node(results: tuple, view: object, node_name: str) -> str:
+def _pinned_node(results: tuple[DeviceResult, ...], view: NodeDevices, node_name: str) -> str:
     """kube-scheduler pins an allocation to the node when a device comes from a slice of that
     node; devices of ``allNodes`` slices leave it usable everywhere."""
-    slice_of = view.slice_of  # type: ignore[attr-defined]
     for r in results:
-        s = slice_of.get(r.key)
+        s = view.slice_of.get(r.key)
         if s is not None and s.node_name:
             return node_name
     return ""
