@@ -244,3 +244,34 @@ def test_capacity_selector_with_quantities() -> None:
     state.dra.add(decode_dra(claim_doc("c", request("gpu", GPU_CLASS, 1, cap))))
     assert place(scheduler(), state, claim_pod("p", "c")).ok
     assert devices_of(state, "c") == ["big"]
+
+
+def test_decision_renders_status_allocation_as_kube_scheduler_writes_it() -> None:
+    from fairgpu.api.dra import ResourceClaim
+    from fairgpu.api.objects import decode
+    from fairgpu.model.dra import claim_from_k8s
+
+    state = dra_cluster(["n1"], device_class(), TWO_GPUS, claim_doc("c", request(count=2)))
+    sched = scheduler("first-fit")
+    p = claim_pod("p", "c")
+    result = sched.schedule(p, state)
+    assert result.node is not None
+    (alloc,) = state.dra.decision(p.uid, result.node)
+    status = alloc.status()
+    assert status == {
+        "devices": {
+            "results": [
+                {"request": "gpu", "driver": _drv(), "pool": "n1", "device": "g0"},
+                {"request": "gpu", "driver": _drv(), "pool": "n1", "device": "g1"},
+            ]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+            ]
+        },
+    }
+    # Read back as a claim, it is the same allocation, pinned to the same node.
+    doc = claim_doc("c", request(count=2), status={"allocation": status})
+    back = claim_from_k8s(decode(doc, ResourceClaim))
+    assert back.allocation == alloc.results and back.node == "n1"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fairgpu.model.dra import (
     ClaimInfo,
@@ -41,6 +41,25 @@ class ClaimAllocation:
     claim: str  # namespace/name
     results: tuple[DeviceResult, ...]
     node: str = ""
+
+    def status(self) -> dict[str, Any]:
+        """``status.allocation`` as kube-scheduler writes it (resource.k8s.io/v1 JSON)."""
+        results = []
+        for r in self.results:
+            entry: dict[str, Any] = {
+                "request": r.request,
+                "driver": r.driver,
+                "pool": r.pool,
+                "device": r.device,
+            }
+            if r.admin:
+                entry["adminAccess"] = True
+            results.append(entry)
+        out: dict[str, Any] = {"devices": {"results": results}}
+        if self.node:
+            match = {"key": "metadata.name", "operator": "In", "values": [self.node]}
+            out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [match]}]}
+        return out
 
 
 @dataclass(slots=True)
