@@ -275,3 +275,22 @@ def test_decision_renders_status_allocation_as_kube_scheduler_writes_it() -> Non
     doc = claim_doc("c", request(count=2), status={"allocation": status})
     back = claim_from_k8s(decode(doc, ResourceClaim))
     assert back.allocation == alloc.results and back.node == "n1"
+
+
+def test_slice_selecting_nodes_by_label_follows_label_changes() -> None:
+    from tests.engine.engine_builders import node
+
+    by_label = slice_doc("pool", gpu("g0"), name="shared")
+    del by_label["spec"]["nodeName"]
+    by_label["spec"]["nodeSelector"] = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+        ]
+    }
+    state = dra_cluster(["n1"], device_class(), by_label, claim_doc("c"))
+    sched = scheduler()
+    assert not sched.schedule(claim_pod("p", "c"), state).ok
+    state.update_node(node("n1", labels={"rack": "r1"}))
+    result = place(sched, state, claim_pod("p2", "c"))
+    assert result.ok and devices_of(state, "c") == ["g0"]
+    assert state.dra.claims["default/c"].node == ""  # not pinned: the slice is not per node

@@ -105,7 +105,7 @@ class DraStore:
     version: int = 0
     slice_version: int = 0
     _generated: dict[tuple[str, str], str] = field(default_factory=dict)
-    _nodes: dict[str, tuple[int, NodeDevices]] = field(default_factory=dict)
+    _nodes: dict[str, tuple[int, NodeDevices, dict[str, str] | None]] = field(default_factory=dict)
     _devices: dict[DeviceKey, DeviceInfo] = field(default_factory=dict)
     _counters: dict[CounterKey, dict[str, int]] = field(default_factory=dict)
     _devices_version: int = -1
@@ -190,9 +190,10 @@ class DraStore:
         return [s for s in self.slices.values() if s.generation == newest[(s.driver, s.pool)]]
 
     def node_devices(self, node_name: str, labels: Mapping[str, str]) -> NodeDevices:
-        """The devices reachable from a node (cached until slices change)."""
+        """The devices reachable from a node (cached until slices change, or the node's
+        labels when a slice selects nodes by label)."""
         hit = self._nodes.get(node_name)
-        if hit is not None and hit[0] == self.slice_version:
+        if hit is not None and hit[0] == self.slice_version and hit[2] in (None, labels):
             return hit[1]
         if len(self._nodes) > 100_000:
             self._nodes.clear()
@@ -216,7 +217,8 @@ class DraStore:
                     ck = (s.driver, s.pool, set_name)
                     view.counters[ck] = counters.get(ck, {})
                     view.groups.setdefault(ck, []).append(d)
-        self._nodes[node_name] = (self.slice_version, view)
+        by_label = any(s.node_terms is not None for s in valid)
+        self._nodes[node_name] = (self.slice_version, view, dict(labels) if by_label else None)
         return view
 
     def effective(self, claim: ClaimInfo, cluster: ClusterState) -> ClaimAllocation | None:
