@@ -192,6 +192,14 @@ class Volume(_Base):
     rbd: RBDVolumeSource | None = None
 
 
+class PodResourceClaim(_Base):
+    """One entry of a pod's ``spec.resourceClaims`` (DRA): exactly one source is set."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
 class PodSpec(_Base):
     containers: list[Container] = []
     init_containers: list[Container] = []
@@ -207,6 +215,7 @@ class PodSpec(_Base):
     volumes: list[Volume] = []
     scheduling_gates: list[PodSchedulingGate] = []
     topology_spread_constraints: list[TopologySpreadConstraint] = []
+    resource_claims: list[PodResourceClaim] = []
 
 
 class PodCondition(_Base):

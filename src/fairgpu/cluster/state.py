@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairgpu.cluster.dra import DraStore
 from fairgpu.cluster.volumes import VolumeStore
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.node import NodeInfo
@@ -86,6 +87,7 @@ class ClusterState:
         self.volumes = VolumeStore()  # claims, volumes, classes, CSI nodes (adapters fill it)
         # Namespace name -> labels (for namespaceSelector); replaced, never mutated, on change.
         self.namespace_labels: dict[str, dict[str, str]] = {}
+        self.dra = DraStore()  # DRA classes, slices, claims, templates (adapters fill it)
 
     # ---- storage ------------------------------------------------------------------------
     def _grow(self, capacity: int) -> None:

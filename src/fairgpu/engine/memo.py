@@ -40,13 +40,14 @@ def labels_key(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[str, str], ..
 def memoisable(pod: PodInfo) -> bool:
     """May a failure of ``pod`` be reused for similar pods? Not when its fit depends on other
     pods through filters that run after ``GpuFit`` (inter-pod affinity, topology spread,
-    host ports, volumes), nor for a pod that failed to decode."""
+    host ports, volumes, DRA claims), nor for a pod that failed to decode."""
     return not (
         pod.has_pod_affinity
         or pod.spread_constraints
         or pod.host_ports
         or pod.claims
         or pod.disks
+        or pod.resource_claims
         or pod.error
     )
 

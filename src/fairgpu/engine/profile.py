@@ -12,7 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 TieBreak = Literal["random", "fixed-rank"]
 
-DEFAULT_PRE_FILTERS = ["SchedulingGates", "GpuRequestCheck", "VolumeRestrictions", "VolumeBinding"]
+DEFAULT_PRE_FILTERS = [
+    "SchedulingGates",
+    "GpuRequestCheck",
+    "VolumeRestrictions",
+    "VolumeBinding",
+    "DynamicResources",
+]
 DEFAULT_FILTERS = [
     "NodeUnschedulable",
     "NodeName",
@@ -27,6 +33,7 @@ DEFAULT_FILTERS = [
     "VolumeBinding",
     "VolumeZone",
     "PodTopologySpread",
+    "DynamicResources",
     "InterPodAffinity",
 ]
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from fairgpu.engine.framework import Plugin
 from fairgpu.engine.plugins import gpu_sharing as frag
+from fairgpu.engine.plugins.dra_packing import DynamicResourcesPacking
+from fairgpu.engine.plugins.dynamic_resources import DynamicResources
 from fairgpu.engine.plugins.gpu import (
     DeviceBestFit,
     DeviceRandom,
@@ -56,6 +58,8 @@ BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
     NodePorts,
     PodTopologySpread,
     *STORAGE_PLUGINS,
+    DynamicResources,
+    DynamicResourcesPacking,
     *frag.SCORE_PLUGINS,
 )
 BUILTIN_DEVICE_POLICIES: tuple[type[Plugin], ...] = (

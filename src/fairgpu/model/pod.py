@@ -11,6 +11,7 @@ from typing import Any
 from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.api.quantity import QuantityError, parse_quantity
+from fairgpu.model.dra import pod_claim_refs
 from fairgpu.model.gpu import DEFAULT_NAMES, NO_GPU, GpuRequest, GpuResourceNames, gpu_request_from
 from fairgpu.model.pod_constraints import (
     HostPort,
@@ -262,6 +263,8 @@ class PodInfo:
     # read-only): what the volume plugins read; empty for most pods, which they then skip.
     claims: tuple[str, ...] = ()
     disks: tuple[tuple[str, str, bool], ...] = ()
+    # spec.resourceClaims (DRA) as (name, resourceClaimName, resourceClaimTemplateName).
+    resource_claims: tuple[tuple[str, str, str], ...] = ()
     priority: int = 0
     priority_class: str = ""
     preemption_policy: str = "PreemptLowerPriority"
@@ -318,6 +321,7 @@ class PodInfo:
                 self.gpu.models,
                 self.claims,
                 self.disks,
+                self.resource_claims,
             )
         return self._static_key
 
@@ -450,6 +454,7 @@ def pod_from_k8s(
         preferred_anti_affinity=ppaa,
         claims=claims,
         disks=disks,
+        resource_claims=pod_claim_refs(spec.resource_claims, obj),
         priority=priority,
         priority_class=spec.priority_class_name,
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",

@@ -114,6 +114,8 @@ class Simulation:
         for obj in workload.extra.get("storage", ()):
             self.cluster.volumes.add(obj)
         settle(self.cluster.volumes)  # the PV controller's part: phases, Immediate claims
+        for obj in workload.extra.get("dra", ()):
+            self.cluster.dra.add(obj)
         self._events: list[tuple[float, int, int, str]] = []
         self._seq = 0
         self.records: dict[str, PodRecord] = {}
@@ -136,6 +138,9 @@ class Simulation:
             pod, self.tenant_of(pod), self.user_of(pod), arrival.arrival, arrival.duration
         )
         self._push(arrival.arrival, _ARRIVE, pod.uid)
+        if pod.resource_claims:  # kube-controller-manager's resourceclaim controller
+            refs = pod.resource_claims
+            self.cluster.dra.create_pod_claims(pod.uid, pod.name, pod.namespace, refs)
 
     def _group_key(self, pod: PodInfo) -> str:
         ref = self._group_of(pod)
@@ -198,6 +203,7 @@ class Simulation:
             # The engine already released its victims from the cluster; requeue them.
             if pod.uid in self.cluster.placements:
                 self.cluster.release(pod.uid)
+            self._release_claims(pod, requeue=True)
             self._leave_group(rec)
             self._charge_tenant(rec, -1)
             rec.preempted += 1
@@ -219,6 +225,10 @@ class Simulation:
             )
             self._charge_tenant(rec, +1)
             self._bind_volumes(bind.pod, bind.node_name)
+            if bind.pod.resource_claims:  # PreBind: status.allocation and reservedFor
+                p = bind.pod
+                slot = self.cluster.node_index[bind.node_name]
+                self.cluster.dra.commit(p.uid, p.namespace, p.resource_claims, slot)
             key = self._group_key(bind.pod)
             if key:
                 self.group_running.setdefault(key, set()).add(bind.pod.uid)
@@ -246,9 +256,19 @@ class Simulation:
         if int(run) != rec.run or uid not in self.cluster.placements:
             return  # stale: the pod was preempted after this completion was scheduled
         self.cluster.release(uid)
+        self._release_claims(rec.pod, requeue=False)
         self._leave_group(rec)
         self._charge_tenant(rec, -1)
         rec.end = self.now
+
+    def _release_claims(self, pod: PodInfo, requeue: bool) -> None:
+        """The pod stopped: its claims are no longer reserved for it (deallocated when no pod
+        reserves them); an evicted pod that waits again gets fresh claims from templates."""
+        if pod.resource_claims:
+            dra = self.cluster.dra
+            dra.release_pod(pod.uid, pod.namespace, pod.resource_claims)
+            if requeue:
+                dra.create_pod_claims(pod.uid, pod.name, pod.namespace, pod.resource_claims)
 
     def run(self) -> SimulationResult:
         """Run to the end of the workload (or ``until``) and return the result."""

@@ -5,9 +5,10 @@ Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Pods, Pr
 Deployments (expanded to their replicas) and PodGroups (scheduler-plugins
 ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the storage objects pods
 mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes; in
-``Workload.extra["storage"]``). Simulation-only annotations give each pod its timing:
-``fairgpu.io/arrival-seconds`` (default 0) and ``fairgpu.io/duration-seconds`` (default: runs
-until the end).
+``Workload.extra["storage"]``), and Dynamic Resource Allocation objects (DeviceClasses,
+ResourceSlices, ResourceClaims and templates; in ``Workload.extra["dra"]``). Simulation-only
+annotations give each pod its timing: ``fairgpu.io/arrival-seconds`` (default 0) and
+``fairgpu.io/duration-seconds`` (default: runs until the end).
 
 A malformed pod does not stop the replay: it is kept with its error and reported unschedulable.
 A Node field read only for GPU detail that cannot be read (``nvidia.com/gpu.memory: 16Gi``)
@@ -27,7 +28,9 @@ from typing import Any
 import yaml
 
 from fairgpu.api import objects as k8s
+from fairgpu.api.dra import DRA_KINDS
 from fairgpu.api.errors import InvalidObjectError
+from fairgpu.model.dra import DraObject, decode_dra
 from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, pod_from_k8s
@@ -109,6 +112,7 @@ class _Objects:
     ignored: dict[str, int] = field(default_factory=dict)
     storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSINodes
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels
+    dra: list[DraObject] = field(default_factory=list)  # classes, slices, claims, templates
 
 
 def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POOLS) -> Workload:
@@ -144,6 +148,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
             "node_problems": objects.problems,
             "storage": objects.storage,
             "namespace_labels": objects.namespaces,
+            "dra": objects.dra,
         },
     )
 
@@ -177,6 +182,8 @@ def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
         out.pod_groups[key] = min_member
     elif kind in STORAGE_KINDS:
         out.storage.append(decode_storage(doc))
+    elif kind in DRA_KINDS:
+        out.dra.append(decode_dra(doc))
     else:
         out.ignored[str(kind)] = out.ignored.get(str(kind), 0) + 1
 

@@ -1,0 +1,349 @@
+"""DraStore: DeviceClasses, ResourceSlices, ResourceClaims and templates, plus in-flight choices.
+
+Attached to :class:`ClusterState` as ``cluster.dra`` (like ``cluster.volumes``). The adapters
+fill it (the simulator from YAML, the live scheduler from watches); the engine reads it and,
+like kube-scheduler's assume cache, records the devices the DynamicResources filter chose for
+each pod on each feasible node (:class:`PodChoice`). Once the pod is placed that choice *is*
+the allocation: later pods see its devices as taken, and :meth:`DraStore.decision` gives the
+pre-bind step exactly what kube-scheduler writes to ``status.allocation`` (per result: request,
+driver, pool, device; and the node the allocation is pinned to) and ``status.reservedFor``.
+Choices of pods that are not (or no longer) placed are ignored, so discarded attempts need no
+cleanup here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from fairgpu.model.dra import (
+    ClaimInfo,
+    ClaimTemplateInfo,
+    DeviceClassInfo,
+    DeviceInfo,
+    DeviceResult,
+    DraObject,
+    SliceInfo,
+)
+
+if TYPE_CHECKING:
+    from fairgpu.cluster.state import ClusterState
+
+CounterKey = tuple[str, str, str]  # (driver, pool, counter set)
+DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    """The allocation of one claim: its device results and the node it is pinned to."""
+
+    claim: str  # namespace/name
+    results: tuple[DeviceResult, ...]
+    node: str = ""
+
+    def status(self) -> dict[str, Any]:
+        """``status.allocation`` as kube-scheduler writes it (resource.k8s.io/v1 JSON)."""
+        results = []
+        for r in self.results:
+            entry: dict[str, Any] = {
+                "request": r.request,
+                "driver": r.driver,
+                "pool": r.pool,
+                "device": r.device,
+            }
+            if r.admin:
+                entry["adminAccess"] = True
+            results.append(entry)
+        out: dict[str, Any] = {"devices": {"results": results}}
+        if self.node:
+            match = {"key": "metadata.name", "operator": "In", "values": [self.node]}
+            out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [match]}]}
+        return out
+
+
+@dataclass(slots=True)
+class PodChoice:
+    """For one pod: per feasible node slot, the allocation of each claim it had to allocate."""
+
+    node: dict[int, tuple[ClaimAllocation, ...]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class NodeDevices:
+    """What the allocator sees on one node: reachable devices in kube-scheduler's order
+    (pool, slice, device), counter totals per counter set, and pools it must not trust."""
+
+    devices: list[DeviceInfo] = field(default_factory=list)
+    counters: dict[CounterKey, dict[str, int]] = field(default_factory=dict)
+    incomplete: set[tuple[str, str]] = field(default_factory=set)
+    slice_of: dict[DeviceKey, SliceInfo] = field(default_factory=dict)
+    groups: dict[CounterKey, list[DeviceInfo]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InUse:
+    """Devices allocated (or chosen for placed pods) and counters they consume."""
+
+    devices: set[DeviceKey] = field(default_factory=set)
+    counters: dict[CounterKey, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class DraStore:
+    """DRA objects by key and the per-pod device choices of the current decisions.
+
+    ``version`` grows on every change (plugins cache derived data on it); ``slice_version``
+    only when slices change.
+    """
+
+    classes: dict[str, DeviceClassInfo] = field(default_factory=dict)
+    slices: dict[str, SliceInfo] = field(default_factory=dict)
+    claims: dict[str, ClaimInfo] = field(default_factory=dict)
+    templates: dict[str, ClaimTemplateInfo] = field(default_factory=dict)
+    choices: dict[str, PodChoice] = field(default_factory=dict)
+    version: int = 0
+    slice_version: int = 0
+    _generated: dict[tuple[str, str], str] = field(default_factory=dict)
+    _nodes: dict[str, tuple[int, NodeDevices, dict[str, str] | None]] = field(default_factory=dict)
+    _devices: dict[DeviceKey, DeviceInfo] = field(default_factory=dict)
+    _counters: dict[CounterKey, dict[str, int]] = field(default_factory=dict)
+    _devices_version: int = -1
+    _allocated: tuple[int, InUse] | None = None
+
+    # ---- updates (adapters) ------------------------------------------------------------
+    def add(self, obj: DraObject) -> None:
+        """Add or replace any decoded DRA object."""
+        if isinstance(obj, SliceInfo):
+            self.slices[obj.name] = obj
+            self.slice_version += 1
+        elif isinstance(obj, DeviceClassInfo):
+            self.classes[obj.name] = obj
+        elif isinstance(obj, ClaimInfo):
+            self.set_claim(obj)
+            return
+        else:
+            self.templates[obj.key] = obj
+        self.version += 1
+
+    def set_claim(self, claim: ClaimInfo) -> None:
+        """Add or replace a claim (indexing claims generated for a pod from a template)."""
+        self.claims[claim.key] = claim
+        if claim.owner_pod and claim.pod_claim:
+            self._generated[(claim.owner_pod, claim.pod_claim)] = claim.key
+        self.version += 1
+
+    def remove(self, kind: str, key: str) -> None:
+        """Forget object ``key`` of ``kind`` (class, slice, claim or template)."""
+        table: dict[str, object] = {
+            "class": self.classes,
+            "slice": self.slices,
+            "claim": self.claims,
+            "template": self.templates,
+        }[kind]  # type: ignore[assignment]
+        gone = table.pop(key, None)
+        if gone is None:
+            return
+        if isinstance(gone, ClaimInfo) and gone.owner_pod:
+            self._generated.pop((gone.owner_pod, gone.pod_claim), None)
+        if kind == "slice":
+            self.slice_version += 1
+        self.version += 1
+
+    # ---- queries (plugins) ---------------------------------------------------------------
+    def pod_claim(self, uid: str, namespace: str, ref: tuple[str, str, str]) -> ClaimInfo | None:
+        """The claim behind one ``spec.resourceClaims`` entry of pod ``uid`` (a template's
+        claim is the one generated for this pod), or None if it does not exist (yet)."""
+        name, claim_name, _template = ref
+        if claim_name:
+            return self.claims.get(f"{namespace}/{claim_name}")
+        key = self._generated.get((uid, name))
+        return self.claims.get(key) if key is not None else None
+
+    def device(self, key: DeviceKey) -> DeviceInfo | None:
+        """The device ``(driver, pool, name)`` in the newest generation of its pool."""
+        self._index()
+        return self._devices.get(key)
+
+    def counter_totals(self, key: CounterKey) -> dict[str, int]:
+        """The counters of counter set ``(driver, pool, set)`` (empty if unknown)."""
+        self._index()
+        return self._counters.get(key, {})
+
+    def _index(self) -> None:
+        if self._devices_version != self.slice_version:
+            valid = self._valid_slices()
+            self._devices = {d.key: d for s in valid for d in s.devices}
+            self._counters = {
+                (s.driver, s.pool, name): amounts
+                for s in valid
+                for name, amounts in s.counters.items()
+            }
+            self._devices_version = self.slice_version
+
+    def _valid_slices(self) -> list[SliceInfo]:
+        """Slices of each pool's newest generation (older ones are being replaced)."""
+        newest: dict[tuple[str, str], int] = {}
+        for s in self.slices.values():
+            pool = (s.driver, s.pool)
+            newest[pool] = max(newest.get(pool, s.generation), s.generation)
+        return [s for s in self.slices.values() if s.generation == newest[(s.driver, s.pool)]]
+
+    def node_devices(self, node_name: str, labels: Mapping[str, str]) -> NodeDevices:
+        """The devices reachable from a node (cached until slices change, or the node's
+        labels when a slice selects nodes by label)."""
+        hit = self._nodes.get(node_name)
+        if hit is not None and hit[0] == self.slice_version and hit[2] in (None, labels):
+            return hit[1]
+        if len(self._nodes) > 100_000:
+            self._nodes.clear()
+        view = NodeDevices()
+        valid = self._valid_slices()
+        seen: dict[tuple[str, str], int] = {}
+        counters: dict[CounterKey, dict[str, int]] = {}
+        for s in valid:
+            seen[(s.driver, s.pool)] = seen.get((s.driver, s.pool), 0) + 1
+            for name, amounts in s.counters.items():
+                counters[(s.driver, s.pool, name)] = amounts
+        for s in sorted(valid, key=lambda s: (s.driver, s.pool, s.name)):
+            if not s.reaches(node_name, labels):
+                continue
+            if seen[(s.driver, s.pool)] < s.slice_count:
+                view.incomplete.add((s.driver, s.pool))
+            for d in s.devices:
+                view.devices.append(d)
+                view.slice_of[d.key] = s
+                for set_name in d.consumes:
+                    ck = (s.driver, s.pool, set_name)
+                    view.counters[ck] = counters.get(ck, {})
+                    view.groups.setdefault(ck, []).append(d)
+        by_label = any(s.node_terms is not None for s in valid)
+        self._nodes[node_name] = (self.slice_version, view, dict(labels) if by_label else None)
+        return view
+
+    def effective(self, claim: ClaimInfo, cluster: ClusterState) -> ClaimAllocation | None:
+        """The claim's allocation: written in its status, or chosen for a placed pod."""
+        if claim.allocation is not None:
+            return ClaimAllocation(claim.key, claim.allocation, claim.node)
+        for uid, choice in self.choices.items():
+            placement = cluster.placements.get(uid)
+            if placement is None:
+                continue
+            for alloc in choice.node.get(placement.node, ()):
+                if alloc.claim == claim.key:
+                    return alloc
+        return None
+
+    def in_use(self, cluster: ClusterState) -> InUse:
+        """Devices allocated to claims (admin-access results excepted, as they do not take
+        the device) or chosen for placed pods, and the counters those devices consume."""
+        if self._allocated is None or self._allocated[0] != self.version:
+            base = InUse()
+            for claim in self.claims.values():
+                self._charge(base, claim.allocation or ())
+            self._allocated = (self.version, base)
+        base = self._allocated[1]
+        pending = [
+            alloc
+            for uid, choice in self.choices.items()
+            if (pl := cluster.placements.get(uid)) is not None
+            for alloc in choice.node.get(pl.node, ())
+            if (c := self.claims.get(alloc.claim)) is not None and c.allocation is None
+        ]
+        if not pending:
+            return base
+        out = InUse(set(base.devices), {k: dict(v) for k, v in base.counters.items()})
+        for alloc in pending:
+            self._charge(out, alloc.results)
+        return out
+
+    def _charge(self, into: InUse, results: Iterable[DeviceResult]) -> None:
+        for r in results:
+            if r.admin or r.key in into.devices:
+                continue
+            into.devices.add(r.key)
+            device = self.device(r.key)
+            if device is None:
+                continue
+            for set_name, amounts in device.consumes.items():
+                used = into.counters.setdefault((r.driver, r.pool, set_name), {})
+                for counter, amount in amounts.items():
+                    used[counter] = used.get(counter, 0) + amount
+
+    # ---- decisions -------------------------------------------------------------------------
+    def decision(self, uid: str, node: int) -> tuple[ClaimAllocation, ...]:
+        """What kube-scheduler's PreBind writes for pod ``uid`` placed on slot ``node``: each
+        claim it allocated, with results in order (request, driver, pool, device)."""
+        choice = self.choices.get(uid)
+        return choice.node.get(node, ()) if choice is not None else ()
+
+    def commit(
+        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], node: int
+    ) -> list[str]:
+        """Apply pod ``uid``'s choice on slot ``node`` as the pre-bind step does: write each
+        new allocation and add the pod to every claim's ``reservedFor``. Returns the claims
+        changed."""
+        allocs = {a.claim: a for a in self.decision(uid, node)}
+        changed = []
+        for ref in refs:
+            claim = self.pod_claim(uid, namespace, ref)
+            if claim is None:
+                continue
+            alloc = allocs.get(claim.key)
+            if alloc is not None and claim.allocation is None:
+                claim = replace(claim, allocation=alloc.results, node=alloc.node)
+            if uid not in claim.reserved_for:
+                claim = replace(claim, reserved_for=(*claim.reserved_for, uid))
+            self.set_claim(claim)
+            changed.append(claim.key)
+        self.choices.pop(uid, None)
+        return changed
+
+    def release_pod(self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]]) -> None:
+        """The pod is gone: drop it from ``reservedFor``; a claim nobody reserves any more is
+        deallocated (kube-controller-manager's resourceclaim controller), and a claim
+        generated for the pod is deleted with it."""
+        self.choices.pop(uid, None)
+        for ref in refs:
+            claim = self.pod_claim(uid, namespace, ref)
+            if claim is None:
+                continue
+            if claim.owner_pod == uid:
+                self.remove("claim", claim.key)
+                continue
+            left = tuple(u for u in claim.reserved_for if u != uid)
+            if left == claim.reserved_for:
+                continue
+            self.set_claim(
+                replace(
+                    claim,
+                    reserved_for=left,
+                    allocation=claim.allocation if left else None,
+                    node=claim.node if left else "",
+                )
+            )
+
+    def create_pod_claims(
+        self, uid: str, pod_name: str, namespace: str, refs: Iterable[tuple[str, str, str]]
+    ) -> list[str]:
+        """Create the claims of a pod's template references, as kube-controller-manager's
+        resourceclaim controller does (named ``<pod>-<claim>``, owned by the pod). A missing
+        template creates nothing: the pod then waits. Returns the claims created."""
+        made = []
+        for name, _claim, template in refs:
+            if not template or (uid, name) in self._generated:
+                continue
+            tpl = self.templates.get(f"{namespace}/{template}")
+            if tpl is None:
+                continue
+            claim = ClaimInfo(
+                namespace,
+                f"{pod_name}-{name}",
+                f"{uid}-{name}",
+                tpl.spec,
+                owner_pod=uid,
+                pod_claim=name,
+            )
+            self.set_claim(claim)
+            made.append(claim.key)
+        return made
