@@ -262,7 +262,7 @@ def node_info(
 
 def cluster(
     *nodes: NodeInfo,
-    placed: Iterable[tuple[PodInfo, str] | tuple[PodInfo, str, float]] = (),
+    placed: Iterable[tuple[PodInfo, str] | tuple[PodInfo, str, float]] | None = None,
 ) -> ClusterState:
     """A ``ClusterState`` of ``nodes`` (in order) with ``placed`` pods already running.
 
@@ -273,7 +273,7 @@ def cluster(
     state = ClusterState()
     for n in nodes:
         state.add_node(n)
-    for entry in placed:
+    for entry in placed or ():
         p, where = entry[0], entry[1]
         started = entry[2] if len(entry) == 3 else 0.0
         idx = state.node_index[where]
