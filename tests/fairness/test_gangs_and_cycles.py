@@ -13,13 +13,9 @@ from fairgpu.tenancy import parse_config
 from tests.builders import cluster, node_info, pod_info
 from tests.fairness.runner import gpus_by_namespace, run_until_idle
 
-GROUP = {"fairgpu.io/pod-group": "job"}
-
 
 def member(i: int, ns: str = "g", min_member: int = 4, **kw: Any) -> Any:
-    return pod_info(
-        f"m{i}", ns, labels=GROUP, annotations={"fairgpu.io/min-member": str(min_member)}, **kw
-    )
+    return pod_info(f"m{i}", ns, group="job", min_member=min_member, **kw)
 
 
 def test_partial_gang_is_never_bound() -> None:
@@ -80,10 +76,8 @@ def starving(reserve: bool) -> tuple[int | None, list[Any]]:
         "starvation": {"enabled": reserve, "reserveAfterSeconds": 10, "minGangPods": 8},
     }
     state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))
-    ann = {"fairgpu.io/duration-seconds": "20"}
     arrivals = [
-        (j * 0.5, pod_info(f"s{j}", "s", created=j * 0.5, annotations=ann), 20.0)
-        for j in range(300)
+        (j * 0.5, pod_info(f"s{j}", "s", created=j * 0.5, duration=20), 20.0) for j in range(300)
     ]
     arrivals += [(5.0, member(i, min_member=8, created=5.0), 30.0) for i in range(8)]
     results, _ = run_until_idle(Engine(tenancy=parse_config(config)), state, arrivals, 100)

@@ -15,8 +15,7 @@ from tests.builders import cluster, node_info, pod_info
 
 
 def _running(name: str, runtime: float | None, gpus: int = 1) -> PodInfo:
-    notes = {} if runtime is None else {"fairgpu.io/duration-seconds": str(runtime)}
-    return pod_info(name, "busy", gpus=gpus, annotations=notes)
+    return pod_info(name, "busy", gpus=gpus, duration=runtime)
 
 
 def _state():  # type: ignore[no-untyped-def]
@@ -53,10 +52,7 @@ def test_backfill_may_use_a_held_node_until_the_last_one_drains() -> None:
     drain = {0: 1000.0, 1: 50.0}
 
     def allowed(runtime: float | None) -> list[bool]:
-        notes = {} if runtime is None else {"fairgpu.io/duration-seconds": str(runtime)}
-        mask = backfill_mask(
-            pod_info("fill", "other", annotations=notes), state, [held], drain, 0.0
-        )
+        mask = backfill_mask(pod_info("fill", "other", duration=runtime), state, [held], drain, 0.0)
         return mask.tolist()
 
     # The held job starts at 1000 (when n1 drains): a 500 s pod on n2 delays nothing.
