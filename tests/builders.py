@@ -11,8 +11,10 @@
 Units follow the form: manifests take Kubernetes quantities (``cpu="500m"``,
 ``memory="1Gi"``); the direct builders take scheduler units (milli-CPU, bytes, milli-GPU,
 MiB). Keyword arguments that both forms share (``gpus``, ``labels``, ``annotations``,
-``priority``, ``created``, ``duration``, ``group``, ``min_member``, ``queue``, ``user``) mean
-the same thing in both.
+``priority``, ``duration``, ``group``, ``min_member``, ``queue``, ``user``) give the same
+``PodInfo`` fields either way (tests/test_builders.py checks that); ``created`` is the
+``PodInfo.created`` value itself for ``pod_info`` but seconds after ``EPOCH`` in a manifest,
+whose creationTimestamp is a date.
 """
 
 from __future__ import annotations
