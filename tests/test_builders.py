@@ -3,6 +3,8 @@ struct built directly give the same scheduler-visible fields for the same keywor
 
 from __future__ import annotations
 
+from typing import Any
+
 from fairgpu.model.pod import PodInfo
 from tests.builders import EPOCH, GI, cluster, k8s_node, k8s_pod, node_info, pod_info
 
@@ -12,7 +14,13 @@ def _seen(p: PodInfo) -> tuple[object, ...]:
 
 
 def test_a_decoded_pod_and_a_built_pod_agree() -> None:
-    common = {"group": "g", "min_member": 2, "queue": "q", "user": "u", "duration": 30}
+    common: dict[str, Any] = {
+        "group": "g",
+        "min_member": 2,
+        "queue": "q",
+        "user": "u",
+        "duration": 30,
+    }
     decoded = k8s_pod("p", "team-a", gpus=2, cpu="500m", memory="2Gi", priority=7, **common)
     built = pod_info("p", "team-a", gpus=2, cpu=500, memory=2 * GI, priority=7, **common)
     assert _seen(decoded) == _seen(built)
