@@ -24,15 +24,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "decision_latency"))
-sys.path.insert(0, str(ROOT / "tests" / "engine"))
+sys.path.insert(0, str(ROOT))
 
 import synthetic  # noqa: E402
-from engine_builders import cluster, node, pod  # noqa: E402
-from volume_builders import claims, load, pv_doc, pvc_doc, sc_doc  # noqa: E402
 
 from fairgpu.engine.policies import policy  # noqa: E402
 from fairgpu.engine.profile import Profile  # noqa: E402
 from fairgpu.engine.scheduler import Scheduler  # noqa: E402
+from tests.builders import cluster, k8s_node, k8s_pod  # noqa: E402
+from tests.engine.volume_builders import claims, load, pv_doc, pvc_doc, sc_doc  # noqa: E402
 
 VOLUME_PLUGINS = {"VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone"}
 
@@ -85,7 +85,7 @@ def no_claims(nodes: int, stream_size: int, rounds: int) -> dict[str, object]:
 
 def local_volumes(nodes: int, pods: int) -> dict[str, object]:
     """Pods with one WaitForFirstConsumer claim among two local volumes per node."""
-    state = cluster(*[node(f"n{i}") for i in range(nodes)])
+    state = cluster(*[k8s_node(f"n{i}") for i in range(nodes)])
     docs = [
         pv_doc(f"pv{i}-{k}", node=f"n{i}", size=f"{k + 1}Gi") for i in range(nodes) for k in (0, 1)
     ]
@@ -93,7 +93,7 @@ def local_volumes(nodes: int, pods: int) -> dict[str, object]:
     sched = Scheduler(Profile())
     lat = []
     for j in range(pods):
-        p = pod(f"p{j}", volumes=claims(f"c{j}"))
+        p = k8s_pod(f"p{j}", volumes=claims(f"c{j}"))
         t0 = time.perf_counter()
         result = sched.schedule(p, state)
         lat.append((time.perf_counter() - t0) * 1000)

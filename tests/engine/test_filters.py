@@ -6,17 +6,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from engine_builders import cluster, expr, feasible, node, node_affinity, pod, profile
 
 from fairgpu.engine.scheduler import Scheduler
+from tests.builders import cluster, expr, k8s_node, k8s_pod, node_affinity, taint
+from tests.engine.profiles import feasible, profile
 
 # ---- NodeAffinity: nodeSelector and required node affinity ---------------------------------------
 AFFINITY_NODES = [
-    node("n1", labels={"zone": "a", "disktype": "ssd", "gen": "3"}),
-    node("n2", labels={"zone": "b", "disktype": "hdd", "gen": "10"}),
-    node("n3", labels={"zone": "c", "gen": "x"}),
-    node("n4", labels={"gen": "1_000"}),
-    node("n5", labels={"gen": "-7", "zone": "A"}),
+    k8s_node("n1", labels={"zone": "a", "disktype": "ssd", "gen": "3"}),
+    k8s_node("n2", labels={"zone": "b", "disktype": "hdd", "gen": "10"}),
+    k8s_node("n3", labels={"zone": "c", "gen": "x"}),
+    k8s_node("n4", labels={"gen": "1_000"}),
+    k8s_node("n5", labels={"gen": "-7", "zone": "A"}),
 ]
 
 AFFINITY_CASES = [
@@ -132,21 +133,17 @@ AFFINITY_CASES = [
 @pytest.mark.parametrize(("spec", "expected"), AFFINITY_CASES)
 def test_node_affinity(spec: dict[str, Any], expected: list[str]) -> None:
     state = cluster(*AFFINITY_NODES)
-    assert feasible(["NodeAffinity"], pod(**spec), state) == expected
+    assert feasible(["NodeAffinity"], k8s_pod(**spec), state) == expected
 
 
 # ---- TaintToleration -----------------------------------------------------------------------------
-def taint(key: str, value: str, effect: str) -> dict[str, str]:
-    return {"key": key, "value": value, "effect": effect}
-
-
 TAINT_NODES = [
-    node("clean"),
-    node("nosched", taints=[taint("k", "v", "NoSchedule")]),
-    node("noexec", taints=[taint("k", "v", "NoExecute")]),
-    node("prefer", taints=[taint("k", "v", "PreferNoSchedule")]),
-    node("two", taints=[taint("a", "1", "NoSchedule"), taint("b", "2", "NoSchedule")]),
-    node("novalue", taints=[taint("gpu", "", "NoSchedule")]),
+    k8s_node("clean"),
+    k8s_node("nosched", taints=[taint("k", "v", "NoSchedule")]),
+    k8s_node("noexec", taints=[taint("k", "v", "NoExecute")]),
+    k8s_node("prefer", taints=[taint("k", "v", "PreferNoSchedule")]),
+    k8s_node("two", taints=[taint("a", "1", "NoSchedule"), taint("b", "2", "NoSchedule")]),
+    k8s_node("novalue", taints=[taint("gpu", "", "NoSchedule")]),
 ]
 ALL_TAINT_NODES = sorted(n.name for n in TAINT_NODES)
 
@@ -209,12 +206,12 @@ TAINT_CASES = [
 @pytest.mark.parametrize(("tolerations", "expected"), TAINT_CASES)
 def test_taint_toleration(tolerations: list[dict[str, str]], expected: list[str]) -> None:
     state = cluster(*TAINT_NODES)
-    assert feasible(["TaintToleration"], pod(tolerations=tolerations), state) == expected
+    assert feasible(["TaintToleration"], k8s_pod(tolerations=tolerations), state) == expected
 
 
 def test_untolerated_taint_reason_names_the_taint() -> None:
-    state = cluster(node("a", taints=[taint("dedicated", "infer", "NoExecute")]))
-    result = Scheduler(profile(["TaintToleration"])).schedule(pod(), state)
+    state = cluster(k8s_node("a", taints=[taint("dedicated", "infer", "NoExecute")]))
+    result = Scheduler(profile(["TaintToleration"])).schedule(k8s_pod(), state)
     assert result.reason() == (
         "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: infer}."
     )
@@ -239,8 +236,8 @@ def test_untolerated_taint_reason_names_the_taint() -> None:
     ],
 )
 def test_node_unschedulable(tolerations: list[dict[str, str]], expected: list[str]) -> None:
-    state = cluster(node("up"), node("cordoned", unschedulable=True))
-    assert feasible(["NodeUnschedulable"], pod(tolerations=tolerations), state) == expected
+    state = cluster(k8s_node("up"), k8s_node("cordoned", unschedulable=True))
+    assert feasible(["NodeUnschedulable"], k8s_pod(tolerations=tolerations), state) == expected
 
 
 @pytest.mark.parametrize(
@@ -249,20 +246,20 @@ def test_node_unschedulable(tolerations: list[dict[str, str]], expected: list[st
     ids=["unset", "named", "unknown-node"],
 )
 def test_node_name(node_name: str, expected: list[str]) -> None:
-    state = cluster(node("n1"), node("n2"))
-    assert feasible(["NodeName"], pod(nodeName=node_name), state) == expected
+    state = cluster(k8s_node("n1"), k8s_node("n2"))
+    assert feasible(["NodeName"], k8s_pod(nodeName=node_name), state) == expected
 
 
 def test_removed_node_is_never_feasible() -> None:
-    state = cluster(node("n1"), node("n2"))
+    state = cluster(k8s_node("n1"), k8s_node("n2"))
     state.remove_node("n1")
-    assert feasible(["NodeName"], pod(), state) == ["n2"]
-    assert feasible(["NodeName"], pod(nodeName="n1"), state) == []
+    assert feasible(["NodeName"], k8s_pod(), state) == ["n2"]
+    assert feasible(["NodeName"], k8s_pod(nodeName="n1"), state) == []
 
 
 # ---- NodeResourcesFit ----------------------------------------------------------------------------
 def busy(name: str, **requests: Any) -> Any:
-    return pod(name, requests=requests)
+    return k8s_pod(name, requests=requests)
 
 
 FIT_CASES = [
@@ -280,52 +277,52 @@ FIT_CASES = [
 @pytest.mark.parametrize(("requests", "expected"), FIT_CASES)
 def test_node_resources_fit(requests: dict[str, Any], expected: list[str]) -> None:
     state = cluster(
-        node(
+        k8s_node(
             "big",
             cpu="16",
             memory="64Gi",
             extra={"ephemeral-storage": "100Gi", "example.com/fpga": 2},
         ),
-        node("small", cpu="4", memory="8Gi"),
+        k8s_node("small", cpu="4", memory="8Gi"),
     )
-    assert feasible(["NodeResourcesFit"], pod(requests=requests), state) == expected
+    assert feasible(["NodeResourcesFit"], k8s_pod(requests=requests), state) == expected
 
 
 def test_placed_pods_reduce_free_resources() -> None:
     state = cluster(
-        node("n1", cpu="4"),
-        node("n2", cpu="4"),
+        k8s_node("n1", cpu="4"),
+        k8s_node("n2", cpu="4"),
         placed=[(busy("a", cpu="3"), "n1"), (busy("b", cpu="1"), "n2")],
     )
-    assert feasible(["NodeResourcesFit"], pod(requests={"cpu": "2"}), state) == ["n2"]
+    assert feasible(["NodeResourcesFit"], k8s_pod(requests={"cpu": "2"}), state) == ["n2"]
     state.release(state.node_pods[0]["default/a"].uid)
-    assert feasible(["NodeResourcesFit"], pod(requests={"cpu": "2"}), state) == ["n1", "n2"]
+    assert feasible(["NodeResourcesFit"], k8s_pod(requests={"cpu": "2"}), state) == ["n1", "n2"]
 
 
 def test_pod_count_limit() -> None:
-    state = cluster(node("n1", pods=2), node("n2", pods=3))
+    state = cluster(k8s_node("n1", pods=2), k8s_node("n2", pods=3))
     for i in range(2):
-        state.assign(pod(f"x{i}"), 0)
-        state.assign(pod(f"y{i}"), 1)
-    result = Scheduler(profile(["NodeResourcesFit"])).schedule(pod(), state)
+        state.assign(k8s_pod(f"x{i}"), 0)
+        state.assign(k8s_pod(f"y{i}"), 1)
+    result = Scheduler(profile(["NodeResourcesFit"])).schedule(k8s_pod(), state)
     assert result.node_name == "n2"
-    state.assign(pod("y2"), 1)
-    result = Scheduler(profile(["NodeResourcesFit"])).schedule(pod(), state)
+    state.assign(k8s_pod("y2"), 1)
+    result = Scheduler(profile(["NodeResourcesFit"])).schedule(k8s_pod(), state)
     assert result.reason() == "0/2 nodes are available: 2 Too many pods."
 
 
 def test_zero_request_fits_an_overcommitted_node() -> None:
     # kube-scheduler only checks resources the pod asks for.
-    state = cluster(node("n1", cpu="1"), placed=[(busy("hog", cpu="1"), "n1")])
+    state = cluster(k8s_node("n1", cpu="1"), placed=[(busy("hog", cpu="1"), "n1")])
     state.assign(busy("late", cpu="2"), 0)  # e.g. bound by another scheduler
-    assert feasible(["NodeResourcesFit"], pod(requests={"memory": "1Gi"}), state) == ["n1"]
-    assert feasible(["NodeResourcesFit"], pod(requests={"cpu": "1m"}), state) == []
+    assert feasible(["NodeResourcesFit"], k8s_pod(requests={"memory": "1Gi"}), state) == ["n1"]
+    assert feasible(["NodeResourcesFit"], k8s_pod(requests={"cpu": "1m"}), state) == []
 
 
 def test_every_insufficient_resource_is_reported() -> None:
-    state = cluster(node("n1", cpu="1", memory="1Gi"), node("n2", cpu="8", memory="1Gi"))
+    state = cluster(k8s_node("n1", cpu="1", memory="1Gi"), k8s_node("n2", cpu="8", memory="1Gi"))
     result = Scheduler(profile(["NodeResourcesFit"])).schedule(
-        pod(requests={"cpu": "2", "memory": "2Gi"}), state
+        k8s_pod(requests={"cpu": "2", "memory": "2Gi"}), state
     )
     assert result.reason() == (
         "0/2 nodes are available: 1 Insufficient cpu, 2 Insufficient memory."
@@ -335,16 +332,16 @@ def test_every_insufficient_resource_is_reported() -> None:
 # ---- InterPodAffinity ----------------------------------------------------------------------------
 def ipa_cluster(extra: list[tuple[Any, str]] | None = None) -> Any:
     nodes = [
-        node("n1", labels={"zone": "a"}),
-        node("n2", labels={"zone": "a"}),
-        node("n3", labels={"zone": "b"}),
-        node("n4", labels={"zone": "b"}),
-        node("n5"),
+        k8s_node("n1", labels={"zone": "a"}),
+        k8s_node("n2", labels={"zone": "a"}),
+        k8s_node("n3", labels={"zone": "b"}),
+        k8s_node("n4", labels={"zone": "b"}),
+        k8s_node("n5"),
     ]
     placed = [
-        (pod("web", labels={"app": "web", "tier": "front"}), "n1"),
-        (pod("db", labels={"app": "db"}), "n3"),
-        (pod("web2", namespace="other", labels={"app": "web2"}), "n4"),
+        (k8s_pod("web", labels={"app": "web", "tier": "front"}), "n1"),
+        (k8s_pod("db", labels={"app": "db"}), "n3"),
+        (k8s_pod("web2", namespace="other", labels={"app": "web2"}), "n4"),
         *(extra or []),
     ]
     return cluster(*nodes, placed=placed)
@@ -443,7 +440,7 @@ IPA_CASES = [
 def test_inter_pod_affinity(
     labels: dict[str, str], spec_affinity: dict[str, Any], expected: list[str]
 ) -> None:
-    incoming = pod("new", labels=labels, affinity=spec_affinity or None)
+    incoming = k8s_pod("new", labels=labels, affinity=spec_affinity or None)
     assert feasible(["InterPodAffinity"], incoming, ipa_cluster()) == expected
 
 
@@ -451,30 +448,33 @@ def test_affinity_terms_split_across_pods_do_not_count() -> None:
     # Zone b holds one pod per term but none matching both: kube-scheduler counts only pods
     # matching every term (podMatchesAllAffinityTerms), so only zone a qualifies.
     state = ipa_cluster(
-        [(pod("w3", labels={"app": "web"}), "n3"), (pod("f3", labels={"tier": "front"}), "n4")]
+        [
+            (k8s_pod("w3", labels={"app": "web"}), "n3"),
+            (k8s_pod("f3", labels={"tier": "front"}), "n4"),
+        ]
     )
-    incoming = pod(
+    incoming = k8s_pod(
         "new", affinity=affinity(term("zone", {"app": "web"}), term("zone", {"tier": "front"}))
     )
     assert feasible(["InterPodAffinity"], incoming, state) == ["n1", "n2"]
 
 
 def test_existing_pods_anti_affinity_is_symmetric() -> None:
-    loner = pod("loner", labels={"app": "loner"}, affinity=anti(term(HOST, {"app": "web"})))
-    zonal = pod("zonal", affinity=anti(term("zone", {"role": "batch"})))
+    loner = k8s_pod("loner", labels={"app": "loner"}, affinity=anti(term(HOST, {"app": "web"})))
+    zonal = k8s_pod("zonal", affinity=anti(term("zone", {"role": "batch"})))
     state = ipa_cluster([(loner, "n3"), (zonal, "n2")])
-    assert feasible(["InterPodAffinity"], pod("w", labels={"app": "web"}), state) == [
+    assert feasible(["InterPodAffinity"], k8s_pod("w", labels={"app": "web"}), state) == [
         "n1",
         "n2",
         "n4",
         "n5",
     ]
-    assert feasible(["InterPodAffinity"], pod("b", labels={"role": "batch"}), state) == [
+    assert feasible(["InterPodAffinity"], k8s_pod("b", labels={"role": "batch"}), state) == [
         "n3",
         "n4",
         "n5",
     ]
-    assert feasible(["InterPodAffinity"], pod("x", labels={"app": "other"}), state) == [
+    assert feasible(["InterPodAffinity"], k8s_pod("x", labels={"app": "other"}), state) == [
         "n1",
         "n2",
         "n3",
@@ -484,9 +484,9 @@ def test_existing_pods_anti_affinity_is_symmetric() -> None:
 
 
 def test_affinity_reasons_count_each_node_once() -> None:
-    loner = pod("loner", labels={"app": "loner"}, affinity=anti(term("zone", {"app": "web"})))
+    loner = k8s_pod("loner", labels={"app": "loner"}, affinity=anti(term("zone", {"app": "web"})))
     state = ipa_cluster([(loner, "n3")])  # zone b refuses web pods
-    incoming = pod(
+    incoming = k8s_pod(
         "w",
         labels={"app": "web"},
         affinity=affinity(term("zone", {"app": "db"})) | anti(term(HOST, {"app": "db"})),
@@ -503,16 +503,16 @@ def test_affinity_reasons_count_each_node_once() -> None:
 # ---- all filters together and the Diagnosis message ----------------------------------------------
 def test_diagnosis_attributes_each_node_to_its_first_failing_filter() -> None:
     state = cluster(
-        node("cordoned", unschedulable=True),
-        node("tainted", taints=[taint("gpu", "a100", "NoSchedule")]),
-        node("wrong-zone", labels={"zone": "b"}),
-        node("small", labels={"zone": "a"}, cpu="1"),
-        node("small2", labels={"zone": "a"}, cpu="1", unschedulable=True),
+        k8s_node("cordoned", unschedulable=True),
+        k8s_node("tainted", taints=[taint("gpu", "a100", "NoSchedule")]),
+        k8s_node("wrong-zone", labels={"zone": "b"}),
+        k8s_node("small", labels={"zone": "a"}, cpu="1"),
+        k8s_node("small2", labels={"zone": "a"}, cpu="1", unschedulable=True),
     )
     sched = Scheduler(
         profile(["NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodeResourcesFit"])
     )
-    result = sched.schedule(pod(requests={"cpu": "2"}, nodeSelector={"zone": "a"}), state)
+    result = sched.schedule(k8s_pod(requests={"cpu": "2"}, nodeSelector={"zone": "a"}), state)
     assert not result.ok
     assert result.reason() == (
         "0/5 nodes are available: "
@@ -525,17 +525,17 @@ def test_diagnosis_attributes_each_node_to_its_first_failing_filter() -> None:
 
 
 def test_diagnosis_on_an_empty_cluster() -> None:
-    result = Scheduler(profile(["NodeResourcesFit"])).schedule(pod(), cluster())
+    result = Scheduler(profile(["NodeResourcesFit"])).schedule(k8s_pod(), cluster())
     assert result.reason() == "0/0 nodes are available: no nodes in the cluster."
 
 
 def test_diagnosis_ignores_removed_nodes_and_counts_restrict() -> None:
-    state = cluster(node("n1"), node("n2"), node("gone"))
+    state = cluster(k8s_node("n1"), k8s_node("n2"), k8s_node("gone"))
     state.remove_node("gone")
     restrict = np.zeros(state.size, dtype=bool)
     restrict[0] = True
     result = Scheduler(profile(["NodeResourcesFit"])).schedule(
-        pod(requests={"cpu": "100"}), state, restrict=restrict
+        k8s_pod(requests={"cpu": "100"}), state, restrict=restrict
     )
     assert result.reason() == (
         "0/2 nodes are available: 1 Insufficient cpu, "
@@ -547,16 +547,16 @@ def test_invalid_pod_reports_its_decode_error() -> None:
     from fairgpu.model.pod import invalid_pod
 
     bad = invalid_pod({"metadata": {"name": "x"}}, ValueError("Pod default/x: field a: bad"))
-    result = Scheduler(profile(["NodeResourcesFit"])).schedule(bad, cluster(node("n1")))
+    result = Scheduler(profile(["NodeResourcesFit"])).schedule(bad, cluster(k8s_node("n1")))
     assert not result.ok
     assert result.reason() == "Pod default/x: field a: bad"
 
 
 def test_static_filter_cache_follows_node_changes() -> None:
-    state = cluster(node("n1", labels={"zone": "a"}), node("n2", labels={"zone": "b"}))
+    state = cluster(k8s_node("n1", labels={"zone": "a"}), k8s_node("n2", labels={"zone": "b"}))
     sched = Scheduler(profile(["NodeAffinity"]))
-    p = pod(nodeSelector={"zone": "a"})
+    p = k8s_pod(nodeSelector={"zone": "a"})
     assert sched.schedule(p, state).node_name == "n1"
-    state.update_node(node("n1", labels={"zone": "c"}))
-    state.update_node(node("n2", labels={"zone": "a"}))
-    assert sched.schedule(pod("q", nodeSelector={"zone": "a"}), state).node_name == "n2"
+    state.update_node(k8s_node("n1", labels={"zone": "c"}))
+    state.update_node(k8s_node("n2", labels={"zone": "a"}))
+    assert sched.schedule(k8s_pod("q", nodeSelector={"zone": "a"}), state).node_name == "n2"

@@ -17,7 +17,8 @@ from fairgpu.engine.engine import Engine
 from fairgpu.engine.plugins.pod_topology_spread import PodTopologySpread
 from fairgpu.engine.policies import policy
 from fairgpu.engine.scheduler import Scheduler
-from tests.engine.engine_builders import cluster, feasible, node, pod, profile
+from tests.builders import cluster, k8s_node, k8s_pod
+from tests.engine.profiles import feasible, profile
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -39,12 +40,13 @@ def spread(
 def zones(*layout: str) -> list[Any]:
     """Nodes n1.. in the given zones ('-' for a node without a zone label)."""
     return [
-        node(f"n{i}", labels={} if z == "-" else {ZONE: z}) for i, z in enumerate(layout, start=1)
+        k8s_node(f"n{i}", labels={} if z == "-" else {ZONE: z})
+        for i, z in enumerate(layout, start=1)
     ]
 
 
 def web(name: str, **kw: Any) -> Any:
-    return pod(name, labels={"app": "web"}, **kw)
+    return k8s_pod(name, labels={"app": "web"}, **kw)
 
 
 # ---- filter -----------------------------------------------------------------------------------
@@ -56,7 +58,7 @@ def test_skew_counts_domains_and_self_match() -> None:
     incoming = web("new", topologySpreadConstraints=[spread()])
     assert feasible(["PodTopologySpread"], incoming, state) == ["n3"]
     # A pod its own selector does not match adds nothing: 2 - 0 = 2 > 1 still fails in a.
-    other = pod("x", labels={"app": "db"}, topologySpreadConstraints=[spread(skew=2)])
+    other = k8s_pod("x", labels={"app": "db"}, topologySpreadConstraints=[spread(skew=2)])
     assert feasible(["PodTopologySpread"], other, state) == ["n1", "n2", "n3"]
 
 
@@ -88,9 +90,9 @@ def test_node_affinity_policy_decides_which_domains_count() -> None:
     # Zone c holds no web pod but the pod's nodeSelector excludes it: with Honor (default) zone
     # c is not a domain, so the minimum is 1 (zone b); with Ignore it is 0.
     nodes = [
-        node("n1", labels={ZONE: "a", "pool": "x"}),
-        node("n2", labels={ZONE: "b", "pool": "x"}),
-        node("n3", labels={ZONE: "c", "pool": "y"}),
+        k8s_node("n1", labels={ZONE: "a", "pool": "x"}),
+        k8s_node("n2", labels={ZONE: "b", "pool": "x"}),
+        k8s_node("n3", labels={ZONE: "c", "pool": "y"}),
     ]
     placed = [(web("w1"), "n1"), (web("w2"), "n1"), (web("w3"), "n2")]
     state = cluster(*nodes, placed=placed)
@@ -106,8 +108,10 @@ def test_node_affinity_policy_decides_which_domains_count() -> None:
 
 def test_node_taints_policy_honor_drops_untolerated_domains() -> None:
     nodes = [
-        node("n1", labels={ZONE: "a"}),
-        node("n2", labels={ZONE: "b"}, taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}]),
+        k8s_node("n1", labels={ZONE: "a"}),
+        k8s_node(
+            "n2", labels={ZONE: "b"}, taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}]
+        ),
     ]
     state = cluster(*nodes, placed=[(web("w1"), "n1")])
     ignore = web("i", topologySpreadConstraints=[spread()])
@@ -118,11 +122,11 @@ def test_node_taints_policy_honor_drops_untolerated_domains() -> None:
 
 
 def test_match_label_keys_narrow_the_selector_to_the_pods_own_value() -> None:
-    old = [pod(f"o{i}", labels={"app": "web", "rev": "1"}) for i in range(2)]
+    old = [k8s_pod(f"o{i}", labels={"app": "web", "rev": "1"}) for i in range(2)]
     state = cluster(*zones("a", "b"), placed=[(old[0], "n1"), (old[1], "n1")])
-    plain = pod("p", labels={"app": "web", "rev": "2"}, topologySpreadConstraints=[spread()])
+    plain = k8s_pod("p", labels={"app": "web", "rev": "2"}, topologySpreadConstraints=[spread()])
     assert feasible(["PodTopologySpread"], plain, state) == ["n2"]
-    keyed = pod(
+    keyed = k8s_pod(
         "k",
         labels={"app": "web", "rev": "2"},
         topologySpreadConstraints=[spread(matchLabelKeys=["rev"])],
@@ -131,7 +135,7 @@ def test_match_label_keys_narrow_the_selector_to_the_pods_own_value() -> None:
 
 
 def test_only_pods_of_the_same_namespace_count() -> None:
-    state = cluster(*zones("a", "b"), placed=[(pod("w", "other", labels={"app": "web"}), "n1")])
+    state = cluster(*zones("a", "b"), placed=[(k8s_pod("w", "other", labels={"app": "web"}), "n1")])
     incoming = web("new", topologySpreadConstraints=[spread()])
     assert feasible(["PodTopologySpread"], incoming, state) == ["n1", "n2"]
 
@@ -202,7 +206,7 @@ def test_system_default_constraints_apply_to_controller_pods_only() -> None:
     bare = web("bare")
     assert _scores(bare, state) == [0.0, 0.0]  # no constraints at all: no preference
 
-    owned = pod(
+    owned = k8s_pod(
         "owned",
         labels={"app": "web"},
     )
@@ -239,20 +243,20 @@ def ports(*items: dict[str, Any], init_sidecar: bool = False) -> dict[str, Any]:
 )
 def test_node_ports(existing: dict[str, Any], wanted: dict[str, Any], ok: bool) -> None:
     def with_ports(name: str, spec: dict[str, Any]) -> Any:
-        return pod(name, **ports({"containerPort": 8080, **spec}))
+        return k8s_pod(name, **ports({"containerPort": 8080, **spec}))
 
-    state = cluster(node("n1"), node("n2"), placed=[(with_ports("a", existing), "n1")])
+    state = cluster(k8s_node("n1"), k8s_node("n2"), placed=[(with_ports("a", existing), "n1")])
     expected = ["n1", "n2"] if ok else ["n2"]
     assert feasible(["NodePorts"], with_ports("b", wanted), state) == expected
 
 
 def test_sidecar_ports_count_and_plain_init_ports_do_not() -> None:
-    sidecar = pod(
+    sidecar = k8s_pod(
         "s",
         **ports({"containerPort": 1, "hostPort": 90}, init_sidecar=True),
         containers=[{"name": "m"}],
     )
-    plain = pod(
+    plain = k8s_pod(
         "i", initContainers=[{"name": "c", "ports": [{"containerPort": 1, "hostPort": 91}]}]
     )
     assert [p.port for p in sidecar.host_ports] == [90]
@@ -264,23 +268,25 @@ def test_sidecar_ports_count_and_plain_init_ports_do_not() -> None:
 
 @pytest.mark.parametrize("ordering", ["fair", "kube-default"])
 def test_gated_pods_are_not_scheduled_nor_counted(ordering: str) -> None:
-    state = cluster(node("n1"))
-    gated = pod("g", schedulingGates=[{"name": "example.com/wait"}, {"name": "b"}])
-    free = pod("f")
+    state = cluster(k8s_node("n1"))
+    gated = k8s_pod("g", schedulingGates=[{"name": "example.com/wait"}, {"name": "b"}])
+    free = k8s_pod("f")
     engine = Engine(policy("spread"), ordering=ordering)  # type: ignore[arg-type]
     out = engine.cycle(state, [gated, free], 0.0)
     assert [b.pod.name for b in out.binds] == ["f"]
     reasons = {u.pod.name: u.reason for u in out.unschedulable}
     assert reasons == {"g": "waiting for scheduling gates: [example.com/wait b]"}
     # Gates removed: the next cycle binds it.
-    ungated = pod("g")
+    ungated = k8s_pod("g")
     out = engine.cycle(state, [ungated], 1.0)
     assert [b.pod.name for b in out.binds] == ["g"]
 
 
 def test_scheduler_refuses_a_gated_pod_directly() -> None:
-    state = cluster(node("n1"))
-    result = Scheduler(policy("spread")).schedule(pod("g", schedulingGates=[{"name": "x"}]), state)
+    state = cluster(k8s_node("n1"))
+    result = Scheduler(policy("spread")).schedule(
+        k8s_pod("g", schedulingGates=[{"name": "x"}]), state
+    )
     assert not result.ok and "scheduling gates" in result.reason()
 
 
@@ -293,10 +299,12 @@ def aff_term(sel: dict[str, str], key: str = HOST, **kw: Any) -> dict[str, Any]:
 
 def test_namespace_selector_uses_namespace_labels() -> None:
     state = cluster(
-        node("n1"), node("n2"), placed=[(pod("a", "team-a", labels={"app": "db"}), "n1")]
+        k8s_node("n1"),
+        k8s_node("n2"),
+        placed=[(k8s_pod("a", "team-a", labels={"app": "db"}), "n1")],
     )
     term = aff_term({"app": "db"}, namespaceSelector={"matchLabels": {"tier": "prod"}})
-    incoming = pod(
+    incoming = k8s_pod(
         "p", affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
     )
     # team-a unknown/unlabelled: no pod matches, and the incoming pod does not match itself.
@@ -309,7 +317,7 @@ def test_namespace_selector_uses_namespace_labels() -> None:
         namespaceSelector={"matchLabels": {"kubernetes.io/metadata.name": "team-a"}},
     )
     state.namespace_labels = {}
-    anti = pod(
+    anti = k8s_pod(
         "q",
         affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [by_name]}},
     )
@@ -318,11 +326,11 @@ def test_namespace_selector_uses_namespace_labels() -> None:
 
 def test_match_and_mismatch_label_keys() -> None:
     placed = [
-        (pod("v1", labels={"app": "web", "rev": "1"}), "n1"),
-        (pod("v2", labels={"app": "web", "rev": "2"}), "n2"),
+        (k8s_pod("v1", labels={"app": "web", "rev": "1"}), "n1"),
+        (k8s_pod("v2", labels={"app": "web", "rev": "2"}), "n2"),
     ]
-    state = cluster(node("n1"), node("n2"), node("n3"), placed=placed)
-    match = pod(
+    state = cluster(k8s_node("n1"), k8s_node("n2"), k8s_node("n3"), placed=placed)
+    match = k8s_pod(
         "m",
         labels={"app": "web", "rev": "2"},
         affinity={
@@ -334,7 +342,7 @@ def test_match_and_mismatch_label_keys() -> None:
         },
     )
     assert feasible(["InterPodAffinity"], match, state) == ["n1", "n3"]
-    mismatch = pod(
+    mismatch = k8s_pod(
         "x",
         labels={"app": "web", "rev": "2"},
         affinity={
@@ -349,10 +357,10 @@ def test_match_and_mismatch_label_keys() -> None:
 
 
 def test_a_gated_pod_preempts_nobody() -> None:
-    state = cluster(node("n1", cpu="1"))
-    low = pod("low", requests={"cpu": "1"}, priority=0)
+    state = cluster(k8s_node("n1", cpu="1"))
+    low = k8s_pod("low", requests={"cpu": "1"}, priority=0)
     state.assign(low, 0)
-    gated = pod("high", requests={"cpu": "1"}, priority=1000, schedulingGates=[{"name": "x"}])
+    gated = k8s_pod("high", requests={"cpu": "1"}, priority=1000, schedulingGates=[{"name": "x"}])
     engine = Engine(policy("spread"), ordering="kube-default")
     out = engine.cycle(state, [gated], 0.0)
     assert out.evictions == [] and out.binds == []
@@ -362,10 +370,10 @@ def test_a_gated_pod_preempts_nobody() -> None:
 @pytest.mark.parametrize("ordering", ["fair", "kube-default"])
 def test_a_port_conflict_is_not_borrowed_by_a_pod_without_ports(ordering: str) -> None:
     # The cycle reuses a failure for pods of the same shape; a host port is part of it.
-    state = cluster(node("n1"))
-    state.assign(pod("holder", **ports({"containerPort": 1, "hostPort": 80})), 0)
-    clash = pod("clash", requests={"cpu": "1"}, **ports({"containerPort": 1, "hostPort": 80}))
-    plain = pod("plain", requests={"cpu": "1"})
+    state = cluster(k8s_node("n1"))
+    state.assign(k8s_pod("holder", **ports({"containerPort": 1, "hostPort": 80})), 0)
+    clash = k8s_pod("clash", requests={"cpu": "1"}, **ports({"containerPort": 1, "hostPort": 80}))
+    plain = k8s_pod("plain", requests={"cpu": "1"})
     plain.created = clash.created + 1  # tried after the clash in both orderings
     engine = Engine(policy("spread"), ordering=ordering)  # type: ignore[arg-type]
     out = engine.cycle(state, [clash, plain], 0.0)
@@ -375,8 +383,8 @@ def test_a_port_conflict_is_not_borrowed_by_a_pod_without_ports(ordering: str) -
 def test_a_spread_failure_clears_when_a_matching_pod_lands_elsewhere() -> None:
     # Zone b's node has room for small pods only: the spread pod fails in zone a (1 + 1 - 0).
     state = cluster(
-        node("n1", labels={ZONE: "a"}),
-        node("n2", cpu="1", labels={ZONE: "b"}),
+        k8s_node("n1", labels={ZONE: "a"}),
+        k8s_node("n2", cpu="1", labels={ZONE: "b"}),
         placed=[(web("w1"), "n1")],
     )
     big = web("big", requests={"cpu": "2"}, topologySpreadConstraints=[spread()])
@@ -392,7 +400,7 @@ def test_pod_indexes_match_a_full_scan_under_churn() -> None:
     from fairgpu.model.selectors import LabelSelector
 
     rng = random.Random(3)
-    state = cluster(*[node(f"n{i}", labels={ZONE: "ab"[i % 2]}) for i in range(6)])
+    state = cluster(*[k8s_node(f"n{i}", labels={ZONE: "ab"[i % 2]}) for i in range(6)])
     anti = {
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -414,10 +422,10 @@ def test_pod_indexes_match_a_full_scan_under_churn() -> None:
             name = f"n{rng.randrange(6)}"
             placed = [u for u in placed if state.node(state.placements[u].node).name != name]
             state.remove_node(name)
-            state.add_node(node(name, labels={ZONE: "c"}))
+            state.add_node(k8s_node(name, labels={ZONE: "c"}))
         else:
             app = rng.choice(["web", "db"])
-            p = pod(f"p{i}", labels={"app": app}, affinity=anti if rng.random() < 0.3 else None)
+            p = k8s_pod(f"p{i}", labels={"app": app}, affinity=anti if rng.random() < 0.3 else None)
             state.assign(p, rng.choice([s for s, _ in state.active_nodes()]))
             placed.append(p.uid)
         counts = matching_counts(state, (sel,), lambda p: sel.matches(p.labels))

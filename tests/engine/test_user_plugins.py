@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine_builders import cluster, node, pod, profile
 
 from fairgpu.engine.registry import default_registry
 from fairgpu.engine.scheduler import Scheduler
+from tests.builders import cluster, k8s_node, k8s_pod
+from tests.engine.profiles import profile
 
 HERE = Path(__file__).parent
 EXAMPLES = HERE.parents[1] / "examples" / "plugins"
@@ -24,10 +25,10 @@ def importable(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def disks() -> object:
     return cluster(
-        node("ssd-1", labels={"disktype": "ssd", "rack": "r2"}),
-        node("hdd-1", labels={"disktype": "hdd", "rack": "r1"}),
-        node("ssd-2", labels={"disktype": "ssd", "rack": "r1"}),
-        node("plain", labels={"rack": "r1"}),
+        k8s_node("ssd-1", labels={"disktype": "ssd", "rack": "r2"}),
+        k8s_node("hdd-1", labels={"disktype": "hdd", "rack": "r1"}),
+        k8s_node("ssd-2", labels={"disktype": "ssd", "rack": "r1"}),
+        k8s_node("plain", labels={"rack": "r1"}),
     )
 
 
@@ -41,7 +42,7 @@ FILTERS = ["NodeUnschedulable", "NodeResourcesFit"]
 )
 def test_module_class_name_in_profile(importable: None, disks: object, name: str) -> None:
     sched = Scheduler(profile([*FILTERS, name], {"NodeResourcesFit": 1}), seed=1)
-    chosen = {sched.schedule(pod(f"p{i}"), disks).node_name for i in range(20)}
+    chosen = {sched.schedule(k8s_pod(f"p{i}"), disks).node_name for i in range(20)}
     assert chosen == {"ssd-1", "ssd-2"}
 
 
@@ -51,7 +52,7 @@ def test_user_score_plugin_with_arguments(importable: None, disks: object) -> No
         {"plugins_example:PreferRack": 1},
         plugin_args={"plugins_example:PreferRack": {"rack": "r1"}},
     )
-    assert Scheduler(prof).schedule(pod(), disks).node_name == "ssd-2"
+    assert Scheduler(prof).schedule(k8s_pod(), disks).node_name == "ssd-2"
 
 
 def test_example_plugin_arguments_and_reason(importable: None, disks: object) -> None:
@@ -59,7 +60,7 @@ def test_example_plugin_arguments_and_reason(importable: None, disks: object) ->
         [*FILTERS, "disktype_ssd:DiskTypeSsd"],
         plugin_args={"disktype_ssd:DiskTypeSsd": {"value": "nvme"}},
     )
-    result = Scheduler(prof).schedule(pod(), disks)
+    result = Scheduler(prof).schedule(k8s_pod(), disks)
     assert result.reason() == "0/4 nodes are available: 4 node(s) not labelled disktype=nvme."
 
 
@@ -69,11 +70,11 @@ def test_registered_short_name(importable: None, disks: object) -> None:
     reg = default_registry()
     reg.register("DiskTypeSsd", DiskTypeSsd)
     sched = Scheduler(profile([*FILTERS, "DiskTypeSsd"]), seed=0, registry=reg)
-    result = sched.schedule(pod(), disks)
+    result = sched.schedule(k8s_pod(), disks)
     assert result.node_name in {"ssd-1", "ssd-2"}
     # A plain mask without reasons is still explained, by the plugin's name.
     prof = profile(["NodeName", "DiskTypeSsd"])
-    none = Scheduler(prof, registry=reg).schedule(pod(nodeName="hdd-1"), disks)
+    none = Scheduler(prof, registry=reg).schedule(k8s_pod(nodeName="hdd-1"), disks)
     assert none.reason() == (
         "0/4 nodes are available: 1 node(s) rejected by DiskTypeSsd, "
         "3 node(s) didn't match the requested node name."
@@ -94,10 +95,10 @@ def test_static_user_filter_is_cached_per_pod_shape(importable: None, disks: obj
     reg.register("CountingSsd", Counting)
     sched = Scheduler(profile(["CountingSsd"]), registry=reg)
     for i in range(5):
-        sched.schedule(pod(f"p{i}"), disks)
+        sched.schedule(k8s_pod(f"p{i}"), disks)
     assert calls == 1
-    disks.add_node(node("ssd-3", labels={"disktype": "ssd"}))  # type: ignore[attr-defined]
-    sched.schedule(pod("q"), disks)
+    disks.add_node(k8s_node("ssd-3", labels={"disktype": "ssd"}))  # type: ignore[attr-defined]
+    sched.schedule(k8s_pod("q"), disks)
     assert calls == 2
 
 
@@ -153,11 +154,11 @@ def test_lifecycle_hooks_are_called(importable: None, disks: object) -> None:
     reg = default_registry()
     reg.register("Recording", Recording)
     sched = Scheduler(profile(FILTERS, {"Recording": 1}), registry=reg)
-    sched.schedule(pod("a"), disks)
-    sched.schedule(pod("b"), disks)
+    sched.schedule(k8s_pod("a"), disks)
+    sched.schedule(k8s_pod("b"), disks)
     assert seen == ["change", "reset", "observe a", "observe b"]
-    disks.add_node(node("ssd-3", labels={"disktype": "ssd"}))  # type: ignore[attr-defined]
-    sched.schedule(pod("c"), disks)
+    disks.add_node(k8s_node("ssd-3", labels={"disktype": "ssd"}))  # type: ignore[attr-defined]
+    sched.schedule(k8s_pod("c"), disks)
     assert seen[4:] == ["change", "reset", "observe c"]
 
 
@@ -186,6 +187,8 @@ def test_bad_plugin_arguments_are_clear_errors(importable: None) -> None:
 def test_raising_plugin_fails_only_that_pod(importable: None) -> None:
     from fairgpu.engine.framework import Code
 
-    result = Scheduler(profile(["plugins_example:Broken"])).schedule(pod(), cluster(node("a")))
+    result = Scheduler(profile(["plugins_example:Broken"])).schedule(
+        k8s_pod(), cluster(k8s_node("a"))
+    )
     assert result.code == Code.ERROR
     assert "boom" in result.reason()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_builders import cluster, node, pod
-from volume_builders import claims, csinode_doc, load, pv_doc, pvc_doc, sc_doc
 
 from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
@@ -17,6 +15,8 @@ from fairgpu.engine.profile import Profile
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.volumes import claim_from_k8s, volume_from_k8s
+from tests.builders import cluster, k8s_node, k8s_pod
+from tests.engine.volume_builders import claims, csinode_doc, load, pv_doc, pvc_doc, sc_doc
 
 VOLUME_PRE = ["VolumeRestrictions", "VolumeBinding"]
 VOLUME_FILTERS = ["VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone"]
@@ -43,18 +43,18 @@ def reason(p: PodInfo, state: ClusterState) -> str:
 
 def three_nodes(**placed: list[tuple[PodInfo, str]]) -> ClusterState:
     zones = {"a": "z1", "b": "z1", "c": "z2"}
-    nodes = [node(n, labels={"topology.kubernetes.io/zone": z}) for n, z in zones.items()]
+    nodes = [k8s_node(n, labels={"topology.kubernetes.io/zone": z}) for n, z in zones.items()]
     return cluster(*nodes, placed=placed.get("placed"))
 
 
 def user(name: str = "app", *names: str, **kw: object) -> PodInfo:
-    return pod(name, volumes=claims(*names), **kw)
+    return k8s_pod(name, volumes=claims(*names), **kw)
 
 
 # ---- VolumeBinding ---------------------------------------------------------------------------
 def test_pod_without_claims_passes_everywhere() -> None:
     state = three_nodes()
-    assert feasible(pod("plain"), state) == ["a", "b", "c"]
+    assert feasible(k8s_pod("plain"), state) == ["a", "b", "c"]
 
 
 def test_bound_claim_follows_its_volumes_node_affinity() -> None:
@@ -202,9 +202,9 @@ def test_zonal_volume_keeps_the_pod_in_its_zone() -> None:
 
 def test_volume_zone_lists_and_nodes_without_zone_labels() -> None:
     nodes = [
-        node("a", labels={"topology.kubernetes.io/zone": "z1"}),
-        node("b", labels={"failure-domain.beta.kubernetes.io/zone": "z3"}),
-        node("bare"),
+        k8s_node("a", labels={"topology.kubernetes.io/zone": "z1"}),
+        k8s_node("b", labels={"failure-domain.beta.kubernetes.io/zone": "z3"}),
+        k8s_node("bare"),
     ]
     state = load(
         cluster(*nodes),
@@ -262,9 +262,9 @@ def test_read_write_once_pod_claim_is_used_by_one_pod_only() -> None:
     ],
 )
 def test_conflicting_disks(mine: dict, theirs: dict, expected: list[str]) -> None:
-    holder = pod("holder", volumes=[{"name": "d", **theirs}])
+    holder = k8s_pod("holder", volumes=[{"name": "d", **theirs}])
     state = three_nodes(placed=[(holder, "a")])
-    new = pod("new", volumes=[{"name": "d", **mine}])
+    new = k8s_pod("new", volumes=[{"name": "d", **mine}])
     assert feasible(new, state) == expected
     if expected != ["a", "b", "c"]:
         _, results = scheduler().filter(new, state)

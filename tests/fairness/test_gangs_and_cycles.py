@@ -5,44 +5,43 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from fairness_builders import cluster, gpus_by_namespace, node, pod, run_until_idle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairgpu.engine.engine import Engine
 from fairgpu.tenancy import parse_config
-
-GROUP = {"fairgpu.io/pod-group": "job"}
+from tests.builders import cluster, node_info, pod_info
+from tests.fairness.runner import gpus_by_namespace, run_until_idle
 
 
 def member(i: int, ns: str = "g", min_member: int = 4, **kw: Any) -> Any:
-    return pod(
-        f"m{i}", ns, labels=GROUP, annotations={"fairgpu.io/min-member": str(min_member)}, **kw
-    )
+    return pod_info(f"m{i}", ns, group="job", min_member=min_member, **kw)
 
 
 def test_partial_gang_is_never_bound() -> None:
-    state = cluster(node("n1", gpus=3))
+    state = cluster(node_info("n1", gpus=3))
     eng = Engine()
     res = eng.cycle(state, [member(i) for i in range(4)], 0.0)
     assert not res.binds and not state.placements
     assert "only 3 of 4 needed members fit together" in res.unschedulable[0].reason
-    state = cluster(node("n1", gpus=2), node("n2", gpus=2))
+    state = cluster(node_info("n1", gpus=2), node_info("n2", gpus=2))
     res = eng.cycle(state, [member(i) for i in range(4)], 1.0)
     assert len(res.binds) == 4
 
 
 def test_gang_waits_for_all_members_and_for_its_podgroup() -> None:
-    state = cluster(node("n1"))
+    state = cluster(node_info("n1", gpus=8))
     res = Engine().cycle(state, [member(i) for i in range(3)], 0.0)
     assert not res.binds and "waiting for members" in res.unschedulable[0].reason
-    cosched = [pod(f"c{i}", "g", labels={"scheduling.x-k8s.io/pod-group": "pg"}) for i in range(2)]
+    cosched = [
+        pod_info(f"c{i}", "g", labels={"scheduling.x-k8s.io/pod-group": "pg"}) for i in range(2)
+    ]
     res = Engine().cycle(state, cosched, 0.0)
     assert not res.binds and "minMember unknown" in res.unschedulable[0].reason
     eng = Engine()
     eng.register_pod_groups({"g/pg": 2})
     volcano = [
-        pod(f"v{i}", "g", annotations={"scheduling.k8s.io/group-name": "pg"}) for i in range(2)
+        pod_info(f"v{i}", "g", annotations={"scheduling.k8s.io/group-name": "pg"}) for i in range(2)
     ]
     assert len(eng.cycle(state, volcano, 0.0).binds) == 2
 
@@ -50,7 +49,7 @@ def test_gang_waits_for_all_members_and_for_its_podgroup() -> None:
 def test_gang_below_min_member_is_released_after_the_timeout() -> None:
     eng = Engine(tenancy=parse_config({"gang": {"timeoutSeconds": 30}}))
     placed = [(member(i), "n1", 0.0) for i in range(2)]  # 2 of 4 survived, e.g. after a crash
-    state = cluster(node("n1", gpus=2), placed=placed)
+    state = cluster(node_info("n1", gpus=2), placed=placed)
     assert not eng.cycle(state, [], 10.0).evictions
     assert not eng.cycle(state, [], 39.0).evictions
     res = eng.cycle(state, [], 41.0)
@@ -59,13 +58,13 @@ def test_gang_below_min_member_is_released_after_the_timeout() -> None:
 
 
 def test_gang_reclaims_as_a_unit_or_not_at_all() -> None:
-    placed = [(pod(f"a{j}", "a"), "n1" if j < 8 else "n2", 0.0) for j in range(16)]
-    state = cluster(node("n1"), node("n2"), placed=placed)
+    placed = [(pod_info(f"a{j}", "a"), "n1" if j < 8 else "n2", 0.0) for j in range(16)]
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), placed=placed)
     res = Engine().cycle(state, [member(i, min_member=8) for i in range(8)], 10.0)
     assert len(res.binds) == 8 and len(res.evictions) == 8
     assert gpus_by_namespace(state) == {"a": 8, "g": 8}
     # Twelve members would need B above A afterwards: the whole gang waits, nothing evicted.
-    state = cluster(node("n1"), node("n2"), placed=placed)
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), placed=placed)
     res = Engine().cycle(state, [member(i, min_member=12) for i in range(12)], 10.0)
     assert not res.binds and not res.evictions and len(state.placements) == 16
 
@@ -76,10 +75,9 @@ def starving(reserve: bool) -> tuple[int | None, list[Any]]:
         "preemption": {"enabled": False},
         "starvation": {"enabled": reserve, "reserveAfterSeconds": 10, "minGangPods": 8},
     }
-    state = cluster(node("n1"), node("n2"))
-    ann = {"fairgpu.io/duration-seconds": "20"}
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))
     arrivals = [
-        (j * 0.5, pod(f"s{j}", "s", created=j * 0.5, annotations=ann), 20.0) for j in range(300)
+        (j * 0.5, pod_info(f"s{j}", "s", created=j * 0.5, duration=20), 20.0) for j in range(300)
     ]
     arrivals += [(5.0, member(i, min_member=8, created=5.0), 30.0) for i in range(8)]
     results, _ = run_until_idle(Engine(tenancy=parse_config(config)), state, arrivals, 100)
@@ -112,15 +110,17 @@ def test_no_preemption_cycle(holdings: list[int], weights: list[float], sizes: l
     config = parse_config(
         {"queues": [{"name": n, "weight": w} for n, w in zip(names, weights, strict=True)]}
     )
-    state = cluster(node("n1"), node("n2"), node("n3"))
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), node_info("n3", gpus=8))
     eng = Engine(tenancy=config)
     slots = iter(range(24))
     for qi, count in enumerate(holdings):
         for j in range(count):
             s = next(slots)
-            state.assign(pod(f"r{j}", names[qi]), s // 8, (s % 8,), started=0.0)
+            state.assign(pod_info(f"r{j}", names[qi]), s // 8, (s % 8,), started=0.0)
     pending = [
-        pod(f"p{j}", n, gpus=sizes[i], created=j) for i, n in enumerate(names) for j in range(6)
+        pod_info(f"p{j}", n, gpus=sizes[i], created=j)
+        for i, n in enumerate(names)
+        for j in range(6)
     ]
     first = eng.cycle(state, pending, 10.0)
     taken = {
@@ -150,20 +150,25 @@ def test_reclaim_rule_is_antisymmetric(
         {"queues": [{"name": "q", "weight": weights[0]}, {"name": "v", "weight": weights[1]}]}
     )
     eng = Engine(tenancy=config)
-    state = cluster(node("n1"), node("n2"), node("n3"), node("n4"))
+    state = cluster(
+        node_info("n1", gpus=8),
+        node_info("n2", gpus=8),
+        node_info("n3", gpus=8),
+        node_info("n4", gpus=8),
+    )
     slots = iter(range(32))
     victims = []
     for name, count in zip(("q", "v"), usage, strict=True):
         for j in range(count):
             s = next(slots)
-            p = pod(f"r{j}", name, gpus=1)
+            p = pod_info(f"r{j}", name, gpus=1)
             state.assign(p, s // 8, (s % 8,), started=0.0)
             if name == "v" and j < give:
                 victims.append(p)
     eng.book.sync(state)
     if len(victims) < give or sum(usage) - give + take > 32:
         return  # too few victims, or no room on the 32 GPUs for the preemptor's pods
-    vec = eng.book.pending_vector(pod("x", "q", gpus=take))
+    vec = eng.book.pending_vector(pod_info("x", "q", gpus=take))
     if not eng.reclaim_allowed("q", vec, victims):
         return
     for v in victims:  # apply the move
@@ -172,10 +177,10 @@ def test_reclaim_rule_is_antisymmetric(
     for j in range(take):
         free = np.argwhere(state.device_milli_free[: state.size] >= 1000)
         n, d = (int(x) for x in free[0])
-        p = pod(f"new{j}", "q", gpus=1)
+        p = pod_info(f"new{j}", "q", gpus=1)
         state.assign(p, n, (d,), started=1.0)
         placed.append(p)
     eng.book.sync(state)
     for k in range(1, len(placed) + 1):
-        back = eng.book.pending_vector(pod("y", "v", gpus=1))
+        back = eng.book.pending_vector(pod_info("y", "v", gpus=1))
         assert not eng.reclaim_allowed("v", back, placed[:k])

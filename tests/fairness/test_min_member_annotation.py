@@ -7,17 +7,17 @@ placed (neither alone nor as a member); it is not retried in a loop (unresolvabl
 from __future__ import annotations
 
 import pytest
-from fairness_builders import cluster, node, pod
 
 from fairgpu.engine.engine import Engine
 from fairgpu.tenancy import TenantResolver, parse_config
+from tests.builders import cluster, node_info, pod_info
 
 GROUP = {"fairgpu.io/pod-group": "job"}
 
 
 def members(value: str, n: int = 2) -> list:
     return [
-        pod(f"m{i}", "g", labels=GROUP, annotations={"fairgpu.io/min-member": value})
+        pod_info(f"m{i}", "g", labels=GROUP, annotations={"fairgpu.io/min-member": value})
         for i in range(n)
     ]
 
@@ -33,7 +33,7 @@ def members(value: str, n: int = 2) -> list:
     ],
 )
 def test_invalid_min_member_is_reported_on_each_pod(value: str, needle: str) -> None:
-    state = cluster(node("n1", gpus=8))
+    state = cluster(node_info("n1", gpus=8))
     result = Engine().cycle(state, members(value), 0.0)
     assert result.binds == [] and not state.placements
     reasons = {u.pod.name: u for u in result.unschedulable}
@@ -56,12 +56,12 @@ def test_invalid_annotation_does_not_fall_back_to_the_podgroup_object() -> None:
 
 
 def test_valid_min_member_still_forms_a_gang() -> None:
-    state = cluster(node("n1", gpus=8))
+    state = cluster(node_info("n1", gpus=8))
     result = Engine().cycle(state, members(" 2 "), 0.0)
     assert sorted(b.pod.name for b in result.binds) == ["m0", "m1"]
 
 
 def test_annotation_on_a_pod_without_a_group_is_ignored() -> None:
-    plain = pod("p", "g", annotations={"fairgpu.io/min-member": "abc"})
-    result = Engine().cycle(cluster(node("n1", gpus=8)), [plain], 0.0)
+    plain = pod_info("p", "g", annotations={"fairgpu.io/min-member": "abc"})
+    result = Engine().cycle(cluster(node_info("n1", gpus=8)), [plain], 0.0)
     assert [b.pod.name for b in result.binds] == ["p"]

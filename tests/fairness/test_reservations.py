@@ -5,27 +5,26 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from fairness_builders import cluster, node, pod
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.gang import Reservation, backfill_mask, choose_reservation, drain_estimate
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy import parse_config
+from tests.builders import cluster, node_info, pod_info
 
 
 def _running(name: str, runtime: float | None, gpus: int = 1) -> PodInfo:
-    notes = {} if runtime is None else {"fairgpu.io/duration-seconds": str(runtime)}
-    return pod(name, "busy", gpus=gpus, annotations=notes)
+    return pod_info(name, "busy", gpus=gpus, duration=runtime)
 
 
 def _state():  # type: ignore[no-untyped-def]
     # n1: one long pod (ends at 1000) and 7 idle GPUs; n2: four short pods (end at 50);
     # n3: one pod that never said how long it runs.
     return cluster(
-        node("n1"),
-        node("n2"),
-        node("n3"),
+        node_info("n1", gpus=8),
+        node_info("n2", gpus=8),
+        node_info("n3", gpus=8),
         placed=[
             (_running("long", 1000), "n1", 0.0),
             *((_running(f"short{i}", 50), "n2", 0.0) for i in range(4)),
@@ -37,7 +36,7 @@ def _state():  # type: ignore[no-untyped-def]
 def test_reservation_holds_the_node_that_drains_first() -> None:
     state = _state()
     assert [drain_estimate(state, i) for i in range(3)] == [1000, 50, np.inf]
-    job = [pod("big", "wait", gpus=8)]
+    job = [pod_info("big", "wait", gpus=8)]
     everywhere = np.ones(state.size, dtype=bool)
     rank = np.arange(state.size)
     chosen = choose_reservation(
@@ -53,8 +52,7 @@ def test_backfill_may_use_a_held_node_until_the_last_one_drains() -> None:
     drain = {0: 1000.0, 1: 50.0}
 
     def allowed(runtime: float | None) -> list[bool]:
-        notes = {} if runtime is None else {"fairgpu.io/duration-seconds": str(runtime)}
-        mask = backfill_mask(pod("fill", "other", annotations=notes), state, [held], drain, 0.0)
+        mask = backfill_mask(pod_info("fill", "other", duration=runtime), state, [held], drain, 0.0)
         return mask.tolist()
 
     # The held job starts at 1000 (when n1 drains): a 500 s pod on n2 delays nothing.
@@ -68,7 +66,7 @@ def _starved(state: ClusterState, label: Callable[[float], str] | None = None) -
         {"preemption": {"enabled": False}, "starvation": {"reserveAfterSeconds": 0}}
     )
     eng = Engine(tenancy=config, time_label=label)
-    big = pod("big", "wait", gpus=8)
+    big = pod_info("big", "wait", gpus=8)
     res = eng.cycle(state, [big], 10.0)
     assert not res.binds and res.reserved
     return next(u.reason for u in res.unschedulable if u.pod is big)
@@ -87,7 +85,7 @@ def test_a_held_job_is_told_where_and_until_when() -> None:
 
 
 def test_a_held_job_on_nodes_without_run_times_is_told_the_end_is_unknown() -> None:
-    state = cluster(node("n3"), placed=[(_running("open", None), "n3", 0.0)])
+    state = cluster(node_info("n3", gpus=8), placed=[(_running("open", None), "n3", 0.0)])
     assert _starved(state).endswith(
         "; GPUs are held for it on n3, "
         "when they free up is unknown (pods there declare no run time)"

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fairness_builders import cluster, gpus_by_namespace, node, pod, run_until_idle
 
 from fairgpu.engine.engine import Engine
 from fairgpu.model.pod import QOS_BEST_EFFORT, QOS_BURSTABLE, QOS_GUARANTEED
 from fairgpu.tenancy import parse_config
+from tests.builders import cluster, node_info, pod_info
+from tests.fairness.runner import gpus_by_namespace, run_until_idle
 
 
 def engine(config: dict[str, Any] | None = None, ordering: str = "fair") -> Engine:
@@ -19,13 +20,15 @@ def engine(config: dict[str, Any] | None = None, ordering: str = "fair") -> Engi
 
 def flood(ordering: str, priority_a: int = 0) -> dict[str, int]:
     """A submits 10x the pods of B, C, D (optionally at a higher priority), all at once."""
-    state = cluster(node("n1"), node("n2"))
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))
     pending = []
     for t in "abcd":
         count = 40 if t == "a" else 4
         prio = priority_a if t == "a" else 0
         first = 0.0 if t == "a" else 1.0  # A's burst was submitted a moment earlier
-        pending += [pod(f"{t}{j}", t, priority=prio, created=first + j / 100) for j in range(count)]
+        pending += [
+            pod_info(f"{t}{j}", t, priority=prio, created=first + j / 100) for j in range(count)
+        ]
     engine(ordering=ordering).cycle(state, pending, 0.0)
     return gpus_by_namespace(state)
 
@@ -41,24 +44,29 @@ def test_priority_never_moves_a_tenant_ahead() -> None:
 
 
 def test_priority_orders_pods_inside_their_own_queue() -> None:
-    state = cluster(node("n1", gpus=2))
-    pending = [pod("low", "a", priority=1, created=0), pod("high", "a", priority=9, created=5)]
-    pending += [pod("b0", "b", created=1), pod("b1", "b", created=2)]
+    state = cluster(node_info("n1", gpus=2))
+    pending = [
+        pod_info("low", "a", priority=1, created=0),
+        pod_info("high", "a", priority=9, created=5),
+    ]
+    pending += [pod_info("b0", "b", created=1), pod_info("b1", "b", created=2)]
     res = engine().cycle(state, pending, 0.0)
     assert sorted(b.pod.name for b in res.binds) == ["b0", "high"]
 
 
 def test_weights_split_three_to_one() -> None:
-    state = cluster(node("n1"), node("n2"))
-    pending = [pod(f"{t}{j}", t, created=j) for t in "ab" for j in range(20)]
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))
+    pending = [pod_info(f"{t}{j}", t, created=j) for t in "ab" for j in range(20)]
     engine({"queues": [{"name": "a", "weight": 3}, {"name": "b"}]}).cycle(state, pending, 0.0)
     assert gpus_by_namespace(state) == {"a": 12, "b": 4}
 
 
 def test_users_inside_a_queue_share_fairly() -> None:
-    state = cluster(node("n1", gpus=4))
-    many = [pod(f"m{j}", "q", labels={"fairgpu.io/user": "many"}, created=j) for j in range(10)]
-    few = [pod("f0", "q", labels={"fairgpu.io/user": "few"}, created=50)]
+    state = cluster(node_info("n1", gpus=4))
+    many = [
+        pod_info(f"m{j}", "q", labels={"fairgpu.io/user": "many"}, created=j) for j in range(10)
+    ]
+    few = [pod_info("f0", "q", labels={"fairgpu.io/user": "few"}, created=50)]
     res = engine().cycle(state, many + few, 0.0)
     assert "f0" in {b.pod.name for b in res.binds}
 
@@ -73,17 +81,17 @@ def test_departments_share_before_teams() -> None:
             {"name": "y1", "parent": "y"},
         ]
     }
-    state = cluster(node("n1"), node("n2"))
-    pending = [pod(f"{t}-{j}", t, created=j) for t in ("x1", "x2", "y1") for j in range(16)]
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))
+    pending = [pod_info(f"{t}-{j}", t, created=j) for t in ("x1", "x2", "y1") for j in range(16)]
     engine(config).cycle(state, pending, 0.0)
     assert gpus_by_namespace(state) == {"x1": 4, "x2": 4, "y1": 8}
 
 
 def test_late_arrival_reclaims_in_dynamic_mode_only() -> None:
     for mode in ("dynamic", "static"):
-        state = cluster(node("n1"), node("n2"))
-        arrivals = [(0.0, pod(f"a{j}", "a", created=j), 1e6) for j in range(30)]
-        arrivals += [(5.0, pod(f"b{j}", "b", created=10 + j), 1e6) for j in range(30)]
+        state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))
+        arrivals = [(0.0, pod_info(f"a{j}", "a", created=j), 1e6) for j in range(30)]
+        arrivals += [(5.0, pod_info(f"b{j}", "b", created=10 + j), 1e6) for j in range(30)]
         eng = engine({"mode": mode, "queues": [{"name": "a"}, {"name": "b"}]})
         results, avg = run_until_idle(eng, state, arrivals, 8)
         assert gpus_by_namespace(state) == {"a": 8, "b": 8}, mode
@@ -95,9 +103,9 @@ def test_late_arrival_reclaims_in_dynamic_mode_only() -> None:
 
 
 def test_static_mode_caps_at_nominal_quota() -> None:
-    state = cluster(node("n1"), node("n2"))
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))
     config = {"mode": "static", "queues": [{"name": "a", "quota": {"gpu": 3}}]}
-    res = engine(config).cycle(state, [pod(f"a{j}", "a", created=j) for j in range(10)], 0.0)
+    res = engine(config).cycle(state, [pod_info(f"a{j}", "a", created=j) for j in range(10)], 0.0)
     assert len(res.binds) == 3
     assert "above its nominal quota" in res.unschedulable[0].reason
 
@@ -109,20 +117,22 @@ def test_borrowing_limit_and_cohort_lending() -> None:
             {"name": "b", "cohort": "c", "quota": {"gpu": 4}, "lendingLimit": {"gpu": 1}},
         ]
     }
-    state = cluster(node("n1"), node("n2"))
-    res = engine(config).cycle(state, [pod(f"a{j}", "a", created=j) for j in range(10)], 0.0)
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))
+    res = engine(config).cycle(state, [pod_info(f"a{j}", "a", created=j) for j in range(10)], 0.0)
     # Nominal 4 + what B lends (1) although the borrowing limit would allow 2.
     assert len(res.binds) == 5
     assert any("cohort 'c' lends only" in u.reason for u in res.unschedulable)
 
 
 def test_namespace_gpu_cap_like_resourcequota() -> None:
-    state = cluster(node("n1"))
+    state = cluster(node_info("n1", gpus=8))
     config = {"namespaceQuotas": {"a": {"requests.nvidia.com/gpu": 2}}}
-    res = engine(config).cycle(state, [pod(f"a{j}", "a", created=j) for j in range(4)], 0.0)
+    res = engine(config).cycle(state, [pod_info(f"a{j}", "a", created=j) for j in range(4)], 0.0)
     assert len(res.binds) == 2
     assert "requests.nvidia.com/gpu" in res.unschedulable[0].reason
-    too_big = engine(config).cycle(cluster(node("n1")), [pod("big", "a", gpus=3)], 0.0)
+    too_big = engine(config).cycle(
+        cluster(node_info("n1", gpus=8)), [pod_info("big", "a", gpus=3)], 0.0
+    )
     assert not too_big.unschedulable[0].resolvable
 
 
@@ -133,11 +143,11 @@ def test_unknown_queue_and_impossible_ask_are_explained_not_crashes() -> None:
             {"name": "a", "namespaces": ["a"], "quota": {"gpu": 2}, "borrowingLimit": {"gpu": 0}}
         ],
     }
-    state = cluster(node("n1"))
+    state = cluster(node_info("n1", gpus=8))
     pending = [
-        pod("x", "a", labels={"fairgpu.io/queue": "ghost"}),
-        pod("y", "a", gpus=4),
-        pod("z", "nowhere"),
+        pod_info("x", "a", labels={"fairgpu.io/queue": "ghost"}),
+        pod_info("y", "a", gpus=4),
+        pod_info("z", "nowhere"),
     ]
     res = engine(config).cycle(state, pending, 0.0)
     reasons = {u.pod.name: u for u in res.unschedulable}
@@ -150,17 +160,17 @@ def test_unknown_queue_and_impossible_ask_are_explained_not_crashes() -> None:
 def test_history_makes_a_recent_heavy_user_yield() -> None:
     def who_gets_the_last_gpu(half_life: float) -> str:
         eng = engine({"history": {"halfLifeSeconds": half_life, "weight": 0.5}})
-        state = cluster(node("n1", gpus=4))
-        hog = [pod(f"a{j}", "a", created=j) for j in range(4)]
+        state = cluster(node_info("n1", gpus=4))
+        hog = [pod_info(f"a{j}", "a", created=j) for j in range(4)]
         eng.cycle(state, hog, 0.0)
         for p in hog:  # A used the whole cluster for a while, then finished
             state.release(p.uid)
         eng.cycle(state, [], 100.0)
-        state.assign(pod("b-run", "b"), 0, (0,), started=100.0)
-        state.assign(pod("a-run", "a"), 0, (1,), started=100.0)
-        state.assign(pod("c-run", "c"), 0, (2,), started=100.0)
+        state.assign(pod_info("b-run", "b"), 0, (0,), started=100.0)
+        state.assign(pod_info("a-run", "a"), 0, (1,), started=100.0)
+        state.assign(pod_info("c-run", "c"), 0, (2,), started=100.0)
         res = eng.cycle(
-            state, [pod("a-next", "a", created=1), pod("b-next", "b", created=2)], 101.0
+            state, [pod_info("a-next", "a", created=1), pod_info("b-next", "b", created=2)], 101.0
         )
         return res.binds[0].pod.namespace
 
@@ -169,26 +179,26 @@ def test_history_makes_a_recent_heavy_user_yield() -> None:
 
 
 def test_fair_shares_helper_reports_demand_capped_shares() -> None:
-    state = cluster(node("n1"), node("n2"))
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))
     eng = engine({"queues": [{"name": "a", "weight": 3}]})
-    pending = [pod(f"a{j}", "a") for j in range(20)] + [pod("b0", "b")]
+    pending = [pod_info(f"a{j}", "a") for j in range(20)] + [pod_info("b0", "b")]
     shares = eng.fair_shares(state, pending)
     assert shares == {"a": pytest.approx(15000), "b": pytest.approx(1000)}
 
 
 def test_kube_default_orders_by_priority_then_age() -> None:
-    state = cluster(node("n1", gpus=2))
+    state = cluster(node_info("n1", gpus=2))
     pending = [
-        pod("old", "a", created=0),
-        pod("vip", "b", priority=5, created=9),
-        pod("new", "c", created=1),
+        pod_info("old", "a", created=0),
+        pod_info("vip", "b", priority=5, created=9),
+        pod_info("new", "c", created=1),
     ]
     res = engine(ordering="kube-default").cycle(state, pending, 0.0)
     assert [b.pod.name for b in res.binds] == ["vip", "old"]
 
 
 def qos_pod(name: str, qos: str, **kw: Any) -> Any:
-    return pod(name, "a", qos=qos, **kw)
+    return pod_info(name, "a", qos=qos, **kw)
 
 
 def test_within_queue_preemption_picks_minimal_victims() -> None:
@@ -201,13 +211,13 @@ def test_within_queue_preemption_picks_minimal_victims() -> None:
         (qos_pod("hi", QOS_BEST_EFFORT, priority=50), "n2", 0.0),
         (qos_pod("hi2", QOS_BEST_EFFORT, priority=50), "n2", 0.0),
     ]
-    state = cluster(node("n1", gpus=4), node("n2", gpus=4), placed=placed)
+    state = cluster(node_info("n1", gpus=4), node_info("n2", gpus=4), placed=placed)
     res = engine().cycle(state, [qos_pod("urgent", QOS_BEST_EFFORT, priority=10)], 10.0)
     # n2's only victim would have priority 0 but one victim is enough on either node; the
     # lower-priority victim wins. Among equal priorities BestEffort, newest goes first.
     assert [e.pod.name for e in res.evictions] == ["two"]
     assert res.binds[0].node_name == "n2" and res.binds[0].wait_for == ("a/two",)
-    state2 = cluster(node("n1", gpus=4), placed=placed[:4])
+    state2 = cluster(node_info("n1", gpus=4), placed=placed[:4])
     res2 = engine().cycle(state2, [qos_pod("urgent", QOS_BEST_EFFORT, priority=10)], 10.0)
     assert [e.pod.name for e in res2.evictions] == ["be-new"]
 
@@ -221,27 +231,27 @@ def test_within_queue_preemption_picks_minimal_victims() -> None:
     ],
 )
 def test_preemption_switches(config: dict[str, Any]) -> None:
-    state = cluster(node("n1", gpus=1), placed=[(pod("low", "a"), "n1", 0.0)])
-    res = engine(config).cycle(state, [pod("high", "a", priority=100)], 10.0)
+    state = cluster(node_info("n1", gpus=1), placed=[(pod_info("low", "a"), "n1", 0.0)])
+    res = engine(config).cycle(state, [pod_info("high", "a", priority=100)], 10.0)
     assert not res.evictions and not res.binds
-    assert engine().cycle(state, [pod("high", "a", priority=100)], 10.0).evictions
+    assert engine().cycle(state, [pod_info("high", "a", priority=100)], 10.0).evictions
 
 
 def test_non_preemptible_queue_is_never_reclaimed() -> None:
-    placed = [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(4)]
+    placed = [(pod_info(f"a{j}", "a"), "n1", 0.0) for j in range(4)]
     config = {"queues": [{"name": "a", "preemption": {"preemptible": False}}]}
-    state = cluster(node("n1", gpus=4), placed=placed)
-    assert not engine(config).cycle(state, [pod("b0", "b")], 10.0).evictions
-    state = cluster(node("n1", gpus=4), placed=placed)
-    res = engine().cycle(state, [pod("b0", "b")], 10.0)
+    state = cluster(node_info("n1", gpus=4), placed=placed)
+    assert not engine(config).cycle(state, [pod_info("b0", "b")], 10.0).evictions
+    state = cluster(node_info("n1", gpus=4), placed=placed)
+    res = engine().cycle(state, [pod_info("b0", "b")], 10.0)
     assert [e.kind for e in res.evictions] == ["reclaim"]
 
 
 def test_reclaim_stops_at_the_fair_point_and_never_flows_back() -> None:
-    placed = [(pod(f"a{j}", "a", created=j), "n1", 0.0) for j in range(8)]
-    state = cluster(node("n1"), placed=placed)
+    placed = [(pod_info(f"a{j}", "a", created=j), "n1", 0.0) for j in range(8)]
+    state = cluster(node_info("n1", gpus=8), placed=placed)
     eng = engine()
-    pending = [pod(f"b{j}", "b", created=10 + j) for j in range(8)]
+    pending = [pod_info(f"b{j}", "b", created=10 + j) for j in range(8)]
     res = eng.cycle(state, pending, 10.0)
     assert gpus_by_namespace(state) == {"a": 4, "b": 4}
     victims = [e.pod for e in res.evictions]

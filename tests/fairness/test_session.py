@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fairness_builders import cluster, node, pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,7 @@ from fairgpu.engine.session import Session
 from fairgpu.tenancy import parse_config
 from fairgpu.tenancy.book import QueueBook
 from fairgpu.tenancy.resolve import TenantResolver
+from tests.builders import cluster, node_info, pod_info
 
 
 def book_state(book: QueueBook) -> dict[str, Any]:
@@ -50,9 +50,9 @@ def fresh_book(engine: Engine, state: ClusterState) -> dict[str, Any]:
 
 
 def setup() -> tuple[Engine, ClusterState, Session]:
-    running = [(pod(f"a{i}", "a"), "n1", 0.0) for i in range(4)]
-    running += [(pod(f"b{i}", "b", gpus=2), "n2", 0.0) for i in range(2)]
-    state = cluster(node("n1", gpus=4), node("n2", gpus=4), placed=running)
+    running = [(pod_info(f"a{i}", "a"), "n1", 0.0) for i in range(4)]
+    running += [(pod_info(f"b{i}", "b", gpus=2), "n2", 0.0) for i in range(2)]
+    state = cluster(node_info("n1", gpus=4), node_info("n2", gpus=4), placed=running)
     engine = Engine()
     return engine, state, engine.session(state, 100.0)
 
@@ -63,8 +63,8 @@ def test_discard_restores_cluster_and_book_exactly() -> None:
     stmt = s.statement()
     assert stmt.evict(state.pods["a/a0"], None)
     assert stmt.evict(state.pods["b/b1"], None)
-    stmt.assign(pod("x", "c", gpus=2), 1, (2, 3))
-    stmt.assign(pod("y", "c"), 0, (0,))
+    stmt.assign(pod_info("x", "c", gpus=2), 1, (2, 3))
+    stmt.assign(pod_info("y", "c"), 0, (0,))
     assert cluster_state(state) != before_cluster
     assert book_state(s.book) == fresh_book(engine, state)  # in step while open
     stmt.discard()
@@ -76,7 +76,7 @@ def test_discard_restores_cluster_and_book_exactly() -> None:
 def test_commit_emits_evictions_then_binds_and_keeps_book_in_step() -> None:
     engine, state, s = setup()
     stmt = s.statement()
-    x = pod("x", "c", gpus=2)
+    x = pod_info("x", "c", gpus=2)
     stmt.evict(state.pods["b/b0"], x, "room for x", "reclaim")
     stmt.assign(x, 1, (0, 1), wait_for=stmt.evicted_since(0))
     stmt.commit()
@@ -95,7 +95,7 @@ def test_commit_emits_evictions_then_binds_and_keeps_book_in_step() -> None:
 def test_evicting_a_pod_that_is_not_placed_changes_nothing() -> None:
     _, state, s = setup()
     before_cluster, before_book = cluster_state(state), book_state(s.book)
-    assert not s.statement().evict(pod("ghost", "a"), None)
+    assert not s.statement().evict(pod_info("ghost", "a"), None)
     assert cluster_state(state) == before_cluster and book_state(s.book) == before_book
 
 
@@ -110,7 +110,7 @@ def test_any_mix_of_steps_keeps_book_and_cluster_in_step(steps: list[Any]) -> No
         if place:
             node_idx, dev = divmod(slot, 4)
             if state.device_milli_free[node_idx, dev] >= 1000:
-                stmt.assign(pod(f"p{i}", "c"), node_idx, (dev,))
+                stmt.assign(pod_info(f"p{i}", "c"), node_idx, (dev,))
         else:
             uids = sorted(state.placements)
             if uids:
@@ -140,13 +140,13 @@ def test_queue_book_usage_and_shares() -> None:
 def test_quota_admission_counts_what_the_statement_placed() -> None:
     config = parse_config({"mode": "static", "queues": [{"name": "a", "quota": {"gpu": 2}}]})
     engine = Engine(tenancy=config)
-    state = cluster(node("n1", gpus=4))
+    state = cluster(node_info("n1", gpus=4))
     s = engine.session(state, 0.0)
-    one = s.book.pending_vector(pod("p", "a"))
+    one = s.book.pending_vector(pod_info("p", "a"))
     assert s.book.admit("a", one) is None
     stmt = s.statement()
-    stmt.assign(pod("p0", "a"), 0, (0,))
-    stmt.assign(pod("p1", "a"), 0, (1,))
+    stmt.assign(pod_info("p0", "a"), 0, (0,))
+    stmt.assign(pod_info("p1", "a"), 0, (1,))
     assert s.book.admit("a", one)  # over the quota now
     stmt.discard()
     assert s.book.admit("a", one) is None
@@ -156,14 +156,14 @@ def test_victim_eligibility() -> None:
     config = parse_config({"preemption": {"minRuntimeSeconds": 60}})
     engine = Engine(tenancy=config)
     state = cluster(
-        node("n1", gpus=4),
-        placed=[(pod("old", "a"), "n1", 0.0), (pod("young", "a"), "n1", 90.0)],
+        node_info("n1", gpus=4),
+        placed=[(pod_info("old", "a"), "n1", 0.0), (pod_info("young", "a"), "n1", 90.0)],
     )
     s = engine.session(state, 100.0)
     assert eligible_victim(s, "a/old", 60)
     assert not eligible_victim(s, "a/young", 60)  # ran 10 s < 60 s
     assert not eligible_victim(s, "a/missing", 0)  # not placed
-    s.statement().assign(pod("new", "a"), 0, (2,))
+    s.statement().assign(pod_info("new", "a"), 0, (2,))
     s.placed_now.add("a/old")
     assert not eligible_victim(s, "a/old", 0)  # placed in this cycle
     assert not eligible_victim(s, "a/new", 0)
@@ -172,12 +172,13 @@ def test_victim_eligibility() -> None:
 def test_fair_victims_reclaim_from_the_queue_above_its_share_only() -> None:
     # a holds all 8 GPUs; b and c want some: a is the only queue above its share.
     state = cluster(
-        node("n1", gpus=8), placed=[(pod(f"a{i}", "a", priority=i), "n1", 0.0) for i in range(8)]
+        node_info("n1", gpus=8),
+        placed=[(pod_info(f"a{i}", "a", priority=i), "n1", 0.0) for i in range(8)],
     )
     engine = Engine()
     s = engine.session(state, 1000.0)
-    job_b = Job("b/x", [pod("x", "b", gpus=2)], engine.tenant(pod("x", "b")))
-    pending = [job_b, Job("c/y", [pod("y", "c", gpus=4)], engine.tenant(pod("y", "c")))]
+    job_b = Job("b/x", [pod_info("x", "b", gpus=2)], engine.tenant(pod_info("x", "b")))
+    pending = [job_b, Job("c/y", [pod_info("y", "c", gpus=4)], engine.tenant(pod_info("y", "c")))]
     from fairgpu.engine.actions.reclaim import deserved_shares
 
     victims = FairVictims(s, deserved_shares(s.book, lanes(pending)))
@@ -189,22 +190,25 @@ def test_fair_victims_reclaim_from_the_queue_above_its_share_only() -> None:
     assert sorted(v.uid for v in plan.victims) == ["a/a0", "a/a1"]
     assert all(victims.kind(job_b, v) == "reclaim" for v in plan.victims)
     # A pod of a itself may only take lower priority from its own queue.
-    job_a = Job("a/z", [pod("z", "a", priority=3)], engine.tenant(pod("z", "a")))
+    job_a = Job("a/z", [pod_info("z", "a", priority=3)], engine.tenant(pod_info("z", "a")))
     own = victims.candidate_sets(job_a, job_a.pods[0])
     assert own == [["a/a0", "a/a1", "a/a2"]]
 
 
 def test_kube_default_victims_take_lower_priority_anywhere() -> None:
     state = cluster(
-        node("n1", gpus=2),
-        placed=[(pod("lo", "a", priority=1), "n1", 0.0), (pod("hi", "b", priority=9), "n1", 0.0)],
+        node_info("n1", gpus=2),
+        placed=[
+            (pod_info("lo", "a", priority=1), "n1", 0.0),
+            (pod_info("hi", "b", priority=9), "n1", 0.0),
+        ],
     )
     engine = Engine(ordering="kube-default")
     s = engine.session(state, 0.0)
     victims = KubeDefaultVictims(s)
-    x = pod("x", "c", priority=5)
+    x = pod_info("x", "c", priority=5)
     job = Job(x.uid, [x], engine.tenant(x))
-    assert victims.may_preempt(x) and not victims.may_preempt(pod("y", "c", priority=1))
+    assert victims.may_preempt(x) and not victims.may_preempt(pod_info("y", "c", priority=1))
     plan = victims.plan(s, job, x, None)
     assert plan is not None and [v.uid for v in plan.victims] == ["a/lo"]
     assert victims.kind(job, plan.victims[0]) == "priority"
@@ -212,9 +216,13 @@ def test_kube_default_victims_take_lower_priority_anywhere() -> None:
 
 def test_queue_orders() -> None:
     engine = Engine()
-    state = cluster(node("n1", gpus=8), placed=[(pod("a0", "a", gpus=4), "n1", 0.0)])
+    state = cluster(node_info("n1", gpus=8), placed=[(pod_info("a0", "a", gpus=4), "n1", 0.0)])
     s = engine.session(state, 0.0)
-    pods = [pod("a1", "a", priority=9), pod("b1", "b", created=5.0), pod("b2", "b", created=1.0)]
+    pods = [
+        pod_info("a1", "a", priority=9),
+        pod_info("b1", "b", created=5.0),
+        pod_info("b2", "b", created=1.0),
+    ]
     kube = KubeDefaultOrder(s, pods)
     assert [kube.pop().key for _ in range(3)] == ["a/a1", "b/b2", "b/b1"]  # type: ignore[union-attr]
     assert kube.pop() is None
@@ -222,7 +230,7 @@ def test_queue_orders() -> None:
     fair = FairOrder(s, lanes(jobs))
     first = fair.pop()
     assert first is not None and first.key == "b/b2"  # b holds nothing, a holds half
-    s.statement().assign(pod("b9", "b", gpus=8 - 4), 0, (4, 5, 6, 7))
+    s.statement().assign(pod_info("b9", "b", gpus=8 - 4), 0, (4, 5, 6, 7))
     fair.update({"b"})
     second = fair.pop()
     assert second is not None and second.key == "a/a1"  # now b holds as much as a

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from fairness_builders import pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairgpu.tenancy import TenantResolver, parse_config, weighted_max_min
 from fairgpu.tenancy.fairshare import fair_shares, jain_index
 from fairgpu.tenancy.history import UsageHistory
+from tests.builders import pod_info
 
 
 def test_max_min_caps_by_demand_and_redistributes() -> None:
@@ -89,9 +89,11 @@ def resolver(data: dict | None = None) -> TenantResolver:
 
 def test_default_every_namespace_is_a_queue_and_user_falls_back_to_namespace() -> None:
     r = resolver()
-    t = r.resolve(pod("p", "team-a"))
+    t = r.resolve(pod_info("p", "team-a"))
     assert (t.queue, t.user, t.error) == ("team-a", "team-a", None)
-    t = r.resolve(pod("q", "team-a", labels={"fairgpu.io/user": "ann", "fairgpu.io/queue": "z"}))
+    t = r.resolve(
+        pod_info("q", "team-a", labels={"fairgpu.io/user": "ann", "fairgpu.io/queue": "z"})
+    )
     assert (t.queue, t.user) == ("z", "ann")
 
 
@@ -107,14 +109,14 @@ def test_namespace_mapping_label_override_and_unknown_queue() -> None:
             ],
         }
     )
-    t = r.resolve(pod("a", "cv", labels={"corp/owner": "bo"}))
+    t = r.resolve(pod_info("a", "cv", labels={"corp/owner": "bo"}))
     assert (t.queue, t.parent, t.user) == ("vision", "dept", "bo")
-    assert r.resolve(pod("b", "cv", labels={"fairgpu.io/queue": "nlp"})).queue == "nlp"
-    bad = r.resolve(pod("c", "cv", labels={"fairgpu.io/queue": "nope"}))
+    assert r.resolve(pod_info("b", "cv", labels={"fairgpu.io/queue": "nlp"})).queue == "nlp"
+    bad = r.resolve(pod_info("c", "cv", labels={"fairgpu.io/queue": "nope"}))
     assert bad.error and "'nope'" in bad.error and "does not exist" in bad.error
-    parent = r.resolve(pod("d", "cv", labels={"fairgpu.io/queue": "dept"}))
+    parent = r.resolve(pod_info("d", "cv", labels={"fairgpu.io/queue": "dept"}))
     assert parent.error and "parent queue" in parent.error
-    unmapped = r.resolve(pod("e", "elsewhere"))
+    unmapped = r.resolve(pod_info("e", "elsewhere"))
     assert unmapped.error and "not mapped" in unmapped.error
 
 
@@ -137,7 +139,7 @@ def test_pod_group_conventions(
     r = resolver()
     if registered is not None:
         r.set_pod_group("ns", "g", registered)
-    ref = r.pod_group(pod("m", "ns", labels=labels, annotations=annotations))
+    ref = r.pod_group(pod_info("m", "ns", labels=labels, annotations=annotations))
     assert (None if ref is None else (ref.key, ref.min_member)) == expected
 
 

@@ -4,11 +4,11 @@ orderings; a preemptor whose earlier victims still terminate may be placed but n
 from __future__ import annotations
 
 import pytest
-from fairness_builders import cluster, node, pod
 
 from fairgpu.cluster.state import Placement
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.preemption import may_preempt_again, victim_eligible
+from tests.builders import cluster, node_info, pod_info
 
 ORDERINGS = ["fair", "kube-default"]
 
@@ -33,11 +33,11 @@ def test_victim_eligible(
 def _full_node(flag: str) -> tuple:
     """A 2-GPU node held by a priority-0 pod with ``flag`` (unbound or terminating) and a
     bound, running priority-1 pod; a priority-10 pod wants one GPU."""
-    low = pod("low", priority=0)
-    mid = pod("mid", priority=1)
-    state = cluster(node("n1", gpus=2), placed=[(low, "n1", 0.0), (mid, "n1", 0.0)])
+    low = pod_info("low", priority=0)
+    mid = pod_info("mid", priority=1)
+    state = cluster(node_info("n1", gpus=2), placed=[(low, "n1", 0.0), (mid, "n1", 0.0)])
     setattr(state.placements[low.uid], flag, flag == "terminating")
-    return state, low, mid, pod("urgent", priority=10, created=5.0)
+    return state, low, mid, pod_info("urgent", priority=10, created=5.0)
 
 
 @pytest.mark.parametrize("ordering", ORDERINGS)
@@ -53,11 +53,11 @@ def test_unbound_or_terminating_pod_is_never_a_victim(ordering: str, flag: str) 
 
 @pytest.mark.parametrize("ordering", ORDERINGS)
 def test_no_victim_when_every_pod_is_unbound_or_terminating(ordering: str) -> None:
-    a, b = pod("a", priority=0), pod("b", priority=0)
-    state = cluster(node("n1", gpus=2), placed=[(a, "n1", 0.0), (b, "n1", 0.0)])
+    a, b = pod_info("a", priority=0), pod_info("b", priority=0)
+    state = cluster(node_info("n1", gpus=2), placed=[(a, "n1", 0.0), (b, "n1", 0.0)])
     state.placements[a.uid].bound = False  # a preemptor waiting for its own victims
     state.placements[b.uid].terminating = True  # an earlier victim still going
-    out = Engine(ordering=ordering).cycle(state, [pod("urgent", priority=10)], 100.0)
+    out = Engine(ordering=ordering).cycle(state, [pod_info("urgent", priority=10)], 100.0)
     assert out.evictions == [] and out.binds == []
 
 
@@ -65,24 +65,24 @@ def test_no_victim_when_every_pod_is_unbound_or_terminating(ordering: str) -> No
 def test_waiting_preemptor_is_not_the_victim_of_the_next_one(ordering: str) -> None:
     # A chain: p1 preempts v; while p1 waits (not bound), a higher-priority p2 arrives.
     # p1's priority is below that of the other running pod: the cheapest victim, were it bound.
-    v, other = pod("v", priority=0), pod("other", priority=3)
-    state = cluster(node("n1", gpus=2), placed=[(v, "n1", 0.0), (other, "n1", 0.0)])
+    v, other = pod_info("v", priority=0), pod_info("other", priority=3)
+    state = cluster(node_info("n1", gpus=2), placed=[(v, "n1", 0.0), (other, "n1", 0.0)])
     engine = Engine(ordering=ordering)
-    first = engine.cycle(state, [pod("p1", priority=2)], 10.0)
+    first = engine.cycle(state, [pod_info("p1", priority=2)], 10.0)
     assert [e.pod.name for e in first.evictions] == ["v"]
     p1 = first.binds[0].pod
     state.placements[p1.uid].bound = False  # what the live cache records while p1 waits
-    second = engine.cycle(state, [pod("p2", priority=10, created=1.0)], 11.0)
+    second = engine.cycle(state, [pod_info("p2", priority=10, created=1.0)], 11.0)
     assert [e.pod.name for e in second.evictions] == ["other"]
     assert p1.uid in state.placements
 
 
 @pytest.mark.parametrize("ordering", ORDERINGS)
 def test_no_preemption_still_places_but_never_evicts(ordering: str) -> None:
-    low = pod("low", priority=0)
-    state = cluster(node("n1", gpus=1), node("n2", gpus=1), placed=[(low, "n1", 0.0)])
+    low = pod_info("low", priority=0)
+    state = cluster(node_info("n1", gpus=1), node_info("n2", gpus=1), placed=[(low, "n1", 0.0)])
     engine = Engine(ordering=ordering)
-    a, b = pod("a", priority=10), pod("b", priority=10, created=1.0)
+    a, b = pod_info("a", priority=10), pod_info("b", priority=10, created=1.0)
     engine.no_preemption = frozenset({a.uid, b.uid})
     out = engine.cycle(state, [a, b], 10.0)
     assert [x.pod.name for x in out.binds] == ["a"]  # the free GPU on n2
@@ -93,9 +93,13 @@ def test_no_preemption_still_places_but_never_evicts(ordering: str) -> None:
 
 
 def test_may_preempt_again_while_lower_priority_pods_terminate_on_the_nominated_node() -> None:
-    gone, keep = pod("gone", priority=0), pod("keep", priority=50)
-    state = cluster(node("n1", gpus=2), node("n2"), placed=[(gone, "n1", 0.0), (keep, "n1", 0.0)])
-    urgent = pod("urgent", priority=10)
+    gone, keep = pod_info("gone", priority=0), pod_info("keep", priority=50)
+    state = cluster(
+        node_info("n1", gpus=2),
+        node_info("n2", gpus=8),
+        placed=[(gone, "n1", 0.0), (keep, "n1", 0.0)],
+    )
+    urgent = pod_info("urgent", priority=10)
     assert may_preempt_again(urgent, state, "n1")  # nothing terminating yet
     state.placements[gone.uid].terminating = True
     assert not may_preempt_again(urgent, state, "n1")
@@ -110,14 +114,14 @@ def test_may_preempt_again_while_lower_priority_pods_terminate_on_the_nominated_
 def test_reclaim_chain_never_takes_a_waiting_preemptor() -> None:
     # Queue a holds all four GPUs; b reclaims two; while b's pods wait, c reclaims too. a and
     # b are equally far above their shares and b is tried first: only a's pods may go.
-    held = [pod(f"a{i}", "a", created=float(i)) for i in range(4)]
-    state = cluster(node("n1", gpus=4), placed=[(p, "n1", 0.0) for p in held])
+    held = [pod_info(f"a{i}", "a", created=float(i)) for i in range(4)]
+    state = cluster(node_info("n1", gpus=4), placed=[(p, "n1", 0.0) for p in held])
     engine = Engine()
-    first = engine.cycle(state, [pod(f"b{i}", "b", created=5.0 + i) for i in range(2)], 10.0)
+    first = engine.cycle(state, [pod_info(f"b{i}", "b", created=5.0 + i) for i in range(2)], 10.0)
     assert [e.kind for e in first.evictions] == ["reclaim", "reclaim"]
     waiting = {b.pod.uid for b in first.binds}
     for uid in waiting:
         state.placements[uid].bound = False  # waiting for their victims
-    second = engine.cycle(state, [pod("c0", "c", created=8.0)], 11.0)
+    second = engine.cycle(state, [pod_info("c0", "c", created=8.0)], 11.0)
     assert [e.pod.namespace for e in second.evictions] == ["a"]
     assert waiting <= set(state.placements)

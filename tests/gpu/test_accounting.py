@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from gpu_builders import gpu_node, gpu_pod, make_cluster, scheduler
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairgpu.model.gpu import WHOLE
+from tests.builders import cluster, node_info, pod_info
+from tests.gpu.placement import scheduler
 
 ops = st.lists(
     st.one_of(
@@ -22,14 +23,14 @@ ops = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(ops, st.sampled_from(["fairgpu-frag", "fgd", "gpu-packing", "random", "best-fit"]))
 def test_random_assign_release_keeps_devices_within_capacity(sequence, name) -> None:  # type: ignore[no-untyped-def]
-    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=4), gpu_node("c", gpus=1))
+    state = cluster(node_info("a", gpus=2), node_info("b", gpus=4), node_info("c", gpus=1))
     sched = scheduler(name, [{"cpu": 1000, "milli": 500, "count": 1, "weight": 1}])
     placed: list[str] = []
     for i, (op, count, milli, memory) in enumerate(sequence):
         if op == "add":
-            pod = gpu_pod(f"p{i}", count=count, milli=milli if count == 1 else WHOLE)
+            pod = pod_info(f"p{i}", gpus=count, milli=milli if count == 1 else WHOLE)
             if count == 1 and milli < WHOLE and memory:
-                pod = gpu_pod(f"p{i}", milli=milli, memory_mib=memory)
+                pod = pod_info(f"p{i}", milli=milli, gpu_memory_mib=memory)
             result = sched.schedule(pod, state)
             if result.node is not None:
                 assert len(result.devices) == count

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpu_builders import OPENB
 
 from fairgpu.sim.protocols.fgd import (
     allocation_at,
@@ -17,6 +16,7 @@ from fairgpu.sim.protocols.fgd import (
     run_fgd_protocol,
 )
 from fairgpu.sim.workloads.openb import load_openb_pods
+from tests.gpu.placement import OPENB
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpu_builders import gpu_node, gpu_pod, make_cluster, scheduler
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +16,8 @@ from fairgpu.engine.plugins.fgd_score import FgdScore
 from fairgpu.engine.plugins.fragmentation import FragmentationScore
 from fairgpu.engine.plugins.shape_learning import TypicalPods
 from fairgpu.model.pod import PodInfo
+from tests.builders import cluster, node_info, pod_info
+from tests.gpu.placement import scheduler
 
 SHAPES = [
     {"cpu": 4000, "milli": 1000, "count": 1, "weight": 5},
@@ -30,12 +31,12 @@ SIZES = (100, 230, 320, 470, 650, 810)
 
 def _cluster(fills: list[list[int]], cpus: list[int]) -> ClusterState:
     """Nodes of four GPUs; ``fills[n]`` lists (device-wise) pods already placed on node n."""
-    state = make_cluster(*(gpu_node(f"n{i}", gpus=4, cpu=cpu) for i, cpu in enumerate(cpus)))
+    state = cluster(*(node_info(f"n{i}", gpus=4, cpu=cpu) for i, cpu in enumerate(cpus)))
     for n, sizes in enumerate(fills):
         for k, milli in enumerate(sizes):
             device = k % 4
             if state.device_milli_free[n, device] >= milli:
-                pod = gpu_pod(f"r{n}-{k}", milli=milli, cpu=500)
+                pod = pod_info(f"r{n}-{k}", milli=milli, cpu=500)
                 state.assign(pod, n, (device,))
     return state
 
@@ -80,7 +81,7 @@ def test_incremental_deltas_equal_recomputed_placements(
     typical = plugin.typical
     assert typical is not None
     count, milli = ask
-    pod = gpu_pod("p", count=count, milli=milli or 1000, cpu=4000)
+    pod = pod_info("p", gpus=count, milli=milli or 1000, cpu=4000)
     nodes = np.arange(3)
     plugin.score(CycleState(), pod, state, nodes)  # binds the plugin to this cluster
     # One node first, then all: terms cached from one batch must serve the other unchanged.
@@ -95,10 +96,10 @@ def test_incremental_deltas_equal_recomputed_placements(
 def test_deltas_follow_a_node_after_it_changes() -> None:
     state = _cluster([[470], [], []], [64_000] * 3)
     plugin = FragmentationScore(typical_pods=SHAPES)
-    pod = gpu_pod("p", milli=320, cpu=2000)
+    pod = pod_info("p", milli=320, cpu=2000)
     nodes = np.arange(3)
     plugin.score(CycleState(), pod, state, nodes)
-    state.assign(gpu_pod("q", milli=650, cpu=500), 1, (2,))
+    state.assign(pod_info("q", milli=650, cpu=500), 1, (2,))
     got, _ = plugin.deltas(pod, state, nodes)
     typical = plugin.typical
     assert typical is not None
@@ -120,7 +121,7 @@ def test_learned_shapes_are_kept_while_the_mix_holds() -> None:
 
     plugin.reset = counting_reset  # type: ignore[method-assign]
     for i in range(400):
-        plugin.observe(gpu_pod(f"p{i}", milli=(470, 320, 470, 1000)[i % 4]))
+        plugin.observe(pod_info(f"p{i}", milli=(470, 320, 470, 1000)[i % 4]))
     # Re-estimated after 1, 2, 4, 8 pods, then every 16; replaced only while the mix settles.
     assert resets and max(resets) < 64
     typical = plugin.typical
@@ -134,9 +135,9 @@ def test_learned_shapes_are_kept_while_the_mix_holds() -> None:
 def test_learned_shapes_follow_a_changed_mix() -> None:
     plugin = _learner()
     for i in range(200):
-        plugin.observe(gpu_pod(f"a{i}", milli=470))
+        plugin.observe(pod_info(f"a{i}", milli=470))
     for i in range(400):
-        plugin.observe(gpu_pod(f"b{i}", milli=230))
+        plugin.observe(pod_info(f"b{i}", milli=230))
     typical = plugin.typical
     assert typical is not None
     weights = dict(zip(typical.milli.tolist(), typical.weight.tolist(), strict=True))
@@ -168,7 +169,7 @@ def test_memory_counting_scores_are_cached_per_memory_request() -> None:
     state = _cluster([[], []], [64_000, 64_000])
     plugin = FragmentationScore(typical_pods=shapes, use_memory=True)
     nodes = np.arange(2)
-    small, big = gpu_pod("s", count=0, cpu=1000), gpu_pod("b", count=0, cpu=1000)
+    small, big = pod_info("s", gpus=0, cpu=1000), pod_info("b", gpus=0, cpu=1000)
     big.requests["memory"] = 400 * 2**30
     first = plugin.score(CycleState(), small, state, nodes)
     second = plugin.score(CycleState(), big, state, nodes)
@@ -178,22 +179,22 @@ def test_memory_counting_scores_are_cached_per_memory_request() -> None:
 
 
 def test_scoring_reads_the_learned_shapes_and_only_observe_learns() -> None:
-    state = make_cluster(*(gpu_node(f"n{i}", gpus=2) for i in range(3)))
+    state = cluster(*(node_info(f"n{i}", gpus=2) for i in range(3)))
     plugin = _learner()
     for i in range(20):
-        plugin.observe(gpu_pod(f"p{i}", milli=470))
+        plugin.observe(pod_info(f"p{i}", milli=470))
     seen, typical = dict(plugin.learner.seen), plugin.typical
-    plugin.score(CycleState(), gpu_pod("x", milli=230), state, np.arange(3))
+    plugin.score(CycleState(), pod_info("x", milli=230), state, np.arange(3))
     assert dict(plugin.learner.seen) == seen and plugin.typical is typical
     with pytest.raises(RuntimeError, match="observe"):
-        _learner().score(CycleState(), gpu_pod("y", milli=230), state, np.arange(3))
+        _learner().score(CycleState(), pod_info("y", milli=230), state, np.arange(3))
 
 
 def test_the_scheduler_lets_each_score_observe_the_pod_it_scores() -> None:
-    state = make_cluster(*(gpu_node(f"n{i}", gpus=2) for i in range(3)))
+    state = cluster(*(node_info(f"n{i}", gpus=2) for i in range(3)))
     sched = scheduler("fgd")
     for i in range(5):
-        assert sched.schedule(gpu_pod(f"p{i}", milli=230), state).node is not None
+        assert sched.schedule(pod_info(f"p{i}", milli=230, uid=f"p{i}"), state).node is not None
     (plugin, _), *_ = sched.scores
     assert isinstance(plugin, FgdScore) and plugin.learner.seen_uids == {f"p{i}" for i in range(5)}
 

@@ -8,19 +8,19 @@ and a pending pod's reason is its own, never one borrowed from a different kind 
 from __future__ import annotations
 
 import random
+from functools import partial
 from typing import Any
 
 import pytest
 
 from fairgpu.api.errors import InvalidObjectError
-from fairgpu.api.objects import Node, Pod, decode
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.engine import CycleResult, Engine, Unschedulable
 from fairgpu.engine.plugins.gpu import INSUFFICIENT_GPU, MIG_NOT_SHARED, NO_DEVICE
 from fairgpu.model.gpu import device_sharing_problem
-from fairgpu.model.node import NodeInfo, node_from_k8s
-from fairgpu.model.pod import PodInfo, pod_from_k8s
+from fairgpu.model.pod import PodInfo
+from tests.builders import cluster, k8s_node, k8s_pod
 
 MIG_SINGLE = {
     "nvidia.com/gpu.product": "A100-SXM4-40GB-MIG-1g.5gb",
@@ -28,52 +28,8 @@ MIG_SINGLE = {
 }
 
 
-def k8s_pod(
-    name: str,
-    requests: dict[str, Any] | None = None,
-    limits: dict[str, Any] | None = None,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    created: int = 0,
-    **spec: Any,
-) -> PodInfo:
-    """A pod decoded from its v1 form (one container)."""
-    resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi", **(requests or {})}}
-    if limits:
-        resources["limits"] = limits
-    raw = {
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "uid": name,
-            "labels": labels or {},
-            "annotations": annotations or {},
-            "creationTimestamp": f"2026-01-01T00:00:{created:02d}Z",
-        },
-        "spec": {"containers": [{"name": "main", "resources": resources}], **spec},
-    }
-    return pod_from_k8s(decode(raw, Pod))
-
-
-def k8s_node(
-    name: str, labels: dict[str, str] | None = None, gpus: int = 0, cpu: str = "16", **extra: int
-) -> NodeInfo:
-    """A node decoded from its v1 form; ``extra``: more allocatable resources."""
-    alloc: dict[str, Any] = {"cpu": cpu, "memory": "64Gi", "pods": 110, **extra}
-    if gpus:
-        alloc["nvidia.com/gpu"] = gpus
-    raw = {
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-        "status": {"allocatable": alloc},
-    }
-    return node_from_k8s(decode(raw, Node))
-
-
-def make_cluster(*nodes: NodeInfo) -> ClusterState:
-    state = ClusterState(max_devices=8)
-    for n in nodes:
-        state.add_node(n)
-    return state
+# The pods here run in team-a and ask one CPU and 1 GiB besides what each test names.
+team_pod = partial(k8s_pod, namespace="team-a", cpu="1", memory="1Gi", created=0)
 
 
 def cycle(state: ClusterState, *pending: PodInfo, engine: Engine | None = None) -> CycleResult:
@@ -94,33 +50,33 @@ def test_zero_gpus_with_a_share_is_refused_naming_pod_and_field(section: str) ->
     ask = {"nvidia.com/gpu": 0, "nvidia.com/gpucores": 50}
     with pytest.raises(InvalidObjectError) as caught:
         if section == "requests":
-            k8s_pod("zero", requests=ask)
+            team_pod("zero", requests=ask)
         else:
-            k8s_pod("zero", limits=ask)
+            team_pod("zero", limits=ask)
     assert caught.value.obj == "Pod team-a/zero"
     assert caught.value.field == f"spec.containers[0].resources.{section}.nvidia.com/gpu"
     assert "nvidia.com/gpucores 50" in str(caught.value)
 
 
 def test_a_share_without_a_gpu_count_still_means_one_device() -> None:
-    pod = k8s_pod("share", requests={"nvidia.com/gpucores": 50})
+    pod = team_pod("share", requests={"nvidia.com/gpucores": 50})
     assert (pod.gpu.count, pod.gpu.milli) == (1, 500)
 
 
 def test_a_share_of_a_mig_slice_is_refused_naming_pod_and_field() -> None:
     with pytest.raises(InvalidObjectError) as caught:
-        k8s_pod("mixed", requests={"nvidia.com/gpucores": 30, "nvidia.com/mig-1g.5gb": 1})
+        team_pod("mixed", requests={"nvidia.com/gpucores": 30, "nvidia.com/mig-1g.5gb": 1})
     assert caught.value.obj == "Pod team-a/mixed"
     assert "nvidia.com/gpucores" in caught.value.problem
     assert "nvidia.com/mig-1g.5gb" in caught.value.problem
-    whole_slices = k8s_pod("slices", requests={"nvidia.com/mig-1g.5gb": 2})
+    whole_slices = team_pod("slices", requests={"nvidia.com/mig-1g.5gb": 2})
     assert whole_slices.requests["nvidia.com/mig-1g.5gb"] == 2
 
 
 # ---- MIG: slices are never shared ------------------------------------------------------------
 def test_a_share_never_lands_on_a_mig_slice() -> None:
-    state = make_cluster(k8s_node("mig", MIG_SINGLE, gpus=7))
-    shares = [k8s_pod(f"s{i}", requests={"nvidia.com/gpucores": 30}) for i in range(4)]
+    state = cluster(k8s_node("mig", MIG_SINGLE, gpus=7))
+    shares = [team_pod(f"s{i}", requests={"nvidia.com/gpucores": 30}) for i in range(4)]
     result = cycle(state, *shares)
     assert result.binds == []
     for item in result.unschedulable:
@@ -130,14 +86,14 @@ def test_a_share_never_lands_on_a_mig_slice() -> None:
 
 
 def test_a_share_goes_to_a_real_gpu_beside_mig_nodes() -> None:
-    state = make_cluster(k8s_node("mig", MIG_SINGLE, gpus=7), k8s_node("plain", gpus=1))
-    shares = [k8s_pod(f"s{i}", requests={"nvidia.com/gpucores": 30}, created=i) for i in range(4)]
+    state = cluster(k8s_node("mig", MIG_SINGLE, gpus=7), k8s_node("plain", gpus=1))
+    shares = [team_pod(f"s{i}", requests={"nvidia.com/gpucores": 30}, created=i) for i in range(4)]
     result = cycle(state, *shares)
     assert bound_to(result) == {"s0": "plain", "s1": "plain", "s2": "plain"}
     last = pending_of(result)["s3"]
     assert last.resolvable
     assert f"1 {MIG_NOT_SHARED}" in last.reason and f"1 {NO_DEVICE}" in last.reason
-    whole = k8s_pod("whole", requests={"nvidia.com/gpu": 2})
+    whole = team_pod("whole", requests={"nvidia.com/gpu": 2})
     assert bound_to(cycle(state, whole)) == {"whole": "mig"}  # whole slices are fine
 
 
@@ -146,13 +102,13 @@ MIG_MIXED = {"nvidia.com/mig.strategy": "mixed"}
 
 
 def test_more_mig_slices_than_any_node_has_is_unresolvable() -> None:
-    state = make_cluster(
-        k8s_node("a", MIG_MIXED, **{"nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-1g.5gb": 1}),
-        k8s_node("b", MIG_MIXED, **{"nvidia.com/mig-1g.5gb": 7}),
+    state = cluster(
+        k8s_node("a", MIG_MIXED, extra={"nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-1g.5gb": 1}),
+        k8s_node("b", MIG_MIXED, extra={"nvidia.com/mig-1g.5gb": 7}),
     )
-    greedy = k8s_pod("greedy", requests={"nvidia.com/mig-3g.40gb": 3})
-    unknown = k8s_pod("unknown", requests={"nvidia.com/mig-2g.20gb": 1})
-    fits = k8s_pod("fits", requests={"nvidia.com/mig-3g.40gb": 2})
+    greedy = team_pod("greedy", requests={"nvidia.com/mig-3g.40gb": 3})
+    unknown = team_pod("unknown", requests={"nvidia.com/mig-2g.20gb": 1})
+    fits = team_pod("fits", requests={"nvidia.com/mig-3g.40gb": 2})
     result = cycle(state, greedy, unknown, fits)
     assert bound_to(result) == {"fits": "a"}
     pending = pending_of(result)
@@ -169,9 +125,9 @@ def test_more_mig_slices_than_any_node_has_is_unresolvable() -> None:
 # ---- each pending pod's reason is its own -----------------------------------------------------
 def _half_used(gpus: int = 2) -> ClusterState:
     """One node whose every GPU runs a 60% share: no device is idle."""
-    state = make_cluster(k8s_node("n1", gpus=gpus))
+    state = cluster(k8s_node("n1", gpus=gpus))
     for d in range(gpus):
-        running = k8s_pod(f"run{d}", requests={"nvidia.com/gpucores": 60})
+        running = team_pod(f"run{d}", requests={"nvidia.com/gpucores": 60})
         state.assign(running, 0, (d,))
     return state
 
@@ -182,8 +138,8 @@ def own_reason(state_factory: Any, pod: PodInfo) -> str:
 
 
 def test_a_whole_gpu_pod_is_not_told_a_share_pods_reason() -> None:
-    share = k8s_pod("share", requests={"nvidia.com/gpucores": 50, "nvidia.com/gpumem": 4096})
-    whole = k8s_pod("whole", requests={"nvidia.com/gpu": 1}, created=1)
+    share = team_pod("share", requests={"nvidia.com/gpucores": 50, "nvidia.com/gpumem": 4096})
+    whole = team_pod("whole", requests={"nvidia.com/gpu": 1}, created=1)
     pending = pending_of(cycle(_half_used(), share, whole))
     assert NO_DEVICE in pending["share"].reason
     assert pending["whole"].reason == f"0/1 nodes are available: 1 {INSUFFICIENT_GPU}."
@@ -191,17 +147,17 @@ def test_a_whole_gpu_pod_is_not_told_a_share_pods_reason() -> None:
 
 
 def test_a_pod_asking_more_cpu_gets_its_own_reason() -> None:
-    small = k8s_pod("small", requests={"nvidia.com/gpu": 1})
-    big = k8s_pod("big", requests={"nvidia.com/gpu": 1, "cpu": "64"}, created=1)
+    small = team_pod("small", requests={"nvidia.com/gpu": 1})
+    big = team_pod("big", requests={"nvidia.com/gpu": 1, "cpu": "64"}, created=1)
     pending = pending_of(cycle(_half_used(), small, big))
     assert pending["small"].reason == f"0/1 nodes are available: 1 {INSUFFICIENT_GPU}."
     assert pending["big"].reason == "0/1 nodes are available: 1 Insufficient cpu."
 
 
 def test_a_bigger_gpu_ask_still_borrows_a_reason_that_is_its_own() -> None:
-    one = k8s_pod("one", requests={"nvidia.com/gpu": 1})
+    one = team_pod("one", requests={"nvidia.com/gpu": 1})
     # More GPUs and more CPU, still below what every node with room for "one" has free.
-    two = k8s_pod("two", requests={"nvidia.com/gpu": 2, "cpu": "3"}, created=1)
+    two = team_pod("two", requests={"nvidia.com/gpu": 2, "cpu": "3"}, created=1)
     engine = Engine()
     calls: list[str] = []
     schedule = engine.scheduler.schedule
@@ -217,8 +173,8 @@ def test_a_bigger_gpu_ask_still_borrows_a_reason_that_is_its_own() -> None:
 
 
 def test_existing_anti_affinity_against_one_pods_labels_does_not_stop_another() -> None:
-    state = make_cluster(k8s_node("n1", cpu="4"), k8s_node("n2", cpu="4"))
-    guard = k8s_pod(
+    state = cluster(k8s_node("n1", cpu="4"), k8s_node("n2", cpu="4"))
+    guard = team_pod(
         "guard",
         affinity={
             "podAntiAffinity": {
@@ -232,23 +188,23 @@ def test_existing_anti_affinity_against_one_pods_labels_does_not_stop_another() 
         },
     )
     state.assign(guard, 0)
-    filler = k8s_pod("filler", requests={"cpu": "4"})
+    filler = team_pod("filler", requests={"cpu": "4"})
     state.assign(filler, 1)
-    repelled = k8s_pod("repelled", labels={"app": "x"})
-    welcome = k8s_pod("welcome", labels={"app": "y"}, created=1)
+    repelled = team_pod("repelled", labels={"app": "x"})
+    welcome = team_pod("welcome", labels={"app": "y"}, created=1)
     result = cycle(state, repelled, welcome)
     assert bound_to(result) == {"welcome": "n1"}
     assert "anti-affinity" in pending_of(result)["repelled"].reason
 
 
 def test_a_pod_that_may_preempt_is_not_skipped_after_one_that_may_not() -> None:
-    state = make_cluster(k8s_node("n1", gpus=1))
-    low = k8s_pod("low", requests={"nvidia.com/gpu": 1}, priority=0)
+    state = cluster(k8s_node("n1", gpus=1))
+    low = team_pod("low", requests={"nvidia.com/gpu": 1}, priority=0)
     state.assign(low, 0, (0,))
-    polite = k8s_pod(
+    polite = team_pod(
         "polite", requests={"nvidia.com/gpu": 1}, priority=100, preemptionPolicy="Never"
     )
-    pushy = k8s_pod("pushy", requests={"nvidia.com/gpu": 1}, priority=100, created=1)
+    pushy = team_pod("pushy", requests={"nvidia.com/gpu": 1}, priority=100, created=1)
     result = cycle(state, polite, pushy)
     assert [e.pod.name for e in result.evictions] == ["low"]
     assert bound_to(result) == {"pushy": "n1"}
@@ -285,10 +241,10 @@ def _crowded(seed: int) -> tuple[ClusterState, list[PodInfo]]:
         k8s_node(f"n{i}", {"zone": "ab"[i % 2]}, gpus=4, cpu=str(rng.choice([8, 16, 32])))
         for i in range(6)
     ]
-    state = make_cluster(*nodes)
+    state = cluster(*nodes)
     for i in range(6):
         for d in range(4):
-            busy = k8s_pod(f"busy{i}-{d}", requests={"nvidia.com/gpucores": rng.randint(91, 100)})
+            busy = team_pod(f"busy{i}-{d}", requests={"nvidia.com/gpucores": rng.randint(91, 100)})
             state.assign(busy, i, (d,))
     pending = []
     for j in range(60):
@@ -303,7 +259,7 @@ def _crowded(seed: int) -> tuple[ClusterState, list[PodInfo]]:
             if rng.random() < 0.5:
                 ask["nvidia.com/gpumem"] = rng.choice([1024, 4096])
         selector = {"zone": rng.choice("ab")} if rng.random() < 0.3 else {}
-        pending.append(k8s_pod(f"p{j}", requests=ask, created=j % 60, nodeSelector=selector))
+        pending.append(team_pod(f"p{j}", requests=ask, created=j % 60, nodeSelector=selector))
     return state, pending
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpu_builders import gpu_node, gpu_pod, make_cluster
 
-from fairgpu.api.objects import Node, Pod, decode
 from fairgpu.engine.policies import policy
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.model.gpu import (
@@ -19,8 +17,7 @@ from fairgpu.model.gpu import (
     mig_profile,
     validate_gpu_request,
 )
-from fairgpu.model.node import node_from_k8s
-from fairgpu.model.pod import pod_from_k8s
+from tests.builders import cluster, k8s_node, k8s_pod, node_info, pod_info
 
 
 def test_annotation_whole_devices_round_trip() -> None:
@@ -56,45 +53,26 @@ def test_request_parsing_rejects_impossible_asks() -> None:
 
 
 def test_validate_reports_each_problem() -> None:
-    nodes = [gpu_node("a", gpus=2, model="T4"), gpu_node("b", gpus=4, model="V100M16")]
-    assert validate_gpu_request(gpu_pod("ok", count=4), nodes) == []
-    unknown = validate_gpu_request(gpu_pod("m", models=frozenset({"A100"})), nodes)
+    nodes = [node_info("a", gpus=2, model="T4"), node_info("b", gpus=4, model="V100M16")]
+    assert validate_gpu_request(pod_info("ok", gpus=4), nodes) == []
+    unknown = validate_gpu_request(pod_info("m", models=frozenset({"A100"})), nodes)
     assert len(unknown) == 1 and "A100" in unknown[0] and "not in the cluster" in unknown[0]
-    too_many = validate_gpu_request(gpu_pod("n", count=3, models=frozenset({"T4"})), nodes)
+    too_many = validate_gpu_request(pod_info("n", gpus=3, models=frozenset({"T4"})), nodes)
     assert any("no node with GPU model T4 has more than 2" in p for p in too_many)
-    memory = validate_gpu_request(gpu_pod("mem", milli=500, memory_mib=40000), nodes)
+    memory = validate_gpu_request(pod_info("mem", milli=500, gpu_memory_mib=40000), nodes)
     assert any("40000 MiB" in p for p in memory)
-    fraction = gpu_pod("f", count=2, milli=500)
-    assert any("one device" in p for p in validate_gpu_request(fraction, make_cluster(*nodes)))
-
-
-def _k8s_pod(requests: dict[str, object]) -> Pod:
-    raw = {
-        "metadata": {"name": "mig", "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]},
-    }
-    return decode(raw, Pod)
-
-
-def _k8s_node(name: str, allocatable: dict[str, object], labels: dict[str, str]) -> Node:
-    raw = {"metadata": {"name": name, "labels": labels}, "status": {"allocatable": allocatable}}
-    return decode(raw, Node)
+    fraction = pod_info("f", gpus=2, milli=500)
+    assert any("one device" in p for p in validate_gpu_request(fraction, cluster(*nodes)))
 
 
 def test_mig_mixed_strategy_is_a_plain_extended_resource() -> None:
     assert mig_profile("nvidia.com/mig-1g.5gb") == "1g.5gb"
     assert mig_profile("nvidia.com/gpu") is None
-    pod = pod_from_k8s(_k8s_pod({"cpu": "1", "nvidia.com/mig-1g.5gb": 2}))
+    pod = k8s_pod("mig", cpu="1", requests={"nvidia.com/mig-1g.5gb": 2})
     assert pod.gpu.count == 0 and pod.requests["nvidia.com/mig-1g.5gb"] == 2
-    small = node_from_k8s(
-        _k8s_node(
-            "small", {"cpu": "8", "memory": "8Gi", "pods": 10, "nvidia.com/mig-1g.5gb": 1}, {}
-        )
-    )
-    big = node_from_k8s(
-        _k8s_node("big", {"cpu": "8", "memory": "8Gi", "pods": 10, "nvidia.com/mig-1g.5gb": 7}, {})
-    )
-    state = make_cluster(small, big)
+    small = k8s_node("small", memory="8Gi", pods=10, extra={"nvidia.com/mig-1g.5gb": 1})
+    big = k8s_node("big", memory="8Gi", pods=10, extra={"nvidia.com/mig-1g.5gb": 7})
+    state = cluster(small, big)
     sched = Scheduler(policy("best-fit"))
     result = sched.schedule(pod, state)
     assert result.node_name == "big"
@@ -102,7 +80,7 @@ def test_mig_mixed_strategy_is_a_plain_extended_resource() -> None:
     col = state.resource_index["nvidia.com/mig-1g.5gb"]
     assert state.requested[state.node_index["big"], col] == 2
     assert validate_gpu_request(pod, [small, big]) == []
-    greedy = pod_from_k8s(_k8s_pod({"nvidia.com/mig-1g.5gb": 9}))
+    greedy = k8s_pod("mig", requests={"nvidia.com/mig-1g.5gb": 9})
     assert any("MIG 1g.5gb" in p for p in validate_gpu_request(greedy, [small, big]))
     assert not sched.schedule(greedy, state).ok
 
@@ -112,22 +90,20 @@ def test_mig_single_strategy_slices_are_whole_devices() -> None:
         "nvidia.com/gpu.product": "A100-SXM4-40GB-MIG-1g.5gb",
         "nvidia.com/mig.strategy": "single",
     }
-    node = node_from_k8s(
-        _k8s_node("mig", {"cpu": "8", "memory": "8Gi", "pods": 10, "nvidia.com/gpu": 7}, labels)
-    )
+    node = k8s_node("mig", labels, memory="8Gi", pods=10, gpus=7)
     assert is_mig_single(node.labels) and node.gpu_count == 7
-    state = make_cluster(node)
-    pod = pod_from_k8s(_k8s_pod({"nvidia.com/gpu": 3}))
+    state = cluster(node)
+    pod = k8s_pod("mig", gpus=3)
     result = Scheduler(policy("best-fit")).schedule(pod, state)
     assert result.devices == (0, 1, 2)
-    share = gpu_pod("share", milli=300)
+    share = pod_info("share", milli=300)
     assert any("MIG" in p for p in validate_gpu_request(share, [node]))
 
 
 def test_state_arrays_stay_consistent_after_mig_assign() -> None:
-    state = make_cluster(gpu_node("a", gpus=2))
-    pod = gpu_pod("p", milli=400)
+    state = cluster(node_info("a", gpus=2))
+    pod = pod_info("p", milli=400)
     state.assign(pod, 0, (1,))
     assert np.array_equal(state.device_milli_free[0, :2], [1000, 600])
-    state.release("p")
+    state.release("default/p")
     assert np.array_equal(state.device_milli_free[0, :2], [1000, 1000])

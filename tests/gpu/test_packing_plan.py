@@ -6,7 +6,6 @@ import itertools
 
 import numpy as np
 import pytest
-from gpu_builders import gpu_node, gpu_pod, make_cluster, place, scheduler
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
@@ -21,6 +20,8 @@ from fairgpu.engine.plugins.packing_plan import (
     solve_patterns,
 )
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
+from tests.builders import cluster, node_info, pod_info
+from tests.gpu.placement import place, scheduler
 
 
 def _all_patterns(sizes: list[int]) -> list[tuple[int, ...]]:
@@ -87,10 +88,10 @@ def test_tiers_follow_the_plan() -> None:
 
 
 def test_device_contents_follow_the_nodes() -> None:
-    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=1))
+    state = cluster(node_info("a", gpus=2), node_info("b", gpus=1))
     a = state.node_index["a"]
-    state.assign(gpu_pod("x", milli=300), a, (1,))
-    state.assign(gpu_pod("y", milli=200), a, (1,))
+    state.assign(pod_info("x", milli=300), a, (1,))
+    state.assign(pod_info("y", milli=200), a, (1,))
     contents = DeviceContents()
     nodes = np.array([a, state.node_index["b"]])
     codes = contents.of(state, nodes)
@@ -98,7 +99,7 @@ def test_device_contents_follow_the_nodes() -> None:
         [(), (200, 300)],
         [(), ()],
     ]
-    state.release("x")
+    state.release("default/x")
     assert contents.contents[contents.of(state, nodes)[0, 1]] == (200,)
 
 
@@ -132,9 +133,9 @@ SHARES = [
 
 def _two_holes():  # type: ignore[no-untyped-def]
     # A 650 share (350 free) on one node, a 550 (450 free) on another.
-    state = make_cluster(gpu_node("a", gpus=1), gpu_node("b", gpus=1), gpu_node("c", gpus=1))
-    state.assign(gpu_pod("x", milli=650), state.node_index["a"], (0,))
-    state.assign(gpu_pod("y", milli=550), state.node_index["b"], (0,))
+    state = cluster(node_info("a", gpus=1), node_info("b", gpus=1), node_info("c", gpus=1))
+    state.assign(pod_info("x", milli=650), state.node_index["a"], (0,))
+    state.assign(pod_info("y", milli=550), state.node_index["b"], (0,))
     return state
 
 
@@ -144,17 +145,17 @@ def test_plan_policy_completes_the_planned_pattern() -> None:
     # 650+320 and 550+220+230: the 230 belongs next to the 550, leaving the 350 hole to a 320.
     for seed in range(4):
         assert place(
-            scheduler("fairgpu-frag-gaps", SHARES, seed), _two_holes(), gpu_pod("p", milli=230)
+            scheduler("fairgpu-frag-gaps", SHARES, seed), _two_holes(), pod_info("p", milli=230)
         ) == ("a", (0,))
         plan = scheduler("fairgpu-frag-plan", SHARES, seed)
-        assert place(plan, _two_holes(), gpu_pod("p", milli=230)) == ("b", (0,))
-        assert place(plan, _two_holes(), gpu_pod("q", milli=320)) == ("a", (0,))
+        assert place(plan, _two_holes(), pod_info("p", milli=230)) == ("b", (0,))
+        assert place(plan, _two_holes(), pod_info("q", milli=320)) == ("a", (0,))
 
 
 def test_plan_policy_opens_an_idle_gpu_before_breaking_the_plan() -> None:
     def fresh():  # type: ignore[no-untyped-def]
-        state = make_cluster(gpu_node("a", gpus=1), gpu_node("b", gpus=1))
-        state.assign(gpu_pod("x", milli=470), state.node_index["a"], (0,))
+        state = cluster(node_info("a", gpus=1), node_info("b", gpus=1))
+        state.assign(pod_info("x", milli=470), state.node_index["a"], (0,))
         return state
 
     typical = [{"cpu": 1000, "milli": 1000, "count": 1, "weight": 5}] + [
@@ -163,11 +164,11 @@ def test_plan_policy_opens_an_idle_gpu_before_breaking_the_plan() -> None:
     # Whole GPUs are most of the demand: FGD keeps the idle GPU whole and puts the 320 in
     # the 530 hole. The plan packs 650+320 and 470+470, so the 320 starts a GPU for a 650
     # and the hole is left to a 470.
-    assert place(scheduler("fairgpu-frag-gaps", typical), fresh(), gpu_pod("p", milli=320)) == (
+    assert place(scheduler("fairgpu-frag-gaps", typical), fresh(), pod_info("p", milli=320)) == (
         "a",
         (0,),
     )
-    assert place(scheduler("fairgpu-frag-plan", typical), fresh(), gpu_pod("p", milli=320)) == (
+    assert place(scheduler("fairgpu-frag-plan", typical), fresh(), pod_info("p", milli=320)) == (
         "b",
         (0,),
     )
@@ -187,7 +188,7 @@ def test_skipping_the_pinned_capacity_without_pinned_shapes_changes_no_placement
     # With no model-pinned shape the pinned capacity only adds the pod's own milli to every
     # device: computing it or not must place every pod the same.
     def run(force: bool) -> list[tuple[str, tuple[int, ...]]]:
-        state = make_cluster(*(gpu_node(f"n{i}", gpus=2) for i in range(4)))
+        state = cluster(*(node_info(f"n{i}", gpus=2) for i in range(4)))
         sched = scheduler("fairgpu-frag-plan", SHARES)
         if force:
             for plugin, _ in sched.scores:
@@ -195,11 +196,11 @@ def test_skipping_the_pinned_capacity_without_pinned_shapes_changes_no_placement
                     plugin._any_pinned_shape = lambda: True  # type: ignore[method-assign]
         out = []
         for i, milli in enumerate(sizes):
-            result = sched.schedule(gpu_pod(f"p{i}", milli=milli), state)
+            result = sched.schedule(pod_info(f"p{i}", milli=milli), state)
             if result.node is None:
                 out.append(("", ()))
                 continue
-            state.assign(gpu_pod(f"p{i}", milli=milli), result.node, result.devices)
+            state.assign(pod_info(f"p{i}", milli=milli), result.node, result.devices)
             out.append((state.node(result.node).name, tuple(result.devices)))
         return out
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpu_builders import GI, gpu_node, gpu_pod, make_cluster, place, scheduler
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,67 +16,68 @@ from fairgpu.engine.plugins.gap_balance import GapCounts, gap_balance
 from fairgpu.engine.plugins.shape_learning import TypicalPods
 from fairgpu.engine.policies import DEFAULT_POLICY, GPU_SHARING_POLICIES, policy
 from fairgpu.engine.scheduler import Scheduler
-from fairgpu.model.pod import CPU, MEMORY, PODS, PodInfo
+from tests.builders import GI, cluster, node_info, pod_info
+from tests.gpu.placement import place, scheduler
 
 WHOLE_ONLY = [{"cpu": 1000, "milli": 1000, "count": 1, "weight": 1}]
 HALVES = [{"cpu": 1000, "milli": 500, "count": 1, "weight": 1}]
 
 
 def _busy(state, node: str, device: int, milli: int, name: str) -> None:  # type: ignore[no-untyped-def]
-    state.assign(gpu_pod(name, milli=milli), state.node_index[node], (device,))
+    state.assign(pod_info(name, milli=milli), state.node_index[node], (device,))
 
 
 def test_device_best_fit_takes_tightest_device_lowest_index_on_ties() -> None:
-    state = make_cluster(gpu_node("a", gpus=4))
+    state = cluster(node_info("a", gpus=4))
     _busy(state, "a", 1, 500, "x")
     _busy(state, "a", 2, 600, "y")
     _busy(state, "a", 3, 600, "z")
-    assert place(scheduler("best-fit"), state, gpu_pod("p", milli=300)) == ("a", (2,))
+    assert place(scheduler("best-fit"), state, pod_info("p", milli=300)) == ("a", (2,))
 
 
 def test_best_fit_prefers_the_fullest_node() -> None:
-    state = make_cluster(gpu_node("a"), gpu_node("b"), gpu_node("c"))
-    state.assign(gpu_pod("w", count=2), state.node_index["b"], (0, 1))
-    assert place(scheduler("best-fit"), state, gpu_pod("p"))[0] == "b"
+    state = cluster(node_info("a"), node_info("b"), node_info("c"))
+    state.assign(pod_info("w", gpus=2), state.node_index["b"], (0, 1))
+    assert place(scheduler("best-fit"), state, pod_info("p"))[0] == "b"
 
 
 def test_gpu_packing_prefers_a_partly_used_device() -> None:
-    state = make_cluster(gpu_node("a"), gpu_node("b"))
-    state.assign(gpu_pod("w", count=1), state.node_index["a"], (0,))
+    state = cluster(node_info("a"), node_info("b"))
+    state.assign(pod_info("w", gpus=1), state.node_index["a"], (0,))
     _busy(state, "b", 2, 400, "s")
-    assert place(scheduler("gpu-packing"), state, gpu_pod("p", milli=500)) == ("b", (2,))
+    assert place(scheduler("gpu-packing"), state, pod_info("p", milli=500)) == ("b", (2,))
     # A whole GPU goes to the node already in use rather than opening an idle one.
-    fresh = make_cluster(gpu_node("idle"), gpu_node("used"))
-    fresh.assign(gpu_pod("w2"), fresh.node_index["used"], (0,))
-    assert place(scheduler("gpu-packing"), fresh, gpu_pod("q"))[0] == "used"
+    fresh = cluster(node_info("idle"), node_info("used"))
+    fresh.assign(pod_info("w2"), fresh.node_index["used"], (0,))
+    assert place(scheduler("gpu-packing"), fresh, pod_info("q"))[0] == "used"
 
 
 def test_gpu_clustering_keeps_shapes_together() -> None:
-    state = make_cluster(gpu_node("whole"), gpu_node("shared"), gpu_node("empty"))
-    state.assign(gpu_pod("w"), state.node_index["whole"], (0,))
+    state = cluster(node_info("whole"), node_info("shared"), node_info("empty"))
+    state.assign(pod_info("w"), state.node_index["whole"], (0,))
     _busy(state, "shared", 0, 300, "s")
-    assert place(scheduler("gpu-clustering"), state, gpu_pod("p", milli=200))[0] == "shared"
-    assert place(scheduler("gpu-clustering"), state, gpu_pod("q"))[0] == "whole"
+    assert place(scheduler("gpu-clustering"), state, pod_info("p", milli=200))[0] == "shared"
+    assert place(scheduler("gpu-clustering"), state, pod_info("q"))[0] == "whole"
 
 
 @pytest.mark.parametrize("name", ["fgd", "fairgpu-frag", "fairgpu-frag-lex"])
 def test_fragmentation_policies_fill_the_partly_used_device(name: str) -> None:
     # Typical pods want whole GPUs: a share should go where a device is already broken.
-    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+    state = cluster(node_info("a", gpus=2), node_info("b", gpus=2))
     _busy(state, "b", 1, 600, "s")
-    assert place(scheduler(name, WHOLE_ONLY), state, gpu_pod("p", milli=400)) == ("b", (1,))
+    assert place(scheduler(name, WHOLE_ONLY), state, pod_info("p", milli=400)) == ("b", (1,))
 
 
 def test_ours_packs_to_typical_sizes_where_best_fit_does_not() -> None:
     def fresh():  # type: ignore[no-untyped-def]
-        state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+        state = cluster(node_info("a", gpus=2), node_info("b", gpus=2))
         _busy(state, "a", 0, 500, "x")
         _busy(state, "b", 0, 300, "y")
         return state
 
     # Best fit: least GPU left -> node a. Ours: 700 - 200 leaves exactly a typical 500 on b.
-    assert place(scheduler("best-fit"), fresh(), gpu_pod("p", milli=200)) == ("a", (0,))
-    assert place(scheduler("fairgpu-frag", HALVES), fresh(), gpu_pod("p", milli=200)) == (
+    assert place(scheduler("best-fit"), fresh(), pod_info("p", milli=200)) == ("a", (0,))
+    assert place(scheduler("fairgpu-frag", HALVES), fresh(), pod_info("p", milli=200)) == (
         "b",
         (0,),
     )
@@ -88,7 +88,7 @@ def _tied_for_fgd():  # type: ignore[no-untyped-def]
     # every device able to host a 500 (FGD delta 0: a tie at 50); on b's 500-free device it
     # breaks one (FGD 42). Capacity: 700 -> 500 keeps one copy (fragment -200), while an idle
     # device loses a copy (1000 -> 800 fits one 500: fragment +300).
-    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+    state = cluster(node_info("a", gpus=2), node_info("b", gpus=2))
     _busy(state, "a", 0, 300, "x")
     _busy(state, "b", 0, 500, "y")
     return state
@@ -106,10 +106,10 @@ def _lex(sharing_ties: str, seed: int, typical: list[dict] = HALVES) -> Schedule
 def test_lexicographic_policy_orders_fgd_ties_by_packing_capacity() -> None:
     fgd_choices = set()
     for seed in range(8):
-        lex = place(_lex("capacity", seed), _tied_for_fgd(), gpu_pod("p", milli=200))
+        lex = place(_lex("capacity", seed), _tied_for_fgd(), pod_info("p", milli=200))
         assert lex == ("a", (0,))
         fgd_choices.add(
-            place(scheduler("fgd", HALVES, seed), _tied_for_fgd(), gpu_pod("p", milli=200))
+            place(scheduler("fgd", HALVES, seed), _tied_for_fgd(), pod_info("p", milli=200))
         )
     # FGD leaves the tie to the node order (b's idle device when b ranks first).
     assert ("b", (1,)) in fgd_choices and ("b", (0,)) not in fgd_choices
@@ -119,15 +119,15 @@ def test_gaps_policy_orders_sharing_ties_by_gap_balance() -> None:
     # The same FGD tie: a's 700 gap would become a second 500 gap (the sum of squares of gap
     # counts grows by 2), an idle device a new 800 gap (grows by 1), so an idle device wins.
     for seed in range(8):
-        name, devices = place(_lex("gap-balance", seed), _tied_for_fgd(), gpu_pod("p", milli=200))
+        name, devices = place(_lex("gap-balance", seed), _tied_for_fgd(), pod_info("p", milli=200))
         assert (name, devices) in {("a", (1,)), ("b", (1,))}
     gaps = scheduler("fairgpu-frag-gaps", HALVES)
-    assert place(gaps, _tied_for_fgd(), gpu_pod("p", milli=200)) in {("a", (1,)), ("b", (1,))}
+    assert place(gaps, _tied_for_fgd(), pod_info("p", milli=200)) in {("a", (1,)), ("b", (1,))}
     assert "gap-balance" not in str(policy("fairgpu-frag-lex").plugin_args)
 
 
 def test_gap_counts_follow_assignments_and_releases() -> None:
-    state = make_cluster(gpu_node("a", gpus=4), gpu_node("b", gpus=2))
+    state = cluster(node_info("a", gpus=4), node_info("b", gpus=2))
     counter = GapCounts()
 
     def fresh() -> np.ndarray:
@@ -138,14 +138,14 @@ def test_gap_counts_follow_assignments_and_releases() -> None:
     _busy(state, "b", 1, 700, "y")
     assert counter.counts(state)[300] == 2
     _busy(state, "a", 0, 100, "z")
-    state.release("y")
+    state.release("default/y")
     counts = counter.counts(state)
     assert counts[300] == 0 and counts[200] == 1 and counts.sum() == 1
     assert np.array_equal(counts, fresh())
 
 
 def test_gap_balance_counts_the_cluster_gaps() -> None:
-    state = make_cluster(gpu_node("a", gpus=4), gpu_node("b", gpus=2))
+    state = cluster(node_info("a", gpus=4), node_info("b", gpus=2))
     for device in range(3):
         _busy(state, "a", device, 700, f"x{device}")
     _busy(state, "b", 0, 400, "y")
@@ -163,7 +163,7 @@ def test_lexicographic_score_keeps_fgd_order_and_stays_below_preference_steps() 
     plugin = FragmentationScore(typical_pods=HALVES, lead="fgd")
     fgd = FgdScore(typical_pods=HALVES)
     nodes = np.array([0, 1])
-    pod = gpu_pod("p", milli=200)
+    pod = pod_info("p", milli=200)
     ours = plugin.score(CycleState(), pod, state, nodes)
     theirs = fgd.score(CycleState(), pod, state, nodes)
     assert np.array_equal(np.floor(ours + 0.5), theirs)
@@ -175,9 +175,9 @@ def test_lexicographic_score_keeps_fgd_order_and_stays_below_preference_steps() 
 def test_random_policy_chooses_feasible_nodes_only_and_varies_with_seed() -> None:
     chosen = set()
     for seed in range(12):
-        state = make_cluster(gpu_node("a"), gpu_node("b"), gpu_node("c"), gpu_node("full", gpus=1))
-        state.assign(gpu_pod("w"), state.node_index["full"], (0,))
-        chosen.add(place(scheduler("random", seed=seed), state, gpu_pod("p"))[0])
+        state = cluster(node_info("a"), node_info("b"), node_info("c"), node_info("full", gpus=1))
+        state.assign(pod_info("w"), state.node_index["full"], (0,))
+        chosen.add(place(scheduler("random", seed=seed), state, pod_info("p"))[0])
     assert "full" not in chosen and len(chosen) >= 2
 
 
@@ -195,8 +195,10 @@ def test_fragmentation_measures_on_a_known_node() -> None:
 
 
 def test_typical_pods_cover_the_most_frequent_shapes() -> None:
-    pods = [gpu_pod(f"a{i}", milli=500) for i in range(90)]
-    pods += [gpu_pod(f"b{i}", count=2) for i in range(6)] + [gpu_pod(f"c{i}", 0) for i in range(4)]
+    pods = [pod_info(f"a{i}", milli=500) for i in range(90)]
+    pods += [pod_info(f"b{i}", gpus=2) for i in range(6)] + [
+        pod_info(f"c{i}", gpus=0) for i in range(4)
+    ]
     typical = TypicalPods.from_pods(pods, coverage=0.95)
     assert typical.size == 2
     assert typical.weight.sum() == pytest.approx(1.0)
@@ -204,20 +206,20 @@ def test_typical_pods_cover_the_most_frequent_shapes() -> None:
 
 
 def test_fgd_learns_shapes_online_when_none_are_configured() -> None:
-    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+    state = cluster(node_info("a", gpus=2), node_info("b", gpus=2))
     sched = scheduler("fgd")
     for i in range(5):
-        place(sched, state, gpu_pod(f"p{i}", milli=500))
+        place(sched, state, pod_info(f"p{i}", milli=500))
     score = next(p for p, _ in sched.scores if isinstance(p, FgdScore))
     assert score.typical is not None and score.typical.milli.tolist() == [500]
     assert np.all(state.device_milli_free[:2, :2] >= 0)
 
 
 def test_scores_are_cached_until_the_node_changes() -> None:
-    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+    state = cluster(node_info("a", gpus=2), node_info("b", gpus=2))
     plugin = FragmentationScore(typical_pods=HALVES)
     nodes = np.array([0, 1])
-    pod = gpu_pod("p", milli=200)
+    pod = pod_info("p", milli=200)
     calls = []
     original = plugin.compute
 
@@ -235,10 +237,10 @@ def test_scores_are_cached_until_the_node_changes() -> None:
 
 
 def test_invalid_asks_get_a_clear_reason() -> None:
-    state = make_cluster(gpu_node("a", model="T4"))
-    result = scheduler(DEFAULT_POLICY).schedule(gpu_pod("p", models=frozenset({"A100"})), state)
+    state = cluster(node_info("a", model="T4"))
+    result = scheduler(DEFAULT_POLICY).schedule(pod_info("p", models=frozenset({"A100"})), state)
     assert not result.ok and "A100" in result.reason()
-    too_big = scheduler(DEFAULT_POLICY).schedule(gpu_pod("q", count=9), state)
+    too_big = scheduler(DEFAULT_POLICY).schedule(pod_info("q", gpus=9), state)
     assert not too_big.ok and "9 GPUs" in too_big.reason()
 
 
@@ -254,8 +256,8 @@ WHOLE_BIG_MEMORY = [{"cpu": 1000, "milli": 1000, "count": 1, "weight": 1, "memor
 
 def _memory_starved():  # type: ignore[no-untyped-def]
     # a: 2 idle GPUs but memory for one more typical pod (100 GiB each); b: room for both.
-    state = make_cluster(gpu_node("a", gpus=2), gpu_node("b", gpus=2))
-    hog = PodInfo(name="hog", uid="hog", requests={CPU: 1000, MEMORY: 362 * GI, PODS: 1})
+    state = cluster(node_info("a", gpus=2), node_info("b", gpus=2))
+    hog = pod_info("hog", gpus=0, memory=362 * GI)
     state.assign(hog, state.node_index["a"], ())
     return state
 
@@ -274,7 +276,7 @@ def test_capacity_measure_limits_copies_by_memory() -> None:
 
 def test_lexicographic_policy_uses_gpus_that_memory_strands() -> None:
     # A share on a's GPU costs no typical pod (a can host only one); on b it costs one.
-    nodes, pod = np.array([0, 1]), gpu_pod("p", milli=500)
+    nodes, pod = np.array([0, 1]), pod_info("p", milli=500)
     aware = FragmentationScore(typical_pods=WHOLE_BIG_MEMORY, lead="fgd", use_memory=True)
     blind = FragmentationScore(typical_pods=WHOLE_BIG_MEMORY, lead="fgd")
     s_aware = aware.score(CycleState(), pod, _memory_starved(), nodes)
@@ -286,9 +288,9 @@ def test_lexicographic_policy_uses_gpus_that_memory_strands() -> None:
 
 
 def test_typical_pods_keep_the_rare_shapes_apart_for_the_capacity_measure() -> None:
-    pods = [gpu_pod(f"a{i}", milli=500) for i in range(90)]
-    pods += [gpu_pod(f"b{i}", count=2) for i in range(6)] + [
-        gpu_pod(f"c{i}", milli=200) for i in range(4)
+    pods = [pod_info(f"a{i}", milli=500) for i in range(90)]
+    pods += [pod_info(f"b{i}", gpus=2) for i in range(6)] + [
+        pod_info(f"c{i}", milli=200) for i in range(4)
     ]
     typical = TypicalPods.from_pods(pods, coverage=0.95)
     assert typical.size == 2 and typical.full is not None and typical.full.size == 3
@@ -327,15 +329,15 @@ def test_typical_pods_args_are_valid_or_refused_with_the_item(items: list) -> No
 
 
 def test_scarcity_weighs_shapes_pinned_to_a_scarce_model() -> None:
-    state = make_cluster(
-        gpu_node("v", gpus=2, model="V100"), gpu_node("t1", gpus=2, model="T4"),
-        gpu_node("t2", gpus=2, model="T4"), gpu_node("t3", gpus=2, model="T4"),
+    state = cluster(
+        node_info("v", gpus=2, model="V100"), node_info("t1", gpus=2, model="T4"),
+        node_info("t2", gpus=2, model="T4"), node_info("t3", gpus=2, model="T4"),
     )  # fmt: skip
     shapes = [
         {"cpu": 1000, "milli": 500, "count": 1, "weight": 0.8},
         {"cpu": 1000, "milli": 500, "count": 1, "models": "V100", "weight": 0.2},
     ]
-    pod, nodes = gpu_pod("p", milli=500), np.array([0, 1])
+    pod, nodes = pod_info("p", milli=500), np.array([0, 1])
     gaps = []
     for scarcity in (False, True):
         plugin = FragmentationScore(typical_pods=shapes, scarcity=scarcity)

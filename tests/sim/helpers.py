@@ -1,12 +1,14 @@
-"""Small builders for simulator tests: nodes and pods as Kubernetes objects."""
+"""Former simulator-test builders, kept for test files that still import them: the old
+signatures (4 A100s, 32 CPUs and 256 GiB per node; one GPU and one CPU per pod) over
+``tests.builders``."""
 
 from __future__ import annotations
 
-from typing import Any
+from fairgpu.model.node import NodeInfo
+from fairgpu.model.pod import PodInfo
+from tests.builders import k8s_node, k8s_pod
 
-from fairgpu.api import objects as k8s
-from fairgpu.model.node import NodeInfo, node_from_k8s
-from fairgpu.model.pod import PodInfo, pod_from_k8s
+__all__ = ["gpu_node", "gpu_pod"]
 
 
 def gpu_node(
@@ -16,20 +18,8 @@ def gpu_node(
     labels: dict[str, str] | None = None,
     taints: list[dict[str, str]] | None = None,
 ) -> NodeInfo:
-    """A GPU node decoded from a v1 Node."""
-    raw: dict[str, Any] = {
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "A100", **(labels or {})}},
-        "spec": {"taints": taints or []},
-        "status": {
-            "allocatable": {
-                "cpu": cpu,
-                "memory": "256Gi",
-                "pods": "110",
-                "nvidia.com/gpu": str(gpus),
-            }
-        },
-    }
-    return node_from_k8s(k8s.decode(raw, k8s.Node))
+    """``k8s_node`` of ``gpus`` A100s."""
+    return k8s_node(name, labels, gpus=gpus, model="A100", cpu=cpu, memory="256Gi", taints=taints)
 
 
 def gpu_pod(
@@ -40,10 +30,5 @@ def gpu_pod(
     labels: dict[str, str] | None = None,
     extra: dict[str, str] | None = None,
 ) -> PodInfo:
-    """A pod asking for ``gpus`` whole GPUs (plus any ``extra`` resources)."""
-    requests = {"cpu": cpu, "nvidia.com/gpu": gpus, **(extra or {})}
-    raw = {
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]},
-    }
-    return pod_from_k8s(k8s.decode(raw, k8s.Pod))
+    """``k8s_pod`` asking ``gpus`` whole GPUs (plus any ``extra`` resources)."""
+    return k8s_pod(name, namespace, gpus=gpus, cpu=cpu, labels=labels, requests=extra)

@@ -6,16 +6,19 @@ from fairgpu.engine.engine import Engine
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import PodArrival, Workload
-from tests.sim.helpers import gpu_node, gpu_pod
+from tests.builders import k8s_node, k8s_pod
 
 KEY = "example.com/node.usage"
 
 
 def _pool_node(name: str, usage: str) -> object:
-    return gpu_node(
+    return k8s_node(
         name,
+        {KEY: usage},
         gpus=2,
-        labels={KEY: usage},
+        model="A100",
+        cpu="32",
+        memory="256Gi",
         taints=[
             {"key": KEY, "value": usage, "effect": "NoSchedule"},
             {"key": "nvidia.com/gpu.product", "value": "A100", "effect": "NoSchedule"},
@@ -24,8 +27,11 @@ def _pool_node(name: str, usage: str) -> object:
 
 
 def _typed_pod(name: str, kind: str) -> object:
-    pod = gpu_pod(
-        name, gpus="2", labels={"fairgpu.io/workload-type": kind, "fairgpu.io/gpu-model": "A100"}
+    pod = k8s_pod(
+        name,
+        gpus=2,
+        cpu="1",
+        labels={"fairgpu.io/workload-type": kind, "fairgpu.io/gpu-model": "A100"},
     )
     return derive_placement(pod, NodePoolConfig())
 
@@ -53,7 +59,7 @@ def test_inference_prefers_its_pool() -> None:
 
 
 def test_untyped_pod_and_explicit_affinity_are_left_alone() -> None:
-    plain = gpu_pod("plain")
+    plain = k8s_pod("plain", gpus=1, cpu="1")
     assert derive_placement(plain) is plain
     typed = derive_placement(_typed_pod("x", "training"))  # already has required affinity
     again = derive_placement(typed)
@@ -62,6 +68,6 @@ def test_untyped_pod_and_explicit_affinity_are_left_alone() -> None:
 
 def test_cpu_pod_without_tolerations_stays_off_gpu_pools() -> None:
     nodes = [_pool_node("train", "training")]
-    arrivals = [PodArrival(gpu_pod("cpu-only", gpus="0"), 0.0, None)]
+    arrivals = [PodArrival(k8s_pod("cpu-only", gpus=0, cpu="1"), 0.0, None)]
     result = Simulation(Workload("pools", nodes, arrivals), Engine()).run()
     assert result.records[0].node == ""

@@ -10,7 +10,7 @@ from fairgpu.model.pod import invalid_pod
 from fairgpu.sim.simulator import Simulation, time_average, unusable_gpu_milli
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.synthetic import SyntheticSpec, generate
-from tests.sim.helpers import gpu_node, gpu_pod
+from tests.builders import k8s_node, k8s_pod
 
 
 def _small_synthetic(seed: int) -> Workload:
@@ -35,9 +35,9 @@ def test_different_seed_changes_the_workload() -> None:
 
 
 def test_completion_frees_capacity_for_the_next_pod() -> None:
-    node = gpu_node("n0", gpus=2)
-    first = PodArrival(gpu_pod("first", gpus="2"), arrival=0.0, duration=100.0)
-    second = PodArrival(gpu_pod("second", gpus="2"), arrival=10.0, duration=50.0)
+    node = k8s_node("n0", gpus=2)
+    first = PodArrival(k8s_pod("first", gpus=2, cpu="1"), arrival=0.0, duration=100.0)
+    second = PodArrival(k8s_pod("second", gpus=2, cpu="1"), arrival=10.0, duration=50.0)
     result = Simulation(Workload("t", [node], [first, second]), Engine()).run()
     recs = {r.pod.name: r for r in result.records}
     assert recs["first"].start == 0.0 and recs["first"].end == 100.0
@@ -59,12 +59,12 @@ def test_allocation_never_exceeds_capacity_and_devices_never_overcommitted() -> 
 
 
 def test_invalid_pod_is_reported_and_the_rest_continue() -> None:
-    node = gpu_node("n0", gpus=1)
+    node = k8s_node("n0", gpus=1)
     bad = invalid_pod(
         {"metadata": {"name": "broken", "namespace": "x"}},
         ValueError("Pod x/broken: field spec.containers[0].resources.requests.cpu: bad"),
     )
-    good = gpu_pod("fine")
+    good = k8s_pod("fine", gpus=1, cpu="1")
     workload = Workload("t", [node], [PodArrival(bad, 0.0, None), PodArrival(good, 1.0, 5.0)])
     result = Simulation(workload, Engine()).run()
     recs = {r.pod.name: r for r in result.records}
@@ -74,8 +74,8 @@ def test_invalid_pod_is_reported_and_the_rest_continue() -> None:
 
 
 def test_unschedulable_reason_names_the_shortage() -> None:
-    node = gpu_node("n0", gpus=2)
-    too_big = PodArrival(gpu_pod("big", gpus="2", cpu="64"), 0.0, None)
+    node = k8s_node("n0", gpus=2)
+    too_big = PodArrival(k8s_pod("big", gpus=2, cpu="64"), 0.0, None)
     result = Simulation(Workload("t", [node], [too_big]), Engine()).run()
     assert result.records[0].start is None
     assert "Insufficient cpu" in result.records[0].reason
@@ -83,8 +83,10 @@ def test_unschedulable_reason_names_the_shortage() -> None:
 
 
 def test_until_stops_the_clock() -> None:
-    node = gpu_node("n0", gpus=1)
-    arrivals = [PodArrival(gpu_pod(f"p{i}"), float(i * 10), 5.0) for i in range(10)]
+    node = k8s_node("n0", gpus=1)
+    arrivals = [
+        PodArrival(k8s_pod(f"p{i}", gpus=1, cpu="1"), float(i * 10), 5.0) for i in range(10)
+    ]
     result = Simulation(Workload("t", [node], arrivals), Engine(), until=35.0).run()
     started = [r for r in result.records if r.start is not None]
     assert len(started) == 4  # arrivals at 0, 10, 20, 30
@@ -97,14 +99,14 @@ def test_time_average_weights_by_duration() -> None:
 
 
 def test_unusable_gpu_milli_counts_free_compute_no_pending_shape_fits() -> None:
-    sim = Simulation(Workload("t", [gpu_node("n0", gpus=2)], []), Engine())
+    sim = Simulation(Workload("t", [k8s_node("n0", gpus=2)], []), Engine())
     cluster = sim.cluster
-    shared = gpu_pod("s", extra={"nvidia.com/gpucores": "70"})
+    shared = k8s_pod("s", gpus=1, cpu="1", requests={"nvidia.com/gpucores": "70"})
     cluster.assign(shared, 0, (0,))
-    whole = gpu_pod("w", gpus="1")
+    whole = k8s_pod("w", gpus=1, cpu="1")
     # Device 0 has 300 milli free: a whole-GPU shape cannot use it, device 1 is idle.
     assert unusable_gpu_milli(cluster, [whole]) == 300
-    small = gpu_pod("small", extra={"nvidia.com/gpucores": "20"})
+    small = k8s_pod("small", gpus=1, cpu="1", requests={"nvidia.com/gpucores": "20"})
     assert unusable_gpu_milli(cluster, [small]) == 0
     assert unusable_gpu_milli(cluster, []) == 0
 

@@ -12,7 +12,7 @@ from fairgpu.engine.engine import Engine
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.tenancy import parse_config
-from tests.sim.helpers import gpu_node, gpu_pod
+from tests.builders import k8s_node, k8s_pod
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -41,8 +41,8 @@ def test_summary_shows_fair_share_beside_share(tmp_path: Path) -> None:
 def test_namespace_mapping_decides_the_tenant() -> None:
     config = parse_config({"queues": [{"name": "ml", "namespaces": ["a", "b"]}]})
     engine = Engine(tenancy=config)
-    arrivals = [PodArrival(gpu_pod("p", namespace="b"), 0.0, 10.0)]
-    result = Simulation(Workload("t", [gpu_node("n0")], arrivals), engine).run()
+    arrivals = [PodArrival(k8s_pod("p", "b", gpus=1, cpu="1"), 0.0, 10.0)]
+    result = Simulation(Workload("t", [k8s_node("n0", gpus=4)], arrivals), engine).run()
     assert result.records[0].tenant == "ml"
 
 
@@ -55,15 +55,10 @@ def test_losing_one_gang_member_restarts_the_group() -> None:
         }
     )
     engine = Engine(tenancy=config)
-    nodes = [gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)]
-    gang = [
-        gpu_pod(f"g{i}", namespace="a", gpus="2", labels={"fairgpu.io/pod-group": "g"})
-        for i in range(2)
-    ]
-    for pod in gang:
-        pod.annotations["fairgpu.io/min-member"] = "2"
+    nodes = [k8s_node("n0", gpus=2), k8s_node("n1", gpus=2)]
+    gang = [k8s_pod(f"g{i}", "a", gpus=2, cpu="1", group="g", min_member=2) for i in range(2)]
     arrivals = [PodArrival(p, 0.0, 1000.0) for p in gang]
-    arrivals.append(PodArrival(gpu_pod("late", namespace="b", gpus="2"), 10.0, 100.0))
+    arrivals.append(PodArrival(k8s_pod("late", "b", gpus=2, cpu="1"), 10.0, 100.0))
     result = Simulation(Workload("t", nodes, arrivals), engine).run()
     recs = {r.pod.name: r for r in result.records}
     assert recs["late"].start == 10.0  # b reclaims its fair half
