@@ -314,7 +314,8 @@ def _node_violations(name: str, node: dict[str, Any] | None, load: _NodeLoad) ->
     out = []
     for d, shares in sorted(load.milli.items()):
         if sum(m for _, m in shares) > WHOLE:
-            out.append(f"node {name}: GPU {d} booked {sum(m for _, m in shares)}m by {shares}")
+            holders = sorted(shares)
+            out.append(f"node {name}: GPU {d} booked {sum(m for _, m in shares)}m by {holders}")
     if node is None:
         return out
     alloc = (node.get("status") or {}).get("allocatable") or {}

@@ -182,23 +182,26 @@ def test_flood_with_reclaim_twice_with_all_nodes_recreated(
         auditor = Auditor(api, namespace=ns)
         kubelet = FakeKubelet(kubelet_api, namespace=ns, workers=4, grace_seconds=GRACE)
         t0 = time.monotonic()
-        with kubelet, auditor.watching(), scheduler(cp, tenancy=tenancy) as s:
-            assert kubelet.wait_synced(20)
-            first = flood_and_reclaim(flood, s, 1, FLOOD)
-            running = flood.holding("qa1")
-            # Every node goes and comes back under its name while qa's first pods run on it.
-            flood.recreate_nodes()
-            wait_for(lambda: flood.finished("qb1") and flood.finished("qu1"), 30)
-            assert set(running) <= set(flood.holding("qa1"))
-            second = flood_and_reclaim(flood, s, 2, SHARE)
-            time.sleep(GRACE + 0.5)  # let the last victims go and any stray bind land
-            conflicts = s.metrics.binds.labels("conflict")._value.get()
-            skipped = s.metrics.evictions.labels("skipped_unbound")._value.get()
-        elapsed = time.monotonic() - t0
-    print(f"{auditor.checks} states audited in {elapsed:.1f} s; problems: {auditor.problems()}")
+        try:
+            with kubelet, auditor.watching(), scheduler(cp, tenancy=tenancy) as s:
+                assert kubelet.wait_synced(20)
+                first = flood_and_reclaim(flood, s, 1, FLOOD)
+                running = flood.holding("qa1")
+                # Every node goes and comes back under its name while qa's first pods run.
+                flood.recreate_nodes()
+                wait_for(lambda: flood.finished("qb1") and flood.finished("qu1"), 30)
+                lost = sorted(set(running) - set(flood.holding("qa1")))
+                second = flood_and_reclaim(flood, s, 2, SHARE)
+                time.sleep(GRACE + 0.5)  # let the last victims go and any stray bind land
+                conflicts = s.metrics.binds.labels("conflict")._value.get()
+                skipped = s.metrics.evictions.labels("skipped_unbound")._value.get()
+        finally:  # what the audit saw, whatever failed
+            elapsed = time.monotonic() - t0
+            print(f"{auditor.checks} states audited in {elapsed:.1f} s: {auditor.problems()}")
     assert auditor.problems() == []
     assert auditor.checks > 200  # the audit saw the whole history, not a sample
     # The reclaim happened in both runs (so a clean audit is not vacuous): qb's share came
     # from qa's evicted pods, and its urgent pods got GPUs too.
     assert first >= SHARE and second >= SHARE
     assert conflicts == 0 and skipped == 0
+    assert lost == [], "qa pods running before the nodes were re-created were evicted"
