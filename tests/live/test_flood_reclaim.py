@@ -133,6 +133,20 @@ class Flood:
             and not p["metadata"].get("deletionTimestamp")
         ]
 
+    def summary(self) -> dict[str, dict[str, int]]:
+        """Per pod-name prefix, how many pods are pending, bound, terminating or done."""
+        out: dict[str, dict[str, int]] = {}
+        for p in self.pods():
+            if p["metadata"].get("deletionTimestamp"):
+                state = "terminating"
+            elif p["status"].get("phase") in ("Succeeded", "Failed"):
+                state = "done"
+            else:
+                state = "bound" if p["spec"].get("nodeName") else "pending"
+            counts = out.setdefault(p["metadata"]["name"].split("-")[0], {})
+            counts[state] = counts.get(state, 0) + 1
+        return out
+
     def terminating(self, prefix: str) -> int:
         return sum(bool(p["metadata"].get("deletionTimestamp")) for p in self.pods(prefix))
 
@@ -197,7 +211,10 @@ def test_flood_with_reclaim_twice_with_all_nodes_recreated(
                 skipped = s.metrics.evictions.labels("skipped_unbound")._value.get()
         finally:  # what the audit saw, whatever failed
             elapsed = time.monotonic() - t0
-            print(f"{auditor.checks} states audited in {elapsed:.1f} s: {auditor.problems()}")
+            found = auditor.problems()
+            print(f"{auditor.checks} states audited in {elapsed:.1f} s, {len(found)} problems:")
+            print("\n".join(found))
+            print(f"pods at the end: {flood.summary()}")
     assert auditor.problems() == []
     assert auditor.checks > 200  # the audit saw the whole history, not a sample
     # The reclaim happened in both runs (so a clean audit is not vacuous): qb's share came
