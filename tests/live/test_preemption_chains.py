@@ -145,8 +145,11 @@ class World:
     def audit(self) -> Iterator[Auditor]:
         """The audit of this test's pods (and every node) while the block runs."""
         auditor = Auditor(self.api, namespace=self.ns)
-        with auditor.watching():
-            yield auditor
+        try:
+            with auditor.watching():
+                yield auditor
+        finally:  # shown with a failure, whatever failed first
+            print(f"{auditor.checks} states audited, problems:", *auditor.problems(), sep="\n")
 
     def fill(self, node: str, pods: dict[str, str], queue: str = "") -> None:
         """Create ``pods`` (name -> priority class) and let them run on ``node``; its kubelet
