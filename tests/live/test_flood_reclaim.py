@@ -78,13 +78,13 @@ def cp(live_bin_dir: Path) -> Iterator[ControlPlane]:
 class Flood:
     """The namespace, nodes and pods of the scenario, read back from the API."""
 
-    def __init__(self, api: KubeClient, ns: str, tag: str) -> None:
+    def __init__(self, api: KubeClient, ns: str, tag: str, nodes: int = NODES) -> None:
         self.api = api
         self.ns = ns
         self.tag = tag
         self.specs = [
             NodeSpec(f"fl-{tag}-{i}", pool="training", gpu_model=A100, gpus=GPUS, labels={"t": tag})
-            for i in range(NODES)
+            for i in range(nodes)
         ]
 
     def create_nodes(self) -> None:
@@ -222,3 +222,28 @@ def test_flood_with_reclaim_twice_with_all_nodes_recreated(
     assert first >= SHARE and second >= SHARE
     assert conflicts == 0 and skipped == 0
     assert lost == [], "qa pods running before the nodes were re-created were evicted"
+
+
+def test_the_auditor_sees_unbound_pods_deleted_and_devices_booked_twice(cp: ControlPlane) -> None:
+    tag = uuid.uuid4().hex[:6]
+    ns = f"fl-{tag}"
+    with cp.client(maxsize=8) as api:
+        ensure_namespace(api, ns, ca_pem=Path(cp.ca_file).read_text())
+        flood = Flood(api, ns, tag, nodes=1)
+        node = flood.specs[0].name
+        flood.create_nodes()
+        auditor = Auditor(api, namespace=ns)
+        with auditor.watching():
+            for name in ("gone", "mine"):  # nobody schedules them; both deleted unbound
+                create_many(api, ns, [pod(name, gpus=1, scheduler="nobody")])
+            auditor.expected_deletes.add(f"{ns}/mine")
+            for name in ("gone", "mine"):
+                api.delete(f"/api/v1/namespaces/{ns}/pods/{name}")
+            for i in range(2):  # bound without a scheduler, both on device 5
+                p = pod(f"twice-{i}", gpus=1, annotations={"fairgpu.io/gpu-devices": "5"})
+                create_many(api, ns, [p | {"spec": {**p["spec"], "nodeName": node}}])
+            wait_for(lambda: len(auditor.problems()) == 2, 10)
+    assert auditor.unbound_deleted == [f"{ns}/gone"]
+    assert auditor.violations == [
+        f"node {node}: GPU 5 booked 2000m by [('{ns}/twice-0', 1000), ('{ns}/twice-1', 1000)]"
+    ]
