@@ -1,8 +1,8 @@
 """An auditor of the API server's own state: no GPU, node or pod slot is ever booked twice.
 
-It reads only what the API server holds (all Nodes, and all Pods of every namespace, those
-being deleted included: a terminating pod keeps its node's resources until it is gone), never
-the scheduler's cache, and reports every violation as a sentence naming the node and pods:
+It reads only what the API server holds (all Nodes, and all Pods of every namespace or of one,
+those being deleted included: a terminating pod keeps its node's resources until it is gone),
+never the scheduler's cache, and reports every violation as a sentence naming the node and pods:
 
 * per node, the ``fairgpu.io/gpu-devices`` annotations of its pods add up to at most one whole
   device (1000 milli-GPU, and the device's memory when the share names memory) on every device,
@@ -12,12 +12,16 @@ the scheduler's cache, and reports every violation as a sentence naming the node
 * per node, the pods' effective CPU, memory and ephemeral-storage requests (sidecars and init
   containers counted as kube-scheduler counts them, plus overhead) and their number are at most
   its allocatable;
-* across calls of :meth:`Auditor.check`, no pod (by uid) moves to another node or changes the
-  devices it was bound with: a pod is bound once.
+* across the states audited, no pod (by uid) moves to another node or changes the devices it
+  was bound with: a pod is bound once;
+* no pod is deleted before it was ever bound, unless the test deleted it itself (an Eviction
+  of a pod never bound deletes it outright: a scheduler must never choose one as a victim).
 
 Pods bound to a node that does not exist (deleted, not re-created yet) are still checked for
-device overlap among themselves. Call :meth:`Auditor.check` after every event of interest, or
-run :meth:`Auditor.running` in the background while a test acts.
+device overlap among themselves; a node showing 0 GPUs (its status not written yet) is not
+judged on its GPUs. Use :meth:`Auditor.watching` to audit the state after every Pod and Node
+event, or call :meth:`Auditor.check` (:meth:`Auditor.running` in the background) to audit
+listed states.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fairgpu.api.quantity import parse_quantity
-from fairgpu.devcluster import KubeClient
+from fairgpu.devcluster import KubeClient, WatchStream
 from fairgpu.model.gpu import ANN_GPU_DEVICES, WHOLE, decode_gpu_devices
 
 GPU = "nvidia.com/gpu"
@@ -85,53 +89,113 @@ class _NodeLoad:
     requested: dict[str, float] = field(default_factory=dict)
 
 
+def _key(p: dict[str, Any]) -> str:
+    return f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+
+
+def _node_of(p: dict[str, Any] | None) -> str:
+    return ((p or {}).get("spec") or {}).get("nodeName") or ""
+
+
+def _holds(p: dict[str, Any]) -> bool:
+    """Does ``p`` hold its node's resources (bound, not finished; terminating ones do)?"""
+    return bool(_node_of(p)) and (p.get("status") or {}).get("phase") not in TERMINAL
+
+
 class Auditor:
     """Checks invariants of the API server's state; remembers each pod's node and devices.
 
+    Two ways to run it: :meth:`check` (or :meth:`running`, which calls it in the background)
+    lists Nodes and Pods and audits that state; :meth:`watching` follows every Pod and Node
+    event through watches and audits the state after each one, so no passing state is missed,
+    and also records pods deleted while unbound (an Eviction of a pod never bound deletes it
+    outright) unless the test deleted them itself (:attr:`expected_deletes`).
+
     Args:
-        client: an API client that may list all pods and nodes.
+        client: an API client that may list and watch all pods and nodes.
+        namespace: only audit this namespace's pods (None: every namespace).
+
+    Attributes:
+        violations: every distinct violation seen (devices, GPUs, CPU, memory or pods beyond a
+            node's capacity; a pod moved to another node or given other devices).
+        unbound_deleted: ``namespace/name`` of pods deleted before they were ever bound,
+            that are not in :attr:`expected_deletes` (seen by :meth:`watching` only).
+        expected_deletes: ``namespace/name`` of pods the test deletes itself.
+        checks: states audited so far (lists, or events while watching).
     """
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, namespace: str | None = None) -> None:
         self.client = client
+        self.namespace = namespace
         self.bound: dict[str, tuple[str, str, str]] = {}  # uid -> (pod, node, annotation)
         self.violations: list[str] = []
+        self.unbound_deleted: list[str] = []
+        self.expected_deletes: set[str] = set()
         self.checks = 0
+        self._lock = threading.Lock()
+        self._requests: dict[str, dict[str, float]] = {}  # uid -> effective requests
+        self._nodes: dict[str, dict[str, Any]] = {}  # the state followed by watching()
+        self._pods: dict[str, dict[str, Any]] = {}
+
+    def _pods_path(self) -> str:
+        if self.namespace:
+            return f"/api/v1/namespaces/{self.namespace}/pods"
+        return "/api/v1/pods"
+
+    def problems(self) -> list[str]:
+        """Every violation and every unbound pod deleted, as sentences (empty: all clean)."""
+        gone = [f"pod {k} was deleted before it was ever bound" for k in self.unbound_deleted]
+        return [*self.violations, *gone]
 
     def check(self) -> list[str]:
-        """Audit the current state once; returns the violations found now (also appended to
-        :attr:`violations`)."""
+        """Audit the current state once; returns the violations found now (those not seen
+        before are also appended to :attr:`violations`)."""
         nodes = {n["metadata"]["name"]: n for n in self.client.get("/api/v1/nodes")["items"]}
-        pods = self.client.get("/api/v1/pods")["items"]
+        pods = self.client.get(self._pods_path())["items"]
+        with self._lock:
+            found = self._audit(nodes, [p for p in pods if _holds(p)], None)
+            self.checks += 1
+            self._note(found)
+        return found
+
+    def _note(self, found: list[str]) -> None:
+        for v in found:
+            if v not in self.violations:
+                self.violations.append(v)
+
+    def _audit(
+        self, nodes: dict[str, dict[str, Any]], pods: list[dict[str, Any]], only: set[str] | None
+    ) -> list[str]:
+        """Violations among ``pods`` (those holding their node), per node (those in ``only``
+        if given), plus pods bound elsewhere or with other devices than before."""
         found: list[str] = []
         loads: dict[str, _NodeLoad] = {}
         for p in pods:
-            node = (p.get("spec") or {}).get("nodeName")
-            if not node or (p.get("status") or {}).get("phase") in TERMINAL:
+            node = _node_of(p)
+            if only is not None and node not in only:
                 continue
             found.extend(self._once(p, node))
             self._add(loads.setdefault(node, _NodeLoad()), p, found)
         for name, load in sorted(loads.items()):
             found.extend(_node_violations(name, nodes.get(name), load))
-        self.checks += 1
-        self.violations.extend(found)
         return found
 
     def _once(self, p: dict[str, Any], node: str) -> list[str]:
         meta = p["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
+        key = _key(p)
         ann = (meta.get("annotations") or {}).get(ANN_GPU_DEVICES, "")
         before = self.bound.setdefault(meta["uid"], (key, node, ann))
         if before[1:] != (node, ann):
             return [f"pod {key} was bound to {before[1]} [{before[2]}], now {node} [{ann}]"]
         return []
 
-    @staticmethod
-    def _add(load: _NodeLoad, p: dict[str, Any], found: list[str]) -> None:
+    def _add(self, load: _NodeLoad, p: dict[str, Any], found: list[str]) -> None:
         meta = p["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
+        key = _key(p)
         load.pods.append(key)
-        req = effective_requests(p)
+        req = self._requests.get(meta["uid"])
+        if req is None:
+            req = self._requests[meta["uid"]] = effective_requests(p)
         for k in SCALAR:
             load.requested[k] = load.requested.get(k, 0.0) + req.get(k, 0.0)
         ann = (meta.get("annotations") or {}).get(ANN_GPU_DEVICES)
@@ -166,12 +230,92 @@ class Auditor:
             thread.join(10)
             self.check()
 
+    # ---- following every event ------------------------------------------------------------
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[Auditor]:
+        """Follow Pods and Nodes through watches while the block runs and audit the nodes each
+        event touches, in the state just after it (terminating pods included, pods on a node
+        that does not exist checked for device overlap); record unbound pods deleted."""
+        stop = threading.Event()
+        streams: list[WatchStream] = []
+        threads = []
+        for kind, path in (("node", "/api/v1/nodes"), ("pod", self._pods_path())):
+            listed = self.client.get(path)
+            with self._lock:
+                for obj in listed["items"]:
+                    self._apply(kind, "ADDED", obj)
+            rv = listed["metadata"]["resourceVersion"]
+            args = (kind, path, rv, stop, streams)
+            threads.append(threading.Thread(target=self._follow, args=args, daemon=True))
+        for t in threads:
+            t.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            for s in list(streams):
+                s.close()
+            for t in threads:
+                t.join(10)
+
+    def _follow(
+        self, kind: str, path: str, rv: str, stop: threading.Event, streams: list[WatchStream]
+    ) -> None:
+        while not stop.is_set():
+            stream = self.client.watch(path, {"resourceVersion": rv}, timeout_seconds=300)
+            streams.append(stream)
+            with contextlib.suppress(Exception):  # closed at the end of the block
+                for ev in stream:
+                    obj = ev["object"]
+                    if ev["type"] == "ERROR":  # 410 Gone: a gap; audit what is listed now
+                        rv = self._relist(kind, path)
+                        break
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    with self._lock:
+                        self._apply(kind, ev["type"], obj)
+            streams.remove(stream)
+
+    def _relist(self, kind: str, path: str) -> str:
+        listed = self.client.get(path)
+        with self._lock:
+            store = self._nodes if kind == "node" else self._pods
+            store.clear()
+            for obj in listed["items"]:
+                self._apply(kind, "ADDED", obj)
+        self._note([f"the {kind} watch expired (410): events were missed"])
+        return str(listed["metadata"]["resourceVersion"])
+
+    def _apply(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
+        """One event into the followed state, then audit the nodes it touched (lock held)."""
+        meta = obj["metadata"]
+        if kind == "node":
+            name = meta["name"]
+            if etype == "DELETED":
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = obj
+            touched = {name}
+        else:
+            before = self._pods.pop(meta["uid"], None)
+            touched = {_node_of(before), _node_of(obj)} - {""}
+            if etype != "DELETED":
+                self._pods[meta["uid"]] = obj
+            elif not _node_of(obj) and not _node_of(before):
+                key = _key(obj)
+                if key not in self.expected_deletes and key not in self.unbound_deleted:
+                    self.unbound_deleted.append(key)
+        if touched:
+            held = [p for p in self._pods.values() if _holds(p)]
+            self._note(self._audit(self._nodes, held, touched))
+        self.checks += 1
+
 
 def _node_violations(name: str, node: dict[str, Any] | None, load: _NodeLoad) -> list[str]:
     out = []
     for d, shares in sorted(load.milli.items()):
         if sum(m for _, m in shares) > WHOLE:
-            out.append(f"node {name}: GPU {d} booked {sum(m for _, m in shares)}m by {shares}")
+            holders = sorted(shares)
+            out.append(f"node {name}: GPU {d} booked {sum(m for _, m in shares)}m by {holders}")
     if node is None:
         return out
     alloc = (node.get("status") or {}).get("allocatable") or {}

@@ -2,11 +2,11 @@
 
 Victims are seen terminating for as long as a test wants: their node's FakeKubelet is stopped
 once they run (nothing finishes a graceful deletion then) and started again when they may go.
-An :class:`Audit` watches every pod of the test's namespace and, after each event, sums the
-``fairgpu.io/gpu-devices`` annotation per device over the bound pods, terminating ones included
-(they hold their GPUs until they are gone, as kube-scheduler counts them). Every test ends with:
-no device or node over capacity at any moment, no pod deleted while unbound (an Eviction of a
-pod never bound deletes it outright), no pod bound twice (no rebinding seen, no 409 on a bind).
+The :class:`~auditor.Auditor` follows every Pod (of the test's namespace) and Node event and
+audits the state after each one, terminating pods included (they hold their GPUs until they
+are gone, as kube-scheduler counts them). Every test ends with: no device or node over capacity
+at any moment, no pod deleted while unbound (an Eviction of a pod never bound deletes it
+outright), no pod bound twice (no rebinding seen, no 409 on a bind).
 
 These tests run their own control plane: the session's FakeKubelet would finish every graceful
 deletion at once.
@@ -15,7 +15,6 @@ deletion at once.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from auditor import Auditor
 from live_helpers import (
     A100,
     DOMAIN,
@@ -43,86 +43,22 @@ from fairgpu.devcluster import (
     ensure_namespace,
 )
 from fairgpu.kube import LiveScheduler
-from fairgpu.model.gpu import ANN_GPU_DEVICES, WHOLE, decode_gpu_devices
 
 pytestmark = pytest.mark.integration
 
 PRIORITIES = {"pc-low": 1, "pc-low-2": 2, "pc-mid": 10, "pc-keep": 50, "pc-high": 1000}
 
 
-# ---- the local checker ---------------------------------------------------------------------
-def over_capacity(pods: list[dict[str, Any]], gpus: dict[str, int]) -> list[str]:
-    """Devices and nodes booked beyond capacity by the bound pods in ``pods`` (terminating
-    ones included): one line per problem."""
-    per_device: dict[tuple[str, int], list[tuple[str, int]]] = {}
-    for p in pods:
-        node = p["spec"].get("nodeName")
-        text = (p["metadata"].get("annotations") or {}).get(ANN_GPU_DEVICES, "")
-        if not node or not text:
-            continue
-        for share in decode_gpu_devices(text):
-            milli = WHOLE if share.whole else share.milli
-            per_device.setdefault((node, share.index), []).append((p["metadata"]["name"], milli))
-    problems = []
-    for (node, index), holders in sorted(per_device.items()):
-        if sum(m for _, m in holders) > WHOLE or index >= gpus.get(node, 0):
-            problems.append(f"{node} GPU {index}: {sorted(n for n, _ in holders)}")
-    return problems
-
-
-class Audit:
-    """Watches the pods of ``ns`` and checks every state the API server goes through."""
-
-    def __init__(self, api: KubeClient, ns: str, gpus: dict[str, int]) -> None:
-        self.gpus = gpus
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.over: list[str] = []
-        self.unbound_deleted: list[str] = []
-        self.rebound: list[str] = []
-        self.expected_deletes: set[str] = set()
-        path = f"/api/v1/namespaces/{ns}/pods"
-        listed = api.get(path)
-        for p in listed["items"]:
-            self.pods[p["metadata"]["uid"]] = p
-        rv = listed["metadata"]["resourceVersion"]
-        self.stream = api.watch(path, {"resourceVersion": rv}, timeout_seconds=600)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        with contextlib.suppress(Exception):  # the stream is closed at the end
-            for ev in self.stream:
-                self._apply(ev["type"], ev["object"])
-
-    def _apply(self, etype: str, obj: dict[str, Any]) -> None:
-        uid, name = obj["metadata"]["uid"], obj["metadata"]["name"]
-        node = obj["spec"].get("nodeName") or ""
-        before = self.pods.get(uid)
-        was = (before or {}).get("spec", {}).get("nodeName") or ""
-        if was and node != was:
-            self.rebound.append(f"{name}: {was} -> {node}")
-        if etype == "DELETED":
-            self.pods.pop(uid, None)
-            if not node and name not in self.expected_deletes:
-                self.unbound_deleted.append(name)
-            return
-        self.pods[uid] = obj
-        for problem in over_capacity(list(self.pods.values()), self.gpus):
-            if problem not in self.over:
-                self.over.append(problem)
-
-    def close(self) -> None:
-        self.stream.close()
-
-    def assert_clean(self, sched: LiveScheduler | None = None) -> None:
-        """No over-booking, no unbound pod deleted, no pod bound twice."""
-        assert self.over == [], f"GPUs booked beyond capacity: {self.over}"
-        assert self.unbound_deleted == [], f"unbound pods deleted: {self.unbound_deleted}"
-        assert self.rebound == []
-        if sched is not None:
-            m = sched.metrics
-            assert m.binds.labels("conflict")._value.get() == 0, "a bind hit a bound pod"
-            assert m.evictions.labels("skipped_unbound")._value.get() == 0
+# ---- the audit ----------------------------------------------------------------------------
+def assert_clean(audit: Auditor, sched: LiveScheduler | None = None) -> None:
+    """No device or node over capacity, no unbound pod deleted, no pod bound twice (no
+    rebinding seen by the audit, no 409 on a bind, no Eviction skipped for an unbound pod)."""
+    assert audit.checks > 0
+    assert audit.problems() == []
+    if sched is not None:
+        m = sched.metrics
+        assert m.binds.labels("conflict")._value.get() == 0, "a bind hit a bound pod"
+        assert m.evictions.labels("skipped_unbound")._value.get() == 0
 
 
 # ---- the world of one test -----------------------------------------------------------------
@@ -150,14 +86,12 @@ class World:
         self.api = api
         self.tag = uuid.uuid4().hex[:6]
         self.ns = f"pc-{self.tag}"
-        self.gpus: dict[str, int] = {}
         ensure_namespace(api, self.ns, ca_pem=Path(cp.ca_file).read_text())
 
     def node(self, suffix: str, gpus: int, group: str = "") -> str:
         name = f"n-{self.tag}-{suffix}"
         labels = {"t": self.tag, "group": group}
         spec = NodeSpec(name, pool="training", gpu_model=A100, gpus=gpus, labels=labels)
-        self.gpus[name] = gpus  # known to the audit before a pod can be bound there
         create_nodes(self.api, [spec], domain=DOMAIN)
         return name
 
@@ -208,12 +142,14 @@ class World:
             client.close()
 
     @contextlib.contextmanager
-    def audit(self) -> Iterator[Audit]:
-        audit = Audit(self.api, self.ns, self.gpus)
+    def audit(self) -> Iterator[Auditor]:
+        """The audit of this test's pods (and every node) while the block runs."""
+        auditor = Auditor(self.api, namespace=self.ns)
         try:
-            yield audit
-        finally:
-            audit.close()
+            with auditor.watching():
+                yield auditor
+        finally:  # shown with a failure, whatever failed first
+            print(f"{auditor.checks} states audited, problems:", *auditor.problems(), sep="\n")
 
     def fill(self, node: str, pods: dict[str, str], queue: str = "") -> None:
         """Create ``pods`` (name -> priority class) and let them run on ``node``; its kubelet
@@ -260,7 +196,7 @@ def test_chain_never_evicts_a_waiting_preemptor_nor_binds_over_terminating_victi
             # its place (a bound, running pod of lower priority).
             wait_for(lambda: world.node_of("high") == a and world.node_of("high-2") == a, 20)
         assert s.metrics.evictions.labels("ok")._value.get() == 3
-    audit.assert_clean(s)
+    assert_clean(audit, s)
 
 
 def test_reclaim_chain_never_evicts_a_waiting_preemptor(world: World) -> None:
@@ -281,7 +217,7 @@ def test_reclaim_chain_never_evicts_a_waiting_preemptor(world: World) -> None:
         with world.kubelet([a]):
             wait_for(lambda: all(world.node_of(n) == a for n in ("b0", "b1", "c0")), 20)
         assert s.metrics.evictions.labels("ok")._value.get() == 3
-    audit.assert_clean(s)
+    assert_clean(audit, s)
 
 
 def test_victims_that_never_terminate_time_out_without_more_evictions(
@@ -302,7 +238,7 @@ def test_victims_that_never_terminate_time_out_without_more_evictions(
         with world.kubelet([a]):
             wait_for(lambda: world.node_of("mid") == a, 20)
         assert not world.terminating("keep")
-    audit.assert_clean(s)
+    assert_clean(audit, s)
 
 
 def test_node_removed_while_a_preemptor_waits_cancels_its_bind(world: World) -> None:
@@ -318,7 +254,7 @@ def test_node_removed_while_a_preemptor_waits_cancels_its_bind(world: World) -> 
         b = world.node("b", gpus=1)  # somewhere to go: mid is placed afresh
         wait_for(lambda: world.node_of("mid") == b, 15)
         time.sleep(0.5)
-    audit.assert_clean(s)
+    assert_clean(audit, s)
     assert world.node_of("mid") == b
 
 
@@ -328,14 +264,14 @@ def test_preemptor_deleted_while_waiting_leaves_its_victims_gpus_held(world: Wor
         world.fill(a, {"low": "pc-low", "keep": "pc-keep"})
         world.create("mid", "pc-mid")
         wait_for(lambda: world.terminating("low") and world.nominated("mid") == a, 15)
-        audit.expected_deletes.add("mid")
+        audit.expected_deletes.add(f"{world.ns}/mid")
         world.api.request("DELETE", f"/api/v1/namespaces/{world.ns}/pods/mid")
         wait_for(lambda: world.get("mid") is None, 10)
         world.create("next", "pc-mid")  # low's GPU is not free until low is gone
         assert _stays(lambda: not world.node_of("next"), 2.0)
         with world.kubelet([a]):
             wait_for(lambda: world.node_of("next") == a, 20)
-    audit.assert_clean(s)
+    assert_clean(audit, s)
 
 
 def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
@@ -386,6 +322,6 @@ def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
             assert second.metric('fairgpu_evictions_total{result="skipped_unbound"}') == 0
         finally:
             second.terminate()
-    audit.assert_clean()
+    assert_clean(audit)
     # 4 highs and 4 mids on a and b; once nothing terminates there, one more mid takes c.
     assert sum(bool(p["spec"].get("nodeName")) for p in world.pods()) == 9

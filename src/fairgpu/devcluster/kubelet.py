@@ -9,7 +9,8 @@ would, reports them through the pod status subresource:
   wall-clock seconds after its ``startTime`` (``Failed`` if ``fairgpu.io/exit-code`` is set
   and non-zero); without the annotation it runs until deleted;
 - a bound pod being deleted gracefully (``deletionTimestamp`` set, e.g. evicted or
-  preempted) is removed with grace period 0, as a kubelet does once its containers stop.
+  preempted) is removed with grace period 0, as a kubelet does once its containers stop
+  (``grace_seconds`` after it is seen terminating, if set: how long its containers take).
 
 The watch relists on 410 Gone, on ``ERROR`` events and on connection errors (for example while
 kube-apiserver restarts).
@@ -85,6 +86,7 @@ class FakeKubelet:
         namespace: only watch this namespace; ``None`` watches all.
         workers: concurrent status updates.
         watch_timeout: server-side watch timeout in seconds before a quiet re-watch.
+        grace_seconds: how long a pod being deleted stays terminating before it is removed.
     """
 
     def __init__(
@@ -95,11 +97,13 @@ class FakeKubelet:
         namespace: str | None = None,
         workers: int = 4,
         watch_timeout: int = 60,
+        grace_seconds: float = 0.0,
     ) -> None:
         self.client = client
         self.nodes = frozenset(nodes) if nodes is not None else None
         self.namespace = namespace
         self.watch_timeout = watch_timeout
+        self.grace_seconds = grace_seconds
         self.stats = KubeletStats()
         self._workers = workers
         self._pool: ThreadPoolExecutor | None = None
@@ -237,7 +241,13 @@ class FakeKubelet:
                 if uid in self._in_flight:
                     return
                 self._in_flight.add(uid)
-            self._submit(self._finish_deletion, meta["namespace"], meta["name"], uid)
+            args = (self._finish_deletion, meta["namespace"], meta["name"], uid)
+            if self.grace_seconds > 0:  # a timer, so no worker sleeps through the grace
+                timer = threading.Timer(self.grace_seconds, self._submit, args)
+                timer.daemon = True
+                timer.start()
+            else:
+                self._submit(*args)
             return
         if phase == "Pending":
             with self._lock:
