@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fairgpu.model.gpu import GpuRequest
+
 USEFUL = ("completed", "running")
 LOST = ("preempted", "gang-restart", "gang-timeout", "deleted")
 
@@ -38,7 +40,7 @@ class RunAttempt:
     group: str
     node: str
     devices: tuple[int, ...]
-    gpu_milli: int
+    gpu: GpuRequest
     start: float
     end: float | None = None
     outcome: str = ""
@@ -46,6 +48,11 @@ class RunAttempt:
     preemptor: str = ""
     preemptor_tenant: str = ""
     seq: int = -1  # order in which attempts ended (several end at one instant)
+
+    @property
+    def gpu_milli(self) -> int:
+        """GPU compute held, milli-GPU."""
+        return self.gpu.total_milli
 
     @property
     def useful(self) -> bool:
@@ -87,7 +94,7 @@ class RunLog:
             group,
             node,
             tuple(devices),
-            pod.gpu.total_milli,
+            pod.gpu,
             now,
         )
         self._open[pod.uid] = attempt
