@@ -159,8 +159,8 @@ def pool_mix(seed: int) -> Mix:
     return Mix(
         "pool-mix",
         "training pool 4x8 A100, inference 4x4 L4, hybrid 4x4 L4 (inference overflows into "
-        "it); tenants trainers (training only), servers (inference only), mixed; 80 jobs each "
-        "over ~3 h",
+        "it); tenants trainers (training only), servers (inference only), mixed; 80 jobs each, "
+        "one every ~90 s per tenant",
         Workload("pool-mix", nodes, arrivals, pod_groups=groups),
     )
 
