@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import csv
+import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from fairgpu.cli import app
 from fairgpu.engine.engine import Engine
 from fairgpu.model.gpu import GpuRequest
-from fairgpu.sim.accounting import RunAttempt, gang_stats, reversals
+from fairgpu.sim.accounting import LOST, USEFUL, RunAttempt, gang_stats, reversals
 from fairgpu.sim.results import accounting_summary, write_runs_csv
 from fairgpu.sim.simulator import Simulation, SimulationResult
 from fairgpu.sim.workload import PodArrival, Workload
@@ -104,3 +109,26 @@ def test_gang_starts_are_the_most_attempts_of_any_member() -> None:
     assert stats["max_gang_starts"] == 3
     assert stats["gangs_started_more_than_twice"] == 1
     assert stats["gang_wait_s"] == [pytest.approx(70.0)]
+
+
+def test_simulate_out_writes_runs_csv_consistent_with_the_summary(tmp_path: Path) -> None:
+    out, report = tmp_path / "out", tmp_path / "report.html"
+    args = ["simulate", "--jobs", "120", "--out", str(out), "--report", str(report)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    with (out / "runs.csv").open() as handle:
+        runs = list(csv.DictReader(handle))
+    acc = summary["accounting"]
+    assert len(runs) == acc["run_attempts"] > summary["pods_started"]
+    # Every eviction the simulator applied ended exactly one attempt; every started pod has
+    # exactly one attempt that kept its work.
+    assert sum(1 for r in runs if r["outcome"] in LOST) == summary["preemptions"] > 0
+    kept = Counter(f"{r['namespace']}/{r['name']}" for r in runs if r["outcome"] in USEFUL)
+    assert len(kept) == summary["pods_started"] and set(kept.values()) == {1}
+    # Training (A100: training + hybrid nodes) and inference (L4) are separate pools, and the
+    # pool-aware fair shares never add up to more than the cluster.
+    assert summary["pools_gpus"] == {"p0": 80.0, "p1": 24.0}
+    assert sum(t["fair_share_pct"] for t in summary["tenants"].values()) <= 100.0
+    page = report.read_text()
+    assert "useful GPUs against its pool-aware fair share" in page and "Lost work" in page
