@@ -344,10 +344,9 @@ def add_accounting(
     and the queue weights.
     """
     summary["accounting"] = accounting_summary(result)
-    tenancy = getattr(engine, "tenancy", None)
-    weight = {q.name: float(q.weight) for q in tenancy.queues} if tenancy is not None else {}
+    weight = {q.name: float(q.weight) for q in engine.tenancy.queues}
     pods = [r.pod for r in result.records]
-    capacity, eligible = pool_eligibility(cluster, getattr(engine, "scheduler", None), pods)
+    capacity, eligible = pool_eligibility(cluster, engine.scheduler, pods)
     timeline = share_timeline(result, capacity, eligible, weight)
     summary["pools_gpus"] = {p: c / 1000.0 for p, c in capacity.items()}
     for tenant, row in share_ratios(timeline, result.gpu_capacity_milli).items():
