@@ -137,7 +137,7 @@ def _lost_plot(result: SimulationResult) -> str:
     """Cumulative GPU-hours of run attempts that were stopped before their work counted."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.2))
-    lost = sorted((a.end, a.outcome, a.gpu_seconds()) for a in result.runs if not a.useful)
+    lost = sorted((a.end or 0.0, a.outcome, a.gpu_seconds()) for a in result.runs if not a.useful)
     ends = [e for e, _, _ in lost]
     x, xlabel = _hours([*ends, result.end_time])
     for outcome in sorted({o for _, o, _ in lost}):

@@ -18,11 +18,15 @@ Work of ``completed`` and ``running`` attempts is *useful*; all the others' is *
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairgpu.model.gpu import GpuRequest
+from fairgpu.model.pod import PodInfo
+
+if TYPE_CHECKING:
+    from fairgpu.sim.simulator import PodRecord
 
 USEFUL = ("completed", "running")
 LOST = ("preempted", "gang-restart", "gang-timeout", "deleted")
@@ -64,7 +68,7 @@ class RunAttempt:
         return 0.0 if self.end is None else self.gpu_milli / 1000.0 * (self.end - self.start)
 
 
-def sibling_cause(trigger: tuple[str, Any]) -> tuple[str, Any]:
+def sibling_cause(trigger: tuple[str, PodInfo | None]) -> tuple[str, PodInfo | None]:
     """The cause recorded for a gang member torn down because ``trigger`` evicted a sibling."""
     kind, preemptor = trigger
     return ("gang-timeout" if kind == "gang-timeout" else "gang-restart", preemptor)
@@ -76,13 +80,15 @@ class RunLog:
     ``tenant_of`` maps a preemptor pod to its queue, so a preemption row names both sides.
     """
 
-    def __init__(self, tenant_of: Any) -> None:
+    def __init__(self, tenant_of: Callable[[PodInfo], str]) -> None:
         self.tenant_of = tenant_of
         self.attempts: list[RunAttempt] = []
         self._open: dict[str, RunAttempt] = {}
         self._ended = 0
 
-    def start(self, rec: Any, now: float, node: str, devices: tuple[int, ...], group: str) -> None:
+    def start(
+        self, rec: PodRecord, now: float, node: str, devices: tuple[int, ...], group: str
+    ) -> None:
         """Open an attempt for ``rec`` (a PodRecord) bound to ``node`` at ``now``."""
         pod = rec.pod
         attempt = RunAttempt(
@@ -100,7 +106,7 @@ class RunLog:
         self._open[pod.uid] = attempt
         self.attempts.append(attempt)
 
-    def stop(self, uid: str, now: float, kind: str, preemptor: Any = None) -> None:
+    def stop(self, uid: str, now: float, kind: str, preemptor: PodInfo | None = None) -> None:
         """Close ``uid``'s open attempt: ``kind`` is ``completed``, ``deleted``, an eviction
         kind of the engine (``reclaim``/``priority`` -> outcome ``preempted``) or one of
         ``gang-restart``/``gang-timeout``."""

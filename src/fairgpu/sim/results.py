@@ -8,7 +8,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,12 @@ from fairgpu.model.gpu import GpuRequest
 from fairgpu.sim.accounting import gang_stats, reversals, work_totals
 from fairgpu.sim.simulator import SimulationResult, percentile, time_average
 from fairgpu.tenancy.pool_share import PoolDemand, node_pools, pool_fair_shares
+
+if TYPE_CHECKING:
+    from fairgpu.cluster.state import ClusterState
+    from fairgpu.engine.engine import Engine
+    from fairgpu.engine.scheduler import Scheduler
+    from fairgpu.model.pod import PodInfo
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -226,7 +232,7 @@ class ShareTimeline:
 
 
 def pool_eligibility(
-    cluster: Any, scheduler: Any, pods: list[Any]
+    cluster: ClusterState, scheduler: Scheduler | None, pods: list[PodInfo]
 ) -> tuple[dict[str, int], dict[str, frozenset[str]]]:
     """Pools (capacity in milli-GPU) and, per GPU pod uid, the pools it may use.
 
@@ -333,7 +339,7 @@ def share_ratios(tl: ShareTimeline, capacity_milli: int) -> dict[str, dict[str, 
 
 
 def add_accounting(
-    summary: dict[str, Any], result: SimulationResult, engine: Any, cluster: Any
+    summary: dict[str, Any], result: SimulationResult, engine: Engine, cluster: ClusterState
 ) -> ShareTimeline:
     """Add run accounting and pool-aware fair shares to ``summary`` (in place).
 

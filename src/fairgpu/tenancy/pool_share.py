@@ -52,17 +52,13 @@ class _Network:
         tix = {t: 1 + i for i, t in enumerate(self.tenants)}
         pix = {p: 1 + nt + nc + i for i, p in enumerate(pools)}
         big = int(sum(classes.values()) + 1)
-        rows: list[int] = []
-        cols: list[int] = []
-        caps: list[int] = []
+        edges: list[tuple[int, int, int]] = []
         for k, ((tenant, ps), amount) in enumerate(sorted(classes.items(), key=_class_key)):
             c = 1 + nt + k
-            rows.append(tix[tenant]), cols.append(c), caps.append(int(amount))
-            for p in ps:
-                if p in pix:
-                    rows.append(c), cols.append(pix[p]), caps.append(big)
-        for p, i in pix.items():
-            rows.append(i), cols.append(self.sink), caps.append(int(capacity[p]))
+            edges.append((tix[tenant], c, int(amount)))
+            edges.extend((c, pix[p], big) for p in ps if p in pix)
+        edges.extend((i, self.sink, int(capacity[p])) for p, i in pix.items())
+        rows, cols, caps = (list(x) for x in zip(*edges, strict=True)) if edges else ([], [], [])
         self._rows, self._cols, self._caps = rows, cols, caps
         self._tix = tix
 
@@ -117,9 +113,7 @@ def pool_fair_shares(
         level = _highest_level(net, share, active, want, w, level)
         target = _targets(share, active, want, w, level)
         frozen = [
-            t
-            for t in active
-            if target[t] >= want[t] or not net.fits({**target, t: target[t] + 1})
+            t for t in active if target[t] >= want[t] or not net.fits({**target, t: target[t] + 1})
         ]
         for t in frozen or active:  # no one can grow: integer rounding, stop here
             share[t] = target[t]
