@@ -119,9 +119,10 @@ def flood_gangs_inference(seed: int, scale: float = 0.25) -> Mix:
         f"{len(nodes)} nodes ({gpus} GPUs, scale {scale:g} of 32 nodes / 2 270 pods): tenant "
         f"flood submits {round(FLOOD_PODS * scale)} one-GPU pods at t=0 (median 600 s), train "
         f"{len(groups)} gangs of 4 x 4 GPUs over the first hour (median 1 800 s), serve "
-        f"{round(FLOOD_SERVE * scale)} fractional replicas (0.25/0.5 GPU); until 3 h",
+        f"{round(FLOOD_SERVE * scale)} fractional replicas (0.25/0.5 GPU); until 2 h, while "
+        "work is still queued",
         Workload("flood-gangs-inference", nodes, arrivals, pod_groups=groups),
-        until=3 * 3600.0,
+        until=2 * 3600.0,
     )
 
 
