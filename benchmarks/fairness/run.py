@@ -8,8 +8,17 @@ per run: Jain's index of the weighted normalised shares (got / fair), preemption
 preemption reversals (a queue taking back, in the same or the next cycle, from the queue that
 just preempted it — a preemption cycle; must be 0).
 
-Usage: ``python benchmarks/fairness/run.py [--only NAME] [--seed N] [--skip-openb]``.
-Targets (scenarios 1-4): every tenant within 5% of its fair share and Jain >= 0.98.
+These six are the *idealised* suite (one pool, equal pods). The *realistic* suite
+(:mod:`mixes`: the built-in demo on several seeds, a flood + gangs + fractional-inference mix,
+a training/inference/hybrid pool mix, priority abuse inside one tenant) measures what fairness
+costs from every run attempt: useful and lost GPU time, useful share ÷ pool-aware fair share
+per backlogged tenant, reversals, gang starts and waits, beside the issue's targets with
+pass/fail; its table goes to stderr.
+
+Usage: ``python benchmarks/fairness/run.py [--suite idealised|realistic|all] [--only NAME]
+[--mix NAME] [--seed N] [--demo-seeds N ...] [--flood-scale F] [--skip-openb]
+[--results FILE]``. ``benchmarks/fairness/results.json`` is one full run (``--results``).
+Targets (idealised scenarios 1-4): every tenant within 5% of its fair share and Jain >= 0.98.
 """
 
 from __future__ import annotations
