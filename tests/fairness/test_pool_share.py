@@ -15,15 +15,16 @@ A, B = frozenset({"A"}), frozenset({"B"})
 
 
 def test_a_tenant_confined_to_one_pool_gets_no_share_of_the_other() -> None:
-    # Pools A and B of 8 GPUs each; x can use only A, z either. Whole-cluster max-min would
-    # promise x 8 of 16 and z 8, which holds here; the point is the next case.
-    demands = [PoolDemand("x", A, 16), PoolDemand("z", A | B, 16)]
-    assert pool_fair_shares({"A": 8, "B": 8}, demands) == {"x": 8, "z": 8}
-    # With y taking 2 of B (it can use nothing else), x and z split the remaining 14 equally:
-    # x 7 on A, z 1 on A and 6 on B. Whole-cluster max-min would give y 2 too, but x could
-    # not get more than A however shares are drawn.
-    demands.append(PoolDemand("y", B, 2))
-    assert pool_fair_shares({"A": 8, "B": 8}, demands) == {"x": 7, "y": 2, "z": 7}
+    # Pools A and B of 8 GPUs each. x can use only A; z wants 2 of B. Whole-cluster max-min
+    # would promise x 14 of the 16 GPUs; no scheduler can give it more than A.
+    assert pool_fair_shares({"A": 8, "B": 8}, [PoolDemand("x", A, 16), PoolDemand("z", B, 2)]) == {
+        "x": 8,
+        "z": 2,
+    }
+    # y can use both: y takes B's spare 6, and x and y split A's 8 so both reach 7 in total
+    # (x 7 on A; y 1 on A and 6 on B).
+    demands = [PoolDemand("x", A, 16), PoolDemand("y", A | B, 16), PoolDemand("z", B, 2)]
+    assert pool_fair_shares({"A": 8, "B": 8}, demands) == {"x": 7, "y": 7, "z": 2}
 
 
 def test_weights_stop_at_the_pools_a_tenant_can_use() -> None:
