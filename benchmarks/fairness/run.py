@@ -8,8 +8,17 @@ per run: Jain's index of the weighted normalised shares (got / fair), preemption
 preemption reversals (a queue taking back, in the same or the next cycle, from the queue that
 just preempted it — a preemption cycle; must be 0).
 
-Usage: ``python benchmarks/fairness/run.py [--only NAME] [--seed N] [--skip-openb]``.
-Targets (scenarios 1-4): every tenant within 5% of its fair share and Jain >= 0.98.
+These six are the *idealised* suite (one pool, equal pods). The *realistic* suite
+(:mod:`mixes`: the built-in demo on several seeds, a flood + gangs + fractional-inference mix,
+a training/inference/hybrid pool mix, priority abuse inside one tenant) measures what fairness
+costs from every run attempt: useful and lost GPU time, useful share ÷ pool-aware fair share
+per backlogged tenant, reversals, gang starts and waits, beside the issue's targets with
+pass/fail; its table goes to stderr.
+
+Usage: ``python benchmarks/fairness/run.py [--suite idealised|realistic|all] [--only NAME]
+[--mix NAME] [--seed N] [--demo-seeds N ...] [--flood-scale F] [--skip-openb]
+[--results FILE]``. ``benchmarks/fairness/results.json`` is one full run (``--results``).
+Targets (idealised scenarios 1-4): every tenant within 5% of its fair share and Jain >= 0.98.
 """
 
 from __future__ import annotations
@@ -28,12 +37,14 @@ import numpy as np
 
 from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.engine.policies import policy
-from fairgpu.model.gpu import GpuRequest
-from fairgpu.model.node import NodeInfo
-from fairgpu.model.pod import ANN_DURATION, CPU, LABEL_QUEUE, LABEL_USER, MEMORY, PODS, PodInfo
+from fairgpu.model.pod import ANN_DURATION, LABEL_QUEUE, PodInfo
 from fairgpu.sim.simulator import Simulation, SimulationResult, percentile
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.tenancy import TenancyConfig, fair_share_series, jain_index, parse_config
+
+sys.path.insert(0, str(Path(__file__).parent))
+import mixes
+from builders import gpu_node, gpu_pod
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENB = ROOT.parent / "shared" / "traces" / "openb"
@@ -41,43 +52,6 @@ GI = 2**30
 PLACEMENT = "binpack"
 TOLERANCE = 0.05
 JAIN_TARGET = 0.98
-
-
-def gpu_node(name: str, gpus: int = 8) -> NodeInfo:
-    """A plain 8-GPU node with room for many pods."""
-    return NodeInfo(
-        name=name,
-        allocatable={CPU: 128_000, MEMORY: 1024 * GI, PODS: 110},
-        gpu_count=gpus,
-        gpu_memory_mib=81920,
-    )
-
-
-def gpu_pod(
-    name: str,
-    tenant: str,
-    created: float,
-    gpus: int = 1,
-    priority: int = 0,
-    user: str = "",
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-) -> PodInfo:
-    """A whole-GPU pod of ``tenant`` (namespace = queue)."""
-    lab = {LABEL_USER: user or f"{tenant}-user"}
-    lab.update(labels or {})
-    return PodInfo(
-        name=name,
-        namespace=tenant,
-        uid=f"{tenant}/{name}",
-        labels=lab,
-        annotations=dict(annotations or {}),
-        requests={CPU: 4000, MEMORY: 16 * GI, PODS: 1},
-        gpu=GpuRequest(gpus),
-        priority=priority,
-        created=created,
-        scheduler_name="fairgpu",
-    )
 
 
 @dataclass
@@ -456,22 +430,56 @@ SCENARIOS: dict[str, Callable[[int], Scenario | None]] = {
 }
 
 
+def _realistic(args: argparse.Namespace) -> list[Any]:
+    """The realistic mixes (:mod:`mixes`): each with fair and kube-default ordering."""
+    mixes_to_run = []
+    for name in args.mix or list(mixes.MIXES):
+        if name == "demo":
+            mixes_to_run.extend(mixes.demo(s) for s in args.demo_seeds)
+        elif name == "flood-gangs-inference":
+            mixes_to_run.append(mixes.flood_gangs_inference(args.seed, args.flood_scale))
+        else:
+            mixes_to_run.append(mixes.MIXES[name](args.seed))
+    return mixes_to_run
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the scenarios and print one JSON object per scenario."""
+    """Run the scenarios, print one JSON object per scenario, then the realistic mixes' table
+    (on stderr); ``--results`` also writes every row to a JSON file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=("idealised", "realistic", "all"), default="all")
     parser.add_argument("--only", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--mix", action="append", choices=sorted(mixes.MIXES))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--demo-seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(
+        "--flood-scale", type=float, default=0.25, help="1 = 32 nodes, 2 270 pods (slow)"
+    )
     parser.add_argument("--skip-openb", action="store_true")
+    parser.add_argument("--results", type=Path, help="also write all rows to this JSON file")
     args = parser.parse_args(argv)
-    names = args.only or list(SCENARIOS)
-    if args.skip_openb and "openb-default" in names:
-        names.remove("openb-default")
-    for name in names:
-        scenario = SCENARIOS[name](args.seed)
-        if scenario is None:
-            print(json.dumps({"scenario": name, "skipped": f"trace not found under {OPENB}"}))
-            continue
-        print(json.dumps(run(scenario, args.seed)), flush=True)
+    rows: list[dict[str, Any]] = []
+    if args.suite in ("idealised", "all"):
+        names = args.only or list(SCENARIOS)
+        if args.skip_openb and "openb-default" in names:
+            names.remove("openb-default")
+        for name in names:
+            scenario = SCENARIOS[name](args.seed)
+            row = (
+                {"scenario": name, "skipped": f"trace not found under {OPENB}"}
+                if scenario is None
+                else run(scenario, args.seed)
+            )
+            rows.append({"suite": "idealised", **row})
+            print(json.dumps(rows[-1]), flush=True)
+    realistic = []
+    if args.suite in ("realistic", "all"):
+        for mix in _realistic(args):
+            realistic.append(mixes.run_mix(mix, args.seed))
+            print(json.dumps(realistic[-1]), flush=True)
+        print(mixes.table(realistic), file=sys.stderr)
+    if args.results is not None:
+        args.results.write_text(json.dumps(rows + realistic, indent=1) + "\n")
     return 0
 
 

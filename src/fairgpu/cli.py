@@ -168,7 +168,13 @@ def _simulate(
     until: float | None,
     jobs: int | None = None,
 ) -> None:
-    from fairgpu.sim.results import summarize, write_pods_csv, write_summary
+    from fairgpu.sim.results import (
+        add_accounting,
+        summarize,
+        write_pods_csv,
+        write_runs_csv,
+        write_summary,
+    )
     from fairgpu.sim.simulator import Simulation
 
     started = time.perf_counter()
@@ -214,36 +220,20 @@ def _simulate(
         "wall_seconds": round(wall, 2),
     }
     summary = summarize(result, params)
-    _add_fair_shares(summary, result, engine)
+    shares = add_accounting(summary, result, engine, sim.cluster)  # pool-aware fair shares
     _print_summary(summary)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_summary(summary, out / "summary.json")
         write_pods_csv(result, out / "pods.csv")
-        console.print(f"wrote {out / 'summary.json'} and {out / 'pods.csv'}")
+        write_runs_csv(result, out / "runs.csv")
+        console.print(f"wrote {out / 'summary.json'}, {out / 'pods.csv'} and {out / 'runs.csv'}")
     if report is not None:
         from fairgpu.report.html import write_report
 
         report.parent.mkdir(parents=True, exist_ok=True)
-        write_report(result, summary, report)
+        write_report(result, summary, report, shares)
         console.print(f"wrote {report}")
-
-
-def _add_fair_shares(summary: dict[str, Any], result: Any, engine: Any) -> None:
-    """Fill ``fair_share_pct`` per tenant: the weighted max-min fair share of cluster GPUs,
-    capped by each tenant's demand (held + pending) at every sample, time-averaged."""
-    from fairgpu.sim.simulator import time_average
-    from fairgpu.tenancy import fair_share_series
-
-    tl = result.timeline
-    if not tl.tenant_demand_milli:
-        return
-    capacity = float(result.gpu_capacity_milli)
-    series = fair_share_series(engine.tenancy, capacity, tl.tenant_demand_milli)
-    for tenant, row in summary["tenants"].items():
-        if tenant in series:
-            share = time_average(tl.time, series[tenant], result.end_time)
-            row["fair_share_pct"] = round(100.0 * share / max(capacity, 1.0), 2)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:

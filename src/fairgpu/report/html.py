@@ -51,7 +51,7 @@ def _hours(times: list[float]) -> tuple[np.ndarray, str]:
     return t, "simulated time (s)"
 
 
-def _plots(result: SimulationResult, fair: dict[str, float] | None) -> list[tuple[str, str]]:
+def _plots(result: SimulationResult, fair: Any | None) -> list[tuple[str, str]]:
     plt = _pyplot()
     tl = result.timeline
     cap = max(result.gpu_capacity_milli, 1)
@@ -105,17 +105,64 @@ def _plots(result: SimulationResult, fair: dict[str, float] | None) -> list[tupl
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
         out.append(("GPU fragmentation: idle GPU compute no pending pod shape can use", _png(fig)))
-    del fair
+    if fair is not None:
+        out.append(
+            ("Each tenant: useful GPUs against its pool-aware fair share", _share_plot(fair))
+        )
+    if result.runs:
+        out.append(("Lost work: GPU-hours of run attempts that did not count", _lost_plot(result)))
     return out
 
 
+def _share_plot(tl: Any) -> str:
+    """One panel per tenant: useful allocation and pool-aware fair share (GPUs) over time,
+    with the intervals it was backlogged shaded."""
+    plt = _pyplot()
+    tenants = sorted(tl.fair)
+    x, xlabel = _hours(list(tl.times))
+    fig, axes = plt.subplots(len(tenants), 1, figsize=(9, 1.8 * len(tenants) + 0.6), sharex=True)
+    for ax, t in zip(np.atleast_1d(axes), tenants, strict=True):
+        ax.plot(x, tl.useful[t] / 1000.0, color="#2f855a", lw=1, label="useful allocation")
+        ax.plot(x, tl.fair[t] / 1000.0, color="#c05621", lw=1, ls="--", label="fair share")
+        top = max(float(tl.fair[t].max()), float(tl.useful[t].max()), 1.0) / 1000.0
+        ax.fill_between(x, 0, top, where=tl.backlogged[t], color="#edf2f7", step="mid")
+        ax.set_ylabel(f"{t}\nGPUs", fontsize=8)
+        ax.grid(alpha=0.3)
+    np.atleast_1d(axes)[0].legend(loc="upper right", fontsize=8, ncol=2)
+    np.atleast_1d(axes)[-1].set_xlabel(xlabel + "; shaded: backlogged")
+    return _png(fig)
+
+
+def _lost_plot(result: SimulationResult) -> str:
+    """Cumulative GPU-hours of run attempts that were stopped before their work counted."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    lost = sorted((a.end or 0.0, a.outcome, a.gpu_seconds()) for a in result.runs if not a.useful)
+    ends = [e for e, _, _ in lost]
+    x, xlabel = _hours([*ends, result.end_time])
+    for outcome in sorted({o for _, o, _ in lost}):
+        y = np.cumsum([g / 3600.0 if o == outcome else 0.0 for _, o, g in lost])
+        ax.step(x[:-1], y, where="post", label=outcome)
+    ax.set_ylabel("lost GPU-hours (cumulative)")
+    ax.set_xlabel(xlabel)
+    if lost:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
 def _cards(summary: dict[str, Any]) -> str:
+    acc = summary.get("accounting", {})
     items = [
         ("GPU allocation (time avg)", f"{summary.get('gpu_allocation_avg_pct')} %"),
         ("GPU allocation (peak)", f"{summary.get('gpu_allocation_peak_pct')} %"),
         ("pods started", f"{summary.get('pods_started')} / {summary.get('pods')}"),
         ("wait p50 / p99", f"{summary.get('wait_p50_s')} s / {summary.get('wait_p99_s')} s"),
         ("preemptions", str(summary.get("preemptions"))),
+        ("lost GPU time (% of capacity)", f"{acc.get('lost_pct_of_capacity')} %"),
+        ("useful GPU allocation", f"{acc.get('useful_allocation_pct')} %"),
+        ("reversals within 10 min", str(acc.get("reversals", {}).get("10min"))),
+        ("most starts of one gang", str(acc.get("max_gang_starts"))),
         ("policy", str(summary.get("policy"))),
     ]
     return "".join(
@@ -139,6 +186,8 @@ def _tenant_rows(summary: dict[str, Any]) -> str:
                     t.get("started"),
                     t.get("gpu_share_of_capacity_pct"),
                     "" if fair is None else fair,
+                    t.get("useful_share_pct", ""),
+                    t.get("useful_over_fair", ""),
                     t.get("wait_p50_s"),
                     t.get("wait_p99_s"),
                 )
@@ -243,9 +292,12 @@ def write_report(
     result: SimulationResult,
     summary: dict[str, Any],
     path: Path,
-    fair_shares: dict[str, float] | None = None,
+    fair_shares: Any | None = None,
 ) -> None:
-    """Write the report for ``result`` to ``path`` (a single self-contained HTML file)."""
+    """Write the report for ``result`` to ``path`` (a single self-contained HTML file).
+
+    ``fair_shares``: the :class:`fairgpu.sim.results.ShareTimeline` of the run, plotted per
+    tenant beside its useful allocation."""
     plots = _plots(result, fair_shares)
     params = summary.get("parameters", {})
     figures = "".join(
@@ -265,7 +317,8 @@ def write_report(
 <div class="cards">{_cards(summary)}</div>
 <h2>Tenants</h2>
 <table><thead><tr><th>tenant</th><th>pods</th><th>started</th><th>GPU share (% of cluster,
-time avg)</th><th>fair share (%)</th><th>wait p50 (s)</th><th>wait p99 (s)</th></tr></thead>
+time avg)</th><th>pool-aware fair share (%)</th><th>useful share (%)</th>
+<th>useful ÷ fair, backlogged</th><th>wait p50 (s)</th><th>wait p99 (s)</th></tr></thead>
 <tbody>{_tenant_rows(summary)}</tbody></table>
 <h2>Over time</h2>
 {figures}

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from fairgpu.cluster.state import COL_GPU_MILLI
+from fairgpu.model.gpu import GpuRequest
+from fairgpu.sim.accounting import gang_stats, reversals, work_totals
 from fairgpu.sim.simulator import SimulationResult, percentile, time_average
+from fairgpu.tenancy.pool_share import PoolDemand, node_pools, pool_fair_shares
+
+if TYPE_CHECKING:
+    from fairgpu.cluster.state import ClusterState
+    from fairgpu.engine.engine import Engine
+    from fairgpu.engine.scheduler import Scheduler
+    from fairgpu.model.pod import PodInfo
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -89,8 +103,7 @@ POD_COLUMNS = [
 ]
 
 
-def _gpu_text(rec: Any) -> str:
-    gpu = rec.pod.gpu
+def _gpu_text(gpu: GpuRequest) -> str:
     if gpu.count == 0:
         return ""
     if gpu.is_whole:
@@ -113,7 +126,7 @@ def write_pods_csv(result: SimulationResult, path: Path) -> None:
                     rec.user,
                     rec.node,
                     ",".join(str(d) for d in rec.devices),
-                    _gpu_text(rec),
+                    _gpu_text(rec.pod.gpu),
                     rec.arrival,
                     "" if rec.start is None else rec.start,
                     "" if rec.end is None else rec.end,
@@ -127,3 +140,221 @@ def write_pods_csv(result: SimulationResult, path: Path) -> None:
 def write_summary(summary: dict[str, Any], path: Path) -> None:
     """Pretty-printed JSON."""
     path.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+
+
+RUN_COLUMNS = [
+    "namespace",
+    "name",
+    "tenant",
+    "user",
+    "group",
+    "node",
+    "devices",
+    "gpu_request",
+    "start",
+    "end",
+    "outcome",
+    "cause",
+    "preemptor",
+    "preemptor_tenant",
+]
+
+
+def write_runs_csv(result: SimulationResult, path: Path) -> None:
+    """One row per run attempt (see :mod:`fairgpu.sim.accounting`), in the order they ended."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(RUN_COLUMNS)
+        for a in sorted(result.runs, key=lambda a: (a.seq, a.start)):
+            writer.writerow(
+                [
+                    a.namespace,
+                    a.name,
+                    a.tenant,
+                    a.user,
+                    a.group,
+                    a.node,
+                    ",".join(str(d) for d in a.devices),
+                    _gpu_text(a.gpu),
+                    a.start,
+                    a.end,
+                    a.outcome,
+                    a.cause,
+                    a.preemptor,
+                    a.preemptor_tenant,
+                ]
+            )
+
+
+REVERSAL_WINDOWS = {"same_cycle": 0.0, "10min": 600.0, "1h": 3600.0}
+
+
+def accounting_summary(result: SimulationResult) -> dict[str, Any]:
+    """Useful and lost GPU-hours (by outcome and preemption kind), reversals and gang figures."""
+    capacity_s = result.gpu_capacity_milli / 1000.0 * max(result.end_time, 1e-9)
+    work = work_totals(result.runs)
+    arrival = {r.pod.uid: r.arrival for r in result.records}
+    gangs = gang_stats(result.runs, arrival)
+    waits = gangs.pop("gang_wait_s")
+    lost = sum(work["lost"].values())
+    return {
+        "useful_gpu_hours": _round(work["useful"] / 3600.0),
+        "lost_gpu_hours": _round(lost / 3600.0),
+        "lost_pct_of_capacity": _round(100.0 * lost / capacity_s),
+        "lost_pct_of_allocated": _round(100.0 * lost / max(lost + work["useful"], 1e-9)),
+        "useful_allocation_pct": _round(100.0 * work["useful"] / capacity_s),
+        "lost_gpu_hours_by_outcome": {k: _round(v / 3600.0) for k, v in work["lost"].items()},
+        "preempted_gpu_hours_by_kind": {
+            k: _round(v / 3600.0) for k, v in sorted(work["preempted_by_kind"].items())
+        },
+        "run_attempts": len(result.runs),
+        "reversals": {k: reversals(result.runs, w) for k, w in REVERSAL_WINDOWS.items()},
+        "gang_restarts": sum(1 for a in result.runs if a.outcome == "gang-restart"),
+        **gangs,
+        "gang_wait_p50_s": _round(percentile(waits, 50)),
+        "gang_wait_p99_s": _round(percentile(waits, 99)),
+        "tenant_useful_pct": {
+            t: _round(100.0 * v / capacity_s) for t, v in sorted(work["tenants"].items())
+        },
+    }
+
+
+@dataclass(slots=True)
+class ShareTimeline:
+    """Per tenant on an even time grid (milli-GPU): pool-aware fair share, useful allocation,
+    and whether it was backlogged (had GPU work pending that some pool could run)."""
+
+    times: np.ndarray
+    fair: dict[str, np.ndarray]
+    useful: dict[str, np.ndarray]
+    backlogged: dict[str, np.ndarray]
+    pools: dict[str, int]
+
+
+def pool_eligibility(
+    cluster: ClusterState, scheduler: Scheduler | None, pods: list[PodInfo]
+) -> tuple[dict[str, int], dict[str, frozenset[str]]]:
+    """Pools (capacity in milli-GPU) and, per GPU pod uid, the pools it may use.
+
+    A pod may use a node when the scheduler's load-independent filters pass it there
+    (``Scheduler.static_mask``: pools, GPU models, selectors, taints) and the node has at least
+    as many GPUs as one replica asks; without a scheduler every GPU node is one pool.
+    """
+    n = cluster.size
+    gpus = np.where(cluster.active[:n], cluster.gpu_count[:n], 0)
+    masks: list[np.ndarray] = []
+    index: dict[bytes, int] = {}
+    which: dict[str, int] = {}
+    for pod in pods:
+        if not pod.gpu.count:
+            continue
+        mask = np.ones(n, dtype=bool) if scheduler is None else scheduler.static_mask(pod, cluster)
+        mask = mask[:n] & (gpus >= (pod.gpu.count if pod.gpu.is_whole else 1))
+        which[pod.uid] = index.setdefault(mask.tobytes(), len(masks))
+        if which[pod.uid] == len(masks):
+            masks.append(mask)
+    pools, usable = node_pools(masks, gpus)
+    milli = cluster.allocatable[:n, COL_GPU_MILLI]
+    capacity = {f"p{i}": int(milli[nodes].sum()) for i, nodes in enumerate(pools)}
+    return capacity, {uid: usable[m] for uid, m in which.items()}
+
+
+def _steps(grid: np.ndarray, spans: list[tuple[float, float, int]]) -> np.ndarray:
+    """Sum of ``amount`` over spans ``[start, end)`` that contain each grid point."""
+    out = np.zeros(grid.size + 1)
+    for start, end, amount in spans:
+        out[np.searchsorted(grid, start)] += amount
+        out[np.searchsorted(grid, end)] -= amount
+    return np.cumsum(out[:-1])
+
+
+def share_timeline(
+    result: SimulationResult,
+    capacity: dict[str, int],
+    eligible: dict[str, frozenset[str]],
+    weight: dict[str, float],
+    points: int = 400,
+) -> ShareTimeline:
+    """Pool-aware fair shares (:func:`pool_fair_shares`) of every tenant at ``points`` evenly
+    spaced instants. A pod demands its GPUs from arrival to its final end (held or pending);
+    pods no pool can run are left out (no scheduler could give them anything)."""
+    end = max(result.end_time, 1e-9)
+    grid = (np.arange(points) + 0.5) * end / points
+    demand: dict[tuple[str, frozenset[str]], list[tuple[float, float, int]]] = defaultdict(list)
+    for rec in result.records:
+        pools = eligible.get(rec.pod.uid)
+        if pools:
+            stop = rec.end if rec.end is not None else math.inf
+            demand[(rec.tenant, pools)].append((rec.arrival, stop, rec.pod.gpu.total_milli))
+    held: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    useful: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for a in result.runs:
+        span = (a.start, a.end if a.end is not None else math.inf, a.gpu_milli)
+        held[a.tenant].append(span)
+        if a.useful:
+            useful[a.tenant].append(span)
+    classes = {key: _steps(grid, spans) for key, spans in demand.items()}
+    tenants = sorted({t for t, _ in classes} | set(useful))
+    fair = {t: np.zeros(points) for t in tenants}
+    cache: dict[tuple, dict[str, int]] = {}
+    for k in range(points):
+        wants = tuple((t, p, int(v[k])) for (t, p), v in classes.items() if v[k] > 0)
+        if wants not in cache:
+            cache[wants] = pool_fair_shares(capacity, [PoolDemand(*w) for w in wants], weight)
+        for t, v in cache[wants].items():
+            fair[t][k] = v
+    total = {
+        t: sum((v for (u, _), v in classes.items() if u == t), np.zeros(points)) for t in tenants
+    }
+    return ShareTimeline(
+        times=grid,
+        fair=fair,
+        useful={t: _steps(grid, useful.get(t, [])) for t in tenants},
+        backlogged={t: total[t] - _steps(grid, held.get(t, [])) > 0 for t in tenants},
+        pools=capacity,
+    )
+
+
+def share_ratios(tl: ShareTimeline, capacity_milli: int) -> dict[str, dict[str, Any]]:
+    """Per tenant: time-averaged pool-aware fair share and useful share (% of capacity), and
+    while backlogged its useful allocation ÷ its fair share (sums over the backlogged grid
+    points) and the average shortfall in GPUs."""
+    cap = max(capacity_milli, 1)
+    out: dict[str, dict[str, Any]] = {}
+    for t, fair in tl.fair.items():
+        b = tl.backlogged[t]
+        fair_b = float(fair[b].sum())
+        row: dict[str, Any] = {
+            "fair_share_pct": _round(100.0 * float(fair.mean()) / cap),
+            "useful_share_pct": _round(100.0 * float(tl.useful[t].mean()) / cap),
+            "backlogged_pct_of_time": _round(100.0 * float(b.mean())),
+            "useful_over_fair": None,
+            "deficit_gpus": None,
+        }
+        if fair_b > 0:
+            row["useful_over_fair"] = round(float(tl.useful[t][b].sum()) / fair_b, 3)
+            row["deficit_gpus"] = _round(float((fair[b] - tl.useful[t][b]).mean()) / 1000.0)
+        out[t] = row
+    return out
+
+
+def add_accounting(
+    summary: dict[str, Any], result: SimulationResult, engine: Engine, cluster: ClusterState
+) -> ShareTimeline:
+    """Add run accounting and pool-aware fair shares to ``summary`` (in place).
+
+    ``summary["accounting"]`` gets :func:`accounting_summary`; each tenant row gets its
+    pool-aware ``fair_share_pct`` (replacing any whole-cluster figure), ``useful_share_pct``,
+    ``useful_over_fair`` and ``deficit_gpus`` (:func:`share_ratios`). ``cluster`` is the
+    simulated cluster (for the nodes) and ``engine`` supplies the scheduler's static filters
+    and the queue weights.
+    """
+    summary["accounting"] = accounting_summary(result)
+    weight = {q.name: float(q.weight) for q in engine.tenancy.queues}
+    pods = [r.pod for r in result.records]
+    capacity, eligible = pool_eligibility(cluster, engine.scheduler, pods)
+    timeline = share_timeline(result, capacity, eligible, weight)
+    summary["pools_gpus"] = {p: c / 1000.0 for p, c in capacity.items()}
+    for tenant, row in share_ratios(timeline, result.gpu_capacity_milli).items():
+        summary["tenants"].setdefault(tenant, {}).update(row)
+    return timeline

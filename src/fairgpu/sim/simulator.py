@@ -18,6 +18,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.cluster.volumes import apply_decision, settle
 from fairgpu.engine.engine import Engine
 from fairgpu.model.pod import PodInfo
+from fairgpu.sim.accounting import RunAttempt, RunLog, sibling_cause
 from fairgpu.sim.workload import PodArrival, Workload
 
 _COMPLETE, _ARRIVE = 0, 1
@@ -72,6 +73,7 @@ class SimulationResult:
     end_time: float
     preemptions: int
     cycles: int
+    runs: list[RunAttempt] = field(default_factory=list)
 
 
 class Simulation:
@@ -125,6 +127,7 @@ class Simulation:
         self.preemptions = 0
         self.cycles = 0
         self.now = 0.0
+        self.runs = RunLog(self.tenant_of)
 
     def _push(self, time: float, kind: int, uid: str) -> None:
         heapq.heappush(self._events, (time, kind, self._seq, uid))
@@ -191,6 +194,7 @@ class Simulation:
         result = self.engine.cycle(self.cluster, list(self.pending.values()), self.now)
         evicted = [e.pod for e in result.evictions]
         seen = {p.uid for p in evicted}
+        causes = {e.pod.uid: (e.kind, e.preemptor) for e in result.evictions}
         for pod in evicted:
             # A gang cannot run partially: losing one member restarts the whole group, as a
             # job controller does when a worker of a distributed job is evicted.
@@ -198,6 +202,7 @@ class Simulation:
                 if uid not in seen and uid in self.cluster.placements:
                     seen.add(uid)
                     evicted.append(self.records[uid].pod)
+                    causes[uid] = sibling_cause(causes[pod.uid])
         for pod in evicted:
             rec = self.records[pod.uid]
             # The engine already released its victims from the cluster; requeue them.
@@ -206,6 +211,7 @@ class Simulation:
             self._release_claims(pod, requeue=True)
             self._leave_group(rec)
             self._charge_tenant(rec, -1)
+            self.runs.stop(pod.uid, self.now, *causes[pod.uid])
             rec.preempted += 1
             rec.run += 1
             # The pod waits again; its wait is measured to the start of its final run.
@@ -230,6 +236,7 @@ class Simulation:
                 slot = self.cluster.node_index[bind.node_name]
                 self.cluster.dra.commit(p.uid, p.namespace, p.resource_claims, slot)
             key = self._group_key(bind.pod)
+            self.runs.start(rec, self.now, bind.node_name, bind.devices, key)
             if key:
                 self.group_running.setdefault(key, set()).add(bind.pod.uid)
             if rec.duration is not None:
@@ -259,6 +266,7 @@ class Simulation:
         self._release_claims(rec.pod, requeue=False)
         self._leave_group(rec)
         self._charge_tenant(rec, -1)
+        self.runs.stop(uid, self.now, "completed")
         rec.end = self.now
 
     def _release_claims(self, pod: PodInfo, requeue: bool) -> None:
@@ -308,6 +316,7 @@ class Simulation:
             end_time=end,
             preemptions=self.preemptions,
             cycles=self.cycles,
+            runs=self.runs.close(end),
         )
 
 

@@ -1,0 +1,179 @@
+"""Pool-aware fair shares: a tenant's share of only the GPUs its work can actually use.
+
+A cluster of node pools (training, inference, hybrid; several GPU models) is not one pot: a
+training job cannot use an L4 inference node, and sharing all GPUs as if it could promises a
+tenant a share that no scheduler can give. Here each *demand* names the pools it may use (from
+its pods' load-independent filters: node pools, GPU models, selectors, taints) and the
+fair shares are the **weighted max-min fair allocation subject to those pool constraints**:
+
+- progressive filling: every tenant that still wants more rises at the same weighted level
+  ``w_t * level`` (never above its demand) while some assignment of every tenant's amount to
+  pools it may use still fits every pool's capacity (checked as a maximum flow
+  source -> tenant -> demand class -> pool -> sink);
+- when the level cannot rise further, the tenants that cannot grow (their demand is met, or
+  they only use pools that are now full) keep their amount, and the others continue.
+
+Within one contended pool whose tenants can use nothing else, this is the ordinary weighted
+water-filling; a tenant confined to one pool gets no share of the others; spare capacity of a
+pool goes to whoever can use it. The sum of the shares never exceeds what some placement (of
+divisible amounts) achieves. Not modelled: gangs' all-or-nothing, fragmentation of whole GPUs
+across nodes, departments (leaf queue weights only).
+
+Amounts are integers of ``resolution`` units (milli-GPU in the simulator's reports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse import csr_array
+from scipy.sparse.csgraph import maximum_flow
+
+
+@dataclass(frozen=True, slots=True)
+class PoolDemand:
+    """``amount`` wanted by ``tenant`` that may run on any pool in ``pools``."""
+
+    tenant: str
+    pools: frozenset[str]
+    amount: int
+
+
+class _Network:
+    """source -> tenant -> (tenant, pools) class -> pool -> sink, with tenant edges set later."""
+
+    def __init__(self, capacity: Mapping[str, int], classes: dict[tuple[str, frozenset[str]], int]):
+        self.tenants = sorted({t for t, _ in classes})
+        pools = sorted({p for _, ps in classes for p in ps if capacity.get(p, 0) > 0})
+        nt, nc = len(self.tenants), len(classes)
+        self.sink = 1 + nt + nc + len(pools)
+        tix = {t: 1 + i for i, t in enumerate(self.tenants)}
+        pix = {p: 1 + nt + nc + i for i, p in enumerate(pools)}
+        big = int(sum(classes.values()) + 1)
+        edges: list[tuple[int, int, int]] = []
+        for k, ((tenant, ps), amount) in enumerate(sorted(classes.items(), key=_class_key)):
+            c = 1 + nt + k
+            edges.append((tix[tenant], c, int(amount)))
+            edges.extend((c, pix[p], big) for p in ps if p in pix)
+        edges.extend((i, self.sink, int(capacity[p])) for p, i in pix.items())
+        rows, cols, caps = (list(x) for x in zip(*edges, strict=True)) if edges else ([], [], [])
+        self._rows, self._cols, self._caps = rows, cols, caps
+        self._tix = tix
+
+    def flow(self, target: Mapping[str, int]) -> int:
+        """The maximum flow when tenant ``t`` may send at most ``target[t]``."""
+        rows = [0] * len(self.tenants) + self._rows
+        cols = [self._tix[t] for t in self.tenants] + self._cols
+        caps = [int(target.get(t, 0)) for t in self.tenants] + self._caps
+        n = self.sink + 1
+        graph = csr_array(
+            (np.asarray(caps, dtype=np.int32), (np.asarray(rows), np.asarray(cols))), shape=(n, n)
+        )
+        return int(maximum_flow(graph, 0, self.sink).flow_value)
+
+    def fits(self, target: Mapping[str, int]) -> bool:
+        """True when every tenant's target can be placed at once."""
+        return self.flow(target) >= sum(target.values())
+
+
+def _class_key(item: tuple[tuple[str, frozenset[str]], int]) -> tuple[str, tuple[str, ...]]:
+    (tenant, pools), _ = item
+    return tenant, tuple(sorted(pools))
+
+
+def pool_fair_shares(
+    capacity: Mapping[str, int],
+    demands: Iterable[PoolDemand],
+    weight: Mapping[str, float] | None = None,
+) -> dict[str, int]:
+    """Each tenant's weighted max-min fair share of ``capacity`` (pool -> amount) under the
+    pool constraints of its ``demands``; never above its total demand. Tenants missing from
+    ``weight`` weigh 1."""
+    weight = weight or {}
+    classes: dict[tuple[str, frozenset[str]], int] = {}
+    for d in demands:
+        if d.amount > 0:
+            key = (d.tenant, frozenset(d.pools))
+            classes[key] = classes.get(key, 0) + int(d.amount)
+    want: dict[str, int] = {}
+    for (tenant, _), amount in classes.items():
+        want[tenant] = want.get(tenant, 0) + amount
+    if not want:
+        return {}
+    net = _Network(capacity, classes)
+    if net.fits(want):
+        return dict(want)
+    share: dict[str, int] = {}
+    active = sorted(want)
+    level = 0.0
+    while active:
+        w = {t: max(float(weight.get(t, 1.0)), 1e-9) for t in active}
+        level = _highest_level(net, share, active, want, w, level)
+        target = _targets(share, active, want, w, level)
+        frozen = [
+            t for t in active if target[t] >= want[t] or not net.fits({**target, t: target[t] + 1})
+        ]
+        for t in frozen or active:  # no one can grow: integer rounding, stop here
+            share[t] = target[t]
+        active = [t for t in active if t not in share]
+    return share
+
+
+def _targets(
+    share: Mapping[str, int],
+    active: Sequence[str],
+    want: Mapping[str, int],
+    w: Mapping[str, float],
+    level: float,
+) -> dict[str, int]:
+    out = dict(share)
+    for t in active:
+        out[t] = min(want[t], int(w[t] * level))
+    return out
+
+
+def _highest_level(
+    net: _Network,
+    share: Mapping[str, int],
+    active: Sequence[str],
+    want: Mapping[str, int],
+    w: Mapping[str, float],
+    low: float,
+) -> float:
+    """The highest weighted level (bisection) at which the active tenants still all fit."""
+    high = max(want[t] / w[t] for t in active)
+    if net.fits(_targets(share, active, want, w, high)):
+        return high
+    step = 0.5 / max(w.values())  # below one unit for every tenant
+    while high - low > step:
+        mid = (low + high) / 2
+        if net.fits(_targets(share, active, want, w, mid)):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def node_pools(
+    masks: Sequence[np.ndarray], gpus: np.ndarray
+) -> tuple[list[np.ndarray], dict[int, frozenset[str]]]:
+    """Split nodes into pools by which of ``masks`` (one boolean array over nodes per distinct
+    placement constraint) admit them.
+
+    Returns the pools (index arrays of nodes with GPUs and the same admitting masks) and, per
+    mask index, the frozenset of pool ids (``"p0"``, ``"p1"``, ...) it may use.
+    """
+    if not masks:
+        return [], {}
+    table = np.stack([np.asarray(m, dtype=bool) for m in masks])  # masks x nodes
+    signatures: dict[bytes, list[int]] = {}
+    for node in np.flatnonzero(gpus > 0):
+        signatures.setdefault(table[:, node].tobytes(), []).append(int(node))
+    pools = [np.asarray(nodes) for _, nodes in sorted(signatures.items(), key=lambda kv: kv[1])]
+    usable = {
+        m: frozenset(f"p{i}" for i, nodes in enumerate(pools) if table[m, nodes[0]])
+        for m in range(len(masks))
+    }
+    return pools, usable
