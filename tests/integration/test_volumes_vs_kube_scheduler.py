@@ -40,6 +40,7 @@ from fairgpu.model.volumes import (
     volume_from_k8s,
 )
 from tests import polling
+from tests.engine.volume_builders import csinode_doc, pvc_doc, sc_doc
 
 pytestmark = pytest.mark.integration
 
@@ -80,19 +81,6 @@ class Case:
         return f"c{self.index}-{suffix}"
 
 
-def _sc(name: str, provisioner: str, wffc: bool, zones: list[str] | None = None) -> dict:
-    doc: dict[str, Any] = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": name},
-        "provisioner": provisioner,
-        "volumeBindingMode": "WaitForFirstConsumer" if wffc else "Immediate",
-    }
-    if zones is not None:
-        doc["allowedTopologies"] = [{"matchLabelExpressions": [{"key": ZONE, "values": zones}]}]
-    return doc
-
-
 def _pv(
     name: str,
     sc: str,
@@ -127,16 +115,7 @@ def _pv(
 
 
 def _pvc(name: str, sc: str, size: str = "1Gi", modes: list[str] | None = None) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "storageClassName": sc,
-            "accessModes": modes or ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": size}},
-        },
-    }
+    return pvc_doc(name, sc, size, tuple(modes or ["ReadWriteOnce"]), namespace=NS)
 
 
 def _pod(name: str, case: int, claims: list[str], node: str = "") -> dict:
@@ -166,7 +145,7 @@ def _pod(name: str, case: int, claims: list[str], node: str = "") -> dict:
 
 def _local(case: Case, rng: random.Random, claims: int) -> None:
     sc = case.name("local")
-    case.objects.append(_sc(sc, "kubernetes.io/no-provisioner", wffc=True))
+    case.objects.append(sc_doc(sc))
     for k in range(rng.randint(claims - 1, 2 + 2 * claims)):
         pv = case.name(f"pv{k}")
         node = rng.choice(
@@ -210,12 +189,12 @@ def build_case(index: int, rng: random.Random) -> Case:
         _local(case, rng, 1 if kind == "local" else 2)
     elif kind == "bound-local":
         sc = case.name("local")
-        case.objects.append(_sc(sc, "kubernetes.io/no-provisioner", wffc=True))
+        case.objects.append(sc_doc(sc))
         pvc = _bound(case, sc, _pv(case.name("pv"), sc, node=rng.choice([*nodes, "gone"])))
         case.pod = _pod(case.name("pod"), index, [pvc])
     elif kind == "zonal":
         sc = case.name("zonal")
-        case.objects.append(_sc(sc, DRIVER, wffc=False))
+        case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
         zone = rng.choice(["z0", "z1", "z2", "z0__z2", "z1__z0"])
         pv = _pv(case.name("pv"), sc, labels={ZONE: zone}, csi=case.name("h"))
         case.pod = _pod(case.name("pod"), index, [_bound(case, sc, pv)])
@@ -223,12 +202,12 @@ def build_case(index: int, rng: random.Random) -> Case:
         sc = case.name("dyn")
         allowed = rng.choice([None, ["z0"], ["z1"], ["z2"], ["z0", "z2"]])
         provisioner = rng.choice(["example.com/x", "example.com/x", "kubernetes.io/no-provisioner"])
-        case.objects.append(_sc(sc, provisioner, wffc=True, zones=allowed))
+        case.objects.append(sc_doc(sc, provisioner=provisioner, zones=allowed))
         case.objects.append(_pvc(case.name("fresh"), sc))
         case.pod = _pod(case.name("pod"), index, [case.name("fresh")])
     elif kind == "immediate":
         sc = case.name("imm")
-        case.objects.append(_sc(sc, "example.com/x", wffc=False))
+        case.objects.append(sc_doc(sc, wffc=False, provisioner="example.com/x"))
         case.objects.append(_pvc(case.name("waiting"), sc))
         case.pod = _pod(case.name("pod"), index, [case.name("waiting")])
     elif kind == "missing":
@@ -242,19 +221,10 @@ def build_case(index: int, rng: random.Random) -> Case:
 
 def _csi_limit(case: Case, rng: random.Random, nodes: list[str]) -> None:
     sc = case.name("csi")
-    case.objects.append(_sc(sc, DRIVER, wffc=False))
+    case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
     for name in nodes:
         count = rng.randint(0, 2)
-        case.objects.append(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "CSINode",
-                "metadata": {"name": name},
-                "spec": {
-                    "drivers": [{"name": DRIVER, "nodeID": name, "allocatable": {"count": count}}]
-                },
-            }
-        )
+        case.objects.append(csinode_doc(name, DRIVER, count))
     old = case.name("old")
     case.objects.append(_pvc(old, sc))
     case.objects.append(_pv(case.name("pv-old"), sc, csi=case.name("h-old")))
@@ -269,7 +239,7 @@ def _csi_limit(case: Case, rng: random.Random, nodes: list[str]) -> None:
 
 def _rwop(case: Case, rng: random.Random, nodes: list[str]) -> None:
     sc = case.name("csi")
-    case.objects.append(_sc(sc, DRIVER, wffc=False))
+    case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
     pv = _pv(case.name("pv"), sc, modes=["ReadWriteOncePod"], csi=case.name("h"))
     pvc = _bound(case, sc, pv, modes=["ReadWriteOncePod"])
     if rng.random() < 0.7:
@@ -482,7 +452,7 @@ def build_competition(index: int, rng: random.Random) -> tuple[Case, list[dict[s
         labels = {"case": str(case.index), ZONE: f"z{j}"}
         case.nodes.append(NodeSpec(case.name(f"n{j}"), cpu="4", memory="8Gi", labels=labels))
     sc = case.name("local")
-    case.objects.append(_sc(sc, "kubernetes.io/no-provisioner", wffc=True))
+    case.objects.append(sc_doc(sc))
     for k in range(rng.randint(0, 3)):
         node_name = rng.choice(case.nodes).name
         case.objects.append(_pv(case.name(f"pv{k}"), sc, "5Gi", node=node_name))
