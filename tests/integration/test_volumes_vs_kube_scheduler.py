@@ -19,6 +19,7 @@ import os
 import random
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,46 +258,57 @@ _PATHS = {
 }
 
 
-def create_case(client: KubeClient, case: Case) -> None:
-    """Create the case's objects; bind the up-front claims as a PV controller would."""
+def create_case(client: KubeClient, case: Case, ns: str = NS) -> None:
+    """Create the case's objects (claims in ``ns``); bind the up-front claims as a PV
+    controller would."""
+    paths = {**_PATHS, "PersistentVolumeClaim": f"/api/v1/namespaces/{ns}/persistentvolumeclaims"}
     for doc in case.objects:
-        client.post(_PATHS[doc["kind"]], doc)
+        client.post(paths[doc["kind"]], doc)
     for pvc, pv in case.bindings:
-        claim = client.get(f"{_PATHS['PersistentVolumeClaim']}/{pvc}")
-        ref = {"kind": "PersistentVolumeClaim", "namespace": NS, "name": pvc}
+        claim = client.get(f"{paths['PersistentVolumeClaim']}/{pvc}")
+        ref = {"kind": "PersistentVolumeClaim", "namespace": ns, "name": pvc}
         ref["uid"] = claim["metadata"]["uid"]
         client.patch(f"/api/v1/persistentvolumes/{pv}", {"spec": {"claimRef": ref}})
         client.patch(f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Bound"}})
         client.patch(
-            f"{_PATHS['PersistentVolumeClaim']}/{pvc}",
+            f"{paths['PersistentVolumeClaim']}/{pvc}",
             {
                 "metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
                 "spec": {"volumeName": pv},
             },
         )
         client.patch(
-            f"{_PATHS['PersistentVolumeClaim']}/{pvc}/status", {"status": {"phase": "Bound"}}
+            f"{paths['PersistentVolumeClaim']}/{pvc}/status", {"status": {"phase": "Bound"}}
         )
     for pv in case.available:
         client.patch(f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Available"}})
+
+
+@contextmanager
+def api_server(
+    kube_bin_dir: Path, ns: str, nodes: list[NodeSpec]
+) -> Iterator[tuple[ControlPlane, KubeClient]]:
+    """A control plane with namespace ``ns`` and the nodes created, stopped on exit."""
+    cp = ControlPlane(kube_bin_dir)
+    cp.start()
+    client = cp.client(maxsize=16)
+    try:
+        ensure_namespace(client, ns, ca_pem=Path(cp.ca_file).read_text())
+        create_nodes(client, nodes)
+        yield cp, client
+    finally:
+        client.close()
+        cp.stop()
 
 
 @pytest.fixture(scope="module")
 def cluster_cases(kube_bin_dir: Path) -> Iterator[tuple[ControlPlane, KubeClient, list[Case]]]:
     rng = random.Random(SEED)
     cases = [build_case(i, rng) for i in range(CASES)]
-    cp = ControlPlane(kube_bin_dir)
-    cp.start()
-    client = cp.client(maxsize=16)
-    try:
-        ensure_namespace(client, NS, ca_pem=Path(cp.ca_file).read_text())
-        create_nodes(client, [n for c in cases for n in c.nodes])
+    with api_server(kube_bin_dir, NS, [n for c in cases for n in c.nodes]) as (cp, client):
         for case in cases:
             create_case(client, case)
         yield cp, client, cases
-    finally:
-        client.close()
-        cp.stop()
 
 
 # ---- fairgpu on the same objects -------------------------------------------------------------
@@ -474,21 +486,10 @@ def test_competing_pods_get_the_volumes_kube_scheduler_gives_them(kube_bin_dir: 
 
     rng = random.Random(SEED + 1)
     groups = [build_competition(i, rng) for i in range(COMPETE_GROUPS)]
-    cp = ControlPlane(kube_bin_dir)
-    cp.start()
-    client = cp.client(maxsize=16)
-    try:
-        ensure_namespace(client, COMPETE_NS, ca_pem=Path(cp.ca_file).read_text())
-        create_nodes(client, [n for case, _ in groups for n in case.nodes])
-        paths = dict(_PATHS)
-        paths["PersistentVolumeClaim"] = f"/api/v1/namespaces/{COMPETE_NS}/persistentvolumeclaims"
+    nodes = [n for case, _ in groups for n in case.nodes]
+    with api_server(kube_bin_dir, COMPETE_NS, nodes) as (cp, client):
         for case, _ in groups:
-            for doc in case.objects:
-                client.post(paths[doc["kind"]], doc)
-            for pv in case.available:
-                client.patch(
-                    f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Available"}}
-                )
+            create_case(client, case, COMPETE_NS)
         state, _ = fairgpu_view(client)
         pending = [pod_from_k8s(k8s.decode(m, k8s.Pod)) for _, ms in groups for m in ms]
         decided = Engine(Profile(), ordering="kube-default").cycle(state, pending, now=0.0)
@@ -502,9 +503,6 @@ def test_competing_pods_get_the_volumes_kube_scheduler_gives_them(kube_bin_dir: 
             theirs = polling.wait_for(lambda: competition_outcomes(client, groups), 60, 0.5)
         finally:
             cp.stop_scheduler()
-    finally:
-        client.close()
-        cp.stop()
     for case, manifests in groups:
         names = [m["metadata"]["name"] for m in manifests]
         kube_placed = [n for n in names if theirs[n][0] == "node"]
