@@ -19,6 +19,7 @@ import os
 import random
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from fairgpu.model.volumes import (
     volume_from_k8s,
 )
 from tests import polling
+from tests.engine.volume_builders import csinode_doc, pvc_doc, sc_doc
 
 pytestmark = pytest.mark.integration
 
@@ -80,19 +82,6 @@ class Case:
         return f"c{self.index}-{suffix}"
 
 
-def _sc(name: str, provisioner: str, wffc: bool, zones: list[str] | None = None) -> dict:
-    doc: dict[str, Any] = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": name},
-        "provisioner": provisioner,
-        "volumeBindingMode": "WaitForFirstConsumer" if wffc else "Immediate",
-    }
-    if zones is not None:
-        doc["allowedTopologies"] = [{"matchLabelExpressions": [{"key": ZONE, "values": zones}]}]
-    return doc
-
-
 def _pv(
     name: str,
     sc: str,
@@ -127,16 +116,7 @@ def _pv(
 
 
 def _pvc(name: str, sc: str, size: str = "1Gi", modes: list[str] | None = None) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "storageClassName": sc,
-            "accessModes": modes or ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": size}},
-        },
-    }
+    return pvc_doc(name, sc, size, tuple(modes or ["ReadWriteOnce"]), namespace=NS)
 
 
 def _pod(name: str, case: int, claims: list[str], node: str = "") -> dict:
@@ -166,7 +146,7 @@ def _pod(name: str, case: int, claims: list[str], node: str = "") -> dict:
 
 def _local(case: Case, rng: random.Random, claims: int) -> None:
     sc = case.name("local")
-    case.objects.append(_sc(sc, "kubernetes.io/no-provisioner", wffc=True))
+    case.objects.append(sc_doc(sc))
     for k in range(rng.randint(claims - 1, 2 + 2 * claims)):
         pv = case.name(f"pv{k}")
         node = rng.choice(
@@ -210,12 +190,12 @@ def build_case(index: int, rng: random.Random) -> Case:
         _local(case, rng, 1 if kind == "local" else 2)
     elif kind == "bound-local":
         sc = case.name("local")
-        case.objects.append(_sc(sc, "kubernetes.io/no-provisioner", wffc=True))
+        case.objects.append(sc_doc(sc))
         pvc = _bound(case, sc, _pv(case.name("pv"), sc, node=rng.choice([*nodes, "gone"])))
         case.pod = _pod(case.name("pod"), index, [pvc])
     elif kind == "zonal":
         sc = case.name("zonal")
-        case.objects.append(_sc(sc, DRIVER, wffc=False))
+        case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
         zone = rng.choice(["z0", "z1", "z2", "z0__z2", "z1__z0"])
         pv = _pv(case.name("pv"), sc, labels={ZONE: zone}, csi=case.name("h"))
         case.pod = _pod(case.name("pod"), index, [_bound(case, sc, pv)])
@@ -223,12 +203,12 @@ def build_case(index: int, rng: random.Random) -> Case:
         sc = case.name("dyn")
         allowed = rng.choice([None, ["z0"], ["z1"], ["z2"], ["z0", "z2"]])
         provisioner = rng.choice(["example.com/x", "example.com/x", "kubernetes.io/no-provisioner"])
-        case.objects.append(_sc(sc, provisioner, wffc=True, zones=allowed))
+        case.objects.append(sc_doc(sc, provisioner=provisioner, zones=allowed))
         case.objects.append(_pvc(case.name("fresh"), sc))
         case.pod = _pod(case.name("pod"), index, [case.name("fresh")])
     elif kind == "immediate":
         sc = case.name("imm")
-        case.objects.append(_sc(sc, "example.com/x", wffc=False))
+        case.objects.append(sc_doc(sc, wffc=False, provisioner="example.com/x"))
         case.objects.append(_pvc(case.name("waiting"), sc))
         case.pod = _pod(case.name("pod"), index, [case.name("waiting")])
     elif kind == "missing":
@@ -242,19 +222,10 @@ def build_case(index: int, rng: random.Random) -> Case:
 
 def _csi_limit(case: Case, rng: random.Random, nodes: list[str]) -> None:
     sc = case.name("csi")
-    case.objects.append(_sc(sc, DRIVER, wffc=False))
+    case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
     for name in nodes:
         count = rng.randint(0, 2)
-        case.objects.append(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "CSINode",
-                "metadata": {"name": name},
-                "spec": {
-                    "drivers": [{"name": DRIVER, "nodeID": name, "allocatable": {"count": count}}]
-                },
-            }
-        )
+        case.objects.append(csinode_doc(name, DRIVER, count))
     old = case.name("old")
     case.objects.append(_pvc(old, sc))
     case.objects.append(_pv(case.name("pv-old"), sc, csi=case.name("h-old")))
@@ -269,7 +240,7 @@ def _csi_limit(case: Case, rng: random.Random, nodes: list[str]) -> None:
 
 def _rwop(case: Case, rng: random.Random, nodes: list[str]) -> None:
     sc = case.name("csi")
-    case.objects.append(_sc(sc, DRIVER, wffc=False))
+    case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
     pv = _pv(case.name("pv"), sc, modes=["ReadWriteOncePod"], csi=case.name("h"))
     pvc = _bound(case, sc, pv, modes=["ReadWriteOncePod"])
     if rng.random() < 0.7:
@@ -287,46 +258,57 @@ _PATHS = {
 }
 
 
-def create_case(client: KubeClient, case: Case) -> None:
-    """Create the case's objects; bind the up-front claims as a PV controller would."""
+def create_case(client: KubeClient, case: Case, ns: str = NS) -> None:
+    """Create the case's objects (claims in ``ns``); bind the up-front claims as a PV
+    controller would."""
+    paths = {**_PATHS, "PersistentVolumeClaim": f"/api/v1/namespaces/{ns}/persistentvolumeclaims"}
     for doc in case.objects:
-        client.post(_PATHS[doc["kind"]], doc)
+        client.post(paths[doc["kind"]], doc)
     for pvc, pv in case.bindings:
-        claim = client.get(f"{_PATHS['PersistentVolumeClaim']}/{pvc}")
-        ref = {"kind": "PersistentVolumeClaim", "namespace": NS, "name": pvc}
+        claim = client.get(f"{paths['PersistentVolumeClaim']}/{pvc}")
+        ref = {"kind": "PersistentVolumeClaim", "namespace": ns, "name": pvc}
         ref["uid"] = claim["metadata"]["uid"]
         client.patch(f"/api/v1/persistentvolumes/{pv}", {"spec": {"claimRef": ref}})
         client.patch(f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Bound"}})
         client.patch(
-            f"{_PATHS['PersistentVolumeClaim']}/{pvc}",
+            f"{paths['PersistentVolumeClaim']}/{pvc}",
             {
                 "metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
                 "spec": {"volumeName": pv},
             },
         )
         client.patch(
-            f"{_PATHS['PersistentVolumeClaim']}/{pvc}/status", {"status": {"phase": "Bound"}}
+            f"{paths['PersistentVolumeClaim']}/{pvc}/status", {"status": {"phase": "Bound"}}
         )
     for pv in case.available:
         client.patch(f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Available"}})
+
+
+@contextmanager
+def api_server(
+    kube_bin_dir: Path, ns: str, nodes: list[NodeSpec]
+) -> Iterator[tuple[ControlPlane, KubeClient]]:
+    """A control plane with namespace ``ns`` and the nodes created, stopped on exit."""
+    cp = ControlPlane(kube_bin_dir)
+    cp.start()
+    client = cp.client(maxsize=16)
+    try:
+        ensure_namespace(client, ns, ca_pem=Path(cp.ca_file).read_text())
+        create_nodes(client, nodes)
+        yield cp, client
+    finally:
+        client.close()
+        cp.stop()
 
 
 @pytest.fixture(scope="module")
 def cluster_cases(kube_bin_dir: Path) -> Iterator[tuple[ControlPlane, KubeClient, list[Case]]]:
     rng = random.Random(SEED)
     cases = [build_case(i, rng) for i in range(CASES)]
-    cp = ControlPlane(kube_bin_dir)
-    cp.start()
-    client = cp.client(maxsize=16)
-    try:
-        ensure_namespace(client, NS, ca_pem=Path(cp.ca_file).read_text())
-        create_nodes(client, [n for c in cases for n in c.nodes])
+    with api_server(kube_bin_dir, NS, [n for c in cases for n in c.nodes]) as (cp, client):
         for case in cases:
             create_case(client, case)
         yield cp, client, cases
-    finally:
-        client.close()
-        cp.stop()
 
 
 # ---- fairgpu on the same objects -------------------------------------------------------------
@@ -482,7 +464,7 @@ def build_competition(index: int, rng: random.Random) -> tuple[Case, list[dict[s
         labels = {"case": str(case.index), ZONE: f"z{j}"}
         case.nodes.append(NodeSpec(case.name(f"n{j}"), cpu="4", memory="8Gi", labels=labels))
     sc = case.name("local")
-    case.objects.append(_sc(sc, "kubernetes.io/no-provisioner", wffc=True))
+    case.objects.append(sc_doc(sc))
     for k in range(rng.randint(0, 3)):
         node_name = rng.choice(case.nodes).name
         case.objects.append(_pv(case.name(f"pv{k}"), sc, "5Gi", node=node_name))
@@ -504,21 +486,10 @@ def test_competing_pods_get_the_volumes_kube_scheduler_gives_them(kube_bin_dir: 
 
     rng = random.Random(SEED + 1)
     groups = [build_competition(i, rng) for i in range(COMPETE_GROUPS)]
-    cp = ControlPlane(kube_bin_dir)
-    cp.start()
-    client = cp.client(maxsize=16)
-    try:
-        ensure_namespace(client, COMPETE_NS, ca_pem=Path(cp.ca_file).read_text())
-        create_nodes(client, [n for case, _ in groups for n in case.nodes])
-        paths = dict(_PATHS)
-        paths["PersistentVolumeClaim"] = f"/api/v1/namespaces/{COMPETE_NS}/persistentvolumeclaims"
+    nodes = [n for case, _ in groups for n in case.nodes]
+    with api_server(kube_bin_dir, COMPETE_NS, nodes) as (cp, client):
         for case, _ in groups:
-            for doc in case.objects:
-                client.post(paths[doc["kind"]], doc)
-            for pv in case.available:
-                client.patch(
-                    f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Available"}}
-                )
+            create_case(client, case, COMPETE_NS)
         state, _ = fairgpu_view(client)
         pending = [pod_from_k8s(k8s.decode(m, k8s.Pod)) for _, ms in groups for m in ms]
         decided = Engine(Profile(), ordering="kube-default").cycle(state, pending, now=0.0)
@@ -532,9 +503,6 @@ def test_competing_pods_get_the_volumes_kube_scheduler_gives_them(kube_bin_dir: 
             theirs = polling.wait_for(lambda: competition_outcomes(client, groups), 60, 0.5)
         finally:
             cp.stop_scheduler()
-    finally:
-        client.close()
-        cp.stop()
     for case, manifests in groups:
         names = [m["metadata"]["name"] for m in manifests]
         kube_placed = [n for n in names if theirs[n][0] == "node"]

@@ -88,16 +88,25 @@ class World:
         return int((self.cache.cluster.device_milli_free[idx, :2] == 1000).sum())
 
 
-def _full(world: World) -> None:
+def full_world() -> World:
     """n1: v0 and v1 (priorities 0, 4, bound); n2: w0 and w1 (priorities 5, 6, bound)."""
+    world = World()
     for i in range(2):
         world.pod("ADDED", pod_json(f"v{i}", priority=4 * i, node="n1", device=i))
         world.pod("ADDED", pod_json(f"w{i}", priority=5 + i, node="n2", device=i))
+    return world
+
+
+def p_waiting_for_v0() -> World:
+    """The full world where preemptor p (priority 10, one GPU) has evicted v0 at time 2."""
+    world = full_world()
+    world.pod("ADDED", pod_json("p", priority=10))
+    assert world.cycle(2.0) == ["v0"]
+    return world
 
 
 def test_preemptor_binds_only_once_every_victim_is_gone() -> None:
-    w = World()
-    _full(w)
+    w = full_world()
     w.pod("ADDED", pod_json("p", priority=10, gpus=2))
     assert sorted(w.cycle(2.0)) == ["v0", "v1"]
     assert w.holds.held["uid-p"].waiting == {"uid-v0", "uid-v1"}
@@ -112,8 +121,7 @@ def test_preemptor_binds_only_once_every_victim_is_gone() -> None:
 
 
 def test_a_chain_never_evicts_a_waiting_preemptor_or_a_terminating_victim() -> None:
-    w = World()
-    _full(w)
+    w = full_world()
     w.pod("ADDED", pod_json("p1", priority=2))
     assert w.cycle(2.0) == ["v0"]
     w.pod("MODIFIED", pod_json("v0", node="n1", device=0, deleting=True))
@@ -127,10 +135,7 @@ def test_a_chain_never_evicts_a_waiting_preemptor_or_a_terminating_victim() -> N
 
 
 def test_preemptor_deleted_while_waiting_is_never_bound_and_victims_keep_their_gpus() -> None:
-    w = World()
-    _full(w)
-    w.pod("ADDED", pod_json("p", priority=10))
-    assert w.cycle(2.0) == ["v0"]
+    w = p_waiting_for_v0()
     w.drain(w.pod("DELETED", pod_json("p", priority=10)), 3.0)
     assert w.holds.held == {}
     # v0 still terminates: its GPU stays taken, and it is not chosen again.
@@ -144,10 +149,7 @@ def test_preemptor_deleted_while_waiting_is_never_bound_and_victims_keep_their_g
 
 
 def test_node_removed_while_waiting_cancels_the_bind() -> None:
-    w = World()
-    _full(w)
-    w.pod("ADDED", pod_json("p", priority=10))
-    assert w.cycle(2.0) == ["v0"]
+    w = p_waiting_for_v0()
     out = CacheChanges()
     w.cache.apply_node("DELETED", decode_node(node_json("n1")), 3.0, out)
     w.drain(out, 3.0)
@@ -158,10 +160,7 @@ def test_node_removed_while_waiting_cancels_the_bind() -> None:
 
 
 def test_timeout_requeues_without_evicting_more_while_victims_terminate() -> None:
-    w = World()
-    _full(w)
-    w.pod("ADDED", pod_json("p", priority=10))
-    assert w.cycle(2.0) == ["v0"]
+    w = p_waiting_for_v0()
     w.pod("MODIFIED", pod_json("v0", node="n1", device=0, deleting=True))
     late = 2.0 + WAIT + 1
     assert w.holds.expire(late)
@@ -178,10 +177,7 @@ def test_timeout_requeues_without_evicting_more_while_victims_terminate() -> Non
 
 
 def test_refused_eviction_puts_the_victim_back_running_and_abandons_the_preemptor() -> None:
-    w = World()
-    _full(w)
-    w.pod("ADDED", pod_json("p", priority=10))
-    assert w.cycle(2.0) == ["v0"]
+    w = p_waiting_for_v0()
     v0 = w.cache.bound and w.holds.victims["uid-v0"][1]
     assert w.holds.refused(v0, 3.0, 63.0)
     assert w.holds.held == {}
@@ -192,10 +188,7 @@ def test_refused_eviction_puts_the_victim_back_running_and_abandons_the_preempto
 
 
 def test_replanned_preemptor_drops_its_earlier_hold() -> None:
-    w = World()
-    _full(w)
-    w.pod("ADDED", pod_json("p", priority=10))
-    assert w.cycle(2.0) == ["v0"]
+    w = p_waiting_for_v0()
     first = w.holds.held["uid-p"].bind
     assert w.holds.hold(Bind(first.pod, "n2", (0,), ()), 3.0) is False
     assert "uid-p" not in w.holds.held
@@ -204,8 +197,7 @@ def test_replanned_preemptor_drops_its_earlier_hold() -> None:
 
 
 def test_pod_group_timeout_victims_keep_their_node_and_same_cycle_binds_wait() -> None:
-    w = World()
-    _full(w)
+    w = full_world()
     # What the engine's pod-group timeout does: release v0 and evict it, no preemptor.
     v0 = w.cache.cluster.pods["uid-v0"]
     w.cache.cluster.release("uid-v0")

@@ -21,35 +21,56 @@ status: {{allocatable: {{cpu: "8", memory: 32Gi, pods: "10"}}}}"""
     for name, zone in (("n0", "z1"), ("n1", "z1"), ("n2", "z2"))
 )
 
-STORAGE = """
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: local}
-provisioner: kubernetes.io/no-provisioner
-volumeBindingMode: WaitForFirstConsumer
+NO_PROVISIONER = "kubernetes.io/no-provisioner"
+
+
+def storage_class(
+    name: str, provisioner: str, mode: str = "WaitForFirstConsumer", zone: str = ""
+) -> str:
+    """A StorageClass (``mode`` "": no volumeBindingMode, i.e. Immediate; ``zone``: its only
+    allowed topology)."""
+    text = f"""
 ---
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
-metadata: {name: zonal}
-provisioner: csi.example.com
-volumeBindingMode: WaitForFirstConsumer
-allowedTopologies:
-- matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [z2]}]
+metadata: {{name: {name}}}
+provisioner: {provisioner}
+"""
+    if mode:
+        text += f"volumeBindingMode: {mode}\n"
+    if zone:
+        text += "allowedTopologies:\n"
+        text += (
+            f"- matchLabelExpressions: [{{key: topology.kubernetes.io/zone, values: [{zone}]}}]\n"
+        )
+    return text
+
+
+def local_volume(name: str, sc: str, node: str, phase: str = "") -> str:
+    """A 10Gi local PersistentVolume on ``node`` (no status unless ``phase``)."""
+    text = f"""
 ---
 apiVersion: v1
 kind: PersistentVolume
-metadata: {name: local-n1}
+metadata: {{name: {name}}}
 spec:
-  capacity: {storage: 10Gi}
+  capacity: {{storage: 10Gi}}
   accessModes: [ReadWriteOnce]
-  storageClassName: local
-  local: {path: /mnt/disk}
+  storageClassName: {sc}
+  local: {{path: /mnt/disk}}
   nodeAffinity:
     required:
       nodeSelectorTerms:
-      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [n1]}]
-status: {phase: Available}
+      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [{node}]}}]
 """
+    return text + (f"status: {{phase: {phase}}}\n" if phase else "")
+
+
+STORAGE = (
+    storage_class("local", NO_PROVISIONER)
+    + storage_class("zonal", "csi.example.com", zone="z2")
+    + local_volume("local-n1", "local", "n1", phase="Available")
+)
 
 
 def claim(name: str, sc: str) -> str:
@@ -91,7 +112,7 @@ def run(tmp_path: Path, text: str) -> Simulation:
 
 
 def test_local_volume_binds_and_later_pods_follow_it(tmp_path: Path) -> None:
-    text = NODES + "\n---\n" + STORAGE + claim("data", "local")
+    text = NODES + STORAGE + claim("data", "local")
     text += user("first", "data", arrival=0) + user("again", "data", arrival=200)
     sim = run(tmp_path, text)
     recs = {r.pod.name: r for r in sim.records.values()}
@@ -104,7 +125,7 @@ def test_local_volume_binds_and_later_pods_follow_it(tmp_path: Path) -> None:
 
 
 def test_second_claim_finds_no_local_volume_left(tmp_path: Path) -> None:
-    text = NODES + "\n---\n" + STORAGE + claim("one", "local") + claim("two", "local")
+    text = NODES + STORAGE + claim("one", "local") + claim("two", "local")
     text += user("a", "one") + user("b", "two")
     sim = run(tmp_path, text)
     recs = {r.pod.name: r for r in sim.records.values()}
@@ -117,7 +138,7 @@ def test_second_claim_finds_no_local_volume_left(tmp_path: Path) -> None:
 
 
 def test_dynamic_provisioning_in_the_allowed_zone(tmp_path: Path) -> None:
-    text = NODES + "\n---\n" + STORAGE + claim("z", "zonal") + user("p", "z", duration=10)
+    text = NODES + STORAGE + claim("z", "zonal") + user("p", "z", duration=10)
     text += user("later", "z", arrival=50)
     sim = run(tmp_path, text)
     recs = {r.pod.name: r for r in sim.records.values()}
@@ -136,34 +157,12 @@ def test_bad_storage_object_names_file_and_field(tmp_path: Path) -> None:
         load_kube_yaml([path])
 
 
-IMMEDIATE = """
----
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: now}
-provisioner: kubernetes.io/no-provisioner
-volumeBindingMode: Immediate
----
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: now-z2}
-provisioner: csi.example.com
-allowedTopologies:
-- matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [z2]}]
----
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: disk-n2}
-spec:
-  capacity: {storage: 10Gi}
-  accessModes: [ReadWriteOnce]
-  storageClassName: now
-  local: {path: /mnt/disk}
-  nodeAffinity:
-    required:
-      nodeSelectorTerms:
-      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [n2]}]
-"""
+# Immediate binding: a local volume (no status, as written by hand) and a zonal provisioner.
+IMMEDIATE = (
+    storage_class("now", NO_PROVISIONER, mode="Immediate")
+    + storage_class("now-z2", "csi.example.com", mode="", zone="z2")
+    + local_volume("disk-n2", "now", "n2")
+)
 
 
 def test_immediate_claims_are_bound_up_front_as_the_pv_controller_does(tmp_path: Path) -> None:

@@ -18,13 +18,13 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from fairgpu.engine.engine import Bind
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, SchedulerCache
 from fairgpu.kube.client import CONNECTION_ERRORS, STRATEGIC_MERGE_PATCH, RestClient
 from fairgpu.kube.events import BindResult, LoopEvent
+from fairgpu.kube.loop_calls import LoopCalls
 from fairgpu.kube.metrics import Metrics
 from fairgpu.kube.reporter import Reporter
 from fairgpu.model.gpu import ANN_GPU_DEVICES, WHOLE, encode_gpu_devices
@@ -38,7 +38,7 @@ log = logging.getLogger("fairgpu.kube")
 ANN_SCHEDULED_BY = "fairgpu.io/scheduled-by"
 
 
-class Binder:
+class Binder(LoopCalls):
     """Posts binds and nominations; :meth:`done` applies a result on the loop thread.
 
     Args:
@@ -62,20 +62,12 @@ class Binder:
         workers: int,
         stop: threading.Event,
     ) -> None:
-        self.client = client
-        self.events = events
-        self.cache = cache
-        self.metrics = metrics
+        super().__init__(client, events, cache, metrics, workers, "bind")
         self.reporter = reporter
         self.identity = identity
         self.stop = stop
-        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
         self.inflight = 0  # binds posted whose result the loop has not applied yet
         self.bound_count = 0
-
-    def shutdown(self, cancel: bool) -> None:
-        """Wait for the calls in flight; ``cancel`` drops those not started yet."""
-        self.pool.shutdown(wait=True, cancel_futures=cancel)
 
     def nominate(self, pod: PodInfo, node_name: str) -> None:
         """Post ``status.nominatedNodeName`` of a preemptor waiting for its victims (as

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from fairgpu.engine.engine import Evict
 from fairgpu.kube.cache import CacheChanges, SchedulerCache
 from fairgpu.kube.client import CONNECTION_ERRORS, RestClient
 from fairgpu.kube.events import EvictResult, LoopEvent
+from fairgpu.kube.loop_calls import LoopCalls
 from fairgpu.kube.metrics import Metrics
 from fairgpu.kube.preemption_hold import PreemptionHolds
 from fairgpu.model.pod import PodInfo
@@ -21,7 +21,7 @@ __all__ = ["Evictor"]
 log = logging.getLogger("fairgpu.kube")
 
 
-class Evictor:
+class Evictor(LoopCalls):
     """Posts the engine's evictions; :meth:`done` applies a result on the loop thread.
 
     Args:
@@ -42,17 +42,9 @@ class Evictor:
         holds: PreemptionHolds,
         pdb_backoff: float,
     ) -> None:
-        self.client = client
-        self.events = events
-        self.cache = cache
-        self.metrics = metrics
+        super().__init__(client, events, cache, metrics, 4, "evict")
         self.holds = holds
         self.pdb_backoff = pdb_backoff
-        self.pool = ThreadPoolExecutor(4, thread_name_prefix="evict")
-
-    def shutdown(self) -> None:
-        """Wait for the calls in flight and drop those not started yet."""
-        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def evict(self, ev: Evict) -> None:
         """Post the eviction of one victim the engine chose (loop thread)."""

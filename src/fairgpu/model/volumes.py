@@ -109,10 +109,18 @@ class CSINodeInfo:
     limits: tuple[tuple[str, int], ...] = ()
 
 
-def _bytes(value: object) -> int:
-    exact = parse_quantity(value)
-    if exact < 0:
-        raise QuantityError(f"{value!r} is negative")
+def _storage(quantities: k8s.ResourceList, obj: str, field: str) -> int:
+    """The ``storage`` quantity in whole bytes (0 if absent); a clear error naming ``obj`` and
+    ``field`` if it is malformed or negative."""
+    value = quantities.get(STORAGE)
+    if value is None:
+        return 0
+    try:
+        exact = parse_quantity(value)
+        if exact < 0:
+            raise QuantityError(f"{value!r} is negative")
+    except QuantityError as error:
+        raise InvalidObjectError(obj, field, str(error)) from None
     return math.ceil(exact)
 
 
@@ -121,19 +129,19 @@ def _obj(kind: str, meta: k8s.ObjectMeta) -> str:
     return f"{kind} {meta.namespace}/{name}" if meta.namespace else f"{kind} {name}"
 
 
+def _named(kind: str, meta: k8s.ObjectMeta) -> str:
+    """The object's description for errors; an error if it has no name."""
+    obj = _obj(kind, meta)
+    if not meta.name:
+        raise InvalidObjectError(obj, "metadata.name", "is required")
+    return obj
+
+
 def claim_from_k8s(pvc: k8s.PersistentVolumeClaim) -> ClaimInfo:
     """Decode a v1 PersistentVolumeClaim."""
     meta, spec = pvc.metadata, pvc.spec
-    obj = _obj("PersistentVolumeClaim", meta)
-    if not meta.name:
-        raise InvalidObjectError(obj, "metadata.name", "is required")
-    request = 0
-    value = spec.resources.requests.get(STORAGE)
-    if value is not None:
-        try:
-            request = _bytes(value)
-        except QuantityError as error:
-            raise InvalidObjectError(obj, "spec.resources.requests.storage", str(error)) from None
+    obj = _named("PersistentVolumeClaim", meta)
+    request = _storage(spec.resources.requests, obj, "spec.resources.requests.storage")
     try:
         selector = compile_label_selector(spec.selector, "spec.selector")
     except ValueError as error:
@@ -157,16 +165,8 @@ def claim_from_k8s(pvc: k8s.PersistentVolumeClaim) -> ClaimInfo:
 def volume_from_k8s(pv: k8s.PersistentVolume) -> VolumeInfo:
     """Decode a v1 PersistentVolume."""
     meta, spec = pv.metadata, pv.spec
-    obj = _obj("PersistentVolume", meta)
-    if not meta.name:
-        raise InvalidObjectError(obj, "metadata.name", "is required")
-    capacity = 0
-    value = spec.capacity.get(STORAGE)
-    if value is not None:
-        try:
-            capacity = _bytes(value)
-        except QuantityError as error:
-            raise InvalidObjectError(obj, "spec.capacity.storage", str(error)) from None
+    obj = _named("PersistentVolume", meta)
+    capacity = _storage(spec.capacity, obj, "spec.capacity.storage")
     terms = None
     affinity = spec.node_affinity
     if affinity is not None and affinity.required is not None:
@@ -203,9 +203,7 @@ def volume_from_k8s(pv: k8s.PersistentVolume) -> VolumeInfo:
 def class_from_k8s(sc: k8s.StorageClass) -> ClassInfo:
     """Decode a storage.k8s.io/v1 StorageClass."""
     meta = sc.metadata
-    obj = _obj("StorageClass", meta)
-    if not meta.name:
-        raise InvalidObjectError(obj, "metadata.name", "is required")
+    obj = _named("StorageClass", meta)
     mode = sc.volume_binding_mode or "Immediate"
     if mode not in ("Immediate", WAIT_FOR_FIRST_CONSUMER):
         raise InvalidObjectError(obj, "volumeBindingMode", f"unknown {mode!r}")
@@ -225,17 +223,14 @@ def class_from_k8s(sc: k8s.StorageClass) -> ClassInfo:
 def csinode_from_k8s(node: k8s.CSINode) -> CSINodeInfo:
     """Decode a storage.k8s.io/v1 CSINode."""
     meta = node.metadata
-    if not meta.name:
-        raise InvalidObjectError(_obj("CSINode", meta), "metadata.name", "is required")
+    obj = _named("CSINode", meta)
     limits = []
     for i, driver in enumerate(node.spec.drivers):
         count = driver.allocatable.count if driver.allocatable is not None else None
         if count is None:
             continue
         if count < 0:
-            raise InvalidObjectError(
-                _obj("CSINode", meta), f"spec.drivers[{i}].allocatable.count", "is negative"
-            )
+            raise InvalidObjectError(obj, f"spec.drivers[{i}].allocatable.count", "is negative")
         limits.append((driver.name, count))
     return CSINodeInfo(meta.name, tuple(limits))
 

@@ -3,7 +3,6 @@ node's expected fragmentation drops most, through a truncated sigmoid."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -35,15 +34,6 @@ class FgdScore(FragmentationBase):
     """
 
     name = "FGD"
-
-    def __init__(
-        self,
-        typical_pods: Sequence[dict[str, Any]] | None = None,
-        coverage: float = 0.95,
-        learn_every: int = 256,
-        relearn_threshold: float = 0.2,
-    ) -> None:
-        super().__init__(typical_pods, coverage, learn_every, relearn_threshold)
 
     def compute(self, pod: PodInfo, cluster: ClusterState, nodes: Array) -> tuple[Array, Array]:
         """Truncated sigmoid scores; for sharing pods the best device's."""

@@ -47,7 +47,8 @@ class FragmentationScore(FragmentationBase):
     default ``capacity``), untruncated, in milli-GPU; a sharing pod's device is chosen
     jointly with the node (the device giving the best node score). Remaining ties go to the
     profile's tie-break (``fixed-rank`` keeps filling the same nodes). Args as
-    :class:`~fairgpu.engine.plugins.fragmentation_base.FragmentationBase`, plus:
+    :class:`~fairgpu.engine.plugins.fragmentation_base.FragmentationBase`, the measure's
+    (:meth:`~fairgpu.engine.plugins.fragmentation_base.FragmentationBase.set_measure`), plus:
 
     ``lead="fgd"`` (policy ``fairgpu-frag-lex``) puts FGD's truncated score first and the
     measure's change below it (:mod:`~fairgpu.engine.plugins.lex_key`).
@@ -81,16 +82,8 @@ class FragmentationScore(FragmentationBase):
         sharing_ties: str = "capacity",
         packing_plan: bool = False,
     ) -> None:
-        super().__init__(
-            typical_pods,
-            coverage,
-            learn_every,
-            relearn_threshold,
-            measure,
-            use_memory,
-            capacity_shapes,
-            scarcity,
-        )
+        super().__init__(typical_pods, coverage, learn_every, relearn_threshold)
+        self.set_measure(measure, use_memory, capacity_shapes, scarcity)
         _check_options(self.name, lead, sharing_ties, packing_plan)
         self.lead = lead
         self.sharing_ties = sharing_ties

@@ -31,13 +31,15 @@ class FragmentationBase(CachedNodeScore):
     """Typical shapes (given or learned online, see :meth:`observe`) and exact ``F`` deltas.
 
     ``typical_pods``, ``coverage``, ``learn_every``, ``relearn_threshold``: see
-    :class:`~fairgpu.engine.plugins.shape_learning.ShapeLearner`. ``measure``: ``fgd`` or
-    ``capacity`` (packing capacity). The capacity measure's options: ``use_memory`` limits
-    copies by node memory (the shapes' mean memory); ``capacity_shapes="all"`` counts every
-    shape of the workload, not only the most frequent ones (rare shapes pinned to a scarce GPU
-    model still claim its GPUs); ``scarcity`` weighs each shape by the scarcity of the GPU
-    models it may use (all GPUs / GPUs it may use) to this power (0: by frequency only).
+    :class:`~fairgpu.engine.plugins.shape_learning.ShapeLearner`. The measure and its options
+    are class defaults here (FGD's); a subclass that lets a profile choose them sets them
+    through :meth:`set_measure`.
     """
+
+    measure = "fgd"
+    use_memory = False
+    capacity_shapes = "typical"
+    scarcity = 0.0
 
     def __init__(
         self,
@@ -45,30 +47,36 @@ class FragmentationBase(CachedNodeScore):
         coverage: float = 0.95,
         learn_every: int = 256,
         relearn_threshold: float = 0.2,
-        measure: str = "fgd",
-        use_memory: bool = False,
-        capacity_shapes: str = "typical",
-        scarcity: float = 0.0,
     ) -> None:
         super().__init__()
+        self.learner = ShapeLearner(
+            self.name, typical_pods, coverage, learn_every, relearn_threshold
+        )
+        self._access: ModelAccess | None = None
+        self._full_access: ModelAccess | None = None
+        self._fgd_terms = NodeCache()
+        self._capacity_terms = NodeCache()
+        self._pinned_terms = NodeCache()
+
+    def set_measure(
+        self, measure: str, use_memory: bool, capacity_shapes: str, scarcity: float
+    ) -> None:
+        """Choose the measure: ``fgd`` or ``capacity`` (packing capacity). The capacity
+        measure's options: ``use_memory`` limits copies by node memory (the shapes' mean
+        memory); ``capacity_shapes="all"`` counts every shape of the workload, not only the
+        most frequent ones (rare shapes pinned to a scarce GPU model still claim its GPUs);
+        ``scarcity`` weighs each shape by the scarcity of the GPU models it may use (all GPUs /
+        GPUs it may use) to this power (0: by frequency only)."""
         if measure not in MEASURES:
             raise ValueError(f"{self.name}.measure: unknown {measure!r} (fgd | capacity)")
         if capacity_shapes not in CAPACITY_SHAPES:
             raise ValueError(
                 f"{self.name}.capacity_shapes: unknown {capacity_shapes!r} (typical | all)"
             )
-        self.learner = ShapeLearner(
-            self.name, typical_pods, coverage, learn_every, relearn_threshold
-        )
         self.measure = measure
         self.use_memory = use_memory
         self.capacity_shapes = capacity_shapes
         self.scarcity = float(scarcity)
-        self._access: ModelAccess | None = None
-        self._full_access: ModelAccess | None = None
-        self._fgd_terms = NodeCache()
-        self._capacity_terms = NodeCache()
-        self._pinned_terms = NodeCache()
 
     @property
     def typical(self) -> TypicalPods | None:

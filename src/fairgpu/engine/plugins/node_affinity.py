@@ -19,6 +19,20 @@ from fairgpu.model.selectors import NodeSelectorTerm, Requirement
 REASON = "node(s) didn't match Pod's node affinity/selector"
 
 
+def required_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
+    """Nodes passing the pod's nodeSelector and required node affinity (terms are OR'ed,
+    expressions inside a term AND'ed; an empty term list matches none)."""
+    mask = np.ones(cluster.size, dtype=bool)
+    for key, value in pod.node_selector:
+        mask &= requirement_mask(cluster, Requirement(key, "In", (value,)))
+    if pod.required_terms is not None:
+        any_term = np.zeros(cluster.size, dtype=bool)
+        for term in pod.required_terms:
+            any_term |= term_mask(cluster, term)
+        mask &= any_term
+    return mask
+
+
 class NodeAffinity(FilterPlugin, ScorePlugin):
     """Filter: nodeSelector AND (any required term). Score: sum of matching preferred weights."""
 
@@ -30,15 +44,8 @@ class NodeAffinity(FilterPlugin, ScorePlugin):
         self._version = -1
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
-        """Terms are OR'ed, expressions inside a term AND'ed; an empty term list matches none."""
-        mask = np.ones(cluster.size, dtype=bool)
-        for key, value in pod.node_selector:
-            mask &= requirement_mask(cluster, Requirement(key, "In", (value,)))
-        if pod.required_terms is not None:
-            any_term = np.zeros(cluster.size, dtype=bool)
-            for term in pod.required_terms:
-                any_term |= term_mask(cluster, term)
-            mask &= any_term
+        """The pod's nodeSelector and required node affinity (see :func:`required_mask`)."""
+        mask = required_mask(cluster, pod)
         return FilterResult(mask, {REASON: ~mask})
 
     def score(

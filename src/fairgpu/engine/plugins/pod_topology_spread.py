@@ -35,12 +35,12 @@ from fairgpu.engine.framework import (
     FilterResult,
     ScorePlugin,
 )
-from fairgpu.engine.plugins._labels import requirement_mask, term_mask
 from fairgpu.engine.plugins._pod_counts import matching_counts
+from fairgpu.engine.plugins.node_affinity import required_mask
 from fairgpu.engine.plugins.taint_toleration import tolerated
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.pod_constraints import HOSTNAME, ZONE, SpreadConstraint
-from fairgpu.model.selectors import LabelSelector, Requirement
+from fairgpu.model.selectors import LabelSelector
 
 MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
 SKEW = "node(s) didn't match pod topology spread constraints"
@@ -62,19 +62,6 @@ def _count(cluster: ClusterState, pod: PodInfo, c: SpreadConstraint) -> np.ndarr
     if sel is None:
         return np.zeros(cluster.size, dtype=np.int32)
     return matching_counts(cluster, (sel,), lambda p: p.namespace == ns and sel.matches(p.labels))
-
-
-def _affinity_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
-    """Nodes passing the pod's nodeSelector and required node affinity."""
-    mask = np.ones(cluster.size, dtype=bool)
-    for key, value in pod.node_selector:
-        mask &= requirement_mask(cluster, Requirement(key, "In", (value,)))
-    if pod.required_terms is not None:
-        any_term = np.zeros(cluster.size, dtype=bool)
-        for term in pod.required_terms:
-            any_term |= term_mask(cluster, term)
-        mask &= any_term
-    return mask
 
 
 def _taints_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
@@ -109,7 +96,7 @@ class _Nodes:
         mask = None
         if c.honor_affinity and (self.pod.node_selector or self.pod.required_terms is not None):
             if self._affinity is None:
-                self._affinity = _affinity_mask(self.cluster, self.pod)
+                self._affinity = required_mask(self.cluster, self.pod)
             mask = self._affinity
         if c.honor_taints:
             if self._taints is None:
