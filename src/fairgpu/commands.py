@@ -111,10 +111,11 @@ def _queue_line(q: dict[str, Any]) -> str:
         if q["nominal_gpus"] is None
         else f"nominal quota {q['nominal_gpus']:g} GPUs, may hold {_gpus(q['max_gpus'])}"
     )
+    n = q["pending_pods"]
     return (
         f"Queue {q['queue']}: weight {q['weight']:g}, holds {q['allocated_gpus']:g} GPUs, "
         f"fair share {q['fair_share_gpus']:g} GPUs ({_state(q)}); {quota}; "
-        f"borrowing {q['borrowed_gpus']:g} GPUs; {q['pending_pods']} pods pending "
+        f"borrowing {q['borrowed_gpus']:g} GPUs; {n} pod{'' if n == 1 else 's'} pending "
         f"({q['pending_gpus']:g} GPUs)"
     )
 
@@ -151,8 +152,9 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
     order = r["fair_order"]
     if order["position"] is not None:
         ahead = order["queues_ahead"]
+        group = f" (a pod group of {order['job_pods']})" if order["job_pods"] > 1 else ""
         lines.append(
-            f"Order ({r['ordering']}): job {order['position']} of {order['of']} pending"
+            f"Order ({r['ordering']}): job {order['position']} of {order['of']} pending{group}"
             + (f"; queues tried first (lower share): {', '.join(ahead)}" if ahead else "")
         )
     lines.append(f"Nodes: {r['nodes']}")
@@ -179,7 +181,11 @@ def _freed_lines(r: dict[str, Any]) -> list[str]:
     for item in r["if_freed"]:
         gone = ", ".join(
             f"{v['pod']} (queue {v['queue']}, priority {v['priority']}"
-            + ("" if v["preemptible_by_rules"] else ", not preemptible for it under the rules")
+            + (
+                ""
+                if v["preemptible_by_rules"]
+                else f"; no preemption: {v['not_preemptible_because']}"
+            )
             + ")"
             for v in item["would_have_to_go"]
         )

@@ -49,7 +49,11 @@ def test_explain_names_insufficient_gpus_queue_and_what_would_free_it(
     assert f"Pod {ns}/want (queue {ns}, user {ns}) is pending." in text
     assert re.search(r"Nodes: 0/\d+ nodes are available: .*\b1 Insufficient nvidia\.com/gpu", text)
     assert f"Queue {ns}: weight 1, holds 8 GPUs" in text
-    assert f"lv-training-a100: fits if these left: {ns}/fill (queue {ns}, priority 0" in text
+    # Same queue, same priority: the preemption rules forbid it, and explain says which.
+    assert (
+        f"lv-training-a100: fits if these left: {ns}/fill (queue {ns}, priority 0; "
+        "no preemption: its priority 0 is not below 0)"
+    ) in text
     assert "Next cycle: stays pending: 0/" in text
 
     report = json.loads(_run(live_cp, "explain", "want", "-n", ns, "-o", "json"))
@@ -58,7 +62,8 @@ def test_explain_names_insufficient_gpus_queue_and_what_would_free_it(
     assert report["queue_state"]["pending_gpus"] == 8
     assert report["fits_now"] is None
     assert report["fits_on_empty_nodes"] == ["lv-training-a100"]
-    assert report["if_freed"][0]["would_have_to_go"][0]["pod"] == f"{ns}/fill"
+    victim = report["if_freed"][0]["would_have_to_go"][0]
+    assert victim["pod"] == f"{ns}/fill" and victim["preemptible_by_rules"] is False
     assert report["next_cycle"]["outcome"] == "pending"
 
     bound = _run(live_cp, "explain", f"{ns}/fill")

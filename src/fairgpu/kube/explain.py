@@ -15,7 +15,7 @@ anything the engine would not. Results are plain dicts (``-o json`` prints them 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -96,30 +96,75 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
 
 
 # ---- the fair order -------------------------------------------------------------------------
+class _Rules:
+    """Why the engine's victim policy would not let ``pod`` evict a running pod: the same
+    conditions :class:`~fairgpu.engine.actions.preempt.FairVictims` checks, in words."""
+
+    def __init__(self, engine: Engine, session: Any, deserved: dict, job: Any, pod: PodInfo):
+        self.engine, self.s, self.deserved, self.job, self.pod = engine, session, deserved, job, pod
+        self.allowed: set[str] = set()
+        if job is not None and engine.ordering == "fair":
+            victims = FairVictims(session, deserved)
+            self.allowed = {u for uids in victims.candidate_sets(job, pod) for u in uids}
+
+    def why_not(self, uid: str) -> str | None:
+        """None if ``uid`` may be a victim of the pod; otherwise the rule that forbids it."""
+        if uid in self.allowed:
+            return None
+        s, pod, cluster = self.s, self.pod, self.s.cluster
+        victim = cluster.pods[uid]
+        if not s.tenancy.preemption.enabled:
+            return "preemption is disabled"
+        if pod.preemption_policy == "Never":
+            return "the pod's preemptionPolicy is Never"
+        if self.engine.ordering != "fair":
+            return f"its priority {victim.priority} is not below {pod.priority}"
+        ran = s.now - cluster.placements[uid].started
+        if ran < s.tenancy.preemption.min_runtime_seconds:
+            return f"it has run {ran:.0f} s, under minRuntimeSeconds"
+        mine, theirs = self.job.tenant.queue, self.engine.tenant(victim).queue
+        if mine == theirs:
+            return f"its priority {victim.priority} is not below {pod.priority}"
+        return self._reclaim_why_not(mine, theirs)
+
+    def _reclaim_why_not(self, mine: str, theirs: str) -> str:
+        book = self.s.book
+        if not book.queue_limits(mine).preemption.reclaim:
+            return f"queue {mine} may not reclaim"
+        if not book.queue_limits(theirs).preemption.preemptible:
+            return f"queue {theirs} is not preemptible"
+        used = book.dominant(book.used(theirs))
+        fair = self.deserved.get(theirs, 0.0)
+        if used <= fair + 1e-9:
+            return (
+                f"queue {theirs} is not above its fair share (it holds {used:.0%} of the "
+                f"cluster, its fair share is {fair:.0%})"
+            )
+        return f"reclaiming from queue {theirs} would leave queue {mine} above it"
+
+
 def _order(
     engine: Engine, cluster: ClusterState, pending: Sequence[PodInfo], pod: PodInfo, now: float
-) -> tuple[list[list[str]], set[str]]:
+) -> tuple[list[list[str]], _Rules]:
     """Pending jobs (lists of pod uids) in the order a cycle starting now would try them, at
-    current usage (a real cycle re-ranks queues as it places pods); and the running pods the
-    preemption rules would let ``pod`` evict (the engine's victim policy)."""
+    current usage (a real cycle re-ranks queues as it places pods); and the preemption rules
+    as they apply to ``pod``."""
     todo = [p for p in pending if not p.scheduling_gates]
-    if engine.ordering != "fair":
-        lower = {u for u, p in cluster.pods.items() if p.priority < pod.priority}
-        return [[p.uid] for p in kube_default_order(todo)], lower
     session = engine.session(cluster, now)
     annotation = engine.tenancy.gang.min_member_annotation
     jobs = build_jobs(todo, session.resolver, session.book, annotation, CycleResult())
     queues = lanes(jobs)
-    allowed: set[str] = set()
     job = next((j for j in jobs if any(p.uid == pod.uid for p in j.pods)), None)
-    if job is not None:
-        victims = FairVictims(session, deserved_shares(session.book, queues))
-        allowed = {u for uids in victims.candidate_sets(job, pod) for u in uids}
+    rules = _Rules(engine, session, deserved_shares(session.book, queues), job, pod)
+    if engine.ordering != "fair":
+        lower = {u for u, p in cluster.pods.items() if p.priority < pod.priority}
+        rules.allowed = lower if engine.tenancy.preemption.enabled else set()
+        return [[p.uid] for p in kube_default_order(todo)], rules
     order = FairOrder(session, queues)
     out = []
     while (nxt := order.pop()) is not None:
         out.append([p.uid for p in nxt.pods])
-    return out, allowed
+    return out, rules
 
 
 def _position(order: list[list[str]], uid: str) -> dict[str, Any]:
@@ -159,8 +204,10 @@ def _victim(engine: Engine, pod: PodInfo) -> dict[str, Any]:
     return {"pod": pod.key, "queue": t.queue, "priority": pod.priority}
 
 
-def _rules_may(victim: dict[str, Any], allowed: set[str], uid: str) -> dict[str, Any]:
-    victim["preemptible_by_rules"] = uid in allowed
+def _rules_may(victim: dict[str, Any], why_not: Callable[[str], str | None], uid: str) -> dict:
+    reason = why_not(uid)
+    victim["preemptible_by_rules"] = reason is None
+    victim["not_preemptible_because"] = reason
     return victim
 
 
@@ -170,12 +217,12 @@ def freed_nodes(
     cluster: ClusterState,
     candidates: list[str],
     now: float,
-    allowed: set[str],
+    why_not: Callable[[str], str | None],
 ) -> list[dict[str, Any]]:
     """For up to :data:`MAX_FREED_NODES` of ``candidates`` (nodes it fits on when empty), the
     fewest running pods whose leaving would let ``pod`` fit there (a dry-run preemption
     search over any running pod), each marked with whether the preemption rules let ``pod``
-    evict it (``allowed``: uids the engine's victim policy offers)."""
+    evict it (``why_not``: None, or the rule that forbids it)."""
     out: list[dict[str, Any]] = []
     placements = cluster.placements
     for name in candidates:
@@ -191,7 +238,7 @@ def freed_nodes(
             {
                 "node": name,
                 "would_have_to_go": [
-                    _rules_may(_victim(engine, v), allowed, v.uid) for v in plan.victims
+                    _rules_may(_victim(engine, v), why_not, v.uid) for v in plan.victims
                 ],
                 "terminating_pods": terminating,
             }
@@ -278,7 +325,7 @@ def _pending_detail(
         if tenant.error is None
         else tenant.error
     )
-    order, allowed = _order(engine, cluster, pending, pod, now)
+    order, rules = _order(engine, cluster, pending, pod, now)
     report["fair_order"] = _position(order, pod.uid)
     report["fair_order"]["queues_ahead"] = _queues_ahead(queues, tenant.queue)
     result = engine.scheduler.schedule(pod, cluster)
@@ -287,7 +334,7 @@ def _pending_detail(
     report["nodes_total"] = int(cluster.active[: cluster.size].sum())
     empty = fits_when_empty(engine, pod, cluster) if not result.ok else []
     report["fits_on_empty_nodes"] = empty
-    report["if_freed"] = freed_nodes(engine, pod, cluster, empty, now, allowed)
+    report["if_freed"] = freed_nodes(engine, pod, cluster, empty, now, rules.why_not)
     decided, engine2 = next_cycle(snapshot)
     report["next_cycle"] = _decision(decided, engine2, pod.uid)
 
