@@ -261,6 +261,10 @@ def what_if(
     file: Annotated[
         list[Path], typer.Option("--filename", "-f", help="YAML with Pods/Deployments/PodGroups.")
     ],
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", "-n", help="Namespace of objects that name none."),
+    ] = None,
     output: Output = "text",
     kubeconfig: Kubeconfig = None,
     context: Context = None,
@@ -276,7 +280,7 @@ def what_if(
     client, snapshot = _read(
         kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
     )
-    pods, groups = _load_pods(file, client, snapshot, node_pool_label)
+    pods, groups = _load_pods(file, client, snapshot, node_pool_label, namespace)
     rows = answer(snapshot, pods, groups)
     for row, pod in zip(rows, pods, strict=True):
         if pod.scheduler_name != scheduler_name:
@@ -302,18 +306,40 @@ def what_if(
             typer.echo(f"  note: {row['note']}")
 
 
+def _with_namespace(paths: list[Path], namespace: str | None, tmp: Path) -> list[Path]:
+    """``paths``, or one file of their documents with ``namespace`` set where none is."""
+    if namespace is None:
+        return paths
+    import yaml
+
+    from fairgpu.sim.workloads.kube_yaml import read_documents
+
+    docs = [doc for _, doc in read_documents(paths)]
+    for doc in docs:
+        meta = doc.setdefault("metadata", {})
+        if isinstance(meta, dict) and not meta.get("namespace"):
+            meta["namespace"] = namespace
+    out = tmp / "objects.yaml"
+    out.write_text(yaml.safe_dump_all(docs))
+    return [out]
+
+
 def _load_pods(
-    paths: list[Path], client: Any, snapshot: Any, pool_label: str
+    paths: list[Path], client: Any, snapshot: Any, pool_label: str, namespace: str | None
 ) -> tuple[list[Any], dict[str, int]]:
     """The pods of ``paths`` as the API server would admit them: priority from the cluster's
     PriorityClasses, created now; a missing namespace or class is the pod's error."""
+    import tempfile
+
     from fairgpu.api import objects as k8s
     from fairgpu.kube.snapshot import list_objects
     from fairgpu.model.node_pools import NodePoolConfig
     from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
 
     try:
-        workload = load_kube_yaml(list(paths), NodePoolConfig(usage_key=pool_label))
+        with tempfile.TemporaryDirectory(prefix="fairgpu-what-if-") as tmp:
+            files = _with_namespace(list(paths), namespace, Path(tmp))
+            workload = load_kube_yaml(files, NodePoolConfig(usage_key=pool_label))
         classes = list_objects(
             client,
             "/apis/scheduling.k8s.io/v1/priorityclasses",

@@ -108,19 +108,17 @@ def test_what_if_names_a_node_and_creates_nothing(
     _fill_and_wait(admin, ns)
     docs: list[dict[str, Any]] = []
     for name, gpus, pool in (("fits", 8, "hybrid"), ("too-big", 16, "training")):
-        manifest = pod(name, gpus=gpus, pool=pool)
-        manifest["metadata"]["namespace"] = ns
-        docs.append(manifest)
+        docs.append(pod(name, gpus=gpus, pool=pool))  # no namespace: -n gives it
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump_all(docs))
     before = _objects(admin)
-    text = _run(live_cp, "what-if", "-f", str(job))
+    text = _run(live_cp, "what-if", "-f", str(job), "-n", ns)
     assert f"{ns}/fits (queue {ns}, user {ns}): would start on lv-hybrid-a100 now" in text
     assert (
         f"{ns}/too-big (queue {ns}, user {ns}): would stay pending: 16 GPUs asked "
         "(nvidia.com/gpu), but no node has more than 8"
     ) in text
-    rows = json.loads(_run(live_cp, "what-if", "-f", str(job), "-o", "json"))
+    rows = json.loads(_run(live_cp, "what-if", "-f", str(job), "-n", ns, "-o", "json"))
     assert [r["outcome"] for r in rows] == ["bind", "pending"]
     assert _objects(admin) == before
     names = {p["metadata"]["name"] for p in admin.get(f"/api/v1/namespaces/{ns}/pods")["items"]}
