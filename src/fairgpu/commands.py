@@ -170,14 +170,14 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
 
 
 def _freed_lines(r: dict[str, Any]) -> list[str]:
-    if r["fits_now"]:
+    if r["fits_now"] or r["state"] == "gated":
         return []
     empty = r["fits_on_empty_nodes"]
     if not empty:
-        return [
-            "No node fits it even empty: it needs more than any node has, or a node it may use."
-        ]
-    lines = [f"Fits on {len(empty)} of {r['nodes_total']} nodes when they are empty."]
+        return [f"Even on empty nodes: {r['empty_nodes_reason']}"]
+    group = r["fair_order"]["job_pods"]
+    needs = f" (this pod; its group needs {group} places together)" if group > 1 else ""
+    lines = [f"Fits on {len(empty)} of {r['nodes_total']} nodes when they are empty{needs}."]
     for item in r["if_freed"]:
         gone = ", ".join(
             f"{v['pod']} (queue {v['queue']}, priority {v['priority']}"

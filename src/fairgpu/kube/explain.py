@@ -187,16 +187,20 @@ def _empty_copy(cluster: ClusterState) -> ClusterState:
     return empty
 
 
-def fits_when_empty(engine: Engine, pod: PodInfo, cluster: ClusterState) -> list[str]:
-    """Names of the nodes ``pod`` passes every filter on if they ran nothing."""
+def fits_when_empty(engine: Engine, pod: PodInfo, cluster: ClusterState) -> tuple[list[str], str]:
+    """Names of the nodes ``pod`` passes every filter on if they ran nothing, and, when there
+    are none, the reason in kube-scheduler's form."""
     empty = _empty_copy(cluster)
     scheduler = Scheduler(engine.profile, engine.scheduler.seed)
     cycle = CycleState(rng=scheduler.rng)
     for plugin in scheduler.pre_filters:
-        if not plugin.pre_filter(cycle, pod, empty).ok:
-            return []
-    mask, _ = scheduler.filter(pod, empty, cycle)
-    return [empty.node(int(i)).name for i in np.flatnonzero(mask)]
+        status = plugin.pre_filter(cycle, pod, empty)
+        if not status.ok:
+            return [], "; ".join(status.reasons)
+    mask, results = scheduler.filter(pod, empty, cycle)
+    names = [empty.node(int(i)).name for i in np.flatnonzero(mask)]
+    reason = "" if names else scheduler.diagnose(empty, results, None).message()
+    return names, reason
 
 
 def _victim(engine: Engine, pod: PodInfo) -> dict[str, Any]:
@@ -332,8 +336,10 @@ def _pending_detail(
     report["fits_now"] = result.node_name if result.ok else None
     report["nodes"] = result.reason() if not result.ok else f"fits on {result.node_name}"
     report["nodes_total"] = int(cluster.active[: cluster.size].sum())
-    empty = fits_when_empty(engine, pod, cluster) if not result.ok else []
+    skip = result.ok or bool(pod.scheduling_gates)
+    empty, why = fits_when_empty(engine, pod, cluster) if not skip else ([], "")
     report["fits_on_empty_nodes"] = empty
+    report["empty_nodes_reason"] = why
     report["if_freed"] = freed_nodes(engine, pod, cluster, empty, now, rules.why_not)
     decided, engine2 = next_cycle(snapshot)
     report["next_cycle"] = _decision(decided, engine2, pod.uid)
