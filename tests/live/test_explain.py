@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 import yaml
-from live_helpers import create, pod
+from live_helpers import create, delete_pods, pod, pods
 from typer.testing import CliRunner
 
 from fairgpu.cli import app
-from fairgpu.devcluster import ControlPlane, KubeClient
+from fairgpu.devcluster import ControlPlane, KubeClient, ensure_namespace
 
 runner = CliRunner()
 
@@ -155,3 +155,61 @@ def test_kubectl_plugin_runs_the_commands(
         [kubectl, "plugin", "list"], env=env, capture_output=True, text=True, timeout=60
     ).stdout
     assert str(plugin) in listed
+
+
+def test_quota_and_reclaim_rules_under_a_tenancy_config(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, tmp_path: Path
+) -> None:
+    """Queue qb borrows beyond its quota on the training A100 node; queue qa, within its own,
+    may take it back (reclaim), and what-if names qa's quota for one pod more."""
+    other = f"{ns}-b"
+    ensure_namespace(admin, other, ca_pem=Path(live_cp.ca_file).read_text())
+    try:
+        fill = pod("fill", gpus=8)
+        fill["spec"]["nodeName"] = "lv-training-a100"
+        create(admin, other, fill)
+        create(admin, ns, pod("want", gpus=8))
+        config = tmp_path / "tenancy.yaml"
+        config.write_text(
+            "queues:\n"
+            f"  - {{name: qa, namespaces: [{ns}], quota: {{gpu: 8}}, borrowingLimit: {{gpu: 0}}}}\n"
+            f"  - {{name: qb, namespaces: [{other}], quota: {{gpu: 4}}}}\n"
+        )
+        text = _run(live_cp, "explain", f"{ns}/want", "--config", str(config))
+        assert f"Pod {ns}/want (queue qa, user {ns}) is pending." in text
+        assert "Queue qa: weight 1, holds 0 GPUs" in text
+        assert "nominal quota 8 GPUs, may hold 8" in text
+        # qb would end with less than qa: the reclaim rule vetoes it, and explain says so.
+        assert (
+            f"lv-training-a100: fits if these left: {other}/fill (queue qb, priority 0; "
+            "no preemption: taking them would leave queue qa above the queue it takes from"
+        ) in text
+        assert "Next cycle: stays pending: 0/" in text
+
+        # qb borrows 8 more GPUs on the hybrid node: now qa may take the training node back.
+        extra = pod("extra", gpus=8, pool="hybrid")
+        extra["spec"]["nodeName"] = "lv-hybrid-a100"
+        create(admin, other, extra)
+        text = _run(live_cp, "explain", f"{ns}/want", "--config", str(config))
+        assert f"lv-training-a100: fits if these left: {other}/fill (queue qb, priority 0)" in text
+        assert (
+            f"Next cycle: would bind to lv-training-a100, preempting {other}/fill (reclaim)"
+        ) in text
+
+        rows = json.loads(_run(live_cp, "queues", "--config", str(config), "-o", "json"))
+        qb = next(r for r in rows if r["queue"] == "qb")
+        assert qb["nominal_gpus"] == 4 and qb["allocated_gpus"] == 16 and qb["borrowed_gpus"] == 12
+
+        job = tmp_path / "more.yaml"
+        job.write_text(yaml.safe_dump(pod("more", gpus=8, pool="inference")))
+        before = _objects(admin)
+        out = _run(live_cp, "what-if", "-f", str(job), "-n", ns, "--config", str(config))
+        assert (
+            f"{ns}/more (queue qa, user {ns}): would stay pending: queue 'qa' would hold "
+            "16 GPU, above its nominal quota + borrowing limit of 8 GPU"
+        ) in out
+        assert _objects(admin) == before
+        # Nothing was evicted: explain and what-if only ran the engine on copies.
+        assert sorted(p["metadata"]["name"] for p in pods(admin, other)) == ["extra", "fill"]
+    finally:
+        delete_pods(admin, other)

@@ -15,7 +15,7 @@ anything the engine would not. Results are plain dicts (``-o json`` prints them 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ import numpy as np
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.actions.order import FairOrder, kube_default_order, lanes
 from fairgpu.engine.actions.preempt import FairVictims
-from fairgpu.engine.actions.reclaim import deserved_shares
+from fairgpu.engine.actions.reclaim import deserved_shares, reclaim_allowed
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.framework import CycleState
@@ -127,6 +127,19 @@ class _Rules:
             return f"its priority {victim.priority} is not below {pod.priority}"
         return self._reclaim_why_not(mine, theirs)
 
+    def veto(self, victims: list[PodInfo]) -> str | None:
+        """The reclaim rule's verdict on evicting ``victims`` together (None: allowed): after
+        the move the preemptor's queue must not rank above a queue it took from."""
+        if self.job is None or self.engine.ordering != "fair":
+            return None
+        queue, book = self.job.tenant.queue, self.s.book
+        if reclaim_allowed(book, queue, book.pending_vector(self.pod), victims):
+            return None
+        return (
+            f"taking them would leave queue {queue} above the queue it takes from "
+            "(reclaim evens out shares, never reverses them)"
+        )
+
     def _reclaim_why_not(self, mine: str, theirs: str) -> str:
         book = self.s.book
         if not book.queue_limits(mine).preemption.reclaim:
@@ -208,8 +221,7 @@ def _victim(engine: Engine, pod: PodInfo) -> dict[str, Any]:
     return {"pod": pod.key, "queue": t.queue, "priority": pod.priority}
 
 
-def _rules_may(victim: dict[str, Any], why_not: Callable[[str], str | None], uid: str) -> dict:
-    reason = why_not(uid)
+def _rules_may(victim: dict[str, Any], reason: str | None) -> dict:
     victim["preemptible_by_rules"] = reason is None
     victim["not_preemptible_because"] = reason
     return victim
@@ -221,12 +233,12 @@ def freed_nodes(
     cluster: ClusterState,
     candidates: list[str],
     now: float,
-    why_not: Callable[[str], str | None],
+    rules: _Rules,
 ) -> list[dict[str, Any]]:
     """For up to :data:`MAX_FREED_NODES` of ``candidates`` (nodes it fits on when empty), the
     fewest running pods whose leaving would let ``pod`` fit there (a dry-run preemption
     search over any running pod), each marked with whether the preemption rules let ``pod``
-    evict it (``why_not``: None, or the rule that forbids it)."""
+    evict it (or the rule that forbids it)."""
     out: list[dict[str, Any]] = []
     placements = cluster.placements
     for name in candidates:
@@ -238,15 +250,15 @@ def freed_nodes(
         plan = find_preemption(pod, cluster, engine.scheduler, uids, only) if uids else None
         if plan is None:
             continue
-        out.append(
-            {
-                "node": name,
-                "would_have_to_go": [
-                    _rules_may(_victim(engine, v), why_not, v.uid) for v in plan.victims
-                ],
-                "terminating_pods": terminating,
-            }
-        )
+        veto = rules.veto(plan.victims)
+        mine = rules.job.tenant.queue if rules.job is not None else ""
+        gone = []
+        for v in plan.victims:
+            reason = rules.why_not(v.uid)
+            if reason is None and engine.tenant(v).queue != mine:
+                reason = veto
+            gone.append(_rules_may(_victim(engine, v), reason))
+        out.append({"node": name, "would_have_to_go": gone, "terminating_pods": terminating})
         if len(out) >= MAX_FREED_NODES:
             break
     return out
@@ -340,7 +352,7 @@ def _pending_detail(
     empty, why = fits_when_empty(engine, pod, cluster) if not skip else ([], "")
     report["fits_on_empty_nodes"] = empty
     report["empty_nodes_reason"] = why
-    report["if_freed"] = freed_nodes(engine, pod, cluster, empty, now, rules.why_not)
+    report["if_freed"] = freed_nodes(engine, pod, cluster, empty, now, rules)
     decided, engine2 = next_cycle(snapshot)
     report["next_cycle"] = _decision(decided, engine2, pod.uid)
 
