@@ -49,7 +49,7 @@ def _read(
 ) -> tuple[Any, Any]:
     """The API client and a snapshot of the cluster (exits with a message on bad input)."""
     from fairgpu.engine.policies import DEFAULT_POLICY
-    from fairgpu.kube.client import RestClient, load_connection
+    from fairgpu.kube.client import CONNECTION_ERRORS, RestClient, load_connection
     from fairgpu.kube.snapshot import ReadSettings, read_cluster
 
     if output not in ("text", "json"):
@@ -63,8 +63,8 @@ def _read(
         client = RestClient(load_connection(kubeconfig, context))
         snapshot = read_cluster(client, settings)
         snapshot.build()  # a bad tenancy file or policy fails here, once
-    except (ValueError, OSError, RuntimeError) as error:
-        _fail(str(error))
+    except (ValueError, RuntimeError, *CONNECTION_ERRORS) as error:
+        _fail(str(error) or type(error).__name__)
     return client, snapshot
 
 
