@@ -59,11 +59,12 @@ def _read(
     if config is not None and not config.exists():
         _fail(f"{config}: no such file or directory")
     settings = ReadSettings(config, policy or DEFAULT_POLICY, ordering, scheduler_name, pool_label)
+    errors: tuple[type[BaseException], ...] = (ValueError, RuntimeError, *CONNECTION_ERRORS)
     try:
         client = RestClient(load_connection(kubeconfig, context))
         snapshot = read_cluster(client, settings)
         snapshot.build()  # a bad tenancy file or policy fails here, once
-    except (ValueError, RuntimeError, *CONNECTION_ERRORS) as error:
+    except errors as error:
         _fail(str(error) or type(error).__name__)
     return client, snapshot
 
