@@ -151,6 +151,8 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
         f"Quota: {'the queue admits it' if r['queue_admits'] == 'yes' else r['queue_admits']}"
     )
     order = r["fair_order"]
+    if order["position"] is None and r["state"] == "pending":
+        lines.append(f"Order ({r['ordering']}): not tried until its pod group can start")
     if order["position"] is not None:
         ahead = order["queues_ahead"]
         group = f" (a pod group of {order['job_pods']})" if order["job_pods"] > 1 else ""

@@ -122,8 +122,12 @@ class _Rules:
         ran = s.now - cluster.placements[uid].started
         if ran < s.tenancy.preemption.min_runtime_seconds:
             return f"it has run {ran:.0f} s, under minRuntimeSeconds"
+        if self.job is None:
+            return "the pod is not tried now (its pod group cannot start yet)"
         mine, theirs = self.job.tenant.queue, self.engine.tenant(victim).queue
         if mine == theirs:
+            if s.book.queue_limits(mine).preemption.within_queue == "Never":
+                return f"queue {mine} never preempts its own pods"
             return f"its priority {victim.priority} is not below {pod.priority}"
         return self._reclaim_why_not(mine, theirs)
 
