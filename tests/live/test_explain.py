@@ -213,3 +213,23 @@ def test_quota_and_reclaim_rules_under_a_tenancy_config(
         assert sorted(p["metadata"]["name"] for p in pods(admin, other)) == ["extra", "fill"]
     finally:
         delete_pods(admin, other)
+
+
+def test_explain_a_pod_whose_group_cannot_start_yet(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    _fill_and_wait(admin, ns)
+    lonely = pod(
+        "lonely-0",
+        gpus=8,
+        labels={"fairgpu.io/pod-group": "lonely"},
+        annotations={"fairgpu.io/min-member": "3"},
+    )
+    create(admin, ns, lonely)
+    text = _run(live_cp, "explain", f"{ns}/lonely-0")
+    assert "Order (fair): not tried until its pod group can start" in text
+    assert "no preemption: the pod is not tried now (its pod group cannot start yet)" in text
+    assert (
+        f"Next cycle: stays pending: pod group {ns}/lonely: waiting for members, "
+        "0 running + 1 pending < minMember 3"
+    ) in text
