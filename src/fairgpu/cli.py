@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fairgpu import __version__
+from fairgpu.commands import register as register_user_commands
 
 app = typer.Typer(
     help="fairgpu: fair, fragmentation-aware GPU scheduling for shared Kubernetes clusters.",
@@ -511,6 +512,9 @@ def dev_cluster_up(
         )
     except (ControlPlaneError, ValueError, OSError) as error:
         _fail(str(error))
+
+
+register_user_commands(app)
 
 
 def main() -> None:

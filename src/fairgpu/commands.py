@@ -1,0 +1,389 @@
+"""The commands users run against a live cluster: ``explain``, ``queues`` and ``what-if``.
+
+They read the cluster once through the kubeconfig (:mod:`fairgpu.kube.snapshot`), let the
+engine answer (:mod:`fairgpu.kube.explain`) and print plain text, or JSON with ``-o json``.
+Nothing is written to the cluster. Registered on ``fairgpu`` by :mod:`fairgpu.cli` and served
+alone by :data:`kubectl_app`, the ``kubectl-fairgpu`` plugin (``kubectl fairgpu explain ...``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["explain", "kubectl_app", "queues", "register", "what_if"]
+
+Kubeconfig = Annotated[
+    str | None,
+    typer.Option(help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)."),
+]
+Context = Annotated[str | None, typer.Option(help="Kubeconfig context.")]
+Config = Annotated[
+    Path | None,
+    typer.Option(help="Tenancy config YAML, the same file as `fairgpu run --config`."),
+]
+Policy = Annotated[str | None, typer.Option(help="Placement policy, as `fairgpu run --policy`.")]
+Ordering = Annotated[str, typer.Option(help="Queue ordering: 'fair' or 'kube-default'.")]
+SchedulerName = Annotated[str, typer.Option(help="The scheduler's spec.schedulerName.")]
+PoolLabel = Annotated[str, typer.Option(help="Node-pool label key, as `fairgpu run`.")]
+Output = Annotated[str, typer.Option("--output", "-o", help="'text' or 'json'.")]
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _read(
+    kubeconfig: str | None,
+    context: str | None,
+    config: Path | None,
+    policy: str | None,
+    ordering: str,
+    scheduler_name: str,
+    pool_label: str,
+    output: str,
+) -> tuple[Any, Any]:
+    """The API client and a snapshot of the cluster (exits with a message on bad input)."""
+    from fairgpu.engine.policies import DEFAULT_POLICY
+    from fairgpu.kube.client import CONNECTION_ERRORS, RestClient, load_connection
+    from fairgpu.kube.snapshot import ReadSettings, read_cluster
+
+    if output not in ("text", "json"):
+        _fail(f"--output must be 'text' or 'json', not {output!r}")
+    if ordering not in ("fair", "kube-default"):
+        _fail(f"--ordering must be 'fair' or 'kube-default', not {ordering!r}")
+    if config is not None and not config.exists():
+        _fail(f"{config}: no such file or directory")
+    settings = ReadSettings(config, policy or DEFAULT_POLICY, ordering, scheduler_name, pool_label)
+    errors: tuple[type[BaseException], ...] = (ValueError, RuntimeError, *CONNECTION_ERRORS)
+    try:
+        client = RestClient(load_connection(kubeconfig, context))
+        snapshot = read_cluster(client, settings)
+        snapshot.build()  # a bad tenancy file or policy fails here, once
+    except errors as error:
+        _fail(str(error) or type(error).__name__)
+    return client, snapshot
+
+
+# ---- explain ------------------------------------------------------------------------------------
+def explain(
+    target: Annotated[str, typer.Argument(help="NAMESPACE/POD, or POD with -n.")],
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace.")] = "default",
+    output: Output = "text",
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    config: Config = None,
+    policy: Policy = None,
+    ordering: Ordering = "fair",
+    scheduler_name: SchedulerName = "fairgpu",
+    node_pool_label: PoolLabel = "example.com/node.usage",
+) -> None:
+    """Why is this pod pending? Its queue, fair order, quota, node reasons and what would help."""
+    from fairgpu.kube.explain import explain_pod
+
+    ns, _, name = target.rpartition("/")
+    ns = ns or namespace
+    client, snapshot = _read(
+        kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
+    )
+    resp = client.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}", limited=False)
+    if resp.status == 404:
+        _fail(f"pod {ns}/{name} not found")
+    if not resp.ok:
+        _fail(f"get pod {ns}/{name}: HTTP {resp.status}: {resp.message}")
+    report = explain_pod(snapshot, ns, name, resp.body)
+    if output == "json":
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        typer.echo("\n".join(explain_lines(report)))
+
+
+def _gpus(value: float | None) -> str:
+    return "unlimited" if value is None else f"{value:g}"
+
+
+def _queue_line(q: dict[str, Any]) -> str:
+    quota = (
+        "no quota"
+        if q["nominal_gpus"] is None
+        else f"nominal quota {q['nominal_gpus']:g} GPUs, may hold {_gpus(q['max_gpus'])}"
+    )
+    n = q["pending_pods"]
+    return (
+        f"Queue {q['queue']}: weight {q['weight']:g}, holds {q['allocated_gpus']:g} GPUs, "
+        f"fair share {q['fair_share_gpus']:g} GPUs ({_state(q)}); {quota}; "
+        f"borrowing {q['borrowed_gpus']:g} GPUs; {n} pod{'' if n == 1 else 's'} pending "
+        f"({q['pending_gpus']:g} GPUs)"
+    )
+
+
+def _state(q: dict[str, Any]) -> str:
+    held, fair = q["allocated_gpus"], q["fair_share_gpus"]
+    if held < fair:
+        return "below its fair share"
+    return "at its fair share" if held == fair else "above its fair share"
+
+
+def explain_lines(r: dict[str, Any]) -> list[str]:
+    """The text form of :func:`fairgpu.kube.explain.explain_pod`'s report."""
+    who = f"queue {r.get('queue', '?')}, user {r.get('user', '?')}"
+    if r["state"] == "bound":
+        return [f"Pod {r['pod']} ({who}) is bound to node {r['node']}; phase {r['phase']}."]
+    if r["state"] == "not ours":
+        return [
+            f"Pod {r['pod']} is not pending for this scheduler "
+            f"(spec.schedulerName {r['scheduler']!r}, phase {r['phase'] or 'unknown'})."
+        ]
+    lines = [f"Pod {r['pod']} ({who}) is {r['state']}."]
+    if r.get("tenant_error"):
+        lines.append(f"It has no queue: {r['tenant_error']}")
+    if r["scheduling_gates"]:
+        lines.append(
+            f"Scheduling gates: {', '.join(r['scheduling_gates'])} (not tried until removed)"
+        )
+    if r.get("queue_state"):
+        lines.append(_queue_line(r["queue_state"]))
+    lines.append(
+        f"Quota: {'the queue admits it' if r['queue_admits'] == 'yes' else r['queue_admits']}"
+    )
+    order = r["fair_order"]
+    if order["position"] is None and r["state"] == "pending":
+        lines.append(f"Order ({r['ordering']}): not tried until its pod group can start")
+    if order["position"] is not None:
+        ahead = order["queues_ahead"]
+        group = f" (a pod group of {order['job_pods']})" if order["job_pods"] > 1 else ""
+        lines.append(
+            f"Order ({r['ordering']}): job {order['position']} of {order['of']} pending{group}"
+            + (f"; queues tried first (lower share): {', '.join(ahead)}" if ahead else "")
+        )
+    lines.append(f"Nodes: {r['nodes']}")
+    lines.extend(_freed_lines(r))
+    lines.append(_next_line(r["next_cycle"]))
+    if r.get("reservation"):
+        lines.append(f"Reservation: {r['reservation']}")
+    if r.get("nominated_node"):
+        lines.append(f"Nominated to {r['nominated_node']}: waiting for its victims to leave")
+    if r.get("scheduler_said"):
+        lines.append(f"Scheduler said at {r['scheduler_said_at']}: {r['scheduler_said']}")
+    return lines
+
+
+def _freed_lines(r: dict[str, Any]) -> list[str]:
+    if r["fits_now"] or r["state"] == "gated":
+        return []
+    empty = r["fits_on_empty_nodes"]
+    if not empty:
+        return [f"Even on empty nodes: {r['empty_nodes_reason']}"]
+    group = r["fair_order"]["job_pods"]
+    needs = f" (this pod; its group needs {group} places together)" if group > 1 else ""
+    lines = [f"Fits on {len(empty)} of {r['nodes_total']} nodes when they are empty{needs}."]
+    for item in r["if_freed"]:
+        gone = ", ".join(
+            f"{v['pod']} (queue {v['queue']}, priority {v['priority']}"
+            + (
+                ""
+                if v["preemptible_by_rules"]
+                else f"; no preemption: {v['not_preemptible_because']}"
+            )
+            + ")"
+            for v in item["would_have_to_go"]
+        )
+        lines.append(f"  {item['node']}: fits if these left: {gone}")
+    return lines
+
+
+def _next_line(d: dict[str, Any]) -> str:
+    if d["outcome"] == "bind":
+        victims = ", ".join(f"{v['pod']} ({v['kind']})" for v in d["preempts"])
+        return f"Next cycle: would bind to {d['node']}" + (
+            f", preempting {victims}" if victims else ""
+        )
+    return f"Next cycle: stays pending: {d['reason']}"
+
+
+# ---- queues ---------------------------------------------------------------------------------
+def queues(
+    output: Output = "text",
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    config: Config = None,
+    policy: Policy = None,
+    ordering: Ordering = "fair",
+    scheduler_name: SchedulerName = "fairgpu",
+    node_pool_label: PoolLabel = "example.com/node.usage",
+) -> None:
+    """One row per queue: weight, fair share, allocated, pending pods and GPUs, borrowed."""
+    from fairgpu.kube.explain import queue_rows
+
+    _, snapshot = _read(
+        kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
+    )
+    rows = queue_rows(snapshot)
+    if output == "json":
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    typer.echo("\n".join(queue_table(rows)))
+
+
+QUEUE_COLUMNS = (
+    ("QUEUE", "queue"),
+    ("WEIGHT", "weight"),
+    ("FAIR-SHARE", "fair_share_gpus"),
+    ("ALLOCATED", "allocated_gpus"),
+    ("PENDING-PODS", "pending_pods"),
+    ("PENDING-GPUS", "pending_gpus"),
+    ("NOMINAL", "nominal_gpus"),
+    ("BORROWED", "borrowed_gpus"),
+)
+
+
+def queue_table(rows: list[dict[str, Any]]) -> list[str]:
+    """kubectl-style columns (GPU amounts in GPUs; NOMINAL '-' for no quota)."""
+    cells = [[h for h, _ in QUEUE_COLUMNS]]
+    for row in rows:
+        cells.append(
+            [
+                "-"
+                if row[k] is None
+                else f"{row[k]:g}"
+                if isinstance(row[k], float)
+                else str(row[k])
+                for _, k in QUEUE_COLUMNS
+            ]
+        )
+    widths = [max(len(r[i]) for r in cells) for i in range(len(QUEUE_COLUMNS))]
+    return ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+
+
+# ---- what-if ----------------------------------------------------------------------------------
+def what_if(
+    file: Annotated[
+        list[Path], typer.Option("--filename", "-f", help="YAML with Pods/Deployments/PodGroups.")
+    ],
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", "-n", help="Namespace of objects that name none."),
+    ] = None,
+    output: Output = "text",
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    config: Config = None,
+    policy: Policy = None,
+    ordering: Ordering = "fair",
+    scheduler_name: SchedulerName = "fairgpu",
+    node_pool_label: PoolLabel = "example.com/node.usage",
+) -> None:
+    """Where would these pods go now, or which rule stops them? Creates nothing."""
+    from fairgpu.kube.explain import what_if as answer
+
+    client, snapshot = _read(
+        kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
+    )
+    pods, groups = _load_pods(file, client, snapshot, node_pool_label, namespace)
+    rows = answer(snapshot, pods, groups)
+    for row, pod in zip(rows, pods, strict=True):
+        if pod.scheduler_name != scheduler_name:
+            row["note"] = (
+                f"spec.schedulerName is {pod.scheduler_name!r}: {scheduler_name} would not "
+                "schedule it; shown as if it were set"
+            )
+    if output == "json":
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        head = f"{row['pod']} (queue {row['queue']}, user {row['user']}): "
+        if row["outcome"] == "bind":
+            victims = ", ".join(f"{v['pod']} ({v['kind']})" for v in row["preempts"])
+            typer.echo(
+                head
+                + f"would start on {row['node']}"
+                + (f" after preempting {victims}" if victims else " now")
+            )
+        else:
+            typer.echo(head + f"would stay pending: {row['reason']}")
+        if row.get("note"):
+            typer.echo(f"  note: {row['note']}")
+
+
+def _with_namespace(paths: list[Path], namespace: str | None, tmp: Path) -> list[Path]:
+    """``paths``, or one file of their documents with ``namespace`` set where none is."""
+    if namespace is None:
+        return paths
+    import yaml
+
+    from fairgpu.sim.workloads.kube_yaml import read_documents
+
+    docs = [doc for _, doc in read_documents(paths)]
+    for doc in docs:
+        meta = doc.setdefault("metadata", {})
+        if isinstance(meta, dict) and not meta.get("namespace"):
+            meta["namespace"] = namespace
+    out = tmp / "objects.yaml"
+    out.write_text(yaml.safe_dump_all(docs))
+    return [out]
+
+
+def _load_pods(
+    paths: list[Path], client: Any, snapshot: Any, pool_label: str, namespace: str | None
+) -> tuple[list[Any], dict[str, int]]:
+    """The pods of ``paths`` as the API server would admit them: priority from the cluster's
+    PriorityClasses, created now; a missing namespace or class is the pod's error."""
+    import tempfile
+
+    from fairgpu.api import objects as k8s
+    from fairgpu.kube.snapshot import list_objects
+    from fairgpu.model.node_pools import NodePoolConfig
+    from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="fairgpu-what-if-") as tmp:
+            files = _with_namespace(list(paths), namespace, Path(tmp))
+            workload = load_kube_yaml(files, NodePoolConfig(usage_key=pool_label))
+        classes = list_objects(
+            client,
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            lambda raw: k8s.decode_json(raw, k8s.PriorityClass),
+        )
+    except (ValueError, OSError, RuntimeError) as error:
+        _fail(str(error))
+    if not workload.arrivals:
+        _fail(f"{', '.join(map(str, paths))}: no Pods or Deployments")
+    values = {pc.metadata.name: pc.value for pc in classes}
+    values.update(workload.extra.get("priority_classes", {}))
+    namespaces = {name for name, _ in snapshot.namespaces}
+    pods = []
+    for arrival in workload.arrivals:
+        pod = arrival.pod
+        pod.created = pod.created or snapshot.now
+        if pod.error is None and pod.namespace not in namespaces:
+            pod.error = f"Pod {pod.key}: namespace {pod.namespace!r} not found"
+        elif pod.error is None and pod.priority_class:
+            if pod.priority_class not in values:
+                pod.error = (
+                    f"Pod {pod.key}: spec.priorityClassName: no PriorityClass named "
+                    f"{pod.priority_class!r}"
+                )
+            else:
+                pod.priority = values[pod.priority_class]
+        pods.append(pod)
+    return pods, dict(workload.pod_groups)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``explain``, ``queues`` and ``what-if`` to ``app``."""
+    app.command()(explain)
+    app.command()(queues)
+    app.command("what-if")(what_if)
+
+
+kubectl_app = typer.Typer(
+    help="fairgpu for kubectl: why is my pod pending, the queues, what if I submit this.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+register(kubectl_app)

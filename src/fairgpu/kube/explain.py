@@ -1,0 +1,409 @@
+"""Answers for users, computed by the engine over a read-only snapshot of the live cluster.
+
+* :func:`explain_pod` -- why is this pod pending: its queue and user, its place in the fair
+  order, its queue's share against its fair share, quota and borrowing, kube-scheduler's
+  "0/N nodes are available" line, the nodes it would fit on were something freed (and what),
+  what the next cycle would decide, and the reservation or nomination it holds;
+* :func:`queue_rows` -- one row per queue: weight, fair share, allocated, pending, borrowed;
+* :func:`what_if` -- where pods not yet created would go now, or which rule stops them.
+
+Every figure comes from the engine's own code (``Scheduler.schedule`` and its diagnosis,
+``Engine.fair_shares``, the queue book, the fair order, ``find_preemption``, ``Engine.cycle``)
+run over copies of the state :mod:`fairgpu.kube.snapshot` builds; nothing here decides
+anything the engine would not. Results are plain dicts (``-o json`` prints them as they are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.actions.order import FairOrder, kube_default_order, lanes
+from fairgpu.engine.actions.preempt import FairVictims
+from fairgpu.engine.actions.reclaim import deserved_shares, reclaim_allowed
+from fairgpu.engine.decisions import CycleResult
+from fairgpu.engine.engine import Engine
+from fairgpu.engine.framework import CycleState
+from fairgpu.engine.jobs import build_jobs
+from fairgpu.engine.preemption import find_preemption, victim_eligible
+from fairgpu.engine.scheduler import Scheduler
+from fairgpu.kube.snapshot import Snapshot
+from fairgpu.model.gpu import WHOLE
+from fairgpu.model.pod import PodInfo
+from fairgpu.tenancy.config import DIM_GPU
+
+__all__ = ["explain_pod", "queue_rows", "what_if"]
+
+#: How many nodes "would fit if freed" lists at most (each costs a preemption search).
+MAX_FREED_NODES = 5
+
+
+def _gpus(milli: float) -> float:
+    """Milli-GPU as GPUs, rounded for people."""
+    return round(float(milli) / WHOLE, 2)
+
+
+def _finite(value: float) -> float | None:
+    return None if not np.isfinite(value) else _gpus(value)
+
+
+# ---- queues ---------------------------------------------------------------------------------
+def _queue_state(engine: Engine, cluster: ClusterState, pending: Sequence[PodInfo]) -> dict:
+    """Per queue: weight, fair share, allocated, quota, borrowed, pending (GPUs)."""
+    fair = engine.fair_shares(cluster, pending)
+    book = engine.book
+    queues: dict[str, dict[str, Any]] = {}
+    names = set(fair) | set(book.usage) | {q.name for q in engine.tenancy.queues}
+    parents = {q.parent for q in engine.tenancy.queues if q.parent}
+    for q in sorted(names - parents):
+        used = float(book.used(q)[DIM_GPU])
+        nominal = float(book.nominal(q)[DIM_GPU])
+        top = float(book.max_usage(q)[DIM_GPU])
+        borrowed = max(0.0, used - nominal) if np.isfinite(nominal) else 0.0
+        queues[q] = {
+            "queue": q,
+            "parent": book.queue_limits(q).parent,
+            "weight": book.weight(q),
+            "fair_share_gpus": _gpus(fair.get(q, 0.0)),
+            "allocated_gpus": _gpus(used),
+            "share": round(book.queue_share(q), 4),
+            "nominal_gpus": _finite(nominal),
+            "max_gpus": _finite(top),
+            "borrowed_gpus": _gpus(borrowed),
+            "pending_pods": 0,
+            "pending_gpus": 0.0,
+        }
+    for pod in pending:
+        if pod.scheduling_gates:
+            continue
+        t = engine.tenant(pod)
+        row = queues.get(t.queue)
+        if t.error is None and row is not None:
+            row["pending_pods"] += 1
+            row["pending_gpus"] = round(
+                row["pending_gpus"] + _gpus(book.pending_vector(pod)[DIM_GPU]), 2
+            )
+    return queues
+
+
+def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
+    """One row per queue (see :func:`_queue_state`), sorted by name."""
+    cache, engine = snapshot.build()
+    return list(_queue_state(engine, cache.cluster, cache.schedulable()).values())
+
+
+# ---- the fair order -------------------------------------------------------------------------
+class _Rules:
+    """Why the engine's victim policy would not let ``pod`` evict a running pod: the same
+    conditions :class:`~fairgpu.engine.actions.preempt.FairVictims` checks, in words."""
+
+    def __init__(self, engine: Engine, session: Any, deserved: dict, job: Any, pod: PodInfo):
+        self.engine, self.s, self.deserved, self.job, self.pod = engine, session, deserved, job, pod
+        self.allowed: set[str] = set()
+        if job is not None and engine.ordering == "fair":
+            victims = FairVictims(session, deserved)
+            self.allowed = {u for uids in victims.candidate_sets(job, pod) for u in uids}
+
+    def why_not(self, uid: str) -> str | None:
+        """None if ``uid`` may be a victim of the pod; otherwise the rule that forbids it."""
+        if uid in self.allowed:
+            return None
+        s, pod, cluster = self.s, self.pod, self.s.cluster
+        victim = cluster.pods[uid]
+        if not s.tenancy.preemption.enabled:
+            return "preemption is disabled"
+        if pod.preemption_policy == "Never":
+            return "the pod's preemptionPolicy is Never"
+        if self.engine.ordering != "fair":
+            return f"its priority {victim.priority} is not below {pod.priority}"
+        ran = s.now - cluster.placements[uid].started
+        if ran < s.tenancy.preemption.min_runtime_seconds:
+            return f"it has run {ran:.0f} s, under minRuntimeSeconds"
+        if self.job is None:
+            return "the pod is not tried now (its pod group cannot start yet)"
+        mine, theirs = self.job.tenant.queue, self.engine.tenant(victim).queue
+        if mine == theirs:
+            if s.book.queue_limits(mine).preemption.within_queue == "Never":
+                return f"queue {mine} never preempts its own pods"
+            return f"its priority {victim.priority} is not below {pod.priority}"
+        return self._reclaim_why_not(mine, theirs)
+
+    def veto(self, victims: list[PodInfo]) -> str | None:
+        """The reclaim rule's verdict on evicting ``victims`` together (None: allowed): after
+        the move the preemptor's queue must not rank above a queue it took from."""
+        if self.job is None or self.engine.ordering != "fair":
+            return None
+        queue, book = self.job.tenant.queue, self.s.book
+        if reclaim_allowed(book, queue, book.pending_vector(self.pod), victims):
+            return None
+        return (
+            f"taking them would leave queue {queue} above the queue it takes from "
+            "(reclaim evens out shares, never reverses them)"
+        )
+
+    def _reclaim_why_not(self, mine: str, theirs: str) -> str:
+        book = self.s.book
+        if not book.queue_limits(mine).preemption.reclaim:
+            return f"queue {mine} may not reclaim"
+        if not book.queue_limits(theirs).preemption.preemptible:
+            return f"queue {theirs} is not preemptible"
+        used = book.dominant(book.used(theirs))
+        fair = self.deserved.get(theirs, 0.0)
+        if used <= fair + 1e-9:
+            return (
+                f"queue {theirs} is not above its fair share (it holds {used:.0%} of the "
+                f"cluster, its fair share is {fair:.0%})"
+            )
+        return f"reclaiming from queue {theirs} would leave queue {mine} above it"
+
+
+def _order(
+    engine: Engine, cluster: ClusterState, pending: Sequence[PodInfo], pod: PodInfo, now: float
+) -> tuple[list[list[str]], _Rules]:
+    """Pending jobs (lists of pod uids) in the order a cycle starting now would try them, at
+    current usage (a real cycle re-ranks queues as it places pods); and the preemption rules
+    as they apply to ``pod``."""
+    todo = [p for p in pending if not p.scheduling_gates]
+    session = engine.session(cluster, now)
+    annotation = engine.tenancy.gang.min_member_annotation
+    jobs = build_jobs(todo, session.resolver, session.book, annotation, CycleResult())
+    queues = lanes(jobs)
+    job = next((j for j in jobs if any(p.uid == pod.uid for p in j.pods)), None)
+    rules = _Rules(engine, session, deserved_shares(session.book, queues), job, pod)
+    if engine.ordering != "fair":
+        lower = {u for u, p in cluster.pods.items() if p.priority < pod.priority}
+        rules.allowed = lower if engine.tenancy.preemption.enabled else set()
+        return [[p.uid] for p in kube_default_order(todo)], rules
+    order = FairOrder(session, queues)
+    out = []
+    while (nxt := order.pop()) is not None:
+        out.append([p.uid for p in nxt.pods])
+    return out, rules
+
+
+def _position(order: list[list[str]], uid: str) -> dict[str, Any]:
+    for i, uids in enumerate(order):
+        if uid in uids:
+            return {"position": i + 1, "of": len(order), "job_pods": len(uids)}
+    return {"position": None, "of": len(order), "job_pods": 0}
+
+
+# ---- nodes ----------------------------------------------------------------------------------
+def _empty_copy(cluster: ClusterState) -> ClusterState:
+    """The same nodes with nothing running on them."""
+    empty = ClusterState(max_devices=cluster.max_devices)
+    for idx in sorted(cluster.node_index.values()):
+        if cluster.active[idx]:
+            empty.add_node(cluster.node(idx))
+    empty.namespace_labels = cluster.namespace_labels
+    empty.volumes = cluster.volumes
+    empty.dra = cluster.dra
+    return empty
+
+
+def fits_when_empty(engine: Engine, pod: PodInfo, cluster: ClusterState) -> tuple[list[str], str]:
+    """Names of the nodes ``pod`` passes every filter on if they ran nothing, and, when there
+    are none, the reason in kube-scheduler's form."""
+    empty = _empty_copy(cluster)
+    scheduler = Scheduler(engine.profile, engine.scheduler.seed)
+    cycle = CycleState(rng=scheduler.rng)
+    for plugin in scheduler.pre_filters:
+        status = plugin.pre_filter(cycle, pod, empty)
+        if not status.ok:
+            return [], "; ".join(status.reasons)
+    mask, results = scheduler.filter(pod, empty, cycle)
+    names = [empty.node(int(i)).name for i in np.flatnonzero(mask)]
+    reason = "" if names else scheduler.diagnose(empty, results, None).message()
+    return names, reason
+
+
+def _victim(engine: Engine, pod: PodInfo) -> dict[str, Any]:
+    t = engine.tenant(pod)
+    return {"pod": pod.key, "queue": t.queue, "priority": pod.priority}
+
+
+def _rules_may(victim: dict[str, Any], reason: str | None) -> dict:
+    victim["preemptible_by_rules"] = reason is None
+    victim["not_preemptible_because"] = reason
+    return victim
+
+
+def freed_nodes(
+    engine: Engine,
+    pod: PodInfo,
+    cluster: ClusterState,
+    candidates: list[str],
+    now: float,
+    rules: _Rules,
+) -> list[dict[str, Any]]:
+    """For up to :data:`MAX_FREED_NODES` of ``candidates`` (nodes it fits on when empty), the
+    fewest running pods whose leaving would let ``pod`` fit there (a dry-run preemption
+    search over any running pod), each marked with whether the preemption rules let ``pod``
+    evict it (or the rule that forbids it)."""
+    out: list[dict[str, Any]] = []
+    placements = cluster.placements
+    for name in candidates:
+        idx = cluster.node_index[name]
+        uids = sorted(u for u in cluster.node_pods[idx] if victim_eligible(placements.get(u), now))
+        terminating = sum(1 for u in cluster.node_pods[idx] if placements[u].terminating)
+        only = np.zeros(cluster.size, dtype=bool)
+        only[idx] = True
+        plan = find_preemption(pod, cluster, engine.scheduler, uids, only) if uids else None
+        if plan is None:
+            continue
+        veto = rules.veto(plan.victims)
+        mine = rules.job.tenant.queue if rules.job is not None else ""
+        gone = []
+        for v in plan.victims:
+            reason = rules.why_not(v.uid)
+            if reason is None and engine.tenant(v).queue != mine:
+                reason = veto
+            gone.append(_rules_may(_victim(engine, v), reason))
+        out.append({"node": name, "would_have_to_go": gone, "terminating_pods": terminating})
+        if len(out) >= MAX_FREED_NODES:
+            break
+    return out
+
+
+# ---- one cycle --------------------------------------------------------------------------------
+def _decision(result: CycleResult, engine: Engine, uid: str) -> dict[str, Any]:
+    """What ``result`` decided for pod ``uid``: bind (with victims) or the pending reason."""
+    for b in result.binds:
+        if b.pod.uid == uid:
+            victims = [
+                _victim(engine, e.pod) | {"kind": e.kind}
+                for e in result.evictions
+                if e.preemptor is not None and e.preemptor.uid == uid
+            ]
+            return {"outcome": "bind", "node": b.node_name, "preempts": victims}
+    for u in result.unschedulable:
+        if u.pod.uid == uid:
+            return {"outcome": "pending", "reason": u.reason, "resolvable": u.resolvable}
+    return {"outcome": "not tried", "reason": "not handed to the engine this cycle"}
+
+
+def next_cycle(snapshot: Snapshot, extra: Sequence[PodInfo] = ()) -> tuple[CycleResult, Engine]:
+    """One engine cycle over a fresh copy of the snapshot, with ``extra`` pods pending."""
+    cache, engine = snapshot.build()
+    pending = [*cache.schedulable(), *extra]
+    return engine.cycle(cache.cluster, pending, snapshot.now), engine
+
+
+# ---- explain ----------------------------------------------------------------------------------
+def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, Any]) -> dict:
+    """Everything :mod:`fairgpu.cli`'s ``explain`` prints about pod ``namespace/name``, whose
+    API object is ``raw``."""
+    cache, engine = snapshot.build()
+    cluster = cache.cluster
+    meta, spec, status = raw.get("metadata", {}), raw.get("spec", {}), raw.get("status", {})
+    uid = meta.get("uid", "")
+    report: dict[str, Any] = {
+        "pod": f"{namespace}/{name}",
+        "scheduler": spec.get("schedulerName", "default-scheduler"),
+        "phase": status.get("phase", ""),
+        "policy": engine.profile.name,
+        "ordering": engine.ordering,
+    }
+    node = spec.get("nodeName") or ""
+    pod = cache.pending.get(uid)
+    if pod is None:
+        pod = next((p for ps in cache.bound_on.values() for u, p in ps.items() if u == uid), None)
+    if pod is not None:
+        t = engine.tenant(pod)
+        report.update(queue=t.queue, user=t.user, department=t.parent, tenant_error=t.error)
+    if node:
+        report["state"] = "bound"
+        report["node"] = node
+        return report
+    if report["scheduler"] != snapshot.settings.scheduler_name or pod is None:
+        report["state"] = "not ours"
+        return report
+    report["state"] = "gated" if pod.scheduling_gates else "pending"
+    report["scheduling_gates"] = list(pod.scheduling_gates)
+    _pending_detail(report, snapshot, cache.schedulable(), engine, cluster, pod)
+    report.update(_scheduler_notes(status))
+    return report
+
+
+def _pending_detail(
+    report: dict[str, Any],
+    snapshot: Snapshot,
+    pending: list[PodInfo],
+    engine: Engine,
+    cluster: ClusterState,
+    pod: PodInfo,
+) -> None:
+    now = snapshot.now
+    queues = _queue_state(engine, cluster, pending)
+    tenant = engine.tenant(pod)
+    report["queue_state"] = queues.get(tenant.queue)
+    report["queue_admits"] = (
+        engine.book.admit(tenant.queue, engine.book.pending_vector(pod)) or "yes"
+        if tenant.error is None
+        else tenant.error
+    )
+    order, rules = _order(engine, cluster, pending, pod, now)
+    report["fair_order"] = _position(order, pod.uid)
+    report["fair_order"]["queues_ahead"] = _queues_ahead(queues, tenant.queue)
+    result = engine.scheduler.schedule(pod, cluster)
+    report["fits_now"] = result.node_name if result.ok else None
+    report["nodes"] = result.reason() if not result.ok else f"fits on {result.node_name}"
+    report["nodes_total"] = int(cluster.active[: cluster.size].sum())
+    skip = result.ok or bool(pod.scheduling_gates)
+    empty, why = fits_when_empty(engine, pod, cluster) if not skip else ([], "")
+    report["fits_on_empty_nodes"] = empty
+    report["empty_nodes_reason"] = why
+    report["if_freed"] = freed_nodes(engine, pod, cluster, empty, now, rules)
+    decided, engine2 = next_cycle(snapshot)
+    report["next_cycle"] = _decision(decided, engine2, pod.uid)
+
+
+def _queues_ahead(queues: dict[str, dict[str, Any]], queue: str) -> list[str]:
+    """Queues with pending work and a lower weighted share than ``queue`` (tried first)."""
+    mine = queues.get(queue)
+    if mine is None:
+        return []
+    return [
+        q["queue"]
+        for q in queues.values()
+        if q["queue"] != queue
+        and q["pending_pods"]
+        and (q["share"], q["queue"]) < (mine["share"], queue)
+    ]
+
+
+def _scheduler_notes(status: dict[str, Any]) -> dict[str, Any]:
+    """What the running scheduler last said about the pod: its PodScheduled message, the
+    GPUs held for it (a starvation reservation) and the node it is nominated to."""
+    notes: dict[str, Any] = {"nominated_node": status.get("nominatedNodeName") or None}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            message = cond.get("message") or ""
+            notes["scheduler_said"] = message
+            notes["scheduler_said_at"] = cond.get("lastTransitionTime")
+            held = message.partition("; GPUs are held for it on ")[2]
+            notes["reservation"] = f"GPUs are held for it on {held}" if held else None
+    return notes
+
+
+# ---- what-if ----------------------------------------------------------------------------------
+def what_if(
+    snapshot: Snapshot, pods: Sequence[PodInfo], pod_groups: dict[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """Where each of ``pods`` (not in the cluster) would go in one cycle starting now, beside
+    the pods already pending, or why not (queue quota, node reasons). Creates nothing."""
+    cache, engine = snapshot.build()
+    if pod_groups:
+        engine.register_pod_groups(pod_groups)
+    pending = [*cache.schedulable(), *pods]
+    result = engine.cycle(cache.cluster, pending, snapshot.now)
+    rows = []
+    for pod in pods:
+        t = engine.tenant(pod)
+        row = {"pod": pod.key, "queue": t.queue, "user": t.user}
+        row.update(_decision(result, engine, pod.uid))
+        rows.append(row)
+    return rows

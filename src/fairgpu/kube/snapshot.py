@@ -1,0 +1,164 @@
+"""Read a cluster once, read-only, into the state the live scheduler builds.
+
+``fairgpu explain``, ``queues`` and ``what-if`` answer questions about the live cluster without
+running a scheduler: they list the collections the live scheduler watches (Pods, Nodes,
+Namespaces, storage objects, PodGroups), decode them with the live decoders, and apply them to a
+fresh :class:`~fairgpu.kube.cache.SchedulerCache` and :class:`~fairgpu.engine.engine.Engine`
+configured as ``fairgpu run`` is (tenancy YAML, policy, ordering, node-pool label). Nothing is
+written to the cluster. The lists are kept, so :meth:`Snapshot.build` can make as many
+independent copies of the state as a question needs (one to look at, one to run a cycle on).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fairgpu.engine.engine import Engine
+from fairgpu.engine.policies import DEFAULT_POLICY
+from fairgpu.engine.policies import policy as named_policy
+from fairgpu.kube import volumes as storage
+from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
+from fairgpu.kube.client import RestClient
+from fairgpu.kube.decode import NodeRecord, PodRecord
+from fairgpu.kube.namespaces import NamespaceStore, decode_namespace
+from fairgpu.kube.podgroups import PodGroupBook, decode_pod_group, served_pod_group_paths
+from fairgpu.model.gpu import DEFAULT_NAMES
+from fairgpu.model.node_pools import NodePoolConfig
+
+__all__ = ["ReadSettings", "Snapshot", "list_objects", "read_cluster"]
+
+
+class _ListMeta(msgspec.Struct):
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _List(msgspec.Struct):
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[msgspec.Raw] = []
+
+
+_list_decoder = msgspec.json.Decoder(_List)
+
+
+@dataclass(slots=True)
+class ReadSettings:
+    """How the state is built: the same meaning as ``fairgpu run``'s options."""
+
+    tenancy: Path | None = None
+    policy: str = DEFAULT_POLICY
+    ordering: str = "fair"
+    scheduler_name: str = "fairgpu"
+    node_pool_label: str = "example.com/node.usage"
+    seed: int = 0
+
+
+def list_objects(
+    client: RestClient,
+    path: str,
+    decode: Callable[[bytes], Any],
+    params: dict[str, str] | None = None,
+) -> list[Any]:
+    """Every object of the collection ``path``, paginated, each passed through ``decode``.
+
+    Raises ``RuntimeError`` naming the collection when the API server refuses the list.
+    """
+    items: list[Any] = []
+    cont = ""
+    while True:
+        query = dict(params or {}, limit="500")
+        if cont:
+            query["continue"] = cont
+        resp = client.request("GET", path, params=query, limited=False, raw=True)
+        if not resp.ok:
+            raise RuntimeError(f"list {path}: HTTP {resp.status}: {resp.message}")
+        page = _list_decoder.decode(resp.body)
+        items.extend(decode(bytes(raw)) for raw in page.items)
+        cont = page.metadata.continue_
+        if not cont:
+            return items
+
+
+def utc_label(t: float) -> str:
+    """A wall-clock time as the live scheduler writes it in reasons (RFC 3339, UTC)."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The decoded lists of one read, and the settings to build state from them."""
+
+    settings: ReadSettings
+    now: float
+    nodes: list[NodeRecord]
+    pods: list[PodRecord]
+    namespaces: list[tuple[str, dict[str, str]]]
+    volumes: list[tuple[str, list[Any]]] = field(default_factory=list)
+    pod_groups: dict[str, list[Any]] = field(default_factory=dict)
+
+    def build(self) -> tuple[SchedulerCache, Engine]:
+        """A fresh cache and engine holding this snapshot, as the live scheduler would
+        (raises ``ValueError`` for a bad tenancy file or policy name)."""
+        from fairgpu.tenancy import load_config
+
+        s = self.settings
+        tenancy = load_config(s.tenancy) if s.tenancy is not None else None
+        engine = Engine(
+            named_policy(s.policy),
+            s.seed,
+            tenancy=tenancy,
+            ordering=s.ordering,  # type: ignore[arg-type]
+            time_label=utc_label,
+        )
+        cache = SchedulerCache(s.scheduler_name)
+        out = CacheChanges()
+        cache.sync_nodes(self.nodes, self.now, out)
+        NamespaceStore().apply("SYNC", self.namespaces, cache.cluster)
+        for kind, items in self.volumes:
+            storage.VolumeWatch.apply(cache.cluster, "SYNC", (kind, items))
+        book = PodGroupBook()
+        for path, items in self.pod_groups.items():
+            for key, group in book.apply(path, "SYNC", items).items():
+                namespace, _, name = key.partition("/")
+                if group is None:
+                    continue
+                if group.error is not None:
+                    engine.set_pod_group_error(namespace, name, group.error)
+                else:
+                    engine.set_pod_group(namespace, name, group.min_member)
+        cache.sync_pods(self.pods, self.now, out)
+        return cache, engine
+
+
+def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
+    """List what the live scheduler watches, decoded as it decodes it (read-only)."""
+    names = DEFAULT_NAMES
+    pools = NodePoolConfig(usage_key=settings.node_pool_label)
+    sched = settings.scheduler_name
+    nodes = list_objects(client, "/api/v1/nodes", lambda raw: decode_node(raw, names))
+    pods = list_objects(
+        client,
+        "/api/v1/pods",
+        lambda raw: decode_pod(raw, sched, names, pools),
+        {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
+    )
+    namespaces = list_objects(client, "/api/v1/namespaces", decode_namespace)
+    volumes: list[tuple[str, list[Any]]] = []
+
+    def keep(etype: str, payload: tuple[str, Any]) -> None:
+        volumes.append((payload[0], payload[1]))
+
+    # The storage reflectors of the live scheduler, used only for their paths and decoders.
+    for reflector in storage.VolumeWatch(client, keep).reflectors:
+        reflector.sink("SYNC", list_objects(client, reflector.path, reflector.decode))
+    groups = {
+        path: list_objects(client, path, decode_pod_group)
+        for path in served_pod_group_paths(client)
+    }
+    return Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups)
