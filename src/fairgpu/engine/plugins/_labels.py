@@ -13,7 +13,7 @@ def _lookup(codes: np.ndarray, vocab: list[str], hit: list[bool]) -> np.ndarray:
     # a gather is much cheaper than np.isin over thousands of nodes.
     table = np.zeros(len(vocab) + 1, dtype=bool)
     table[: len(hit)] = hit
-    return table[codes]
+    return np.asarray(table[codes])
 
 
 def requirement_mask(cluster: ClusterState, req: Requirement) -> np.ndarray:

@@ -67,7 +67,7 @@ class Catalog:
         if claim.selector is not None:
             sel = claim.selector
             fit &= np.array([sel.matches(dict(v.labels)) for v in self.vols], dtype=bool)
-        return fit
+        return np.asarray(fit)
 
 
 def _slot(hosts: dict[str, int], vol: VolumeInfo) -> int:

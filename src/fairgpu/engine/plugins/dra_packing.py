@@ -18,6 +18,7 @@ import numpy as np
 from fairgpu.cluster.dra import InUse
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.framework import MAX_NODE_SCORE, CycleState, ScorePlugin
+from fairgpu.model.dra import DeviceResult
 from fairgpu.model.pod import PodInfo
 
 
@@ -43,7 +44,7 @@ class DynamicResourcesPacking(ScorePlugin):
         return out
 
     @staticmethod
-    def _fill(cluster: ClusterState, in_use: InUse, results: list) -> float:
+    def _fill(cluster: ClusterState, in_use: InUse, results: list[DeviceResult]) -> float:
         store = cluster.dra
         fills = []
         for r in results:

@@ -55,7 +55,7 @@ def _per_domain(cluster: ClusterState, key: str, per_node: np.ndarray) -> np.nda
     if hit.size == 0:
         return np.zeros(cluster.size, dtype=np.float64)
     sums = np.bincount(codes[hit], weights=per_node[hit], minlength=len(vocab))
-    return np.append(sums, 0.0)[codes]
+    return np.asarray(np.append(sums, 0.0)[codes])
 
 
 def _term_domains(cluster: ClusterState, term: PodAffinityTerm) -> np.ndarray:
@@ -181,7 +181,7 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
                 # Each carrying pod adds its weight to every node of its domain.
                 carriers = _per_domain(cluster, term.topology_key, per_node)
                 total += (signs[kind] * term.weight * carriers).astype(np.int64)
-        return total[nodes]
+        return np.asarray(total[nodes])
 
     def normalize(self, scores: np.ndarray) -> np.ndarray:
         """Min-max to 0..100; all-equal scores become 0."""

@@ -119,10 +119,14 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
             # Requests with kube-scheduler's defaults for containers that ask for nothing,
             # on the node's residents as on the pod.
             which = 0 if col == COL_CPU else 1
-            return cluster.scoring_requested[nodes, which] + pod.scoring_cpu_memory[which]
+            return np.asarray(
+                cluster.scoring_requested[nodes, which] + pod.scoring_cpu_memory[which]
+            )
         if col == COL_GPU_MILLI:
-            return cluster.requested[nodes, col] + pod.gpu.total_milli
-        return cluster.requested[nodes, col] + pod.requests.get(cluster.resources[col], 0)
+            return np.asarray(cluster.requested[nodes, col] + pod.gpu.total_milli)
+        return np.asarray(
+            cluster.requested[nodes, col] + pod.requests.get(cluster.resources[col], 0)
+        )
 
     def score(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray

@@ -204,7 +204,7 @@ class PackingPlan:
             grown = np.asarray(extra, dtype=np.int64)
             table = grown if table is None else np.concatenate([table, grown])
             self._tables[milli] = table
-        return table[codes]
+        return np.asarray(table[codes])
 
     def waste_fraction(self) -> float:
         """Idle share of the planned GPUs (0..1): the plan's fragmentation lower bound."""

@@ -71,7 +71,7 @@ class TaintToleration(FilterPlugin, ScorePlugin):
             if len(self._counts) > 4096:
                 self._counts.clear()
             self._counts[pod.tolerations] = counts
-        return counts[ids[nodes]]
+        return np.asarray(counts[ids[nodes]])
 
     def normalize(self, scores: np.ndarray) -> np.ndarray:
         """Reverse: zero untolerated taints scores 100."""
