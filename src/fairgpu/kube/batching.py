@@ -27,7 +27,7 @@ def batch(engine: Engine, pending: list[PodInfo], limit: int) -> list[PodInfo]:
     for name in sorted(jobs):
         units = sorted(
             jobs[name].values(),
-            key=lambda u: (-max(p.priority for p in u), min(pod_identity(p) for p in u)),
+            key=lambda u: (-max(p.priority for p in u), min(map(pod_identity, u))),
         )
         lanes.append(units)
     out: list[PodInfo] = []

@@ -21,22 +21,26 @@ from typing import Protocol
 
 __all__ = ["name_hash", "natural_key", "pod_identity"]
 
-_DIGITS = re.compile(r"(\d+)")
+_DIGITS = re.compile(r"\d+")
 
-NaturalKey = tuple[tuple[str | int, ...], str]
+
+def _number(match: re.Match[str]) -> str:
+    digits = match.group().lstrip("0") or "0"
+    # Its length first (three digits: names are at most 253 characters), so that numbers
+    # compare by value as plain text: 9 -> "0019", 40 -> "00240".
+    return f"{len(digits):03d}{digits}"
 
 
 # Cached: the same names are ordered again at every cycle while their pods wait.
 @functools.lru_cache(maxsize=1 << 16)
-def natural_key(text: str) -> NaturalKey:
+def natural_key(text: str) -> str:
     """Sort key of ``text`` with runs of digits compared as numbers (``a-9`` < ``a-40``).
 
-    ``re.split`` with a capturing group alternates text and digits starting with text, so
-    the parts at one position always have the same type; the text itself settles names whose
+    A string, so that sorting thousands of pending pods compares plain text: every run of
+    digits becomes its length and value; the text itself, after a NUL, settles names whose
     numbers are equal (``a-01`` and ``a-1``), so the order is total.
     """
-    parts = tuple(int(p) if i % 2 else p for i, p in enumerate(_DIGITS.split(text)))
-    return parts, text
+    return _DIGITS.sub(_number, text) + "\0" + text
 
 
 class _Pod(Protocol):
@@ -45,7 +49,7 @@ class _Pod(Protocol):
     name: str
 
 
-def pod_identity(pod: _Pod) -> tuple[float, NaturalKey, NaturalKey]:
+def pod_identity(pod: _Pod) -> tuple[float, str, str]:
     """Creation time, then namespace and name in natural order: the order of pods that are
     otherwise equal (same priority), identical in the simulator and the live scheduler."""
     return pod.created, natural_key(pod.namespace), natural_key(pod.name)
