@@ -404,7 +404,7 @@ def test_fixed_rank_keeps_ranks_when_nodes_are_added() -> None:
         state.add_node(k8s_node(f"n{i:02d}"))
     after = sched.ranks(state)
     assert list(after[:4]) == list(before)
-    assert sorted(after[:8]) == list(range(8))
+    assert len(set(after[:8].tolist())) == 8
 
 
 def test_single_feasible_node_skips_scoring() -> None:

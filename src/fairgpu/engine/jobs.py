@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from fairgpu.engine.decisions import CycleResult, Unschedulable
+from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import QueueBook
 from fairgpu.tenancy.resolve import PodGroupRef, Tenant, TenantResolver
@@ -27,14 +29,17 @@ class Job:
     waiting: str = ""
 
     @property
-    def sort_key(self) -> tuple[int, float, str]:
-        """Order inside one user: priority (high first), creation time, key."""
-        return (-max(p.priority for p in self.pods), min(p.created for p in self.pods), self.key)
+    def sort_key(self) -> tuple[Any, ...]:
+        """Order inside one user: priority (high first), then its earliest pod's creation time
+        and namespace/name (:func:`~fairgpu.model.order.pod_identity`), then key."""
+        first = min(pod_identity(p) for p in self.pods)
+        return (-max(p.priority for p in self.pods), first, self.key)
 
 
-def pod_order(pod: PodInfo) -> tuple[int, float, str]:
-    """kube-scheduler's active queue order: priority (high first), then creation time."""
-    return (-pod.priority, pod.created, pod.uid)
+def pod_order(pod: PodInfo) -> tuple[Any, ...]:
+    """kube-scheduler's active queue order: priority (high first), then creation time; pods
+    created together by namespace/name in natural order (not UID: a replay has none)."""
+    return (-pod.priority, pod_identity(pod), pod.uid)
 
 
 def build_jobs(

@@ -50,9 +50,9 @@ class Profile(BaseModel):
     """A complete placement policy.
 
     ``tie_break``: ``random`` picks uniformly among the top-scoring nodes with the seeded RNG
-    (kube-scheduler's behaviour, spreads); ``fixed-rank`` ranks nodes once by a seeded random
-    permutation and always picks the lowest rank among ties (keeps filling the same nodes,
-    packs).
+    (kube-scheduler's behaviour, spreads); ``fixed-rank`` ranks every node by a seeded hash of
+    its name (never the order nodes were added) and always picks the lowest rank among ties
+    (keeps filling the same nodes, packs).
     """
 
     model_config = ConfigDict(extra="forbid")

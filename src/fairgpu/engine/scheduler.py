@@ -26,6 +26,7 @@ from fairgpu.engine.framework import (
 )
 from fairgpu.engine.profile import Profile
 from fairgpu.engine.registry import Registry, default_registry
+from fairgpu.engine.tie_break import NodeRanks
 from fairgpu.model.pod import PodInfo
 
 
@@ -151,7 +152,7 @@ class Scheduler:
         self._cluster_id = -1
         self._static_cache: dict[tuple[object, ...], list[tuple[str, FilterResult]]] = {}
         self._static_version = -1
-        self._ranks = np.zeros(0, dtype=np.int64)
+        self._ranks = NodeRanks(seed)
         # uid -> (pod, release_version, static_version, result) of the last failed attempt.
         self._failures: dict[str, tuple[PodInfo, int, int, ScheduleResult]] = {}
 
@@ -249,13 +250,9 @@ class Scheduler:
         return total
 
     def ranks(self, cluster: ClusterState) -> np.ndarray:
-        """Fixed per-slot tie-break rank from a seeded permutation, extended for new slots."""
-        n = cluster.size
-        if self._ranks.size < n:
-            rng = np.random.default_rng([self.seed, self._ranks.size])
-            extra = rng.permutation(n - self._ranks.size) + self._ranks.size
-            self._ranks = np.concatenate([self._ranks, extra])
-        return self._ranks
+        """Fixed per-slot tie-break rank: a seeded hash of each node's name, so the order
+        nodes were added in (file order, API list order) never matters."""
+        return self._ranks.of(cluster)
 
     def select(self, nodes: np.ndarray, scores: np.ndarray, cluster: ClusterState) -> int:
         """Index into ``nodes`` of the winner under the profile's tie-break rule."""

@@ -9,6 +9,7 @@ the batch fairly.
 from __future__ import annotations
 
 from fairgpu.engine.engine import Engine
+from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 
 __all__ = ["batch"]
@@ -26,7 +27,7 @@ def batch(engine: Engine, pending: list[PodInfo], limit: int) -> list[PodInfo]:
     for name in sorted(jobs):
         units = sorted(
             jobs[name].values(),
-            key=lambda u: (-max(p.priority for p in u), min(p.created for p in u), u[0].uid),
+            key=lambda u: (-max(p.priority for p in u), min(map(pod_identity, u))),
         )
         lanes.append(units)
     out: list[PodInfo] = []

@@ -33,6 +33,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.kube.decode import NodeRecord, PodRecord, decode_node, decode_pod
 from fairgpu.kube.devices import annotation_fits, least_used, reapply_devices
 from fairgpu.model.node import NodeInfo, NodeProblem
+from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 
 __all__ = [
@@ -115,9 +116,13 @@ class SchedulerCache:
 
     # ---- queries ------------------------------------------------------------------------------
     def schedulable(self) -> list[PodInfo]:
-        """Pending pods not currently assumed (bind in flight) — the engine's input."""
+        """Pending pods not currently assumed (bind in flight) — the engine's input — by
+        creation time, then namespace/name: never in watch order, which the simulator cannot
+        know, so a replay of this snapshot sees the same order."""
         placements = self.cluster.placements
-        return [p for uid, p in self.pending.items() if uid not in placements]
+        pods = [p for uid, p in self.pending.items() if uid not in placements]
+        pods.sort(key=pod_identity)
+        return pods
 
     def node_name_of(self, uid: str) -> str | None:
         """Name of the node ``uid`` is placed on in the cluster, if any."""

@@ -104,6 +104,19 @@ class Metrics:
             ["queue"],
             registry=r,
         )
+        self.queue_gpus_pending = Gauge(
+            "fairgpu_queue_gpus_pending",
+            "GPUs (whole-GPU equivalents) asked by the pods waiting, per queue.",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_fair_share = Gauge(
+            "fairgpu_queue_gpus_fair_share",
+            "Fair share of the cluster's GPUs (whole-GPU equivalents), per queue: weighted "
+            "max-min, capped by what the queue holds plus what it has pending.",
+            ["queue"],
+            registry=r,
+        )
         self.node_gpus = Gauge(
             "fairgpu_node_gpus_allocated",
             "GPUs (whole-GPU equivalents) allocated on each node.",

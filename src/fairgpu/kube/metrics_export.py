@@ -32,20 +32,26 @@ class MetricsExporter:
     def _export_queues(self, cache: SchedulerCache, engine: Engine) -> None:
         m = self.metrics
         pending: dict[str, int] = {}
-        for pod in cache.schedulable():
+        asked: dict[str, float] = {}
+        waiting = cache.schedulable()
+        for pod in waiting:
             q = engine.tenant(pod).queue
             pending[q] = pending.get(q, 0) + 1
+            asked[q] = asked.get(q, 0.0) + pod.gpu.total_milli / WHOLE
+        shares = engine.fair_shares(cache.cluster, waiting)
         gpus: dict[str, float] = {}
         cluster = cache.cluster
         for uid, pl in cluster.placements.items():
             if pl.devices:
                 q = engine.tenant(cluster.pods[uid]).queue
                 gpus[q] = gpus.get(q, 0.0) + pl.device_milli * len(pl.devices) / WHOLE
-        queues = set(pending) | set(gpus) | self._queues_exported
+        queues = set(pending) | set(gpus) | set(shares) | self._queues_exported
         for q in queues:
             m.pending.labels(q).set(pending.get(q, 0))
             m.queue_gpus.labels(q).set(gpus.get(q, 0.0))
-        self._queues_exported = set(pending) | set(gpus)
+            m.queue_gpus_pending.labels(q).set(asked.get(q, 0.0))
+            m.queue_fair_share.labels(q).set(shares.get(q, 0.0) / WHOLE)
+        self._queues_exported = set(pending) | set(gpus) | set(shares)
 
     def _export_nodes(self, cache: SchedulerCache) -> None:
         m = self.metrics

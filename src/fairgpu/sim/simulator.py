@@ -17,6 +17,7 @@ import numpy as np
 from fairgpu.cluster.state import ClusterState
 from fairgpu.cluster.volumes import apply_decision, settle
 from fairgpu.engine.engine import Engine
+from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.accounting import RunAttempt, RunLog, sibling_cause
 from fairgpu.sim.workload import PodArrival, Workload
@@ -280,7 +281,10 @@ class Simulation:
 
     def run(self) -> SimulationResult:
         """Run to the end of the workload (or ``until``) and return the result."""
-        for arrival in sorted(self.workload.arrivals, key=lambda a: a.arrival):
+        # Pods arriving together in the live scheduler's order: creation time, namespace/name.
+        for arrival in sorted(
+            self.workload.arrivals, key=lambda a: (a.arrival, pod_identity(a.pod))
+        ):
             self._add_arrival(arrival)
         total = len(self.records)
         arrived = 0

@@ -46,6 +46,17 @@ class WorkloadError(ValueError):
     """A workload file cannot be used; the message names the file and what is wrong."""
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 without implicit timestamps: an unquoted ``creationTimestamp`` stays the RFC
+    3339 text the API would send, as every other field of an object does."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in rules if tag != "tag:yaml.org,2002:timestamp"]
+    for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 def _files(paths: list[Path]) -> list[Path]:
     out: list[Path] = []
     for path in paths:
@@ -64,7 +75,7 @@ def read_documents(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
     for path in _files(paths):
         try:
             text = path.read_text()
-            loaded = list(yaml.safe_load_all(text))
+            loaded = list(yaml.load_all(text, Loader=_Loader))  # _Loader is a SafeLoader
         except yaml.YAMLError as error:
             raise WorkloadError(f"{path}: invalid YAML: {error}") from None
         except (OSError, UnicodeDecodeError) as error:
@@ -216,6 +227,8 @@ def _arrivals(
                 pod = derive_placement(pod, pools)
             arrival = _seconds(pod, ANN_ARRIVAL, 0.0) or 0.0
             duration = _seconds(pod, ANN_DURATION, None)
+            if not (doc.get("metadata") or {}).get("creationTimestamp"):
+                pod.created = arrival  # the API stamps a pod when it arrives
         except InvalidObjectError as error:
             pod, arrival, duration = invalid_pod(doc, error), 0.0, None
         if pod.uid in seen:
