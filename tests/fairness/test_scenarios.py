@@ -13,7 +13,7 @@ from fairgpu.model.pod import QOS_BEST_EFFORT, QOS_BURSTABLE, QOS_GUARANTEED
 from fairgpu.tenancy import parse_config
 
 # The reclaim rule alone, without the guards against churn (reclaimMinRuntimeSeconds,
-# default 300, would protect the pods these short scenarios started seconds ago;
+# default 60, would protect the pods these short scenarios started seconds ago;
 # reclaimCooldownSeconds, default 600, would hide the rule behind the cooldown).
 NO_CHURN_GUARDS: dict[str, Any] = {
     "preemption": {"reclaimMinRuntimeSeconds": 0, "reclaimCooldownSeconds": 0}

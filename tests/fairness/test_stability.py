@@ -34,14 +34,14 @@ def user_pod(name: str, user: str, priority: int = 0, **kw: Any) -> PodInfo:
 # ---- minimum runtime before reclaim ----------------------------------------------------------
 def test_reclaim_waits_for_the_minimum_runtime_priority_does_not() -> None:
     held = [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(8)]
-    # 100 s in, a's pods are too young to be reclaimed (reclaimMinRuntimeSeconds, 300 s).
+    # 30 s in, a's pods are too young to be reclaimed (reclaimMinRuntimeSeconds, 60 s).
+    state = cluster(node("n1"), placed=held)
+    res = engine().cycle(state, [pod("b0", "b")], 30.0)
+    assert not res.evictions
+    assert "reclaimMinRuntimeSeconds (60)" in res.unschedulable[0].reason
+    # 100 s in, they may go.
     state = cluster(node("n1"), placed=held)
     res = engine().cycle(state, [pod("b0", "b")], 100.0)
-    assert not res.evictions
-    assert "reclaimMinRuntimeSeconds (300)" in res.unschedulable[0].reason
-    # 400 s in, they may go.
-    state = cluster(node("n1"), placed=held)
-    res = engine().cycle(state, [pod("b0", "b")], 400.0)
     assert [(e.pod.namespace, e.kind) for e in res.evictions] == [("a", "reclaim")]
     # Inside a queue, priority preemption stays as kube-scheduler's: no minimum runtime.
     state = cluster(node("n1"), placed=held)
@@ -59,7 +59,7 @@ def test_a_queue_within_the_band_of_its_share_is_left_alone() -> None:
         config = {"preemption": {"reclaimToleranceBand": band}}
         return engine(config).cycle(state, [pod(f"x{j}", "b") for j in range(3)], 1000.0)
 
-    assert not run(0.1).evictions  # the default band: 13 <= 1.1 x 12
+    assert not run(0.1).evictions  # 13 <= 1.1 x 12
     assert [e.pod.namespace for e in run(0.0).evictions] == ["a"]  # exactly to 12 / 12
 
 
@@ -79,7 +79,8 @@ def test_reclaim_never_takes_the_preemptor_above_its_share() -> None:
 # ---- cooldown -----------------------------------------------------------------------------------
 def test_gpus_that_just_changed_tenant_do_not_flip_back() -> None:
     def run(cooldown: float) -> tuple[CycleResult, Engine]:
-        eng = engine({"preemption": {"reclaimCooldownSeconds": cooldown}})
+        guards = {"reclaimCooldownSeconds": cooldown, "reclaimMinRuntimeSeconds": 300}
+        eng = engine({"preemption": guards})
         state = cluster(node("n1"), placed=[(pod(f"a{j}", "a"), "n1", 0.0) for j in range(8)])
         # t=1000: b reclaims half of a's GPUs.
         res = eng.cycle(state, [pod(f"b{j}", "b") for j in range(4)], 1000.0)
