@@ -60,7 +60,9 @@ def test_gang_below_min_member_is_released_after_the_timeout() -> None:
 def test_gang_reclaims_as_a_unit_or_not_at_all() -> None:
     placed = [(pod_info(f"a{j}", "a"), "n1" if j < 8 else "n2", 0.0) for j in range(16)]
     state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), placed=placed)
-    res = Engine().cycle(state, [member(i, min_member=8) for i in range(8)], 10.0)
+    # reclaimMinRuntimeSeconds off: the victims ran only 10 s (the rule here is the gang's).
+    guards = parse_config({"preemption": {"reclaimMinRuntimeSeconds": 0}})
+    res = Engine(tenancy=guards).cycle(state, [member(i, min_member=8) for i in range(8)], 10.0)
     assert len(res.binds) == 8 and len(res.evictions) == 8
     assert gpus_by_namespace(state) == {"a": 8, "g": 8}
     # Twelve members would need B above A afterwards: the whole gang waits, nothing evicted.
@@ -107,8 +109,13 @@ def test_no_preemption_cycle(holdings: list[int], weights: list[float], sizes: l
     """After any cycle, re-running with the victims pending and nothing else changed never
     evicts a pod of the queue that just preempted in favour of a queue that just lost one."""
     names = ["q0", "q1", "q2"]
+    # The reclaim rule alone: without the minimum runtime and the cooldown (both on by
+    # default), which would make this vacuous (victims ran 10 s, the GPUs just moved).
     config = parse_config(
-        {"queues": [{"name": n, "weight": w} for n, w in zip(names, weights, strict=True)]}
+        {
+            "queues": [{"name": n, "weight": w} for n, w in zip(names, weights, strict=True)],
+            "preemption": {"reclaimMinRuntimeSeconds": 0, "reclaimCooldownSeconds": 0},
+        }
     )
     state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), node_info("n3", gpus=8))
     eng = Engine(tenancy=config)

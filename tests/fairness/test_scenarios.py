@@ -13,6 +13,13 @@ from fairgpu.tenancy import parse_config
 from tests.builders import cluster, node_info, pod_info
 from tests.fairness.runner import gpus_by_namespace, run_until_idle
 
+# The reclaim rule alone, without the guards against churn (reclaimMinRuntimeSeconds,
+# default 60, would protect the pods these short scenarios started seconds ago;
+# reclaimCooldownSeconds, default 600, would hide the rule behind the cooldown).
+NO_CHURN_GUARDS: dict[str, Any] = {
+    "preemption": {"reclaimMinRuntimeSeconds": 0, "reclaimCooldownSeconds": 0}
+}
+
 
 def engine(config: dict[str, Any] | None = None, ordering: str = "fair") -> Engine:
     return Engine(tenancy=parse_config(config), ordering=ordering)  # type: ignore[arg-type]
@@ -92,7 +99,7 @@ def test_late_arrival_reclaims_in_dynamic_mode_only() -> None:
         state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))
         arrivals = [(0.0, pod_info(f"a{j}", "a", created=j), 1e6) for j in range(30)]
         arrivals += [(5.0, pod_info(f"b{j}", "b", created=10 + j), 1e6) for j in range(30)]
-        eng = engine({"mode": mode, "queues": [{"name": "a"}, {"name": "b"}]})
+        eng = engine({"mode": mode, "queues": [{"name": "a"}, {"name": "b"}], **NO_CHURN_GUARDS})
         results, avg = run_until_idle(eng, state, arrivals, 8)
         assert gpus_by_namespace(state) == {"a": 8, "b": 8}, mode
         evictions = sum(len(r.evictions) for r in results)
@@ -243,14 +250,14 @@ def test_non_preemptible_queue_is_never_reclaimed() -> None:
     state = cluster(node_info("n1", gpus=4), placed=placed)
     assert not engine(config).cycle(state, [pod_info("b0", "b")], 10.0).evictions
     state = cluster(node_info("n1", gpus=4), placed=placed)
-    res = engine().cycle(state, [pod_info("b0", "b")], 10.0)
+    res = engine(NO_CHURN_GUARDS).cycle(state, [pod_info("b0", "b")], 10.0)
     assert [e.kind for e in res.evictions] == ["reclaim"]
 
 
 def test_reclaim_stops_at_the_fair_point_and_never_flows_back() -> None:
     placed = [(pod_info(f"a{j}", "a", created=j), "n1", 0.0) for j in range(8)]
     state = cluster(node_info("n1", gpus=8), placed=placed)
-    eng = engine()
+    eng = engine(NO_CHURN_GUARDS)
     pending = [pod_info(f"b{j}", "b", created=10 + j) for j in range(8)]
     res = eng.cycle(state, pending, 10.0)
     assert gpus_by_namespace(state) == {"a": 4, "b": 4}

@@ -8,6 +8,7 @@ import pytest
 from fairgpu.cluster.state import Placement
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.preemption import may_preempt_again, victim_eligible
+from fairgpu.tenancy import parse_config
 from tests.builders import cluster, node_info, pod_info
 
 ORDERINGS = ["fair", "kube-default"]
@@ -116,7 +117,8 @@ def test_reclaim_chain_never_takes_a_waiting_preemptor() -> None:
     # b are equally far above their shares and b is tried first: only a's pods may go.
     held = [pod_info(f"a{i}", "a", created=float(i)) for i in range(4)]
     state = cluster(node_info("n1", gpus=4), placed=[(p, "n1", 0.0) for p in held])
-    engine = Engine()
+    # reclaimMinRuntimeSeconds off: a's pods ran only 10 s (the rule here is about b's).
+    engine = Engine(tenancy=parse_config({"preemption": {"reclaimMinRuntimeSeconds": 0}}))
     first = engine.cycle(state, [pod_info(f"b{i}", "b", created=5.0 + i) for i in range(2)], 10.0)
     assert [e.kind for e in first.evictions] == ["reclaim", "reclaim"]
     waiting = {b.pod.uid for b in first.binds}

@@ -51,7 +51,10 @@ QA_SECONDS, QB_SECONDS = 120, 7  # qa runs through both rounds; qb's first pods 
 TENANCY = """
 mode: dynamic
 history: {halfLifeSeconds: 0}
-preemption: {enabled: true, minRuntimeSeconds: 0}
+# The churn guards off: the flood's pods are seconds old when reclaimed, and the second run
+# reclaims the same (re-created) nodes' GPUs again within minutes.
+preemption:
+  {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 0, reclaimCooldownSeconds: 0}
 queues:
   - {name: qa}
   - {name: qb}

@@ -199,9 +199,12 @@ def test_chain_never_evicts_a_waiting_preemptor_nor_binds_over_terminating_victi
     assert_clean(audit, s)
 
 
-def test_reclaim_chain_never_evicts_a_waiting_preemptor(world: World) -> None:
+def test_reclaim_chain_never_evicts_a_waiting_preemptor(world: World, tmp_path: Path) -> None:
     a = world.node("a", gpus=4)
-    with world.audit() as audit, scheduler(world.cp) as s:
+    # Victims here are seconds old: reclaimMinRuntimeSeconds (default 60) would hold them.
+    tenancy = tmp_path / "tenancy.yaml"
+    tenancy.write_text("preemption: {reclaimMinRuntimeSeconds: 0}\n")
+    with world.audit() as audit, scheduler(world.cp, tenancy=tenancy) as s:
         held = [f"a{i}" for i in range(4)]
         world.fill(a, dict.fromkeys(held, "pc-low"), queue="qa")  # qa holds every GPU
         for i in range(2):  # qb reclaims two; its pods wait for their victims

@@ -50,7 +50,8 @@ def test_losing_one_gang_member_restarts_the_group() -> None:
     config = parse_config(
         {
             "mode": "dynamic",
-            "preemption": {"enabled": True, "minRuntimeSeconds": 0},
+            # reclaimMinRuntimeSeconds (default 60) off: the gang is reclaimed 10 s in.
+            "preemption": {"enabled": True, "minRuntimeSeconds": 0, "reclaimMinRuntimeSeconds": 0},
             "queues": [{"name": "a", "namespaces": ["a"]}, {"name": "b", "namespaces": ["b"]}],
         }
     )

@@ -64,7 +64,7 @@ class FairCycle:
         expire_reservations(session, pending_keys)
         order = FairOrder(session, queues)
         session.drain = reservation_drain(session)
-        rules = Rules(FairAdmission(), FairVictims(session, deserved), reserve=True)
+        rules = Rules(FairAdmission(), FairVictims(session, deserved, queues), reserve=True)
         allocate(session, order, rules)
         history.set_current(history_shares(book))
 

@@ -34,13 +34,15 @@ class EngineState:
 
     ``reservations``: nodes held per starving job key; ``blocked_since``: when a large job
     first failed at the head of fair order; ``partial_since``: when a running pod group fell
-    below its minMember; ``history``: decayed usage per queue.
+    below its minMember; ``history``: decayed usage per queue; ``tenant_changed``: when the
+    GPU (node name, device) last changed tenant through a reclaim (the reclaim cooldown).
     """
 
     history: UsageHistory
     reservations: dict[str, Reservation] = field(default_factory=dict)
     blocked_since: dict[str, float] = field(default_factory=dict)
     partial_since: dict[str, float] = field(default_factory=dict)
+    tenant_changed: dict[tuple[str, int], float] = field(default_factory=dict)
     preemptions: int = 0
 
 

@@ -152,6 +152,8 @@ def _preempt_member(
     placed = _preempt(session, job, pod, stmt, victims, allowed)
     if placed:
         return Member(True)
+    if placed is None and (refused := victims.refusal(pod)):
+        reason = f"{reason}; {refused}"  # name the rule that refused, not only the fit
     if pgroup is not None and key is not None:
         memo.preempt_front.add(pgroup, key[1], reason)
     # No plan: the job may go on without this member; a plan that did not work: it stops.

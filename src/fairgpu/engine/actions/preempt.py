@@ -6,8 +6,14 @@ smallest victim set on the best node. Two policies:
 
 :class:`FairVictims`
     reclaim from queues above the preemptor's (:mod:`~fairgpu.engine.actions.reclaim`, at most
-    :data:`MAX_RECLAIM_QUEUES` queues, those furthest above first), then strictly lower
-    priority inside the preemptor's own queue, then both pools together.
+    :data:`MAX_RECLAIM_QUEUES` queues, those furthest above first; victims ran at least
+    ``reclaimMinRuntimeSeconds`` and sit on no GPU that changed tenant within
+    ``reclaimCooldownSeconds``), then strictly lower priority inside the preemptor's own
+    queue, then both pools together. Inside a queue, users are treated as queues are between
+    them: a pod may take another user's lower-priority pods only while its own user stays at
+    or below its fair share of what the queue holds (weighted max-min over the queue's users,
+    capped by demand); its own user's lower-priority pods it may always take, as
+    kube-scheduler would.
 :class:`KubeDefaultVictims`
     kube-scheduler's priority preemption: any pod of strictly lower priority.
 
@@ -20,11 +26,13 @@ from typing import Protocol
 
 import numpy as np
 
-from fairgpu.engine.actions.reclaim import may_reclaim_from, reclaim_allowed, reclaim_key
+from fairgpu.engine.actions.order import Lanes
+from fairgpu.engine.actions.reclaim import may_reclaim_from, reclaim_key, reclaim_refusal
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_eligible
-from fairgpu.engine.session import Session
+from fairgpu.engine.session import EngineState, Session
 from fairgpu.model.pod import PodInfo
+from fairgpu.tenancy.fairshare import weighted_max_min
 
 # Reclaim looks for victims in at most this many queues (those furthest above the preemptor).
 MAX_RECLAIM_QUEUES = 4
@@ -59,7 +67,10 @@ class VictimPolicy(Protocol):
         """``priority`` or ``reclaim``."""
 
     def placed(self, pod: PodInfo) -> None:
-        """``pod`` was placed in this cycle."""
+        """``pod`` was placed in this cycle (its statement committed)."""
+
+    def refusal(self, pod: PodInfo) -> str:
+        """The rule that refused the last search for ``pod`` ("" if none did)."""
 
 
 def worth_searching(
@@ -80,11 +91,21 @@ def worth_searching(
 
 
 class FairVictims:
-    """Reclaim between queues and lower priority inside a queue (see the module docstring)."""
+    """Reclaim between queues and lower priority inside a queue (see the module docstring).
 
-    def __init__(self, session: Session, deserved: dict[str, float]) -> None:
+    ``queues``: the cycle's pending jobs per queue and user; their demand counts in the users'
+    shares inside a queue (without it only what users hold counts).
+    """
+
+    def __init__(
+        self, session: Session, deserved: dict[str, float], queues: Lanes | None = None
+    ) -> None:
         self.s = session
         self.deserved = deserved
+        self.queues = queues or {}
+        self._pending_users: dict[str, dict[str, np.ndarray]] = {}
+        self._moves: dict[str, list[tuple[str, int]]] = {}
+        self._refusal: dict[str, str] = {}
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -97,8 +118,8 @@ class FairVictims:
         )
 
     def memo_key(self, job: Job, pod: PodInfo) -> tuple[object, ...]:
-        """Same queue, same priority."""
-        return (job.tenant.queue, pod.priority)
+        """Same queue, same user (users' shares gate priority preemption), same priority."""
+        return (job.tenant.queue, job.tenant.user, pod.priority)
 
     def kind(self, job: Job, victim: PodInfo) -> str:
         """``priority`` inside the preemptor's queue, ``reclaim`` across queues."""
@@ -106,7 +127,21 @@ class FairVictims:
         return "priority" if same else "reclaim"
 
     def placed(self, pod: PodInfo) -> None:
-        """Nothing to track."""
+        """A committed placement: if it reclaimed, the GPUs its victims freed and those it
+        took changed tenant now (the reclaim cooldown)."""
+        moved = self._moves.pop(pod.uid, None)
+        if moved is None:
+            return
+        s = self.s
+        pl = s.cluster.placements.get(pod.uid)
+        if pl is not None:
+            name = s.cluster.node(pl.node).name
+            moved = moved + [(name, d) for d in pl.devices]
+        record_tenant_change(s.state, moved, s.now, s.tenancy.preemption.reclaim_cooldown_seconds)
+
+    def refusal(self, pod: PodInfo) -> str:
+        """Why the last search for ``pod`` found no plan, when a rule refused ("" if none)."""
+        return self._refusal.get(pod.uid, "")
 
     def plan(
         self, session: Session, job: Job, pod: PodInfo, allowed: np.ndarray | None
@@ -115,59 +150,175 @@ class FairVictims:
         queue = job.tenant.queue
         book = session.book
         vec = book.pending_vector(pod)
+        band = session.tenancy.preemption.reclaim_tolerance_band
+        self._moves.pop(pod.uid, None)
+        refused: list[str] = []
+
+        def accept(victims: list[PodInfo]) -> bool:
+            why = reclaim_refusal(book, queue, vec, victims, self.deserved, band)
+            if why is not None:
+                refused.append(f"reclaim refused: {why}")
+            return why is None
+
         for eligible in self.candidate_sets(job, pod):
             plan = find_preemption(
-                pod,
-                session.cluster,
-                session.scheduler,
-                eligible,
-                allowed,
-                accept=lambda victims: reclaim_allowed(book, queue, vec, victims),
+                pod, session.cluster, session.scheduler, eligible, allowed, accept=accept
             )
             if plan is not None:
+                self._refusal.pop(pod.uid, None)
+                self._note_moves(job, pod, plan)
                 return plan
+        if refused:
+            self._refusal[pod.uid] = refused[0]
         return None
+
+    def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
+        """Remember the GPUs a reclaim plan frees (recorded if the placement commits)."""
+        s = self.s
+        name = s.cluster.node(plan.node).name
+        moved = [
+            (name, d)
+            for v in plan.victims
+            if self.kind(job, v) == "reclaim"
+            for d in s.cluster.placements[v.uid].devices
+        ]
+        if moved:
+            self._moves[pod.uid] = moved
 
     def candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
         """Victim pools to try in order: each queue above the preemptor's (most above first),
         then the preemptor's own lower-priority pods, then all of those together."""
+        self._refusal.pop(pod.uid, None)
         if not self.may_preempt(pod):
             return []
         s = self.s
         lim = s.book.queue_limits(job.tenant.queue)
-        min_run = s.tenancy.preemption.min_runtime_seconds
         sets: list[list[str]] = []
         if lim.preemption.reclaim:
-            for other in self._reclaimable_queues(job.tenant.queue):
-                pool = s.book.queue_pods[other]
-                sets.append(sorted(u for u in pool if eligible_victim(s, u, min_run)))
+            sets.extend(self._reclaim_sets(job.tenant.queue, pod))
         if lim.preemption.within_queue == "LowerPriority":
-            sets.append(self._lower_priority(job.tenant.queue, pod, min_run))
+            sets.append(self._lower_priority(job, pod))
         sets = [x for x in sets if x]
         if len(sets) > 1:
             sets.append(sorted({u for x in sets for u in x}))
         return sets
 
+    def _reclaim_sets(self, queue: str, pod: PodInfo) -> list[list[str]]:
+        """Per reclaimable queue, its pods that ran long enough and whose GPUs are not
+        cooling down."""
+        s = self.s
+        cfg = s.tenancy.preemption
+        min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
+        sets: list[list[str]] = []
+        for other in self._reclaimable_queues(queue):
+            pool = s.book.queue_pods[other]
+            ok = sorted(u for u in pool if eligible_victim(s, u, min_run) and not self._cooling(u))
+            sets.append(ok)
+            if not ok:
+                self._refusal.setdefault(
+                    pod.uid,
+                    f"reclaim refused: every pod of queue {other!r} ran less than "
+                    f"reclaimMinRuntimeSeconds ({min_run:g}) or sits on GPUs that changed "
+                    f"tenant within reclaimCooldownSeconds ({cfg.reclaim_cooldown_seconds:g})",
+                )
+        return sets
+
+    def _cooling(self, uid: str) -> bool:
+        """Does the pod sit on a GPU that changed tenant within the cooldown?"""
+        s = self.s
+        changed = s.state.tenant_changed
+        if not changed:
+            return False
+        pl = s.cluster.placements[uid]
+        name = s.cluster.node(pl.node).name
+        cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
+        return any(s.now - changed.get((name, d), -np.inf) < cooldown for d in pl.devices)
+
     def _reclaimable_queues(self, queue: str) -> list[str]:
         book = self.s.book
+        band = self.s.tenancy.preemption.reclaim_tolerance_band
         above = []
         for other, uids in book.queue_pods.items():
             if other == queue or not uids:
                 continue
             if not book.queue_limits(other).preemption.preemptible:
                 continue
-            if may_reclaim_from(book, self.deserved, queue, other):
+            if may_reclaim_from(book, self.deserved, queue, other, band):
                 above.append((reclaim_key(book, other), other))
         return [other for _, other in sorted(above, reverse=True)[:MAX_RECLAIM_QUEUES]]
 
-    def _lower_priority(self, queue: str, pod: PodInfo, min_run: float) -> list[str]:
+    def _lower_priority(self, job: Job, pod: PodInfo) -> list[str]:
+        """The queue's pods of strictly lower priority that ran ``minRuntimeSeconds``; other
+        users' pods only while the preemptor's user stays within its share of the queue."""
         s = self.s
+        queue, user = job.tenant.queue, job.tenant.user
+        min_run = s.tenancy.preemption.min_runtime_seconds
+        others_ok: bool | None = None
         own = []
         for uid in s.book.queue_pods.get(queue, ()):
             p = s.cluster.pods.get(uid)
-            if p is not None and p.priority < pod.priority and eligible_victim(s, uid, min_run):
-                own.append(uid)
+            if p is None or p.priority >= pod.priority or not eligible_victim(s, uid, min_run):
+                continue
+            entry = s.book.entries.get(uid)
+            if entry is not None and entry.tenant.user != user:
+                if others_ok is None:
+                    others_ok = self._user_within_share(queue, user, pod)
+                if not others_ok:
+                    continue
+            own.append(uid)
+        if others_ok is False:
+            self._refusal.setdefault(
+                pod.uid,
+                f"priority preemption refused: user {user!r} would be above its share of "
+                f"queue {queue!r}, so it may not preempt other users' pods",
+            )
         return sorted(own)
+
+    def _user_within_share(self, queue: str, user: str, pod: PodInfo) -> bool:
+        """Would ``user`` hold at most its fair share of what ``queue`` holds with ``pod``
+        added? Shares: weighted max-min over the queue's users, each capped by its demand
+        (what it holds plus what it had pending when the cycle began)."""
+        book = self.s.book
+        pending = self._user_pending(queue)
+        demand: dict[str, float] = {}
+        for (q, u), used in book.user_usage.items():
+            if q == queue:
+                demand[u] = book.dominant(used + pending.get(u, 0.0))
+        for u, vec in pending.items():
+            demand.setdefault(u, book.dominant(vec))
+        mine = book.user_usage.get((queue, user))
+        vec = book.pending_vector(pod)
+        after = book.dominant(vec if mine is None else mine + vec)
+        demand[user] = max(demand.get(user, 0.0), after)
+        weights = {u: book.user_weight(queue, u) for u in demand}
+        shares = weighted_max_min(book.dominant(book.used(queue)), demand, weights)
+        return after <= shares.get(user, 0.0) + 1e-9
+
+    def _user_pending(self, queue: str) -> dict[str, np.ndarray]:
+        got = self._pending_users.get(queue)
+        if got is None:
+            book = self.s.book
+            got = {}
+            for u, jobs in self.queues.get(queue, {}).items():
+                vec = np.zeros_like(book.used(queue))
+                for j in jobs:
+                    for p in j.pods:
+                        vec += book.pending_vector(p)
+                got[u] = vec
+            self._pending_users[queue] = got
+        return got
+
+
+def record_tenant_change(
+    state: EngineState, gpus: list[tuple[str, int]], now: float, cooldown: float
+) -> None:
+    """Record that ``gpus`` (node name, device) changed tenant at ``now``; forget entries
+    whose cooldown has passed, so the record stays as small as the recent reclaims."""
+    changed = state.tenant_changed
+    for key in [k for k, t in changed.items() if now - t >= cooldown]:
+        del changed[key]
+    for key in gpus:
+        changed[key] = now
 
 
 class KubeDefaultVictims:
@@ -200,6 +351,10 @@ class KubeDefaultVictims:
     def placed(self, pod: PodInfo) -> None:
         """Track the lowest running priority (the cheap gate of :meth:`may_preempt`)."""
         self._lowest = min(self._lowest, pod.priority)
+
+    def refusal(self, pod: PodInfo) -> str:
+        """No rule beyond priority: nothing to name."""
+        return ""
 
     def plan(
         self, session: Session, job: Job, pod: PodInfo, allowed: np.ndarray | None

@@ -1,0 +1,288 @@
+"""Fairness that costs nothing: minimum runtime before reclaim, tolerance band, cooldown per
+GPU (no flip-flop), users' shares inside a queue, and nominal quota as a guarantee."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fairness_builders import cluster, node, pod
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.engine import CycleResult, Engine
+from fairgpu.model.node import NodeInfo
+from fairgpu.model.pod import LABEL_USER, PodInfo
+from fairgpu.tenancy import parse_config
+
+
+def engine(config: dict[str, Any] | None = None) -> Engine:
+    return Engine(tenancy=parse_config(config))
+
+
+def apply(state: ClusterState, res: CycleResult) -> None:
+    """What an adapter does with a cycle's result: victims go (binds are already placed)."""
+    for ev in res.evictions:
+        state.release(ev.pod.uid)
+
+
+def user_pod(name: str, user: str, priority: int = 0, **kw: Any) -> PodInfo:
+    return pod(name, "q", priority=priority, labels={LABEL_USER: user}, **kw)
+
+
+# ---- minimum runtime before reclaim ----------------------------------------------------------
+def test_reclaim_waits_for_the_minimum_runtime_priority_does_not() -> None:
+    held = [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(8)]
+    # 30 s in, a's pods are too young to be reclaimed (reclaimMinRuntimeSeconds, 60 s).
+    state = cluster(node("n1"), placed=held)
+    res = engine().cycle(state, [pod("b0", "b")], 30.0)
+    assert not res.evictions
+    assert "reclaimMinRuntimeSeconds (60)" in res.unschedulable[0].reason
+    # 100 s in, they may go.
+    state = cluster(node("n1"), placed=held)
+    res = engine().cycle(state, [pod("b0", "b")], 100.0)
+    assert [(e.pod.namespace, e.kind) for e in res.evictions] == [("a", "reclaim")]
+    # Inside a queue, priority preemption stays as kube-scheduler's: no minimum runtime.
+    state = cluster(node("n1"), placed=held)
+    res = engine().cycle(state, [pod("urgent", "a", priority=100)], 10.0)
+    assert [(e.pod.namespace, e.kind) for e in res.evictions] == [("a", "priority")]
+
+
+# ---- tolerance band ---------------------------------------------------------------------------
+def test_a_queue_within_the_band_of_its_share_is_left_alone() -> None:
+    # 24 GPUs, two queues of equal weight: 12 each. a holds 13 (8% above), b 11 and wants more.
+    def run(band: float) -> CycleResult:
+        placed = [(pod(f"a{j}", "a"), f"n{j // 8}", 0.0) for j in range(13)]
+        placed += [(pod(f"b{j}", "b"), f"n{(13 + j) // 8}", 0.0) for j in range(11)]
+        state = cluster(node("n0"), node("n1"), node("n2"), placed=placed)
+        config = {"preemption": {"reclaimToleranceBand": band}}
+        return engine(config).cycle(state, [pod(f"x{j}", "b") for j in range(3)], 1000.0)
+
+    assert not run(0.1).evictions  # 13 <= 1.1 x 12
+    assert [e.pod.namespace for e in run(0.0).evictions] == ["a"]  # exactly to 12 / 12
+
+
+def test_reclaim_never_takes_the_preemptor_above_its_share() -> None:
+    # 8 GPUs, 4 each. b holds 2: a 4-GPU pod would take it to 6, a 2-GPU pod to exactly 4.
+    placed = [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(6)]
+    placed += [(pod(f"b{j}", "b"), "n1", 0.0) for j in range(2)]
+    state = cluster(node("n1"), placed=placed)
+    res = engine().cycle(state, [pod("big", "b", gpus=4)], 1000.0)
+    assert not res.evictions
+    assert "reclaim refused: queue 'b' would exceed its fair share" in res.unschedulable[0].reason
+    state = cluster(node("n1"), placed=placed)
+    res = engine().cycle(state, [pod("two", "b", gpus=2)], 1000.0)
+    assert [e.pod.namespace for e in res.evictions] == ["a", "a"]
+
+
+# ---- cooldown -----------------------------------------------------------------------------------
+def test_gpus_that_just_changed_tenant_do_not_flip_back() -> None:
+    def run(cooldown: float) -> tuple[CycleResult, Engine]:
+        guards = {"reclaimCooldownSeconds": cooldown, "reclaimMinRuntimeSeconds": 300}
+        eng = engine({"preemption": guards})
+        state = cluster(node("n1"), placed=[(pod(f"a{j}", "a"), "n1", 0.0) for j in range(8)])
+        # t=1000: b reclaims half of a's GPUs.
+        res = eng.cycle(state, [pod(f"b{j}", "b") for j in range(4)], 1000.0)
+        assert [e.pod.namespace for e in res.evictions] == ["a"] * 4
+        moved = {b.devices for b in res.binds}
+        apply(state, res)
+        # t=1100: a's other pods end; b, still wanting more, fills the freed GPUs.
+        for uid in [u for u in state.placements if u.startswith("a/")]:
+            state.release(uid)
+        res = eng.cycle(state, [pod(f"b{j}", "b") for j in range(4, 8)], 1100.0)
+        assert len(res.binds) == 4 and not res.evictions
+        # t=1350: a is back with work and below its share, b is above it. Only b's pods
+        # that started at 1000 have run 300 s -- they sit on the GPUs that just moved.
+        devices = {u: pl.devices for u, pl in state.placements.items()}
+        res = eng.cycle(state, [pod(f"c{j}", "a") for j in range(4)], 1350.0)
+        assert {devices[e.pod.uid] for e in res.evictions} <= moved
+        return res, eng
+
+    held, eng = run(600.0)
+    assert not held.evictions
+    assert "reclaimCooldownSeconds (600)" in held.unschedulable[0].reason
+    assert eng.state.tenant_changed  # the move is recorded per (node, device)
+    flipped, _ = run(0.0)  # without the cooldown the same GPUs flip back 350 s later
+    assert [(e.pod.namespace, e.kind) for e in flipped.evictions] == [("b", "reclaim")] * 4
+
+
+@dataclass(frozen=True)
+class Move:
+    """One reclaim eviction: GPUs of queue ``src``'s victim went to queue ``dst`` at ``t``."""
+
+    t: float
+    src: str
+    dst: str
+    victim_gpus: frozenset[tuple[str, int]]
+    moved: frozenset[tuple[str, int]]
+
+
+def replay(
+    eng: Engine, nodes: list[NodeInfo], arrivals: list[tuple[float, PodInfo, float]], step: float
+) -> list[Move]:
+    """Arrivals (time, pod, duration) through one cycle per ``step``; victims rejoin the
+    queue. Returns every reclaim with the GPUs it freed and took."""
+    state = cluster(*nodes)
+    durations = {p.uid: d for _, p, d in arrivals}
+    pending: dict[str, PodInfo] = {}
+    ends: dict[str, float] = {}
+    moves: list[Move] = []
+    until = max(t for t, _, _ in arrivals) + 3 * max(durations.values())
+    t = 0.0
+    while t <= until:
+        for uid in [u for u, e in ends.items() if e <= t]:
+            state.release(uid)
+            del ends[uid]
+        for at, p, _ in arrivals:
+            if t - step < at <= t or (t == 0.0 and at == 0.0):
+                pending[p.uid] = p
+        before = {
+            u: frozenset((state.node(pl.node).name, d) for d in pl.devices)
+            for u, pl in state.placements.items()
+        }
+        res = eng.cycle(state, list(pending.values()), t)
+        binds = {b.pod.uid: frozenset((b.node_name, d) for d in b.devices) for b in res.binds}
+        for ev in res.evictions:
+            if ev.kind == "reclaim" and ev.preemptor is not None:
+                gpus = before[ev.pod.uid]
+                taken = binds.get(ev.preemptor.uid, frozenset())
+                moves.append(Move(t, ev.pod.namespace, ev.preemptor.namespace, gpus, gpus | taken))
+        apply(state, res)
+        for ev in res.evictions:
+            ends.pop(ev.pod.uid, None)
+            pending[ev.pod.uid] = ev.pod
+        for b in res.binds:
+            pending.pop(b.pod.uid, None)
+            ends[b.pod.uid] = t + durations[b.pod.uid]
+        t += step
+    return moves
+
+
+burst = st.tuples(
+    st.integers(0, 40),  # arrival, in steps
+    st.integers(0, 2),  # queue
+    st.integers(1, 4),  # pods of one GPU
+    st.integers(2, 40),  # duration, in steps
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    weights=st.lists(st.sampled_from([1.0, 2.0]), min_size=3, max_size=3),
+    first=st.tuples(st.integers(5, 8), st.integers(5, 15)),
+    second=st.tuples(st.integers(1, 4), st.integers(5, 10), st.integers(40, 80)),
+    back=st.tuples(st.integers(1, 15), st.integers(3, 8), st.integers(5, 40)),
+    extra=st.lists(burst, max_size=3),
+    cooldown=st.sampled_from([300.0, 600.0]),
+    band=st.sampled_from([0.0, 0.1]),
+)
+# Scenarios where, without the cooldown, q0 takes back the very GPUs q1 reclaimed 90-210 s
+# earlier (found by replaying random ones with the cooldown off).
+@example([1.0, 1.0, 1.0], (6, 7), (4, 8, 53), (4, 4, 30), [(8, 2, 2, 14)], 300.0, 0.0)
+@example([2.0, 1.0, 1.0], (7, 5), (4, 8, 48), (2, 6, 5), [(1, 0, 2, 40)], 300.0, 0.0)
+@example([2.0, 1.0, 2.0], (6, 9), (4, 7, 76), (1, 8, 38), [(23, 2, 1, 25)], 300.0, 0.0)
+def test_no_reclaim_reverses_over_the_same_gpus_within_the_cooldown(
+    weights: list[float],
+    first: tuple[int, int],
+    second: tuple[int, int, int],
+    back: tuple[int, int, int],
+    extra: list[tuple[int, int, int, int]],
+    cooldown: float,
+    band: float,
+) -> None:
+    """Whatever arrives and ends, a reclaim from V to Q is never followed within the cooldown
+    by a reclaim from Q to V whose victims sit on GPUs the first one freed or took.
+
+    The scenarios are built to invite flips: q0 fills the cluster, q1 arrives and reclaims,
+    q0's first wave ends, q1 fills what it left, q0 comes back (plus random bursts). The
+    minimum runtime is off, so only the cooldown stands in the way."""
+    names = ["q0", "q1", "q2"]
+    config = {
+        "queues": [{"name": n, "weight": w} for n, w in zip(names, weights, strict=True)],
+        "preemption": {
+            "reclaimMinRuntimeSeconds": 0,
+            "reclaimCooldownSeconds": cooldown,
+            "reclaimToleranceBand": band,
+        },
+    }
+    bursts = [(0, 0, *first), (second[0], 1, second[1], second[2])]
+    bursts += [(first[1] + back[0], 0, back[1], back[2]), *extra]
+    step = 30.0
+    arrivals = []
+    for at, q, count, duration in bursts:
+        for _ in range(count):
+            i = len(arrivals)
+            p = pod(f"p{i}", names[q], created=float(i))
+            arrivals.append((at * step, p, duration * step))
+    moves = replay(engine(config), [node("n1", gpus=4), node("n2", gpus=4)], arrivals, step)
+    for i, one in enumerate(moves):
+        for later in moves[i + 1 :]:
+            if later.t - one.t >= cooldown or later.t == one.t:
+                continue
+            reverse = (later.src, later.dst) == (one.dst, one.src)
+            assert not (reverse and later.victim_gpus & one.moved), (one, later)
+
+
+# ---- users inside a queue -----------------------------------------------------------------------
+def test_a_user_above_its_share_cannot_preempt_another_users_pods() -> None:
+    # Queue q holds 4 GPUs: alice 3 (priority 100), bob 1 (priority 0). Alice's new
+    # high-priority pod would take her to 4 of 4: above her half, so bob's pod stays.
+    placed = [(user_pod(f"al{j}", "alice", 100), "n1", 0.0) for j in range(3)]
+    placed.append((user_pod("bob0", "bob"), "n1", 0.0))
+    state = cluster(node("n1", gpus=4), placed=placed)
+    res = engine().cycle(state, [user_pod("al-new", "alice", 100)], 10.0)
+    assert not res.evictions
+    assert "user 'alice' would be above its share of queue 'q'" in res.unschedulable[0].reason
+
+
+def test_a_user_below_its_share_may_preempt_another_users_pods() -> None:
+    # alice 1 (priority 100), bob 3 (priority 0): alice's new pod takes her to 2 of 4, her half.
+    placed = [(user_pod("al0", "alice", 100), "n1", 0.0)]
+    placed += [(user_pod(f"bob{j}", "bob"), "n1", 0.0) for j in range(3)]
+    state = cluster(node("n1", gpus=4), placed=placed)
+    res = engine().cycle(state, [user_pod("al-new", "alice", 100)], 10.0)
+    assert [(e.pod.labels[LABEL_USER], e.kind) for e in res.evictions] == [("bob", "priority")]
+
+
+def test_a_user_may_always_preempt_its_own_lower_priority_pods() -> None:
+    # alice holds 3 of 4 at priority 0 and is above her share: her own pods are fair game.
+    placed = [(user_pod(f"al{j}", "alice"), "n1", 0.0) for j in range(3)]
+    placed.append((user_pod("bob0", "bob", 100), "n1", 0.0))
+    state = cluster(node("n1", gpus=4), placed=placed)
+    res = engine().cycle(state, [user_pod("al-new", "alice", 50)], 10.0)
+    assert [e.pod.labels[LABEL_USER] for e in res.evictions] == ["alice"]
+    assert res.binds and res.binds[0].pod.name == "al-new"
+
+
+# ---- nominal quota is a guarantee ---------------------------------------------------------------
+QUOTAS = {"queues": [{"name": "a", "quota": {"gpu": 4}}, {"name": "b", "quota": {"gpu": 4}}]}
+
+
+def test_a_queue_within_its_quota_takes_back_even_a_larger_last_job() -> None:
+    # b borrows 2 GPUs with one 6-GPU pod, its only job; a holds 2 of its 4 and wants 2 more.
+    # The victim is larger than a's gap and b's last job; a still gets its quota back.
+    placed = [(pod("big", "b", gpus=6), "n1", 0.0)]
+    placed += [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(2)]
+    state = cluster(node("n1"), placed=placed)
+    eng = engine(QUOTAS)
+    res = eng.cycle(state, [pod("two", "a", gpus=2)], 1000.0)
+    assert [(e.pod.name, e.kind) for e in res.evictions] == [("big", "reclaim")]
+    assert [b.pod.name for b in res.binds] == ["two"]
+    apply(state, res)
+    # No cycle: b, now within its quota, cannot take anything back from a (within its own).
+    again = eng.cycle(state, [res.evictions[0].pod], 1000.0)
+    assert not again.evictions and not again.binds
+
+
+def test_a_refused_reclaim_names_the_rule() -> None:
+    # a asks beyond its quota (2 + 4 > 4): the guarantee does not apply, and the fair-share
+    # rule refuses because a would end above its share (6 > 4).
+    placed = [(pod("big", "b", gpus=6), "n1", 0.0)]
+    placed += [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(2)]
+    state = cluster(node("n1"), placed=placed)
+    res = engine(QUOTAS).cycle(state, [pod("four", "a", gpus=4)], 1000.0)
+    assert not res.evictions
+    reason = res.unschedulable[0].reason
+    assert "Insufficient" in reason or "GPU" in reason
+    assert "reclaim refused: queue 'a' would exceed its fair share after the move" in reason
