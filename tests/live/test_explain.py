@@ -157,11 +157,16 @@ def test_kubectl_plugin_runs_the_commands(
     assert str(plugin) in listed
 
 
+# The churn guards off (a reclaim as soon as the rules allow it).
+GUARDS_OFF = "preemption: {reclaimMinRuntimeSeconds: 0, reclaimCooldownSeconds: 0}\n"
+
+
 def test_quota_and_reclaim_rules_under_a_tenancy_config(
     live_cp: ControlPlane, admin: KubeClient, ns: str, tmp_path: Path
 ) -> None:
     """Queue qb borrows beyond its quota on the training A100 node; queue qa, within its own,
-    may take it back (reclaim), and what-if names qa's quota for one pod more."""
+    may take it back (reclaim) once the pod has run long enough, and what-if names qa's quota
+    for one pod more."""
     other = f"{ns}-b"
     ensure_namespace(admin, other, ca_pem=Path(live_cp.ca_file).read_text())
     try:
@@ -179,22 +184,27 @@ def test_quota_and_reclaim_rules_under_a_tenancy_config(
         assert f"Pod {ns}/want (queue qa, user {ns}) is pending." in text
         assert "Queue qa: weight 1, holds 0 GPUs" in text
         assert "nominal quota 8 GPUs, may hold 8" in text
-        # qb would end with less than qa: the reclaim rule vetoes it, and explain says so.
+        # qa is within its quota and qb borrows, but fill has just started: the minimum run
+        # before a reclaim protects it, and explain says so.
         assert (
             f"lv-training-a100: fits if these left: {other}/fill (queue qb, priority 0; "
-            "no preemption: taking them would leave queue qa above the queue it takes from"
+            "no preemption: it has run"
         ) in text
+        assert "under reclaimMinRuntimeSeconds" in text
         assert "Next cycle: stays pending: 0/" in text
 
-        # qb borrows 8 more GPUs on the hybrid node: now qa may take the training node back.
-        extra = pod("extra", gpus=8, pool="hybrid")
-        extra["spec"]["nodeName"] = "lv-hybrid-a100"
-        create(admin, other, extra)
+        # Without the minimum run, the nominal quota is a guarantee: qa takes it back.
+        config.write_text(config.read_text() + GUARDS_OFF)
         text = _run(live_cp, "explain", f"{ns}/want", "--config", str(config))
         assert f"lv-training-a100: fits if these left: {other}/fill (queue qb, priority 0)" in text
         assert (
             f"Next cycle: would bind to lv-training-a100, preempting {other}/fill (reclaim)"
         ) in text
+
+        # qb borrows 8 more GPUs on the hybrid node.
+        extra = pod("extra", gpus=8, pool="hybrid")
+        extra["spec"]["nodeName"] = "lv-hybrid-a100"
+        create(admin, other, extra)
 
         rows = json.loads(_run(live_cp, "queues", "--config", str(config), "-o", "json"))
         qb = next(r for r in rows if r["queue"] == "qb")

@@ -27,7 +27,8 @@ def _reclaim_of_a_gang() -> SimulationResult:
     config = parse_config(
         {
             "mode": "dynamic",
-            "preemption": {"enabled": True, "minRuntimeSeconds": 0},
+            # reclaimMinRuntimeSeconds off: the gang has run only 10 s when b's pod reclaims.
+            "preemption": {"enabled": True, "minRuntimeSeconds": 0, "reclaimMinRuntimeSeconds": 0},
             "queues": [{"name": "a", "namespaces": ["a"]}, {"name": "b", "namespaces": ["b"]}],
         }
     )

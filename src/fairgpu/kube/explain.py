@@ -23,7 +23,7 @@ import numpy as np
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.actions.order import FairOrder, kube_default_order, lanes
 from fairgpu.engine.actions.preempt import FairVictims
-from fairgpu.engine.actions.reclaim import deserved_shares, reclaim_allowed
+from fairgpu.engine.actions.reclaim import deserved_shares, may_reclaim_from, reclaim_refusal
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.framework import CycleState
@@ -128,7 +128,12 @@ class _Rules:
         if mine == theirs:
             if s.book.queue_limits(mine).preemption.within_queue == "Never":
                 return f"queue {mine} never preempts its own pods"
+            if victim.priority < pod.priority:
+                return "its user is not another user the pod's user may take from (users' shares)"
             return f"its priority {victim.priority} is not below {pod.priority}"
+        cfg = s.tenancy.preemption
+        if ran < cfg.reclaim_min_runtime_seconds:
+            return f"it has run {ran:.0f} s, under reclaimMinRuntimeSeconds"
         return self._reclaim_why_not(mine, theirs)
 
     def veto(self, victims: list[PodInfo]) -> str | None:
@@ -137,12 +142,9 @@ class _Rules:
         if self.job is None or self.engine.ordering != "fair":
             return None
         queue, book = self.job.tenant.queue, self.s.book
-        if reclaim_allowed(book, queue, book.pending_vector(self.pod), victims):
-            return None
-        return (
-            f"taking them would leave queue {queue} above the queue it takes from "
-            "(reclaim evens out shares, never reverses them)"
-        )
+        band = self.s.tenancy.preemption.reclaim_tolerance_band
+        vec = book.pending_vector(self.pod)
+        return reclaim_refusal(book, queue, vec, victims, self.deserved, band)
 
     def _reclaim_why_not(self, mine: str, theirs: str) -> str:
         book = self.s.book
@@ -150,12 +152,16 @@ class _Rules:
             return f"queue {mine} may not reclaim"
         if not book.queue_limits(theirs).preemption.preemptible:
             return f"queue {theirs} is not preemptible"
+        band = self.s.tenancy.preemption.reclaim_tolerance_band
+        if may_reclaim_from(book, self.deserved, mine, theirs, band):
+            # The queues may trade; the pod's GPUs changed tenant within the cooldown.
+            return "it sits on GPUs that changed tenant within reclaimCooldownSeconds"
         used = book.dominant(book.used(theirs))
         fair = self.deserved.get(theirs, 0.0)
-        if used <= fair + 1e-9:
+        if used <= fair * (1.0 + band) + 1e-9:
             return (
-                f"queue {theirs} is not above its fair share (it holds {used:.0%} of the "
-                f"cluster, its fair share is {fair:.0%})"
+                f"queue {theirs} is not above its fair share by more than the band (it holds "
+                f"{used:.0%} of the cluster, its fair share is {fair:.0%})"
             )
         return f"reclaiming from queue {theirs} would leave queue {mine} above it"
 
