@@ -49,9 +49,19 @@ class CycleResult:
     """All decisions of one cycle, in the order they were made.
 
     ``reserved`` maps a large job's key to the node names held for it after this cycle.
+    ``retry_at``: the earliest later time at which a pod that a time rule kept from being a
+    victim (the minimum run before a reclaim, the reclaim cooldown) becomes one; a cycle then
+    may decide differently although nothing else changed. An adapter that runs cycles only
+    on events (the simulator) schedules one for it; None when no such rule held anything back.
     """
 
     binds: list[Bind] = field(default_factory=list)
     evictions: list[Evict] = field(default_factory=list)
     unschedulable: list[Unschedulable] = field(default_factory=list)
     reserved: dict[str, list[str]] = field(default_factory=dict)
+    retry_at: float | None = None
+
+    def retry_no_later_than(self, when: float) -> None:
+        """Ask for a cycle at ``when`` (the earliest of all such requests wins)."""
+        if self.retry_at is None or when < self.retry_at:
+            self.retry_at = when

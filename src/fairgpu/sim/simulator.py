@@ -22,7 +22,8 @@ from fairgpu.model.pod import PodInfo
 from fairgpu.sim.accounting import RunAttempt, RunLog, sibling_cause
 from fairgpu.sim.workload import PodArrival, Workload
 
-_COMPLETE, _ARRIVE = 0, 1
+# Event kinds, in the order events of one instant are handled; a wake only runs a cycle.
+_COMPLETE, _ARRIVE, _WAKE = 0, 1, 2
 
 
 @dataclass(slots=True)
@@ -129,10 +130,22 @@ class Simulation:
         self.cycles = 0
         self.now = 0.0
         self.runs = RunLog(self.tenant_of)
+        self._wake_at: float | None = None  # the cycle a time rule asked for, if scheduled
 
     def _push(self, time: float, kind: int, uid: str) -> None:
         heapq.heappush(self._events, (time, kind, self._seq, uid))
         self._seq += 1
+
+    def _schedule_wake(self, when: float | None) -> None:
+        """A cycle at ``when``, when a pod held back by a time rule becomes a victim: the live
+        scheduler's periodic cycles would try again then; without it a replay waits for the
+        next arrival or completion."""
+        if when is None or when <= self.now:
+            return
+        if self._wake_at is not None and self._wake_at <= when:
+            return
+        self._wake_at = when
+        self._push(when, _WAKE, "")
 
     def _add_arrival(self, arrival: PodArrival) -> None:
         pod = arrival.pod
@@ -193,6 +206,7 @@ class Simulation:
     def _cycle(self) -> None:
         self.cycles += 1
         result = self.engine.cycle(self.cluster, list(self.pending.values()), self.now)
+        self._schedule_wake(result.retry_at)
         evicted = [e.pod for e in result.evictions]
         seen = {p.uid for p in evicted}
         causes = {e.pod.uid: (e.kind, e.preemptor) for e in result.evictions}
@@ -298,6 +312,9 @@ class Simulation:
                 _, kind, _, uid = heapq.heappop(self._events)
                 if kind == _COMPLETE:
                     self._complete(uid)
+                    changed = True
+                elif kind == _WAKE:
+                    self._wake_at = None
                     changed = True
                 else:
                     self.pending[uid] = self.records[uid].pod

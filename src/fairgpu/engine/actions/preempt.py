@@ -22,6 +22,7 @@ Whatever the policy, :func:`eligible_victim` must hold for every victim.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 import numpy as np
@@ -213,6 +214,8 @@ class FairVictims:
         for other in self._reclaimable_queues(queue):
             pool = s.book.queue_pods[other]
             ok = sorted(u for u in pool if eligible_victim(s, u, min_run) and not self._cooling(u))
+            if len(ok) < len(pool):
+                self._ask_retry(pool, min_run)
             sets.append(ok)
             if not ok:
                 self._refusal.setdefault(
@@ -222,6 +225,24 @@ class FairVictims:
                     f"tenant within reclaimCooldownSeconds ({cfg.reclaim_cooldown_seconds:g})",
                 )
         return sets
+
+    def _ask_retry(self, pool: Iterable[str], min_run: float) -> None:
+        """Pods of ``pool`` held back only by time (too young to reclaim, or on GPUs cooling
+        down) become victims later: ask the adapter for a cycle at the first such moment."""
+        s = self.s
+        cluster, changed = s.cluster, s.state.tenant_changed
+        cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
+        for uid in pool:
+            pl = cluster.placements.get(uid)
+            if pl is None or not pl.bound or pl.terminating or uid in s.placed_now:
+                continue
+            when = pl.started + min_run
+            if changed:
+                name = cluster.node(pl.node).name
+                cooled = max((changed.get((name, d), -np.inf) for d in pl.devices), default=-np.inf)
+                when = max(when, cooled + cooldown)
+            if when > s.now:
+                s.out.retry_no_later_than(float(when))
 
     def _cooling(self, uid: str) -> bool:
         """Does the pod sit on a GPU that changed tenant within the cooldown?"""
