@@ -56,10 +56,46 @@ class Member:
 
 
 def allocate(session: Session, order: QueueOrder, rules: Rules) -> None:
-    """Try every job ``order`` hands out, once."""
+    """Try every job ``order`` hands out, once.
+
+    A cycle costs in proportion to the distinct asks it tries, not to the backlog: when a
+    pod alone fails, the pods the order would hand out next that ask for exactly the same
+    (:func:`~fairgpu.engine.memo.same_outcome`) are settled with its outcome at once,
+    without another attempt -- the decision each would have got by itself.
+    """
+    out = session.out
     while (job := order.pop()) is not None:
+        n_before = len(out.unschedulable)
         changed = try_job(session, job, rules)
         order.update(changed)
+        if not changed and len(out.unschedulable) == n_before + 1:
+            _settle_followers(session, order, job, rules)
+
+
+def _settle_followers(session: Session, order: QueueOrder, job: Job, rules: Rules) -> None:
+    """Report the identical successors of the failed ``job`` with its outcome.
+
+    Not for a large pod in the fair cycle: each failure of one may start a reservation,
+    after which the next identical pod is tried against held nodes, so it goes on its own.
+    """
+    out = session.out
+    last = out.unschedulable[-1]
+    head = job.pods[0]
+    reservations = session.state.reservations
+    if job.group is not None or last.pod is not head or job.key in reservations:
+        return
+    if rules.reserve and head.gpu.count >= session.tenancy.starvation.min_gpus:
+        return
+    cluster, held, reserving = session.cluster, session.no_preemption, bool(reservations)
+
+    def same(other: Job) -> bool:
+        return other.key not in reservations and memo_keys.same_outcome(
+            job, other, cluster, reserving, held
+        )
+
+    out.unschedulable.extend(
+        Unschedulable(f.pods[0], last.reason, last.resolvable) for f in order.take_next(same)
+    )
 
 
 def try_job(session: Session, job: Job, rules: Rules) -> set[str]:
