@@ -92,6 +92,45 @@ def outcome_key(job: Job, cluster: ClusterState, reservations: bool) -> tuple[ob
     return (job.tenant.queue, memo, head.priority)
 
 
+def same_outcome(
+    leader: Job, job: Job, cluster: ClusterState, reservations: bool, held: frozenset[str]
+) -> bool:
+    """Does ``job``, tried right after ``leader`` failed with nothing committed in between,
+    fail the same way, for the same reason?
+
+    Both are pods alone of one queue (as in :func:`outcome_key`) with no decode or tenant
+    error and no reservation of
+    their own, and they ask for the same thing (:func:`memo_key`: the same static key,
+    requests, GPU ask, namespace, preemption policy, labels while they matter, and declared
+    run time while reservations exist) at the same priority, and either both or neither is
+    held back from preempting (``held``: the session's ``no_preemption``). Every check an
+    attempt makes then reads the same state: admission and namespace caps see the same
+    usage, the failed-ask memo and the preemption memo hold the leader's failure, and the
+    preemption search budget is not touched again. Cheap field comparisons, because a cycle
+    asks this of every pod of a large identical backlog.
+    """
+    if job.group is not None or leader.group is not None:
+        return False
+    a, b = leader.pods[0], job.pods[0]
+    ta, tb = leader.tenant, job.tenant
+    if ta.error or tb.error or ta.queue != tb.queue:
+        return False
+    if (
+        a.priority != b.priority
+        or a.namespace != b.namespace
+        or a.preemption_policy != b.preemption_policy
+        or a.gpu != b.gpu
+        or a.requests != b.requests
+        or (a.uid in held) != (b.uid in held)
+    ):
+        return False
+    if not (memoisable(a) and memoisable(b)) or a.static_key() != b.static_key():
+        return False
+    if cluster.pods_with_affinity and a.labels != b.labels:
+        return False
+    return not reservations or declared_runtime(a) == declared_runtime(b)
+
+
 def ask(pod: PodInfo, cluster: ClusterState) -> tuple[tuple[object, ...], np.ndarray] | None:
     """(group, vector) for :class:`Front`, or None for pods it cannot judge.
 

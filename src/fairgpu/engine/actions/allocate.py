@@ -22,7 +22,11 @@ import numpy as np
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.actions.admit import Admission
 from fairgpu.engine.actions.order import QueueOrder
-from fairgpu.engine.actions.preempt import VictimPolicy, worth_searching
+from fairgpu.engine.actions.preempt import (
+    MAX_PREEMPTION_ATTEMPTS,
+    VictimPolicy,
+    worth_searching,
+)
 from fairgpu.engine.actions.reserve import allowed_nodes, note_blocked, note_placed
 from fairgpu.engine.decisions import Unschedulable
 from fairgpu.engine.framework import Code
@@ -56,10 +60,70 @@ class Member:
 
 
 def allocate(session: Session, order: QueueOrder, rules: Rules) -> None:
-    """Try every job ``order`` hands out, once."""
+    """Try every job ``order`` hands out, once.
+
+    A cycle costs in proportion to the distinct asks it tries, not to the backlog: when a
+    pod alone fails, the pods the order would hand out next that ask for exactly the same
+    (:func:`~fairgpu.engine.memo.same_outcome`, and the same nodes left by reservations)
+    are settled with its outcome at once, without another attempt -- the decision each
+    would have got by itself (see :func:`_settle_followers`).
+    """
+    out, memo = session.out, session.memo
     while (job := order.pop()) is not None:
+        n_before, known, searches = len(out.unschedulable), len(memo.outcome), memo.preempt_attempts
         changed = try_job(session, job, rules)
         order.update(changed)
+        if not changed and len(out.unschedulable) == n_before + 1:
+            fresh = len(memo.outcome) > known
+            _settle_followers(session, order, job, rules, fresh, memo.preempt_attempts > searches)
+
+
+def _settle_followers(
+    session: Session, order: QueueOrder, job: Job, rules: Rules, fresh: bool, searched: bool
+) -> None:
+    """Report the identical successors of the failed ``job`` with its outcome.
+
+    Without reservations each successor would meet the leader's failure in the memos. With
+    them, the failed-ask memo is off and the fair outcome memo tells apart declared run
+    times, so a successor that asks the same and may use the same nodes would repeat the
+    leader's attempt (only if the leader made a ``fresh`` one): it gets the leader's
+    outcome, counts against the preemption budget as its search would (if the leader
+    ``searched``), and is remembered under its own outcome key; a successor whose outcome
+    key is already known gets that, as :func:`try_job` gives it. Not for a large pod in the
+    fair cycle: each failure of one may start a reservation, so it goes on its own.
+    """
+    out, memo = session.out, session.memo
+    last = out.unschedulable[-1]
+    head = job.pods[0]
+    reservations = session.state.reservations
+    if job.group is not None or last.pod is not head or job.key in reservations:
+        return
+    if rules.reserve and head.gpu.count >= session.tenancy.starvation.min_gpus:
+        return
+    cluster, held = session.cluster, session.no_preemption
+    allowed = allowed_nodes(session, job, head)
+    if allowed is not None and not fresh:
+        return
+
+    def same(other: Job) -> bool:
+        if other.key in reservations or not memo_keys.same_outcome(
+            job, other, cluster, False, held
+        ):
+            return False
+        mine = allowed_nodes(session, other, other.pods[0])
+        return mine is None if allowed is None else np.array_equal(mine, allowed)
+
+    outcome = (last.reason, last.resolvable)
+    for follower in order.take_next(same):
+        got = outcome
+        if allowed is not None:
+            fast = rules.admission.outcome_key(session, follower)
+            got = memo.outcome.get(fast, outcome) if fast is not None else outcome
+            if fast is not None and fast not in memo.outcome:
+                memo.outcome[fast] = outcome
+                if searched and memo.preempt_attempts < MAX_PREEMPTION_ATTEMPTS:
+                    memo.preempt_attempts += 1
+        out.unschedulable.append(Unschedulable(follower.pods[0], *got))
 
 
 def try_job(session: Session, job: Job, rules: Rules) -> set[str]:

@@ -8,7 +8,7 @@ after each attempt (so a share-based order can re-rank them). Two implementation
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from fairgpu.engine.jobs import Job, pod_order
@@ -27,6 +27,12 @@ class QueueOrder(Protocol):
 
     def update(self, changed: set[str]) -> None:
         """The usage of queues ``changed`` moved (a job was placed, victims evicted)."""
+
+    def take_next(self, same: Callable[[Job], bool]) -> list[Job]:
+        """Remove and return the jobs :meth:`pop` would hand out next, in order, while
+        ``same`` holds -- provided nothing changed since the last pop (no :meth:`update`
+        with a changed queue). Lets a failed job's identical successors be settled at once.
+        """
 
 
 def kube_default_order(pods: Iterable[PodInfo]) -> list[PodInfo]:
@@ -47,6 +53,17 @@ class KubeDefaultOrder:
 
     def update(self, changed: set[str]) -> None:
         """Shares do not matter to this order."""
+
+    def take_next(self, same: Callable[[Job], bool]) -> list[Job]:
+        """The head of the line while ``same`` holds."""
+        return _take(self._jobs, same)
+
+
+def _take(line: deque[Job], same: Callable[[Job], bool]) -> list[Job]:
+    taken: list[Job] = []
+    while line and same(line[0]):
+        taken.append(line.popleft())
+    return taken
 
 
 def lanes(jobs: Iterable[Job]) -> Lanes:
@@ -74,6 +91,7 @@ class FairOrder:
         }
         self._keys = {q: self._order_key(q) for q in self._cursors}
         self._user_keys: dict[tuple[str, str], tuple[float, str]] = {}
+        self._last: tuple[str, str] = ("", "")
 
     def pop(self) -> Job | None:
         """The head job of the lowest-share user of the lowest-share queue."""
@@ -84,11 +102,27 @@ class FairOrder:
         users = cursors[queue]
         user = min(users, key=lambda u: self._user_key(queue, u))
         job = users[user].popleft()
+        self._last = (queue, user)
+        self._drop_empty(queue, user)
+        return job
+
+    def take_next(self, same: Callable[[Job], bool]) -> list[Job]:
+        """The rest of the last popped job's user lane while ``same`` holds: with no usage
+        changed, the same queue and user stay the lowest, so these are the next pops."""
+        queue, user = self._last
+        lane = self._cursors.get(queue, {}).get(user)
+        if not lane:
+            return []
+        taken = _take(lane, same)
+        self._drop_empty(queue, user)
+        return taken
+
+    def _drop_empty(self, queue: str, user: str) -> None:
+        users = self._cursors[queue]
         if not users[user]:
             del users[user]
             if not users:
-                del cursors[queue]
-        return job
+                del self._cursors[queue]
 
     def update(self, changed: set[str]) -> None:
         """Re-rank the changed queues, their departments' other queues, and their users."""
