@@ -111,7 +111,9 @@ def _settle_followers(
         ):
             return False
         mine = allowed_nodes(session, other, other.pods[0])
-        return mine is None if allowed is None else np.array_equal(mine, allowed)
+        if allowed is None or mine is None:
+            return mine is allowed
+        return bool(np.array_equal(mine, allowed))
 
     outcome = (last.reason, last.resolvable)
     for follower in order.take_next(same):
