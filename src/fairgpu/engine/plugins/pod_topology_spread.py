@@ -35,7 +35,7 @@ from fairgpu.engine.framework import (
     FilterResult,
     ScorePlugin,
 )
-from fairgpu.engine.plugins._pod_counts import matching_counts
+from fairgpu.engine.plugins._pod_counts import frozen, memo, selector_counts
 from fairgpu.engine.plugins.node_affinity import required_mask
 from fairgpu.engine.plugins.taint_toleration import tolerated
 from fairgpu.model.pod import PodInfo
@@ -58,10 +58,9 @@ IGNORED = -1  # raw score of a node the score ignores (lacks a topology key)
 
 def _count(cluster: ClusterState, pod: PodInfo, c: SpreadConstraint) -> np.ndarray:
     """Per-node number of placed pods in the pod's namespace matching ``c``'s selector."""
-    ns, sel = pod.namespace, c.selector
-    if sel is None:
+    if c.selector is None:
         return np.zeros(cluster.size, dtype=np.int32)
-    return matching_counts(cluster, (sel,), lambda p: p.namespace == ns and sel.matches(p.labels))
+    return selector_counts(cluster, frozenset((pod.namespace,)), c.selector)
 
 
 def _taints_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
@@ -106,14 +105,24 @@ class _Nodes:
 
 
 def _domain_counts(
-    cluster: ClusterState, counts: np.ndarray, eligible: np.ndarray, key: str
+    cluster: ClusterState, pod: PodInfo, c: SpreadConstraint, eligible: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(codes per node, matching pods per domain, whether each domain is eligible)."""
-    codes, vocab = cluster.label_codes(key)
-    where = eligible & (codes >= 0)
-    per_domain = np.bincount(codes[where], weights=counts[where], minlength=len(vocab))
-    present = np.bincount(codes[where], minlength=len(vocab)) > 0
-    return codes, per_domain.astype(np.int64), present
+    """(codes per node, matching pods per domain, whether each domain is eligible) for ``c``.
+
+    Memoised per (namespace, selector, key, eligible nodes): pods of one workload share them.
+    """
+    key = ("spread_domains", pod.namespace, c.selector, c.topology_key, eligible.tobytes())
+    cache = memo(cluster)
+    hit = cache.get(key)
+    if hit is None:
+        counts = _count(cluster, pod, c)
+        codes, vocab = cluster.label_codes(c.topology_key)
+        where = eligible & (codes >= 0)
+        per_domain = np.bincount(codes[where], weights=counts[where], minlength=len(vocab))
+        present = np.bincount(codes[where], minlength=len(vocab)) > 0
+        hit = cache[key] = (codes, frozen(per_domain.astype(np.int64)), frozen(present))
+    assert isinstance(hit, tuple)
+    return hit
 
 
 class PodTopologySpread(FilterPlugin, ScorePlugin):
@@ -166,9 +175,7 @@ class PodTopologySpread(FilterPlugin, ScorePlugin):
             included = nodes.included(c)
             if included is not None:
                 eligible = eligible & included
-            codes, per_domain, present = _domain_counts(
-                cluster, _count(cluster, pod, c), eligible, c.topology_key
-            )
+            codes, per_domain, present = _domain_counts(cluster, pod, c, eligible)
             domains = int(present.sum())
             if domains == 0:
                 continue  # no eligible domain: the minimum is "infinite", nothing is skewed
@@ -203,10 +210,9 @@ class PodTopologySpread(FilterPlugin, ScorePlugin):
         kept = nodes[~ignored]
         total = np.zeros(len(nodes), dtype=np.float64)
         for c in soft:
-            counts = _count(cluster, pod, c)
             codes = cluster.label_codes(c.topology_key)[0]
             if c.topology_key == HOSTNAME:
-                per_node = counts[nodes].astype(np.float64)
+                per_node = _count(cluster, pod, c)[nodes].astype(np.float64)
                 size = len(kept)
             else:
                 # Domains of the candidates ("" for a candidate lacking the key counts as one).
@@ -216,7 +222,7 @@ class PodTopologySpread(FilterPlugin, ScorePlugin):
                 included = masks.included(c)
                 if included is not None:
                     eligible = eligible & included
-                _, per_domain, _ = _domain_counts(cluster, counts, eligible, c.topology_key)
+                _, per_domain, _ = _domain_counts(cluster, pod, c, eligible)
                 per_node = np.append(per_domain, 0)[codes[nodes]].astype(np.float64)
             weight = math.log(size + 2)
             has = codes[nodes] >= 0
