@@ -18,7 +18,13 @@ import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.framework import CycleState, FilterPlugin, FilterResult, ScorePlugin
-from fairgpu.engine.plugins._pod_counts import carried_terms, frozen, matching_counts, memo
+from fairgpu.engine.plugins._pod_counts import (
+    carried_terms,
+    frozen,
+    matching_counts,
+    memo,
+    selector_counts,
+)
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.selectors import LabelSelector, PodAffinityTerm
 
@@ -46,6 +52,11 @@ def _selected(cluster: ClusterState, terms: tuple[PodAffinityTerm, ...]) -> np.n
 
 
 def _count_selected(cluster: ClusterState, terms: tuple[PodAffinityTerm, ...]) -> np.ndarray:
+    if len(terms) == 1 and terms[0].selector is not None and terms[0].namespace_selector is None:
+        # The common case, shared with other terms and spread constraints of the same selector.
+        term = terms[0]
+        namespaces = None if term.all_namespaces else term.namespaces
+        return selector_counts(cluster, namespaces, term.selector)
     selectors = tuple(t.selector for t in terms if t.selector is not None)
     if len(selectors) < len(terms):
         return np.zeros(cluster.size, dtype=np.int64)  # a term without a selector selects none
