@@ -52,11 +52,11 @@ def _selected(cluster: ClusterState, terms: tuple[PodAffinityTerm, ...]) -> np.n
 
 
 def _count_selected(cluster: ClusterState, terms: tuple[PodAffinityTerm, ...]) -> np.ndarray:
-    if len(terms) == 1 and terms[0].selector is not None and terms[0].namespace_selector is None:
+    sel = terms[0].selector if len(terms) == 1 else None
+    if sel is not None and terms[0].namespace_selector is None:
         # The common case, shared with other terms and spread constraints of the same selector.
-        term = terms[0]
-        namespaces = None if term.all_namespaces else term.namespaces
-        return selector_counts(cluster, namespaces, term.selector)
+        namespaces = None if terms[0].all_namespaces else terms[0].namespaces
+        return selector_counts(cluster, namespaces, sel)
     selectors = tuple(t.selector for t in terms if t.selector is not None)
     if len(selectors) < len(terms):
         return np.zeros(cluster.size, dtype=np.int64)  # a term without a selector selects none
