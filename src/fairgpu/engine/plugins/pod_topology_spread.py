@@ -23,6 +23,7 @@ kube-scheduler 1.34's rules, vectorised over node slots:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,19 @@ def _taints_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
     return ok[ids] if ids.size else np.ones(cluster.size, dtype=bool)
 
 
+def _memoised(
+    cluster: ClusterState, key: Hashable, compute: Callable[[], np.ndarray]
+) -> np.ndarray:
+    """A node mask that depends only on the nodes and pod fields in ``key``, shared by the
+    pods that have the same ones (a workload's replicas)."""
+    cache = memo(cluster)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = frozen(compute())
+    assert isinstance(hit, np.ndarray)
+    return hit
+
+
 class _Nodes:
     """Node masks shared by the constraints of one attempt (computed on first use)."""
 
@@ -93,13 +107,20 @@ class _Nodes:
     def included(self, c: SpreadConstraint) -> np.ndarray | None:
         """Nodes the inclusion policies admit (None: all)."""
         mask = None
-        if c.honor_affinity and (self.pod.node_selector or self.pod.required_terms is not None):
+        pod = self.pod
+        if c.honor_affinity and (pod.node_selector or pod.required_terms is not None):
             if self._affinity is None:
-                self._affinity = required_mask(self.cluster, self.pod)
+                key = ("spread_affinity", pod.node_selector, pod.required_terms)
+                self._affinity = _memoised(
+                    self.cluster, key, lambda: required_mask(self.cluster, pod)
+                )
             mask = self._affinity
         if c.honor_taints:
             if self._taints is None:
-                self._taints = _taints_mask(self.cluster, self.pod)
+                taint_key = ("spread_taints", pod.tolerations)
+                self._taints = _memoised(
+                    self.cluster, taint_key, lambda: _taints_mask(self.cluster, pod)
+                )
             mask = self._taints if mask is None else mask & self._taints
         return mask
 
