@@ -16,12 +16,16 @@ spread, required hostname anti-affinity and preferred zone affinity to its own a
 apps), so every decision exercises PodTopologySpread and InterPodAffinity in both directions;
 the same cluster and stream without them is then timed in the same run, each policy right
 after a rerun of its constrained stream (``p99_ratio_to_without``).
+
+Each policy reports ``decisions``, a hash of every (pod, node, devices) it chose: run this
+script with ``PYTHONPATH`` on two source trees to check that a change kept every decision.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import sys
 import time
@@ -95,16 +99,20 @@ def time_policy(
     shared and a single round can be hit by other processes.
     """
     runs = []
+    fingerprints = set()
     for _ in range(rounds):
         sched = Scheduler(policy(name), seed=0)
         lat = np.empty(len(stream))
         placed = 0
+        digest = hashlib.sha256()
         for i, pod in enumerate(stream):
             start = time.perf_counter()
             result = sched.schedule(pod, state)
             lat[i] = time.perf_counter() - start
             placed += result.ok
+            digest.update(f"{pod.uid}|{result.node}|{result.devices};".encode())
         runs.append((float(np.percentile(lat * 1000, 99)), lat * 1000, placed))
+        fingerprints.add(digest.hexdigest()[:16])
     runs.sort(key=lambda r: r[0])
     _, ms, placed = runs[len(runs) // 2]
     p50, p99 = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
@@ -117,6 +125,9 @@ def time_policy(
         "max_ms": round(float(ms.max()), 3),
         "placeable_share": round(placed / len(stream), 3),
         "p99_ms_each_round": [round(r[0], 3) for r in runs],
+        # (pod, node, devices) of every decision: equal before and after a speed-up means the
+        # same decisions; two values would mean the rounds disagreed.
+        "decisions": sorted(fingerprints),
         "pass": p50 <= P50_TARGET_MS and p99 <= P99_TARGET_MS,
     }
 

@@ -105,6 +105,9 @@ class _Index:
         self.by_pair: dict[Pair, set[str]] = {}
         self.pod_pairs: dict[str, list[Pair]] = {}
         self.carried: dict[str, _Carried] = {}
+        # Answers that hold while placements, nodes and Namespaces stay as they are.
+        self.memo: dict[Hashable, object] = {}
+        self.memo_state: tuple[int, int, object] = (-1, -1, None)
 
     def _reindex(self, cluster: ClusterState, idx: int) -> None:
         old = self.node_uids.get(idx, set())
@@ -158,6 +161,52 @@ def _index(cluster: ClusterState) -> _Index:
         index = _BY_CLUSTER[cluster] = _Index()
     index.sync(cluster)
     return index
+
+
+MEMO_LIMIT = 4096  # entries; a full memo is dropped rather than evicted piecemeal
+
+
+def memo(cluster: ClusterState) -> dict[Hashable, object]:
+    """A dictionary for answers derived from the placed pods, the nodes and the Namespaces'
+    labels, emptied whenever one of them changes (``load_version``, ``static_version``, a new
+    ``namespace_labels`` mapping). Within one attempt several plugins ask the same question
+    (spread and affinity terms of one pod usually share a selector), and between placements a
+    pod shape seen before gets the same answer. Cached arrays are read-only."""
+    index = _BY_CLUSTER.get(cluster)
+    if index is None:
+        index = _BY_CLUSTER[cluster] = _Index()
+    state = (cluster.load_version, cluster.static_version, cluster.namespace_labels)
+    old = index.memo_state
+    if old[0] != state[0] or old[1] != state[1] or old[2] is not state[2]:
+        index.memo.clear()
+        index.memo_state = state
+    elif len(index.memo) > MEMO_LIMIT:
+        index.memo.clear()
+    return index.memo
+
+
+def frozen(arr: np.ndarray) -> np.ndarray:
+    """``arr`` made read-only (it is shared through :func:`memo`)."""
+    arr.flags.writeable = False
+    return arr
+
+
+def selector_counts(
+    cluster: ClusterState, namespaces: frozenset[str] | None, selector: LabelSelector
+) -> np.ndarray:
+    """Per-node-slot number of placed pods in ``namespaces`` (None: any) that ``selector``
+    matches; memoised (read-only)."""
+    cache = memo(cluster)
+    key = ("selector_counts", namespaces, selector)
+    hit = cache.get(key)
+    if hit is None:
+        if namespaces is None:
+            pred: Predicate = lambda p: selector.matches(p.labels)  # noqa: E731
+        else:
+            pred = lambda p: p.namespace in namespaces and selector.matches(p.labels)  # noqa: E731
+        hit = cache[key] = frozen(matching_counts(cluster, (selector,), pred))
+    assert isinstance(hit, np.ndarray)
+    return hit
 
 
 def matching_counts(

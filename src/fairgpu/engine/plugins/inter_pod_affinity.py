@@ -18,7 +18,13 @@ import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.framework import CycleState, FilterPlugin, FilterResult, ScorePlugin
-from fairgpu.engine.plugins._pod_counts import carried_terms, matching_counts
+from fairgpu.engine.plugins._pod_counts import (
+    carried_terms,
+    frozen,
+    matching_counts,
+    memo,
+    selector_counts,
+)
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.selectors import LabelSelector, PodAffinityTerm
 
@@ -35,7 +41,22 @@ def _domain_mask(cluster: ClusterState, key: str, values: Iterable[str]) -> np.n
 
 
 def _selected(cluster: ClusterState, terms: tuple[PodAffinityTerm, ...]) -> np.ndarray:
-    """Per node slot, how many placed pods every one of ``terms`` selects."""
+    """Per node slot, how many placed pods every one of ``terms`` selects (memoised)."""
+    cache = memo(cluster)
+    key = ("selected", terms)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = frozen(_count_selected(cluster, terms))
+    assert isinstance(hit, np.ndarray)
+    return hit
+
+
+def _count_selected(cluster: ClusterState, terms: tuple[PodAffinityTerm, ...]) -> np.ndarray:
+    sel = terms[0].selector if len(terms) == 1 else None
+    if sel is not None and terms[0].namespace_selector is None:
+        # The common case, shared with other terms and spread constraints of the same selector.
+        namespaces = None if terms[0].all_namespaces else terms[0].namespaces
+        return selector_counts(cluster, namespaces, sel)
     selectors = tuple(t.selector for t in terms if t.selector is not None)
     if len(selectors) < len(terms):
         return np.zeros(cluster.size, dtype=np.int64)  # a term without a selector selects none
@@ -59,8 +80,15 @@ def _per_domain(cluster: ClusterState, key: str, per_node: np.ndarray) -> np.nda
 
 
 def _term_domains(cluster: ClusterState, term: PodAffinityTerm) -> np.ndarray:
-    """Per node: matching pods in the node's domain of ``term.topology_key``."""
-    return _per_domain(cluster, term.topology_key, _selected(cluster, (term,)))
+    """Per node: matching pods in the node's domain of ``term.topology_key`` (memoised)."""
+    cache = memo(cluster)
+    key = ("term_domains", term)
+    hit = cache.get(key)
+    if hit is None:
+        per_node = _selected(cluster, (term,))
+        hit = cache[key] = frozen(_per_domain(cluster, term.topology_key, per_node))
+    assert isinstance(hit, np.ndarray)
+    return hit
 
 
 def _affinity_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
@@ -112,7 +140,17 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
         self.hard_weight = hard_pod_affinity_weight
 
     def _existing_anti(self, pod: PodInfo, cluster: ClusterState) -> np.ndarray:
-        """Nodes in a domain where a placed pod's required anti-affinity selects ``pod``."""
+        """Nodes in a domain where a placed pod's required anti-affinity selects ``pod``
+        (memoised per namespace and labels)."""
+        cache = memo(cluster)
+        key = ("existing_anti", pod.namespace, frozenset(pod.labels.items()))
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = frozen(self._compute_existing_anti(pod, cluster))
+        assert isinstance(found, np.ndarray)
+        return found
+
+    def _compute_existing_anti(self, pod: PodInfo, cluster: ClusterState) -> np.ndarray:
         hit = np.zeros(cluster.size, dtype=bool)
         ns_labels = cluster.namespace_labels
         for term, per_node in carried_terms(cluster, "anti", _anti_terms, pod.labels):
@@ -171,7 +209,21 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
         for sign, terms in ((1, pod.preferred_affinity), (-1, pod.preferred_anti_affinity)):
             for term in terms:
                 total += (sign * term.weight * _term_domains(cluster, term)).astype(np.int64)
-        # Symmetry: placed pods' preferred (and required affinity) terms selecting this pod.
+        return np.asarray((total + self._symmetric(pod, cluster))[nodes])
+
+    def _symmetric(self, pod: PodInfo, cluster: ClusterState) -> np.ndarray:
+        """Placed pods' preferred (and required affinity) terms selecting ``pod``, per node
+        slot (memoised per namespace and labels)."""
+        cache = memo(cluster)
+        key = ("symmetric", pod.namespace, frozenset(pod.labels.items()), self.hard_weight)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = frozen(self._compute_symmetric(pod, cluster))
+        assert isinstance(found, np.ndarray)
+        return found
+
+    def _compute_symmetric(self, pod: PodInfo, cluster: ClusterState) -> np.ndarray:
+        total = np.zeros(cluster.size, dtype=np.int64)
         signs = {"pref": 1, "anti": -1, "hard": self.hard_weight}
         ns_labels = cluster.namespace_labels
         for item, per_node in carried_terms(cluster, "weighted", _weighted_terms, pod.labels):
@@ -181,7 +233,7 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
                 # Each carrying pod adds its weight to every node of its domain.
                 carriers = _per_domain(cluster, term.topology_key, per_node)
                 total += (signs[kind] * term.weight * carriers).astype(np.int64)
-        return np.asarray(total[nodes])
+        return total
 
     def normalize(self, scores: np.ndarray) -> np.ndarray:
         """Min-max to 0..100; all-equal scores become 0."""

@@ -23,6 +23,7 @@ kube-scheduler 1.34's rules, vectorised over node slots:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ from fairgpu.engine.framework import (
     FilterResult,
     ScorePlugin,
 )
-from fairgpu.engine.plugins._pod_counts import matching_counts
+from fairgpu.engine.plugins._pod_counts import frozen, memo, selector_counts
 from fairgpu.engine.plugins.node_affinity import required_mask
 from fairgpu.engine.plugins.taint_toleration import tolerated
 from fairgpu.model.pod import PodInfo
@@ -58,10 +59,9 @@ IGNORED = -1  # raw score of a node the score ignores (lacks a topology key)
 
 def _count(cluster: ClusterState, pod: PodInfo, c: SpreadConstraint) -> np.ndarray:
     """Per-node number of placed pods in the pod's namespace matching ``c``'s selector."""
-    ns, sel = pod.namespace, c.selector
-    if sel is None:
+    if c.selector is None:
         return np.zeros(cluster.size, dtype=np.int32)
-    return matching_counts(cluster, (sel,), lambda p: p.namespace == ns and sel.matches(p.labels))
+    return selector_counts(cluster, frozenset((pod.namespace,)), c.selector)
 
 
 def _taints_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
@@ -75,6 +75,19 @@ def _taints_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
         dtype=bool,
     )
     return ok[ids] if ids.size else np.ones(cluster.size, dtype=bool)
+
+
+def _memoised(
+    cluster: ClusterState, key: Hashable, compute: Callable[[], np.ndarray]
+) -> np.ndarray:
+    """A node mask that depends only on the nodes and pod fields in ``key``, shared by the
+    pods that have the same ones (a workload's replicas)."""
+    cache = memo(cluster)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = frozen(compute())
+    assert isinstance(hit, np.ndarray)
+    return hit
 
 
 class _Nodes:
@@ -94,26 +107,43 @@ class _Nodes:
     def included(self, c: SpreadConstraint) -> np.ndarray | None:
         """Nodes the inclusion policies admit (None: all)."""
         mask = None
-        if c.honor_affinity and (self.pod.node_selector or self.pod.required_terms is not None):
+        pod = self.pod
+        if c.honor_affinity and (pod.node_selector or pod.required_terms is not None):
             if self._affinity is None:
-                self._affinity = required_mask(self.cluster, self.pod)
+                key = ("spread_affinity", pod.node_selector, pod.required_terms)
+                self._affinity = _memoised(
+                    self.cluster, key, lambda: required_mask(self.cluster, pod)
+                )
             mask = self._affinity
         if c.honor_taints:
             if self._taints is None:
-                self._taints = _taints_mask(self.cluster, self.pod)
+                taint_key = ("spread_taints", pod.tolerations)
+                self._taints = _memoised(
+                    self.cluster, taint_key, lambda: _taints_mask(self.cluster, pod)
+                )
             mask = self._taints if mask is None else mask & self._taints
         return mask
 
 
 def _domain_counts(
-    cluster: ClusterState, counts: np.ndarray, eligible: np.ndarray, key: str
+    cluster: ClusterState, pod: PodInfo, c: SpreadConstraint, eligible: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(codes per node, matching pods per domain, whether each domain is eligible)."""
-    codes, vocab = cluster.label_codes(key)
-    where = eligible & (codes >= 0)
-    per_domain = np.bincount(codes[where], weights=counts[where], minlength=len(vocab))
-    present = np.bincount(codes[where], minlength=len(vocab)) > 0
-    return codes, per_domain.astype(np.int64), present
+    """(codes per node, matching pods per domain, whether each domain is eligible) for ``c``.
+
+    Memoised per (namespace, selector, key, eligible nodes): pods of one workload share them.
+    """
+    key = ("spread_domains", pod.namespace, c.selector, c.topology_key, eligible.tobytes())
+    cache = memo(cluster)
+    hit = cache.get(key)
+    if hit is None:
+        counts = _count(cluster, pod, c)
+        codes, vocab = cluster.label_codes(c.topology_key)
+        where = eligible & (codes >= 0)
+        per_domain = np.bincount(codes[where], weights=counts[where], minlength=len(vocab))
+        present = np.bincount(codes[where], minlength=len(vocab)) > 0
+        hit = cache[key] = (codes, frozen(per_domain.astype(np.int64)), frozen(present))
+    assert isinstance(hit, tuple)
+    return hit
 
 
 class PodTopologySpread(FilterPlugin, ScorePlugin):
@@ -166,9 +196,7 @@ class PodTopologySpread(FilterPlugin, ScorePlugin):
             included = nodes.included(c)
             if included is not None:
                 eligible = eligible & included
-            codes, per_domain, present = _domain_counts(
-                cluster, _count(cluster, pod, c), eligible, c.topology_key
-            )
+            codes, per_domain, present = _domain_counts(cluster, pod, c, eligible)
             domains = int(present.sum())
             if domains == 0:
                 continue  # no eligible domain: the minimum is "infinite", nothing is skewed
@@ -203,10 +231,9 @@ class PodTopologySpread(FilterPlugin, ScorePlugin):
         kept = nodes[~ignored]
         total = np.zeros(len(nodes), dtype=np.float64)
         for c in soft:
-            counts = _count(cluster, pod, c)
             codes = cluster.label_codes(c.topology_key)[0]
             if c.topology_key == HOSTNAME:
-                per_node = counts[nodes].astype(np.float64)
+                per_node = _count(cluster, pod, c)[nodes].astype(np.float64)
                 size = len(kept)
             else:
                 # Domains of the candidates ("" for a candidate lacking the key counts as one).
@@ -216,7 +243,7 @@ class PodTopologySpread(FilterPlugin, ScorePlugin):
                 included = masks.included(c)
                 if included is not None:
                     eligible = eligible & included
-                _, per_domain, _ = _domain_counts(cluster, counts, eligible, c.topology_key)
+                _, per_domain, _ = _domain_counts(cluster, pod, c, eligible)
                 per_node = np.append(per_domain, 0)[codes[nodes]].astype(np.float64)
             weight = math.log(size + 2)
             has = codes[nodes] >= 0
