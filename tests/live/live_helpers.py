@@ -18,13 +18,24 @@ from tests import polling
 
 
 @contextlib.contextmanager
-def control_plane(bin_dir: Path) -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver on loopback with the fairgpu-system namespace; stopped on exit."""
+def control_plane(
+    bin_dir: Path, priorities: dict[str, int] | None = None
+) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver on loopback with the fairgpu-system namespace and the
+    PriorityClasses ``priorities`` (name -> value); stopped on exit."""
     cp = ControlPlane(bin_dir)
     cp.start()
     try:
         with cp.client() as c:
             ensure_namespace(c, "fairgpu-system", ca_pem=Path(cp.ca_file).read_text())
+            for name, value in (priorities or {}).items():
+                body = {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": name},
+                    "value": value,
+                }
+                c.post("/apis/scheduling.k8s.io/v1/priorityclasses", body)
         yield cp
     finally:
         cp.stop()

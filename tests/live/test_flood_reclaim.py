@@ -65,16 +65,7 @@ PRIORITIES = {"fl-low": 1, "fl-high": 100}
 @pytest.fixture(scope="module")
 def cp(live_bin_dir: Path) -> Iterator[ControlPlane]:
     """A control plane of this module only, with its priority classes."""
-    with control_plane(live_bin_dir) as plane:
-        with plane.client() as c:
-            for name, value in PRIORITIES.items():
-                body = {
-                    "apiVersion": "scheduling.k8s.io/v1",
-                    "kind": "PriorityClass",
-                    "metadata": {"name": name},
-                    "value": value,
-                }
-                c.post("/apis/scheduling.k8s.io/v1/priorityclasses", body)
+    with control_plane(live_bin_dir, PRIORITIES) as plane:
         yield plane
 
 

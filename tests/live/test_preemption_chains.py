@@ -65,16 +65,7 @@ def assert_clean(audit: Auditor, sched: LiveScheduler | None = None) -> None:
 @pytest.fixture(scope="module")
 def cp(live_bin_dir: Path) -> Iterator[ControlPlane]:
     """A control plane of this module only, with the priority classes the tests use."""
-    with control_plane(live_bin_dir) as plane:
-        with plane.client() as c:
-            for name, value in PRIORITIES.items():
-                body = {
-                    "apiVersion": "scheduling.k8s.io/v1",
-                    "kind": "PriorityClass",
-                    "metadata": {"name": name},
-                    "value": value,
-                }
-                c.post("/apis/scheduling.k8s.io/v1/priorityclasses", body)
+    with control_plane(live_bin_dir, PRIORITIES) as plane:
         yield plane
 
 
