@@ -18,6 +18,7 @@ It runs its own control plane: the session's FakeKubelet finishes every deletion
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -152,6 +153,19 @@ def _evictions(s: LiveScheduler) -> float:
     return float(s.metrics.evictions.labels("ok")._value.get())
 
 
+class Evictions(logging.Handler):
+    """The scheduler's own eviction decisions, from its "evicting" log records: pod key ->
+    kind (reclaim, priority, ...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kinds: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "evicting":
+            self.kinds[str(getattr(record, "pod", ""))] = str(getattr(record, "kind", ""))
+
+
 def flood_and_reclaim(flood: Flood, s: LiveScheduler, run: int, qa_submit: int) -> int:
     """qa floods ``qa_submit`` more pods and fills the cluster; qb takes its share back and
     adds urgent pods while its reclaimers wait, which take the place of two of them once they
@@ -189,6 +203,11 @@ def test_flood_with_reclaim_twice_with_all_nodes_recreated(
         flood.create_nodes()
         auditor = Auditor(api, namespace=ns)
         kubelet = FakeKubelet(kubelet_api, namespace=ns, workers=4, grace_seconds=GRACE)
+        evictions = Evictions()
+        logger = logging.getLogger("fairgpu")
+        level = logger.level
+        logger.setLevel(logging.INFO)  # the "evicting" records are INFO
+        logger.addHandler(evictions)
         t0 = time.monotonic()
         try:
             with kubelet, auditor.watching(), scheduler(cp, tenancy=tenancy) as s:
@@ -209,13 +228,21 @@ def test_flood_with_reclaim_twice_with_all_nodes_recreated(
             print(f"{auditor.checks} states audited in {elapsed:.1f} s, {len(found)} problems:")
             print("\n".join(found))
             print(f"pods at the end: {flood.summary()}")
+            logger.removeHandler(evictions)
+            logger.setLevel(level)
     assert auditor.problems() == []
     assert auditor.checks > 200  # the audit saw the whole history, not a sample
     # The reclaim happened in both runs (so a clean audit is not vacuous): qb's share came
     # from qa's evicted pods, and its urgent pods got GPUs too.
     assert first >= SHARE and second >= SHARE
     assert conflicts == 0 and skipped == 0
-    assert lost == [], "qa pods running before the nodes were re-created were evicted"
+    # A qa pod running before the re-creation may leave only through the scheduler's own
+    # reclaim decision (qb's pods still pending then), never through lost bookkeeping.
+    reclaimed = [k for k, kind in evictions.kinds.items() if kind == "reclaim"]
+    assert len(reclaimed) >= first + second  # the scheduler's log was read
+    unexplained = [p for p in lost if evictions.kinds.get(f"{ns}/{p}") != "reclaim"]
+    print(f"qa pods reclaimed around the re-creation: {lost}")
+    assert unexplained == [], "qa pods running before the nodes were re-created were lost"
 
 
 def test_the_auditor_sees_unbound_pods_deleted_and_devices_booked_twice(cp: ControlPlane) -> None:
