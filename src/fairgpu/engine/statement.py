@@ -14,27 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from fairgpu.cluster.state import Placement
 from fairgpu.engine.decisions import Bind, Evict
-from fairgpu.model.pod import CPU, MEMORY, PodInfo
-from fairgpu.tenancy.book import zero
-from fairgpu.tenancy.config import DIM_CPU, DIM_GPU, DIM_GPU_MEMORY, DIM_MEMORY
+from fairgpu.model.pod import PodInfo
+from fairgpu.tenancy.book import placed_vector
 
 if TYPE_CHECKING:
     from fairgpu.engine.session import Session
-
-
-def placed_vector(pod: PodInfo, placement: Placement) -> np.ndarray:
-    """The queue-book vector of a placed pod (what it actually holds)."""
-    vec = zero()
-    if placement.devices:
-        vec[DIM_GPU] = placement.device_milli * len(placement.devices)
-        vec[DIM_GPU_MEMORY] = placement.device_memory * len(placement.devices)
-    vec[DIM_CPU] = pod.requests.get(CPU, 0)
-    vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
-    return vec
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ from fairgpu.cluster.state import (
     COL_GPU_MILLI,
     COL_MEMORY,
     ClusterState,
+    Placement,
 )
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
@@ -49,6 +50,18 @@ INF = np.full(NDIM, np.inf)
 # Per namespace: whole GPU devices, milli-CPU, bytes, pods (ResourceQuota style caps).
 NS_KEYS = {"requests.nvidia.com/gpu": 0, "requests.cpu": 1, "requests.memory": 2, "pods": 3}
 NS_NAMES = ("requests.nvidia.com/gpu", "requests.cpu", "requests.memory", "pods")
+
+
+def placed_vector(pod: PodInfo, placement: Placement) -> np.ndarray:
+    """The book's vector of a placed pod: what it actually holds (its devices' share of GPU
+    compute and memory, and its CPU and memory requests)."""
+    vec = zero()
+    if placement.devices:
+        vec[DIM_GPU] = placement.device_milli * len(placement.devices)
+        vec[DIM_GPU_MEMORY] = placement.device_memory * len(placement.devices)
+    vec[DIM_CPU] = pod.requests.get(CPU, 0)
+    vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
+    return vec
 
 
 def zero() -> np.ndarray:
@@ -209,14 +222,7 @@ class QueueBook:
             self.remove(uid)
         for uid in placed.keys() - self.entries.keys():
             pod = cluster.pods[uid]
-            pl = placed[uid]
-            vec = zero()
-            if pl.devices:
-                vec[DIM_GPU] = pl.device_milli * len(pl.devices)
-                vec[DIM_GPU_MEMORY] = pl.device_memory * len(pl.devices)
-            vec[DIM_CPU] = pod.requests.get(CPU, 0)
-            vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
-            self.add(uid, pod, vec)
+            self.add(uid, pod, placed_vector(pod, placed[uid]))
         if self.static:
             self._static_nominal = self._weighted_nominal()
         self.mark_synced(cluster)
