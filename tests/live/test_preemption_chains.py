@@ -116,6 +116,19 @@ class World:
     def pods(self) -> list[dict[str, Any]]:
         return self.api.get(f"/api/v1/namespaces/{self.ns}/pods")["items"]
 
+    def describe(self) -> str:
+        """One line per pod of the test (node, nomination, deletion, phase): what a failed
+        wait prints, so a flaky failure says which state it stopped in."""
+        rows = []
+        for p in sorted(self.pods(), key=lambda p: p["metadata"]["name"]):
+            meta, spec, status = p["metadata"], p["spec"], p.get("status", {})
+            rows.append(
+                f"{meta['name']}: node={spec.get('nodeName', '')!r} "
+                f"nominated={status.get('nominatedNodeName', '')!r} "
+                f"deleting={bool(meta.get('deletionTimestamp'))} phase={status.get('phase')}"
+            )
+        return "\n".join(rows)
+
     def running(self, names: list[str]) -> bool:
         phases = {p["metadata"]["name"]: p["status"].get("phase") for p in self.pods()}
         return all(phases.get(n) == "Running" for n in names)
@@ -268,6 +281,16 @@ def test_preemptor_deleted_while_waiting_leaves_its_victims_gpus_held(world: Wor
     assert_clean(audit, s)
 
 
+@contextlib.contextmanager
+def _explained(world: World, sched: SchedulerProcess) -> Iterator[None]:
+    """A failed wait inside the block also prints the pods' state and the scheduler's log."""
+    try:
+        yield
+    except pytest.fail.Exception as e:
+        log = Path(sched.log_path).read_text(errors="replace").splitlines()[-40:]
+        pytest.fail(f"{e}\n{world.describe()}\n--- scheduler log ---\n" + "\n".join(log))
+
+
 def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
     nodes = [world.node("a", gpus=4, group="ab"), world.node("b", gpus=4, group="ab")]
     lows = {f"low-{i}": "pc-low" for i in range(8)}
@@ -308,7 +331,7 @@ def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
             # terminate: they evict nobody more (spare runs on).
             assert not world.terminating("spare")
             assert second.metric("fairgpu_evictions_total") == 0
-            with world.kubelet([*nodes, spare_node]):
+            with world.kubelet([*nodes, spare_node]), _explained(world, second):
                 wait_for(lambda: sum(bool(world.node_of(f"high-{i}")) for i in range(4)) == 4, 30)
                 wait_for(lambda: sum(bool(world.node_of(f"mid-{i}")) for i in range(8)) == 5, 30)
                 time.sleep(1.0)
