@@ -15,6 +15,7 @@ deletion at once.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -342,3 +343,43 @@ def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
     assert_clean(audit)
     # 4 highs and 4 mids on a and b; once nothing terminates there, one more mid takes c.
     assert sum(bool(p["spec"].get("nodeName")) for p in world.pods()) == 9
+
+
+def test_fake_kubelet_finishes_a_deletion_that_began_while_it_started_the_pod(
+    world: World,
+) -> None:
+    """The fake kubelet's start of a pod and the pod's eviction race: a deletion seen while the
+    start is in flight used to be dropped, leaving the pod terminating for ever (and a
+    preemptor waiting on it). A real kubelet stops such a pod; so must the fake."""
+    node = world.node("k", gpus=1)
+    manifest = pod("racer", gpus=1, priority_class="pc-low")
+    manifest["spec"]["nodeName"] = node
+    create(world.api, world.ns, manifest)
+    client = world.cp.client(maxsize=4)
+    k = FakeKubelet(client, nodes=[node], namespace=world.ns, workers=2)
+    release, starting = threading.Event(), threading.Event()
+    patch = k._patch_status
+
+    def held_start(ns: str, name: str, uid: str, status: dict[str, Any]) -> bool:
+        if status.get("phase") != "Running":
+            return patch(ns, name, uid, status)
+        starting.set()
+        release.wait(10)  # the eviction lands while the start is in flight
+        ok = patch(ns, name, uid, status)
+        time.sleep(0.5)  # ... and every event about it is seen before the start returns
+        return ok
+
+    k._patch_status = held_start  # type: ignore[method-assign]
+    try:
+        k.start()
+        assert starting.wait(20)
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "racer"}}
+        path = f"/api/v1/namespaces/{world.ns}/pods/racer/eviction"
+        assert world.api.request("POST", path, eviction).status == 201
+        wait_for(lambda: world.terminating("racer"), 10)
+        release.set()
+        wait_for(lambda: world.get("racer") is None, 10)
+    finally:
+        release.set()
+        k.stop()
+        client.close()

@@ -115,6 +115,10 @@ class FakeKubelet:
         self._seq = itertools.count()
         self._scheduled: set[str] = set()  # UIDs with a pending completion
         self._in_flight: set[str] = set()  # UIDs being started or deleted
+        # Deletions seen while the pod was still being started: carried out once the start
+        # ends (a real kubelet stops a pod whose deletion began while it was starting it).
+        self._delete_after_start: dict[str, tuple[str, str]] = {}
+        self._starting: set[str] = set()  # UIDs whose start is in flight
         self._started: set[str] = set()  # UIDs this kubelet set Running
         self._watch: WatchStream | None = None
         self._synced = threading.Event()
@@ -239,21 +243,20 @@ class FakeKubelet:
             with self._lock:
                 self._scheduled.discard(uid)
                 if uid in self._in_flight:
+                    if uid in self._starting:
+                        # Still starting: without this the deletion would be lost, and the
+                        # pod would stay terminating for ever.
+                        self._delete_after_start[uid] = (meta["namespace"], meta["name"])
                     return
                 self._in_flight.add(uid)
-            args = (self._finish_deletion, meta["namespace"], meta["name"], uid)
-            if self.grace_seconds > 0:  # a timer, so no worker sleeps through the grace
-                timer = threading.Timer(self.grace_seconds, self._submit, args)
-                timer.daemon = True
-                timer.start()
-            else:
-                self._submit(*args)
+            self._begin_deletion(meta["namespace"], meta["name"], uid)
             return
         if phase == "Pending":
             with self._lock:
                 if uid in self._in_flight or uid in self._started:
                     return
                 self._in_flight.add(uid)
+                self._starting.add(uid)
             self._submit(self._run, pod)
         elif phase == "Running":
             started = _parse_ts(pod.get("status", {}).get("startTime"))
@@ -371,7 +374,22 @@ class FakeKubelet:
                 self._schedule_completion(pod, _parse_ts(ts) or time.time())
         finally:
             with self._lock:
-                self._in_flight.discard(uid)
+                self._starting.discard(uid)
+                deletion = self._delete_after_start.pop(uid, None)
+                if deletion is None:
+                    self._in_flight.discard(uid)
+            if deletion is not None:  # stays in flight: now as a deletion
+                self._begin_deletion(*deletion, uid)
+
+    def _begin_deletion(self, ns: str, name: str, uid: str) -> None:
+        """Remove a terminating pod once its grace (``grace_seconds``) has passed."""
+        args = (self._finish_deletion, ns, name, uid)
+        if self.grace_seconds > 0:  # a timer, so no worker sleeps through the grace
+            timer = threading.Timer(self.grace_seconds, self._submit, args)
+            timer.daemon = True
+            timer.start()
+        else:
+            self._submit(*args)
 
     def _complete(self, ns: str, name: str, uid: str) -> None:
         with self._lock:
