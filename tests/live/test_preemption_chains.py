@@ -43,6 +43,7 @@ from fairgpu.devcluster import (
     create_nodes,
     ensure_namespace,
 )
+from fairgpu.devcluster.client import STRATEGIC_MERGE_PATCH
 from fairgpu.kube import LiveScheduler
 
 pytestmark = pytest.mark.integration
@@ -264,6 +265,34 @@ def test_node_removed_while_a_preemptor_waits_cancels_its_bind(world: World) -> 
         time.sleep(0.5)
     assert_clean(audit, s)
     assert world.node_of("mid") == b
+
+
+def _nominate(world: World, name: str, node: str) -> None:
+    body = {"status": {"nominatedNodeName": node}}
+    path = f"/api/v1/namespaces/{world.ns}/pods/{name}/status"
+    r = world.api.request("PATCH", path, body, content_type=STRATEGIC_MERGE_PATCH)
+    assert r.ok, r.body
+
+
+def test_stale_nomination_is_cleared_and_a_live_one_kept(world: World) -> None:
+    """As kube-scheduler: a pod that may preempt but finds no victims loses its
+    ``nominatedNodeName``; one whose earlier victim still terminates there keeps it."""
+    a, b = world.node("a", gpus=1), world.node("b", gpus=1)
+    with world.audit() as audit, scheduler(world.cp) as s:
+        world.fill(a, {"keep": "pc-keep"})  # nobody below pc-keep: no victims on a
+        world.fill(b, {"low": "pc-low"})
+        world.api.request("DELETE", f"/api/v1/namespaces/{world.ns}/pods/low")
+        wait_for(lambda: world.terminating("low"), 10)  # no kubelet: it stays terminating
+        for name in ("stale", "waiting"):
+            world.create(name, "pc-mid")
+        _nominate(world, "stale", a)
+        _nominate(world, "waiting", b)
+        wait_for(lambda: world.nominated("stale") == "", 15)
+        assert _stays(lambda: world.nominated("waiting") == b, 2.0)
+        assert not world.node_of("stale") and not world.node_of("waiting")
+        with world.kubelet([b]):  # low goes: one of them takes its GPU
+            wait_for(lambda: b in (world.node_of("stale"), world.node_of("waiting")), 20)
+    assert_clean(audit, s)
 
 
 def test_preemptor_deleted_while_waiting_leaves_its_victims_gpus_held(world: World) -> None:

@@ -69,12 +69,13 @@ class Binder(LoopCalls):
         self.inflight = 0  # binds posted whose result the loop has not applied yet
         self.bound_count = 0
 
-    def nominate(self, pod: PodInfo, node_name: str) -> None:
+    def nominate(self, pod: PodInfo, node_name: str | None) -> None:
         """Post ``status.nominatedNodeName`` of a preemptor waiting for its victims (as
-        kube-scheduler does: the pod's status names the node it waits for)."""
+        kube-scheduler does: the pod's status names the node it waits for); ``None`` clears
+        a nomination that no longer holds."""
         self.pool.submit(self._nominate_call, pod, node_name)
 
-    def _nominate_call(self, pod: PodInfo, node_name: str) -> None:
+    def _nominate_call(self, pod: PodInfo, node_name: str | None) -> None:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         body = {"status": {"nominatedNodeName": node_name}}
         try:

@@ -207,6 +207,25 @@ class PreemptionHolds:
             del self.backoff[uid]
         return [p for p in pending if self.backoff.get(p.uid, (0.0, 0))[0] <= now]
 
+    def stale_nominations(
+        self, unschedulable: Iterable[str], no_preemption: Iterable[str]
+    ) -> list[str]:
+        """Pods left unschedulable whose nomination no longer means anything, forgotten here.
+
+        kube-scheduler clears ``nominatedNodeName`` when a pod that was eligible to preempt
+        finds no victims (``NewPostFilterResultWithNominatedNode("")``) and keeps it while the
+        pod may not preempt again (its earlier victims still terminate there, invariant 4):
+        so a stale nomination neither misleads a person nor blocks the pod's next preemption.
+        ``no_preemption``: the pods of this cycle that kept theirs for that reason.
+        """
+        nominated, keep = self.cache.nominated, set(no_preemption)
+        stale = [
+            u for u in unschedulable if u in nominated and u not in keep and u not in self.held
+        ]
+        for uid in stale:
+            del nominated[uid]
+        return stale
+
     def no_preemption(self, pending: Iterable[PodInfo]) -> frozenset[str]:
         """Pending pods that may be placed but must not preempt: their nominated node still
         holds a terminating pod of lower priority (invariant 4)."""

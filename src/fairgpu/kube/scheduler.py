@@ -427,6 +427,8 @@ class LiveScheduler:
             self._assumed(b, now)
         self.sharing.check(cache.cluster, result.binds)
         failed = self._report_unschedulable(result, now)
+        for uid in self.holds.stale_nominations(failed, self.engine.no_preemption):
+            self.binder.nominate(cache.pending[uid], None)  # same thread: still pending
         if result.binds or result.evictions:
             log.info(
                 "cycle",
