@@ -439,3 +439,23 @@ def test_pod_indexes_match_a_full_scan_under_churn() -> None:
         total = sum((arr for _, arr in found), np.zeros(state.size, dtype=np.int64))
         assert total.tolist() == carriers.tolist()
         assert carried_terms(state, "anti-test", extract, {"app": "web"}) == []
+
+
+def test_terminating_pods_do_not_count_for_spread_but_do_for_affinity() -> None:
+    # Zone a holds a web pod whose deletion has begun; kube-scheduler's spread skips it (a
+    # rolling update is not blocked by the pods it replaces), so zone a is at 0 like zone b.
+    state = cluster(*zones("a", "b"), placed=[(web("w1"), "n1")])
+    incoming = web("new", topologySpreadConstraints=[spread()])
+    assert feasible(["PodTopologySpread"], incoming, state) == ["n2"]
+    state.mark_terminating(next(u for u, p in state.pods.items() if p.name == "w1"), True)
+    assert feasible(["PodTopologySpread"], incoming, state) == ["n1", "n2"]
+    # Required anti-affinity still sees it (InterPodAffinity counts terminating pods).
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": ZONE}
+            ]
+        }
+    }
+    loner = k8s_pod("loner", affinity=anti)
+    assert feasible(["InterPodAffinity"], loner, state) == ["n2"]

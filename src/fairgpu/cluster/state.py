@@ -380,6 +380,17 @@ class ClusterState:
         self.node_version[idx] += 1
         return placement
 
+    def mark_terminating(self, uid: str, terminating: bool) -> None:
+        """Record that ``uid``'s deletion has begun (or not). A change counts as a change of
+        its node's load: topology spread stops counting a terminating pod, so answers derived
+        from the placed pods must be recomputed."""
+        placement = self.placements.get(uid)
+        if placement is None or placement.terminating == terminating:
+            return
+        placement.terminating = terminating
+        self.load_version += 1
+        self.node_version[placement.node] += 1
+
     def release(self, uid: str) -> tuple[PodInfo, Placement] | None:
         """Remove a placed pod and give back what it held; returns it, or None if unknown."""
         placement = self.placements.pop(uid, None)

@@ -290,7 +290,7 @@ class SchedulerCache:
         pl = self.cluster.placements.get(uid)
         if pl is not None:
             pl.bound = uid in self.bound
-            pl.terminating = uid in self.deleting or uid in self.evicted
+            self.cluster.mark_terminating(uid, uid in self.deleting or uid in self.evicted)
 
     def forget(self, uid: str) -> bool:
         """Undo an assumption (bind failed or abandoned); True if capacity was released.

@@ -192,18 +192,25 @@ def frozen(arr: np.ndarray) -> np.ndarray:
 
 
 def selector_counts(
-    cluster: ClusterState, namespaces: frozenset[str] | None, selector: LabelSelector
+    cluster: ClusterState,
+    namespaces: frozenset[str] | None,
+    selector: LabelSelector,
+    skip_terminating: bool = False,
 ) -> np.ndarray:
     """Per-node-slot number of placed pods in ``namespaces`` (None: any) that ``selector``
-    matches; memoised (read-only)."""
+    matches, without those whose deletion has begun if ``skip_terminating`` (topology spread
+    does not count them; inter-pod affinity does); memoised (read-only)."""
     cache = memo(cluster)
-    key = ("selector_counts", namespaces, selector)
+    key = ("selector_counts", namespaces, selector, skip_terminating)
     hit = cache.get(key)
     if hit is None:
         if namespaces is None:
             pred: Predicate = lambda p: selector.matches(p.labels)  # noqa: E731
         else:
             pred = lambda p: p.namespace in namespaces and selector.matches(p.labels)  # noqa: E731
+        if skip_terminating:
+            placements, matches = cluster.placements, pred
+            pred = lambda p: not placements[p.uid].terminating and matches(p)  # noqa: E731
         hit = cache[key] = frozen(matching_counts(cluster, (selector,), pred))
     assert isinstance(hit, np.ndarray)
     return hit

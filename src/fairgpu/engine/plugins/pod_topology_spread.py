@@ -58,10 +58,12 @@ IGNORED = -1  # raw score of a node the score ignores (lacks a topology key)
 
 
 def _count(cluster: ClusterState, pod: PodInfo, c: SpreadConstraint) -> np.ndarray:
-    """Per-node number of placed pods in the pod's namespace matching ``c``'s selector."""
+    """Per-node number of placed pods in the pod's namespace matching ``c``'s selector; a
+    terminating pod is not counted (kube-scheduler's ``countPodsMatchSelector`` skips pods
+    with a deletionTimestamp: a rolling update must not be blocked by the pods it replaces)."""
     if c.selector is None:
         return np.zeros(cluster.size, dtype=np.int32)
-    return selector_counts(cluster, frozenset((pod.namespace,)), c.selector)
+    return selector_counts(cluster, frozenset((pod.namespace,)), c.selector, skip_terminating=True)
 
 
 def _taints_mask(cluster: ClusterState, pod: PodInfo) -> np.ndarray:
