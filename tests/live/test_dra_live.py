@@ -396,3 +396,49 @@ def test_prebind_conflict_releases_what_it_wrote(admin: KubeClient, ns: str) -> 
     first = admin.get(f"{path}/first")
     assert not first.get("status") and FINALIZER not in first["metadata"].get("finalizers", [])
     admin.request("DELETE", f"{path}/second")
+
+
+def test_pod_waits_for_its_claim(admin: KubeClient, ns: str) -> None:
+    create(admin, ns, dra_pod("early", ("gpu", "late")))
+    assert 'resourceclaim.resource.k8s.io "late" not found' in unschedulable_message(
+        admin, ns, "early"
+    )
+    make_claims(admin, ns, claim("late", gpus=1))
+    wait_for(lambda: "early" in bound(admin, ns))
+    assert_consistent(admin, ns)
+
+
+def shape(value: Any) -> Any:
+    """The structure of a JSON value: keys kept, leaves replaced by their type."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return sorted({repr(shape(v)) for v in value})
+    return type(value).__name__
+
+
+def test_claim_status_matches_kube_scheduler(cp: ControlPlane, admin: KubeClient, ns: str) -> None:
+    """kube-scheduler and fairgpu each allocate one claim on the same cluster: the claims'
+    status and finalizers have the same structure, and neither takes the other's device."""
+    cp.start_scheduler(extra_args=[f"--feature-gates={DRA_FEATURE_GATES}"])
+    try:
+        make_claims(admin, ns, claim("by-kube", gpus=1), claim("by-fairgpu", gpus=1))
+        manifest = dra_pod("kube", ("gpu", "by-kube"))
+        manifest["spec"]["schedulerName"] = "default-scheduler"
+        create(admin, ns, manifest)
+        create(admin, ns, dra_pod("fair", ("gpu", "by-fairgpu")))
+        wait_for(lambda: len(bound(admin, ns)) == 2, 30)
+    finally:
+        cp.stop_scheduler()
+    got = assert_consistent(admin, ns)
+    ks, fg = got["kube"][0], got["fair"][0]
+    assert shape(ks["status"]) == shape(fg["status"])
+    assert ks["metadata"]["finalizers"] == fg["metadata"]["finalizers"] == [FINALIZER]
+    # kube-controller-manager's part for kube-scheduler's claim (it does not run here).
+    admin.request("DELETE", f"/api/v1/namespaces/{ns}/pods/kube", {"gracePeriodSeconds": 0})
+    path = f"{DRA_API}/namespaces/{ns}/resourceclaims/by-kube"
+    ks = admin.get(path)
+    ks["status"] = {}
+    ks = admin.call("PUT", f"{path}/status", ks)
+    ks["metadata"]["finalizers"] = []
+    admin.call("PUT", path, ks)
