@@ -11,6 +11,7 @@ so elsewhere the release of claims is the scheduler's own.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -442,3 +443,25 @@ def test_claim_status_matches_kube_scheduler(cp: ControlPlane, admin: KubeClient
     ks = admin.call("PUT", f"{path}/status", ks)
     ks["metadata"]["finalizers"] = []
     admin.call("PUT", path, ks)
+
+
+def test_every_mig_slot_filled_once(admin: KubeClient, ns: str) -> None:
+    """28 single-slice MIG claims fill the four GPUs exactly (7 each); the 29th waits."""
+    n = 7 * GPUS * len(NODES)
+    make_claims(admin, ns, *(claim(f"s{i}", mig="1g.10gb") for i in range(n + 1)))
+    t0 = time.monotonic()
+    for i in range(n + 1):
+        create(admin, ns, dra_pod(f"s{i}", ("gpu", f"s{i}")))
+    wait_for(lambda: len(bound(admin, ns)) == n, 60)
+    elapsed = time.monotonic() - t0
+    left = next(f"s{i}" for i in range(n + 1) if f"s{i}" not in bound(admin, ns))
+    assert "cannot allocate all claims" in unschedulable_message(admin, ns, left)
+    got = assert_consistent(admin, ns)
+    per_gpu = Counter(
+        (r["pool"], r["device"].split("-mig-")[0])
+        for cs in got.values()
+        for c in cs
+        for r in c["status"]["allocation"]["devices"]["results"]
+    )
+    assert sorted(per_gpu.values()) == [7] * (GPUS * len(NODES))
+    print(f"\n{n} MIG pods created and bound with their claims in {elapsed:.2f}s")
