@@ -465,3 +465,20 @@ def test_every_mig_slot_filled_once(admin: KubeClient, ns: str) -> None:
     )
     assert sorted(per_gpu.values()) == [7] * (GPUS * len(NODES))
     print(f"\n{n} MIG pods created and bound with their claims in {elapsed:.2f}s")
+
+
+def test_cluster_without_dra_api_still_schedules() -> None:
+    """resource.k8s.io/v1 turned off: the scheduler becomes ready and binds pods; a pod with
+    a claim stays pending, its claim never found."""
+    bin_dir = find_binaries()
+    assert bin_dir is not None
+    off = ["--runtime-config=resource.k8s.io/v1=false"]
+    with ControlPlane(bin_dir, extra_apiserver_args=off) as plane, plane.client() as c:
+        ensure_namespace(c, "fairgpu-system", ca_pem=Path(plane.ca_file).read_text())
+        ensure_namespace(c, "plain", ca_pem=Path(plane.ca_file).read_text())
+        create_nodes(c, [NodeSpec("only", pool="training")], domain="example.com")
+        with scheduler(plane):
+            create(c, "plain", pod("cpu", model=None))
+            create(c, "plain", dra_pod("claims", ("gpu", "none")))
+            wait_for(lambda: "cpu" in bound(c, "plain"))
+            assert "not found" in unschedulable_message(c, "plain", "claims")

@@ -17,7 +17,9 @@ cache) until the watch shows every one of those claims allocated: until then a s
 a claim without allocation cannot make its devices look free.
 
 ResourceClaimTemplates are not watched: kube-controller-manager makes the claims, and the
-scheduler only ever reads claims.
+scheduler only ever reads claims. A cluster that does not serve ``resource.k8s.io/v1``
+(Kubernetes before 1.34, or the API turned off) is not watched at all: its pods with claims
+stay pending (their claims are never found), and everything else is scheduled as before.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from fairgpu.api.errors import InvalidObjectError
 from fairgpu.api.objects import decode_json
 from fairgpu.cluster.dra import DraStore
 from fairgpu.cluster.state import ClusterState
-from fairgpu.kube.client import RestClient
+from fairgpu.kube.client import CONNECTION_ERRORS, RestClient
 from fairgpu.kube.reflector import Reflector
 from fairgpu.model.dra import (
     ClaimInfo,
@@ -107,6 +109,8 @@ class DraWatch:
     reflector threads) for :meth:`apply` on the scheduler's loop thread."""
 
     def __init__(self, client: RestClient, sink: Callable[[str, Any], None]) -> None:
+        self.client = client
+        self.served = True
         self.reflectors: list[Reflector] = []
         for kind, (path, _, _, table) in _RESOURCES.items():
 
@@ -116,9 +120,17 @@ class DraWatch:
             self.reflectors.append(Reflector(client, path, _decoder(kind), forward, name=table))
 
     def start(self) -> None:
-        """Start every reflector."""
-        for r in self.reflectors:
-            r.start()
+        """Start every reflector, if the API server serves ``resource.k8s.io/v1``."""
+        try:
+            r = self.client.request("GET", DRA_API, limited=False)
+            self.served = r.status != 404
+        except CONNECTION_ERRORS:
+            pass  # not known yet: the reflectors retry until the API server answers
+        if not self.served:
+            log.warning("resource.k8s.io/v1 not served: pods with resource claims stay pending")
+            return
+        for reflector in self.reflectors:
+            reflector.start()
 
     def stop(self) -> None:
         """Stop every reflector."""
@@ -126,8 +138,8 @@ class DraWatch:
             r.stop()
 
     def synced(self) -> bool:
-        """True once every collection has been listed."""
-        return all(r.synced.is_set() for r in self.reflectors)
+        """True once every collection has been listed (at once when DRA is not served)."""
+        return not self.served or all(r.synced.is_set() for r in self.reflectors)
 
     @staticmethod
     def apply(cluster: ClusterState, etype: str, payload: tuple[str, Any]) -> bool:
