@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.kube.client import CONNECTION_ERRORS, RestClient
+from fairgpu.kube.client import CONNECTION_ERRORS, ApiResponse, RestClient
 from fairgpu.kube.dra_watch import DRA_API
 from fairgpu.model.pod import PodInfo
 
@@ -129,34 +129,47 @@ def prebind(client: RestClient, plan: DraPlan, wait_allocated: float = 10.0) -> 
 
 def _reserve(client: RestClient, plan: DraPlan, write: ClaimWrite, wait: float) -> None:
     deadline = time.monotonic() + wait
-    attempt = 0
+    conflicts = 0
     while True:
         claim = _get(client, write)
-        status = claim.setdefault("status", {})
         if _reserved(claim, plan.pod_uid):
             return  # written before a lost reply: nothing more to do
-        if write.allocation is not None:
-            if status.get("allocation"):
-                raise WriteError(409, "got allocated elsewhere in the meantime")
-            if FINALIZER not in claim["metadata"].get("finalizers", []):
-                claim = _add_finalizer(client, write, claim)
-                status = claim.setdefault("status", {})
-            status["allocation"] = write.allocation
-        elif not status.get("allocation"):
+        if write.allocation is None and not claim["status"].get("allocation"):
             if time.monotonic() > deadline:
                 raise WriteError(409, "not allocated (the pod that allocates it did not bind)")
             time.sleep(0.1)  # another bind of this cycle is writing the allocation
             continue
-        elif _pinned(status["allocation"]) not in ("", plan.node):
-            raise WriteError(409, f"allocated for node {_pinned(status['allocation'])}")
-        reserved = status.setdefault("reservedFor", [])
-        reserved.append({"resource": "pods", "name": plan.pod_name, "uid": plan.pod_uid})
-        r = client.request("PUT", f"{write.path}/status", claim)
+        r = _write(client, plan, write, claim)
         if r.ok:
             return
-        attempt += 1
-        if r.status != 409 or attempt >= CONFLICT_ATTEMPTS:
+        conflicts += 1
+        if r.status != 409 or conflicts >= CONFLICT_ATTEMPTS:
             raise WriteError(r.status, f"add allocation and reservation: {r.message}")
+
+
+def _write(
+    client: RestClient, plan: DraPlan, write: ClaimWrite, claim: dict[str, Any]
+) -> ApiResponse:
+    """One attempt: the finalizer (a plain update: the status subresource ignores metadata),
+    then allocation and reservation in one status update; a 409 reply means: read again."""
+    status = claim["status"]
+    if write.allocation is not None:
+        if status.get("allocation"):
+            raise WriteError(409, "got allocated elsewhere in the meantime")
+        finalizers = claim["metadata"].get("finalizers") or []
+        if FINALIZER not in finalizers:
+            claim["metadata"]["finalizers"] = [*finalizers, FINALIZER]
+            r = client.request("PUT", write.path, claim)
+            if not r.ok or not isinstance(r.body, dict):
+                return r
+            claim = r.body
+            status = claim.setdefault("status", {})
+        status["allocation"] = write.allocation
+    elif (node := _pinned(status["allocation"])) not in ("", plan.node):
+        raise WriteError(409, f"allocated for node {node}")
+    entry = {"resource": "pods", "name": plan.pod_name, "uid": plan.pod_uid}
+    status.setdefault("reservedFor", []).append(entry)
+    return client.request("PUT", f"{write.path}/status", claim)
 
 
 def _get(client: RestClient, write: ClaimWrite) -> dict[str, Any]:
@@ -168,15 +181,7 @@ def _get(client: RestClient, write: ClaimWrite) -> dict[str, Any]:
         raise WriteError(409, "was replaced")
     if meta.get("deletionTimestamp"):
         raise WriteError(409, "got deleted in the meantime")
-    return r.body
-
-
-def _add_finalizer(client: RestClient, write: ClaimWrite, claim: dict[str, Any]) -> dict[str, Any]:
-    """A plain update adding the finalizer (the status subresource ignores metadata)."""
-    claim["metadata"]["finalizers"] = [*claim["metadata"].get("finalizers", []), FINALIZER]
-    r = client.request("PUT", write.path, claim)
-    if not r.ok or not isinstance(r.body, dict):
-        raise WriteError(r.status, f"add finalizer: {r.message}")
+    r.body.setdefault("status", {})
     return r.body
 
 
