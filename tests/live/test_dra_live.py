@@ -482,3 +482,28 @@ def test_cluster_without_dra_api_still_schedules() -> None:
             create(c, "plain", dra_pod("claims", ("gpu", "none")))
             wait_for(lambda: "cpu" in bound(c, "plain"))
             assert "not found" in unschedulable_message(c, "plain", "claims")
+
+
+def test_dev_cluster_with_dra() -> None:
+    """``DevCluster(dra=True)``: NVIDIA slices for the GPU nodes (with MIG counters), and
+    kube-controller-manager creating a pod's claim from its template."""
+    from fairgpu.devcluster import DevCluster
+
+    spec = NodeSpec("g0", pool="training", gpu_model="NVIDIA-A100-SXM4-80GB", gpus=2)
+    cpu = NodeSpec("c0", pool="training")
+    with DevCluster([spec, cpu], dra=True, kubelet=False) as dev:
+        c = dev.client
+        assert c is not None
+        slices = c.get(f"{DRA_API}/resourceslices")["items"]
+        assert [s["spec"]["nodeName"] for s in slices] == ["g0"]
+        assert len(slices[0]["spec"]["sharedCounters"]) == 2
+        template = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one"},
+            "spec": {"spec": claim_spec(gpus=1)},
+        }
+        c.post(f"{DRA_API}/namespaces/default/resourceclaimtemplates", template)
+        create(c, "default", dra_pod("p", ("gpu", "template:one")))
+        made = wait_for(lambda: claims(c, "default"), 30)
+        assert made[0]["metadata"]["ownerReferences"][0]["name"] == "p"
