@@ -507,3 +507,46 @@ def test_dev_cluster_with_dra() -> None:
         create(c, "default", dra_pod("p", ("gpu", "template:one")))
         made = wait_for(lambda: claims(c, "default"), 30)
         assert made[0]["metadata"]["ownerReferences"][0]["name"] == "p"
+
+
+def test_least_privilege_rbac_of_deploy_allocates_and_releases(
+    cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    """A second scheduler (its own name) running as deploy/'s service account, with only the
+    RBAC granted there, allocates, reserves and releases a claim."""
+    import yaml
+
+    from fairgpu.kube.client import Connection
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    paths = {
+        "Namespace": "/api/v1/namespaces",
+        "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+        "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    }
+    for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
+        for doc in yaml.safe_load_all((deploy / name).read_text()):
+            if doc:
+                path = paths[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
+                r = admin.request("POST", path, doc)
+                assert r.ok or r.status == 409, r.body
+    token = admin.post(
+        "/api/v1/namespaces/fairgpu-system/serviceaccounts/fairgpu-scheduler/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    make_claims(admin, ns, claim("rbac", gpus=1))
+    manifest = dra_pod("rbac", ("gpu", "rbac"))
+    manifest["spec"]["schedulerName"] = "fairgpu-rbac"
+    create(admin, ns, manifest)
+    conn = Connection(cp.url, token, cp.ca_file)
+    path = f"{DRA_API}/namespaces/{ns}/resourceclaims/rbac"
+    with scheduler(cp, connection=conn, scheduler_name="fairgpu-rbac") as s:
+        wait_for(lambda: "rbac" in bound(admin, ns))
+        assert_consistent(admin, ns)
+        admin.request("DELETE", f"/api/v1/namespaces/{ns}/pods/rbac", {"gracePeriodSeconds": 0})
+        wait_for(lambda: not admin.get(path).get("status"))
+        wait_for(lambda: not admin.get(path)["metadata"].get("finalizers"))
+        assert s.metrics.binds.labels("error")._value.get() == 0
