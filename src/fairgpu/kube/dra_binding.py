@@ -90,6 +90,9 @@ class WriteError(Exception):
         self.message = message
 
 
+_FAILURES: tuple[type[BaseException], ...] = (WriteError, *CONNECTION_ERRORS)
+
+
 def plan_for(cluster: ClusterState, pod: PodInfo, node_name: str) -> DraPlan | None:
     """The claim writes for ``pod`` placed on ``node_name`` (None: the pod has no claims).
 
@@ -120,7 +123,7 @@ def prebind(client: RestClient, plan: DraPlan, wait_allocated: float = 10.0) -> 
     for write in plan.claims:
         try:
             _reserve(client, plan, write, wait_allocated)
-        except (WriteError, *CONNECTION_ERRORS) as error:
+        except _FAILURES as error:
             status = error.status if isinstance(error, WriteError) else 0
             release(client, plan)
             return status, f"resourceclaim {write.namespace}/{write.name}: {error}"
@@ -207,7 +210,7 @@ def release(client: RestClient, plan: DraPlan) -> None:
     for write in plan.claims:
         try:
             _release_claim(client, plan.pod_uid, write)
-        except (WriteError, *CONNECTION_ERRORS) as error:
+        except _FAILURES as error:
             log.warning(
                 "could not release resource claim",
                 extra={
