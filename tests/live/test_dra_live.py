@@ -550,3 +550,23 @@ def test_least_privilege_rbac_of_deploy_allocates_and_releases(
         wait_for(lambda: not admin.get(path).get("status"))
         wait_for(lambda: not admin.get(path)["metadata"].get("finalizers"))
         assert s.metrics.binds.labels("error")._value.get() == 0
+
+
+def test_explain_reads_claims_and_devices(cp: ControlPlane, admin: KubeClient, ns: str) -> None:
+    """``fairgpu explain`` builds its state with the DRA objects too: a pod whose claim
+    cannot get a GPU is explained by the allocation, not by a claim it cannot find."""
+    from typer.testing import CliRunner
+
+    from fairgpu.cli import app
+
+    n = GPUS * len(NODES)
+    make_claims(admin, ns, *(claim(f"g{i}", gpus=1) for i in range(n + 1)))
+    for i in range(n + 1):
+        create(admin, ns, dra_pod(f"g{i}", ("gpu", f"g{i}")))
+    wait_for(lambda: len(bound(admin, ns)) == n)
+    left = next(f"g{i}" for i in range(n + 1) if f"g{i}" not in bound(admin, ns))
+    args = ["explain", f"{ns}/{left}", "--kubeconfig", str(cp.kubeconfig_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    nodes = next(line for line in result.output.splitlines() if line.startswith("Nodes:"))
+    assert "2 cannot allocate all claims" in nodes, result.output

@@ -24,6 +24,7 @@ stay pending (their claims are never found), and everything else is scheduled as
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from fairgpu.model.dra import (
     slice_from_k8s,
 )
 
-__all__ = ["DRA_API", "DraWatch", "Invalid"]
+__all__ = ["DRA_API", "DraWatch", "Invalid", "read_dra"]
 
 log = logging.getLogger("fairgpu.kube.dra")
 
@@ -121,11 +122,9 @@ class DraWatch:
 
     def start(self) -> None:
         """Start every reflector, if the API server serves ``resource.k8s.io/v1``."""
-        try:
-            r = self.client.request("GET", DRA_API, limited=False)
-            self.served = r.status != 404
-        except CONNECTION_ERRORS:
-            pass  # not known yet: the reflectors retry until the API server answers
+        # Unreachable: not known yet; the reflectors retry until the API server answers.
+        with contextlib.suppress(*CONNECTION_ERRORS):
+            self.served = _served(self.client)
         if not self.served:
             log.warning("resource.k8s.io/v1 not served: pods with resource claims stay pending")
             return
@@ -164,6 +163,21 @@ class DraWatch:
             settle_choices(cluster)
         cluster.release_version += 1
         return True
+
+
+def _served(client: RestClient) -> bool:
+    return client.request("GET", DRA_API, limited=False).status != 404
+
+
+def read_dra(
+    client: RestClient, list_all: Callable[[str, Callable[[bytes], Any]], list[Any]]
+) -> list[tuple[str, list[Any]]]:
+    """Every DeviceClass, ResourceSlice and ResourceClaim, decoded as the watches decode them,
+    as ``(kind, objects)`` payloads for :meth:`DraWatch.apply` (``SYNC``); nothing when the
+    API is not served. ``list_all(path, decode)`` lists one collection."""
+    if not _served(client):
+        return []
+    return [(kind, list_all(path, _decoder(kind))) for kind, (path, *_) in _RESOURCES.items()]
 
 
 def _tables(store: DraStore) -> dict[str, dict[str, Any]]:
