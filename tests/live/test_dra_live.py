@@ -570,3 +570,38 @@ def test_explain_reads_claims_and_devices(cp: ControlPlane, admin: KubeClient, n
     assert result.exit_code == 0, result.output
     nodes = next(line for line in result.output.splitlines() if line.startswith("Nodes:"))
     assert "2 cannot allocate all claims" in nodes, result.output
+
+
+def test_prebind_retried_is_idempotent_and_checks_the_allocation(
+    admin: KubeClient, ns: str
+) -> None:
+    """The same writes again (a lost reply) succeed without a second reservation; a claim
+    left reserved for the pod with another allocation fails the bind and is released."""
+    make_claims(admin, ns, claim("once", gpus=1))
+    uid = claims(admin, ns)[0]["metadata"]["uid"]
+    path = f"{DRA_API}/namespaces/{ns}/resourceclaims/once"
+
+    def plan(device: str) -> DraPlan:
+        alloc = {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": "dra-1", "device": device}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["dra-1"]}
+                        ]
+                    }
+                ]
+            },
+        }
+        return DraPlan(ns, "ghost", "0000-ghost", "dra-1", (ClaimWrite(ns, "once", uid, alloc),))
+
+    assert prebind(admin.rest, plan("gpu-1")) == (200, "")
+    assert prebind(admin.rest, plan("gpu-1")) == (200, "")
+    assert len(admin.get(path)["status"]["reservedFor"]) == 1
+    status, message = prebind(admin.rest, plan("gpu-0"))
+    assert status == 409 and "another allocation" in message
+    c = admin.get(path)
+    assert not c.get("status") and FINALIZER not in c["metadata"].get("finalizers", [])

@@ -136,7 +136,8 @@ def _reserve(client: RestClient, plan: DraPlan, write: ClaimWrite, wait: float) 
     while True:
         claim = _get(client, write)
         if _reserved(claim, plan.pod_uid):
-            return  # written before a lost reply: nothing more to do
+            _check_reserved(claim, plan, write)
+            return  # written before (a lost reply, a retry): nothing more to do
         if write.allocation is None and not claim["status"].get("allocation"):
             if time.monotonic() > deadline:
                 raise WriteError(409, "not allocated (the pod that allocates it did not bind)")
@@ -186,6 +187,16 @@ def _get(client: RestClient, write: ClaimWrite) -> dict[str, Any]:
         raise WriteError(409, "got deleted in the meantime")
     r.body.setdefault("status", {})
     return r.body
+
+
+def _check_reserved(claim: dict[str, Any], plan: DraPlan, write: ClaimWrite) -> None:
+    """A claim already reserved for the pod must hold what this bind chose (an earlier
+    attempt whose release failed may have left another allocation)."""
+    allocation = claim["status"].get("allocation") or {}
+    if write.allocation is not None and allocation != write.allocation:
+        raise WriteError(409, "reserved for the pod with another allocation")
+    if _pinned(allocation) not in ("", plan.node):
+        raise WriteError(409, f"reserved for the pod on node {_pinned(allocation)}")
 
 
 def _reserved(claim: dict[str, Any], uid: str) -> bool:
