@@ -605,3 +605,22 @@ def test_prebind_retried_is_idempotent_and_checks_the_allocation(
     assert status == 409 and "another allocation" in message
     c = admin.get(path)
     assert not c.get("status") and FINALIZER not in c["metadata"].get("finalizers", [])
+
+
+def test_claims_of_pods_bound_before_a_restart_are_released(
+    cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    """A scheduler started after the bind (no kube-controller-manager here) still releases
+    the claim of one of its pods when the pod goes."""
+    make_claims(admin, ns, claim("kept", gpus=1))
+    manifest = dra_pod("kept", ("gpu", "kept"))
+    manifest["spec"]["schedulerName"] = "fairgpu-restart"
+    create(admin, ns, manifest)
+    path = f"{DRA_API}/namespaces/{ns}/resourceclaims/kept"
+    with scheduler(cp, scheduler_name="fairgpu-restart"):
+        wait_for(lambda: "kept" in bound(admin, ns))
+    assert admin.get(path)["status"]["reservedFor"]
+    with scheduler(cp, scheduler_name="fairgpu-restart"):
+        admin.request("DELETE", f"/api/v1/namespaces/{ns}/pods/kept", {"gracePeriodSeconds": 0})
+        wait_for(lambda: not admin.get(path).get("status"))
+        wait_for(lambda: not admin.get(path)["metadata"].get("finalizers"))

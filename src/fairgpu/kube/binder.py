@@ -69,7 +69,7 @@ class Binder(LoopCalls):
         self.stop = stop
         self.inflight = 0  # binds posted whose result the loop has not applied yet
         self.bound_count = 0
-        self.dra = dra_binding.DraBinder(client, self.pool)  # ResourceClaims, before the bind
+        self.dra = dra_binding.DraBinder(client, self.pool, cache.scheduler_name)  # claims
 
     def nominate(self, pod: PodInfo, node_name: str) -> None:
         """Post ``status.nominatedNodeName`` of a preemptor waiting for its victims (as

@@ -271,14 +271,19 @@ class DraBinder:
     """The claims of the pods this scheduler reserved (loop thread), released on the binder's
     pool when a bind fails or the pod goes away.
 
+    A pod bound before this process started (by an earlier run or another replica) is
+    released from the claims the store shows reserved for it, if it was this scheduler's.
+
     Args:
         client: the API client.
         pool: the thread pool the writes run on (the binder's).
+        scheduler_name: the pods that are this scheduler's (``spec.schedulerName``).
     """
 
-    def __init__(self, client: RestClient, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, client: RestClient, pool: ThreadPoolExecutor, scheduler_name: str) -> None:
         self.client = client
         self.pool = pool
+        self.scheduler_name = scheduler_name
         self.reserved: dict[str, DraPlan] = {}
 
     def plan(self, cluster: ClusterState, pod: PodInfo, node_name: str) -> DraPlan | None:
@@ -292,11 +297,24 @@ class DraBinder:
         """The pod's bind failed (its claims were released by the bind call)."""
         self.reserved.pop(uid, None)
 
-    def gone(self, uids: set[str], cluster: ClusterState) -> None:
-        """Pods deleted or finished: release the claims they were reserved in, and drop
-        their device choices from the store."""
+    def gone(self, uids: set[str], last: dict[str, PodInfo], cluster: ClusterState) -> None:
+        """Pods deleted or finished (``last``: the bound ones as last seen): release the
+        claims they were reserved in, and drop their device choices from the store."""
         for uid in uids:
             cluster.dra.choices.pop(uid, None)
-            plan = self.reserved.pop(uid, None)
+            plan = self.reserved.pop(uid, None) or self._found(last.get(uid), cluster)
             if plan is not None:
                 self.pool.submit(release, self.client, plan)
+
+    def _found(self, pod: PodInfo | None, cluster: ClusterState) -> DraPlan | None:
+        """The claims the store shows reserved for one of this scheduler's pods."""
+        if pod is None or pod.scheduler_name != self.scheduler_name:
+            return None
+        store = cluster.dra
+        writes = tuple(
+            ClaimWrite(c.namespace, c.name, c.uid)
+            for ref in pod.resource_claims
+            if (c := store.pod_claim(pod.uid, pod.namespace, ref)) is not None
+            and pod.uid in c.reserved_for
+        )
+        return DraPlan(pod.namespace, pod.name, pod.uid, "", writes) if writes else None

@@ -366,7 +366,7 @@ class LiveScheduler:
         if out.gone:
             for b in self.holds.gone(out.gone, now):
                 self.binder.submit(b)
-            self.binder.dra.gone(out.gone, self.cache.cluster)  # release their claims
+            self.binder.dra.gone(out.gone, out.gone_pods, self.cache.cluster)  # their claims
             for uid in out.gone:
                 self.reporter.forget(uid)
                 self.engine.forget_pod(uid)
