@@ -76,3 +76,16 @@ def test_choice_kept_until_every_claim_shows_its_allocation() -> None:
     apply(cluster, "MODIFIED", decode(claim_json("y", allocated="gpu-1")))
     assert p.uid not in cluster.dra.choices
     assert ("gpu.nvidia.com", "n0", "gpu-1") in cluster.dra.in_use(cluster).devices
+
+
+def test_claim_deleted_after_placement_fails_the_bind() -> None:
+    from fairgpu.kube.dra_binding import plan_for, prebind
+
+    cluster = ClusterState()
+    cluster.add_node(node("n0"))
+    p = pod("p", resourceClaims=[{"name": "gpu", "resourceClaimName": "gone"}])
+    assert p.resource_claims == (("gpu", "gone", ""),)
+    plan = plan_for(cluster, p, "n0")
+    assert plan is not None and plan.missing == ("gone",)
+    status, message = prebind(None, plan)  # type: ignore[arg-type]  # no request is made
+    assert status == 409 and "gone" in message

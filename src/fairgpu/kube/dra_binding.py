@@ -67,13 +67,15 @@ class ClaimWrite:
 
 @dataclass(frozen=True, slots=True)
 class DraPlan:
-    """The claim writes of one pod bound to ``node``."""
+    """The claim writes of one pod bound to ``node``; ``missing`` names the pod's claims
+    that disappeared since it was placed (the bind then fails, and the pod waits again)."""
 
     pod_namespace: str
     pod_name: str
     pod_uid: str
     node: str
     claims: tuple[ClaimWrite, ...]
+    missing: tuple[str, ...] = ()
 
     @property
     def pod_key(self) -> str:
@@ -105,14 +107,16 @@ def plan_for(cluster: ClusterState, pod: PodInfo, node_name: str) -> DraPlan | N
     slot = cluster.node_index.get(node_name)
     chosen = {a.claim: a for a in store.decision(pod.uid, slot)} if slot is not None else {}
     writes = []
+    missing = []
     for ref in pod.resource_claims:
         claim = store.pod_claim(pod.uid, pod.namespace, ref)
         if claim is None:
-            continue  # not placed without it; the write of the others still fails cleanly
+            missing.append(ref[1] or f"of spec.resourceClaims {ref[0]}")
+            continue
         alloc = chosen.get(claim.key)
         status = alloc.status() if alloc is not None and claim.allocation is None else None
         writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, status))
-    return DraPlan(pod.namespace, pod.name, pod.uid, node_name, tuple(writes))
+    return DraPlan(pod.namespace, pod.name, pod.uid, node_name, tuple(writes), tuple(missing))
 
 
 # ---- pre-bind ------------------------------------------------------------------------------
@@ -120,6 +124,8 @@ def prebind(client: RestClient, plan: DraPlan, wait_allocated: float = 10.0) -> 
     """Allocate and reserve every claim of the plan; returns (HTTP status, message) of the
     first failure, after releasing what was written, or (200, "") when all succeeded.
     Connection errors count as status 0."""
+    if plan.missing:
+        return 409, f"resourceclaim {plan.missing[0]} not found (deleted since the pod was placed)"
     for write in plan.claims:
         try:
             _reserve(client, plan, write, wait_allocated)
