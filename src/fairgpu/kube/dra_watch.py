@@ -113,12 +113,13 @@ class DraWatch:
         self.client = client
         self.served = True
         self.reflectors: list[Reflector] = []
-        for kind, (path, _, _, table) in _RESOURCES.items():
+        for kind, (path, *_) in _RESOURCES.items():
 
             def forward(etype: str, obj: Any, kind: str = kind) -> None:
                 sink(etype, (kind, obj))
 
-            self.reflectors.append(Reflector(client, path, _decoder(kind), forward, name=table))
+            name = path.rsplit("/", 1)[1]  # resourceclaims: not "claim", a PVC reflector's
+            self.reflectors.append(Reflector(client, path, _decoder(kind), forward, name=name))
 
     def start(self) -> None:
         """Start every reflector, if the API server serves ``resource.k8s.io/v1``."""
