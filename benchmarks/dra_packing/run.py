@@ -118,7 +118,7 @@ def allocated_share(state: ClusterState, gpus: int) -> float:
                     v
                     for set_ in device.consumes.values()
                     for k, v in set_.items()
-                    if k.startswith("memorySlice")
+                    if k.startswith("memory-slice-")
                 )
     return used / (gpus * MEMORY_SLICES)
 

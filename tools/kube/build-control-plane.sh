@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Build pinned, real Kubernetes control-plane binaries for integration tests:
-# kube-apiserver and kube-scheduler from k8s.io/kubernetes, and the etcd server that
-# Kubernetes release pins, all from the Go module proxy with the local Go toolchain.
+# kube-apiserver, kube-scheduler and kube-controller-manager (its resourceclaim controller
+# creates the ResourceClaims of pods that use ResourceClaimTemplates) from k8s.io/kubernetes,
+# and the etcd server that Kubernetes release pins, all from the Go module proxy with the local
+# Go toolchain.
 #
 # Output: ${FAIRGPU_KUBE_CACHE:-$HOME/.cache/fairgpu/kube}/v<k8s-version>/
-#           kube-apiserver  kube-scheduler  etcd
-# If all three already exist the script exits at once. The last line printed on stdout is
-# always the binaries directory, so callers can do: dir=$(build-control-plane.sh | tail -n1)
+#           kube-apiserver  kube-scheduler  kube-controller-manager  etcd
+# Only the binaries missing from that directory are built (a cache made before
+# kube-controller-manager was added gets just that one); if none is missing the script exits
+# at once. The last line printed on stdout is always the binaries directory, so callers can
+# do: dir=$(build-control-plane.sh | tail -n1)
 #
 # Environment:
 #   FAIRGPU_KUBE_CACHE     cache root (default ~/.cache/fairgpu/kube)
@@ -30,23 +34,26 @@ JOBS="${FAIRGPU_BUILD_JOBS:-2}"
 K8S_VERSION="${K8S_VERSION#v}"
 CACHE_ROOT="${FAIRGPU_KUBE_CACHE:-${HOME}/.cache/fairgpu/kube}"
 OUT_DIR="${CACHE_ROOT}/v${K8S_VERSION}"
-BINARIES=(kube-apiserver kube-scheduler etcd)
+KUBE_BINARIES=(kube-apiserver kube-scheduler kube-controller-manager)
+BINARIES=("${KUBE_BINARIES[@]}" etcd)
 
 log() { printf '[build-control-plane] %s\n' "$*" >&2; }
 die() { printf '[build-control-plane] ERROR: %s\n' "$*" >&2; exit 1; }
 
-have_all() {
-  local b
-  for b in "${BINARIES[@]}"; do
-    [[ -x "${OUT_DIR}/${b}" ]] || return 1
-  done
-}
+MISSING=()
+KUBE_MISSING=()
+for b in "${BINARIES[@]}"; do
+  [[ -x "${OUT_DIR}/${b}" ]] && continue
+  MISSING+=("${b}")
+  [[ "${b}" == etcd ]] || KUBE_MISSING+=("${b}")
+done
 
-if have_all; then
+if (( ${#MISSING[@]} == 0 )); then
   log "binaries already present"
   echo "${OUT_DIR}"
   exit 0
 fi
+log "missing: ${MISSING[*]}"
 
 [[ "${K8S_VERSION}" =~ ^1\.([0-9]+)\.([0-9]+)$ ]] \
   || die "FAIRGPU_K8S_VERSION must look like 1.34.10, got '${K8S_VERSION}'"
@@ -108,16 +115,21 @@ mkdir -p "${K8S_MOD}"
   done
   echo ")"
 } > "${K8S_MOD}/go.mod"
-cat > "${K8S_MOD}/tools.go" <<'GO'
-//go:build tools
-
-package kubebuild
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-)
-GO
+{
+  echo "//go:build tools"
+  echo
+  echo "package kubebuild"
+  echo
+  echo "import ("
+  for b in "${KUBE_BINARIES[@]}"; do
+    echo "	_ \"k8s.io/kubernetes/cmd/${b}\""
+  done
+  echo ")"
+} > "${K8S_MOD}/tools.go"
+KUBE_PKGS=()
+for b in "${KUBE_MISSING[@]}"; do
+  KUBE_PKGS+=("k8s.io/kubernetes/cmd/${b}")
+done
 
 build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 version_pkgs=(k8s.io/component-base/version k8s.io/client-go/pkg/version)
@@ -128,39 +140,43 @@ for p in "${version_pkgs[@]}"; do
   k8s_ldflags+=" -X ${p}.gitTreeState=clean -X ${p}.buildDate=${build_date}"
 done
 
-(
-  cd "${K8S_MOD}"
-  log "resolving Kubernetes dependencies"
-  go mod download k8s.io/kubernetes >&2 \
-    || die "go mod download failed for the Kubernetes wrapper module"
-  log "compiling kube-apiserver and kube-scheduler (-p ${JOBS})"
-  go build -p "${JOBS}" -tags providerless -trimpath -ldflags="${k8s_ldflags}" \
-    -o "${STAGE}/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler >&2 \
-    || die "go build of kube-apiserver / kube-scheduler failed"
-)
+if (( ${#KUBE_PKGS[@]} > 0 )); then
+  (
+    cd "${K8S_MOD}"
+    log "resolving Kubernetes dependencies"
+    go mod download k8s.io/kubernetes >&2 \
+      || die "go mod download failed for the Kubernetes wrapper module"
+    log "compiling ${KUBE_MISSING[*]} (-p ${JOBS})"
+    go build -p "${JOBS}" -tags providerless -trimpath -ldflags="${k8s_ldflags}" \
+      -o "${STAGE}/" "${KUBE_PKGS[@]}" >&2 \
+      || die "go build of ${KUBE_MISSING[*]} failed"
+  )
+fi
 
 # --- etcd wrapper module ------------------------------------------------------------------
 ETCD_MOD="${WORK}/etcd"
 mkdir -p "${ETCD_MOD}"
-(
-  cd "${ETCD_MOD}"
-  go mod init fairgpu.local/etcdbuild >/dev/null 2>&1 || die "go mod init failed"
-  log "resolving go.etcd.io/etcd/server/v3@v${ETCD_VERSION}"
-  go get "go.etcd.io/etcd/server/v3@v${ETCD_VERSION}" >&2 \
-    || die "go get go.etcd.io/etcd/server/v3@v${ETCD_VERSION} failed"
-  log "compiling etcd"
-  go build -p "${JOBS}" -trimpath \
-    -ldflags="-s -w" \
-    -o "${STAGE}/etcd" go.etcd.io/etcd/server/v3 >&2 \
-    || die "go build of etcd failed"
-)
+if [[ ! -x "${OUT_DIR}/etcd" ]]; then
+  (
+    cd "${ETCD_MOD}"
+    go mod init fairgpu.local/etcdbuild >/dev/null 2>&1 || die "go mod init failed"
+    log "resolving go.etcd.io/etcd/server/v3@v${ETCD_VERSION}"
+    go get "go.etcd.io/etcd/server/v3@v${ETCD_VERSION}" >&2 \
+      || die "go get go.etcd.io/etcd/server/v3@v${ETCD_VERSION} failed"
+    log "compiling etcd"
+    go build -p "${JOBS}" -trimpath \
+      -ldflags="-s -w" \
+      -o "${STAGE}/etcd" go.etcd.io/etcd/server/v3 >&2 \
+      || die "go build of etcd failed"
+  )
+fi
 
 # --- sanity check, then move into place atomically ----------------------------------------
-"${STAGE}/kube-apiserver" --version >&2 || die "built kube-apiserver does not run"
-"${STAGE}/kube-scheduler" --version >&2 || die "built kube-scheduler does not run"
-"${STAGE}/etcd" --version >&2 || die "built etcd does not run"
+for b in "${MISSING[@]}"; do
+  "${STAGE}/${b}" --version >&2 || die "built ${b} does not run"
+done
 
-for b in "${BINARIES[@]}"; do
+for b in "${MISSING[@]}"; do
   [[ -f "${STAGE}/${b}" ]] || die "expected ${b} in build output"
   chmod 0755 "${STAGE}/${b}"
   mv -f "${STAGE}/${b}" "${OUT_DIR}/${b}"

@@ -13,6 +13,8 @@ from types import FrameType
 
 from fairgpu.devcluster.client import KubeClient
 from fairgpu.devcluster.controlplane import ControlPlane
+from fairgpu.devcluster.dra import DRA_FEATURE_GATES, publish_nvidia_dra
+from fairgpu.devcluster.dra import apiserver_args as dra_apiserver_args
 from fairgpu.devcluster.kubelet import FakeKubelet
 from fairgpu.devcluster.namespaces import ensure_namespace
 from fairgpu.devcluster.nodes import POOLS, NodeSpec, create_nodes, gpu_node_specs
@@ -33,6 +35,11 @@ class DevCluster:
         namespaces: namespaces created with their ``default`` ServiceAccount.
         kubelet: run the fake kubelet for all nodes.
         kube_scheduler: also run the real kube-scheduler (default profile).
+        dra: Dynamic Resource Allocation as NVIDIA's DRA driver would set it up: the API
+            server (and kube-scheduler) with partitionable devices, NVIDIA-shaped
+            ResourceSlices with the GPUs of every GPU node and their MIG placements, and
+            kube-controller-manager's resourceclaim controller (see
+            :mod:`fairgpu.devcluster.dra`).
         workdir: control-plane work directory (temporary by default).
         keep_workdir: keep the work directory after stopping.
     """
@@ -50,6 +57,7 @@ class DevCluster:
         kube_scheduler: bool = False,
         workdir: str | os.PathLike[str] | None = None,
         keep_workdir: bool = False,
+        dra: bool = False,
     ) -> None:
         if isinstance(nodes, int):
             self.node_specs = gpu_node_specs(
@@ -61,7 +69,13 @@ class DevCluster:
         self.namespaces = list(namespaces)
         self.with_kubelet = kubelet
         self.with_scheduler = kube_scheduler
-        self.control_plane = ControlPlane(bin_dir, workdir=workdir, keep_workdir=keep_workdir)
+        self.with_dra = dra
+        self.control_plane = ControlPlane(
+            bin_dir,
+            workdir=workdir,
+            keep_workdir=keep_workdir,
+            extra_apiserver_args=dra_apiserver_args() if dra else (),
+        )
         self.client: KubeClient | None = None
         self.kubelet: FakeKubelet | None = None
 
@@ -78,8 +92,15 @@ class DevCluster:
             if self.with_kubelet:
                 self.kubelet = FakeKubelet(cp.client(maxsize=8)).start()
                 self.kubelet.wait_synced()
+            if self.with_dra:
+                gpu_nodes = [n for n in self.node_specs if n.gpus > 0]
+                for count in sorted({n.gpus for n in gpu_nodes}):
+                    names = [n.name for n in gpu_nodes if n.gpus == count]
+                    publish_nvidia_dra(self.client, names, gpus=count, mig=True)
+                cp.start_controller_manager(feature_gates=DRA_FEATURE_GATES)
             if self.with_scheduler:
-                cp.start_scheduler()
+                gates = [f"--feature-gates={DRA_FEATURE_GATES}"] if self.with_dra else []
+                cp.start_scheduler(extra_args=gates)
         except BaseException:
             self.stop()
             raise

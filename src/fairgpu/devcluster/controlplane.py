@@ -32,6 +32,11 @@ from typing import IO, TYPE_CHECKING, Any
 import yaml
 
 from fairgpu.devcluster.client import KubeClient
+from fairgpu.devcluster.controller_manager import (
+    BINARY,
+    RESOURCECLAIM_CONTROLLER,
+    controller_manager_argv,
+)
 
 if TYPE_CHECKING:
     from fairgpu.devcluster.certs import ControlPlaneCerts
@@ -225,6 +230,7 @@ class ControlPlane:
         self._etcd: _Child | None = None
         self._apiserver: _Child | None = None
         self._scheduler: _Child | None = None
+        self._controller_manager: _Child | None = None
         self._kubeconfig: Path | None = None
         self._lock = threading.RLock()
 
@@ -345,6 +351,7 @@ class ControlPlane:
         with self._lock:
             # kube-apiserver waits for open watches on SIGTERM; don't let clients stall us.
             for child, grace in (
+                (self._controller_manager, 5.0),
                 (self._scheduler, 5.0),
                 (self._apiserver, 5.0),
                 (self._etcd, 10.0),
@@ -352,6 +359,7 @@ class ControlPlane:
                 if child is not None:
                     child.stop(grace)
             self._scheduler = self._apiserver = self._etcd = None
+            self._controller_manager = None
             _LIVE.discard(self)
             if self.workdir is not None and not self.keep_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
@@ -418,6 +426,60 @@ class ControlPlane:
             if self._scheduler is not None:
                 self._scheduler.stop()
                 self._scheduler = None
+
+    # -- optional kube-controller-manager ---------------------------------------------------
+
+    def start_controller_manager(
+        self,
+        controllers: Sequence[str] = (RESOURCECLAIM_CONTROLLER,),
+        *,
+        feature_gates: str = "",
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        """Start the real kube-controller-manager with only ``controllers`` enabled and wait
+        for ``/healthz`` (see :mod:`fairgpu.devcluster.controller_manager`).
+
+        Raises :class:`ControlPlaneError` when its binary is missing from :attr:`bin_dir`
+        (``tools/kube/build-control-plane.sh`` builds just that one into an older cache).
+        """
+        with self._lock:
+            if self._apiserver is None or self.workdir is None:
+                raise ControlPlaneError("control plane not started")
+            if self._controller_manager is not None:
+                raise ControlPlaneError("kube-controller-manager already running")
+            binary = self.bin_dir / BINARY
+            if not os.access(binary, os.X_OK):
+                raise ControlPlaneError(
+                    f"{binary} not found; build it with tools/kube/build-control-plane.sh"
+                )
+            port = free_port()
+            argv = controller_manager_argv(
+                binary,
+                self.kubeconfig_path,
+                port,
+                self.workdir / "controller-manager-certs",
+                controllers,
+                feature_gates=feature_gates,
+                verbosity=self.verbosity,
+            )
+            child = _Child(
+                BINARY, [*argv, *extra_args], self.log_dir / f"{BINARY}.log", self.workdir
+            )
+            child.start()
+            self._controller_manager = child
+            try:
+                self._wait_https(child, f"https://127.0.0.1:{port}/healthz", token=None)
+            except BaseException:
+                child.stop()
+                self._controller_manager = None
+                raise
+
+    def stop_controller_manager(self) -> None:
+        """Stop kube-controller-manager if :meth:`start_controller_manager` started it."""
+        with self._lock:
+            if self._controller_manager is not None:
+                self._controller_manager.stop()
+                self._controller_manager = None
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import threading
 import time
 
 from fairgpu.engine.engine import Bind
+from fairgpu.kube import dra_binding
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, SchedulerCache
 from fairgpu.kube.client import CONNECTION_ERRORS, STRATEGIC_MERGE_PATCH, RestClient
@@ -68,6 +69,7 @@ class Binder(LoopCalls):
         self.stop = stop
         self.inflight = 0  # binds posted whose result the loop has not applied yet
         self.bound_count = 0
+        self.dra = dra_binding.DraBinder(client, self.pool, cache.scheduler_name)  # claims
 
     def nominate(self, pod: PodInfo, node_name: str | None) -> None:
         """Post ``status.nominatedNodeName`` of a preemptor waiting for its victims (as
@@ -103,14 +105,24 @@ class Binder(LoopCalls):
             annotations[ANN_GPU_DEVICES] = encode_gpu_devices(b.devices, milli, mem)
         self.inflight += 1
         plan = storage.plan_for(cluster, b.pod.uid, b.node_name)  # volumes first, as PreBind does
-        self.pool.submit(self._bind_call, b, annotations, plan)
+        claims = self.dra.plan(cluster, b.pod, b.node_name)
+        self.pool.submit(self._bind_call, b, annotations, plan, claims)
 
     def _bind_call(
-        self, b: Bind, annotations: dict[str, str], plan: storage.PreBindPlan | None = None
+        self,
+        b: Bind,
+        annotations: dict[str, str],
+        plan: storage.PreBindPlan | None = None,
+        claims: dra_binding.DraPlan | None = None,
     ) -> None:
         pod = b.pod
         if plan is not None:
             status, message = storage.prebind(self.client, plan)
+            if not 200 <= status < 300:
+                self.events.put(BindResult(status, message, b))
+                return
+        if claims is not None:  # ResourceClaims after volumes, as kube-scheduler's PreBind
+            status, message = dra_binding.prebind(self.client, claims)  # released if it fails
             if not 200 <= status < 300:
                 self.events.put(BindResult(status, message, b))
                 return
@@ -137,6 +149,8 @@ class Binder(LoopCalls):
             message = str(error)
             status = self._bound_where(pod.namespace, pod.name, pod.uid, b.node_name)
         self.metrics.bind_seconds.observe(time.perf_counter() - t0)
+        if claims is not None and not 200 <= status < 300:
+            dra_binding.release(self.client, claims)
         self.events.put(BindResult(status, message, b))
 
     def _bound_where(self, ns: str, name: str, uid: str, node: str) -> int:
@@ -185,5 +199,6 @@ class Binder(LoopCalls):
             "bind failed; forgetting the assumed placement",
             extra={"pod": b.pod.key, "node": b.node_name, "status": status, "error": message},
         )
+        self.dra.failed(uid)
         if self.cache.forget(uid):
             out.dirty = True

@@ -70,11 +70,13 @@ class CacheChanges:
 
     ``nodes``: names of the nodes the batch touched (checked by the consistency check);
     ``node_problems``: (node name, node uid, problem) first seen in this batch, to report;
-    ``repairs``: divergences the consistency check found and repaired, by kind.
+    ``repairs``: divergences the consistency check found and repaired, by kind;
+    ``gone_pods``: the bound pods among ``gone``, as last seen (their claims are released).
     """
 
     dirty: bool = False
     gone: set[str] = field(default_factory=set)
+    gone_pods: dict[str, PodInfo] = field(default_factory=dict)
     nodes: set[str] = field(default_factory=set)
     node_problems: list[tuple[str, str, NodeProblem]] = field(default_factory=list)
     repairs: dict[str, int] = field(default_factory=dict)
@@ -170,6 +172,8 @@ class SchedulerCache:
         self.first_seen.pop(uid, None)
         where = self.bound.pop(uid, None)
         if where is not None:
+            if (last := self.bound_on.get(where[0], {}).get(uid)) is not None:
+                out.gone_pods[uid] = last
             self._unindex(uid, where[0])
         self.assumed.pop(uid, None)
         self.evicting.discard(uid)

@@ -16,6 +16,7 @@ from fairgpu.model.pod import PodInfo
 
 __all__ = [
     "BindResult",
+    "DraEvent",
     "EvictResult",
     "LoopEvent",
     "NamespaceEvent",
@@ -74,6 +75,15 @@ class VolumeEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class DraEvent:
+    """A DeviceClass, ResourceSlice or ResourceClaim watch event: ``obj`` is ``(kind,
+    object)`` as :meth:`~fairgpu.kube.dra_watch.DraWatch.apply` takes it."""
+
+    etype: str
+    obj: tuple[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class BindResult:
     """The outcome of one bind: HTTP ``status`` (0: the API stayed unreachable) and message."""
 
@@ -103,6 +113,7 @@ LoopEvent = (
     | NamespaceEvent
     | PodGroupEvent
     | VolumeEvent
+    | DraEvent
     | BindResult
     | EvictResult
     | Wake

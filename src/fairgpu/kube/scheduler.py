@@ -46,8 +46,10 @@ from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode
 from fairgpu.kube.client import RateLimiter, RestClient, load_connection
 from fairgpu.kube.config import RunConfig
 from fairgpu.kube.consistency import check as check_cache
+from fairgpu.kube.dra_watch import DraWatch
 from fairgpu.kube.events import (
     BindResult,
+    DraEvent,
     EvictResult,
     LoopEvent,
     NamespaceEvent,
@@ -156,6 +158,8 @@ class LiveScheduler:
         self.volume_watch = storage.VolumeWatch(
             self.client, lambda t, o: self.events.put(VolumeEvent(t, o))
         )
+        # DeviceClasses, ResourceSlices and ResourceClaims for DynamicResources.
+        self.dra_watch = DraWatch(self.client, lambda t, o: self.events.put(DraEvent(t, o)))
         # PodGroup reflectors, one per PodGroup API the cluster serves (found at start).
         self.pod_groups = PodGroupWatch(
             self.client,
@@ -244,6 +248,7 @@ class LiveScheduler:
         self.namespace_reflector.start()
         self.pod_reflector.start()
         self.volume_watch.start()
+        self.dra_watch.start()
         self.pod_groups.start(cfg.podgroup_discovery_seconds)
         if self.elector is not None:
             self.elector.start()
@@ -268,6 +273,7 @@ class LiveScheduler:
         self.node_reflector.stop()
         self.namespace_reflector.stop()
         self.volume_watch.stop()
+        self.dra_watch.stop()
         self.pod_groups.stop()
         self.reporter.stop()
         self.health.stop()
@@ -281,6 +287,7 @@ class LiveScheduler:
             and self.node_reflector.synced.is_set()
             and self.namespace_reflector.synced.is_set()
             and self.volume_watch.synced()
+            and self.dra_watch.synced()
             and self.pod_groups.synced()
         )
 
@@ -359,6 +366,7 @@ class LiveScheduler:
         if out.gone:
             for b in self.holds.gone(out.gone, now):
                 self.binder.submit(b)
+            self.binder.dra.gone(out.gone, out.gone_pods, self.cache.cluster)  # their claims
             for uid in out.gone:
                 self.reporter.forget(uid)
                 self.engine.forget_pod(uid)
@@ -384,6 +392,8 @@ class LiveScheduler:
         elif isinstance(event, VolumeEvent):
             changed = storage.VolumeWatch.apply(cache.cluster, event.etype, event.obj)
             out.dirty = changed or out.dirty
+        elif isinstance(event, DraEvent):
+            out.dirty |= DraWatch.apply(cache.cluster, event.etype, event.obj)
         elif isinstance(event, BindResult):
             self.binder.done(event, out)
         elif isinstance(event, EvictResult):

@@ -27,6 +27,7 @@ from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.client import RestClient
 from fairgpu.kube.decode import NodeRecord, PodRecord
+from fairgpu.kube.dra_watch import DraWatch, read_dra
 from fairgpu.kube.namespaces import NamespaceStore, decode_namespace
 from fairgpu.kube.podgroups import PodGroupBook, decode_pod_group, served_pod_group_paths
 from fairgpu.model.gpu import DEFAULT_NAMES
@@ -101,6 +102,7 @@ class Snapshot:
     namespaces: list[tuple[str, dict[str, str]]]
     volumes: list[tuple[str, list[Any]]] = field(default_factory=list)
     pod_groups: dict[str, list[Any]] = field(default_factory=dict)
+    dra: list[tuple[str, list[Any]]] = field(default_factory=list)
 
     def build(self) -> tuple[SchedulerCache, Engine]:
         """A fresh cache and engine holding this snapshot, as the live scheduler would
@@ -122,6 +124,8 @@ class Snapshot:
         NamespaceStore().apply("SYNC", self.namespaces, cache.cluster)
         for kind, items in self.volumes:
             storage.VolumeWatch.apply(cache.cluster, "SYNC", (kind, items))
+        for payload in self.dra:  # DeviceClasses, ResourceSlices, ResourceClaims
+            DraWatch.apply(cache.cluster, "SYNC", payload)
         book = PodGroupBook()
         for path, items in self.pod_groups.items():
             for key, group in book.apply(path, "SYNC", items).items():
@@ -161,4 +165,5 @@ def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
         path: list_objects(client, path, decode_pod_group)
         for path in served_pod_group_paths(client)
     }
-    return Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups)
+    dra = read_dra(client, lambda path, decode: list_objects(client, path, decode))
+    return Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra)

@@ -80,7 +80,7 @@ def _gpu_device(node: str, i: int, model: GpuModel, mig: bool) -> dict[str, Any]
         "capacity": {"memory": {"value": f"{model.memory_gib}Gi"}},
     }
     if mig:
-        counters = {f"memorySlice{s}": {"value": "1"} for s in range(MEMORY_SLICES)}
+        counters = {f"memory-slice-{s}": {"value": "1"} for s in range(MEMORY_SLICES)}
         counters["memory"] = {"value": f"{model.memory_gib}Gi"}
         counters["multiprocessors"] = {"value": str(model.multiprocessors)}
         device["consumesCounters"] = [{"counterSet": f"gpu-{i}-counters", "counters": counters}]
@@ -88,7 +88,7 @@ def _gpu_device(node: str, i: int, model: GpuModel, mig: bool) -> dict[str, Any]
 
 
 def _mig_device(node: str, i: int, model: GpuModel, p: MigProfile, start: int) -> dict[str, Any]:
-    counters = {f"memorySlice{s}": {"value": "1"} for s in range(start, start + p.slices)}
+    counters = {f"memory-slice-{s}": {"value": "1"} for s in range(start, start + p.slices)}
     counters["memory"] = {"value": f"{p.memory_gib}Gi"}
     counters["multiprocessors"] = {"value": str(p.multiprocessors)}
     return {
@@ -123,7 +123,7 @@ def nvidia_slice(
             continue
         for p in model.profiles:
             devices.extend(_mig_device(node, i, model, p, s) for s in p.starts)
-        counters = {f"memorySlice{s}": {"value": "1"} for s in range(MEMORY_SLICES)}
+        counters = {f"memory-slice-{s}": {"value": "1"} for s in range(MEMORY_SLICES)}
         counters["memory"] = {"value": f"{model.memory_gib}Gi"}
         counters["multiprocessors"] = {"value": str(model.multiprocessors)}
         shared.append({"name": f"gpu-{i}-counters", "counters": counters})

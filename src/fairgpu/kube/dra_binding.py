@@ -1,0 +1,326 @@
+"""Binding pods that use ResourceClaims, as kube-scheduler's DynamicResources PreBind does it.
+
+Before a pod's ``pods/binding`` is posted, each of its claims gets, in one write of the
+``status`` subresource (with the claim's resourceVersion: a conflict re-reads the claim and
+tries again, a few times):
+
+* the allocation the engine chose, when the claim was not allocated yet: ``status.allocation``
+  with ``devices.results`` (request, driver, pool, device; ``adminAccess`` when asked) and a
+  ``nodeSelector`` pinning the node (``matchFields`` ``metadata.name In [node]``) when a device
+  belongs to that node's slices. As kube-scheduler does, the finalizer
+  ``resource.kubernetes.io/delete-protection`` is added first, by a plain update, so the claim
+  cannot vanish while allocated; a claim found allocated meanwhile (by someone else) fails the
+  bind instead of being allocated twice;
+* the pod in ``status.reservedFor`` (``resource: pods``, name, uid).
+
+A claim the engine found allocated (a shared claim, or one a pod placed earlier in the same
+cycle is allocating) is only reserved; if that allocation is still being written by another
+bind, the write waits briefly for it.
+
+Release undoes it: when the bind fails, or a pod bound by this scheduler goes away, the pod is
+removed from ``reservedFor``, and a claim nobody reserves any more loses its allocation and the
+finalizer, as kube-controller-manager's resourceclaim controller does (both may run: the
+writes are conditional, the later one finds nothing left to do).
+
+:class:`DraBinder` keeps, on the loop thread, the claims each pod was reserved in, and runs the
+writes on the binder's thread pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.kube.client import CONNECTION_ERRORS, ApiResponse, RestClient
+from fairgpu.kube.dra_watch import DRA_API
+from fairgpu.model.pod import PodInfo
+
+__all__ = ["FINALIZER", "ClaimWrite", "DraBinder", "DraPlan", "plan_for", "prebind", "release"]
+
+log = logging.getLogger("fairgpu.kube.dra")
+
+#: The finalizer kube-scheduler puts on a claim it allocates (resource.k8s.io/v1 Finalizer).
+FINALIZER = "resource.kubernetes.io/delete-protection"
+#: Attempts of one claim write on resourceVersion conflicts (client-go's retry.DefaultRetry).
+CONFLICT_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWrite:
+    """One claim of the pod: ``allocation`` to write (``status.allocation`` JSON), or None
+    when the claim is already allocated and only the reservation is added."""
+
+    namespace: str
+    name: str
+    uid: str
+    allocation: dict[str, Any] | None = None
+
+    @property
+    def path(self) -> str:
+        """The claim's API path."""
+        return f"{DRA_API}/namespaces/{self.namespace}/resourceclaims/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class DraPlan:
+    """The claim writes of one pod bound to ``node``; ``missing`` names the pod's claims
+    that disappeared since it was placed (the bind then fails, and the pod waits again)."""
+
+    pod_namespace: str
+    pod_name: str
+    pod_uid: str
+    node: str
+    claims: tuple[ClaimWrite, ...]
+    missing: tuple[str, ...] = ()
+
+    @property
+    def pod_key(self) -> str:
+        """``namespace/name`` of the pod."""
+        return f"{self.pod_namespace}/{self.pod_name}"
+
+
+class WriteError(Exception):
+    """A claim write that failed: HTTP ``status`` (409 for a conflict found here) and why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+_FAILURES: tuple[type[BaseException], ...] = (WriteError, *CONNECTION_ERRORS)
+
+
+def plan_for(cluster: ClusterState, pod: PodInfo, node_name: str) -> DraPlan | None:
+    """The claim writes for ``pod`` placed on ``node_name`` (None: the pod has no claims).
+
+    Read on the loop thread right after the engine placed the pod: the allocations are the
+    ones the DynamicResources filter chose for that node.
+    """
+    if not pod.resource_claims:
+        return None
+    store = cluster.dra
+    slot = cluster.node_index.get(node_name)
+    chosen = {a.claim: a for a in store.decision(pod.uid, slot)} if slot is not None else {}
+    writes = []
+    missing = []
+    for ref in pod.resource_claims:
+        claim = store.pod_claim(pod.uid, pod.namespace, ref)
+        if claim is None:
+            missing.append(ref[1] or f"of spec.resourceClaims {ref[0]}")
+            continue
+        alloc = chosen.get(claim.key)
+        status = alloc.status() if alloc is not None and claim.allocation is None else None
+        writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, status))
+    return DraPlan(pod.namespace, pod.name, pod.uid, node_name, tuple(writes), tuple(missing))
+
+
+# ---- pre-bind ------------------------------------------------------------------------------
+def prebind(client: RestClient, plan: DraPlan, wait_allocated: float = 10.0) -> tuple[int, str]:
+    """Allocate and reserve every claim of the plan; returns (HTTP status, message) of the
+    first failure, after releasing what was written, or (200, "") when all succeeded.
+    Connection errors count as status 0."""
+    if plan.missing:
+        return 409, f"resourceclaim {plan.missing[0]} not found (deleted since the pod was placed)"
+    for write in plan.claims:
+        try:
+            _reserve(client, plan, write, wait_allocated)
+        except _FAILURES as error:
+            status = error.status if isinstance(error, WriteError) else 0
+            release(client, plan)
+            return status, f"resourceclaim {write.namespace}/{write.name}: {error}"
+    return 200, ""
+
+
+def _reserve(client: RestClient, plan: DraPlan, write: ClaimWrite, wait: float) -> None:
+    deadline = time.monotonic() + wait
+    conflicts = 0
+    while True:
+        claim = _get(client, write)
+        if _reserved(claim, plan.pod_uid):
+            _check_reserved(claim, plan, write)
+            return  # written before (a lost reply, a retry): nothing more to do
+        if write.allocation is None and not claim["status"].get("allocation"):
+            if time.monotonic() > deadline:
+                raise WriteError(409, "not allocated (the pod that allocates it did not bind)")
+            time.sleep(0.1)  # another bind of this cycle is writing the allocation
+            continue
+        r = _write(client, plan, write, claim)
+        if r.ok:
+            return
+        conflicts += 1
+        if r.status != 409 or conflicts >= CONFLICT_ATTEMPTS:
+            raise WriteError(r.status, f"add allocation and reservation: {r.message}")
+
+
+def _write(
+    client: RestClient, plan: DraPlan, write: ClaimWrite, claim: dict[str, Any]
+) -> ApiResponse:
+    """One attempt: the finalizer (a plain update: the status subresource ignores metadata),
+    then allocation and reservation in one status update; a 409 reply means: read again."""
+    status = claim["status"]
+    if write.allocation is not None:
+        if status.get("allocation"):
+            raise WriteError(409, "got allocated elsewhere in the meantime")
+        finalizers = claim["metadata"].get("finalizers") or []
+        if FINALIZER not in finalizers:
+            claim["metadata"]["finalizers"] = [*finalizers, FINALIZER]
+            r = client.request("PUT", write.path, claim)
+            if not r.ok or not isinstance(r.body, dict):
+                return r
+            claim = r.body
+            status = claim.setdefault("status", {})
+        status["allocation"] = write.allocation
+    elif (node := _pinned(status["allocation"])) not in ("", plan.node):
+        raise WriteError(409, f"allocated for node {node}")
+    entry = {"resource": "pods", "name": plan.pod_name, "uid": plan.pod_uid}
+    status.setdefault("reservedFor", []).append(entry)
+    return client.request("PUT", f"{write.path}/status", claim)
+
+
+def _get(client: RestClient, write: ClaimWrite) -> dict[str, Any]:
+    r = client.request("GET", write.path)
+    if not r.ok or not isinstance(r.body, dict):
+        raise WriteError(r.status, f"get: {r.message}")
+    meta = r.body.setdefault("metadata", {})
+    if write.uid and meta.get("uid") != write.uid:
+        raise WriteError(409, "was replaced")
+    if meta.get("deletionTimestamp"):
+        raise WriteError(409, "got deleted in the meantime")
+    r.body.setdefault("status", {})
+    return r.body
+
+
+def _check_reserved(claim: dict[str, Any], plan: DraPlan, write: ClaimWrite) -> None:
+    """A claim already reserved for the pod must hold what this bind chose (an earlier
+    attempt whose release failed may have left another allocation)."""
+    allocation = claim["status"].get("allocation") or {}
+    if write.allocation is not None and allocation != write.allocation:
+        raise WriteError(409, "reserved for the pod with another allocation")
+    if _pinned(allocation) not in ("", plan.node):
+        raise WriteError(409, f"reserved for the pod on node {_pinned(allocation)}")
+
+
+def _reserved(claim: dict[str, Any], uid: str) -> bool:
+    return any(r.get("uid") == uid for r in claim["status"].get("reservedFor") or [])
+
+
+def _pinned(allocation: dict[str, Any]) -> str:
+    """The node an allocation's nodeSelector pins ('' when it pins none)."""
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for req in term.get("matchFields") or []:
+            values = req.get("values") or []
+            by_name = req.get("key") == "metadata.name" and req.get("operator") == "In"
+            if by_name and len(values) == 1:
+                return str(values[0])
+    return ""
+
+
+# ---- release -------------------------------------------------------------------------------
+def release(client: RestClient, plan: DraPlan) -> None:
+    """Remove the pod from every claim's ``reservedFor``; deallocate the claims left unused.
+    Best effort: failures are logged (kube-controller-manager cleans up after a pod too)."""
+    for write in plan.claims:
+        try:
+            _release_claim(client, plan.pod_uid, write)
+        except _FAILURES as error:
+            log.warning(
+                "could not release resource claim",
+                extra={
+                    "pod": plan.pod_key,
+                    "claim": f"{write.namespace}/{write.name}",
+                    "error": str(error),
+                },
+            )
+
+
+def _release_claim(client: RestClient, pod_uid: str, write: ClaimWrite) -> None:
+    for _ in range(CONFLICT_ATTEMPTS):
+        r = client.request("GET", write.path)
+        if r.status == 404 or not isinstance(r.body, dict):
+            return
+        claim = r.body
+        meta = claim.setdefault("metadata", {})
+        if write.uid and meta.get("uid") != write.uid:
+            return  # another claim of that name: not ours to touch
+        status = claim.setdefault("status", {})
+        left = [e for e in status.get("reservedFor") or [] if e.get("uid") != pod_uid]
+        ours = FINALIZER in meta.get("finalizers", [])
+        if len(left) < len(status.get("reservedFor") or []):
+            status["reservedFor"] = left
+            if not left and ours:
+                status.pop("allocation", None)
+            r = client.request("PUT", f"{write.path}/status", claim)
+            if r.status == 409:
+                continue
+            if not r.ok or not isinstance(r.body, dict):
+                raise WriteError(r.status, f"remove reservation: {r.message}")
+            claim = r.body
+        if ours and not (claim.get("status") or {}).get("allocation"):
+            finalizers = [f for f in claim["metadata"].get("finalizers", []) if f != FINALIZER]
+            claim["metadata"]["finalizers"] = finalizers
+            r = client.request("PUT", write.path, claim)
+            if r.status == 409:
+                continue
+            if not r.ok and r.status != 404:
+                raise WriteError(r.status, f"remove finalizer: {r.message}")
+        return
+    raise WriteError(409, "conflicts on every attempt")
+
+
+# ---- loop-side bookkeeping -------------------------------------------------------------------
+class DraBinder:
+    """The claims of the pods this scheduler reserved (loop thread), released on the binder's
+    pool when a bind fails or the pod goes away.
+
+    A pod bound before this process started (by an earlier run or another replica) is
+    released from the claims the store shows reserved for it, if it was this scheduler's.
+
+    Args:
+        client: the API client.
+        pool: the thread pool the writes run on (the binder's).
+        scheduler_name: the pods that are this scheduler's (``spec.schedulerName``).
+    """
+
+    def __init__(self, client: RestClient, pool: ThreadPoolExecutor, scheduler_name: str) -> None:
+        self.client = client
+        self.pool = pool
+        self.scheduler_name = scheduler_name
+        self.reserved: dict[str, DraPlan] = {}
+
+    def plan(self, cluster: ClusterState, pod: PodInfo, node_name: str) -> DraPlan | None:
+        """The pod's claim writes, remembered so its claims are released when it goes."""
+        plan = plan_for(cluster, pod, node_name)
+        if plan is not None:
+            self.reserved[pod.uid] = plan
+        return plan
+
+    def failed(self, uid: str) -> None:
+        """The pod's bind failed (its claims were released by the bind call)."""
+        self.reserved.pop(uid, None)
+
+    def gone(self, uids: set[str], last: dict[str, PodInfo], cluster: ClusterState) -> None:
+        """Pods deleted or finished (``last``: the bound ones as last seen): release the
+        claims they were reserved in, and drop their device choices from the store."""
+        for uid in uids:
+            cluster.dra.choices.pop(uid, None)
+            plan = self.reserved.pop(uid, None) or self._found(last.get(uid), cluster)
+            if plan is not None:
+                self.pool.submit(release, self.client, plan)
+
+    def _found(self, pod: PodInfo | None, cluster: ClusterState) -> DraPlan | None:
+        """The claims the store shows reserved for one of this scheduler's pods."""
+        if pod is None or pod.scheduler_name != self.scheduler_name:
+            return None
+        store = cluster.dra
+        writes = tuple(
+            ClaimWrite(c.namespace, c.name, c.uid)
+            for ref in pod.resource_claims
+            if (c := store.pod_claim(pod.uid, pod.namespace, ref)) is not None
+            and pod.uid in c.reserved_for
+        )
+        return DraPlan(pod.namespace, pod.name, pod.uid, "", writes) if writes else None
