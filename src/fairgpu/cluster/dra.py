@@ -13,6 +13,7 @@ cleanup here.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from fairgpu.model.dra import (
     DeviceInfo,
     DeviceResult,
     DraObject,
+    NodePin,
     SliceInfo,
 )
 
@@ -41,6 +43,13 @@ class ClaimAllocation:
     claim: str  # namespace/name
     results: tuple[DeviceResult, ...]
     node: str = ""
+    pin: NodePin | None = None  # a label selector instead of a node name
+
+    def admits(self, node_name: str, labels: Mapping[str, str]) -> bool:
+        """Whether a pod using this allocation may run on the node."""
+        if self.node:
+            return self.node == node_name
+        return self.pin is None or self.pin.admits(node_name, labels)
 
     def status(self) -> dict[str, Any]:
         """``status.allocation`` as kube-scheduler writes it (resource.k8s.io/v1 JSON)."""
@@ -59,6 +68,8 @@ class ClaimAllocation:
         if self.node:
             match = {"key": "metadata.name", "operator": "In", "values": [self.node]}
             out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [match]}]}
+        elif self.pin is not None:
+            out["nodeSelector"] = self.pin.selector()
         return out
 
 
@@ -199,16 +210,20 @@ class DraStore:
             self._nodes.clear()
         view = NodeDevices()
         valid = self._valid_slices()
-        seen: dict[tuple[str, str], int] = {}
         counters: dict[CounterKey, dict[str, int]] = {}
         for s in valid:
-            seen[(s.driver, s.pool)] = seen.get((s.driver, s.pool), 0) + 1
             for name, amounts in s.counters.items():
                 counters[(s.driver, s.pool, name)] = amounts
-        for s in sorted(valid, key=lambda s: (s.driver, s.pool, s.name)):
-            if not s.reaches(node_name, labels):
-                continue
-            if seen[(s.driver, s.pool)] < s.slice_count:
+        reaching = [
+            s
+            for s in sorted(valid, key=lambda s: (s.driver, s.pool, s.name))
+            if s.reaches(node_name, labels)
+        ]
+        # kube-scheduler counts only the slices that reach the node: a pool spread over
+        # several nodes is incomplete from each of them.
+        here = Counter((s.driver, s.pool) for s in reaching)
+        for s in reaching:
+            if here[(s.driver, s.pool)] != s.slice_count:
                 view.incomplete.add((s.driver, s.pool))
             for d in s.devices:
                 view.devices.append(d)
@@ -224,7 +239,7 @@ class DraStore:
     def effective(self, claim: ClaimInfo, cluster: ClusterState) -> ClaimAllocation | None:
         """The claim's allocation: written in its status, or chosen for a placed pod."""
         if claim.allocation is not None:
-            return ClaimAllocation(claim.key, claim.allocation, claim.node)
+            return ClaimAllocation(claim.key, claim.allocation, claim.node, claim.pin)
         for uid, choice in self.choices.items():
             placement = cluster.placements.get(uid)
             if placement is None:
@@ -291,7 +306,7 @@ class DraStore:
                 continue
             alloc = allocs.get(claim.key)
             if alloc is not None and claim.allocation is None:
-                claim = replace(claim, allocation=alloc.results, node=alloc.node)
+                claim = replace(claim, allocation=alloc.results, node=alloc.node, pin=alloc.pin)
             if uid not in claim.reserved_for:
                 claim = replace(claim, reserved_for=(*claim.reserved_for, uid))
             self.set_claim(claim)
@@ -320,6 +335,7 @@ class DraStore:
                     reserved_for=left,
                     allocation=claim.allocation if left else None,
                     node=claim.node if left else "",
+                    pin=claim.pin if left else None,
                 )
             )
 
