@@ -26,13 +26,19 @@ from fairgpu.model.dra import (
     DeviceResult,
     DraObject,
     NodePin,
+    RequestInfo,
     SliceInfo,
 )
+from fairgpu.model.gpu import WHOLE
 
 if TYPE_CHECKING:
     from fairgpu.cluster.state import ClusterState
 
 CounterKey = tuple[str, str, str]  # (driver, pool, counter set)
+#: Drivers whose devices are GPUs for fair shares, quotas and metrics (NVIDIA's DRA driver).
+GPU_DRIVERS = frozenset({"gpu.nvidia.com"})
+# Values of a GPU driver's ``type`` attribute that are GPUs (absent: a GPU too).
+_GPU_TYPES = (None, "gpu", "mig")
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
 
 
@@ -113,6 +119,9 @@ class DraStore:
     claims: dict[str, ClaimInfo] = field(default_factory=dict)
     templates: dict[str, ClaimTemplateInfo] = field(default_factory=dict)
     choices: dict[str, PodChoice] = field(default_factory=dict)
+    # Pods the engine evicts (or tries evicting, planning a preemption): claims only they
+    # reserve count as free while they are not placed. Adapters drop a pod once it is gone.
+    released: set[str] = field(default_factory=set)
     version: int = 0
     slice_version: int = 0
     _generated: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -121,6 +130,10 @@ class DraStore:
     _counters: dict[CounterKey, dict[str, int]] = field(default_factory=dict)
     _devices_version: int = -1
     _allocated: tuple[int, InUse] | None = None
+    _asks: dict[tuple[str, Any], int] = field(default_factory=dict)
+    _asks_version: int = -1
+    _capacity: int = 0
+    _capacity_version: int = -1
 
     # ---- updates (adapters) ------------------------------------------------------------
     def add(self, obj: DraObject) -> None:
@@ -251,13 +264,24 @@ class DraStore:
 
     def in_use(self, cluster: ClusterState) -> InUse:
         """Devices allocated to claims (admin-access results excepted, as they do not take
-        the device) or chosen for placed pods, and the counters those devices consume."""
-        if self._allocated is None or self._allocated[0] != self.version:
+        the device) or chosen for placed pods, and the counters those devices consume.
+
+        A claim reserved only by pods the engine is evicting (:attr:`released`, and not
+        placed) is free: the preemptor may plan with its devices, as the claim is
+        deallocated once its last pod is gone."""
+        freed = self._freed_claims(cluster)
+        if freed:
             base = InUse()
-            for claim in self.claims.values():
-                self._charge(base, claim.allocation or ())
-            self._allocated = (self.version, base)
-        base = self._allocated[1]
+            for key, claim in self.claims.items():
+                if key not in freed:
+                    self._charge(base, claim.allocation or ())
+        else:
+            if self._allocated is None or self._allocated[0] != self.version:
+                base = InUse()
+                for claim in self.claims.values():
+                    self._charge(base, claim.allocation or ())
+                self._allocated = (self.version, base)
+            base = self._allocated[1]
         pending = [
             alloc
             for uid, choice in self.choices.items()
@@ -272,6 +296,16 @@ class DraStore:
             self._charge(out, alloc.results)
         return out
 
+    def _freed_claims(self, cluster: ClusterState) -> set[str]:
+        gone = {u for u in self.released if u not in cluster.placements}
+        if not gone:
+            return set()
+        return {
+            key
+            for key, c in self.claims.items()
+            if c.allocation is not None and c.reserved_for and gone.issuperset(c.reserved_for)
+        }
+
     def _charge(self, into: InUse, results: Iterable[DeviceResult]) -> None:
         for r in results:
             if r.admin or r.key in into.devices:
@@ -284,6 +318,104 @@ class DraStore:
                 used = into.counters.setdefault((r.driver, r.pool, set_name), {})
                 for counter, amount in amounts.items():
                     used[counter] = used.get(counter, 0) + amount
+
+    # ---- GPUs through claims (fair shares, quotas, metrics) ---------------------------------
+    def gpu_milli(self, device: DeviceInfo) -> int:
+        """How much of a GPU a device is, in milli-GPU: a whole GPU of a GPU driver
+        (:data:`GPU_DRIVERS`) is 1000; a partition (a device consuming counters of its GPU's
+        counter set, e.g. a MIG device) the mean over the set's counters of the share it
+        consumes, so an A100 MIG 3g.40gb (4 of 8 memory slices, half the memory, 42 of 108
+        SMs) counts 489 and a 1g.10gb 125; any other device 0."""
+        typ = device.attributes.get(f"{device.driver}/type")
+        if device.driver not in GPU_DRIVERS or typ not in _GPU_TYPES:
+            return 0
+        if not device.consumes:
+            return WHOLE
+        shares = []
+        for set_name, amounts in device.consumes.items():
+            total = self.counter_totals((device.driver, device.pool, set_name))
+            if total:
+                used = sum(min(1.0, amounts.get(c, 0) / t) for c, t in total.items() if t > 0)
+                shares.append(used / len(total))
+        return round(WHOLE * min(1.0, sum(shares)))
+
+    def gpu_capacity_milli(self) -> int:
+        """GPUs (milli) the slices publish: each device without counters at its size, and
+        each counter set of a GPU driver as one GPU (its partitions share it)."""
+        if self._capacity_version != self.slice_version:
+            total = 0
+            sets = set()
+            self._index()
+            for device in self._devices.values():
+                if not device.consumes:
+                    total += self.gpu_milli(device)
+                elif self.gpu_milli(device):
+                    sets.update((device.driver, device.pool, name) for name in device.consumes)
+            self._capacity = total + WHOLE * len(sets)
+            self._capacity_version = self.slice_version
+        return self._capacity
+
+    def _results_milli(self, results: Iterable[DeviceResult]) -> int:
+        total = 0
+        for r in results:
+            device = self.device(r.key)
+            if device is not None and not r.admin:  # admin access takes nothing
+                total += self.gpu_milli(device)
+        return total
+
+    def held_gpu_milli(
+        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
+    ) -> int:
+        """GPUs (milli) placed pod ``uid`` holds through its claims. A claim shared with a
+        pod placed before counts for that pod only."""
+        total = 0
+        for ref in refs:
+            claim = self.pod_claim(uid, namespace, ref)
+            if claim is None:
+                continue
+            if any(u != uid and u in cluster.placements for u in claim.reserved_for):
+                continue
+            alloc = self.effective(claim, cluster)
+            if alloc is not None:
+                total += self._results_milli(alloc.results)
+        return total
+
+    def asked_gpu_milli(
+        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
+    ) -> int:
+        """GPUs (milli) a pending pod asks for through its claims: a claim allocated already
+        (and held by no placed pod) counts its devices; one still to allocate counts each
+        request's devices (its first alternative; ``All`` as one) at the size of the first
+        device, in pool order, that its class and selectors select."""
+        total = 0
+        for ref in refs:
+            claim = self.pod_claim(uid, namespace, ref)
+            if claim is None or any(u in cluster.placements for u in claim.reserved_for):
+                continue
+            if claim.allocation is not None:
+                total += self._results_milli(claim.allocation)
+                continue
+            for req in claim.spec.requests:
+                first = req.alternatives[0] if req.alternatives else req
+                total += max(1, first.count) * self._request_milli(first)
+        return total
+
+    def _request_milli(self, req: RequestInfo) -> int:
+        key = (req.class_name, req.selectors)
+        if self._asks_version != self.slice_version:
+            self._asks = {}
+            self._asks_version = self.slice_version
+        hit = self._asks.get(key)
+        if hit is None:
+            hit = 0
+            cls = self.classes.get(req.class_name)
+            self._index()
+            for device in sorted(self._devices.values(), key=lambda d: d.key):
+                if cls is not None and _selects(cls.selectors + req.selectors, device):
+                    hit = self.gpu_milli(device)
+                    break
+            self._asks[key] = hit
+        return hit
 
     # ---- decisions -------------------------------------------------------------------------
     def decision(self, uid: str, node: int) -> tuple[ClaimAllocation, ...]:
@@ -319,6 +451,7 @@ class DraStore:
         deallocated (kube-controller-manager's resourceclaim controller), and a claim
         generated for the pod is deleted with it."""
         self.choices.pop(uid, None)
+        self.released.discard(uid)
         for ref in refs:
             claim = self.pod_claim(uid, namespace, ref)
             if claim is None:
@@ -363,3 +496,11 @@ class DraStore:
             self.set_claim(claim)
             made.append(claim.key)
         return made
+
+
+def _selects(selectors: Iterable[Any], device: DeviceInfo) -> bool:
+    """All selectors select ``device`` (a CEL error counts as not selected)."""
+    try:
+        return all(s.evaluate(device.cel_input()) for s in selectors)
+    except ValueError:
+        return False

@@ -59,6 +59,7 @@ def placed_vector(pod: PodInfo, placement: Placement) -> np.ndarray:
     if placement.devices:
         vec[DIM_GPU] = placement.device_milli * len(placement.devices)
         vec[DIM_GPU_MEMORY] = placement.device_memory * len(placement.devices)
+    vec[DIM_GPU] += placement.dra_milli  # GPUs through DRA claims count as GPUs
     vec[DIM_CPU] = pod.requests.get(CPU, 0)
     vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
     return vec
@@ -197,6 +198,11 @@ class QueueBook:
             else:
                 mem = 0.0
             vec[DIM_GPU_MEMORY] = gpu.count * mem
+        if pod.resource_claims and self._cluster is not None:  # GPUs through DRA claims
+            refs = pod.resource_claims
+            vec[DIM_GPU] += self._cluster.dra.asked_gpu_milli(
+                pod.uid, pod.namespace, refs, self._cluster
+            )
         vec[DIM_CPU] = pod.requests.get(CPU, 0)
         vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
         return vec
@@ -240,7 +246,7 @@ class QueueBook:
         alloc = cluster.allocatable[:n][active]
         self.capacity = np.array(
             [
-                alloc[:, COL_GPU_MILLI].sum(),
+                alloc[:, COL_GPU_MILLI].sum() + cluster.dra.gpu_capacity_milli(),
                 alloc[:, COL_GPU_MEMORY].sum(),
                 alloc[:, COL_CPU].sum(),
                 alloc[:, COL_MEMORY].sum(),
