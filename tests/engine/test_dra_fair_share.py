@@ -20,6 +20,17 @@ from fairgpu.sim.workloads.nvidia_dra import (
 )
 from fairgpu.tenancy import parse_config
 from tests.builders import k8s_node, k8s_pod
+from tests.engine.dra_builders import (
+    claim_doc,
+    claim_pod,
+    device_class,
+    dra_cluster,
+    gpu,
+    place,
+    scheduler,
+    slice_doc,
+)
+from tests.engine.engine_builders import pod
 
 TENANCY = {
     "mode": "dynamic",
@@ -108,10 +119,6 @@ def test_mig_partition_counts_as_its_fraction_of_a_gpu() -> None:
 @pytest.mark.parametrize("shared", [False, True])
 def test_eviction_frees_the_claims_devices_unless_another_pod_shares_them(shared: bool) -> None:
     """One GPU; a low-priority pod holds it through a claim, a high-priority pod needs it."""
-    from tests.engine.dra_builders import claim_doc, claim_pod, device_class, dra_cluster, gpu
-    from tests.engine.dra_builders import place, scheduler, slice_doc
-    from tests.engine.engine_builders import pod
-
     state = dra_cluster(["n1"], device_class(), slice_doc("n1", gpu("g0")))
     state.dra.add(decode_dra(claim_doc("low")))
     state.dra.add(decode_dra(claim_doc("high")))
