@@ -137,3 +137,29 @@ def test_eviction_frees_the_claims_devices_unless_another_pod_shares_them(shared
         assert not result.binds and not result.evictions
         return
     assert victims == {"victim"} and [b.pod.name for b in result.binds] == ["preemptor"]
+
+
+def test_metrics_count_gpus_held_and_asked_through_claims() -> None:
+    from fairgpu.kube.cache import SchedulerCache
+    from fairgpu.kube.metrics import Metrics
+    from fairgpu.kube.metrics_export import MetricsExporter
+
+    cache = SchedulerCache("fairgpu")
+    workload = _workload(True, [])
+    for n in workload.nodes:
+        cache.cluster.add_node(n)
+    for obj in workload.extra["dra"]:
+        cache.cluster.dra.add(obj)
+    running, waiting = _pod("run", "a", True), _pod("wait", "a", True)
+    assert place(scheduler(), cache.cluster, running).ok
+    cache.cluster.dra.create_pod_claims(waiting.uid, waiting.name, "a", waiting.resource_claims)
+    cache.pending[waiting.uid] = waiting
+    metrics = Metrics()
+    MetricsExporter(metrics).export(cache, Engine())
+
+    def gauge(name: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"queue": "a"})
+
+    assert gauge("fairgpu_queue_gpus_allocated") == 1.0
+    assert gauge("fairgpu_queue_gpus_pending") == 1.0
+    assert gauge("fairgpu_queue_gpus_fair_share") == 2.0  # holds one, asks for one more
