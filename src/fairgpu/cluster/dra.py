@@ -300,6 +300,9 @@ class DraStore:
         gone = {u for u in self.released if u not in cluster.placements}
         if not gone:
             return set()
+        # Forget evicted pods no claim names any more (their claims were released).
+        reserved = {u for c in self.claims.values() for u in c.reserved_for}
+        self.released -= gone - reserved
         return {
             key
             for key, c in self.claims.items()
