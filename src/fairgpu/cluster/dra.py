@@ -347,7 +347,7 @@ class DraStore:
         each counter set of a GPU driver as one GPU (its partitions share it)."""
         if self._capacity_version != self.slice_version:
             total = 0
-            sets = set()
+            sets: set[CounterKey] = set()
             self._index()
             for device in self._devices.values():
                 if not device.consumes:

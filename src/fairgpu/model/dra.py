@@ -96,8 +96,8 @@ def merge_pins(terms: list[dict[str, Any]]) -> NodePin | None:
     doc = {k: v for k, v in merged.items() if v}
     if not doc:
         return None
-    term = compile_node_term(decode(doc, ApiNodeSelectorTerm), "nodeSelector")
-    return NodePin(term, doc)
+    compiled = compile_node_term(decode(doc, ApiNodeSelectorTerm), "nodeSelector")
+    return NodePin(compiled, doc)
 
 
 def _same_requirement(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
