@@ -60,6 +60,8 @@ KINDS = (
     "multi",
     "missing",
     "error",
+    "pools",
+    "mixed",
 )
 ZONE = "dra.example.com/zone"
 API = "/apis/resource.k8s.io/v1"
@@ -219,10 +221,10 @@ def _hold(case: Case, suffix: str, cls: str, pool: str, device: str, node: str |
             "results": [{"request": "r", "driver": case.driver, "pool": pool, "device": device}]
         }
     }
-    if node is not None:
+    if node:
         match = {"key": "metadata.name", "operator": "In", "values": [node]}
         allocation["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [match]}]}
-    else:  # a slice selecting nodes by label: the allocation carries its selector
+    elif node is None:  # a slice selecting nodes by label: the allocation carries its selector
         zone = {"key": ZONE, "operator": "In", "values": ["z1"]}
         allocation["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [zone]}]}
     holder = {"resource": "pods", "name": case.name(f"{suffix}-holder"), "uid": str(uuid.uuid4())}
@@ -358,6 +360,12 @@ def _build_claims(case: Case, rng: random.Random, kind: str) -> list[str]:
         case.objects.append(_claim(case, "want", _request("p", cls, count, sel)))
         return [case.name("want")]
     per_node = _node_slices(case, rng, numa=kind != "error")
+    if kind == "pools":  # a second pool per node, and devices every node reaches
+        _more_pools(case, rng)
+        return [_first(case, rng) if rng.random() < 0.4 else _exact(case, rng)]
+    if kind == "mixed":  # admin access beside an ordinary claim in one pod
+        case.objects.append(_claim(case, "mon", _request("mon", case.name("gpu"), 1, admin=True)))
+        return [case.name("mon"), _exact(case, rng, most=2)]
     _hold_some(case, rng, per_node, 0.3)
     if kind == "exact":
         return [_exact(case, rng)]
@@ -385,13 +393,25 @@ def _build_claims(case: Case, rng: random.Random, kind: str) -> list[str]:
     return _shared(case, rng, per_node, kind)
 
 
+def _more_pools(case: Case, rng: random.Random) -> None:
+    for n in case.nodes:
+        if rng.random() < 0.6:
+            devices = [_gpu(rng, f"x{k}", 10 + k) for k in range(rng.randint(1, 2))]
+            case.objects.append(_slice(case, f"{n.name}-extra", devices, nodeName=n.name))
+    if rng.random() < 0.6:
+        devices = [_gpu(rng, f"any{k}", 20 + k) for k in range(rng.randint(1, 2))]
+        case.objects.append(_slice(case, "everywhere", devices, allNodes=True))
+        if rng.random() < 0.5:
+            _hold(case, "anyheld", case.name("gpu"), "everywhere", "any0", "")
+
+
 def _shared(case: Case, rng: random.Random, per_node: list[list[str]], kind: str) -> list[str]:
     if kind == "shared-label":
         devices = [_gpu(rng, f"net{k}", k) for k in range(rng.randint(1, 2))]
         zone = {"key": ZONE, "operator": "In", "values": ["z1"]}
         sel = {"nodeSelectorTerms": [{"matchExpressions": [zone]}]}
         case.objects.append(_slice(case, "net", devices, nodeSelector=sel))
-        shared = _hold(case, "shared", case.name("gpu"), case.name("net"), "net0", None)
+        shared = _hold(case, "shared", case.name("gpu"), "net", "net0", None)
     else:
         held = [(n, d) for n, ds in zip(case.nodes, per_node, strict=True) for d in ds]
         if not held:
