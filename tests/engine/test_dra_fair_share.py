@@ -163,3 +163,18 @@ def test_metrics_count_gpus_held_and_asked_through_claims() -> None:
     assert gauge("fairgpu_queue_gpus_allocated") == 1.0
     assert gauge("fairgpu_queue_gpus_pending") == 1.0
     assert gauge("fairgpu_queue_gpus_fair_share") == 2.0  # holds one, asks for one more
+
+
+def test_fair_shares_see_gpus_of_slices_published_after_the_nodes() -> None:
+    workload = _workload(True, [])
+    state = ClusterState()
+    for n in workload.nodes:
+        state.add_node(n)
+    engine = Engine(tenancy=parse_config(TENANCY))
+    waiting = _pod("w", "a", True)
+    assert engine.fair_shares(state, [waiting]) == {"a": 0.0}  # no GPUs published yet
+    for obj in workload.extra["dra"]:  # the driver's slices arrive later (live: a watch)
+        state.dra.add(obj)
+    state.dra.create_pod_claims(waiting.uid, waiting.name, "a", waiting.resource_claims)
+    assert engine.fair_shares(state, [waiting]) == {"a": 1000.0}
+    assert engine.book.capacity[0] == 4000

@@ -146,7 +146,7 @@ class QueueBook:
         self._static_nominal: dict[str, np.ndarray] = {}
         self._cluster: ClusterState | None = None
         self._load_version = -1
-        self._static_version = -1
+        self._static_version: tuple[int, int] = (-1, -1)
 
     # ---- configuration --------------------------------------------------------------------
     def set_namespace_caps(self, namespace: str, caps: dict[str, int | float | str]) -> None:
@@ -215,13 +215,14 @@ class QueueBook:
     # ---- accounting -------------------------------------------------------------------------
     def sync(self, cluster: ClusterState) -> None:
         """Bring the book in line with ``cluster``'s placements and capacity."""
+        static = (cluster.static_version, cluster.dra.slice_version)  # slices publish GPUs too
         if (
             cluster is self._cluster
             and cluster.load_version == self._load_version
-            and cluster.static_version == self._static_version
+            and static == self._static_version
         ):
             return  # nothing placed, released or changed since the last sync
-        if cluster is not self._cluster or cluster.static_version != self._static_version:
+        if cluster is not self._cluster or static != self._static_version:
             self._capacity(cluster)
         placed = cluster.placements
         for uid in self.entries.keys() - placed.keys():
@@ -238,7 +239,7 @@ class QueueBook:
         assigns and releases, which it accounts itself)."""
         self._cluster = cluster
         self._load_version = cluster.load_version
-        self._static_version = cluster.static_version
+        self._static_version = (cluster.static_version, cluster.dra.slice_version)
 
     def _capacity(self, cluster: ClusterState) -> None:
         n = cluster.size
