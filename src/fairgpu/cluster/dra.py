@@ -25,20 +25,17 @@ from fairgpu.model.dra import (
     DeviceInfo,
     DeviceResult,
     DraObject,
-    NodePin,
     RequestInfo,
     SliceInfo,
 )
+from fairgpu.model.dra_gpus import device_gpu_milli, selects
+from fairgpu.model.dra_pins import NodePin
 from fairgpu.model.gpu import WHOLE
 
 if TYPE_CHECKING:
     from fairgpu.cluster.state import ClusterState
 
 CounterKey = tuple[str, str, str]  # (driver, pool, counter set)
-#: Drivers whose devices are GPUs for fair shares, quotas and metrics (NVIDIA's DRA driver).
-GPU_DRIVERS = frozenset({"gpu.nvidia.com"})
-# Values of a GPU driver's ``type`` attribute that are GPUs (absent: a GPU too).
-_GPU_TYPES = (None, "gpu", "mig")
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
 
 
@@ -324,23 +321,8 @@ class DraStore:
 
     # ---- GPUs through claims (fair shares, quotas, metrics) ---------------------------------
     def gpu_milli(self, device: DeviceInfo) -> int:
-        """How much of a GPU a device is, in milli-GPU: a whole GPU of a GPU driver
-        (:data:`GPU_DRIVERS`) is 1000; a partition (a device consuming counters of its GPU's
-        counter set, e.g. a MIG device) the mean over the set's counters of the share it
-        consumes, so an A100 MIG 3g.40gb (4 of 8 memory slices, half the memory, 42 of 108
-        SMs) counts 489 and a 1g.10gb 125; any other device 0."""
-        typ = device.attributes.get(f"{device.driver}/type")
-        if device.driver not in GPU_DRIVERS or typ not in _GPU_TYPES:
-            return 0
-        if not device.consumes:
-            return WHOLE
-        shares = []
-        for set_name, amounts in device.consumes.items():
-            total = self.counter_totals((device.driver, device.pool, set_name))
-            if total:
-                used = sum(min(1.0, amounts.get(c, 0) / t) for c, t in total.items() if t > 0)
-                shares.append(used / len(total))
-        return round(WHOLE * min(1.0, sum(shares)))
+        """How much of a GPU ``device`` is, milli-GPU (see :func:`device_gpu_milli`)."""
+        return device_gpu_milli(device, self.counter_totals)
 
     def gpu_capacity_milli(self) -> int:
         """GPUs (milli) the slices publish: each device without counters at its size, and
@@ -414,7 +396,7 @@ class DraStore:
             cls = self.classes.get(req.class_name)
             self._index()
             for device in sorted(self._devices.values(), key=lambda d: d.key):
-                if cls is not None and _selects(cls.selectors + req.selectors, device):
+                if cls is not None and selects(cls.selectors + req.selectors, device):
                     hit = self.gpu_milli(device)
                     break
             self._asks[key] = hit
@@ -499,11 +481,3 @@ class DraStore:
             self.set_claim(claim)
             made.append(claim.key)
         return made
-
-
-def _selects(selectors: Iterable[Any], device: DeviceInfo) -> bool:
-    """All selectors select ``device`` (a CEL error counts as not selected)."""
-    try:
-        return all(s.evaluate(device.cel_input()) for s in selectors)
-    except ValueError:
-        return False

@@ -17,10 +17,10 @@ import msgspec
 
 from fairgpu.api import dra as api
 from fairgpu.api.errors import InvalidObjectError
-from fairgpu.api.objects import NodeSelectorTerm as ApiNodeSelectorTerm
 from fairgpu.api.objects import PodResourceClaim, decode
 from fairgpu.api.quantity import QuantityError, to_int
 from fairgpu.model.dra_cel import Selector, compile_selector
+from fairgpu.model.dra_pins import NodePin, pin_from_k8s
 from fairgpu.model.selectors import NodeSelectorTerm, compile_node_term
 
 MODE_EXACT = "ExactCount"
@@ -64,48 +64,6 @@ def _selectors(items: list[api.DeviceSelector], obj: str, where: str) -> tuple[S
             raise InvalidObjectError(obj, at, f"invalid CEL: {error}") from None
         out.append(Selector(sel.cel.expression, f"{obj}: {at}", program))
     return tuple(out)
-
-
-# ---- where an allocation may be used ---------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class NodePin:
-    """An allocation's ``nodeSelector`` that is more than one node name (devices of slices
-    that select nodes by label): one term, compiled, and as the API writes it."""
-
-    term: NodeSelectorTerm
-    doc: dict[str, Any] = field(compare=False, hash=False)
-
-    def admits(self, node_name: str, labels: Mapping[str, str]) -> bool:
-        """Whether a pod using the allocation may run on the node."""
-        return self.term.matches(node_name, labels)
-
-    def selector(self) -> dict[str, Any]:
-        """``status.allocation.nodeSelector``."""
-        return {"nodeSelectorTerms": [self.doc]}
-
-
-def merge_pins(terms: list[dict[str, Any]]) -> NodePin | None:
-    """kube-scheduler's allocation nodeSelector for devices of label-selecting slices: the
-    requirements of every slice's single term, without repeats, in one term (None if none)."""
-    merged: dict[str, list[Any]] = {"matchFields": [], "matchExpressions": []}
-    for term in terms:
-        for part in ("matchFields", "matchExpressions"):
-            for req in term.get(part, ()):
-                if not any(_same_requirement(req, r) for r in merged[part]):
-                    merged[part].append(req)
-    doc = {k: v for k, v in merged.items() if v}
-    if not doc:
-        return None
-    compiled = compile_node_term(decode(doc, ApiNodeSelectorTerm), "nodeSelector")
-    return NodePin(compiled, doc)
-
-
-def _same_requirement(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return (a["key"], a["operator"], set(a.get("values", ()))) == (
-        b["key"],
-        b["operator"],
-        set(b.get("values", ())),
-    )
 
 
 # ---- devices and slices -------------------------------------------------------------------
@@ -449,7 +407,7 @@ def claim_from_k8s(c: api.ResourceClaim) -> ClaimInfo:
         )
         node = _selector_node(alloc.node_selector)
         if not node and alloc.node_selector is not None:
-            pin = _pin(alloc.node_selector, obj)
+            pin = pin_from_k8s(alloc.node_selector, obj)
     owner = next((o.uid for o in meta.owner_references if o.controller and o.kind == "Pod"), "")
     return ClaimInfo(
         namespace=ns,
@@ -476,18 +434,6 @@ def _selector_node(selector: Any) -> str:
             if req.key == "metadata.name" and req.operator == "In" and len(req.values) == 1:
                 return str(req.values[0])
     return ""
-
-
-def _pin(selector: Any, obj: str) -> NodePin:
-    terms = selector.node_selector_terms
-    at = "status.allocation.nodeSelector.nodeSelectorTerms"
-    if len(terms) != 1:
-        raise InvalidObjectError(obj, at, "must have exactly one term")
-    try:
-        term = compile_node_term(terms[0], f"{at}[0]")
-    except ValueError as error:
-        raise InvalidObjectError(obj, at, str(error)) from None
-    return NodePin(term, msgspec.to_builtins(terms[0]))
 
 
 def template_from_k8s(t: api.ResourceClaimTemplate) -> ClaimTemplateInfo:

@@ -37,7 +37,8 @@ from fairgpu.engine.plugins.dra_allocator import (
     Allocator,
     MatchCache,
 )
-from fairgpu.model.dra import RESERVED_FOR_MAX, ClaimInfo, DeviceResult, NodePin, merge_pins
+from fairgpu.model.dra import RESERVED_FOR_MAX, ClaimInfo, DeviceResult
+from fairgpu.model.dra_pins import NodePin, merge_pins
 from fairgpu.model.pod import PodInfo
 
 CANNOT_ALLOCATE = "cannot allocate all claims"
