@@ -13,6 +13,7 @@ cleanup here.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -24,8 +25,12 @@ from fairgpu.model.dra import (
     DeviceInfo,
     DeviceResult,
     DraObject,
+    RequestInfo,
     SliceInfo,
 )
+from fairgpu.model.dra_gpus import device_gpu_milli, selects
+from fairgpu.model.dra_pins import NodePin
+from fairgpu.model.gpu import WHOLE
 
 if TYPE_CHECKING:
     from fairgpu.cluster.state import ClusterState
@@ -41,6 +46,13 @@ class ClaimAllocation:
     claim: str  # namespace/name
     results: tuple[DeviceResult, ...]
     node: str = ""
+    pin: NodePin | None = None  # a label selector instead of a node name
+
+    def admits(self, node_name: str, labels: Mapping[str, str]) -> bool:
+        """Whether a pod using this allocation may run on the node."""
+        if self.node:
+            return self.node == node_name
+        return self.pin is None or self.pin.admits(node_name, labels)
 
     def status(self) -> dict[str, Any]:
         """``status.allocation`` as kube-scheduler writes it (resource.k8s.io/v1 JSON)."""
@@ -59,6 +71,8 @@ class ClaimAllocation:
         if self.node:
             match = {"key": "metadata.name", "operator": "In", "values": [self.node]}
             out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [match]}]}
+        elif self.pin is not None:
+            out["nodeSelector"] = self.pin.selector()
         return out
 
 
@@ -102,6 +116,9 @@ class DraStore:
     claims: dict[str, ClaimInfo] = field(default_factory=dict)
     templates: dict[str, ClaimTemplateInfo] = field(default_factory=dict)
     choices: dict[str, PodChoice] = field(default_factory=dict)
+    # Pods the engine evicts (or tries evicting, planning a preemption): claims only they
+    # reserve count as free while they are not placed. Adapters drop a pod once it is gone.
+    released: set[str] = field(default_factory=set)
     version: int = 0
     slice_version: int = 0
     _generated: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -110,6 +127,10 @@ class DraStore:
     _counters: dict[CounterKey, dict[str, int]] = field(default_factory=dict)
     _devices_version: int = -1
     _allocated: tuple[int, InUse] | None = None
+    _asks: dict[tuple[str, Any], int] = field(default_factory=dict)
+    _asks_version: int = -1
+    _capacity: int = 0
+    _capacity_version: int = -1
 
     # ---- updates (adapters) ------------------------------------------------------------
     def add(self, obj: DraObject) -> None:
@@ -199,16 +220,20 @@ class DraStore:
             self._nodes.clear()
         view = NodeDevices()
         valid = self._valid_slices()
-        seen: dict[tuple[str, str], int] = {}
         counters: dict[CounterKey, dict[str, int]] = {}
         for s in valid:
-            seen[(s.driver, s.pool)] = seen.get((s.driver, s.pool), 0) + 1
             for name, amounts in s.counters.items():
                 counters[(s.driver, s.pool, name)] = amounts
-        for s in sorted(valid, key=lambda s: (s.driver, s.pool, s.name)):
-            if not s.reaches(node_name, labels):
-                continue
-            if seen[(s.driver, s.pool)] < s.slice_count:
+        reaching = [
+            s
+            for s in sorted(valid, key=lambda s: (s.driver, s.pool, s.name))
+            if s.reaches(node_name, labels)
+        ]
+        # kube-scheduler counts only the slices that reach the node: a pool spread over
+        # several nodes is incomplete from each of them.
+        here = Counter((s.driver, s.pool) for s in reaching)
+        for s in reaching:
+            if here[(s.driver, s.pool)] != s.slice_count:
                 view.incomplete.add((s.driver, s.pool))
             for d in s.devices:
                 view.devices.append(d)
@@ -224,7 +249,7 @@ class DraStore:
     def effective(self, claim: ClaimInfo, cluster: ClusterState) -> ClaimAllocation | None:
         """The claim's allocation: written in its status, or chosen for a placed pod."""
         if claim.allocation is not None:
-            return ClaimAllocation(claim.key, claim.allocation, claim.node)
+            return ClaimAllocation(claim.key, claim.allocation, claim.node, claim.pin)
         for uid, choice in self.choices.items():
             placement = cluster.placements.get(uid)
             if placement is None:
@@ -236,13 +261,24 @@ class DraStore:
 
     def in_use(self, cluster: ClusterState) -> InUse:
         """Devices allocated to claims (admin-access results excepted, as they do not take
-        the device) or chosen for placed pods, and the counters those devices consume."""
-        if self._allocated is None or self._allocated[0] != self.version:
+        the device) or chosen for placed pods, and the counters those devices consume.
+
+        A claim reserved only by pods the engine is evicting (:attr:`released`, and not
+        placed) is free: the preemptor may plan with its devices, as the claim is
+        deallocated once its last pod is gone."""
+        freed = self._freed_claims(cluster)
+        if freed:
             base = InUse()
-            for claim in self.claims.values():
-                self._charge(base, claim.allocation or ())
-            self._allocated = (self.version, base)
-        base = self._allocated[1]
+            for key, claim in self.claims.items():
+                if key not in freed:
+                    self._charge(base, claim.allocation or ())
+        else:
+            if self._allocated is None or self._allocated[0] != self.version:
+                base = InUse()
+                for claim in self.claims.values():
+                    self._charge(base, claim.allocation or ())
+                self._allocated = (self.version, base)
+            base = self._allocated[1]
         pending = [
             alloc
             for uid, choice in self.choices.items()
@@ -257,6 +293,19 @@ class DraStore:
             self._charge(out, alloc.results)
         return out
 
+    def _freed_claims(self, cluster: ClusterState) -> set[str]:
+        gone = {u for u in self.released if u not in cluster.placements}
+        if not gone:
+            return set()
+        # Forget evicted pods no claim names any more (their claims were released).
+        reserved = {u for c in self.claims.values() for u in c.reserved_for}
+        self.released -= gone - reserved
+        return {
+            key
+            for key, c in self.claims.items()
+            if c.allocation is not None and c.reserved_for and gone.issuperset(c.reserved_for)
+        }
+
     def _charge(self, into: InUse, results: Iterable[DeviceResult]) -> None:
         for r in results:
             if r.admin or r.key in into.devices:
@@ -269,6 +318,89 @@ class DraStore:
                 used = into.counters.setdefault((r.driver, r.pool, set_name), {})
                 for counter, amount in amounts.items():
                     used[counter] = used.get(counter, 0) + amount
+
+    # ---- GPUs through claims (fair shares, quotas, metrics) ---------------------------------
+    def gpu_milli(self, device: DeviceInfo) -> int:
+        """How much of a GPU ``device`` is, milli-GPU (see :func:`device_gpu_milli`)."""
+        return device_gpu_milli(device, self.counter_totals)
+
+    def gpu_capacity_milli(self) -> int:
+        """GPUs (milli) the slices publish: each device without counters at its size, and
+        each counter set of a GPU driver as one GPU (its partitions share it)."""
+        if self._capacity_version != self.slice_version:
+            total = 0
+            sets: set[CounterKey] = set()
+            self._index()
+            for device in self._devices.values():
+                if not device.consumes:
+                    total += self.gpu_milli(device)
+                elif self.gpu_milli(device):
+                    sets.update((device.driver, device.pool, name) for name in device.consumes)
+            self._capacity = total + WHOLE * len(sets)
+            self._capacity_version = self.slice_version
+        return self._capacity
+
+    def _results_milli(self, results: Iterable[DeviceResult]) -> int:
+        total = 0
+        for r in results:
+            device = self.device(r.key)
+            if device is not None and not r.admin:  # admin access takes nothing
+                total += self.gpu_milli(device)
+        return total
+
+    def held_gpu_milli(
+        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
+    ) -> int:
+        """GPUs (milli) placed pod ``uid`` holds through its claims. A claim shared with a
+        pod placed before counts for that pod only."""
+        total = 0
+        for ref in refs:
+            claim = self.pod_claim(uid, namespace, ref)
+            if claim is None:
+                continue
+            if any(u != uid and u in cluster.placements for u in claim.reserved_for):
+                continue
+            alloc = self.effective(claim, cluster)
+            if alloc is not None:
+                total += self._results_milli(alloc.results)
+        return total
+
+    def asked_gpu_milli(
+        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
+    ) -> int:
+        """GPUs (milli) a pending pod asks for through its claims: a claim allocated already
+        (and held by no placed pod) counts its devices; one still to allocate counts each
+        request's devices (its first alternative; ``All`` as one) at the size of the first
+        device, in pool order, that its class and selectors select."""
+        total = 0
+        for ref in refs:
+            claim = self.pod_claim(uid, namespace, ref)
+            if claim is None or any(u in cluster.placements for u in claim.reserved_for):
+                continue
+            if claim.allocation is not None:
+                total += self._results_milli(claim.allocation)
+                continue
+            for req in claim.spec.requests:
+                first = req.alternatives[0] if req.alternatives else req
+                total += max(1, first.count) * self._request_milli(first)
+        return total
+
+    def _request_milli(self, req: RequestInfo) -> int:
+        key = (req.class_name, req.selectors)
+        if self._asks_version != self.slice_version:
+            self._asks = {}
+            self._asks_version = self.slice_version
+        hit = self._asks.get(key)
+        if hit is None:
+            hit = 0
+            cls = self.classes.get(req.class_name)
+            self._index()
+            for device in sorted(self._devices.values(), key=lambda d: d.key):
+                if cls is not None and selects(cls.selectors + req.selectors, device):
+                    hit = self.gpu_milli(device)
+                    break
+            self._asks[key] = hit
+        return hit
 
     # ---- decisions -------------------------------------------------------------------------
     def decision(self, uid: str, node: int) -> tuple[ClaimAllocation, ...]:
@@ -291,7 +423,7 @@ class DraStore:
                 continue
             alloc = allocs.get(claim.key)
             if alloc is not None and claim.allocation is None:
-                claim = replace(claim, allocation=alloc.results, node=alloc.node)
+                claim = replace(claim, allocation=alloc.results, node=alloc.node, pin=alloc.pin)
             if uid not in claim.reserved_for:
                 claim = replace(claim, reserved_for=(*claim.reserved_for, uid))
             self.set_claim(claim)
@@ -304,6 +436,7 @@ class DraStore:
         deallocated (kube-controller-manager's resourceclaim controller), and a claim
         generated for the pod is deleted with it."""
         self.choices.pop(uid, None)
+        self.released.discard(uid)
         for ref in refs:
             claim = self.pod_claim(uid, namespace, ref)
             if claim is None:
@@ -320,6 +453,7 @@ class DraStore:
                     reserved_for=left,
                     allocation=claim.allocation if left else None,
                     node=claim.node if left else "",
+                    pin=claim.pin if left else None,
                 )
             )
 

@@ -43,6 +43,7 @@ class Placement:
     # non-terminating pods may be preemption victims (an Eviction deletes an unbound pod).
     bound: bool = True
     terminating: bool = False
+    dra_milli: int = 0  # GPUs (milli) held through DRA claims (shares, quotas, metrics)
 
 
 class ClusterState:
@@ -88,6 +89,7 @@ class ClusterState:
         # Namespace name -> labels (for namespaceSelector); replaced, never mutated, on change.
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.dra = DraStore()  # DRA classes, slices, claims, templates (adapters fill it)
+        self.dra_allocated_milli = 0  # sum of placements' dra_milli
 
     # ---- storage ------------------------------------------------------------------------
     def _grow(self, capacity: int) -> None:
@@ -371,6 +373,11 @@ class ClusterState:
             placement.device_memory = self.device_memory_for(pod, idx)
             self._take_devices(idx, placement, -1)
         self.placements[pod.uid] = placement
+        if pod.resource_claims:
+            placement.dra_milli = self.dra.held_gpu_milli(
+                pod.uid, pod.namespace, pod.resource_claims, self
+            )
+            self.dra_allocated_milli += placement.dra_milli
         self.pods[pod.uid] = pod
         self.node_pods[idx][pod.uid] = pod
         if pod.has_pod_affinity:
@@ -397,6 +404,7 @@ class ClusterState:
         if placement is None:
             return None
         pod = self.pods.pop(uid)
+        self.dra_allocated_milli -= placement.dra_milli
         idx = placement.node
         self.node_pods[idx].pop(uid, None)
         self.pods_with_affinity.pop(uid, None)
@@ -478,9 +486,11 @@ class ClusterState:
     def gpu_capacity_milli(self) -> int:
         """Total GPU compute of active nodes, milli-GPU."""
         n = self.size
-        return int(self.allocatable[:n, COL_GPU_MILLI][self.active[:n]].sum())
+        dra = self.dra.gpu_capacity_milli()  # GPUs published in ResourceSlices
+        return int(self.allocatable[:n, COL_GPU_MILLI][self.active[:n]].sum()) + dra
 
     def gpu_allocated_milli(self) -> int:
         """GPU compute held by placed pods, milli-GPU."""
         n = self.size
-        return int(self.requested[:n, COL_GPU_MILLI][self.active[:n]].sum())
+        held = int(self.requested[:n, COL_GPU_MILLI][self.active[:n]].sum())
+        return held + self.dra_allocated_milli

@@ -161,9 +161,7 @@ class Engine:
         for pod in demand or ():
             t = self.resolver.resolve(pod)
             if t.error is None and pod.uid not in cluster.placements:
-                want[t.queue] = want.get(t.queue, 0.0) + pod.gpu.count * (
-                    1000 if pod.gpu.is_whole else pod.gpu.milli
-                )
+                want[t.queue] = want.get(t.queue, 0.0) + self.book.pending_vector(pod)[DIM_GPU]
         return self.book.gpu_fair_shares(want)
 
     def reclaim_key(self, queue: str, deltas: dict[str, np.ndarray] | None = None) -> ReclaimKey:

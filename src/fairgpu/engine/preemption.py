@@ -228,6 +228,7 @@ def _plan_on_node(
     only = np.zeros(n, dtype=bool)
     only[node] = True
     saved = [(v, cluster.placements[v.uid]) for v in candidates]
+    cluster.dra.released.update(v.uid for v in candidates)  # their DRA claims are free too
     try:
         for v, _ in saved:
             cluster.release(v.uid)
@@ -245,3 +246,4 @@ def _plan_on_node(
         return PreemptionPlan(node, victims)
     finally:
         _restore(cluster, saved)
+        cluster.dra.released.difference_update(v.uid for v in candidates)

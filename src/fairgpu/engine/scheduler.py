@@ -214,6 +214,9 @@ class Scheduler:
         for plugin in self.dynamic_filters:
             if not mask.any():
                 break
+            # Nodes still feasible: kube-scheduler runs a filter only on those, which matters
+            # where a filter can fail the whole attempt (a DRA CEL error) and for cost.
+            cycle.data["candidates"] = mask
             res = _as_result(plugin.filter(cycle, pod, cluster))
             results.append((plugin.name, res))
             mask &= res.mask

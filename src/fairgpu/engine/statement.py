@@ -71,6 +71,7 @@ class Statement:
         released = s.cluster.release(victim.uid)
         if released is None:
             return False
+        s.cluster.dra.released.add(victim.uid)  # its DRA claims are free for the preemptor
         s.book.remove(victim.uid)
         self.evicted.append(Eviction(victim, released[1], preemptor, reason, kind))
         return True
@@ -99,6 +100,7 @@ class Statement:
             s.book.remove(a.pod.uid)
             s.placed_now.discard(a.pod.uid)
         for e in reversed(self.evicted):
+            s.cluster.dra.released.discard(e.victim.uid)
             pl = e.placement
             placement = s.cluster.assign(e.victim, pl.node, pl.devices, started=pl.started)
             s.book.add(e.victim.uid, e.victim, placed_vector(e.victim, placement))

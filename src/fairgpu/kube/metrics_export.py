@@ -37,14 +37,17 @@ class MetricsExporter:
         for pod in waiting:
             q = engine.tenant(pod).queue
             pending[q] = pending.get(q, 0) + 1
-            asked[q] = asked.get(q, 0.0) + pod.gpu.total_milli / WHOLE
+            dra = cache.cluster.dra  # GPUs asked through DRA claims count as GPUs
+            claims = dra.asked_gpu_milli(pod.uid, pod.namespace, pod.resource_claims, cache.cluster)
+            asked[q] = asked.get(q, 0.0) + (pod.gpu.total_milli + claims) / WHOLE
         shares = engine.fair_shares(cache.cluster, waiting)
         gpus: dict[str, float] = {}
         cluster = cache.cluster
         for uid, pl in cluster.placements.items():
-            if pl.devices:
+            if pl.devices or pl.dra_milli:
                 q = engine.tenant(cluster.pods[uid]).queue
-                gpus[q] = gpus.get(q, 0.0) + pl.device_milli * len(pl.devices) / WHOLE
+                held = pl.device_milli * len(pl.devices) + pl.dra_milli
+                gpus[q] = gpus.get(q, 0.0) + held / WHOLE
         queues = set(pending) | set(gpus) | set(shares) | self._queues_exported
         for q in queues:
             m.pending.labels(q).set(pending.get(q, 0))

@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from fairgpu.api import dra as api
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.api.objects import PodResourceClaim, decode
 from fairgpu.api.quantity import QuantityError, to_int
 from fairgpu.model.dra_cel import Selector, compile_selector
+from fairgpu.model.dra_pins import NodePin, pin_from_k8s
 from fairgpu.model.selectors import NodeSelectorTerm, compile_node_term
 
 MODE_EXACT = "ExactCount"
@@ -91,6 +94,9 @@ class DeviceInfo:
                 domain, _, ident = qname.rpartition("/")
                 attrs.setdefault(domain, {})[ident] = value
             caps: dict[str, dict[str, Any]] = {}
+            # The driver's own domain always exists (empty maps for a device without any).
+            attrs.setdefault(self.driver, {})
+            caps.setdefault(self.driver, {})
             for qname, amount in self.capacity.items():
                 domain, _, ident = qname.rpartition("/")
                 caps.setdefault(domain, {})[ident] = amount
@@ -110,6 +116,8 @@ class SliceInfo:
     node_name: str = ""
     all_nodes: bool = False
     node_terms: tuple[NodeSelectorTerm, ...] | None = None
+    # The nodeSelector's single term as JSON (what an allocation from this slice copies).
+    selector_doc: dict[str, Any] | None = None
     devices: tuple[DeviceInfo, ...] = ()
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -162,11 +170,17 @@ def slice_from_k8s(s: api.ResourceSlice) -> SliceInfo:
             obj, "spec", "exactly one of nodeName, nodeSelector and allNodes must be set"
         )
     terms = None
+    doc = None
     if spec.node_selector is not None:
         terms = tuple(
             compile_node_term(t, f"spec.nodeSelector.nodeSelectorTerms[{i}]")
             for i, t in enumerate(spec.node_selector.node_selector_terms)
         )
+        if len(terms) != 1:
+            raise InvalidObjectError(
+                obj, "spec.nodeSelector.nodeSelectorTerms", "must have exactly one term"
+            )
+        doc = msgspec.to_builtins(spec.node_selector.node_selector_terms[0])
     devices = tuple(
         _device(d, spec.driver, spec.pool.name, obj, f"spec.devices[{i}]")
         for i, d in enumerate(spec.devices)
@@ -187,6 +201,7 @@ def slice_from_k8s(s: api.ResourceSlice) -> SliceInfo:
         node_name=spec.node_name or "",
         all_nodes=bool(spec.all_nodes),
         node_terms=terms,
+        selector_doc=doc,
         devices=devices,
         counters=counters,
     )
@@ -264,8 +279,10 @@ class ClaimInfo:
     uid: str = ""
     spec: ClaimSpec = ClaimSpec()
     allocation: tuple[DeviceResult, ...] | None = None
-    # The node the allocation's nodeSelector names ('' when it admits every node).
+    # The node the allocation's nodeSelector names ('' when it admits every node), or the
+    # selector itself when it is more than a node name.
     node: str = ""
+    pin: NodePin | None = None
     reserved_for: tuple[str, ...] = ()  # pod UIDs
     deleting: bool = False
     owner_pod: str = ""  # UID of the pod that owns a claim generated from a template
@@ -381,6 +398,7 @@ def claim_from_k8s(c: api.ResourceClaim) -> ClaimInfo:
         raise InvalidObjectError(obj, "metadata.name", "is required")
     allocation = None
     node = ""
+    pin = None
     alloc = c.status.allocation
     if alloc is not None:
         allocation = tuple(
@@ -388,6 +406,8 @@ def claim_from_k8s(c: api.ResourceClaim) -> ClaimInfo:
             for r in alloc.devices.results
         )
         node = _selector_node(alloc.node_selector)
+        if not node and alloc.node_selector is not None:
+            pin = pin_from_k8s(alloc.node_selector, obj)
     owner = next((o.uid for o in meta.owner_references if o.controller and o.kind == "Pod"), "")
     return ClaimInfo(
         namespace=ns,
@@ -396,6 +416,7 @@ def claim_from_k8s(c: api.ResourceClaim) -> ClaimInfo:
         spec=spec_from_k8s(c.spec, obj),
         allocation=allocation,
         node=node,
+        pin=pin,
         reserved_for=tuple(r.uid for r in c.status.reserved_for if r.resource == "pods"),
         deleting=meta.deletion_timestamp is not None,
         owner_pod=owner,

@@ -125,6 +125,7 @@ class Simulation:
         self.records: dict[str, PodRecord] = {}
         self.pending: dict[str, PodInfo] = {}
         self.tenant_milli: dict[str, int] = {}
+        self._claimed: dict[tuple[str, str], int] = {}  # DRA GPU milli counted per pod
         self.timeline = Timeline()
         self.preemptions = 0
         self.cycles = 0
@@ -170,14 +171,30 @@ class Simulation:
 
     def _wait(self, rec: PodRecord, sign: int) -> None:
         """Count (or uncount) the pod's GPU ask as pending demand of its tenant."""
-        self.pending_milli[rec.tenant] = (
-            self.pending_milli.get(rec.tenant, 0) + sign * rec.pod.gpu.total_milli
-        )
+        milli = rec.pod.gpu.total_milli + self._claim_milli(rec, sign, "ask")
+        self.pending_milli[rec.tenant] = self.pending_milli.get(rec.tenant, 0) + sign * milli
 
     def _charge_tenant(self, rec: PodRecord, sign: int) -> None:
-        self.tenant_milli[rec.tenant] = (
-            self.tenant_milli.get(rec.tenant, 0) + sign * rec.pod.gpu.total_milli
-        )
+        milli = rec.pod.gpu.total_milli + self._claim_milli(rec, sign, "held")
+        self.tenant_milli[rec.tenant] = self.tenant_milli.get(rec.tenant, 0) + sign * milli
+
+    def _claim_milli(self, rec: PodRecord, sign: int, what: str) -> int:
+        """GPUs (milli) asked or held through DRA claims; what was added is what is taken
+        off again, though the claims changed in between."""
+        pod = rec.pod
+        if not pod.resource_claims:
+            return 0
+        key = (pod.uid, what)
+        if sign < 0:
+            return self._claimed.pop(key, 0)
+        if what == "held":
+            pl = self.cluster.placements.get(pod.uid)
+            milli = pl.dra_milli if pl is not None else 0
+        else:
+            dra = self.cluster.dra
+            milli = dra.asked_gpu_milli(pod.uid, pod.namespace, pod.resource_claims, self.cluster)
+        self._claimed[key] = milli
+        return milli
 
     def _sample(self) -> None:
         tl = self.timeline

@@ -59,6 +59,7 @@ def placed_vector(pod: PodInfo, placement: Placement) -> np.ndarray:
     if placement.devices:
         vec[DIM_GPU] = placement.device_milli * len(placement.devices)
         vec[DIM_GPU_MEMORY] = placement.device_memory * len(placement.devices)
+    vec[DIM_GPU] += placement.dra_milli  # GPUs through DRA claims count as GPUs
     vec[DIM_CPU] = pod.requests.get(CPU, 0)
     vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
     return vec
@@ -145,7 +146,7 @@ class QueueBook:
         self._static_nominal: dict[str, np.ndarray] = {}
         self._cluster: ClusterState | None = None
         self._load_version = -1
-        self._static_version = -1
+        self._static_version: tuple[int, int] = (-1, -1)
 
     # ---- configuration --------------------------------------------------------------------
     def set_namespace_caps(self, namespace: str, caps: dict[str, int | float | str]) -> None:
@@ -197,6 +198,11 @@ class QueueBook:
             else:
                 mem = 0.0
             vec[DIM_GPU_MEMORY] = gpu.count * mem
+        if pod.resource_claims and self._cluster is not None:  # GPUs through DRA claims
+            refs = pod.resource_claims
+            vec[DIM_GPU] += self._cluster.dra.asked_gpu_milli(
+                pod.uid, pod.namespace, refs, self._cluster
+            )
         vec[DIM_CPU] = pod.requests.get(CPU, 0)
         vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
         return vec
@@ -209,13 +215,14 @@ class QueueBook:
     # ---- accounting -------------------------------------------------------------------------
     def sync(self, cluster: ClusterState) -> None:
         """Bring the book in line with ``cluster``'s placements and capacity."""
+        static = (cluster.static_version, cluster.dra.slice_version)  # slices publish GPUs too
         if (
             cluster is self._cluster
             and cluster.load_version == self._load_version
-            and cluster.static_version == self._static_version
+            and static == self._static_version
         ):
             return  # nothing placed, released or changed since the last sync
-        if cluster is not self._cluster or cluster.static_version != self._static_version:
+        if cluster is not self._cluster or static != self._static_version:
             self._capacity(cluster)
         placed = cluster.placements
         for uid in self.entries.keys() - placed.keys():
@@ -232,7 +239,7 @@ class QueueBook:
         assigns and releases, which it accounts itself)."""
         self._cluster = cluster
         self._load_version = cluster.load_version
-        self._static_version = cluster.static_version
+        self._static_version = (cluster.static_version, cluster.dra.slice_version)
 
     def _capacity(self, cluster: ClusterState) -> None:
         n = cluster.size
@@ -240,7 +247,7 @@ class QueueBook:
         alloc = cluster.allocatable[:n][active]
         self.capacity = np.array(
             [
-                alloc[:, COL_GPU_MILLI].sum(),
+                alloc[:, COL_GPU_MILLI].sum() + cluster.dra.gpu_capacity_milli(),
                 alloc[:, COL_GPU_MEMORY].sum(),
                 alloc[:, COL_CPU].sum(),
                 alloc[:, COL_MEMORY].sum(),

@@ -45,7 +45,8 @@ POLICIES = (FIRST_FIT, FRAGMENTATION_AWARE)
 # Combinations tried per node before giving up (kube-scheduler bounds it by a timeout).
 MAX_STEPS = 20_000
 
-MatchCache = dict[tuple[str, object, DeviceInfo], bool]
+# (class, request selectors, device) -> selected, or the CEL error evaluating them gave.
+MatchCache = dict[tuple[str, object, DeviceInfo], bool | str]
 
 
 class AllocationError(ValueError):
@@ -69,7 +70,10 @@ class _Constraint:
 
 @dataclass(slots=True)
 class _State:
-    taken: set[DeviceKey] = field(default_factory=set)
+    # Devices being allocated in this search -> the claims (indices) they go to, admin
+    # access included: such a device is off limits to other requests (kube-scheduler's
+    # allocatingDevices), and to admin requests of the same claim.
+    owners: dict[DeviceKey, set[int]] = field(default_factory=dict)
     used: dict[CounterKey, dict[str, int]] = field(default_factory=dict)
     results: list[list[DeviceResult]] = field(default_factory=list)
     constraints: list[list[_Constraint]] = field(default_factory=list)
@@ -95,11 +99,46 @@ class Allocator:
         self.units = [(ci, r) for ci, c in enumerate(claims) for r in c.spec.requests]
 
     def allocate(self, node: NodeDevices, in_use: InUse) -> list[tuple[DeviceResult, ...]] | None:
-        """One result tuple per claim (in claim order), or None if they do not all fit."""
+        """One result tuple per claim (in claim order), or None if they do not all fit.
+
+        Raises :class:`AllocationError` where kube-scheduler's allocator fails the attempt:
+        a CEL runtime error on a device its first-fit search reaches (it evaluates selectors
+        lazily, in device order, skipping devices in use), on any device an ``All`` request
+        looks at, or an incomplete pool under an ``All`` request."""
         self.node = node
         self.in_use = in_use
+        self._check_all_requests()
+        self.strict = self.policy == FIRST_FIT
+        self.saw_error = False
+        found = self._search()
+        if self.saw_error and not self.strict:
+            # Devices whose selectors failed were skipped; kube-scheduler fails if its own
+            # search order reaches one before a solution: replay that order to know.
+            self.strict = True
+            self._search()
+            self.strict = False
+            if found is not None:
+                self._search()  # restore the policy's choice
+                found = [tuple(r) for r in self.state.results]
+        return found
+
+    def _check_all_requests(self) -> None:
+        """kube-scheduler sizes every ``All`` request (alternatives too) before searching."""
+        for ci, req in self.units:
+            for alt in req.alternatives or (req,):
+                if alt.mode != MODE_ALL:
+                    continue
+                for driver, pool in sorted(self.node.incomplete):
+                    raise AllocationError(
+                        f"claim {self.claims[ci].key}, request {alt.result_name}: asks for all "
+                        f"devices, but resource pool {driver}/{pool} is currently being updated"
+                    )
+                for d in self.node.devices:
+                    self.matches(alt, d)
+
+    def _search(self) -> list[tuple[DeviceResult, ...]] | None:
         self.state = _State(
-            used={k: dict(v) for k, v in in_use.counters.items() if k in node.counters},
+            used={k: dict(v) for k, v in self.in_use.counters.items() if k in self.node.counters},
             results=[[] for _ in self.claims],
             constraints=[
                 [_Constraint(reqs, attr) for reqs, attr in c.spec.constraints] for c in self.claims
@@ -111,7 +150,22 @@ class Allocator:
 
     # ---- matching -------------------------------------------------------------------------
     def matches(self, req: RequestInfo, device: DeviceInfo) -> bool:
-        """Class and request selectors all select ``device`` (cached per device)."""
+        """Class and request selectors all select ``device`` (cached per device); raises
+        :class:`AllocationError` on a CEL runtime error."""
+        hit = self._match(req, device)
+        if isinstance(hit, str):
+            raise AllocationError(hit)
+        return hit
+
+    def _selected(self, req: RequestInfo, device: DeviceInfo) -> bool:
+        """Like :meth:`matches`, but a device whose selectors fail is skipped (remembered)."""
+        hit = self._match(req, device)
+        if isinstance(hit, str):
+            self.saw_error = True
+            return False
+        return hit
+
+    def _match(self, req: RequestInfo, device: DeviceInfo) -> bool | str:
         key = (req.class_name, req.selectors, device)
         hit = self.cache.get(key)
         if hit is None:
@@ -124,7 +178,7 @@ class Allocator:
                 variables = device.cel_input()
                 hit = all(s.evaluate(variables) for s in (*cls.selectors, *req.selectors))
             except ValueError as error:
-                raise AllocationError(str(error)) from None
+                hit = str(error)
             self.cache[key] = hit
         return hit
 
@@ -136,27 +190,26 @@ class Allocator:
         return any(self._request(u, ci, alt) for alt in req.alternatives or (req,))
 
     def _request(self, u: int, ci: int, req: RequestInfo) -> bool:
-        cands = [d for d in self.node.devices if self.matches(req, d)]
         if req.mode == MODE_ALL:
-            return self._all(u, ci, req, cands)
+            return self._all(u, ci, req, [d for d in self.node.devices if self.matches(req, d)])
+        # kube-scheduler skips devices in use before it evaluates selectors, so a CEL error
+        # on a device in use does not count. In strict (kube order) mode selectors are
+        # evaluated as the search reaches each device.
+        usable = [d for d in self.node.devices if self._usable(ci, req, d)]
+        if self.strict:
+            return self._pick(u, ci, req, usable, 0, req.count)
+        cands = [d for d in usable if self._selected(req, d)]
         if len(cands) < req.count:
             return False
-        if self.policy == FRAGMENTATION_AWARE:
-            cands = self._preferred(cands)
+        cands = self._preferred(ci, req, cands)
         return self._pick(u, ci, req, cands, 0, req.count)
 
     def _all(self, u: int, ci: int, req: RequestInfo, cands: list[DeviceInfo]) -> bool:
         if not cands:
             return False  # the API: "at least one device must exist on the node"
-        for d in cands:
-            if (d.driver, d.pool) in self.node.incomplete:
-                raise AllocationError(
-                    f"claim {self.claims[ci].key}, request {req.result_name}: asks for all "
-                    f"devices, but resource pool {d.driver}/{d.pool} is currently being updated"
-                )
         done: list[DeviceInfo] = []
         for d in cands:
-            if not self._take(ci, req, d):
+            if not self._take(ci, req, d, must=True):
                 break
             done.append(d)
         else:
@@ -176,6 +229,8 @@ class Allocator:
             if self.state.steps > MAX_STEPS:
                 return False
             d = cands[i]
+            if self.strict and not self.matches(req, d):
+                continue
             if not self._take(ci, req, d):
                 continue
             if self._pick(u, ci, req, cands, i + 1, left - 1):
@@ -184,9 +239,21 @@ class Allocator:
         return False
 
     # ---- taking one device -----------------------------------------------------------------
+    def _usable(self, ci: int, req: RequestInfo, d: DeviceInfo) -> bool:
+        """Not in use for this request: admin access may share devices, but not one this
+        claim is already getting."""
+        if req.admin:
+            return ci not in self.state.owners.get(d.key, ())
+        return d.key not in self.in_use.devices and not self.state.owners.get(d.key)
+
     def _free(self, d: DeviceInfo) -> bool:
-        if d.key in self.in_use.devices or d.key in self.state.taken:
+        if d.key in self.in_use.devices or self.state.owners.get(d.key):
             return False
+        return self._counters_left(d)
+
+    def _counters_left(self, d: DeviceInfo) -> bool:
+        """Every counter ``d`` consumes has enough left (admin access too: kube-scheduler
+        charges its counters while it searches)."""
         for set_name, amounts in d.consumes.items():
             ck = (d.driver, d.pool, set_name)
             total = self.node.counters.get(ck, {})
@@ -196,8 +263,8 @@ class Allocator:
                     return False
         return True
 
-    def _take(self, ci: int, req: RequestInfo, d: DeviceInfo) -> bool:
-        if not req.admin and not self._free(d):
+    def _take(self, ci: int, req: RequestInfo, d: DeviceInfo, must: bool = False) -> bool:
+        if not self._usable(ci, req, d) or not self._counters_left(d):
             return False
         applied: list[_Constraint] = []
         for con in self.state.constraints[ci]:
@@ -208,13 +275,18 @@ class Allocator:
             if value is None or (con.count and not same):
                 for c in applied:
                     c.count -= 1
+                if must:  # kube-scheduler: a claim whose constraint cannot hold all devices
+                    raise AllocationError(
+                        f"claim {self.claims[ci].key}, request {req.result_name}: cannot add "
+                        f"device {d.driver}/{d.pool}/{d.name} because a claim constraint "
+                        "would not be satisfied"
+                    )
                 return False
             con.value = value if con.count == 0 else con.value
             con.count += 1
             applied.append(con)
-        if not req.admin:
-            self.state.taken.add(d.key)
-            self._count(d, +1)
+        self.state.owners.setdefault(d.key, set()).add(ci)
+        self._count(d, +1)
         self.state.results[ci].append(
             DeviceResult(req.result_name, d.driver, d.pool, d.name, req.admin)
         )
@@ -225,9 +297,8 @@ class Allocator:
         for con in self.state.constraints[ci]:
             if con.applies(req):
                 con.count -= 1
-        if not req.admin:
-            self.state.taken.discard(d.key)
-            self._count(d, -1)
+        self.state.owners[d.key].discard(ci)
+        self._count(d, -1)
 
     def _count(self, d: DeviceInfo, sign: int) -> None:
         for set_name, amounts in d.consumes.items():
@@ -236,10 +307,12 @@ class Allocator:
                 used[counter] = used.get(counter, 0) + sign * amount
 
     # ---- fragmentation-aware order ---------------------------------------------------------
-    def _preferred(self, cands: list[DeviceInfo]) -> list[DeviceInfo]:
+    def _preferred(self, ci: int, req: RequestInfo, cands: list[DeviceInfo]) -> list[DeviceInfo]:
         """Candidates in our preferred order (see the module doc); stable, so devices that
-        compare equal keep kube-scheduler's order."""
-        free = [d for d in cands if self._free(d)]
+        compare equal keep kube-scheduler's order. First fit keeps that order."""
+        if self.policy == FIRST_FIT:
+            return cands
+        free = [d for d in cands if self._usable(ci, req, d) and self._counters_left(d)]
         keyed = sorted(((self._fragment_key(d), i) for i, d in enumerate(free)))
         return [free[i] for _, i in keyed]
 
@@ -267,9 +340,9 @@ class Allocator:
         }
         before = [o for o in group.values() if self._free(o)]
         self._count(d, +1)
-        self.state.taken.add(d.key)
+        self.state.owners.setdefault(d.key, set()).add(-1)
         try:
             return sum(1 for o in before if not self._free(o))
         finally:
-            self.state.taken.discard(d.key)
+            self.state.owners[d.key].discard(-1)
             self._count(d, -1)

@@ -38,6 +38,7 @@ from fairgpu.engine.plugins.dra_allocator import (
     MatchCache,
 )
 from fairgpu.model.dra import RESERVED_FOR_MAX, ClaimInfo, DeviceResult
+from fairgpu.model.dra_pins import NodePin, merge_pins
 from fairgpu.model.pod import PodInfo
 
 CANNOT_ALLOCATE = "cannot allocate all claims"
@@ -119,7 +120,6 @@ class DynamicResources(PreFilterPlugin, FilterPlugin):
         if isinstance(found, Status):
             return FilterResult(np.zeros(n, dtype=bool), {found.reasons[0]: np.ones(n, bool)})
         pending, allocated = found
-        pinned = {a.node for a in allocated if a.node}
         store = cluster.dra
         if self._cache_version != store.slice_version or len(self._cache) > 1_000_000:
             self._cache.clear()  # device objects of replaced slices must not stay alive
@@ -130,7 +130,13 @@ class DynamicResources(PreFilterPlugin, FilterPlugin):
         choice = PodChoice()
         allocator = Allocator(pending, store.classes, self._cache, self.policy)
         in_use = store.in_use(cluster) if pending else InUse()
+        # Only nodes that passed the earlier filters, as in kube-scheduler (a CEL error on a
+        # node the pod's selector excludes must not fail the attempt).
+        candidates = cycle.data.get("candidates")
         for idx, node in cluster.active_nodes():
+            if candidates is not None and not candidates[idx]:
+                ok[idx] = True  # rejected already; the earlier filter gives the reason
+                continue
             if pending:
                 view = store.node_devices(node.name, node.labels)
                 try:
@@ -141,10 +147,10 @@ class DynamicResources(PreFilterPlugin, FilterPlugin):
                     cannot[idx] = True
                     continue
                 choice.node[idx] = tuple(
-                    ClaimAllocation(c.key, r, _pinned_node(r, view, node.name))
+                    ClaimAllocation(c.key, r, *_pin(r, view, node.name))
                     for c, r in zip(pending, results, strict=True)
                 )
-            if pinned and pinned != {node.name}:
+            if not all(a.admits(node.name, node.labels) for a in allocated):
                 unavailable[idx] = True
                 continue
             ok[idx] = True
@@ -161,11 +167,17 @@ class DynamicResources(PreFilterPlugin, FilterPlugin):
         store.choices[uid] = choice
 
 
-def _pinned_node(results: tuple[DeviceResult, ...], view: NodeDevices, node_name: str) -> str:
-    """kube-scheduler pins an allocation to the node when a device comes from a slice of that
-    node; devices of ``allNodes`` slices leave it usable everywhere."""
+def _pin(
+    results: tuple[DeviceResult, ...], view: NodeDevices, node_name: str
+) -> tuple[str, NodePin | None]:
+    """Where kube-scheduler lets the allocation be used: the node, when a device comes from a
+    slice of that node; else the merged node selectors of label-selecting slices; devices of
+    ``allNodes`` slices alone leave it usable everywhere."""
+    terms = []
     for r in results:
         s = view.slice_of.get(r.key)
         if s is not None and s.node_name:
-            return node_name
-    return ""
+            return node_name, None
+        if s is not None and s.selector_doc is not None:
+            terms.append(s.selector_doc)
+    return "", merge_pins(terms)

@@ -1,0 +1,50 @@
+"""How much of a GPU a DRA device is, for fair shares, quotas and metrics.
+
+A tenant must not escape its share by asking for GPUs through ResourceClaims instead of
+``nvidia.com/gpu``: a device of a GPU driver (NVIDIA's DRA driver publishes GPUs and MIG
+partitions, told apart by their ``type`` attribute) counts as a whole GPU, and a partition,
+which consumes counters of its GPU's shared counter set, as its share of that GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from fairgpu.model.dra import DeviceInfo
+from fairgpu.model.gpu import WHOLE
+
+#: Drivers whose devices are GPUs (NVIDIA's DRA driver).
+GPU_DRIVERS = frozenset({"gpu.nvidia.com"})
+# Values of a GPU driver's ``type`` attribute that are GPUs (absent: a GPU too).
+_GPU_TYPES = (None, "gpu", "mig")
+
+CounterTotals = Callable[[tuple[str, str, str]], Mapping[str, int]]
+
+
+def device_gpu_milli(device: DeviceInfo, counter_totals: CounterTotals) -> int:
+    """Milli-GPU of ``device``: a whole GPU of a GPU driver (:data:`GPU_DRIVERS`) is 1000; a
+    partition (a device consuming counters of its GPU's counter set, e.g. a MIG device) the
+    mean over the set's counters of the share it consumes, so an A100 MIG 3g.40gb (4 of 8
+    memory slices, half the memory, 42 of 108 SMs) counts 489 and a 1g.10gb 125; any other
+    device 0. ``counter_totals`` gives a counter set's totals by (driver, pool, set)."""
+    typ = device.attributes.get(f"{device.driver}/type")
+    if device.driver not in GPU_DRIVERS or typ not in _GPU_TYPES:
+        return 0
+    if not device.consumes:
+        return WHOLE
+    shares = []
+    for set_name, amounts in device.consumes.items():
+        total = counter_totals((device.driver, device.pool, set_name))
+        if total:
+            used = sum(min(1.0, amounts.get(c, 0) / t) for c, t in total.items() if t > 0)
+            shares.append(used / len(total))
+    return round(WHOLE * min(1.0, sum(shares)))
+
+
+def selects(selectors: Iterable[Any], device: DeviceInfo) -> bool:
+    """All selectors select ``device`` (a CEL error counts as not selected)."""
+    try:
+        return all(s.evaluate(device.cel_input()) for s in selectors)
+    except ValueError:
+        return False
