@@ -29,6 +29,7 @@ import numpy as np
 
 from fairgpu.engine.actions.order import Lanes
 from fairgpu.engine.actions.reclaim import may_reclaim_from, reclaim_key, reclaim_refusal
+from fairgpu.engine.actions.reserve import reclaim_protected
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_eligible
 from fairgpu.engine.session import EngineState, Session
@@ -213,7 +214,13 @@ class FairVictims:
         sets: list[list[str]] = []
         for other in self._reclaimable_queues(queue):
             pool = s.book.queue_pods[other]
-            ok = sorted(u for u in pool if eligible_victim(s, u, min_run) and not self._cooling(u))
+            ok = sorted(
+                u
+                for u in pool
+                if eligible_victim(s, u, min_run)
+                and not self._cooling(u)
+                and not reclaim_protected(s, u)
+            )
             if len(ok) < len(pool):
                 self._ask_retry(pool, min_run)
             sets.append(ok)
