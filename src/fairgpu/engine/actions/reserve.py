@@ -69,15 +69,20 @@ def nodes_drain(session: Session, res: Reservation) -> float:
     return max((expected_drain(session, int(i)) for i in res.nodes if i < n), default=math.inf)
 
 
-def hold_end(session: Session, res: Reservation, drain: float | None = None) -> float:
-    """Until when ``res`` holds: the expected drain of its nodes plus ``drainGraceSeconds``,
-    at least ``gang.timeoutSeconds`` after it was made (only that when the drain is
-    unknown)."""
+def hold_end(session: Session, res: Reservation) -> float:
+    """Until when ``res`` holds: the latest drain of its nodes expected so far
+    (:func:`track_drain`; a node that emptied drained when it was expected to, not at time 0)
+    plus ``drainGraceSeconds``, at least ``gang.timeoutSeconds`` after it was made (only that
+    when the drain is unknown)."""
     floor = res.since + session.tenancy.gang.timeout_seconds
-    drain = nodes_drain(session, res) if drain is None else drain
-    if not math.isfinite(drain):
+    if not math.isfinite(res.drain):
         return floor
-    return max(floor, drain + session.tenancy.starvation.drain_grace_seconds)
+    return max(floor, res.drain + session.tenancy.starvation.drain_grace_seconds)
+
+
+def track_drain(session: Session, res: Reservation) -> None:
+    """Fold the nodes' current expected drain into ``res.drain`` (the latest so far)."""
+    res.drain = max(res.drain, nodes_drain(session, res))
 
 
 def reservation_drain(session: Session) -> dict[int, float]:
@@ -90,7 +95,7 @@ def reservation_drain(session: Session) -> dict[int, float]:
             if i < n:
                 out[int(i)] = expected_drain(session, int(i))
         if any(math.isinf(out.get(int(i), 0.0)) for i in res.nodes if i < n):
-            end = hold_end(session, res, math.inf)
+            end = hold_end(session, res)
             for i in res.nodes:
                 if i < n and math.isinf(out[int(i)]):
                     out[int(i)] = end
@@ -144,6 +149,7 @@ def note_blocked(session: Session, job: Job) -> None:
     res = _reserve(session, job, needed)
     if res is None:
         return
+    track_drain(session, res)
     state.reservations[job.key] = res
     session.drain = reservation_drain(session)
 
@@ -193,6 +199,7 @@ def expire_reservations(session: Session, pending_keys: set[str]) -> None:
     _observe_runtimes(session, pending_keys)
     for key in list(state.reservations):
         res = state.reservations[key]
+        track_drain(session, res)
         if key not in pending_keys or now > hold_end(session, res):
             del state.reservations[key]
             if key in pending_keys:
