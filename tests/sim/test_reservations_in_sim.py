@@ -12,7 +12,7 @@ from fairgpu.tenancy import parse_config
 from tests.builders import k8s_node, k8s_pod
 
 
-def _pod(name: str, ns: str, gpus: int, runtime: float, **kw: Any) -> Any:
+def _pod(name: str, ns: str, gpus: int, runtime: float | None, **kw: Any) -> Any:
     return k8s_pod(name, ns, gpus=gpus, cpu="1", duration=runtime, **kw)
 
 
@@ -60,7 +60,7 @@ def test_a_large_gang_holds_its_nodes_until_they_drain_and_starts_once() -> None
     assert made == {("train/big", 350.0)}
 
 
-def _protected_run(reserved_min_runtime: float) -> dict[str, Any]:
+def _protected_run(reserved_min_runtime: float, declared: float | None = None) -> dict[str, Any]:
     # Queue a's gang (8 x 1 GPU) waits behind queue b's pods (until t=500) and starts from
     # its reservation at 500; b submits again at 600. a is then above its share (all 8 GPUs
     # of the one node), so reclaim would take members back as soon as they ran 60 s.
@@ -77,7 +77,7 @@ def _protected_run(reserved_min_runtime: float) -> dict[str, Any]:
     engine = Engine(tenancy=config)
     arrivals = [PodArrival(_pod(f"b{i}", "b", 1, 500), 0.0, 500.0) for i in range(8)]
     arrivals += [
-        PodArrival(_pod(f"big{m}", "a", 1, 3000, group="big", min_member=8), 1.0, 3000.0)
+        PodArrival(_pod(f"big{m}", "a", 1, declared, group="big", min_member=8), 1.0, 3000.0)
         for m in range(8)
     ]
     arrivals += [
@@ -88,9 +88,10 @@ def _protected_run(reserved_min_runtime: float) -> dict[str, Any]:
     return {r.pod.name: r for r in result.records}
 
 
-def test_a_job_started_from_its_reservation_is_not_reclaimed_for_its_minimum_runtime() -> None:
-    # Protected for 1800 s: b's late pods may reclaim only when the protection ends at
-    # 500 + 1800 (the engine asks the simulator for a cycle then); the gang then restarts.
+def test_a_job_started_from_its_reservation_is_not_preempted_for_its_minimum_runtime() -> None:
+    # The gang declares no run time: protected for reservedMinRuntimeSeconds (1800 s), b's
+    # late pods may reclaim only when that ends at 500 + 1800 (the engine asks the simulator
+    # for a cycle then); the gang then restarts.
     recs = _protected_run(1800.0)
     assert min(recs[f"late{i}"].start for i in range(4)) == 2300.0
     assert {recs[f"big{m}"].start for m in range(8)} == {2400.0}
@@ -98,3 +99,10 @@ def test_a_job_started_from_its_reservation_is_not_reclaimed_for_its_minimum_run
     unprotected = _protected_run(0.0)
     assert min(unprotected[f"late{i}"].start for i in range(4)) == 600.0
     assert {unprotected[f"big{m}"].start for m in range(8)} == {700.0}
+
+
+def test_a_job_started_from_its_reservation_runs_its_declared_time() -> None:
+    # Declaring 3000 s, the gang is protected to its end (3500): it runs once, b waits.
+    recs = _protected_run(1800.0, declared=3000.0)
+    assert all(recs[f"big{m}"].start == 500.0 and recs[f"big{m}"].preempted == 0 for m in range(8))
+    assert min(recs[f"late{i}"].start for i in range(4)) == 3500.0

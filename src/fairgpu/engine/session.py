@@ -39,7 +39,7 @@ class EngineState:
     below its minMember; ``history``: decayed usage per queue; ``tenant_changed``: when the
     GPU (node name, device) last changed tenant through a reclaim (the reclaim cooldown);
     ``runtimes``: observed run times (drain estimates for pods that declare none);
-    ``protected``: until when a pod started from a reservation is no reclaim victim;
+    ``protected``: until when a pod started from a reservation is no preemption victim;
     ``pool_demand``: GPU demand per queue and pool set (pool-aware fair shares).
     """
 

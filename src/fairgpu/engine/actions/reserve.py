@@ -8,12 +8,13 @@ queue at or above its share is not starving, and what it started there reclaim w
 pods may use those nodes only if they cannot delay the job (:func:`allowed_nodes`, backfill:
 their declared run time ends before the nodes are expected to drain).
 
-A reservation holds until its nodes are expected to drain (:func:`hold_end`): the declared
-run times of the pods there, else the run time observed for their queue
+A reservation holds until its nodes are expected to drain (:func:`hold_end`): the declared run
+times of the pods there, else the run time observed for their queue
 (:class:`~fairgpu.tenancy.runtimes.ObservedRuntimes`), plus ``drainGraceSeconds``; at least
-``gang.timeoutSeconds``, and only that long when no run time is known. It ends earlier when
-its job starts or leaves. A job started from its reservation is no reclaim victim for
-``reservedMinRuntimeSeconds`` (:func:`reclaim_protected`): reclaiming it sooner would waste
+``gang.timeoutSeconds``, and only that long when no run time is known. It ends earlier when its
+job starts or leaves. A job started from its reservation is no preemption victim until it has
+run its declared run time, within ``reservedMinRuntimeSeconds`` and
+``reservedMaxRuntimeSeconds`` (:func:`reservation_protected`): evicting it sooner would waste
 both its run and the idle GPU time its nodes spent draining for it.
 """
 
@@ -104,21 +105,27 @@ def reservation_drain(session: Session) -> dict[int, float]:
 
 def note_placed(session: Session, job: Job) -> None:
     """``job`` started: its starvation clock and reservation end; started from its
-    reservation, its pods are protected from reclaim for ``reservedMinRuntimeSeconds``."""
+    reservation, its pods are protected from preemption for their declared run time (within
+    ``reservedMinRuntimeSeconds`` and ``reservedMaxRuntimeSeconds``)."""
     state = session.state
     state.blocked_since.pop(job.key, None)
     if state.reservations.pop(job.key, None) is None:
         return
-    until = session.now + session.tenancy.starvation.reserved_min_runtime_seconds
+    cfg = session.tenancy.starvation
     placements = session.cluster.placements
     for pod in job.pods:
         if pod.uid in placements:
-            state.protected[pod.uid] = until
+            declared = declared_runtime(pod) or 0.0
+            span = max(
+                cfg.reserved_min_runtime_seconds, min(declared, cfg.reserved_max_runtime_seconds)
+            )
+            state.protected[pod.uid] = session.now + span
 
 
-def reclaim_protected(session: Session, uid: str) -> bool:
-    """Is ``uid`` a pod started from a reservation that is still protected from reclaim?
-    (Then a cycle is asked for when the protection ends.)"""
+def reservation_protected(session: Session, uid: str) -> bool:
+    """Is ``uid`` a pod started from a reservation that is still protected from preemption
+    (reclaim, and priority inside its queue)? (Then a cycle is asked for when the protection
+    ends.)"""
     until = session.state.protected.get(uid)
     if until is None or session.now >= until:
         return False
