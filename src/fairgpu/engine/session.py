@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.gang import Reservation
@@ -40,7 +42,8 @@ class EngineState:
     GPU (node name, device) last changed tenant through a reclaim (the reclaim cooldown);
     ``runtimes``: observed run times (drain estimates for pods that declare none);
     ``protected``: until when a pod started from a reservation is no preemption victim;
-    ``pool_demand``: GPU demand per queue and pool set (pool-aware fair shares).
+    ``pool_demand``: GPU demand per queue and pool set (pool-aware fair shares);
+    ``backfill``: backfill masks of GPU pods for the current reservations and drain times.
     """
 
     history: UsageHistory
@@ -52,6 +55,7 @@ class EngineState:
     runtimes: ObservedRuntimes = field(default_factory=ObservedRuntimes)
     protected: dict[str, float] = field(default_factory=dict)
     pool_demand: PoolDemandIndex = field(default_factory=PoolDemandIndex)
+    backfill: dict[tuple[str | None, float | None], np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

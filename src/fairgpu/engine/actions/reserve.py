@@ -39,12 +39,27 @@ from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
 
 def allowed_nodes(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None:
-    """Nodes ``pod`` of ``job`` may use given other jobs' reservations (None: all)."""
+    """Nodes ``pod`` of ``job`` may use given other jobs' reservations (None: all).
+
+    For a pod asking GPUs the answer depends only on its declared run time and on whether
+    its own job holds a reservation (drain times and reservations stay fixed between two
+    :func:`reservation_drain` calls), so it is memoised: a backlog of identical pods costs
+    one mask, not one per attempt. Pods without GPUs depend on the nodes' free CPU and
+    memory and are not memoised."""
     reservations = session.state.reservations
-    others = [r for k, r in reservations.items() if k != job.key]
-    if not others:
+    if not reservations or (len(reservations) == 1 and job.key in reservations):
         return None
-    return backfill_mask(pod, session.cluster, others, session.drain, session.now)
+    memo = session.state.backfill
+    key = (job.key if job.key in reservations else None, declared_runtime(pod))
+    if pod.gpu.count:
+        got = memo.get(key)
+        if got is not None:
+            return got
+    others = [r for k, r in reservations.items() if k != job.key]
+    mask = backfill_mask(pod, session.cluster, others, session.drain, session.now)
+    if pod.gpu.count:
+        memo[key] = mask
+    return mask
 
 
 def expected_drain(session: Session, node: int) -> float:
@@ -91,6 +106,7 @@ def reservation_drain(session: Session) -> dict[int, float]:
     ends (backfill must not outlast the hold)."""
     n = session.cluster.size
     out: dict[int, float] = {}
+    session.state.backfill.clear()  # drain times change: backfill masks are stale
     for res in session.state.reservations.values():
         for i in res.nodes:
             if i < n:
@@ -111,6 +127,7 @@ def note_placed(session: Session, job: Job) -> None:
     state.blocked_since.pop(job.key, None)
     if state.reservations.pop(job.key, None) is None:
         return
+    state.backfill.clear()  # its nodes are no longer held for it
     cfg = session.tenancy.starvation
     placements = session.cluster.placements
     for pod in job.pods:
