@@ -47,26 +47,28 @@ def test_the_index_describes_each_pod_once_and_follows_removals() -> None:
     index.reset("v1", gpus, gpus * 1000)
     masks = {"a": np.array([True, True, False]), "b": np.array([False, False, True])}
     pods = {f"x{i}": ("x", "a", 1000) for i in range(50)} | {"y0": ("y", "b", 4000)}
+    pods["cpu-only"] = ("y", "", 0)
     described: list[str] = []
 
     def describe(uid: str):  # type: ignore[no-untyped-def]
         described.append(uid)
         queue, pool, milli = pods[uid]
-        return queue, pool, lambda: masks[pool], milli
+        return (queue, pool, lambda: masks[pool], milli) if milli else None
 
     index.update(set(pods), describe)
-    assert len(described) == 51
+    assert len(described) == 52
+    del pods["cpu-only"]  # a pod without GPUs leaves: nothing to subtract
     assert index.capacity == {"p0": 16000, "p1": 4000}
     assert index.shares({}) == {"x": 16000, "y": 4000}
     # The same backlog again: nothing described; ten pods gone: only the sums change.
     index.update(set(pods), describe)
-    assert len(described) == 51
+    assert len(described) == 52
     left = {u for u in pods if u not in {f"x{i}" for i in range(40)}}
     index.update(left, describe)
-    assert len(described) == 51
+    assert len(described) == 52
     assert index.queue_demand() == {"x": 10000, "y": 4000}
     assert index.shares({}) == {"x": 10000, "y": 4000}
     # New nodes (another version): everything is described afresh.
     index.reset("v2", gpus, gpus * 1000)
     index.update(left, describe)
-    assert len(described) == 51 + len(left)
+    assert len(described) == 52 + len(left)

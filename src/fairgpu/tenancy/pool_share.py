@@ -274,7 +274,8 @@ class PoolDemandIndex:
         one's queue, mask key, mask (lazily) and GPU milli (None: not a GPU pod)."""
         for uid in self._pods.keys() - uids:
             queue, mid, milli = self._pods.pop(uid)
-            self._sums[(queue, mid)] -= milli
+            if mid >= 0:  # a pod without GPUs was never summed
+                self._sums[(queue, mid)] -= milli
         for uid in uids - self._pods.keys():
             got = describe(uid)
             if got is None:
