@@ -44,6 +44,7 @@ class Reservation:
     """Nodes held for job ``key`` of ``queue`` since ``since``.
 
     ``cpu``/``memory`` are what the job needs per reserved node; backfill must leave them.
+    ``drain``: the latest time its nodes were expected to drain, over its life so far.
     """
 
     key: str
@@ -53,6 +54,7 @@ class Reservation:
     cpu: float = 0.0
     memory: float = 0.0
     node_names: list[str] = field(default_factory=list)
+    drain: float = 0.0
 
 
 def members_per_node(pod: PodInfo, cluster: ClusterState, mask: np.ndarray) -> np.ndarray:

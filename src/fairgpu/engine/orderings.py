@@ -59,7 +59,7 @@ class FairCycle:
         jobs = build_jobs(pending, session.resolver, book, annotation, session.out)
         queues = lanes(jobs)
         pending_keys = {j.key for j in jobs}
-        deserved = deserved_shares(book, queues)
+        deserved = session.deserved = deserved_shares(book, queues, session)
         expire_partial_groups(session)
         expire_reservations(session, pending_keys)
         order = FairOrder(session, queues)

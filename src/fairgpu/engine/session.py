@@ -13,8 +13,10 @@ What must outlive a cycle (reservations, starvation and gang timers) is the engi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.decisions import CycleResult
@@ -25,7 +27,9 @@ from fairgpu.engine.statement import Statement
 from fairgpu.tenancy.book import QueueBook
 from fairgpu.tenancy.config import TenancyConfig
 from fairgpu.tenancy.history import UsageHistory
+from fairgpu.tenancy.pool_share import PoolDemandIndex
 from fairgpu.tenancy.resolve import TenantResolver
+from fairgpu.tenancy.runtimes import ObservedRuntimes
 
 
 @dataclass(slots=True)
@@ -35,7 +39,11 @@ class EngineState:
     ``reservations``: nodes held per starving job key; ``blocked_since``: when a large job
     first failed at the head of fair order; ``partial_since``: when a running pod group fell
     below its minMember; ``history``: decayed usage per queue; ``tenant_changed``: when the
-    GPU (node name, device) last changed tenant through a reclaim (the reclaim cooldown).
+    GPU (node name, device) last changed tenant through a reclaim (the reclaim cooldown);
+    ``runtimes``: observed run times (drain estimates for pods that declare none);
+    ``protected``: until when a pod started from a reservation is no preemption victim;
+    ``pool_demand``: GPU demand per queue and pool set (pool-aware fair shares);
+    ``backfill``: backfill masks of GPU pods for the current reservations and drain times.
     """
 
     history: UsageHistory
@@ -44,6 +52,10 @@ class EngineState:
     partial_since: dict[str, float] = field(default_factory=dict)
     tenant_changed: dict[tuple[str, int], float] = field(default_factory=dict)
     preemptions: int = 0
+    runtimes: ObservedRuntimes = field(default_factory=ObservedRuntimes)
+    protected: dict[str, float] = field(default_factory=dict)
+    pool_demand: PoolDemandIndex = field(default_factory=PoolDemandIndex)
+    backfill: dict[tuple[str | None, float | None], np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -52,7 +64,8 @@ class Session:
 
     ``placed_now`` holds the uids placed in this cycle (never victims in the same cycle);
     ``drain`` the expected drain time of reserved nodes (for backfill); ``no_preemption``
-    the pods that may be placed but not preempt in this cycle.
+    the pods that may be placed but not preempt in this cycle; ``deserved`` the queues' fair
+    shares as the fair cycle computed them (None in other cycles).
     """
 
     cluster: ClusterState
@@ -68,6 +81,7 @@ class Session:
     placed_now: set[str] = field(default_factory=set)
     drain: dict[int, float] = field(default_factory=dict)
     no_preemption: frozenset[str] = frozenset()
+    deserved: Mapping[str, float] | None = None
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

@@ -20,16 +20,25 @@ divisible amounts) achieves. Not modelled: gangs' all-or-nothing, fragmentation 
 across nodes, departments (leaf queue weights only).
 
 Amounts are integers of ``resolution`` units (milli-GPU in the simulator's reports).
+
+Speed: with few pools (at most :data:`CUT_POOLS`) feasibility is checked by enumerating the
+network's cuts instead of running a maximum flow -- by max-flow/min-cut the targets fit iff
+for every set ``S`` of pools ``cap(S) >= sum_t max(0, target_t - out_t(S))``, where
+``out_t(S)`` is how much of tenant ``t``'s demand may use a pool outside ``S`` -- one small
+numpy expression per check, cheap enough for every scheduling cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.sparse import csr_array
 from scipy.sparse.csgraph import maximum_flow
+
+# Up to this many pools, feasibility is checked over the 2**pools cuts (see the docstring).
+CUT_POOLS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +87,32 @@ class _Network:
         return self.flow(target) >= sum(target.values())
 
 
+class _Cuts:
+    """The same feasibility question as :class:`_Network`, answered over all pool cuts."""
+
+    def __init__(self, capacity: Mapping[str, int], classes: dict[tuple[str, frozenset[str]], int]):
+        self.tenants = sorted({t for t, _ in classes})
+        pools = sorted({p for _, ps in classes for p in ps if capacity.get(p, 0) > 0})
+        bit = {p: 1 << i for i, p in enumerate(pools)}
+        subsets = np.arange(1 << len(pools))
+        cap = np.zeros(subsets.size, dtype=np.int64)
+        for p, b in bit.items():
+            cap[(subsets & b) != 0] += int(capacity[p])
+        tix = {t: i for i, t in enumerate(self.tenants)}
+        # out[S, t]: demand of t that may use some pool outside S.
+        out = np.zeros((subsets.size, len(self.tenants)), dtype=np.int64)
+        for (tenant, ps), amount in classes.items():
+            mask = sum(bit[p] for p in ps if p in bit)
+            out[(subsets & mask) != mask, tix[tenant]] += int(amount)
+        self._cap, self._out = cap, out
+
+    def fits(self, target: Mapping[str, int]) -> bool:
+        """True when every tenant's target can be placed at once."""
+        want = np.array([int(target.get(t, 0)) for t in self.tenants], dtype=np.int64)
+        forced = np.maximum(want[None, :] - self._out, 0).sum(axis=1)
+        return bool((forced <= self._cap).all())
+
+
 def _class_key(item: tuple[tuple[str, frozenset[str]], int]) -> tuple[str, tuple[str, ...]]:
     (tenant, pools), _ = item
     return tenant, tuple(sorted(pools))
@@ -102,7 +137,10 @@ def pool_fair_shares(
         want[tenant] = want.get(tenant, 0) + amount
     if not want:
         return {}
-    net = _Network(capacity, classes)
+    pools = {p for _, ps in classes for p in ps}
+    net: _Network | _Cuts = (
+        _Cuts(capacity, classes) if len(pools) <= CUT_POOLS else _Network(capacity, classes)
+    )
     if net.fits(want):
         return dict(want)
     share: dict[str, int] = {}
@@ -135,7 +173,7 @@ def _targets(
 
 
 def _highest_level(
-    net: _Network,
+    net: _Network | _Cuts,
     share: Mapping[str, int],
     active: Sequence[str],
     want: Mapping[str, int],
@@ -177,3 +215,102 @@ def node_pools(
         for m in range(len(masks))
     }
     return pools, usable
+
+
+class PoolDemandIndex:
+    """The GPU demand of every queue per set of pools it may use, kept across scheduling
+    cycles so that a cycle pays only for the pods that arrived, started or left since the
+    last one (plus set differences over uids at C speed).
+
+    A pod's pools come from its load-independent node mask (``mask_of(pod)``, cached by
+    ``key_of(pod)``); pools are the classes of GPU nodes admitted by the same masks
+    (:func:`node_pools`), re-derived when a new mask appears or the nodes change
+    (``version``).
+    """
+
+    def __init__(self) -> None:
+        self._clear(None, np.zeros(0), np.zeros(0))
+
+    def _clear(self, version: object, gpus: np.ndarray, milli: np.ndarray) -> None:
+        self._version = version
+        self._gpus, self._milli = gpus, milli
+        self._masks: list[np.ndarray] = []
+        self._by_bytes: dict[bytes, int] = {}
+        self._by_key: dict[object, int] = {}
+        self._usable: dict[int, frozenset[str]] = {}
+        self.capacity: dict[str, int] = {}
+        self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> (queue, mask id, milli)
+        self._sums: dict[tuple[str, int], int] = {}
+        self._cache: dict[tuple[object, ...], dict[str, int]] = {}
+
+    def reset(self, version: object, gpus: np.ndarray, milli: np.ndarray) -> None:
+        """Nodes as they are now: GPUs and GPU milli per node slot (0 where inactive). A new
+        ``version`` forgets every pod and mask."""
+        if version != self._version:
+            self._clear(version, gpus, milli)
+
+    def _mask_id(self, key: object, mask: Callable[[], np.ndarray]) -> int:
+        got = self._by_key.get(key)
+        if got is None:
+            bits = np.asarray(mask(), dtype=bool)
+            got = self._by_bytes.setdefault(bits.tobytes(), len(self._masks))
+            if got == len(self._masks):
+                self._masks.append(bits)
+                self._partition()
+            self._by_key[key] = got
+        return got
+
+    def _partition(self) -> None:
+        pools, self._usable = node_pools(self._masks, self._gpus)
+        self._cache.clear()
+        self.capacity = {f"p{i}": int(self._milli[nodes].sum()) for i, nodes in enumerate(pools)}
+
+    def update(
+        self,
+        uids: Set[str],
+        describe: Callable[[str], tuple[str, object, Callable[[], np.ndarray], int] | None],
+    ) -> None:
+        """The pods that hold or want GPUs now are ``uids``; ``describe(uid)`` gives a new
+        one's queue, mask key, mask (lazily) and GPU milli (None: not a GPU pod)."""
+        for uid in self._pods.keys() - uids:
+            queue, mid, milli = self._pods.pop(uid)
+            if mid >= 0:  # a pod without GPUs was never summed
+                self._sums[(queue, mid)] -= milli
+        for uid in uids - self._pods.keys():
+            got = describe(uid)
+            if got is None:
+                self._pods[uid] = ("", -1, 0)
+                continue
+            queue, key, mask, milli = got
+            mid = self._mask_id(key, mask)
+            self._pods[uid] = (queue, mid, milli)
+            self._sums[(queue, mid)] = self._sums.get((queue, mid), 0) + milli
+
+    def demands(self) -> list[PoolDemand]:
+        """Each queue's GPU demand per set of pools (pods no pool can run left out)."""
+        merged: dict[tuple[str, frozenset[str]], int] = {}
+        for (queue, mid), milli in self._sums.items():
+            pools = self._usable.get(mid, frozenset())
+            if milli > 0 and queue and pools:
+                merged[(queue, pools)] = merged.get((queue, pools), 0) + milli
+        return [PoolDemand(q, p, a) for (q, p), a in sorted(merged.items(), key=_class_key)]
+
+    def shares(self, weight: Mapping[str, float]) -> dict[str, int]:
+        """:func:`pool_fair_shares` of the current demands (the last few answers cached:
+        between cycles the demands often come back to an earlier state)."""
+        demands = self.demands()
+        key = (tuple(demands), tuple(sorted(weight.items())))
+        got = self._cache.get(key)
+        if got is None:
+            if len(self._cache) >= 64:
+                self._cache.clear()
+            got = self._cache[key] = pool_fair_shares(self.capacity, demands, weight)
+        return got
+
+    def queue_demand(self) -> dict[str, int]:
+        """Each queue's GPU milli held or pending, whatever the pools."""
+        out: dict[str, int] = {}
+        for (queue, _), milli in self._sums.items():
+            if queue and milli > 0:
+                out[queue] = out.get(queue, 0) + milli
+        return out

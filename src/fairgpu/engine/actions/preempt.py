@@ -29,6 +29,7 @@ import numpy as np
 
 from fairgpu.engine.actions.order import Lanes
 from fairgpu.engine.actions.reclaim import may_reclaim_from, reclaim_key, reclaim_refusal
+from fairgpu.engine.actions.reserve import reservation_protected
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_eligible
 from fairgpu.engine.session import EngineState, Session
@@ -213,7 +214,13 @@ class FairVictims:
         sets: list[list[str]] = []
         for other in self._reclaimable_queues(queue):
             pool = s.book.queue_pods[other]
-            ok = sorted(u for u in pool if eligible_victim(s, u, min_run) and not self._cooling(u))
+            ok = sorted(
+                u
+                for u in pool
+                if eligible_victim(s, u, min_run)
+                and not self._cooling(u)
+                and not reservation_protected(s, u)
+            )
             if len(ok) < len(pool):
                 self._ask_retry(pool, min_run)
             sets.append(ok)
@@ -279,6 +286,8 @@ class FairVictims:
         for uid in s.book.queue_pods.get(queue, ()):
             p = s.cluster.pods.get(uid)
             if p is None or p.priority >= pod.priority or not eligible_victim(s, uid, min_run):
+                continue
+            if reservation_protected(s, uid):
                 continue
             entry = s.book.entries.get(uid)
             if entry is not None and entry.tenant.user != user:

@@ -19,6 +19,17 @@ the victim search (:func:`~fairgpu.engine.preemption.find_preemption`) picks the
    preemptor added), where ``key`` is :func:`reclaim_key` -- (borrowing beyond nominal
    quota?, department share, queue share), instantaneous, without history.
 
+**Pool-aware shares.** In the fair cycle the shares come from :func:`deserved_shares` with the
+session: a queue with GPU work is judged by the GPUs it holds against its pool-aware fair share
+(:func:`~fairgpu.tenancy.pool_share.pool_fair_shares`: weighted max-min over the pools its held
+and pending pods may use, the computation the simulator's report uses), both as fractions of
+the cluster's GPUs. A training queue confined to the A100 pools is then over or under its share
+of those pools, whatever the L4 pool does; ``key`` compares the same held amounts (weighted),
+so rule 4 keeps max-min's order: the preemptor never ends up with more than the victim. Queues
+without GPU work keep the dominant-resource shares of the whole cluster. The argument below
+holds for either measure: it only uses that each queue is judged by one measure ``held``
+against one ``share``.
+
 No preemption cycles (under the same state: the victims pending again, nothing else
 changed). After a quota-guarantee move Q is within its nominal quota, so V can take nothing
 back: the quota rule needs Q borrowing, the fair-share rule (1) refuses a queue within its
@@ -39,13 +50,16 @@ the second reclaim's victims sit on GPUs the first one recorded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from fairgpu.cluster.state import COL_GPU_MILLI
 from fairgpu.engine.actions.order import Lanes
+from fairgpu.engine.session import Session
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import QueueBook
+from fairgpu.tenancy.config import DIM_GPU
 from fairgpu.tenancy.fairshare import hierarchical_fair_shares
 
 ReclaimKey = tuple[int, float, float]
@@ -65,6 +79,54 @@ def reclaim_key(
     )
 
 
+class PoolShares(dict[str, float]):
+    """Fair shares per queue, as fractions of the cluster: for the queues in ``gpu_queues``
+    their pool-aware GPU share (compared with the GPUs they hold), for the others their
+    whole-cluster dominant-resource share (compared with their dominant share)."""
+
+    def __init__(self, shares: Mapping[str, float], gpu_queues: set[str], gpu_cap: float):
+        super().__init__(shares)
+        self.gpu_queues = gpu_queues
+        self.gpu_cap = gpu_cap
+
+
+def held(
+    book: QueueBook, deserved: Mapping[str, float], queue: str, delta: np.ndarray | None = None
+) -> float:
+    """What ``queue`` holds (``delta`` added) in the unit of its share in ``deserved``."""
+    used = book.used(queue) if delta is None else book.used(queue) + delta
+    if isinstance(deserved, PoolShares) and queue in deserved.gpu_queues:
+        return float(used[DIM_GPU]) / max(deserved.gpu_cap, EPS)
+    return book.dominant(used)
+
+
+def share_key(
+    book: QueueBook,
+    deserved: Mapping[str, float],
+    queue: str,
+    deltas: dict[str, np.ndarray] | None = None,
+) -> ReclaimKey:
+    """:func:`reclaim_key` in the unit of ``deserved`` (:func:`held`): (borrowing beyond
+    nominal?, department's held ÷ its weight, queue's held ÷ its weight)."""
+    if not isinstance(deserved, PoolShares):
+        return reclaim_key(book, queue, deltas)
+    deltas = deltas or {}
+    mine = held(book, deserved, queue, deltas.get(queue)) / book.weight(queue)
+    top = mine
+    parent = book.queue_limits(queue).parent
+    if parent:
+        siblings = {q for q in book.usage if book.queue_limits(q).parent == parent}
+        siblings.add(queue)
+        total = sum(held(book, deserved, q, deltas.get(q)) for q in siblings)
+        top = total / book.parent_weight(parent)
+    return (0 if book.within_nominal(queue, deltas.get(queue)) else 1, top, mine)
+
+
+def below_share(book: QueueBook, deserved: Mapping[str, float], queue: str) -> bool:
+    """Does ``queue`` hold less than its fair share?"""
+    return held(book, deserved, queue) < deserved.get(queue, 0.0) - EPS
+
+
 def quota_guarantee(book: QueueBook, queue: str, vec: np.ndarray, other: str) -> bool:
     """The quota rule: ``queue`` stays within its nominal quota with ``vec`` added and
     ``other`` borrows beyond its own."""
@@ -73,7 +135,7 @@ def quota_guarantee(book: QueueBook, queue: str, vec: np.ndarray, other: str) ->
 
 def above_band(book: QueueBook, deserved: Mapping[str, float], queue: str, band: float) -> bool:
     """``queue`` holds more than ``(1 + band) x`` its fair share."""
-    return book.dominant(book.used(queue)) > deserved.get(queue, 0.0) * (1.0 + band) + EPS
+    return held(book, deserved, queue) > deserved.get(queue, 0.0) * (1.0 + band) + EPS
 
 
 def reclaim_refusal(
@@ -124,15 +186,15 @@ def _fair_refusal(
         return f"queue {other!r} is within its nominal quota"
     if not above_band(book, deserved, other, band):
         return f"queue {other!r} is not above its fair share by more than the band ({band:g})"
-    mine = book.dominant(book.used(queue))
-    after = book.dominant(book.used(queue) + deltas[queue])
+    mine = held(book, deserved, queue)
+    after = held(book, deserved, queue, deltas[queue])
     if not mine < deserved.get(queue, 0.0) - EPS:
         return f"queue {queue!r} is not below its fair share"
     if after > deserved.get(queue, 0.0) + EPS:
         return f"queue {queue!r} would exceed its fair share after the move"
-    if not reclaim_key(book, queue) < reclaim_key(book, other):
+    if not share_key(book, deserved, queue) < share_key(book, deserved, other):
         return f"queue {queue!r} does not come before {other!r} in reclaim order"
-    if not reclaim_key(book, queue, deltas) <= reclaim_key(book, other, deltas):
+    if not share_key(book, deserved, queue, deltas) <= share_key(book, deserved, other, deltas):
         return f"queue {queue!r} would pass {other!r} in reclaim order after the move"
     return None
 
@@ -156,14 +218,14 @@ def may_reclaim_from(
     quota, ``other`` borrowing), or the fair-share rule could (``other`` outside its quota and
     above its share by more than ``band``, ``queue`` below its own, ``key(queue) <
     key(other)``)."""
-    mine, theirs = reclaim_key(book, queue), reclaim_key(book, other)
+    mine, theirs = share_key(book, deserved, queue), share_key(book, deserved, other)
     if not mine < theirs:
         return False
     if mine[0] == 0 and theirs[0] == 1:
         return True
     if theirs[0] == 0:
         return False
-    below = book.dominant(book.used(queue)) < deserved.get(queue, 0.0) - EPS
+    below = below_share(book, deserved, queue)
     return below and above_band(book, deserved, other, band)
 
 
@@ -174,11 +236,37 @@ def usage_shares(book: QueueBook, queue: str, vec: np.ndarray) -> dict[str, floa
     return _shares(book, demand)
 
 
-def deserved_shares(book: QueueBook, queues: Lanes) -> dict[str, float]:
-    """Each queue's fair share in dominant-share units (cluster = 1): two-level weighted
-    max-min, capped by its demand (what it holds plus everything it has pending)."""
+def deserved_shares(
+    book: QueueBook, queues: Lanes, session: Session | None = None
+) -> dict[str, float]:
+    """Each queue's fair share as a fraction of the cluster, capped by its demand (what it
+    holds plus everything it has pending). Without ``session``: two-level weighted max-min
+    of dominant-resource shares over the whole cluster. With it: :class:`PoolShares` --
+    queues with GPU work get their pool-aware GPU share (:func:`pool_gpu_shares`), the
+    others their dominant share of what the GPU queues' demand leaves."""
+    if session is None:
+        return _shares(book, _dominant_demand(book, queues))
+    gpu_cap = float(book.capacity[DIM_GPU])
+    gpu = pool_gpu_shares(session, queues) if gpu_cap > 0 else {}
+    if not gpu:
+        return _shares(book, _dominant_demand(book, queues))
+    wanted = session.state.pool_demand.queue_demand()
+    demand = _dominant_demand(book, queues, skip=set(wanted))
+    demand.update({q: m / gpu_cap for q, m in wanted.items()})
+    shares = _shares(book, demand)
+    shares.update({q: gpu.get(q, 0) / gpu_cap for q in wanted})
+    return PoolShares(shares, set(wanted), gpu_cap)
+
+
+def _dominant_demand(
+    book: QueueBook, queues: Lanes, skip: set[str] | None = None
+) -> dict[str, float]:
+    """Dominant share of what each queue (except ``skip``) holds plus has pending."""
+    skip = skip or set()
     demand: dict[str, float] = {}
     for q, users in queues.items():
+        if q in skip:
+            continue
         vec = book.used(q).copy()
         for lst in users.values():
             for job in lst:
@@ -186,9 +274,61 @@ def deserved_shares(book: QueueBook, queues: Lanes) -> dict[str, float]:
                     vec += book.pending_vector(p)
         demand[q] = book.dominant(vec)
     for q, used in book.usage.items():
-        if q not in demand:
+        if q not in demand and q not in skip:
             demand[q] = book.dominant(used)
-    return _shares(book, demand)
+    return demand
+
+
+def pool_gpu_shares(session: Session, queues: Lanes) -> dict[str, int]:
+    """Each queue's pool-aware fair share of GPUs (milli): weighted max-min over the pools
+    its held and pending GPU pods may use (their load-independent filters), updated
+    incrementally (:class:`~fairgpu.tenancy.pool_share.PoolDemandIndex`). Queue weights;
+    within a department a queue weighs the department's weight split in proportion to its
+    siblings with GPU demand (one level of pools, not a second max-min inside the
+    department)."""
+    cluster, book, scheduler = session.cluster, session.book, session.scheduler
+    n = cluster.size
+    index = session.state.pool_demand
+    gpus = np.where(cluster.active[:n], cluster.gpu_count[:n], 0)
+    index.reset((id(cluster), cluster.static_version), gpus, cluster.allocatable[:n, COL_GPU_MILLI])
+    pending = {
+        p.uid: p
+        for users in queues.values()
+        for jobs in users.values()
+        for j in jobs
+        for p in j.pods
+    }
+
+    def describe(uid: str) -> tuple[str, object, Callable[[], np.ndarray], int] | None:
+        pod = pending.get(uid) or cluster.pods.get(uid)
+        if pod is None or not pod.gpu.count:
+            return None
+        entry = book.entries.get(uid)
+        milli = entry.vec[DIM_GPU] if entry is not None else book.pending_vector(pod)[DIM_GPU]
+        least = pod.gpu.count if pod.gpu.is_whole else 1
+
+        def mask() -> np.ndarray:
+            return scheduler.static_mask(pod, cluster)[:n] & (gpus >= least)
+
+        return book.resolver.resolve(pod).queue, (pod.static_key(), least), mask, int(milli)
+
+    index.update(pending.keys() | book.entries.keys(), describe)
+    return index.shares(_weights(book, index.queue_demand()))
+
+
+def _weights(book: QueueBook, queues: Mapping[str, int]) -> dict[str, float]:
+    """Leaf weights; a department's weight split among its queues by their own weights."""
+    by_parent: dict[str, float] = {}
+    for q in queues:
+        parent = book.queue_limits(q).parent
+        if parent:
+            by_parent[parent] = by_parent.get(parent, 0.0) + book.weight(q)
+    out: dict[str, float] = {}
+    for q in queues:
+        parent = book.queue_limits(q).parent
+        w = book.weight(q)
+        out[q] = book.parent_weight(parent) * w / by_parent[parent] if parent else w
+    return out
 
 
 def _shares(book: QueueBook, demand: dict[str, float]) -> dict[str, float]:

@@ -2,9 +2,20 @@
 
 A large job (many whole GPUs, or a big gang) that stays blocked at the head of fair order for
 ``starvation.reserve_after_seconds`` gets nodes held for it
-(:func:`~fairgpu.engine.gang.choose_reservation`); while the reservation exists, other pods
-may use those nodes only if they cannot delay the job (:func:`allowed_nodes`, backfill).
-A reservation ends when its job starts or leaves, or after the gang timeout.
+(:func:`~fairgpu.engine.gang.choose_reservation`) -- if its queue is below its fair share: a
+queue at or above its share is not starving, and what it started there reclaim would take back.
+(The job itself may be larger than what its queue lacks.) While the reservation exists, other
+pods may use those nodes only if they cannot delay the job (:func:`allowed_nodes`, backfill:
+their declared run time ends before the nodes are expected to drain).
+
+A reservation holds until its nodes are expected to drain (:func:`hold_end`): the declared run
+times of the pods there, else the run time observed for their queue
+(:class:`~fairgpu.tenancy.runtimes.ObservedRuntimes`), plus ``drainGraceSeconds``; at least
+``gang.timeoutSeconds``, and only that long when no run time is known. It ends earlier when its
+job starts or leaves. A job started from its reservation is no preemption victim until it has
+run its declared run time, within ``reservedMinRuntimeSeconds`` and
+``reservedMaxRuntimeSeconds`` (:func:`reservation_protected`): evicting it sooner would waste
+both its run and the idle GPU time its nodes spent draining for it.
 """
 
 from __future__ import annotations
@@ -13,10 +24,12 @@ import math
 
 import numpy as np
 
+from fairgpu.engine.actions.reclaim import below_share
 from fairgpu.engine.gang import (
     Reservation,
     backfill_mask,
     choose_reservation,
+    declared_runtime,
     drain_estimate,
     whole_gpus,
 )
@@ -26,29 +39,115 @@ from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
 
 def allowed_nodes(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None:
-    """Nodes ``pod`` of ``job`` may use given other jobs' reservations (None: all)."""
+    """Nodes ``pod`` of ``job`` may use given other jobs' reservations (None: all).
+
+    For a pod asking GPUs the answer depends only on its declared run time and on whether
+    its own job holds a reservation (drain times and reservations stay fixed between two
+    :func:`reservation_drain` calls), so it is memoised: a backlog of identical pods costs
+    one mask, not one per attempt. Pods without GPUs depend on the nodes' free CPU and
+    memory and are not memoised."""
     reservations = session.state.reservations
-    others = [r for k, r in reservations.items() if k != job.key]
-    if not others:
+    if not reservations or (len(reservations) == 1 and job.key in reservations):
         return None
-    return backfill_mask(pod, session.cluster, others, session.drain, session.now)
+    memo = session.state.backfill
+    key = (job.key if job.key in reservations else None, declared_runtime(pod))
+    if pod.gpu.count:
+        got = memo.get(key)
+        if got is not None:
+            return got
+    others = [r for k, r in reservations.items() if k != job.key]
+    mask = backfill_mask(pod, session.cluster, others, session.drain, session.now)
+    if pod.gpu.count:
+        memo[key] = mask
+    return mask
+
+
+def expected_drain(session: Session, node: int) -> float:
+    """When node slot ``node`` is expected to be empty: the latest end of its pods, each
+    from its declared run time, else the run time observed for its queue; inf if a pod has
+    neither."""
+    cluster = session.cluster
+    runtimes = session.state.runtimes
+    latest = 0.0
+    for uid, pod in cluster.node_pods[node].items():
+        runtime = declared_runtime(pod)
+        if runtime is None:
+            runtime = runtimes.expected(session.resolver.resolve(pod).queue)
+            if runtime is None:
+                return math.inf
+        latest = max(latest, cluster.placements[uid].started + runtime)
+    return latest
+
+
+def nodes_drain(session: Session, res: Reservation) -> float:
+    """When the last node of ``res`` is expected to be empty (inf: unknown)."""
+    n = session.cluster.size
+    return max((expected_drain(session, int(i)) for i in res.nodes if i < n), default=math.inf)
+
+
+def hold_end(session: Session, res: Reservation) -> float:
+    """Until when ``res`` holds: the latest drain of its nodes expected so far
+    (:func:`track_drain`; a node that emptied drained when it was expected to, not at time 0)
+    plus ``drainGraceSeconds``, at least ``gang.timeoutSeconds`` after it was made (only that
+    when the drain is unknown)."""
+    floor = res.since + session.tenancy.gang.timeout_seconds
+    if not math.isfinite(res.drain):
+        return floor
+    return max(floor, res.drain + session.tenancy.starvation.drain_grace_seconds)
+
+
+def track_drain(session: Session, res: Reservation) -> None:
+    """Fold the nodes' current expected drain into ``res.drain`` (the latest so far)."""
+    res.drain = max(res.drain, nodes_drain(session, res))
 
 
 def reservation_drain(session: Session) -> dict[int, float]:
-    """When each reserved node is expected to be empty."""
-    cluster = session.cluster
-    return {
-        int(i): drain_estimate(cluster, int(i))
-        for res in session.state.reservations.values()
-        for i in res.nodes
-        if i < cluster.size
-    }
+    """When each reserved node is expected to be empty; where unknown, when its reservation
+    ends (backfill must not outlast the hold)."""
+    n = session.cluster.size
+    out: dict[int, float] = {}
+    session.state.backfill.clear()  # drain times change: backfill masks are stale
+    for res in session.state.reservations.values():
+        for i in res.nodes:
+            if i < n:
+                out[int(i)] = expected_drain(session, int(i))
+        if any(math.isinf(out.get(int(i), 0.0)) for i in res.nodes if i < n):
+            end = hold_end(session, res)
+            for i in res.nodes:
+                if i < n and math.isinf(out[int(i)]):
+                    out[int(i)] = end
+    return out
 
 
 def note_placed(session: Session, job: Job) -> None:
-    """``job`` started: its starvation clock and reservation end."""
-    session.state.blocked_since.pop(job.key, None)
-    session.state.reservations.pop(job.key, None)
+    """``job`` started: its starvation clock and reservation end; started from its
+    reservation, its pods are protected from preemption for their declared run time (within
+    ``reservedMinRuntimeSeconds`` and ``reservedMaxRuntimeSeconds``)."""
+    state = session.state
+    state.blocked_since.pop(job.key, None)
+    if state.reservations.pop(job.key, None) is None:
+        return
+    state.backfill.clear()  # its nodes are no longer held for it
+    cfg = session.tenancy.starvation
+    placements = session.cluster.placements
+    for pod in job.pods:
+        if pod.uid in placements:
+            declared = declared_runtime(pod) or 0.0
+            span = max(
+                cfg.reserved_min_runtime_seconds, min(declared, cfg.reserved_max_runtime_seconds)
+            )
+            state.protected[pod.uid] = session.now + span
+
+
+def reservation_protected(session: Session, uid: str) -> bool:
+    """Is ``uid`` a pod started from a reservation that is still protected from preemption
+    (reclaim, and priority inside its queue)? (Then a cycle is asked for when the protection
+    ends.)"""
+    until = session.state.protected.get(uid)
+    if until is None or session.now >= until:
+        return False
+    session.out.retry_no_later_than(until)
+    return True
 
 
 def _is_large(session: Session, job: Job, needed: list[PodInfo]) -> bool:
@@ -69,14 +168,23 @@ def note_blocked(session: Session, job: Job) -> None:
     if not _is_large(session, job, needed):
         return
     since = state.blocked_since.setdefault(job.key, session.now)
-    if session.now - since < cfg.reserve_after_seconds:
+    if session.now - since < cfg.reserve_after_seconds or not _starving(session, job):
         return
     res = _reserve(session, job, needed)
     if res is None:
         return
+    track_drain(session, res)
     state.reservations[job.key] = res
-    for i in res.nodes:
-        session.drain[int(i)] = drain_estimate(session.cluster, int(i))
+    session.drain = reservation_drain(session)
+
+
+def _starving(session: Session, job: Job) -> bool:
+    """Is ``job``'s queue below its fair share? (A queue at or above it is not starving.)
+    Without the cycle's shares (no fair cycle): yes."""
+    deserved = session.deserved
+    if deserved is None:
+        return True
+    return below_share(session.book, deserved, job.tenant.queue)
 
 
 def _reserve(session: Session, job: Job, needed: list[PodInfo]) -> Reservation | None:
@@ -108,26 +216,48 @@ def _reserve(session: Session, job: Job, needed: list[PodInfo]) -> Reservation |
 
 
 def expire_reservations(session: Session, pending_keys: set[str]) -> None:
-    """Drop reservations of jobs no longer pending or held longer than the gang timeout,
-    and starvation clocks of jobs no longer pending."""
+    """Drop reservations of jobs no longer pending or held past :func:`hold_end`, starvation
+    clocks of jobs no longer pending and protections that ended; learn run times."""
     state = session.state
-    timeout = session.tenancy.gang.timeout_seconds
     now = session.now
+    _observe_runtimes(session, pending_keys)
     for key in list(state.reservations):
         res = state.reservations[key]
-        if key not in pending_keys or now - res.since > timeout:
+        track_drain(session, res)
+        if key not in pending_keys or now > hold_end(session, res):
             del state.reservations[key]
             if key in pending_keys:
                 state.blocked_since[key] = now  # wait again before the next reservation
     for key in list(state.blocked_since):
         if key not in pending_keys:
             del state.blocked_since[key]
+    placements = session.cluster.placements
+    for uid in [u for u, t in state.protected.items() if t <= now or u not in placements]:
+        del state.protected[uid]
+
+
+def _observe_runtimes(session: Session, pending_keys: set[str]) -> None:
+    """Feed the running pods that declare no run time to the observed run times."""
+    if not session.tenancy.starvation.enabled:
+        return
+    cluster, resolver = session.cluster, session.resolver
+
+    def watch(uid: str) -> tuple[str, float] | None:
+        pod = cluster.pods.get(uid)
+        if pod is None or declared_runtime(pod) is not None:
+            return None
+        return resolver.resolve(pod).queue, cluster.placements[uid].started
+
+    running = cluster.placements.keys()
+    session.state.runtimes.observe(running, watch, pending_keys, session.now)
 
 
 def publish_reservations(session: Session) -> None:
     """List the held nodes in the result and explain them in the held jobs' pending
     reasons."""
     out = session.out
+    if out.evictions:
+        session.state.runtimes.evicted(e.pod.uid for e in out.evictions)
     reservations = session.state.reservations
     for key, res in reservations.items():
         out.reserved[key] = list(res.node_names)
@@ -161,9 +291,10 @@ def _hold_note(session: Session, res: Reservation) -> str:
     held = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     ends = [drain_estimate(cluster, int(i)) for i in res.nodes if i < cluster.size]
     end = max(ends, default=math.inf)
-    when = (
-        f"expected free by {session.time_label(end)} (the declared run times there)"
-        if math.isfinite(end)
-        else "when they free up is unknown (pods there declare no run time)"
-    )
+    if math.isfinite(end):
+        when = f"expected free by {session.time_label(end)} (the declared run times there)"
+    elif math.isfinite(expected := nodes_drain(session, res)):
+        when = f"expected free by {session.time_label(expected)} (run times observed there)"
+    else:
+        when = "when they free up is unknown (pods there declare no run time)"
     return f"; GPUs are held for it on {held}, {when}"

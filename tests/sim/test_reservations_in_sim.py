@@ -1,0 +1,108 @@
+"""Reservations over simulated time: a large gang's reservation holds until its nodes drain,
+so the gang starts once, and a job started from its reservation is not reclaimed at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fairgpu.engine.engine import CycleResult, Engine
+from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.workload import PodArrival, Workload
+from fairgpu.tenancy import parse_config
+from tests.builders import k8s_node, k8s_pod
+
+
+def _pod(name: str, ns: str, gpus: int, runtime: float | None, **kw: Any) -> Any:
+    return k8s_pod(name, ns, gpus=gpus, cpu="1", duration=runtime, **kw)
+
+
+def _held(engine: Engine) -> set[tuple[str, float]]:
+    """Wrap ``engine.cycle`` to collect every (job, since) reservation it made."""
+    seen: set[tuple[str, float]] = set()
+    inner = engine.cycle
+
+    def cycle(cluster: Any, pending: Any, now: float) -> CycleResult:
+        out = inner(cluster, pending, now)
+        seen.update((k, r.since) for k, r in engine.reservations.items())
+        return out
+
+    engine.cycle = cycle  # type: ignore[method-assign]
+    return seen
+
+
+def test_a_large_gang_holds_its_nodes_until_they_drain_and_starts_once() -> None:
+    # Two 8-GPU nodes run queue busy's pods until t=1000..1500 (declared); busy keeps
+    # submitting 1000 s pods every 50 s. A 2 x 8-GPU gang arrives at t=10 and waits 300 s for
+    # its reservation, which must outlast the gang timeout (600 s): the held nodes drain at
+    # 1500. Before, the reservation expired at 910 and the stream took the GPUs freed from
+    # t=1000 on; reserved again and again, the gang never started before the end.
+    config = parse_config({"preemption": {"enabled": False}})
+    engine = Engine(tenancy=config)
+    made = _held(engine)
+    nodes = [k8s_node(f"n{i}", gpus=8) for i in range(2)]
+    arrivals = [
+        PodArrival(_pod(f"first{i}", "busy", 1, 1000 + 32 * i), 0.0, 1000 + 32 * i)
+        for i in range(16)
+    ]
+    arrivals += [
+        PodArrival(_pod(f"s{j}", "busy", 1, 1000, created=50.0 * j), 50.0 * j, 1000.0)
+        for j in range(1, 60)
+    ]
+    gang = [_pod(f"g{m}", "train", 8, 600, group="big", min_member=2) for m in range(2)]
+    arrivals += [PodArrival(p, 10.0, 600.0) for p in gang]
+    workload = Workload("gang-drain", nodes, arrivals, pod_groups={"train/big": 2})
+    result = Simulation(workload, engine, until=4000).run()
+    recs = {r.pod.name: r for r in result.records}
+    # The last of the first pods ends at 1000 + 32 * 15 = 1480: the gang starts then, once.
+    assert recs["g0"].start == recs["g1"].start == 1480.0
+    assert recs["g0"].preempted == recs["g1"].preempted == 0
+    # One reservation, made at the first cycle after 310 (cycles run on arrivals, every 50 s).
+    assert made == {("train/big", 350.0)}
+
+
+def _protected_run(reserved_min_runtime: float, declared: float | None = None) -> dict[str, Any]:
+    # Queue a's gang (8 x 1 GPU) waits behind queue b's pods (until t=500) and starts from
+    # its reservation at 500; b submits again at 600. a is then above its share (all 8 GPUs
+    # of the one node), so reclaim would take members back as soon as they ran 60 s.
+    config = parse_config(
+        {
+            "preemption": {"reclaimCooldownSeconds": 0},
+            "starvation": {
+                "reserveAfterSeconds": 0,
+                "minGangPods": 8,
+                "reservedMinRuntimeSeconds": reserved_min_runtime,
+            },
+        }
+    )
+    engine = Engine(tenancy=config)
+    arrivals = [PodArrival(_pod(f"b{i}", "b", 1, 500), 0.0, 500.0) for i in range(8)]
+    arrivals += [
+        PodArrival(_pod(f"big{m}", "a", 1, declared, group="big", min_member=8), 1.0, 3000.0)
+        for m in range(8)
+    ]
+    arrivals += [
+        PodArrival(_pod(f"late{i}", "b", 1, 100, created=600.0), 600.0, 100.0) for i in range(4)
+    ]
+    workload = Workload("protect", [k8s_node("n0", gpus=8)], arrivals, pod_groups={"a/big": 8})
+    result = Simulation(workload, engine).run()
+    return {r.pod.name: r for r in result.records}
+
+
+def test_a_job_started_from_its_reservation_is_not_preempted_for_its_minimum_runtime() -> None:
+    # The gang declares no run time: protected for reservedMinRuntimeSeconds (1800 s), b's
+    # late pods may reclaim only when that ends at 500 + 1800 (the engine asks the simulator
+    # for a cycle then); the gang then restarts.
+    recs = _protected_run(1800.0)
+    assert min(recs[f"late{i}"].start for i in range(4)) == 2300.0
+    assert {recs[f"big{m}"].start for m in range(8)} == {2400.0}
+    # Unprotected, they reclaim at once (600), 100 s into the gang's run.
+    unprotected = _protected_run(0.0)
+    assert min(unprotected[f"late{i}"].start for i in range(4)) == 600.0
+    assert {unprotected[f"big{m}"].start for m in range(8)} == {700.0}
+
+
+def test_a_job_started_from_its_reservation_runs_its_declared_time() -> None:
+    # Declaring 3000 s, the gang is protected to its end (3500): it runs once, b waits.
+    recs = _protected_run(1800.0, declared=3000.0)
+    assert all(recs[f"big{m}"].start == 500.0 and recs[f"big{m}"].preempted == 0 for m in range(8))
+    assert min(recs[f"late{i}"].start for i in range(4)) == 3500.0
