@@ -277,9 +277,10 @@ def _nominate(world: World, name: str, node: str) -> None:
 def test_stale_nomination_is_cleared_and_a_live_one_kept(world: World) -> None:
     """As kube-scheduler: a pod that may preempt but finds no victims loses its
     ``nominatedNodeName``; one whose earlier victim still terminates there keeps it."""
-    a, b = world.node("a", gpus=1), world.node("b", gpus=1)
     with world.audit() as audit, scheduler(world.cp) as s:
+        a = world.node("a", gpus=1)
         world.fill(a, {"keep": "pc-keep"})  # nobody below pc-keep: no victims on a
+        b = world.node("b", gpus=1)  # created once a is full: low can only go there
         world.fill(b, {"low": "pc-low"})
         world.api.request("DELETE", f"/api/v1/namespaces/{world.ns}/pods/low")
         wait_for(lambda: world.terminating("low"), 10)  # no kubelet: it stays terminating
