@@ -13,7 +13,9 @@ smallest victim set on the best node. Two policies:
     them: a pod may take another user's lower-priority pods only while its own user stays at
     or below its fair share of what the queue holds (weighted max-min over the queue's users,
     capped by demand); its own user's lower-priority pods it may always take, as
-    kube-scheduler would.
+    kube-scheduler would. Victims are chosen by the work they lose, a pod group as one
+    victim (:mod:`~fairgpu.engine.victim_cost`), and a pod alone asking GPUs preempts only
+    while waiting for declared run times to free room would cost more than the kill loses.
 :class:`KubeDefaultVictims`
     kube-scheduler's priority preemption: any pod of strictly lower priority.
 
@@ -22,7 +24,7 @@ Whatever the policy, :func:`eligible_victim` must hold for every victim.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import numpy as np
@@ -32,6 +34,14 @@ from fairgpu.engine.actions.reclaim import may_reclaim_from, reclaim_key, reclai
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_eligible
 from fairgpu.engine.session import EngineState, Session
+from fairgpu.engine.victim_cost import (
+    VictimCost,
+    hours,
+    lost_work,
+    running_gangs,
+    time_to_fit,
+    waiting_is_cheaper,
+)
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.fairshare import weighted_max_min
 
@@ -107,6 +117,8 @@ class FairVictims:
         self._pending_users: dict[str, dict[str, np.ndarray]] = {}
         self._moves: dict[str, list[tuple[str, int]]] = {}
         self._refusal: dict[str, str] = {}
+        self._gangs = running_gangs(session.book, session.resolver, session.cluster)
+        self._collateral: frozenset[str] = frozenset()
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -123,9 +135,20 @@ class FairVictims:
         return (job.tenant.queue, job.tenant.user, pod.priority)
 
     def kind(self, job: Job, victim: PodInfo) -> str:
-        """``priority`` inside the preemptor's queue, ``reclaim`` across queues."""
-        same = self.s.resolver.resolve(victim).queue == job.tenant.queue
-        return "priority" if same else "reclaim"
+        """``priority`` inside the preemptor's queue, ``reclaim`` across queues;
+        ``gang-restart`` for a member of the last plan that goes only because its group
+        breaks."""
+        if victim.uid in self._collateral:
+            return "gang-restart"
+        return "priority" if self._same_queue(job, victim) else "reclaim"
+
+    def _same_queue(self, job: Job, victim: PodInfo) -> bool:
+        return self.s.resolver.resolve(victim).queue == job.tenant.queue
+
+    def _tier(self, job: Job) -> Callable[[PodInfo], float]:
+        """Victims of the preemptor's own queue rank by priority before cost; other queues'
+        by cost alone (:class:`~fairgpu.engine.victim_cost.VictimCost`)."""
+        return lambda v: float(v.priority) if self._same_queue(job, v) else -np.inf
 
     def placed(self, pod: PodInfo) -> None:
         """A committed placement: if it reclaimed, the GPUs its victims freed and those it
@@ -153,34 +176,71 @@ class FairVictims:
         vec = book.pending_vector(pod)
         band = session.tenancy.preemption.reclaim_tolerance_band
         self._moves.pop(pod.uid, None)
+        self._collateral = frozenset()
         refused: list[str] = []
+        cheaper_wait = self._wait_rule(job, pod, allowed)
 
         def accept(victims: list[PodInfo]) -> bool:
             why = reclaim_refusal(book, queue, vec, victims, self.deserved, band)
             if why is not None:
                 refused.append(f"reclaim refused: {why}")
-            return why is None
+            elif (wait := cheaper_wait(victims)) is not None:
+                refused.append(wait)
+            return why is None and wait is None
 
+        cost = VictimCost(session.cluster, self._gangs, session.now, self._tier(job))
         for eligible in self.candidate_sets(job, pod):
             plan = find_preemption(
-                pod, session.cluster, session.scheduler, eligible, allowed, accept=accept
+                pod, session.cluster, session.scheduler, eligible, allowed, accept, cost=cost
             )
             if plan is not None:
                 self._refusal.pop(pod.uid, None)
+                self._collateral = plan.collateral
                 self._note_moves(job, pod, plan)
                 return plan
         if refused:
             self._refusal[pod.uid] = refused[0]
         return None
 
-    def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
-        """Remember the GPUs a reclaim plan frees (recorded if the placement commits)."""
+    def _wait_rule(
+        self, job: Job, pod: PodInfo, allowed: np.ndarray | None
+    ) -> Callable[[list[PodInfo]], str | None]:
+        """Why a victim set of a pod alone asking GPUs is refused because waiting is cheaper
+        (None: go ahead). Killing loses the victims' work (whole groups); waiting costs the
+        pod's GPUs x the time until declared run times free room for it on a node it may use
+        (:func:`~fairgpu.engine.victim_cost.waiting_is_cheaper`). A member of a gang is not
+        judged: the gang starts only when all its members fit, which one member cannot tell.
+        """
         s = self.s
-        name = s.cluster.node(plan.node).name
+        gpus = pod.gpu.total_milli / 1000.0
+        if job.group is not None or gpus <= 0:
+            return lambda victims: None
+        wait: list[float] = []
+
+        def refusal(victims: list[PodInfo]) -> str | None:
+            loss = lost_work((v.uid for v in victims), s.cluster, s.now)
+            if not wait:
+                mask = s.scheduler.static_mask(pod, s.cluster)
+                if allowed is not None:
+                    mask = mask & allowed[: mask.size]
+                wait.append(time_to_fit(pod, 1, s.cluster, mask, s.now))
+            if not waiting_is_cheaper(loss, gpus, wait[0]):
+                return None
+            return (
+                f"waiting is cheaper: evicting would lose {hours(loss)} of work, while "
+                f"declared run times free room within {wait[0]:.0f}s ({hours(gpus * wait[0])})"
+            )
+
+        return refusal
+
+    def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
+        """Remember the GPUs a reclaim plan frees, whole groups included (recorded if the
+        placement commits)."""
+        s = self.s
         moved = [
-            (name, d)
+            (s.cluster.node(s.cluster.placements[v.uid].node).name, d)
             for v in plan.victims
-            if self.kind(job, v) == "reclaim"
+            if not self._same_queue(job, v)
             for d in s.cluster.placements[v.uid].devices
         ]
         if moved:
