@@ -243,3 +243,44 @@ def test_evictions_never_leave_a_group_below_min_member(
         left = [u for u in members if u not in gone]
         if len(left) < len(members):
             assert len(left) >= mins or not left, (key, len(left), mins)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pods=st.lists(
+        st.tuples(
+            st.integers(1, 4), st.floats(0, 990), st.none() | st.floats(1, 5000), st.booleans()
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    want=st.integers(1, 4),
+)
+def test_a_pod_alone_never_kills_more_work_than_waiting_would_cost(
+    pods: list[tuple[int, float, float | None, bool]], want: int
+) -> None:
+    """Whatever runs (queue a, some in pod groups, some declaring their run time), when b's
+    pod alone evicts, the work lost is less than its GPUs x the time declared run times need
+    to free room for it, measured before the cycle."""
+    state = cluster(*[node_info(f"n{i}", gpus=4) for i in range(4)])
+    free = [4] * 4
+    for j, (gpus, started, duration, grouped) in enumerate(pods):
+        node = next((i for i in range(4) if free[i] >= gpus), None)
+        if node is None:
+            continue
+        extra: dict[str, Any] = {"group": f"k{j % 2}", "min_member": 1} if grouped else {}
+        pod = pod_info(f"p{j}", "a", gpus=gpus, duration=duration, **extra)
+        state.assign(pod, node, tuple(range(4 - free[node], 4 - free[node] + gpus)), started)
+        free[node] -= gpus
+    now = 1000.0
+    small = pod_info("w", "b", gpus=want)
+    wait = time_to_fit(small, 1, state, np.ones(state.size, dtype=bool), now)
+    before = {u: (state.pods[u], state.placements[u]) for u in state.placements}
+    res = engine(reclaimMinRuntimeSeconds=0).cycle(state, [small], now)
+    if res.evictions:
+        loss = sum(
+            before[e.pod.uid][1].device_milli / 1000 * len(before[e.pod.uid][1].devices)
+            * (now - before[e.pod.uid][1].started)
+            for e in res.evictions
+        )  # fmt: skip
+        assert not waiting_is_cheaper(loss, want, wait), (loss, wait)
