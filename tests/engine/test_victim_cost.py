@@ -85,6 +85,21 @@ def test_a_rigid_group_is_one_victim_an_elastic_one_loses_members_beyond_min_mem
     assert cost.admissible("e0", {"e0"})  # it has slack: its siblings need not be eligible
 
 
+def test_floor_is_the_cheapest_fractional_cover_of_the_gpus_needed() -> None:
+    cheap = pod_info("cheap", gpus=1)  # 1 GPU x 100 s
+    dear = pod_info("dear", gpus=2)  # 2 GPUs x 1 000 s: 1 000 per GPU
+    g0, g1 = member("g0", "g", 2, 1), member("g1", "g", 2, 1)  # one group, 2 x 500 s here
+    placed = [(cheap, "n1", 900.0), (dear, "n1", 0.0), (g0, "n1", 500.0), (g1, "n1", 500.0)]
+    state = cluster(node_info("n1", gpus=5), placed=placed)
+    gangs = _gangs({"a/g": {g0.uid, g1.uid}}, {"a/g": 2})
+    cost = VictimCost(state, gangs, 1000.0)
+    pods = [cheap, dear, g0, g1]
+    # Per GPU: cheap 100, the group 1 000 shared by its two members (500 each), dear 1 000.
+    assert cost.floor(pods, 0.0) == (-math.inf, 100.0)
+    assert cost.floor(pods, 2.0) == (-math.inf, 100.0 + 500.0)
+    assert cost.floor(pods, 4.0) == (-math.inf, 100.0 + 1000.0 + 1000.0)
+
+
 def test_time_to_fit_follows_declared_ends() -> None:
     placed = [
         (pod_info("soon", gpus=1, duration=100), "n1", 0.0),

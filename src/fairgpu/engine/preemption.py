@@ -182,7 +182,10 @@ def _cheapest(
 ) -> PreemptionPlan | None:
     """The plan that loses the least work among the ``max_nodes`` nodes whose cheapest unit
     costs least (branch and bound on the loss)."""
-    floors = {i: cost.floor(by_node[i]) for i in by_node}
+    free = cluster.free()
+    need = pod.gpu.count * (WHOLE if pod.gpu.is_whole else pod.gpu.milli)
+    deficit = {i: (need - free[i, COL_GPU_MILLI]) / WHOLE for i in by_node}
+    floors = {i: cost.floor(by_node[i], deficit[i]) for i in by_node}
     order = sorted(by_node, key=lambda i: (floors[i], len(by_node[i]), i))
     best: PreemptionPlan | None = None
     best_rank: tuple[float, ...] | None = None

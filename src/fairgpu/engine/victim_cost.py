@@ -175,16 +175,49 @@ class VictimCost:
             seen.update(extra)
         return out
 
-    def floor(self, pods: Iterable[PodInfo]) -> tuple[float, float]:
-        """A lower bound of (tier, lost work) for any plan among ``pods``: it evicts at
-        least one of them, and its tier is its victims' highest."""
+    def floor(self, pods: Iterable[PodInfo], deficit: float = 0.0) -> tuple[float, float]:
+        """A lower bound of (tier, lost work) for any plan among ``pods`` (all on one node)
+        that must free ``deficit`` GPUs there: its tier is its victims' highest, and it loses
+        at least the cheapest fractional cover of ``deficit`` (a pod's cost per GPU it frees,
+        a rigid group's cost shared among its members here, since evicting several of them
+        loses the group once) -- and at least one victim's share."""
         pods = list(pods)
-        tier = min((self.tier(p) for p in pods), default=-math.inf)
-        return tier, min((self.unit_cost(p.uid) for p in pods), default=0.0)
+        if not pods:
+            return -math.inf, 0.0
+        tier = min(self.tier(p) for p in pods)
+        here: dict[str, int] = {}
+        for p in pods:
+            key = self.gangs.key(p.uid)
+            if key:
+                here[key] = here.get(key, 0) + 1
+        items = []
+        for p in pods:
+            key = self.gangs.key(p.uid)
+            share = self.unit_cost(p.uid)
+            if key and self.gangs.slack(key) < 1:
+                share /= here[key]
+            pl = self.cluster.placements.get(p.uid)
+            items.append((share, gpus_held(pl) if pl is not None else 0.0))
+        return tier, max(min(c for c, _ in items), _cover(items, deficit))
 
     def units(self, victims: Iterable[str]) -> int:
         """Victims counted as units: each pod alone one, each group one."""
         return len({self.gangs.key(u) or u for u in victims})
+
+
+def _cover(items: list[tuple[float, float]], deficit: float) -> float:
+    """The least cost of freeing ``deficit`` GPUs from (cost, GPUs) items taken fractionally,
+    cheapest per GPU first (a lower bound of any whole choice)."""
+    if deficit <= 0:
+        return 0.0
+    total = 0.0
+    for cost, gpus in sorted((c / g, g) for c, g in items if g > 0):
+        take = min(gpus, deficit)
+        total += cost * take
+        deficit -= take
+        if deficit <= 0:
+            break
+    return total
 
 
 def copies_on_node(pod: PodInfo, milli: np.ndarray, memory: np.ndarray, need_mem: int) -> int:
