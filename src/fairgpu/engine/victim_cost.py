@@ -24,6 +24,8 @@ time run, less what is left" -- and a preemption goes ahead only while it is neg
 to kill. A large gang is never torn down for a small pod when the pool drains soon: the loss
 is the whole gang's, the gain the small pod's ``G x T``. Without declared run times ``T`` is
 unknown (taken as infinite) and preemption goes ahead as before, choosing the least lost work.
+``T`` is optimistic -- work ahead in fair order may take the room first -- and is judged again
+every cycle: if the room went elsewhere, ``T`` grows and the kill may become the cheaper move.
 
 **The decision does not flip.** While nothing else changes, ``L`` only grows (victims keep
 running) and ``T`` only shrinks (declared ends come closer): once waiting is cheaper it stays
