@@ -192,6 +192,9 @@ def _cheapest(
     for node in order[:max_nodes]:
         if best_rank is not None and floors[node] >= best_rank[:2]:
             break  # nodes are sorted by floor: none left can do better on (tier, loss)
+        if floors[node][1] >= cost.max_loss:
+            cost.pruned = True  # every plan here would be refused: waiting is cheaper
+            continue
         plan = _plan_on_node(pod, cluster, scheduler, node, by_node[node], cost)
         if plan is None or (accept is not None and not accept(plan.victims)):
             continue

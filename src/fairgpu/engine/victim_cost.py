@@ -128,6 +128,9 @@ class VictimCost:
     keeps Kubernetes' contract that lower priority goes first -- and another queue's pod
     ``-inf``: a reclaim takes back share from a queue above it, and which of its pods go is a
     question of waste, not of priorities that do not compare across queues.
+
+    ``max_loss``: plans losing at least this much are refused anyway (waiting is cheaper),
+    so the search skips nodes that cannot do better and sets ``pruned`` when it did.
     """
 
     def __init__(
@@ -141,6 +144,8 @@ class VictimCost:
         self.gangs = gangs
         self.now = now
         self.tier = tier
+        self.max_loss = math.inf
+        self.pruned = False
 
     def unit_cost(self, uid: str) -> float:
         """Lost work of evicting ``uid`` alone: its whole group's when that breaks it."""

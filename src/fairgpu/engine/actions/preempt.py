@@ -178,18 +178,24 @@ class FairVictims:
         self._moves.pop(pod.uid, None)
         self._collateral = frozenset()
         refused: list[str] = []
-        cheaper_wait = self._wait_rule(job, pod, allowed)
+        sets = self.candidate_sets(job, pod)
+        gpus, wait = self._wait_for_room(job, pod, allowed) if sets else (0.0, np.inf)
 
         def accept(victims: list[PodInfo]) -> bool:
             why = reclaim_refusal(book, queue, vec, victims, self.deserved, band)
             if why is not None:
                 refused.append(f"reclaim refused: {why}")
-            elif (wait := cheaper_wait(victims)) is not None:
-                refused.append(wait)
-            return why is None and wait is None
+                return False
+            loss = lost_work((v.uid for v in victims), session.cluster, session.now)
+            if waiting_is_cheaper(loss, gpus, wait):
+                refused.append(_cheaper_wait(f"evicting would lose {hours(loss)}", gpus, wait))
+                return False
+            return True
 
         cost = VictimCost(session.cluster, self._gangs, session.now, self._tier(job))
-        for eligible in self.candidate_sets(job, pod):
+        if np.isfinite(wait):
+            cost.max_loss = gpus * wait
+        for eligible in sets:
             plan = find_preemption(
                 pod, session.cluster, session.scheduler, eligible, allowed, accept, cost=cost
             )
@@ -198,40 +204,29 @@ class FairVictims:
                 self._collateral = plan.collateral
                 self._note_moves(job, pod, plan)
                 return plan
+        if cost.pruned:
+            refused.append(_cheaper_wait("every plan would lose more", gpus, wait))
         if refused:
             self._refusal[pod.uid] = refused[0]
         return None
 
-    def _wait_rule(
+    def _wait_for_room(
         self, job: Job, pod: PodInfo, allowed: np.ndarray | None
-    ) -> Callable[[list[PodInfo]], str | None]:
-        """Why a victim set of a pod alone asking GPUs is refused because waiting is cheaper
-        (None: go ahead). Killing loses the victims' work (whole groups); waiting costs the
-        pod's GPUs x the time until declared run times free room for it on a node it may use
+    ) -> tuple[float, float]:
+        """(GPUs, seconds) of waiting that a kill saves a pod alone asking GPUs: its GPUs, and
+        the time until declared run times free room for it on a node it may use (``inf``:
+        unknown). A kill that loses at least their product is refused: waiting is cheaper
         (:func:`~fairgpu.engine.victim_cost.waiting_is_cheaper`). A member of a gang is not
-        judged: the gang starts only when all its members fit, which one member cannot tell.
-        """
+        judged (``inf``): the gang starts only when all its members fit, which one member
+        cannot tell."""
         s = self.s
         gpus = pod.gpu.total_milli / 1000.0
         if job.group is not None or gpus <= 0:
-            return lambda victims: None
-        wait: list[float] = []
-
-        def refusal(victims: list[PodInfo]) -> str | None:
-            loss = lost_work((v.uid for v in victims), s.cluster, s.now)
-            if not wait:
-                mask = s.scheduler.static_mask(pod, s.cluster)
-                if allowed is not None:
-                    mask = mask & allowed[: mask.size]
-                wait.append(time_to_fit(pod, 1, s.cluster, mask, s.now))
-            if not waiting_is_cheaper(loss, gpus, wait[0]):
-                return None
-            return (
-                f"waiting is cheaper: evicting would lose {hours(loss)} of work, while "
-                f"declared run times free room within {wait[0]:.0f}s ({hours(gpus * wait[0])})"
-            )
-
-        return refusal
+            return gpus, np.inf
+        mask = s.scheduler.static_mask(pod, s.cluster)
+        if allowed is not None:
+            mask = mask & allowed[: mask.size]
+        return gpus, time_to_fit(pod, 1, s.cluster, mask, s.now)
 
     def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
         """Remember the GPUs a reclaim plan frees, whole groups included (recorded if the
@@ -388,6 +383,14 @@ class FairVictims:
                 got[u] = vec
             self._pending_users[queue] = got
         return got
+
+
+def _cheaper_wait(loss: str, gpus: float, wait: float) -> str:
+    """The refusal of a kill that loses more than waiting ``wait`` seconds costs."""
+    return (
+        f"waiting is cheaper: {loss} of work, while declared run times free room within "
+        f"{wait:.0f}s ({hours(gpus * wait)})"
+    )
 
 
 def record_tenant_change(
