@@ -18,12 +18,14 @@ from fairgpu.sim.results import accounting_summary, write_runs_csv
 from fairgpu.sim.simulator import Simulation, SimulationResult
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.tenancy import parse_config
+from tests.builders import k8s_pod
 from tests.sim.helpers import gpu_node, gpu_pod
 
 
 def _reclaim_of_a_gang() -> SimulationResult:
-    """Queue a runs a 2-member gang (2 GPUs each) on both nodes; queue b's pod arrives at 10 s
-    and reclaims one member, so the other restarts with it; b's pod runs 100 s."""
+    """Queue a runs a 2-member gang (2 GPUs each) on n0 and n1, and a pod on n2 (tainted: only
+    that pod tolerates it); queue b's pod arrives at 10 s and reclaims one member, so the
+    other restarts with it; b's pod runs 100 s. (a keeps n2, so b does not pass it.)"""
     config = parse_config(
         {
             "mode": "dynamic",
@@ -33,7 +35,8 @@ def _reclaim_of_a_gang() -> SimulationResult:
         }
     )
     engine = Engine(tenancy=config)
-    nodes = [gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)]
+    only_a = {"key": "only", "value": "a", "effect": "NoSchedule"}
+    nodes = [gpu_node("n0", gpus=2), gpu_node("n1", gpus=2), gpu_node("n2", 2, taints=[only_a])]
     gang = [
         gpu_pod(f"g{i}", namespace="a", gpus="2", labels={"fairgpu.io/pod-group": "g"})
         for i in range(2)
@@ -41,6 +44,8 @@ def _reclaim_of_a_gang() -> SimulationResult:
     for pod in gang:
         pod.annotations["fairgpu.io/min-member"] = "2"
     arrivals = [PodArrival(p, 0.0, 1000.0) for p in gang]
+    keep = k8s_pod("keep", "a", gpus="2", cpu="1", tolerations=[{**only_a, "operator": "Equal"}])
+    arrivals.append(PodArrival(keep, 0.0, 1000.0))
     arrivals.append(PodArrival(gpu_pod("late", namespace="b", gpus="2"), 10.0, 100.0))
     return Simulation(Workload("t", nodes, arrivals), engine, until=600.0).run()
 
@@ -58,6 +63,7 @@ def test_runs_csv_has_one_row_per_attempt(tmp_path: Path) -> None:
         'a,g0,a,a,a/g,n0,"0,1",2,0.0,10.0,preempted,reclaim,b/late,b',
         'a,g1,a,a,a/g,n1,"0,1",2,0.0,10.0,gang-restart,,b/late,b',
         'b,late,b,b,,n0,"0,1",2,10.0,110.0,completed,,,',
+        'a,keep,a,a,,n2,"0,1",2,0.0,600.0,running,,,',
         # The gang starts again once b's pod is done, and runs when the clock stops.
         'a,g0,a,a,a/g,n0,"0,1",2,110.0,600.0,running,,,',
         'a,g1,a,a,a/g,n1,"0,1",2,110.0,600.0,running,,,',
@@ -69,9 +75,9 @@ def test_summary_counts_lost_work_by_cause_and_gang_starts() -> None:
     hours = 2 * 10.0 / 3600  # each member held 2 GPUs for 10 s before it was stopped
     assert acc["lost_gpu_hours_by_outcome"]["preempted"] == round(hours, 2)
     assert acc["lost_gpu_hours_by_outcome"]["gang-restart"] == round(hours, 2)
-    useful = (2 * 100 + 2 * 2 * 490) / 3600
+    useful = (2 * 100 + 2 * 2 * 490 + 2 * 600) / 3600
     assert acc["useful_gpu_hours"] == round(useful, 2)
-    assert acc["lost_pct_of_capacity"] == round(100 * 40 / (4 * 600), 2)
+    assert acc["lost_pct_of_capacity"] == round(100 * 40 / (6 * 600), 2)
     assert acc["gang_restarts"] == 1
     assert acc["max_gang_starts"] == 2
     assert acc["gang_wait_p50_s"] == 110.0  # arrived at 0, final start at 110

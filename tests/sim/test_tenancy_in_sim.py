@@ -56,9 +56,14 @@ def test_losing_one_gang_member_restarts_the_group() -> None:
         }
     )
     engine = Engine(tenancy=config)
-    nodes = [k8s_node("n0", gpus=2), k8s_node("n1", gpus=2)]
+    # a also holds n2, which only its pod tolerates: with the whole gang gone a keeps 2 GPUs,
+    # so b (taking 2) does not pass a and the reclaim rule allows the move.
+    only_a = {"key": "only", "value": "a", "effect": "NoSchedule"}
+    nodes = [k8s_node(f"n{i}", gpus=2) for i in range(2)]
+    nodes.append(k8s_node("n2", gpus=2, taints=[only_a]))
     gang = [k8s_pod(f"g{i}", "a", gpus=2, cpu="1", group="g", min_member=2) for i in range(2)]
-    arrivals = [PodArrival(p, 0.0, 1000.0) for p in gang]
+    keep = k8s_pod("keep", "a", gpus=2, cpu="1", tolerations=[{**only_a, "operator": "Equal"}])
+    arrivals = [PodArrival(p, 0.0, 1000.0) for p in [*gang, keep]]
     arrivals.append(PodArrival(k8s_pod("late", "b", gpus=2, cpu="1"), 10.0, 100.0))
     result = Simulation(Workload("t", nodes, arrivals), engine).run()
     recs = {r.pod.name: r for r in result.records}

@@ -13,6 +13,16 @@ module only searches. Like kube-scheduler's DefaultPreemption:
 3. the node whose victim set is smallest wins, then lowest highest-priority, lowest priority
    sum, lowest QoS, most recently started.
 
+Given a :class:`~fairgpu.engine.victim_cost.VictimCost` (the fair ordering), the search is
+work-aware and gang-aware instead: a member of a pod group that the eviction would break is a
+candidate only if its whole group may go; victims are reprieved most costly first; a plan
+evicts whole groups (every running member of a group it leaves below ``minMember``, on any
+node -- members of such a group reprieved on this node go too, and the other victims get a
+second chance to stay); and plans are ranked by the cost's tier (the preemptor's own queue:
+priority), then lost work (GPU x seconds run), units (a group counts once), priorities, QoS
+and start time. Nodes are tried cheapest possible first, and once a node's lower bound is no
+better than the best plan, the search stops.
+
 The cluster is always restored before returning; the caller applies the plan.
 """
 
@@ -32,6 +42,7 @@ from fairgpu.cluster.state import (
     Placement,
 )
 from fairgpu.engine.scheduler import Scheduler
+from fairgpu.engine.victim_cost import VictimCost, lost_work
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import (
     CPU,
@@ -48,10 +59,16 @@ MAX_NODES_TRIED = 8
 
 @dataclass(slots=True)
 class PreemptionPlan:
-    """Evict ``victims`` from node slot ``node`` so that the preemptor fits there."""
+    """Evict ``victims`` from node slot ``node`` so that the preemptor fits there.
+
+    ``collateral``: uids among ``victims`` evicted only because their pod group breaks (the
+    preemptor does not need their room); ``loss``: the plan's lost work, GPU-seconds (0 when
+    the search was not work-aware)."""
 
     node: int
     victims: list[PodInfo]
+    collateral: frozenset[str] = frozenset()
+    loss: float = 0.0
 
     def rank(self, placements: dict[str, Placement]) -> tuple[float, ...]:
         """Lower is better: fewest victims, lowest priorities, lowest QoS, newest."""
@@ -120,15 +137,20 @@ def find_preemption(
     allowed: np.ndarray | None = None,
     accept: Callable[[list[PodInfo]], bool] | None = None,
     max_nodes: int = MAX_NODES_TRIED,
+    cost: VictimCost | None = None,
 ) -> PreemptionPlan | None:
     """The best plan evicting only pods in ``eligible`` (uids of placed pods), or None.
 
     ``allowed`` limits the nodes considered; ``accept`` vetoes a victim set (e.g. the reclaim
-    rule between queues). ``cluster`` is left exactly as it was.
+    rule between queues; it sees whole groups when ``cost`` is given); ``cost`` makes the
+    search work- and gang-aware (module docstring). ``cluster`` is left exactly as it was.
     """
-    by_node = _candidates(pod, cluster, scheduler, eligible, allowed)
+    by_node = _candidates(pod, cluster, scheduler, eligible, allowed, cost)
     if not by_node:
         return None
+    if cost is not None:
+        gate = _only_eligible(set(eligible), accept)
+        return _cheapest(pod, cluster, scheduler, by_node, gate, max_nodes, cost)
     # Most promising first: fewest eligible pods, then lowest priorities.
     order = sorted(
         by_node,
@@ -149,17 +171,81 @@ def find_preemption(
     return best
 
 
+def _cheapest(
+    pod: PodInfo,
+    cluster: ClusterState,
+    scheduler: Scheduler,
+    by_node: dict[int, list[PodInfo]],
+    accept: Callable[[list[PodInfo]], bool] | None,
+    max_nodes: int,
+    cost: VictimCost,
+) -> PreemptionPlan | None:
+    """The plan that loses the least work among the ``max_nodes`` nodes whose cheapest unit
+    costs least (branch and bound on the loss)."""
+    free = cluster.free()
+    need = pod.gpu.count * (WHOLE if pod.gpu.is_whole else pod.gpu.milli)
+    deficit = {i: (need - free[i, COL_GPU_MILLI]) / WHOLE for i in by_node}
+    floors = {i: cost.floor(by_node[i], deficit[i]) for i in by_node}
+    order = sorted(by_node, key=lambda i: (floors[i], len(by_node[i]), i))
+    best: PreemptionPlan | None = None
+    best_rank: tuple[float, ...] | None = None
+    for node in order[:max_nodes]:
+        if best_rank is not None and floors[node] >= best_rank[:2]:
+            break  # nodes are sorted by floor: none left can do better on (tier, loss)
+        if floors[node][1] >= cost.max_loss:
+            cost.pruned = True  # every plan here would be refused: waiting is cheaper
+            continue
+        plan = _plan_on_node(pod, cluster, scheduler, node, by_node[node], cost)
+        if plan is None or (accept is not None and not accept(plan.victims)):
+            continue
+        rank = _cost_rank(plan, cluster, cost)
+        if best_rank is None or rank < best_rank:
+            best, best_rank = plan, rank
+    return best
+
+
+def _only_eligible(
+    eligible: set[str], accept: Callable[[list[PodInfo]], bool] | None
+) -> Callable[[list[PodInfo]], bool]:
+    """``accept``, refusing first a plan whose broken groups take a pod outside ``eligible``
+    (an elastic group's member admitted on its own, whose siblings may not go)."""
+
+    def gate(victims: list[PodInfo]) -> bool:
+        if any(v.uid not in eligible for v in victims):
+            return False
+        return accept is None or accept(victims)
+
+    return gate
+
+
+def _cost_rank(plan: PreemptionPlan, cluster: ClusterState, cost: VictimCost) -> tuple[float, ...]:
+    """Lower is better: lowest tier (:class:`~fairgpu.engine.victim_cost.VictimCost`), least
+    lost work, fewest units, lowest priorities, lowest QoS, newest."""
+    victims = plan.victims
+    prios = [v.priority for v in victims]
+    qos = max(QOS_RANK.get(v.qos, 1) for v in victims)
+    newest = min(cluster.placements[v.uid].started for v in victims)
+    units = cost.units(v.uid for v in victims)
+    tier = max(cost.tier(v) for v in victims)
+    return (tier, plan.loss, units, max(prios), sum(prios), qos, -newest)
+
+
 def _candidates(
     pod: PodInfo,
     cluster: ClusterState,
     scheduler: Scheduler,
     eligible: Sequence[str],
     allowed: np.ndarray | None,
+    cost: VictimCost | None = None,
 ) -> dict[int, list[PodInfo]]:
     """Eligible pods per node, on the nodes that pass the pod's static filters and where
-    evicting all of them would free enough (the vectorised pre-screen)."""
+    evicting all of them would free enough (the vectorised pre-screen); with ``cost``, only
+    pods whose pod group may go as a whole if their eviction breaks it."""
     placements = cluster.placements
     uids = [u for u in eligible if u in placements]
+    if cost is not None:
+        allowed_uids = set(uids)
+        uids = [u for u in uids if cost.admissible(u, allowed_uids)]
     if not uids:
         return {}
     mask = scheduler.static_mask(pod, cluster).copy()
@@ -223,11 +309,16 @@ def _plan_on_node(
     scheduler: Scheduler,
     node: int,
     candidates: list[PodInfo],
+    cost: VictimCost | None = None,
 ) -> PreemptionPlan | None:
     n = cluster.size
     only = np.zeros(n, dtype=bool)
     only[node] = True
     saved = [(v, cluster.placements[v.uid]) for v in candidates]
+    if cost is None:
+        order = sorted(saved, key=lambda s: eviction_order(*s), reverse=True)
+    else:
+        order = sorted(saved, key=lambda s: _costliest_first(cost, *s), reverse=True)
     cluster.dra.released.update(v.uid for v in candidates)  # their DRA claims are free too
     try:
         for v, _ in saved:
@@ -235,15 +326,76 @@ def _plan_on_node(
         if not scheduler.schedule(pod, cluster, restrict=only).ok:
             return None
         # Reprieve the most important first; whoever cannot come back is a victim.
-        victims: list[PodInfo] = []
-        for v, pl in sorted(saved, key=lambda s: eviction_order(*s), reverse=True):
-            _reassign(cluster, v, pl)
-            if not scheduler.schedule(pod, cluster, restrict=only).ok:
-                cluster.release(v.uid)
-                victims.append(v)
+        victims = _reprieve(pod, cluster, scheduler, only, order)
         if not victims:
             return None  # it fits without preemption; the caller places it normally
-        return PreemptionPlan(node, victims)
+        if cost is None:
+            return PreemptionPlan(node, victims)
+        victims, needed = _whole_groups(pod, cluster, scheduler, only, order, victims, cost)
     finally:
         _restore(cluster, saved)
         cluster.dra.released.difference_update(v.uid for v in candidates)
+    return _closed_plan(node, victims, needed, cluster, cost)
+
+
+def _costliest_first(cost: VictimCost, pod: PodInfo, placement: Placement) -> tuple[float, ...]:
+    """Sort key, first evicted first: lowest tier, least lost work (a breaking group member
+    costs the whole group), then lowest priority, BestEffort, most recently started."""
+    return (cost.tier(pod), cost.unit_cost(pod.uid), *eviction_order(pod, placement))
+
+
+def _reprieve(
+    pod: PodInfo,
+    cluster: ClusterState,
+    scheduler: Scheduler,
+    only: np.ndarray,
+    order: Sequence[tuple[PodInfo, Placement]],
+) -> list[PodInfo]:
+    """Put the released pods of ``order`` back one by one while ``pod`` still fits on the
+    node of ``only``; returns those that could not come back (left released)."""
+    victims: list[PodInfo] = []
+    for v, pl in order:
+        _reassign(cluster, v, pl)
+        if not scheduler.schedule(pod, cluster, restrict=only).ok:
+            cluster.release(v.uid)
+            victims.append(v)
+    return victims
+
+
+def _whole_groups(
+    pod: PodInfo,
+    cluster: ClusterState,
+    scheduler: Scheduler,
+    only: np.ndarray,
+    order: Sequence[tuple[PodInfo, Placement]],
+    victims: list[PodInfo],
+    cost: VictimCost,
+) -> tuple[list[PodInfo], set[str]]:
+    """The victims on the node of ``only`` once pod groups go whole, and the uids among them
+    the preemptor needs gone: members of a broken group reprieved on this node leave too, so
+    the other victims get a second chance to stay."""
+    broken = cost.broken(v.uid for v in victims)
+    if not broken:
+        return victims, {v.uid for v in victims}
+    in_broken = {v.uid for v, _ in order if cost.gangs.key(v.uid) in broken}
+    for v, _ in order:
+        if v.uid in in_broken and v.uid in cluster.placements:
+            cluster.release(v.uid)
+    mine = {v.uid for v in victims}
+    retry = [s for s in order if s[0].uid in mine and s[0].uid not in in_broken]
+    kept = [v for v, _ in order if v.uid in in_broken]
+    again = _reprieve(pod, cluster, scheduler, only, retry)
+    needed = (mine & in_broken) | {v.uid for v in again}
+    return kept + again, needed
+
+
+def _closed_plan(
+    node: int, victims: list[PodInfo], needed: set[str], cluster: ClusterState, cost: VictimCost
+) -> PreemptionPlan:
+    """The plan evicting ``victims`` and every other running member of the groups they break
+    (on any node); ``collateral`` is all but ``needed``; its loss is the work all of them lose
+    (``cluster`` restored)."""
+    uids = cost.closure(v.uid for v in victims)
+    everyone = [cluster.pods[u] for u in uids]
+    loss = lost_work(uids, cluster, cost.now)
+    return PreemptionPlan(node, everyone, frozenset(uids) - needed, loss)

@@ -228,10 +228,19 @@ class Simulation:
         seen = {p.uid for p in evicted}
         causes = {e.pod.uid: (e.kind, e.preemptor) for e in result.evictions}
         for pod in evicted:
-            # A gang cannot run partially: losing one member restarts the whole group, as a
-            # job controller does when a worker of a distributed job is evicted.
-            for uid in sorted(self.group_running.get(self._group_key(pod), ())):
-                if uid not in seen and uid in self.cluster.placements:
+            # A gang cannot run below minMember: losing a member it needs restarts the whole
+            # group, as a job controller does when a worker of a distributed job is evicted;
+            # members beyond minMember (an elastic group) leave alone.
+            left = sorted(
+                u
+                for u in self.group_running.get(self._group_key(pod), ())
+                if u not in seen and u in self.cluster.placements
+            )
+            ref = self._group_of(pod)
+            if ref is not None and ref.min_member is not None and len(left) >= ref.min_member:
+                continue
+            for uid in left:
+                if uid not in seen:
                     seen.add(uid)
                     evicted.append(self.records[uid].pod)
                     causes[uid] = sibling_cause(causes[pod.uid])

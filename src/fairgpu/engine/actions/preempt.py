@@ -13,7 +13,9 @@ smallest victim set on the best node. Two policies:
     them: a pod may take another user's lower-priority pods only while its own user stays at
     or below its fair share of what the queue holds (weighted max-min over the queue's users,
     capped by demand); its own user's lower-priority pods it may always take, as
-    kube-scheduler would.
+    kube-scheduler would. Victims are chosen by the work they lose, a pod group as one
+    victim (:mod:`~fairgpu.engine.victim_cost`), and a pod alone asking GPUs preempts only
+    while waiting for declared run times to free room would cost more than the kill loses.
 :class:`KubeDefaultVictims`
     kube-scheduler's priority preemption: any pod of strictly lower priority.
 
@@ -22,7 +24,7 @@ Whatever the policy, :func:`eligible_victim` must hold for every victim.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import numpy as np
@@ -33,6 +35,14 @@ from fairgpu.engine.actions.reserve import reservation_protected
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_eligible
 from fairgpu.engine.session import EngineState, Session
+from fairgpu.engine.victim_cost import (
+    VictimCost,
+    hours,
+    lost_work,
+    running_gangs,
+    time_to_fit,
+    waiting_is_cheaper,
+)
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.fairshare import weighted_max_min
 
@@ -108,6 +118,8 @@ class FairVictims:
         self._pending_users: dict[str, dict[str, np.ndarray]] = {}
         self._moves: dict[str, list[tuple[str, int]]] = {}
         self._refusal: dict[str, str] = {}
+        self._gangs = running_gangs(session.book, session.resolver, session.cluster)
+        self._collateral: frozenset[str] = frozenset()
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -124,9 +136,20 @@ class FairVictims:
         return (job.tenant.queue, job.tenant.user, pod.priority)
 
     def kind(self, job: Job, victim: PodInfo) -> str:
-        """``priority`` inside the preemptor's queue, ``reclaim`` across queues."""
-        same = self.s.resolver.resolve(victim).queue == job.tenant.queue
-        return "priority" if same else "reclaim"
+        """``priority`` inside the preemptor's queue, ``reclaim`` across queues;
+        ``gang-restart`` for a member of the last plan that goes only because its group
+        breaks."""
+        if victim.uid in self._collateral:
+            return "gang-restart"
+        return "priority" if self._same_queue(job, victim) else "reclaim"
+
+    def _same_queue(self, job: Job, victim: PodInfo) -> bool:
+        return self.s.resolver.resolve(victim).queue == job.tenant.queue
+
+    def _tier(self, job: Job) -> Callable[[PodInfo], float]:
+        """Victims of the preemptor's own queue rank by priority before cost; other queues'
+        by cost alone (:class:`~fairgpu.engine.victim_cost.VictimCost`)."""
+        return lambda v: float(v.priority) if self._same_queue(job, v) else -np.inf
 
     def placed(self, pod: PodInfo) -> None:
         """A committed placement: if it reclaimed, the GPUs its victims freed and those it
@@ -154,34 +177,66 @@ class FairVictims:
         vec = book.pending_vector(pod)
         band = session.tenancy.preemption.reclaim_tolerance_band
         self._moves.pop(pod.uid, None)
+        self._collateral = frozenset()
         refused: list[str] = []
+        sets = self.candidate_sets(job, pod)
+        gpus, wait = self._wait_for_room(job, pod, allowed) if sets else (0.0, np.inf)
 
         def accept(victims: list[PodInfo]) -> bool:
             why = reclaim_refusal(book, queue, vec, victims, self.deserved, band)
             if why is not None:
                 refused.append(f"reclaim refused: {why}")
-            return why is None
+                return False
+            loss = lost_work((v.uid for v in victims), session.cluster, session.now)
+            if waiting_is_cheaper(loss, gpus, wait):
+                refused.append(_cheaper_wait(f"evicting would lose {hours(loss)}", gpus, wait))
+                return False
+            return True
 
-        for eligible in self.candidate_sets(job, pod):
+        cost = VictimCost(session.cluster, self._gangs, session.now, self._tier(job))
+        if np.isfinite(wait):
+            cost.max_loss = gpus * wait
+        for eligible in sets:
             plan = find_preemption(
-                pod, session.cluster, session.scheduler, eligible, allowed, accept=accept
+                pod, session.cluster, session.scheduler, eligible, allowed, accept, cost=cost
             )
             if plan is not None:
                 self._refusal.pop(pod.uid, None)
+                self._collateral = plan.collateral
                 self._note_moves(job, pod, plan)
                 return plan
+        if cost.pruned:
+            refused.append(_cheaper_wait("every plan would lose more", gpus, wait))
         if refused:
             self._refusal[pod.uid] = refused[0]
         return None
 
-    def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
-        """Remember the GPUs a reclaim plan frees (recorded if the placement commits)."""
+    def _wait_for_room(
+        self, job: Job, pod: PodInfo, allowed: np.ndarray | None
+    ) -> tuple[float, float]:
+        """(GPUs, seconds) of waiting that a kill saves a pod alone asking GPUs: its GPUs, and
+        the time until declared run times free room for it on a node it may use (``inf``:
+        unknown). A kill that loses at least their product is refused: waiting is cheaper
+        (:func:`~fairgpu.engine.victim_cost.waiting_is_cheaper`). A member of a gang is not
+        judged (``inf``): the gang starts only when all its members fit, which one member
+        cannot tell."""
         s = self.s
-        name = s.cluster.node(plan.node).name
+        gpus = pod.gpu.total_milli / 1000.0
+        if job.group is not None or gpus <= 0:
+            return gpus, np.inf
+        mask = s.scheduler.static_mask(pod, s.cluster)
+        if allowed is not None:
+            mask = mask & allowed[: mask.size]
+        return gpus, time_to_fit(pod, 1, s.cluster, mask, s.now)
+
+    def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
+        """Remember the GPUs a reclaim plan frees, whole groups included (recorded if the
+        placement commits)."""
+        s = self.s
         moved = [
-            (name, d)
+            (s.cluster.node(s.cluster.placements[v.uid].node).name, d)
             for v in plan.victims
-            if self.kind(job, v) == "reclaim"
+            if not self._same_queue(job, v)
             for d in s.cluster.placements[v.uid].devices
         ]
         if moved:
@@ -337,6 +392,14 @@ class FairVictims:
                 got[u] = vec
             self._pending_users[queue] = got
         return got
+
+
+def _cheaper_wait(loss: str, gpus: float, wait: float) -> str:
+    """The refusal of a kill that loses more than waiting ``wait`` seconds costs."""
+    return (
+        f"waiting is cheaper: {loss} of work, while declared run times free room within "
+        f"{wait:.0f}s ({hours(gpus * wait)})"
+    )
 
 
 def record_tenant_change(

@@ -148,6 +148,8 @@ def reclaim_refusal(
 ) -> str | None:
     """None if ``queue`` may take ``vec`` by evicting ``victims`` (the rules of the module
     docstring; victims of ``queue`` itself are not judged here), else the rule that refuses.
+    ``victims`` is everything that goes: the fair victim search hands in every member of a
+    pod group the move breaks, so the rule sees the real end state.
     Without ``deserved``, fair shares are computed from usage alone (``vec`` as ``queue``'s
     only pending demand)."""
     by_queue: dict[str, np.ndarray] = {}

@@ -1,0 +1,303 @@
+"""Victim cost: what evicting running pods throws away, and when waiting is cheaper.
+
+**A gang is one victim.** A pod group runs only with at least ``minMember`` members: evicting
+a member that leaves fewer running tears the whole group down (the engine evicts the rest, as
+a job controller restarts a distributed job that lost a worker). So a member's cost is the
+whole group's, the plan evicts every member, and the reclaim rule judges the end state with
+the group gone. Members *beyond* ``minMember`` (an elastic group) go one by one, each at its
+own cost, as long as the group keeps ``minMember`` running.
+
+**Work lost.** An evicted pod restarts from the beginning: what it ran is thrown away. The
+cost of a victim set is its *lost work*, GPUs held x seconds run (:func:`lost_work`), summed
+over everything that goes, whole gangs included -- not the number of pods: one member of a
+32-GPU gang that ran an hour costs 32 GPU-hours, eight fresh one-GPU pods cost minutes.
+
+**Where the time left counts.** Between two victim sets the preemptor starts now either way,
+so only what each throws away differs: the time a victim still had to run does not make
+killing it cheaper (a pod that ran ten hours and has twenty left still loses ten). The time
+left counts against *not killing at all*: waiting ``T`` seconds, until declared run times say
+enough GPUs free up, costs the preemptor ``G x T`` GPU-seconds of delay (``G`` its GPUs) and
+loses nothing, while killing loses ``L``. So the net cost of killing is ``L - G x T`` -- "GPU x
+time run, less what is left" -- and a preemption goes ahead only while it is negative
+(:func:`waiting_is_cheaper`). For one victim freeing exactly what the preemptor asks, that is
+"kill only if it has more left than it has run": a pod near its end is cheap to wait for, not
+to kill. A large gang is never torn down for a small pod when the pool drains soon: the loss
+is the whole gang's, the gain the small pod's ``G x T``. Without declared run times ``T`` is
+unknown (taken as infinite) and preemption goes ahead as before, choosing the least lost work.
+``T`` is optimistic -- work ahead in fair order may take the room first -- and is judged again
+every cycle: if the room went elsewhere, ``T`` grows and the kill may become the cheaper move.
+
+**The decision does not flip.** While nothing else changes, ``L`` only grows (victims keep
+running) and ``T`` only shrinks (declared ends come closer): once waiting is cheaper it stays
+cheaper, so a preemptor that waits is never later tempted into the same kill.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping
+
+import numpy as np
+
+from fairgpu.cluster.state import ClusterState, Placement
+from fairgpu.engine.gang import declared_runtime
+from fairgpu.model.gpu import WHOLE
+from fairgpu.model.pod import PodInfo
+from fairgpu.tenancy.book import QueueBook
+from fairgpu.tenancy.resolve import TenantResolver
+
+SECONDS_PER_HOUR = 3600.0
+
+
+def gpus_held(placement: Placement) -> float:
+    """GPUs the placement holds, in whole-GPU units (a quarter share is 0.25)."""
+    return placement.device_milli * len(placement.devices) / WHOLE
+
+
+def lost_work(uids: Iterable[str], cluster: ClusterState, now: float) -> float:
+    """GPU-seconds thrown away by evicting ``uids`` now: GPUs held x seconds run, summed."""
+    total = 0.0
+    for uid in uids:
+        pl = cluster.placements.get(uid)
+        if pl is not None:
+            total += gpus_held(pl) * max(0.0, now - pl.started)
+    return total
+
+
+def remaining(pod: PodInfo, placement: Placement, now: float) -> float | None:
+    """Seconds the pod still runs by its declared run time (0 if overdue), or None."""
+    runtime = declared_runtime(pod)
+    if runtime is None:
+        return None
+    return max(0.0, placement.started + runtime - now)
+
+
+class RunningGangs:
+    """The running members of each pod group and its ``minMember``, read live from the queue
+    book's ``group_running`` (so a statement's evictions show at once)."""
+
+    def __init__(
+        self,
+        members: Mapping[str, set[str]],
+        group_of: Callable[[str], str],
+        min_member: Callable[[str], int | None],
+    ) -> None:
+        self.members = members
+        self.key = group_of
+        self._min_member = min_member
+        self._need: dict[str, int | None] = {}
+
+    def slack(self, key: str, leaving: int = 0) -> int:
+        """Members of group ``key`` that may still leave, after ``leaving`` have, without the
+        group dropping below ``minMember`` (unknown minMember: none may, the group is rigid)."""
+        if key not in self._need:
+            self._need[key] = self._min_member(key)
+        need = self._need[key]
+        running = len(self.members.get(key, ()))
+        return running - leaving - (running if need is None else need)
+
+
+def running_gangs(book: QueueBook, resolver: TenantResolver, cluster: ClusterState) -> RunningGangs:
+    """The running pod groups the queue book tracks; ``minMember`` from the resolver."""
+
+    def group_of(uid: str) -> str:
+        entry = book.entries.get(uid)
+        return entry.group if entry is not None else ""
+
+    def min_member(key: str) -> int | None:
+        for uid in book.group_running.get(key, ()):
+            pod = cluster.pods.get(uid)
+            ref = resolver.pod_group(pod) if pod is not None else None
+            if ref is not None:
+                return ref.min_member
+        return None
+
+    return RunningGangs(book.group_running, group_of, min_member)
+
+
+def no_tier(pod: PodInfo) -> float:
+    """Every victim in the same tier: lost work alone decides."""
+    return -math.inf
+
+
+class VictimCost:
+    """Costs and gang closure of victim sets at time ``now`` (see the module docstring).
+
+    ``tier`` ranks victims before their cost (lower goes first): the fair ordering gives a
+    pod of the preemptor's own queue its priority -- inside a queue, priority preemption
+    keeps Kubernetes' contract that lower priority goes first -- and another queue's pod
+    ``-inf``: a reclaim takes back share from a queue above it, and which of its pods go is a
+    question of waste, not of priorities that do not compare across queues.
+
+    ``max_loss``: plans losing at least this much are refused anyway (waiting is cheaper),
+    so the search skips nodes that cannot do better and sets ``pruned`` when it did.
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterState,
+        gangs: RunningGangs,
+        now: float,
+        tier: Callable[[PodInfo], float] = no_tier,
+    ) -> None:
+        self.cluster = cluster
+        self.gangs = gangs
+        self.now = now
+        self.tier = tier
+        self.max_loss = math.inf
+        self.pruned = False
+
+    def unit_cost(self, uid: str) -> float:
+        """Lost work of evicting ``uid`` alone: its whole group's when that breaks it."""
+        key = self.gangs.key(uid)
+        if key and self.gangs.slack(key) < 1:
+            return lost_work(self.gangs.members.get(key, ()), self.cluster, self.now)
+        return lost_work((uid,), self.cluster, self.now)
+
+    def admissible(self, uid: str, eligible: Collection[str]) -> bool:
+        """May ``uid`` be a victim when only ``eligible`` pods may be evicted? A member whose
+        eviction breaks its group only if every running member may go."""
+        key = self.gangs.key(uid)
+        if not key or self.gangs.slack(key) >= 1:
+            return True
+        return all(u in eligible for u in self.gangs.members.get(key, ()))
+
+    def broken(self, victims: Iterable[str]) -> set[str]:
+        """The groups that fall below ``minMember`` when ``victims`` leave."""
+        leaving: dict[str, int] = {}
+        for uid in victims:
+            key = self.gangs.key(uid)
+            if key:
+                leaving[key] = leaving.get(key, 0) + 1
+        return {k for k, n in leaving.items() if self.gangs.slack(k, n) < 0}
+
+    def closure(self, victims: Iterable[str]) -> list[str]:
+        """``victims`` plus every other running member of each group they break, in a
+        stable order (victims first, then the rest by uid)."""
+        out = list(dict.fromkeys(victims))
+        seen = set(out)
+        for key in sorted(self.broken(out)):
+            extra = sorted(u for u in self.gangs.members.get(key, ()) if u not in seen)
+            out.extend(extra)
+            seen.update(extra)
+        return out
+
+    def floor(self, pods: Iterable[PodInfo], deficit: float = 0.0) -> tuple[float, float]:
+        """A lower bound of (tier, lost work) for any plan among ``pods`` (all on one node)
+        that must free ``deficit`` GPUs there: its tier is its victims' highest, and it loses
+        at least the cheapest fractional cover of ``deficit`` (a pod's cost per GPU it frees,
+        a rigid group's cost shared among its members here, since evicting several of them
+        loses the group once) -- and at least one victim's share."""
+        pods = list(pods)
+        if not pods:
+            return -math.inf, 0.0
+        tier = min(self.tier(p) for p in pods)
+        here: dict[str, int] = {}
+        for p in pods:
+            key = self.gangs.key(p.uid)
+            if key:
+                here[key] = here.get(key, 0) + 1
+        items = []
+        for p in pods:
+            key = self.gangs.key(p.uid)
+            share = self.unit_cost(p.uid)
+            if key and self.gangs.slack(key) < 1:
+                share /= here[key]
+            pl = self.cluster.placements.get(p.uid)
+            items.append((share, gpus_held(pl) if pl is not None else 0.0))
+        return tier, max(min(c for c, _ in items), _cover(items, deficit))
+
+    def units(self, victims: Iterable[str]) -> int:
+        """Victims counted as units: each pod alone one, each group one."""
+        return len({self.gangs.key(u) or u for u in victims})
+
+
+def _cover(items: list[tuple[float, float]], deficit: float) -> float:
+    """The least cost of freeing ``deficit`` GPUs from (cost, GPUs) items taken fractionally,
+    cheapest per GPU first (a lower bound of any whole choice)."""
+    if deficit <= 0:
+        return 0.0
+    total = 0.0
+    for cost, gpus in sorted((c / g, g) for c, g in items if g > 0):
+        take = min(gpus, deficit)
+        total += cost * take
+        deficit -= take
+        if deficit <= 0:
+            break
+    return total
+
+
+def copies_on_node(pod: PodInfo, milli: np.ndarray, memory: np.ndarray, need_mem: int) -> int:
+    """How many copies of ``pod`` the free device ``milli``/``memory`` of one node hold, as far
+    as GPUs go."""
+    gpu = pod.gpu
+    if gpu.is_whole:
+        return int(np.count_nonzero(milli >= WHOLE)) // max(1, gpu.count)
+    per = milli // max(1, gpu.milli)
+    if need_mem > 0:
+        per = np.minimum(per, memory // need_mem)
+    return int(per.clip(min=0).sum()) // max(1, gpu.count)
+
+
+def time_to_fit(
+    pod: PodInfo, copies: int, cluster: ClusterState, mask: np.ndarray, now: float
+) -> float:
+    """Seconds until ``copies`` copies of ``pod`` fit on the nodes of ``mask`` as far as GPUs
+    go, if every pod ends at its declared run time; ``inf`` if that is not known. Also ``inf``
+    when they fit already: then something other than GPUs blocks the pod, and when that ends
+    cannot be told."""
+    if pod.gpu.count == 0:
+        return math.inf
+    nodes = np.flatnonzero(mask[: cluster.size])
+    milli = {int(n): cluster.device_milli_free[n].astype(np.int64) for n in nodes}
+    memory = {int(n): cluster.device_memory_free[n].copy() for n in nodes}
+    for n in milli:
+        gone = ~cluster.device_exists[n]
+        milli[n][gone] = 0
+        memory[n][gone] = 0
+    need = {n: cluster.device_memory_for(pod, n) for n in milli}
+    fit = {n: copies_on_node(pod, milli[n], memory[n], need[n]) for n in milli}
+    total = sum(fit.values())
+    if total >= copies:
+        return math.inf
+    for end, n, pl in _declared_ends(cluster, milli, now):
+        for d in pl.devices:
+            if 0 <= d < milli[n].size:
+                milli[n][d] += pl.device_milli
+                memory[n][d] += pl.device_memory
+        again = copies_on_node(pod, milli[n], memory[n], need[n])
+        total += again - fit[n]
+        fit[n] = again
+        if total >= copies:
+            return max(0.0, end - now)
+    return math.inf
+
+
+def _declared_ends(
+    cluster: ClusterState, nodes: Collection[int], now: float
+) -> list[tuple[float, int, Placement]]:
+    """(end, node, placement) of the GPU pods on ``nodes`` that declare their run time,
+    soonest first. (A terminating pod too goes by its declared end: its grace period is not
+    known here.)"""
+    ends: list[tuple[float, str, int, Placement]] = []
+    for n in nodes:
+        for uid, pod in cluster.node_pods[n].items():
+            pl = cluster.placements[uid]
+            if not pl.devices:
+                continue
+            left = remaining(pod, pl, now)
+            if left is not None:
+                ends.append((now + left, uid, n, pl))
+    ends.sort(key=lambda e: (e[0], e[1]))
+    return [(end, n, pl) for end, _, n, pl in ends]
+
+
+def waiting_is_cheaper(loss: float, gpus: float, wait: float) -> bool:
+    """Is waiting ``wait`` seconds for ``gpus`` GPUs no dearer than killing work worth
+    ``loss`` GPU-seconds? (``gpus x wait <= loss``; never when the wait is unknown.)"""
+    return math.isfinite(wait) and gpus * wait <= loss
+
+
+def hours(gpu_seconds: float) -> str:
+    """GPU-seconds as a short GPU-hours text for reasons."""
+    return f"{gpu_seconds / SECONDS_PER_HOUR:.2f} GPU-h"
