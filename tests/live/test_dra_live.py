@@ -427,6 +427,9 @@ def test_claim_status_matches_kube_scheduler(cp: ControlPlane, admin: KubeClient
         manifest = dra_pod("kube", ("gpu", "by-kube"))
         manifest["spec"]["schedulerName"] = "default-scheduler"
         create(admin, ns, manifest)
+        # One after the other: two schedulers choosing devices at the same instant is a race
+        # no scheduler can close (each sees the other's choice only once it is written).
+        wait_for(lambda: len(bound(admin, ns)) == 1, 30)
         create(admin, ns, dra_pod("fair", ("gpu", "by-fairgpu")))
         wait_for(lambda: len(bound(admin, ns)) == 2, 30)
     finally:
