@@ -62,8 +62,10 @@ def test_a_large_gang_holds_its_nodes_until_they_drain_and_starts_once() -> None
 
 def _protected_run(reserved_min_runtime: float, declared: float | None = None) -> dict[str, Any]:
     # Queue a's gang (8 x 1 GPU) waits behind queue b's pods (until t=500) and starts from
-    # its reservation at 500; b submits again at 600. a is then above its share (all 8 GPUs
-    # of the one node), so reclaim would take members back as soon as they ran 60 s.
+    # its reservation at 500. At 600 a pod of queue a with a higher priority arrives: priority
+    # preemption inside the queue would take a gang member (and so the whole gang) at once.
+    # (Reclaim between queues would not: evicting the whole gang to start one pod of b is
+    # refused by the reclaim rule judged with the gang gone.)
     config = parse_config(
         {
             "preemption": {"reclaimCooldownSeconds": 0},
@@ -80,29 +82,28 @@ def _protected_run(reserved_min_runtime: float, declared: float | None = None) -
         PodArrival(_pod(f"big{m}", "a", 1, declared, group="big", min_member=8), 1.0, 3000.0)
         for m in range(8)
     ]
-    arrivals += [
-        PodArrival(_pod(f"late{i}", "b", 1, 100, created=600.0), 600.0, 100.0) for i in range(4)
-    ]
+    urgent = _pod("urgent", "a", 1, None, created=600.0, priority=100)
+    arrivals.append(PodArrival(urgent, 600.0, 100.0))
     workload = Workload("protect", [k8s_node("n0", gpus=8)], arrivals, pod_groups={"a/big": 8})
     result = Simulation(workload, engine).run()
     return {r.pod.name: r for r in result.records}
 
 
 def test_a_job_started_from_its_reservation_is_not_preempted_for_its_minimum_runtime() -> None:
-    # The gang declares no run time: protected for reservedMinRuntimeSeconds (1800 s), b's
-    # late pods may reclaim only when that ends at 500 + 1800 (the engine asks the simulator
-    # for a cycle then); the gang then restarts.
+    # The gang declares no run time: protected for reservedMinRuntimeSeconds (1800 s), the
+    # urgent pod may preempt only when that ends at 500 + 1800 (the engine asks the simulator
+    # for a cycle then); the gang then restarts once it is done.
     recs = _protected_run(1800.0)
-    assert min(recs[f"late{i}"].start for i in range(4)) == 2300.0
+    assert recs["urgent"].start == 2300.0
     assert {recs[f"big{m}"].start for m in range(8)} == {2400.0}
-    # Unprotected, they reclaim at once (600), 100 s into the gang's run.
+    # Unprotected, it preempts at once (600), 100 s into the gang's run.
     unprotected = _protected_run(0.0)
-    assert min(unprotected[f"late{i}"].start for i in range(4)) == 600.0
+    assert unprotected["urgent"].start == 600.0
     assert {unprotected[f"big{m}"].start for m in range(8)} == {700.0}
 
 
 def test_a_job_started_from_its_reservation_runs_its_declared_time() -> None:
-    # Declaring 3000 s, the gang is protected to its end (3500): it runs once, b waits.
+    # Declaring 3000 s, the gang is protected to its end (3500): it runs once, urgent waits.
     recs = _protected_run(1800.0, declared=3000.0)
     assert all(recs[f"big{m}"].start == 500.0 and recs[f"big{m}"].preempted == 0 for m in range(8))
-    assert min(recs[f"late{i}"].start for i in range(4)) == 3500.0
+    assert recs["urgent"].start == 3500.0
