@@ -417,6 +417,9 @@ def run(
         str | None, typer.Option(help="Leader-election identity (default: host + random).")
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    forecast_seconds: Annotated[
+        float, typer.Option(help="Predict pending pods' start times this often (<= 0: never).")
+    ] = 30.0,
 ) -> None:
     """Run fairgpu as a Kubernetes scheduler (JSON logs on stderr; SIGTERM stops gracefully)."""
     from fairgpu.engine.policies import DEFAULT_POLICY
@@ -453,6 +456,7 @@ def run(
         node_pool_label=node_pool_label,
         seed=seed,
         log_level=log_level,
+        forecast_seconds=forecast_seconds,
     )
     try:
         code = run_live(settings)

@@ -58,6 +58,7 @@ from fairgpu.kube.events import (
     Wake,
 )
 from fairgpu.kube.eviction import Evictor
+from fairgpu.kube.forecaster import Forecaster
 from fairgpu.kube.leader import LeaderElector
 from fairgpu.kube.metrics import HealthServer, Metrics
 from fairgpu.kube.metrics_export import MetricsExporter
@@ -122,6 +123,8 @@ class LiveScheduler:
             self.client, self.events, self.cache, self.metrics, self.holds, config.pdb_backoff
         )
         self.exporter = MetricsExporter(self.metrics)
+        queue_of = lambda p: self.engine.tenant(p).queue  # noqa: E731
+        self.forecaster = Forecaster(config, self.metrics, self.reporter, queue_of, self.is_leader)
         self.lost_lease = False
         self._dirty = True
         self._heartbeat = time.monotonic()
@@ -245,6 +248,7 @@ class LiveScheduler:
         self.pod_reflector.start()
         self.volume_watch.start()
         self.pod_groups.start(cfg.podgroup_discovery_seconds)
+        self.forecaster.start()
         if self.elector is not None:
             self.elector.start()
         try:
@@ -269,6 +273,7 @@ class LiveScheduler:
         self.namespace_reflector.stop()
         self.volume_watch.stop()
         self.pod_groups.stop()
+        self.forecaster.stop()
         self.reporter.stop()
         self.health.stop()
         self.client.close()
@@ -370,6 +375,8 @@ class LiveScheduler:
                 cache.sync_pods(event.obj, now, out)
                 self.metrics.watch_relists.labels("pods").set(self.pod_reflector.relists)
             else:
+                if event.etype == "DELETED":
+                    self.forecaster.pod_gone(event.obj, now)
                 cache.apply_pod(event.etype, event.obj, now, out)
         elif isinstance(event, NodeEvent):
             if event.etype == "SYNC":
@@ -468,6 +475,7 @@ class LiveScheduler:
     # ---- binding --------------------------------------------------------------------------------
     def _assumed(self, b: Bind, now: float) -> None:
         self.cache.assumed_by_engine(b.pod.uid, b.node_name)
+        self.forecaster.started(b.pod, now)
         if self.holds.hold(b, now):
             log.info(
                 "preemptor waits for victims",

@@ -1,0 +1,162 @@
+"""Predicted start times: the engine run forward in the simulator from a snapshot.
+
+:func:`forecast` takes a cluster state (nodes and the pods running on them), an engine and the
+pending pods, and replays what would happen with no new arrivals: running pods end when their
+run time says (:class:`~fairgpu.sim.learner.Runtimes`: declared, else learned per queue), each
+freed capacity triggers a cycle of the *same* engine, and a pending pod's predicted start is
+the simulated time of its first bind. It stops when every pending pod has a start, when nothing
+more can happen (pods waiting on run times nobody knows get no start), at the horizon, or when
+the wall-clock budget is spent -- whichever comes first.
+
+The live forecaster (:mod:`fairgpu.kube.forecaster`), ``fairgpu explain``/``queues`` and
+``benchmarks/prediction`` all call this one function, each on its own fresh copy of the state
+(the cluster and engine passed in are consumed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.engine import Engine
+from fairgpu.model.pod import PodInfo
+from fairgpu.sim.learner import Runtimes
+from fairgpu.sim.simulator import _COMPLETE, PodRecord, Simulation
+from fairgpu.sim.workload import PodArrival, Workload
+
+__all__ = ["DEFAULT_HORIZON", "Forecast", "forecast", "snapshot_cluster"]
+
+#: How far ahead a forecast looks by default (seconds of simulated time).
+DEFAULT_HORIZON = 14 * 86400.0
+
+#: When a terminating pod is assumed gone (the kubelet's default grace period).
+TERMINATING_GRACE = 30.0
+
+
+@dataclass(slots=True)
+class Forecast:
+    """Predicted starts (``uid`` -> time on the clock of ``now``) of the pending pods asked.
+
+    ``complete``: every pod asked got a start. ``out_of_budget``: the wall-clock budget ran out
+    first. ``simulated_to``: the simulated time reached.
+    """
+
+    now: float
+    starts: dict[str, float] = field(default_factory=dict)
+    asked: int = 0
+    complete: bool = False
+    out_of_budget: bool = False
+    wall_seconds: float = 0.0
+    simulated_to: float = 0.0
+    cycles: int = 0
+
+    def start(self, uid: str) -> float | None:
+        """The pod's predicted start, or None when the forecast could not tell."""
+        return self.starts.get(uid)
+
+    def drain(self, uids: Sequence[str]) -> float | None:
+        """When the last of ``uids`` is predicted to start (None if any has no start)."""
+        times = [self.starts.get(u) for u in uids]
+        if not times or any(t is None for t in times):
+            return None
+        return max(t for t in times if t is not None)
+
+
+class _Stop(Exception):
+    """Ends a forecast run from its progress hook (done, or out of budget)."""
+
+
+class _ForecastRun(Simulation):
+    """A simulation that starts from a populated cluster instead of an empty one."""
+
+    def seed_running(self, cluster: ClusterState, runtimes: Runtimes, now: float) -> None:
+        """Take ``cluster`` as is; each running pod completes when ``runtimes`` predicts."""
+        self.cluster = cluster
+        for uid, placement in cluster.placements.items():
+            pod = cluster.pods[uid]
+            rec = PodRecord(pod, self.tenant_of(pod), self.user_of(pod), placement.started, None)
+            rec.start = placement.started
+            rec.node = cluster.node(placement.node).name
+            rec.devices = placement.devices
+            self.records[uid] = rec
+            key = self._group_key(pod)
+            if key:
+                self.group_running.setdefault(key, set()).add(uid)
+            if placement.terminating:
+                end: float | None = now + TERMINATING_GRACE
+            else:
+                end = runtimes.end(pod, placement.started, now)
+            if end is not None:
+                self._push(max(now, end), _COMPLETE, f"{uid}#0")
+
+
+def forecast(
+    cluster: ClusterState,
+    engine: Engine,
+    pending: Sequence[PodInfo],
+    now: float,
+    runtimes: Runtimes,
+    *,
+    budget_s: float = 5.0,
+    horizon_s: float = DEFAULT_HORIZON,
+) -> Forecast:
+    """Predict when each of ``pending`` starts, by running ``engine`` forward over ``cluster``.
+
+    ``cluster`` and ``engine`` are consumed (pass copies). Pods are simulated to arrive at
+    ``now`` in their creation order; nothing else arrives. See the module docstring for when
+    it stops; a pod not started by then has no predicted start.
+    """
+    t0 = time.perf_counter()
+    deadline = t0 + budget_s
+    result = Forecast(now=now, asked=len(pending))
+    waiting = {p.uid for p in pending}
+    arrivals = [PodArrival(p, now, runtimes.duration(p)) for p in pending]
+    run: _ForecastRun | None = None
+
+    def progress(_done: int, _total: int) -> None:
+        assert run is not None
+        for uid in [u for u in waiting if run.records[u].start is not None]:
+            start = run.records[uid].start
+            assert start is not None
+            result.starts[uid] = start
+            waiting.discard(uid)
+        if not waiting:
+            raise _Stop
+        if time.perf_counter() > deadline:
+            result.out_of_budget = True
+            raise _Stop
+
+    run = _ForecastRun(
+        Workload("forecast", [], arrivals),
+        engine,
+        until=now + horizon_s,
+        on_progress=progress,
+        track_fragmentation=False,
+    )
+    run.seed_running(cluster, runtimes, now)
+    with contextlib.suppress(_Stop):
+        run.run()
+    result.complete = not waiting
+    result.wall_seconds = time.perf_counter() - t0
+    result.simulated_to = run.now
+    result.cycles = run.cycles
+    return result
+
+
+def snapshot_cluster(source: ClusterState) -> ClusterState:
+    """A fresh cluster with ``source``'s nodes, namespaces and running pods (where, which
+    devices, since when): what a live snapshot of the same moment holds. Storage and DRA
+    objects are not copied (the built-in workloads use none)."""
+    out = ClusterState(max_devices=source.max_devices, capacity=max(64, source.size))
+    out.namespace_labels = dict(source.namespace_labels)
+    slots: dict[int, int] = {}
+    for idx, node in source.active_nodes():
+        slots[idx] = out.add_node(node)
+    for uid, placement in source.placements.items():
+        pod = source.pods[uid]
+        copy = out.assign(pod, slots[placement.node], placement.devices, placement.started)
+        copy.bound, copy.terminating = placement.bound, placement.terminating
+    return out

@@ -1,0 +1,75 @@
+"""Predicted start times against a real API server: the annotation and the PodScheduled
+condition message appear, and follow the cluster when it changes.
+
+The training A100 node (8 GPUs) runs ``fill`` (declares 60 s); ``b`` and ``c`` ask for the whole
+node and declare 30 s each, so ``b`` is predicted to start when ``fill`` ends and ``c`` 30 s
+later. Deleting ``fill`` early starts ``b`` at once and moves ``c`` about 57 s earlier; the
+start of ``b`` is scored in the prediction-error histogram.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from live_helpers import condition, create, pod, scheduler, wait_for
+
+from fairgpu.devcluster import ControlPlane, FakeKubelet, KubeClient
+from fairgpu.kube.forecaster import ANN_PREDICTED_START, parse_time
+from fairgpu.kube.reporter import PREDICTED_START
+
+NODE = "lv-training-a100"
+
+
+def _get(admin: KubeClient, ns: str, name: str) -> dict[str, Any]:
+    return admin.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+
+
+def _predicted(admin: KubeClient, ns: str, name: str) -> float | None:
+    ann = _get(admin, ns, name)["metadata"].get("annotations") or {}
+    return parse_time(ann.get(ANN_PREDICTED_START))
+
+
+def _message_has_prediction(admin: KubeClient, ns: str, name: str) -> bool:
+    """The condition message ends with the annotation's time."""
+    p = _get(admin, ns, name)
+    label = (p["metadata"].get("annotations") or {}).get(ANN_PREDICTED_START)
+    cond = condition(p) or {}
+    return bool(label) and (cond.get("message") or "").endswith(f"{PREDICTED_START}{label}")
+
+
+def _whole_node(name: str, seconds: int) -> dict[str, Any]:
+    return pod(name, gpus=8, annotations={"fairgpu.io/duration-seconds": str(seconds)})
+
+
+def test_predicted_start_is_annotated_in_the_condition_and_follows_changes(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, kubelet: FakeKubelet
+) -> None:
+    fill = _whole_node("fill", 60)
+    fill["spec"]["nodeName"] = NODE
+    create(admin, ns, fill)
+    started = wait_for(lambda: _get(admin, ns, "fill").get("status", {}).get("startTime"))
+    fill_start = parse_time(started)
+    assert fill_start is not None
+    create(admin, ns, _whole_node("b", 30))
+    create(admin, ns, _whole_node("c", 30))
+    with scheduler(live_cp, forecast_seconds=0.5, forecast_budget=2.0) as s:
+        s.forecaster.min_wait = 0.0  # score even this short wait
+        b = wait_for(lambda: _predicted(admin, ns, "b"), timeout=20)
+        c = wait_for(lambda: _predicted(admin, ns, "c"), timeout=20)
+        # The start time of fill is to the second; the forecast's clock is the reader's.
+        assert abs(b - (fill_start + 60)) <= 3, (b, fill_start)
+        assert abs(c - (b + 30)) <= 2, (b, c)
+        wait_for(lambda: _message_has_prediction(admin, ns, "b"), timeout=20)
+        wait_for(lambda: _message_has_prediction(admin, ns, "c"), timeout=20)
+
+        admin.request(
+            "DELETE",
+            f"/api/v1/namespaces/{ns}/pods/fill",
+            {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+        )
+        wait_for(lambda: _get(admin, ns, "b")["spec"].get("nodeName") == NODE, timeout=20)
+        moved = wait_for(lambda: (t := _predicted(admin, ns, "c")) and t < c - 20 and t, 20)
+        assert moved > fill_start  # still ahead: when b (30 s) ends
+        wait_for(lambda: _message_has_prediction(admin, ns, "c"), timeout=20)
+        text = s.metrics.render().decode()
+        assert "fairgpu_prediction_error_ratio_count 1.0" in text, text
