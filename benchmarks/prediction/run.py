@@ -43,7 +43,7 @@ from fairgpu.engine.gang import declared_runtime
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import ANN_DURATION, PodInfo
-from fairgpu.sim.forecast import forecast, snapshot_cluster
+from fairgpu.sim.forecast import forecast, recent_repeat, snapshot_cluster
 from fairgpu.sim.learner import RuntimeLearner, Runtimes
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import Workload
@@ -93,6 +93,7 @@ class Probe:
     declared: bool
     every: float
     budget: float
+    window: float
     next_at: float = 0.0
     learner: RuntimeLearner = field(default_factory=RuntimeLearner)
     learned: set[str] = field(default_factory=set)
@@ -113,7 +114,15 @@ class Probe:
         runtimes = Runtimes(lambda p: engine.tenant(p).queue, self.learner, self.declared)
         base = self._baseline(pending, engine, runtimes)
         cluster = snapshot_cluster(sim.cluster)
-        got = forecast(cluster, engine, pending, sim.now, runtimes, budget_s=self.budget)
+        recent = [
+            (a.pod, a.arrival)
+            for a in self.workload.arrivals
+            if sim.now - self.window <= a.arrival < sim.now
+        ]
+        future = recent_repeat(recent, sim.now, self.window, runtimes) if self.window else []
+        got = forecast(
+            cluster, engine, pending, sim.now, runtimes, budget_s=self.budget, future=future
+        )
         self.walls.append(got.wall_seconds)
         self.complete.append(got.complete)
         for pod in pending:
@@ -211,14 +220,16 @@ def errors(
     }
 
 
-def measure(name: str, declared: bool, every: float, budget: float) -> dict[str, Any]:
+def measure(
+    name: str, declared: bool, every: float, budget: float, window: float
+) -> dict[str, Any]:
     """Replay scenario ``name`` once, predicting at every instant; the JSON entry."""
     workload = SCENARIOS[name]()
     if not declared:
         workload = undeclared(workload)
     engine = fresh_engine(workload)
     sim = Simulation(workload, engine, track_fragmentation=False)
-    probe = Probe(sim, workload, declared, every, budget)
+    probe = Probe(sim, workload, declared, every, budget, window)
     sim.on_progress = probe
     t0 = time.perf_counter()
     result = sim.run()
@@ -244,6 +255,7 @@ def measure(name: str, declared: bool, every: float, budget: float) -> dict[str,
         ),
         "every_s": every,
         "budget_s": budget,
+        "recent_window_s": window,
         "replay_wall_s": round(replay_s, 1),
         "forecast": forecast_entry,
         "baseline": errors(probe.rows, attempts, arrival, 3),
@@ -280,14 +292,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--every", type=float, default=3600.0, help="seconds between predictions")
     ap.add_argument("--budget", type=float, default=10.0, help="wall seconds per forecast")
+    ap.add_argument(
+        "--window", type=float, default=3600.0, help="recent past repeated (0: no arrivals)"
+    )
     ap.add_argument("--only", default="", help="one scenario name")
+    ap.add_argument("--runtimes", default="declared,learned", help="which run-time sources")
     ap.add_argument("--results", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args()
     names = [args.only] if args.only else list(SCENARIOS)
     out: dict[str, Any] = {"benchmark": "prediction", "min_wait_s": MIN_WAIT, "scenarios": []}
     for name in names:
-        for declared in (True, False):
-            entry = measure(name, declared, args.every, args.budget)
+        for source in args.runtimes.split(","):
+            declared = source.strip() == "declared"
+            entry = measure(name, declared, args.every, args.budget, args.window)
             print(json.dumps(entry), file=sys.stderr, flush=True)
             out["scenarios"].append(entry)
     text = json.dumps(out, indent=2)

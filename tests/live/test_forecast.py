@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from live_helpers import condition, create, pod, scheduler, wait_for
+from live_helpers import condition, create, pod, pods, scheduler, wait_for
 
 from fairgpu.devcluster import ControlPlane, FakeKubelet, KubeClient
-from fairgpu.kube.forecaster import ANN_PREDICTED_START, parse_time
+from fairgpu.kube.forecaster import ANN_PREDICTED_START, parse_time, time_label
 from fairgpu.kube.reporter import PREDICTED_START
 
 NODE = "lv-training-a100"
@@ -73,3 +73,40 @@ def test_predicted_start_is_annotated_in_the_condition_and_follows_changes(
         wait_for(lambda: _message_has_prediction(admin, ns, "c"), timeout=20)
         text = s.metrics.render().decode()
         assert "fairgpu_prediction_error_ratio_count 1.0" in text, text
+
+
+def test_explain_and_queues_print_the_predicted_start_and_drain(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, kubelet: FakeKubelet
+) -> None:
+    from typer.testing import CliRunner
+
+    from fairgpu.cli import app
+
+    fill = _whole_node("fill", 600)
+    fill["spec"]["nodeName"] = NODE
+    create(admin, ns, fill)
+    started = wait_for(lambda: _get(admin, ns, "fill").get("status", {}).get("startTime"))
+    # Created in the same second, so ordered by name: "first" before "second".
+    create(admin, ns, _whole_node("first", 30))
+    create(admin, ns, pod("second", gpus=8))  # declares no run time
+    kc = ["--kubeconfig", str(live_cp.kubeconfig_path)]
+    runner = CliRunner()
+    out = runner.invoke(app, ["explain", f"{ns}/first", *kc])
+    assert out.exit_code == 0, out.output
+    fill_end = parse_time(started) + 600  # type: ignore[operator]
+    label = time_label(fill_end)
+    assert f"Predicted start: {label} (in " in out.output, out.output
+    # After first (30 s) the node is free for the pod that declares nothing: it starts then.
+    out = runner.invoke(app, ["queues", *kc])
+    assert out.exit_code == 0, out.output
+    row = next(line for line in out.output.splitlines() if line.startswith(f"{ns} "))
+    assert row.rstrip().endswith(time_label(fill_end + 30)), out.output
+    # Behind a pod whose run time nobody knows, nothing can be predicted.
+    admin.request("DELETE", f"/api/v1/namespaces/{ns}/pods/first")
+    wait_for(lambda: not any(p["metadata"]["name"] == "first" for p in pods(admin, ns)))
+    create(admin, ns, _whole_node("last", 30))
+    out = runner.invoke(app, ["explain", f"{ns}/last", *kc])
+    assert "Predicted start: unknown: it waits on pods whose run time is unknown" in out.output
+    out = runner.invoke(app, ["queues", *kc])
+    row = next(line for line in out.output.splitlines() if line.startswith(f"{ns} "))
+    assert row.rstrip().endswith("unknown"), out.output

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
@@ -26,8 +26,9 @@ from fairgpu.model.pod import PodInfo
 from fairgpu.sim.learner import Runtimes
 from fairgpu.sim.simulator import _COMPLETE, PodRecord, Simulation
 from fairgpu.sim.workload import PodArrival, Workload
+from fairgpu.tenancy.resolve import GROUP_KEYS
 
-__all__ = ["DEFAULT_HORIZON", "Forecast", "forecast", "snapshot_cluster"]
+__all__ = ["DEFAULT_HORIZON", "Forecast", "forecast", "recent_repeat", "snapshot_cluster"]
 
 #: How far ahead a forecast looks by default (seconds of simulated time).
 DEFAULT_HORIZON = 14 * 86400.0
@@ -102,18 +103,21 @@ def forecast(
     *,
     budget_s: float = 5.0,
     horizon_s: float = DEFAULT_HORIZON,
+    future: Sequence[PodArrival] = (),
 ) -> Forecast:
     """Predict when each of ``pending`` starts, by running ``engine`` forward over ``cluster``.
 
     ``cluster`` and ``engine`` are consumed (pass copies). Pods are simulated to arrive at
-    ``now`` in their creation order; nothing else arrives. See the module docstring for when
-    it stops; a pod not started by then has no predicted start.
+    ``now`` in their creation order; ``future`` pods (see :func:`recent_repeat`) arrive when
+    they say and compete for capacity but are not predicted. See the module docstring for
+    when it stops; a pod not started by then has no predicted start.
     """
     t0 = time.perf_counter()
     deadline = t0 + budget_s
     result = Forecast(now=now, asked=len(pending))
     waiting = {p.uid for p in pending}
     arrivals = [PodArrival(p, now, runtimes.duration(p)) for p in pending]
+    arrivals.extend(future)
     run: _ForecastRun | None = None
 
     def progress(_done: int, _total: int) -> None:
@@ -159,4 +163,33 @@ def snapshot_cluster(source: ClusterState) -> ClusterState:
         pod = source.pods[uid]
         copy = out.assign(pod, slots[placement.node], placement.devices, placement.started)
         copy.bound, copy.terminating = placement.bound, placement.terminating
+    return out
+
+
+def recent_repeat(
+    recent: Sequence[tuple[PodInfo, float]], now: float, window: float, runtimes: Runtimes
+) -> list[PodArrival]:
+    """The pods that arrived in the last ``window`` seconds (``(pod, arrival)``), arriving
+    again ``window`` seconds later: the guess that the near future looks like the recent past.
+
+    Work that arrives later under a fair order can go ahead of a waiting pod (a queue below
+    its share); leaving it out predicts starts too early. Each copy gets its own UID and, for
+    a gang, its own group name, so it never joins the real pod's group.
+    """
+    out: list[PodArrival] = []
+    for pod, arrival in recent:
+        if not now - window <= arrival < now:
+            continue
+        labels = {k: f"{v}~next" if k in GROUP_KEYS else v for k, v in pod.labels.items()}
+        ann = {k: f"{v}~next" if k in GROUP_KEYS else v for k, v in pod.annotations.items()}
+        copy = replace(
+            pod,
+            uid=f"{pod.uid}~next",
+            name=f"{pod.name}~next",
+            labels=labels,
+            annotations=ann,
+            node_name="",
+            _static_key=None,
+        )
+        out.append(PodArrival(copy, arrival + window, runtimes.duration(pod)))
     return out
