@@ -293,7 +293,7 @@ def main() -> None:
     ap.add_argument("--every", type=float, default=3600.0, help="seconds between predictions")
     ap.add_argument("--budget", type=float, default=10.0, help="wall seconds per forecast")
     ap.add_argument(
-        "--window", type=float, default=3600.0, help="recent past repeated (0: no arrivals)"
+        "--window", type=float, default=0.0, help="repeat the recent past this long (0: off)"
     )
     ap.add_argument("--only", default="", help="one scenario name")
     ap.add_argument("--runtimes", default="declared,learned", help="which run-time sources")

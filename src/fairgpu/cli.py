@@ -231,9 +231,13 @@ def _simulate(
         console.print(f"wrote {out / 'summary.json'}, {out / 'pods.csv'} and {out / 'runs.csv'}")
     if report is not None:
         from fairgpu.report.html import write_report
+        from fairgpu.sim.forecast import predicted_against_actual
 
         report.parent.mkdir(parents=True, exist_ok=True)
-        write_report(result, summary, report, shares)
+        fresh = lambda: _build_engine(policy, ordering, config, seed, workload)  # noqa: E731
+        write_report(
+            result, summary, report, shares, predicted_against_actual(workload, fresh, result)
+        )
         console.print(f"wrote {report}")
 
 

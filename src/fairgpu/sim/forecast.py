@@ -17,18 +17,29 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
+from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.learner import Runtimes
-from fairgpu.sim.simulator import _COMPLETE, PodRecord, Simulation
+from fairgpu.sim.simulator import _COMPLETE, PodRecord, Simulation, SimulationResult
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.tenancy.resolve import GROUP_KEYS
 
-__all__ = ["DEFAULT_HORIZON", "Forecast", "forecast", "recent_repeat", "snapshot_cluster"]
+__all__ = [
+    "DEFAULT_HORIZON",
+    "Forecast",
+    "PredictionSample",
+    "forecast",
+    "predicted_against_actual",
+    "recent_repeat",
+    "snapshot_cluster",
+]
 
 #: How far ahead a forecast looks by default (seconds of simulated time).
 DEFAULT_HORIZON = 14 * 86400.0
@@ -193,3 +204,86 @@ def recent_repeat(
         )
         out.append(PodArrival(copy, arrival + window, runtimes.duration(pod)))
     return out
+
+
+@dataclass(slots=True)
+class PredictedRow:
+    """One pending pod at the instant ``at`` of a finished run: predicted against actual."""
+
+    pod: str
+    queue: str
+    arrival: float
+    predicted: float | None
+    actual: float | None
+
+
+@dataclass(slots=True)
+class PredictionSample:
+    """Predicted against actual starts of a few pods pending at ``at`` (for the report)."""
+
+    at: float
+    pending: int
+    rows: list[PredictedRow]
+    wall_seconds: float
+
+
+def _first_start_after(result: SimulationResult, at: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for attempt in result.runs:
+        if attempt.start >= at and attempt.start < out.get(attempt.uid, float("inf")):
+            out[attempt.uid] = attempt.start
+    return out
+
+
+def predicted_against_actual(
+    workload: Workload,
+    make_engine: Callable[[], Engine],
+    result: SimulationResult,
+    at: float | None = None,
+    limit: int = 8,
+    budget_s: float = 10.0,
+) -> PredictionSample | None:
+    """Replay ``workload`` to ``at`` (default: when the most pods were pending), forecast the
+    pending pods there as the live scheduler would (fresh engine, declared run times) and put
+    the predictions beside their starts in ``result``; ``limit`` pods, taken in turn from each
+    queue. None when nothing was pending then."""
+    tl = result.timeline
+    if at is None:
+        if not tl.pending or max(tl.pending) == 0:
+            return None
+        at = tl.time[int(np.argmax(tl.pending))]
+    replay = Simulation(workload, make_engine(), until=at, track_fragmentation=False)
+    replay.run()
+    pending = sorted(replay.pending.values(), key=pod_identity)
+    if not pending:
+        return None
+    engine = make_engine()
+    runtimes = Runtimes(lambda p: engine.tenant(p).queue)
+    queue_of = {p.uid: engine.tenant(p).queue for p in pending}
+    got = forecast(
+        snapshot_cluster(replay.cluster), engine, pending, at, runtimes, budget_s=budget_s
+    )
+    actual = _first_start_after(result, at)
+    by_queue: dict[str, list[PodInfo]] = {}
+    groups: set[str] = set()
+    for pod in pending:  # one pod per job: gang members start together
+        ref = engine.pod_group(pod)
+        if ref is None or ref.key not in groups:
+            groups.add("" if ref is None else ref.key)
+            by_queue.setdefault(queue_of[pod.uid], []).append(pod)
+    chosen: list[PodInfo] = []
+    while len(chosen) < limit and any(by_queue.values()):
+        for pods in by_queue.values():
+            if pods and len(chosen) < limit:
+                chosen.append(pods.pop(0))
+    rows = [
+        PredictedRow(
+            p.key,
+            queue_of[p.uid],
+            replay.records[p.uid].arrival,
+            got.start(p.uid),
+            actual.get(p.uid),
+        )
+        for p in sorted(chosen, key=lambda p: got.start(p.uid) or float("inf"))
+    ]
+    return PredictionSample(at, len(pending), rows, got.wall_seconds)
