@@ -2,7 +2,9 @@
 
 Each scenario is replayed once through the simulator (the "actual" run). At regular instants
 of that run the state is copied as a live snapshot would hold it -- nodes, running pods with
-their nodes, devices and start times, the pending pods -- into a fresh engine, and
+their nodes, devices and start times, the pending pods, and the engine's between-cycle state
+(usage history, reservations, timers) as the live scheduler hands it over -- into a fresh
+engine, and
 :func:`fairgpu.sim.forecast.forecast` (the function the live forecaster calls) predicts every
 pending pod's start. After the run each prediction is compared with the pod's first real start.
 
@@ -43,7 +45,7 @@ from fairgpu.engine.gang import declared_runtime
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import ANN_DURATION, PodInfo
-from fairgpu.sim.forecast import forecast, recent_repeat, snapshot_cluster
+from fairgpu.sim.forecast import carry_state, forecast, recent_repeat, snapshot_cluster
 from fairgpu.sim.learner import RuntimeLearner, Runtimes
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import Workload
@@ -114,6 +116,7 @@ class Probe:
         runtimes = Runtimes(lambda p: engine.tenant(p).queue, self.learner, self.declared)
         base = self._baseline(pending, engine, runtimes)
         cluster = snapshot_cluster(sim.cluster)
+        engine.state = carry_state(sim.engine.state, cluster)
         recent = [
             (a.pod, a.arrival)
             for a in self.workload.arrivals
@@ -164,7 +167,7 @@ class Probe:
 
 
 def fresh_engine(workload: Workload) -> Engine:
-    """An engine as a scheduler starting on the snapshot builds it (no history)."""
+    """An engine as the forecasting process builds it (its state is carried over)."""
     engine = Engine(policy(DEFAULT_POLICY), 0)
     engine.register_pod_groups(workload.pod_groups)
     return engine

@@ -16,6 +16,7 @@ The live forecaster (:mod:`fairgpu.kube.forecaster`), ``fairgpu explain``/``queu
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
+from fairgpu.engine.session import EngineState
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.learner import Runtimes
@@ -35,6 +37,7 @@ __all__ = [
     "DEFAULT_HORIZON",
     "Forecast",
     "PredictionSample",
+    "carry_state",
     "forecast",
     "predicted_against_actual",
     "recent_repeat",
@@ -161,6 +164,21 @@ def forecast(
     return result
 
 
+def carry_state(state: EngineState, cluster: ClusterState) -> EngineState:
+    """A copy of an engine's between-cycle state (usage history, reservations, gang and
+    starvation timers, reclaim cooldowns) for a fresh engine over ``cluster``, a snapshot of
+    the same nodes: each reservation's node slots are found again by node name.
+
+    Without it a forecast orders queues without their usage history and forgets the nodes
+    held for starving jobs, and predicts a different order than the scheduler will follow.
+    """
+    out = copy.deepcopy(state)
+    for res in out.reservations.values():
+        slots = [cluster.node_index[n] for n in res.node_names if n in cluster.node_index]
+        res.nodes = np.asarray(slots, dtype=res.nodes.dtype)
+    return out
+
+
 def snapshot_cluster(source: ClusterState) -> ClusterState:
     """A fresh cluster with ``source``'s nodes, namespaces and running pods (where, which
     devices, since when): what a live snapshot of the same moment holds. Storage and DRA
@@ -244,7 +262,8 @@ def predicted_against_actual(
     budget_s: float = 10.0,
 ) -> PredictionSample | None:
     """Replay ``workload`` to ``at`` (default: when the most pods were pending), forecast the
-    pending pods there as the live scheduler would (fresh engine, declared run times) and put
+    pending pods there as the live scheduler would (a fresh engine given the replay's engine
+    state, declared run times) and put
     the predictions beside their starts in ``result``; ``limit`` pods, taken in turn from each
     queue. None when nothing was pending then."""
     tl = result.timeline
@@ -258,11 +277,11 @@ def predicted_against_actual(
     if not pending:
         return None
     engine = make_engine()
+    cluster = snapshot_cluster(replay.cluster)
+    engine.state = carry_state(replay.engine.state, cluster)
     runtimes = Runtimes(lambda p: engine.tenant(p).queue)
     queue_of = {p.uid: engine.tenant(p).queue for p in pending}
-    got = forecast(
-        snapshot_cluster(replay.cluster), engine, pending, at, runtimes, budget_s=budget_s
-    )
+    got = forecast(cluster, engine, pending, at, runtimes, budget_s=budget_s)
     actual = _first_start_after(result, at)
     by_queue: dict[str, list[PodInfo]] = {}
     groups: set[str] = set()
