@@ -61,6 +61,7 @@ def test_predicted_start_is_annotated_in_the_condition_and_follows_changes(
         assert abs(c - (b + 30)) <= 2, (b, c)
         wait_for(lambda: _message_has_prediction(admin, ns, "b"), timeout=20)
         wait_for(lambda: _message_has_prediction(admin, ns, "c"), timeout=20)
+        assert s.forecaster.last["engine_state"]  # it continued from the scheduler's state
 
         admin.request(
             "DELETE",

@@ -22,6 +22,8 @@ import contextlib
 import logging
 import multiprocessing as mp
 import os
+import pickle
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fairgpu.engine.engine import Engine
+from fairgpu.engine.session import EngineState
 from fairgpu.kube.client import (
     CONNECTION_ERRORS,
     MERGE_PATCH,
@@ -44,7 +47,7 @@ from fairgpu.kube.metrics import Metrics
 from fairgpu.kube.reporter import Reporter
 from fairgpu.kube.snapshot import ReadSettings, Snapshot, read_cluster
 from fairgpu.model.pod import DOMAIN, PodInfo
-from fairgpu.sim.forecast import Forecast, forecast
+from fairgpu.sim.forecast import Forecast, carry_state, forecast
 from fairgpu.sim.learner import RuntimeLearner, Runtimes
 
 __all__ = [
@@ -81,11 +84,17 @@ def parse_time(text: str | None) -> float | None:
 
 
 def forecast_snapshot(
-    snapshot: Snapshot, learner: RuntimeLearner | None, budget_s: float
+    snapshot: Snapshot,
+    learner: RuntimeLearner | None,
+    budget_s: float,
+    state: EngineState | None = None,
 ) -> tuple[Forecast, list[PodInfo], Engine]:
-    """Forecast the pending pods of ``snapshot`` (a fresh copy of its state); returns the
-    forecast, the pending pods and the engine that decided (its tenancy names their queues)."""
+    """Forecast the pending pods of ``snapshot`` (a fresh copy of its state), the engine
+    continuing from the scheduler's ``state`` if given; returns the forecast, the pending
+    pods and the engine that decided (its tenancy names their queues)."""
     cache, engine = snapshot.build()
+    if state is not None:
+        engine.state = carry_state(state, cache.cluster)
     pending = [p for p in cache.schedulable() if not p.scheduling_gates]
     runtimes = Runtimes(lambda p: engine.tenant(p).queue, learner)
     result = forecast(cache.cluster, engine, pending, snapshot.now, runtimes, budget_s=budget_s)
@@ -138,10 +147,14 @@ def write_predictions(
 
 
 def _forecast_once(
-    client: RestClient, spec: WorkerSpec, learner: RuntimeLearner, limiter: RateLimiter
+    client: RestClient,
+    spec: WorkerSpec,
+    learner: RuntimeLearner,
+    limiter: RateLimiter,
+    state: EngineState | None,
 ) -> dict[str, Any]:
     snapshot = read_cluster(client, spec.settings)
-    result, pending, _ = forecast_snapshot(snapshot, learner, spec.budget_s)
+    result, pending, _ = forecast_snapshot(snapshot, learner, spec.budget_s, state)
     written = write_predictions(client, pending, result, limiter)
     return {
         "now": result.now,
@@ -151,6 +164,7 @@ def _forecast_once(
         "out_of_budget": result.out_of_budget,
         "wall_seconds": result.wall_seconds,
         "written": written,
+        "engine_state": state is not None,
     }
 
 
@@ -170,10 +184,12 @@ def worker_main(spec: WorkerSpec, pipe: Any) -> None:
             return
         if request is None:
             return
-        for queue, runtime in request:
-            learner.observe(queue, runtime)
+        completed, state = request
+        for queue_name, runtime in completed:
+            learner.observe(queue_name, runtime)
         try:
-            reply = _forecast_once(client, spec, learner, limiter)
+            engine_state = None if state is None else pickle.loads(state)
+            reply = _forecast_once(client, spec, learner, limiter, engine_state)
         except (ValueError, RuntimeError, *CONNECTION_ERRORS) as error:
             reply = {"error": str(error) or type(error).__name__}
         pipe.send(reply)
@@ -205,6 +221,9 @@ class Forecaster:
         self.predictions: dict[str, float] = {}
         self.last: dict[str, Any] = {}
         self._completed: list[tuple[str, float]] = []
+        # The engine's state, pickled on the loop thread when a round asks for it.
+        self._want_state = threading.Event()
+        self._state: queue.Queue[bytes] = queue.Queue(maxsize=1)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._spec = self._worker_spec(config)
@@ -279,7 +298,15 @@ class Forecaster:
         """One request and its answer (waits for the answer, or for stop)."""
         with self._lock:
             completed, self._completed = self._completed, []
-        self._pipe.send(completed)
+        with contextlib.suppress(queue.Empty):
+            self._state.get_nowait()  # one delivered after an earlier round gave up
+        self._want_state.set()
+        try:
+            state: bytes | None = self._state.get(timeout=2.0)
+        except queue.Empty:  # the loop is busy: forecast from a fresh engine this time
+            self._want_state.clear()
+            state = None
+        self._pipe.send((completed, state))
         while not self._pipe.poll(0.2):
             if self._stop.is_set():
                 return
@@ -302,6 +329,13 @@ class Forecaster:
             self.reporter.predicted(uid, None)
 
     # ---- called on the loop thread ------------------------------------------------------------
+    def offer(self, engine: Engine) -> None:
+        """Hand a round the engine's between-cycle state if it asked (cheap otherwise)."""
+        if self._want_state.is_set():
+            self._want_state.clear()
+            with contextlib.suppress(queue.Full):
+                self._state.put_nowait(pickle.dumps(engine.state))
+
     def pod_gone(self, rec: PodRecord, now: float) -> None:
         """A pod left the watch: one that succeeded teaches its queue's run time."""
         self.predictions.pop(rec.uid, None)

@@ -334,6 +334,7 @@ class LiveScheduler:
                 )
                 if self._dirty or periodic:
                     self._cycle(now)
+            self.forecaster.offer(self.engine)
             if now - self._last_metrics >= 2.0:
                 self.exporter.export(self.cache, self.engine)
                 self._last_metrics = now
