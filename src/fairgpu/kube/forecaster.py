@@ -10,7 +10,7 @@ predictions back. The scheduler's side (:class:`Forecaster`)
 
 * puts the predicted start in the pod's ``PodScheduled`` condition message (via the
   :class:`~fairgpu.kube.reporter.Reporter`);
-* learns run times per queue from the pods it sees succeed (for pods that declare none), and
+* learns run times per queue from the pods it sees end (for pods that declare none), and
   ships the new samples with each request;
 * observes ``fairgpu_prediction_error_ratio`` = ``|predicted - actual| / actual wait`` when a
   predicted pod starts (pods that waited at least ``min_wait`` seconds).
@@ -25,6 +25,7 @@ import os
 import pickle
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -221,6 +222,7 @@ class Forecaster:
         self.predictions: dict[str, float] = {}
         self.last: dict[str, Any] = {}
         self._completed: list[tuple[str, float]] = []
+        self._learned: OrderedDict[str, None] = OrderedDict()
         # The engine's state, pickled on the loop thread when a round asks for it.
         self._want_state = threading.Event()
         self._state: queue.Queue[bytes] = queue.Queue(maxsize=1)
@@ -336,13 +338,21 @@ class Forecaster:
             with contextlib.suppress(queue.Full):
                 self._state.put_nowait(pickle.dumps(engine.state))
 
-    def pod_gone(self, rec: PodRecord, now: float) -> None:
-        """A pod left the watch: one that succeeded teaches its queue's run time."""
-        self.predictions.pop(rec.uid, None)
-        if not self.enabled or rec.phase != "Succeeded" or rec.info is None:
+    def pod_event(self, etype: str, rec: PodRecord, now: float) -> None:
+        """A pod watch event: a bound pod that ended teaches its queue's run time.
+
+        The watch hides finished pods (``status.phase!=Succeeded``), so a pod that succeeds
+        or fails arrives as ``DELETED`` in its last matching state (still ``Running``); one
+        deleted by someone carries a deletion timestamp. A pod is learned once.
+        """
+        if not self.enabled or rec.info is None or not rec.node_name or rec.started is None:
             return
-        if rec.started is None or not rec.node_name:
+        ended = rec.phase in ("Succeeded", "Failed") or (etype == "DELETED" and not rec.deleting)
+        if not ended or rec.uid in self._learned:
             return
+        self._learned[rec.uid] = None
+        if len(self._learned) > 10000:
+            self._learned.popitem(last=False)
         with self._lock:
             self._completed.append((self.tenant_of(rec.info), max(0.0, now - rec.started)))
 

@@ -376,8 +376,7 @@ class LiveScheduler:
                 cache.sync_pods(event.obj, now, out)
                 self.metrics.watch_relists.labels("pods").set(self.pod_reflector.relists)
             else:
-                if event.etype == "DELETED":
-                    self.forecaster.pod_gone(event.obj, now)
+                self.forecaster.pod_event(event.etype, event.obj, now)
                 cache.apply_pod(event.etype, event.obj, now, out)
         elif isinstance(event, NodeEvent):
             if event.etype == "SYNC":
