@@ -269,8 +269,14 @@ class Forecaster:
         self._process = ctx.Process(
             target=worker_main, args=(self._spec, child), name="fairgpu-forecast", daemon=True
         )
-        self._process.start()
-        child.close()
+        try:
+            self._process.start()
+        except (OSError, RuntimeError) as error:  # scheduling goes on without forecasts
+            log.error("forecasting process not started", extra={"error": str(error)})
+            self._process = None
+            return
+        finally:
+            child.close()
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
