@@ -262,6 +262,10 @@ def measure(
         "replay_wall_s": round(replay_s, 1),
         "forecast": forecast_entry,
         "baseline": errors(probe.rows, attempts, arrival, 3),
+        # The baseline over the predictions the forecast made (the same pods and instants).
+        "baseline_where_forecast": errors(
+            [r for r in probe.rows if r[2] is not None], attempts, arrival, 3
+        ),
     }
     if declared:
         f = forecast_entry
