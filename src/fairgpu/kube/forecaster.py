@@ -6,7 +6,8 @@ That process reads the cluster as ``fairgpu explain`` does (:mod:`fairgpu.kube.s
 runs the engine forward with :func:`fairgpu.sim.forecast.forecast` within ``forecast_budget``
 wall seconds, writes each pending pod's predicted start to its annotation
 ``fairgpu.io/predicted-start`` (RFC 3339, rate-limited, only when it moved), and sends the
-predictions back. The scheduler's side (:class:`Forecaster`)
+predictions back. No round starts while binds are in flight (see :meth:`Forecaster._due`).
+The scheduler's side (:class:`Forecaster`)
 
 * puts the predicted start in the pod's ``PodScheduled`` condition message (via the
   :class:`~fairgpu.kube.reporter.Reporter`);
@@ -25,6 +26,7 @@ import os
 import pickle
 import queue
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -35,7 +37,6 @@ from typing import Any
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.session import EngineState
 from fairgpu.kube.client import (
-    CONNECTION_ERRORS,
     MERGE_PATCH,
     Connection,
     RateLimiter,
@@ -67,6 +68,9 @@ ANN_PREDICTED_START = f"{DOMAIN}/predicted-start"
 #: A prediction is rewritten only when it moved by this many seconds, or by this share of the
 #: wait still ahead -- so a steady forecast costs no API writes.
 MOVE_SECONDS, MOVE_SHARE = 15.0, 0.05
+
+#: While the scheduler keeps binding, a forecast waits at most this many periods.
+STALE_PERIODS = 5
 
 
 def time_label(t: float) -> str:
@@ -171,7 +175,8 @@ def _forecast_once(
 
 def worker_main(spec: WorkerSpec, pipe: Any) -> None:
     """The forecasting process: one forecast per request until told to stop (``None``) or
-    the scheduler is gone (the pipe closes). A failed forecast is reported, not fatal."""
+    the scheduler is gone (the pipe closes). A failed forecast (a bad object, the API server
+    away, a bug) is logged and reported, never fatal."""
     with contextlib.suppress(OSError):
         os.nice(10)  # scheduling comes first when both want the CPU
     conn = spec.connection or load_connection(spec.kubeconfig, spec.context)
@@ -191,7 +196,8 @@ def worker_main(spec: WorkerSpec, pipe: Any) -> None:
         try:
             engine_state = None if state is None else pickle.loads(state)
             reply = _forecast_once(client, spec, learner, limiter, engine_state)
-        except (ValueError, RuntimeError, *CONNECTION_ERRORS) as error:
+        except Exception as error:  # a failed forecast must not end the next ones
+            log.exception("forecast failed")
             reply = {"error": str(error) or type(error).__name__}
         pipe.send(reply)
 
@@ -212,12 +218,15 @@ class Forecaster:
         reporter: Reporter,
         tenant_of: Callable[[PodInfo], str],
         is_leader: Callable[[], bool],
+        busy: Callable[[], bool] = lambda: False,
     ) -> None:
         self.period = config.forecast_seconds
         self.metrics = metrics
         self.reporter = reporter
         self.tenant_of = tenant_of
         self.is_leader = is_leader
+        self.busy = busy
+        self._last_round = float("-inf")
         self.min_wait = 60.0
         self.predictions: dict[str, float] = {}
         self.last: dict[str, Any] = {}
@@ -292,15 +301,25 @@ class Forecaster:
             self._process.terminate()
             self._process.join(timeout)
 
+    def _due(self) -> bool:
+        """A round is due once a period has passed -- but not while binds are in flight (a
+        backlog that moves needs no forecast, and the scheduler needs the CPU), unless the
+        last round is ``STALE_PERIODS`` periods old."""
+        age = time.monotonic() - self._last_round
+        if age < self.period or not self.is_leader():
+            return False
+        return not self.busy() or age >= STALE_PERIODS * self.period
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            if self.is_leader():
+            if self._due():
+                self._last_round = time.monotonic()
                 try:
                     self._round()
                 except (EOFError, OSError) as error:
                     log.warning("forecasting process gone", extra={"error": str(error)})
                     return
-            self._stop.wait(self.period)
+            self._stop.wait(min(self.period, 0.5))
 
     def _round(self) -> None:
         """One request and its answer (waits for the answer, or for stop)."""

@@ -124,7 +124,9 @@ class LiveScheduler:
         )
         self.exporter = MetricsExporter(self.metrics)
         queue_of = lambda p: self.engine.tenant(p).queue  # noqa: E731
-        self.forecaster = Forecaster(config, self.metrics, self.reporter, queue_of, self.is_leader)
+        self.forecaster = Forecaster(
+            config, self.metrics, self.reporter, queue_of, self.is_leader, self._binding
+        )
         self.lost_lease = False
         self._dirty = True
         self._heartbeat = time.monotonic()
@@ -303,6 +305,9 @@ class LiveScheduler:
     def is_leader(self) -> bool:
         """True while this replica may schedule."""
         return self.elector is None or self.elector.is_leader.is_set()
+
+    def _binding(self) -> bool:
+        return self.binder.inflight > 0
 
     def _still_pending(self, uid: str) -> bool:
         return uid in self.cache.pending and uid not in self.cache.cluster.placements
