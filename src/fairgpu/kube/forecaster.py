@@ -6,7 +6,7 @@ That process reads the cluster as ``fairgpu explain`` does (:mod:`fairgpu.kube.s
 runs the engine forward with :func:`fairgpu.sim.forecast.forecast` within ``forecast_budget``
 wall seconds, writes each pending pod's predicted start to its annotation
 ``fairgpu.io/predicted-start`` (RFC 3339, rate-limited, only when it moved), and sends the
-predictions back. No round starts while binds are in flight (see :meth:`Forecaster._due`).
+predictions back. No round starts while the scheduler is busy (see :meth:`Forecaster._due`).
 The scheduler's side (:class:`Forecaster`)
 
 * puts the predicted start in the pod's ``PodScheduled`` condition message (via the
@@ -71,6 +71,9 @@ MOVE_SECONDS, MOVE_SHARE = 15.0, 0.05
 
 #: While the scheduler keeps binding, a forecast waits at most this many periods.
 STALE_PERIODS = 5
+
+#: Seconds without a placement before the scheduler counts as idle enough to forecast.
+QUIET_SECONDS = 2.0
 
 
 def time_label(t: float) -> str:
@@ -227,6 +230,7 @@ class Forecaster:
         self.is_leader = is_leader
         self.busy = busy
         self._last_round = float("-inf")
+        self._last_start = float("-inf")  # when the scheduler last placed a pod
         self.min_wait = 60.0
         self.predictions: dict[str, float] = {}
         self.last: dict[str, Any] = {}
@@ -302,13 +306,16 @@ class Forecaster:
             self._process.join(timeout)
 
     def _due(self) -> bool:
-        """A round is due once a period has passed -- but not while binds are in flight (a
-        backlog that moves needs no forecast, and the scheduler needs the CPU), unless the
-        last round is ``STALE_PERIODS`` periods old."""
-        age = time.monotonic() - self._last_round
+        """A round is due once a period has passed -- but not while the scheduler is busy
+        (``busy()``, or a pod placed within ``QUIET_SECONDS``: a backlog that moves needs no
+        forecast, and the scheduler needs the CPU), unless the last round is
+        ``STALE_PERIODS`` periods old."""
+        now = time.monotonic()
+        age = now - self._last_round
         if age < self.period or not self.is_leader():
             return False
-        return not self.busy() or age >= STALE_PERIODS * self.period
+        quiet = now - self._last_start >= QUIET_SECONDS and not self.busy()
+        return quiet or age >= STALE_PERIODS * self.period
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -383,6 +390,7 @@ class Forecaster:
 
     def started(self, pod: PodInfo, now: float) -> None:
         """``pod`` was placed at ``now``: observe how far its predicted start was off."""
+        self._last_start = time.monotonic()
         predicted = self.predictions.get(pod.uid)
         if predicted is None:
             predicted = parse_time(pod.annotations.get(ANN_PREDICTED_START))

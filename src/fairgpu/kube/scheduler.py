@@ -125,7 +125,7 @@ class LiveScheduler:
         self.exporter = MetricsExporter(self.metrics)
         queue_of = lambda p: self.engine.tenant(p).queue  # noqa: E731
         self.forecaster = Forecaster(
-            config, self.metrics, self.reporter, queue_of, self.is_leader, self._binding
+            config, self.metrics, self.reporter, queue_of, self.is_leader, self._busy
         )
         self.lost_lease = False
         self._dirty = True
@@ -306,8 +306,9 @@ class LiveScheduler:
         """True while this replica may schedule."""
         return self.elector is None or self.elector.is_leader.is_set()
 
-    def _binding(self) -> bool:
-        return self.binder.inflight > 0
+    def _busy(self) -> bool:
+        """Work is waiting or under way (events to apply, a cycle due, binds in flight)."""
+        return self.binder.inflight > 0 or self._dirty or not self.events.empty()
 
     def _still_pending(self, uid: str) -> bool:
         return uid in self.cache.pending and uid not in self.cache.cluster.placements
