@@ -290,6 +290,9 @@ class Forecaster:
             return
         finally:
             child.close()
+        # The first round after one period: a scheduler that starts (or takes over) has a
+        # backlog to work through first.
+        self._last_round = time.monotonic()
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
