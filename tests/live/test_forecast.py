@@ -109,8 +109,8 @@ def test_explain_and_queues_print_the_predicted_start_and_drain(
     # Behind a pod whose run time nobody knows, nothing can be predicted.
     admin.request("DELETE", f"/api/v1/namespaces/{ns}/pods/first")
     wait_for(lambda: not any(p["metadata"]["name"] == "first" for p in pods(admin, ns)))
-    create(admin, ns, _whole_node("last", 30))
-    out = runner.invoke(app, ["explain", f"{ns}/last", *kc])
+    create(admin, ns, _whole_node("third", 30))  # after "second" by time or name
+    out = runner.invoke(app, ["explain", f"{ns}/third", *kc])
     assert "Predicted start: unknown: it waits on pods whose run time is unknown" in out.output
     out = runner.invoke(app, ["queues", *kc])
     row = next(line for line in out.output.splitlines() if line.startswith(f"{ns} "))
