@@ -231,9 +231,13 @@ def _simulate(
         console.print(f"wrote {out / 'summary.json'}, {out / 'pods.csv'} and {out / 'runs.csv'}")
     if report is not None:
         from fairgpu.report.html import write_report
+        from fairgpu.sim.forecast import predicted_against_actual
 
         report.parent.mkdir(parents=True, exist_ok=True)
-        write_report(result, summary, report, shares)
+        fresh = lambda: _build_engine(policy, ordering, config, seed, workload)  # noqa: E731
+        write_report(
+            result, summary, report, shares, predicted_against_actual(workload, fresh, result)
+        )
         console.print(f"wrote {report}")
 
 
@@ -417,6 +421,9 @@ def run(
         str | None, typer.Option(help="Leader-election identity (default: host + random).")
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    forecast_seconds: Annotated[
+        float, typer.Option(help="Predict pending pods' start times this often (<= 0: never).")
+    ] = 30.0,
 ) -> None:
     """Run fairgpu as a Kubernetes scheduler (JSON logs on stderr; SIGTERM stops gracefully)."""
     from fairgpu.engine.policies import DEFAULT_POLICY
@@ -453,6 +460,7 @@ def run(
         node_pool_label=node_pool_label,
         seed=seed,
         log_level=log_level,
+        forecast_seconds=forecast_seconds,
     )
     try:
         code = run_live(settings)

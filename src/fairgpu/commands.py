@@ -169,7 +169,37 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"Nominated to {r['nominated_node']}: waiting for its victims to leave")
     if r.get("scheduler_said"):
         lines.append(f"Scheduler said at {r['scheduler_said_at']}: {r['scheduler_said']}")
+    lines.append(_predicted_line(r))
     return lines
+
+
+def _in(seconds: float) -> str:
+    """A duration for people: ``45s``, ``12m``, ``3h05m``, ``2d4h``."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def _predicted_line(r: dict[str, Any]) -> str:
+    """When the pod is predicted to start, and what the scheduler's own forecast said."""
+    theirs = r.get("scheduler_predicted_start")
+    said = f" (the scheduler's forecast: {theirs})" if theirs else ""
+    if r.get("predicted_start") is None:
+        why = (
+            "the forecast ran out of time"
+            if r.get("forecast_out_of_budget")
+            else "it waits on pods whose run time is unknown (no fairgpu.io/duration-seconds)"
+        )
+        return f"Predicted start: unknown: {why}{said}"
+    return (
+        f"Predicted start: {r['predicted_start']} (in {_in(r['predicted_in_seconds'])}), "
+        f"if nothing else arrives and pods run as declared{said}"
+    )
 
 
 def _freed_lines(r: dict[str, Any]) -> list[str]:
@@ -216,7 +246,8 @@ def queues(
     scheduler_name: SchedulerName = "fairgpu",
     node_pool_label: PoolLabel = "example.com/node.usage",
 ) -> None:
-    """One row per queue: weight, fair share, allocated, pending pods and GPUs, borrowed."""
+    """One row per queue: weight, fair share, allocated, pending pods and GPUs, borrowed, and
+    when its backlog is predicted to drain."""
     from fairgpu.kube.explain import queue_rows
 
     _, snapshot = _read(
@@ -238,16 +269,20 @@ QUEUE_COLUMNS = (
     ("PENDING-GPUS", "pending_gpus"),
     ("NOMINAL", "nominal_gpus"),
     ("BORROWED", "borrowed_gpus"),
+    ("DRAINS", "drains_at"),
 )
 
 
 def queue_table(rows: list[dict[str, Any]]) -> list[str]:
-    """kubectl-style columns (GPU amounts in GPUs; NOMINAL '-' for no quota)."""
+    """kubectl-style columns (GPU amounts in GPUs; NOMINAL '-' for no quota; DRAINS: when the
+    last pending pod is predicted to start, '-' with nothing pending)."""
     cells = [[h for h, _ in QUEUE_COLUMNS]]
     for row in rows:
         cells.append(
             [
-                "-"
+                "unknown"
+                if k == "drains_at" and not row["drain_known"]
+                else "-"
                 if row[k] is None
                 else f"{row[k]:g}"
                 if isinstance(row[k], float)

@@ -178,6 +178,7 @@ def scheduler(cp: ControlPlane, **overrides: Any) -> Iterator[LiveScheduler]:
         "install_signal_handlers": False,
         "qps": 0,
         "resync_seconds": 0.5,
+        "forecast_seconds": 0,  # tests of the forecaster turn it on
     }
     settings.update(overrides)
     s = LiveScheduler(RunConfig(**settings))

@@ -90,6 +90,7 @@ def test_queues_shows_one_row_per_queue(live_cp: ControlPlane, admin: KubeClient
         "PENDING-GPUS",
         "NOMINAL",
         "BORROWED",
+        "DRAINS",
     ]
     row = next(line.split() for line in text[1:] if line.split()[0] == ns)
     assert row[3:6] == ["8", "1", "8"]

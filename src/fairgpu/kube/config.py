@@ -43,6 +43,9 @@ class RunConfig:
         pdb_backoff: seconds a victim whose eviction a PodDisruptionBudget refused is spared.
         podgroup_discovery_seconds: how often to look for PodGroup APIs (CRDs) not watched
             yet, so one installed after the start is picked up.
+        forecast_seconds: how often the leader predicts pending pods' start times (in a
+            separate process; see :mod:`fairgpu.kube.forecaster`); ``<= 0``: never.
+        forecast_budget: wall seconds one forecast may simulate ahead.
         log_level: ``debug``, ``info``, ``warning``.
         connection: an already loaded connection (tests); overrides ``kubeconfig``.
         install_signal_handlers: stop gracefully on SIGTERM/SIGINT (main thread only).
@@ -75,6 +78,8 @@ class RunConfig:
     preemption_wait: float = 120.0
     pdb_backoff: float = 60.0
     podgroup_discovery_seconds: float = 60.0
+    forecast_seconds: float = 30.0
+    forecast_budget: float = 5.0
     log_level: str = "info"
     connection: Connection | None = None
     install_signal_handlers: bool = True

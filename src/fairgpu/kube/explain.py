@@ -3,8 +3,11 @@
 * :func:`explain_pod` -- why is this pod pending: its queue and user, its place in the fair
   order, its queue's share against its fair share, quota and borrowing, kube-scheduler's
   "0/N nodes are available" line, the nodes it would fit on were something freed (and what),
-  what the next cycle would decide, and the reservation or nomination it holds;
-* :func:`queue_rows` -- one row per queue: weight, fair share, allocated, pending, borrowed;
+  what the next cycle would decide, the reservation or nomination it holds, and its predicted
+  start (:func:`fairgpu.kube.forecaster.forecast_snapshot`, from declared run times, beside
+  the one the running scheduler annotated, which also uses run times it learned);
+* :func:`queue_rows` -- one row per queue: weight, fair share, allocated, pending, borrowed,
+  and when its backlog is predicted to drain (its last pending pod to start);
 * :func:`what_if` -- where pods not yet created would go now, or which rule stops them.
 
 Every figure comes from the engine's own code (``Scheduler.schedule`` and its diagnosis,
@@ -30,15 +33,21 @@ from fairgpu.engine.framework import CycleState
 from fairgpu.engine.jobs import build_jobs
 from fairgpu.engine.preemption import find_preemption, victim_eligible
 from fairgpu.engine.scheduler import Scheduler
+from fairgpu.kube.forecaster import ANN_PREDICTED_START, forecast_snapshot, time_label
+from fairgpu.kube.reporter import PREDICTED_START
 from fairgpu.kube.snapshot import Snapshot
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import PodInfo
+from fairgpu.sim.forecast import Forecast
 from fairgpu.tenancy.config import DIM_GPU
 
 __all__ = ["explain_pod", "queue_rows", "what_if"]
 
 #: How many nodes "would fit if freed" lists at most (each costs a preemption search).
 MAX_FREED_NODES = 5
+
+#: Wall seconds a command's forecast may take.
+FORECAST_BUDGET = 3.0
 
 
 def _gpus(milli: float) -> float:
@@ -90,9 +99,32 @@ def _queue_state(engine: Engine, cluster: ClusterState, pending: Sequence[PodInf
 
 
 def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
-    """One row per queue (see :func:`_queue_state`), sorted by name."""
+    """One row per queue (see :func:`_queue_state`), sorted by name, with ``drains_at``:
+    when its last pending pod is predicted to start (None: nothing pending, or unknown --
+    ``drain_known`` tells which)."""
     cache, engine = snapshot.build()
-    return list(_queue_state(engine, cache.cluster, cache.schedulable()).values())
+    rows = _queue_state(engine, cache.cluster, cache.schedulable())
+    predicted, pending, _ = forecast_snapshot(snapshot, None, FORECAST_BUDGET)
+    by_queue: dict[str, list[str]] = {}
+    for pod in pending:
+        by_queue.setdefault(engine.tenant(pod).queue, []).append(pod.uid)
+    for name, row in rows.items():
+        uids = by_queue.get(name, [])
+        drain = predicted.drain(uids) if uids else None
+        row["drains_at"] = None if drain is None else time_label(drain)
+        row["drain_known"] = not uids or drain is not None
+    return list(rows.values())
+
+
+def predicted_start(forecast: Forecast, uid: str) -> dict[str, Any]:
+    """The pod's predicted start in a report: RFC 3339 and seconds from the snapshot."""
+    t = forecast.start(uid)
+    return {
+        "predicted_start": None if t is None else time_label(t),
+        "predicted_in_seconds": None if t is None else round(t - forecast.now),
+        "forecast_complete": forecast.complete,
+        "forecast_out_of_budget": forecast.out_of_budget,
+    }
 
 
 # ---- the fair order -------------------------------------------------------------------------
@@ -331,6 +363,9 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
     report["scheduling_gates"] = list(pod.scheduling_gates)
     _pending_detail(report, snapshot, cache.schedulable(), engine, cluster, pod)
     report.update(_scheduler_notes(status))
+    report.update(predicted_start(forecast_snapshot(snapshot, None, FORECAST_BUDGET)[0], uid))
+    ann = meta.get("annotations") or {}
+    report["scheduler_predicted_start"] = ann.get(ANN_PREDICTED_START)
     return report
 
 
@@ -387,7 +422,7 @@ def _scheduler_notes(status: dict[str, Any]) -> dict[str, Any]:
     notes: dict[str, Any] = {"nominated_node": status.get("nominatedNodeName") or None}
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            message = cond.get("message") or ""
+            message = (cond.get("message") or "").partition(PREDICTED_START)[0]
             notes["scheduler_said"] = message
             notes["scheduler_said_at"] = cond.get("lastTransitionTime")
             held = message.partition("; GPUs are held for it on ")[2]

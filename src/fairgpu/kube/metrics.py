@@ -33,6 +33,7 @@ class Metrics:
         self._add_api_metrics(r)
         self._add_cluster_metrics(r)
         self._add_health_metrics(r)
+        self._add_forecast_metrics(r)
 
     def _add_cycle_metrics(self, r: CollectorRegistry) -> None:
         """Engine cycles and the pods they try."""
@@ -161,6 +162,21 @@ class Metrics:
         )
         self.watch_relists = Gauge(
             "fairgpu_watch_relists", "Full relists per watched resource.", ["resource"], registry=r
+        )
+
+    def _add_forecast_metrics(self, r: CollectorRegistry) -> None:
+        """Predicted start times (:mod:`fairgpu.kube.forecaster`)."""
+        self.prediction_error = Histogram(
+            "fairgpu_prediction_error_ratio",
+            "|predicted - actual start| / actual wait of pods when they start.",
+            buckets=(0.05, 0.1, 0.2, 0.35, 0.5, 1, 2, 5, 10),
+            registry=r,
+        )
+        self.forecast_seconds = Gauge(
+            "fairgpu_forecast_duration_seconds", "Wall time of the last forecast.", registry=r
+        )
+        self.forecast_pods = Gauge(
+            "fairgpu_forecast_pods", "Pending pods with a predicted start.", registry=r
         )
 
     def count_cache_changes(

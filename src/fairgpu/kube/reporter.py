@@ -6,6 +6,10 @@ A big backlog of unschedulable pods must not flood the API server: reports are c
 pod (only the latest reason is sent), a pod is re-reported only when its reason changes or
 after ``repeat_after`` seconds, and a token bucket caps the request rate. Workers drop reports
 for pods that were bound or deleted meanwhile.
+
+A pod's predicted start (:mod:`fairgpu.kube.forecaster`) is appended to its condition message
+(``...; predicted start 2026-01-02T03:04:05Z``); when only the prediction moves, the condition
+is rewritten without a new Event.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 
 from fairgpu.kube.client import CONNECTION_ERRORS, STRATEGIC_MERGE_PATCH, RateLimiter, RestClient
 
-__all__ = ["Report", "Reporter"]
+__all__ = ["PREDICTED_START", "Report", "Reporter"]
 
 log = logging.getLogger("fairgpu.kube.reporter")
 
@@ -36,6 +40,11 @@ class Report:
     message: str
     reason: str = "Unschedulable"
     kind: str = "Pod"
+    event: bool = True
+
+
+#: What precedes the predicted start in a PodScheduled condition message.
+PREDICTED_START = "; predicted start "
 
 
 #: Reason of the Warning Event about a Node field read only for GPU detail that fell back.
@@ -83,6 +92,8 @@ class Reporter:
         self.repeat_after = repeat_after
         self._queue: OrderedDict[str, Report] = OrderedDict()
         self._last: dict[str, tuple[str, float]] = {}
+        self._reported: dict[str, Report] = {}  # the last report of each pod
+        self._predicted: dict[str, str] = {}  # uid -> predicted start (RFC 3339)
         self._cond = threading.Condition()
         self._stop = False
         self._threads = [
@@ -113,10 +124,34 @@ class Reporter:
             return False
         self._last[rep.uid] = (rep.message, now)
         with self._cond:
+            self._reported[rep.uid] = rep
             self._queue[rep.uid] = rep
             self._queue.move_to_end(rep.uid)
             self._cond.notify()
         return True
+
+    def predicted(self, uid: str, label: str | None) -> None:
+        """Record the pod's predicted start (None: none); a pod already reported gets its
+        condition rewritten with it (no new Event). Thread-safe."""
+        with self._cond:
+            if label is None:
+                if self._predicted.pop(uid, None) is None:
+                    return
+            elif self._predicted.get(uid) == label:
+                return
+            else:
+                self._predicted[uid] = label
+            last = self._reported.get(uid)
+            if last is not None and uid not in self._queue:
+                self._queue[uid] = Report(
+                    last.uid, last.namespace, last.name, last.message, last.reason, event=False
+                )
+                self._cond.notify()
+
+    def message(self, rep: Report) -> str:
+        """The condition message of ``rep``: its reason, then the predicted start if any."""
+        label = self._predicted.get(rep.uid)
+        return rep.message if label is None else f"{rep.message}{PREDICTED_START}{label}"
 
     def node_problems(self, problems: Sequence[tuple[str, str, object]]) -> None:
         """Queue a Warning Event on each Node for ``(name, uid, problem)`` (``str(problem)`` is
@@ -134,6 +169,8 @@ class Reporter:
         self._last.pop(uid, None)
         with self._cond:
             self._queue.pop(uid, None)
+            self._reported.pop(uid, None)
+            self._predicted.pop(uid, None)
 
     @property
     def backlog(self) -> int:
@@ -173,7 +210,7 @@ class Reporter:
                         "type": "PodScheduled",
                         "status": "False",
                         "reason": rep.reason,
-                        "message": rep.message,
+                        "message": self.message(rep),
                         "lastTransitionTime": _now(),
                     }
                 ]
@@ -192,7 +229,7 @@ class Reporter:
                 "PodScheduled condition not written",
                 extra={"pod": f"{ns}/{name}", "status": r.status, "error": r.message},
             )
-        if r.status == 404:
+        if r.status == 404 or not rep.event:
             return
         self._post_event(rep, "Warning", "FailedScheduling", "Scheduling")
 
@@ -212,7 +249,7 @@ class Reporter:
             "reportingInstance": self.instance or self.component,
             "action": action,
             "reason": reason,
-            "note": rep.message[:1024],
+            "note": self.message(rep)[:1024],
             "type": etype,
             "regarding": regarding,
         }

@@ -60,6 +60,7 @@ from fairgpu.kube.events import (
     Wake,
 )
 from fairgpu.kube.eviction import Evictor
+from fairgpu.kube.forecaster import Forecaster
 from fairgpu.kube.leader import LeaderElector
 from fairgpu.kube.metrics import HealthServer, Metrics
 from fairgpu.kube.metrics_export import MetricsExporter
@@ -124,6 +125,10 @@ class LiveScheduler:
             self.client, self.events, self.cache, self.metrics, self.holds, config.pdb_backoff
         )
         self.exporter = MetricsExporter(self.metrics)
+        queue_of = lambda p: self.engine.tenant(p).queue  # noqa: E731
+        self.forecaster = Forecaster(
+            config, self.metrics, self.reporter, queue_of, self.is_leader, self._busy
+        )
         self.lost_lease = False
         self._dirty = True
         self._heartbeat = time.monotonic()
@@ -250,6 +255,7 @@ class LiveScheduler:
         self.volume_watch.start()
         self.dra_watch.start()
         self.pod_groups.start(cfg.podgroup_discovery_seconds)
+        self.forecaster.start()
         if self.elector is not None:
             self.elector.start()
         try:
@@ -275,6 +281,7 @@ class LiveScheduler:
         self.volume_watch.stop()
         self.dra_watch.stop()
         self.pod_groups.stop()
+        self.forecaster.stop()
         self.reporter.stop()
         self.health.stop()
         self.client.close()
@@ -306,6 +313,10 @@ class LiveScheduler:
         """True while this replica may schedule."""
         return self.elector is None or self.elector.is_leader.is_set()
 
+    def _busy(self) -> bool:
+        """Work is waiting or under way (events to apply, a cycle due, binds in flight)."""
+        return self.binder.inflight > 0 or self._dirty or not self.events.empty()
+
     def _still_pending(self, uid: str) -> bool:
         return uid in self.cache.pending and uid not in self.cache.cluster.placements
 
@@ -336,6 +347,7 @@ class LiveScheduler:
                 )
                 if self._dirty or periodic:
                     self._cycle(now)
+            self.forecaster.offer(self.engine)
             if now - self._last_metrics >= 2.0:
                 self.exporter.export(self.cache, self.engine)
                 self._last_metrics = now
@@ -378,6 +390,7 @@ class LiveScheduler:
                 cache.sync_pods(event.obj, now, out)
                 self.metrics.watch_relists.labels("pods").set(self.pod_reflector.relists)
             else:
+                self.forecaster.pod_event(event.etype, event.obj, now)
                 cache.apply_pod(event.etype, event.obj, now, out)
         elif isinstance(event, NodeEvent):
             if event.etype == "SYNC":
@@ -480,6 +493,7 @@ class LiveScheduler:
     # ---- binding --------------------------------------------------------------------------------
     def _assumed(self, b: Bind, now: float) -> None:
         self.cache.assumed_by_engine(b.pod.uid, b.node_name)
+        self.forecaster.started(b.pod, now)
         if self.holds.hold(b, now):
             log.info(
                 "preemptor waits for victims",

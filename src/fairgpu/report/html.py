@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from fairgpu.sim.forecast import PredictionSample
 from fairgpu.sim.simulator import SimulationResult
 
 
@@ -230,6 +231,76 @@ def _figure(title: str, data: str) -> str:
     )
 
 
+def _minutes(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.0f}"
+
+
+def _prediction_plot(sample: PredictionSample) -> str:
+    """One line per pod: arrived .. predicted (hollow) and actual (filled) start, in minutes
+    after the instant of the prediction."""
+    plt = _pyplot()
+    rows = sample.rows
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
+    for i, r in enumerate(rows):
+        y = len(rows) - 1 - i
+        ends = [t for t in (r.predicted, r.actual) if t is not None]
+        ax.plot(
+            [(r.arrival - sample.at) / 60, (max(ends, default=sample.at) - sample.at) / 60],
+            [y, y],
+            color="#cbd5e0",
+            lw=1,
+        )
+        if r.predicted is not None:
+            ax.plot((r.predicted - sample.at) / 60, y, "o", mfc="none", mec="#2b6cb0", ms=8)
+        if r.actual is not None:
+            ax.plot((r.actual - sample.at) / 60, y, "o", color="#c05621", ms=5)
+    ax.axvline(0, color="#718096", lw=0.8, ls="--")
+    ax.set_yticks(range(len(rows)), [r.pod for r in reversed(rows)], fontsize=8)
+    ax.set_xlabel("minutes after the prediction (dashed line); grey: waiting since arrival")
+    ax.plot([], [], "o", mfc="none", mec="#2b6cb0", label="predicted start")
+    ax.plot([], [], "o", color="#c05621", label="actual start")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(alpha=0.3, axis="x")
+    return _png(fig)
+
+
+def _prediction_section(sample: PredictionSample | None) -> str:
+    """Predicted against actual start of a few pods pending at one instant of the run."""
+    if sample is None or not sample.rows:
+        return ""
+    rows = []
+    for r in sample.rows:
+        wait = None if r.actual is None else r.actual - r.arrival
+        off = None if r.actual is None or r.predicted is None else abs(r.predicted - r.actual)
+        rel = "-" if off is None or not wait else f"{100 * off / wait:.0f} %"
+        cells = (
+            r.pod,
+            r.queue,
+            _minutes(r.arrival - sample.at),
+            _minutes(None if r.predicted is None else r.predicted - sample.at),
+            _minutes(None if r.actual is None else r.actual - sample.at),
+            _minutes(off),
+            rel,
+        )
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    intro = (
+        f"At t = {sample.at / 3600:.2f} h of the run, {sample.pending} pods were pending. The "
+        "forecast the live scheduler runs (the same engine run forward from a snapshot, with "
+        "declared run times and no knowledge of later arrivals; "
+        f"{sample.wall_seconds:.1f} s of wall time) predicted when each would start; a few of "
+        "them, taken in turn from each queue, against when they really started. Times in "
+        "minutes after that instant."
+    )
+    return (
+        "<h2>Predicted against actual start</h2>"
+        f"<p>{html.escape(intro)}</p>"
+        "<table><thead><tr><th>pod</th><th>queue</th><th>arrived</th><th>predicted start</th>"
+        "<th>actual start</th><th>off by</th><th>off ÷ wait</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+        + _figure("Predicted and actual start of pods pending then", _prediction_plot(sample))
+    )
+
+
 def write_protocol_report(
     result: Any, figures: dict[str, dict[int, tuple[float, float]]], path: Path
 ) -> None:
@@ -293,11 +364,13 @@ def write_report(
     summary: dict[str, Any],
     path: Path,
     fair_shares: Any | None = None,
+    predictions: PredictionSample | None = None,
 ) -> None:
     """Write the report for ``result`` to ``path`` (a single self-contained HTML file).
 
     ``fair_shares``: the :class:`fairgpu.sim.results.ShareTimeline` of the run, plotted per
-    tenant beside its useful allocation."""
+    tenant beside its useful allocation. ``predictions``: predicted against actual starts of
+    a few pods pending at one instant (:func:`fairgpu.sim.forecast.predicted_against_actual`)."""
     plots = _plots(result, fair_shares)
     params = summary.get("parameters", {})
     figures = "".join(
@@ -322,6 +395,7 @@ time avg)</th><th>pool-aware fair share (%)</th><th>useful share (%)</th>
 <tbody>{_tenant_rows(summary)}</tbody></table>
 <h2>Over time</h2>
 {figures}
+{_prediction_section(predictions)}
 <h2>Run parameters</h2>
 <table><tbody>{param_rows}</tbody></table>
 </body></html>

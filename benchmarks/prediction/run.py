@@ -1,0 +1,324 @@
+"""Prediction benchmark: how close is the predicted start of a pending pod to its real start?
+
+Each scenario is replayed once through the simulator (the "actual" run). At regular instants
+of that run the state is copied as a live snapshot would hold it -- nodes, running pods with
+their nodes, devices and start times, the pending pods, and the engine's between-cycle state
+(usage history, reservations, timers) as the live scheduler hands it over -- into a fresh
+engine, and
+:func:`fairgpu.sim.forecast.forecast` (the function the live forecaster calls) predicts every
+pending pod's start. After the run each prediction is compared with the pod's first real start.
+
+Scenarios: the built-in demo (``fairgpu simulate``'s default workload) and a second mixed
+workload (more gangs, five tenants, a heavier load), each twice:
+
+* ``declared``: pods carry ``fairgpu.io/duration-seconds`` (their true run time), the forecast
+  uses it;
+* ``learned``: the annotation is removed from every pod (the engine's backfill does not see it
+  either); the forecast uses run times learned per queue from the completions observed before
+  the instant.
+
+Per scenario: p50/p90 of ``|predicted - actual| / actual wait`` (``actual wait`` = start minus
+arrival; pods that waited >= 60 s), also of the stricter ``/ wait remaining at the instant``,
+coverage (share of such predictions the forecast could make) and the forecast's wall time --
+beside a naive baseline measured in the same run: a pod's wait is the pods ahead of it in its
+queue (FIFO) times the queue's mean run time, divided by the pods the queue has running.
+
+Usage: ``python benchmarks/prediction/run.py [--every 3600] [--budget 10] [--only NAME]
+[--results FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fairgpu.engine.engine import Engine
+from fairgpu.engine.gang import declared_runtime
+from fairgpu.engine.policies import DEFAULT_POLICY, policy
+from fairgpu.model.order import pod_identity
+from fairgpu.model.pod import ANN_DURATION, PodInfo
+from fairgpu.sim.forecast import carry_state, forecast, recent_repeat, snapshot_cluster
+from fairgpu.sim.learner import RuntimeLearner, Runtimes
+from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.workload import Workload
+from fairgpu.sim.workloads.synthetic import SyntheticSpec, generate
+
+MIN_WAIT = 60.0
+TARGET = {"p50": 0.10, "p90": 0.35}
+
+
+def demo() -> Workload:
+    """The built-in demo, as ``fairgpu simulate`` runs it."""
+    return generate(SyntheticSpec(), seed=0)
+
+
+def mixed() -> Workload:
+    """Five tenants, a third of training as gangs, more inference, a heavier load."""
+    spec = SyntheticSpec(
+        tenants={"ml": 0.3, "vision": 0.2, "speech": 0.2, "search": 0.15, "ads": 0.15},
+        jobs=350,
+        mean_interarrival_s=60.0,
+        training_fraction=0.5,
+        gang_fraction=0.3,
+        training_gpus={1: 0.3, 2: 0.3, 4: 0.2, 8: 0.2},
+        training_median_s=1500.0,
+        inference_median_s=2400.0,
+    )
+    return generate(spec, seed=1)
+
+
+SCENARIOS: dict[str, Callable[[], Workload]] = {"demo": demo, "mixed": mixed}
+
+
+def undeclared(workload: Workload) -> Workload:
+    """The workload with no pod declaring its run time."""
+    for arrival in workload.arrivals:
+        ann = {k: v for k, v in arrival.pod.annotations.items() if k != ANN_DURATION}
+        arrival.pod = replace(arrival.pod, annotations=ann)
+    return workload
+
+
+@dataclass(slots=True)
+class Probe:
+    """Predicts every pending pod's start at every ``every`` seconds of the actual run."""
+
+    sim: Simulation
+    workload: Workload
+    declared: bool
+    every: float
+    budget: float
+    window: float
+    next_at: float = 0.0
+    learner: RuntimeLearner = field(default_factory=RuntimeLearner)
+    learned: set[str] = field(default_factory=set)
+    # (instant, uid, forecast start or None, baseline start or None)
+    rows: list[tuple[float, str, float | None, float | None]] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+    complete: list[bool] = field(default_factory=list)
+
+    def __call__(self, _done: int, _total: int) -> None:
+        sim = self.sim
+        if sim.now < self.next_at or not sim.pending:
+            return
+        while self.next_at <= sim.now:
+            self.next_at += self.every
+        self._learn()
+        pending = sorted(sim.pending.values(), key=pod_identity)
+        engine = fresh_engine(self.workload)
+        runtimes = Runtimes(lambda p: engine.tenant(p).queue, self.learner, self.declared)
+        base = self._baseline(pending, engine, runtimes)
+        cluster = snapshot_cluster(sim.cluster)
+        engine.state = carry_state(sim.engine.state, cluster)
+        recent = [
+            (a.pod, a.arrival)
+            for a in self.workload.arrivals
+            if sim.now - self.window <= a.arrival < sim.now
+        ]
+        future = recent_repeat(recent, sim.now, self.window, runtimes) if self.window else []
+        got = forecast(
+            cluster, engine, pending, sim.now, runtimes, budget_s=self.budget, future=future
+        )
+        self.walls.append(got.wall_seconds)
+        self.complete.append(got.complete)
+        for pod in pending:
+            self.rows.append((sim.now, pod.uid, got.start(pod.uid), base.get(pod.uid)))
+
+    def _learn(self) -> None:
+        """Completions seen so far (what a live scheduler has observed by now)."""
+        for uid, rec in self.sim.records.items():
+            if rec.end is not None and rec.start is not None and uid not in self.learned:
+                self.learned.add(uid)
+                self.learner.observe(rec.tenant, rec.end - rec.start)
+
+    def _baseline(
+        self, pending: list[PodInfo], engine: Engine, runtimes: Runtimes
+    ) -> dict[str, float]:
+        """Queue length x mean run time / running pods of the queue, FIFO per queue."""
+        sim, now = self.sim, self.sim.now
+        running: dict[str, list[PodInfo]] = {}
+        for pod in sim.cluster.pods.values():
+            running.setdefault(engine.tenant(pod).queue, []).append(pod)
+        queued: dict[str, list[PodInfo]] = {}
+        for pod in pending:
+            queued.setdefault(engine.tenant(pod).queue, []).append(pod)
+        out: dict[str, float] = {}
+        for queue, pods in queued.items():
+            mean = self._mean_runtime(queue, running.get(queue, []) + pods)
+            if mean is None:
+                continue
+            slots = max(1, len(running.get(queue, [])))
+            for i, pod in enumerate(pods):
+                out[pod.uid] = now + (i + 1) * mean / slots
+        return out
+
+    def _mean_runtime(self, queue: str, pods: list[PodInfo]) -> float | None:
+        if self.declared:
+            values = [d for p in pods if (d := declared_runtime(p)) is not None]
+            return float(np.mean(values)) if values else None
+        return self.learner.mean(queue)
+
+
+def fresh_engine(workload: Workload) -> Engine:
+    """An engine as the forecasting process builds it (its state is carried over)."""
+    engine = Engine(policy(DEFAULT_POLICY), 0)
+    engine.register_pod_groups(workload.pod_groups)
+    return engine
+
+
+def next_start(attempts: dict[str, list[tuple[float, float | None]]], uid: str, at: float):
+    """The pod's first real start at or after ``at``, and since when it was waiting then
+    (its arrival, or the end of its last run before ``at`` if it was preempted)."""
+    since, start = None, None
+    for begin, end in attempts.get(uid, ()):
+        if begin >= at:
+            start = begin
+            break
+        if end is not None and end <= at:
+            since = end
+    return start, since
+
+
+def errors(
+    rows: list[tuple[float, str, float | None, float | None]],
+    attempts: dict[str, list[tuple[float, float | None]]],
+    arrival: dict[str, float],
+    column: int,
+) -> dict[str, Any]:
+    """p50/p90 of the relative error of predictions in ``column``, and their coverage."""
+    by_wait: list[float] = []
+    by_left: list[float] = []
+    eligible = covered = 0
+    for row in rows:
+        at, uid, predicted = row[0], row[1], row[column]
+        actual, since = next_start(attempts, uid, at)
+        waited_from = arrival[uid] if since is None else since
+        if actual is None or actual - waited_from < MIN_WAIT:
+            continue
+        eligible += 1
+        if predicted is None:
+            continue
+        covered += 1
+        by_wait.append(abs(predicted - actual) / (actual - waited_from))
+        if actual - at >= MIN_WAIT:
+            by_left.append(abs(predicted - actual) / (actual - at))
+
+    def pct(values: list[float], q: float) -> float | None:
+        return round(float(np.percentile(values, q)), 3) if values else None
+
+    return {
+        "p50": pct(by_wait, 50),
+        "p90": pct(by_wait, 90),
+        "p50_of_remaining_wait": pct(by_left, 50),
+        "p90_of_remaining_wait": pct(by_left, 90),
+        "predictions": eligible,
+        "coverage": round(covered / eligible, 3) if eligible else None,
+    }
+
+
+def measure(
+    name: str, declared: bool, every: float, budget: float, window: float
+) -> dict[str, Any]:
+    """Replay scenario ``name`` once, predicting at every instant; the JSON entry."""
+    workload = SCENARIOS[name]()
+    if not declared:
+        workload = undeclared(workload)
+    engine = fresh_engine(workload)
+    sim = Simulation(workload, engine, track_fragmentation=False)
+    probe = Probe(sim, workload, declared, every, budget, window)
+    sim.on_progress = probe
+    t0 = time.perf_counter()
+    result = sim.run()
+    replay_s = time.perf_counter() - t0 - sum(probe.walls)
+    attempts: dict[str, list[tuple[float, float | None]]] = {}
+    for attempt in sorted(result.runs, key=lambda a: a.start):
+        attempts.setdefault(attempt.uid, []).append((attempt.start, attempt.end))
+    arrival = {r.pod.uid: r.arrival for r in result.records}
+    walls = probe.walls
+    forecast_entry = errors(probe.rows, attempts, arrival, 2)
+    forecast_entry.update(
+        wall_s_mean=round(float(np.mean(walls)), 3) if walls else None,
+        wall_s_max=round(float(np.max(walls)), 3) if walls else None,
+        forecasts=len(walls),
+        complete_forecasts=sum(probe.complete),
+    )
+    entry: dict[str, Any] = {
+        "scenario": name,
+        "runtimes": "declared" if declared else "learned",
+        "pods": len(result.records),
+        "pods_waiting_60s": sum(
+            1 for r in result.records if r.wait is not None and r.wait >= MIN_WAIT
+        ),
+        "every_s": every,
+        "budget_s": budget,
+        "recent_window_s": window,
+        "replay_wall_s": round(replay_s, 1),
+        "forecast": forecast_entry,
+        "baseline": errors(probe.rows, attempts, arrival, 3),
+        # The baseline over the predictions the forecast made (the same pods and instants).
+        "baseline_where_forecast": errors(
+            [r for r in probe.rows if r[2] is not None], attempts, arrival, 3
+        ),
+    }
+    if declared:
+        f = forecast_entry
+        entry["target"] = TARGET
+        entry["meets_target"] = bool(
+            f["p50"] is not None
+            and f["p50"] <= TARGET["p50"]
+            and f["p90"] is not None
+            and f["p90"] <= TARGET["p90"]
+        )
+    else:
+        entry["beats_baseline"] = _beats(forecast_entry, entry["baseline"])
+    return entry
+
+
+def _beats(mine: dict[str, Any], base: dict[str, Any]) -> bool:
+    """Lower p50 and p90 at no lower coverage."""
+    keys = ("p50", "p90")
+    if any(mine[k] is None for k in keys):
+        return False
+    if any(base[k] is None for k in keys):
+        return True
+    return (
+        all(mine[k] < base[k] for k in keys)
+        and (mine["coverage"] or 0) >= (base["coverage"] or 0) - 1e-9
+    )
+
+
+def main() -> None:
+    """Run every scenario x run-time source; print one JSON object (and save it)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--every", type=float, default=3600.0, help="seconds between predictions")
+    ap.add_argument("--budget", type=float, default=10.0, help="wall seconds per forecast")
+    ap.add_argument(
+        "--window", type=float, default=0.0, help="repeat the recent past this long (0: off)"
+    )
+    ap.add_argument("--only", default="", help="one scenario name")
+    ap.add_argument("--runtimes", default="declared,learned", help="which run-time sources")
+    ap.add_argument("--results", type=Path, default=None, help="also write the JSON here")
+    args = ap.parse_args()
+    names = [args.only] if args.only else list(SCENARIOS)
+    out: dict[str, Any] = {"benchmark": "prediction", "min_wait_s": MIN_WAIT, "scenarios": []}
+    for name in names:
+        for source in args.runtimes.split(","):
+            declared = source.strip() == "declared"
+            entry = measure(name, declared, args.every, args.budget, args.window)
+            print(json.dumps(entry), file=sys.stderr, flush=True)
+            out["scenarios"].append(entry)
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.results is not None:
+        args.results.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

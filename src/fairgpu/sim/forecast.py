@@ -1,0 +1,308 @@
+"""Predicted start times: the engine run forward in the simulator from a snapshot.
+
+:func:`forecast` takes a cluster state (nodes and the pods running on them), an engine and the
+pending pods, and replays what would happen with no new arrivals: running pods end when their
+run time says (:class:`~fairgpu.sim.learner.Runtimes`: declared, else learned per queue), each
+freed capacity triggers a cycle of the *same* engine, and a pending pod's predicted start is
+the simulated time of its first bind. It stops when every pending pod has a start, when nothing
+more can happen (pods waiting on run times nobody knows get no start), at the horizon, or when
+the wall-clock budget is spent -- whichever comes first.
+
+The live forecaster (:mod:`fairgpu.kube.forecaster`), ``fairgpu explain``/``queues`` and
+``benchmarks/prediction`` all call this one function, each on its own fresh copy of the state
+(the cluster and engine passed in are consumed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.engine import Engine
+from fairgpu.engine.session import EngineState
+from fairgpu.model.order import pod_identity
+from fairgpu.model.pod import PodInfo
+from fairgpu.sim.learner import Runtimes
+from fairgpu.sim.simulator import _COMPLETE, PodRecord, Simulation, SimulationResult
+from fairgpu.sim.workload import PodArrival, Workload
+from fairgpu.tenancy.resolve import GROUP_KEYS
+
+__all__ = [
+    "DEFAULT_HORIZON",
+    "Forecast",
+    "PredictionSample",
+    "carry_state",
+    "forecast",
+    "predicted_against_actual",
+    "recent_repeat",
+    "snapshot_cluster",
+]
+
+#: How far ahead a forecast looks by default (seconds of simulated time).
+DEFAULT_HORIZON = 14 * 86400.0
+
+#: When a terminating pod is assumed gone (the kubelet's default grace period).
+TERMINATING_GRACE = 30.0
+
+
+@dataclass(slots=True)
+class Forecast:
+    """Predicted starts (``uid`` -> time on the clock of ``now``) of the pending pods asked.
+
+    ``complete``: every pod asked got a start. ``out_of_budget``: the wall-clock budget ran out
+    first. ``simulated_to``: the simulated time reached.
+    """
+
+    now: float
+    starts: dict[str, float] = field(default_factory=dict)
+    asked: int = 0
+    complete: bool = False
+    out_of_budget: bool = False
+    wall_seconds: float = 0.0
+    simulated_to: float = 0.0
+    cycles: int = 0
+
+    def start(self, uid: str) -> float | None:
+        """The pod's predicted start, or None when the forecast could not tell."""
+        return self.starts.get(uid)
+
+    def drain(self, uids: Sequence[str]) -> float | None:
+        """When the last of ``uids`` is predicted to start (None if any has no start)."""
+        times = [self.starts.get(u) for u in uids]
+        if not times or any(t is None for t in times):
+            return None
+        return max(t for t in times if t is not None)
+
+
+class _Stop(Exception):
+    """Ends a forecast run from its progress hook (done, or out of budget)."""
+
+
+class _ForecastRun(Simulation):
+    """A simulation that starts from a populated cluster instead of an empty one."""
+
+    def seed_running(self, cluster: ClusterState, runtimes: Runtimes, now: float) -> None:
+        """Take ``cluster`` as is; each running pod completes when ``runtimes`` predicts."""
+        self.cluster = cluster
+        for uid, placement in cluster.placements.items():
+            pod = cluster.pods[uid]
+            rec = PodRecord(pod, self.tenant_of(pod), self.user_of(pod), placement.started, None)
+            rec.start = placement.started
+            rec.node = cluster.node(placement.node).name
+            rec.devices = placement.devices
+            self.records[uid] = rec
+            key = self._group_key(pod)
+            if key:
+                self.group_running.setdefault(key, set()).add(uid)
+            if placement.terminating:
+                end: float | None = now + TERMINATING_GRACE
+            else:
+                end = runtimes.end(pod, placement.started, now)
+            if end is not None:
+                self._push(max(now, end), _COMPLETE, f"{uid}#0")
+
+
+def forecast(
+    cluster: ClusterState,
+    engine: Engine,
+    pending: Sequence[PodInfo],
+    now: float,
+    runtimes: Runtimes,
+    *,
+    budget_s: float = 5.0,
+    horizon_s: float = DEFAULT_HORIZON,
+    future: Sequence[PodArrival] = (),
+) -> Forecast:
+    """Predict when each of ``pending`` starts, by running ``engine`` forward over ``cluster``.
+
+    ``cluster`` and ``engine`` are consumed (pass copies). Pods are simulated to arrive at
+    ``now`` in their creation order; ``future`` pods (see :func:`recent_repeat`) arrive when
+    they say and compete for capacity but are not predicted. See the module docstring for
+    when it stops; a pod not started by then has no predicted start.
+    """
+    t0 = time.perf_counter()
+    deadline = t0 + budget_s
+    result = Forecast(now=now, asked=len(pending))
+    waiting = {p.uid for p in pending}
+    arrivals = [PodArrival(p, now, runtimes.duration(p)) for p in pending]
+    arrivals.extend(future)
+    run: _ForecastRun | None = None
+
+    def progress(_done: int, _total: int) -> None:
+        assert run is not None
+        for uid in [u for u in waiting if run.records[u].start is not None]:
+            start = run.records[uid].start
+            assert start is not None
+            result.starts[uid] = start
+            waiting.discard(uid)
+        if not waiting:
+            raise _Stop
+        if time.perf_counter() > deadline:
+            result.out_of_budget = True
+            raise _Stop
+
+    run = _ForecastRun(
+        Workload("forecast", [], arrivals),
+        engine,
+        until=now + horizon_s,
+        on_progress=progress,
+        track_fragmentation=False,
+    )
+    run.seed_running(cluster, runtimes, now)
+    with contextlib.suppress(_Stop):
+        run.run()
+    result.complete = not waiting
+    result.wall_seconds = time.perf_counter() - t0
+    result.simulated_to = run.now
+    result.cycles = run.cycles
+    return result
+
+
+def carry_state(state: EngineState, cluster: ClusterState) -> EngineState:
+    """A copy of an engine's between-cycle state (usage history, reservations, gang and
+    starvation timers, reclaim cooldowns) for a fresh engine over ``cluster``, a snapshot of
+    the same nodes: each reservation's node slots are found again by node name.
+
+    Without it a forecast orders queues without their usage history and forgets the nodes
+    held for starving jobs, and predicts a different order than the scheduler will follow.
+    """
+    out = copy.deepcopy(state)
+    for res in out.reservations.values():
+        slots = [cluster.node_index[n] for n in res.node_names if n in cluster.node_index]
+        res.nodes = np.asarray(slots, dtype=res.nodes.dtype)
+    return out
+
+
+def snapshot_cluster(source: ClusterState) -> ClusterState:
+    """A fresh cluster with ``source``'s nodes, namespaces and running pods (where, which
+    devices, since when): what a live snapshot of the same moment holds. Storage and DRA
+    objects are not copied (the built-in workloads use none)."""
+    out = ClusterState(max_devices=source.max_devices, capacity=max(64, source.size))
+    out.namespace_labels = dict(source.namespace_labels)
+    slots: dict[int, int] = {}
+    for idx, node in source.active_nodes():
+        slots[idx] = out.add_node(node)
+    for uid, placement in source.placements.items():
+        pod = source.pods[uid]
+        copy = out.assign(pod, slots[placement.node], placement.devices, placement.started)
+        copy.bound, copy.terminating = placement.bound, placement.terminating
+    return out
+
+
+def recent_repeat(
+    recent: Sequence[tuple[PodInfo, float]], now: float, window: float, runtimes: Runtimes
+) -> list[PodArrival]:
+    """The pods that arrived in the last ``window`` seconds (``(pod, arrival)``), arriving
+    again ``window`` seconds later: the guess that the near future looks like the recent past.
+
+    Work that arrives later under a fair order can go ahead of a waiting pod (a queue below
+    its share); leaving it out predicts starts too early. Each copy gets its own UID and, for
+    a gang, its own group name, so it never joins the real pod's group.
+    """
+    out: list[PodArrival] = []
+    for pod, arrival in recent:
+        if not now - window <= arrival < now:
+            continue
+        labels = {k: f"{v}~next" if k in GROUP_KEYS else v for k, v in pod.labels.items()}
+        ann = {k: f"{v}~next" if k in GROUP_KEYS else v for k, v in pod.annotations.items()}
+        copy = replace(
+            pod,
+            uid=f"{pod.uid}~next",
+            name=f"{pod.name}~next",
+            labels=labels,
+            annotations=ann,
+            node_name="",
+            _static_key=None,
+        )
+        out.append(PodArrival(copy, arrival + window, runtimes.duration(pod)))
+    return out
+
+
+@dataclass(slots=True)
+class PredictedRow:
+    """One pending pod at the instant ``at`` of a finished run: predicted against actual."""
+
+    pod: str
+    queue: str
+    arrival: float
+    predicted: float | None
+    actual: float | None
+
+
+@dataclass(slots=True)
+class PredictionSample:
+    """Predicted against actual starts of a few pods pending at ``at`` (for the report)."""
+
+    at: float
+    pending: int
+    rows: list[PredictedRow]
+    wall_seconds: float
+
+
+def _first_start_after(result: SimulationResult, at: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for attempt in result.runs:
+        if attempt.start >= at and attempt.start < out.get(attempt.uid, float("inf")):
+            out[attempt.uid] = attempt.start
+    return out
+
+
+def predicted_against_actual(
+    workload: Workload,
+    make_engine: Callable[[], Engine],
+    result: SimulationResult,
+    at: float | None = None,
+    limit: int = 8,
+    budget_s: float = 10.0,
+) -> PredictionSample | None:
+    """Replay ``workload`` to ``at`` (default: when the most pods were pending), forecast the
+    pending pods there as the live scheduler would (a fresh engine given the replay's engine
+    state, declared run times) and put
+    the predictions beside their starts in ``result``; ``limit`` pods, taken in turn from each
+    queue. None when nothing was pending then."""
+    tl = result.timeline
+    if at is None:
+        if not tl.pending or max(tl.pending) == 0:
+            return None
+        at = tl.time[int(np.argmax(tl.pending))]
+    replay = Simulation(workload, make_engine(), until=at, track_fragmentation=False)
+    replay.run()
+    pending = sorted(replay.pending.values(), key=pod_identity)
+    if not pending:
+        return None
+    engine = make_engine()
+    cluster = snapshot_cluster(replay.cluster)
+    engine.state = carry_state(replay.engine.state, cluster)
+    runtimes = Runtimes(lambda p: engine.tenant(p).queue)
+    queue_of = {p.uid: engine.tenant(p).queue for p in pending}
+    got = forecast(cluster, engine, pending, at, runtimes, budget_s=budget_s)
+    actual = _first_start_after(result, at)
+    by_queue: dict[str, list[PodInfo]] = {}
+    groups: set[str] = set()
+    for pod in pending:  # one pod per job: gang members start together
+        ref = engine.pod_group(pod)
+        if ref is None or ref.key not in groups:
+            groups.add("" if ref is None else ref.key)
+            by_queue.setdefault(queue_of[pod.uid], []).append(pod)
+    chosen: list[PodInfo] = []
+    while len(chosen) < limit and any(by_queue.values()):
+        for pods in by_queue.values():
+            if pods and len(chosen) < limit:
+                chosen.append(pods.pop(0))
+    rows = [
+        PredictedRow(
+            p.key,
+            queue_of[p.uid],
+            replay.records[p.uid].arrival,
+            got.start(p.uid),
+            actual.get(p.uid),
+        )
+        for p in sorted(chosen, key=lambda p: got.start(p.uid) or float("inf"))
+    ]
+    return PredictionSample(at, len(pending), rows, got.wall_seconds)

@@ -1,0 +1,143 @@
+"""Forecasts: the engine run forward from a snapshot predicts what a replay does."""
+
+from __future__ import annotations
+
+from fairgpu.engine.engine import Engine
+from fairgpu.model.order import pod_identity
+from fairgpu.sim.forecast import (
+    carry_state,
+    forecast,
+    predicted_against_actual,
+    snapshot_cluster,
+)
+from fairgpu.sim.learner import RuntimeLearner, Runtimes
+from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.workload import Workload
+from fairgpu.sim.workloads.synthetic import SyntheticSpec, generate
+from tests.builders import cluster, node_info, pod_info
+
+
+def _engine(workload: Workload | None = None) -> Engine:
+    engine = Engine(seed=0)
+    if workload is not None:
+        engine.register_pod_groups(workload.pod_groups)
+    return engine
+
+
+def _declared(engine: Engine, learner: RuntimeLearner | None = None) -> Runtimes:
+    return Runtimes(lambda p: engine.tenant(p).queue, learner)
+
+
+def test_running_pod_ends_then_pending_pods_start_in_order() -> None:
+    running = pod_info("run", gpus=8, duration=100.0)
+    state = cluster(node_info("n0", gpus=8), placed=[(running, "n0", 0.0)])
+    a = pod_info("a", gpus=8, duration=50.0, created=1.0)
+    b = pod_info("b", gpus=8, duration=30.0, created=2.0)
+    engine = _engine()
+    got = forecast(state, engine, [a, b], 10.0, _declared(engine))
+    assert got.complete and not got.out_of_budget
+    assert got.start(a.uid) == 100.0
+    assert got.start(b.uid) == 150.0
+    assert got.drain([a.uid, b.uid]) == 150.0
+
+
+def test_a_pod_behind_one_with_no_known_run_time_gets_no_start() -> None:
+    state = cluster(node_info("n0", gpus=8), placed=[(pod_info("run", gpus=8), "n0", 0.0)])
+    waiting = pod_info("w", gpus=8, duration=30.0)
+    fits = pod_info("small", gpus=0, duration=5.0)  # needs no GPU: starts at once
+    engine = _engine()
+    got = forecast(state, engine, [waiting, fits], 10.0, _declared(engine))
+    assert got.start(waiting.uid) is None and not got.complete
+    assert got.start(fits.uid) == 10.0
+    assert got.drain([waiting.uid, fits.uid]) is None
+
+
+def test_learned_run_times_predict_the_running_pods_end() -> None:
+    learner = RuntimeLearner()
+    for seconds in (100.0, 200.0, 300.0):
+        learner.observe("default", seconds)
+    running = pod_info("run", gpus=8)  # declares nothing; has run 150 s at now=150
+    state = cluster(node_info("n0", gpus=8), placed=[(running, "n0", 0.0)])
+    waiting = pod_info("w", gpus=8)
+    engine = _engine()
+    got = forecast(state, engine, [waiting], 150.0, _declared(engine, learner))
+    # Of the runs longer than 150 s (200, 300) the mean is 250: 100 s left.
+    assert got.start(waiting.uid) == 250.0
+
+
+def test_learner_falls_back_to_every_queue_and_says_unknown_without_samples() -> None:
+    learner = RuntimeLearner(min_samples=2)
+    assert learner.mean("q") is None and learner.remaining("q", 10.0) is None
+    learner.observe("other", 60.0)
+    learner.observe("other", 120.0)
+    assert learner.mean("q") == 90.0  # pooled
+    learner.observe("q", 10.0)
+    learner.observe("q", 30.0)
+    assert learner.mean("q") == 20.0  # its own, once it has enough
+    assert learner.remaining("q", 20.0) == 10.0
+    assert learner.remaining("q", 1000.0) == 2.0  # outlived every sample: ends soon
+
+
+def test_declared_run_time_wins_and_can_be_ignored() -> None:
+    learner = RuntimeLearner(min_samples=1)
+    learner.observe("default", 500.0)
+    pod = pod_info("p", gpus=1, duration=60.0)
+    engine = _engine()
+    assert _declared(engine, learner).duration(pod) == 60.0
+    ignoring = Runtimes(lambda p: engine.tenant(p).queue, learner, use_declared=False)
+    assert ignoring.duration(pod) == 500.0
+    # A running pod past its declared time ends now at the earliest, never in the past.
+    assert _declared(engine).end(pod, started=0.0, now=100.0) == 100.0
+
+
+def test_forecast_from_a_snapshot_is_the_replay_without_later_arrivals() -> None:
+    """At instant T, the forecast must predict exactly what the simulator does when nothing
+    arrives after T: same engine, same state, same decisions."""
+    spec = SyntheticSpec(jobs=80, mean_interarrival_s=20.0)
+    at = 900.0
+    # The replay up to T, and the state a snapshot of it holds.
+    workload = generate(spec, seed=5)
+    upto = Simulation(workload, _engine(workload), until=at)
+    upto.run()
+    pending = sorted(upto.pending.values(), key=pod_identity)
+    assert len(pending) >= 5, "the instant should have a backlog"
+    engine = _engine(workload)
+    state = snapshot_cluster(upto.cluster)
+    engine.state = carry_state(upto.engine.state, state)
+    got = forecast(state, engine, pending, at, _declared(engine))
+    assert got.complete
+    # The same workload with nothing arriving after T, replayed to the end.
+    cut = generate(spec, seed=5)
+    cut.arrivals = [a for a in cut.arrivals if a.arrival <= at]
+    truth = Simulation(cut, _engine(cut)).run()
+    first: dict[str, float] = {}
+    for attempt in truth.runs:
+        if attempt.start >= at:
+            first[attempt.uid] = min(first.get(attempt.uid, attempt.start), attempt.start)
+    differ = {p.key: (got.start(p.uid), first.get(p.uid)) for p in pending}
+    differ = {k: v for k, v in differ.items() if v[0] != v[1]}
+    assert not differ, differ
+
+
+def test_budget_stops_the_forecast() -> None:
+    workload = generate(SyntheticSpec(jobs=80, mean_interarrival_s=20.0), seed=5)
+    upto = Simulation(workload, _engine(workload), until=900.0)
+    upto.run()
+    pending = list(upto.pending.values())
+    engine = _engine(workload)
+    got = forecast(
+        snapshot_cluster(upto.cluster), engine, pending, 900.0, _declared(engine), budget_s=0.0
+    )
+    assert got.out_of_budget and not got.complete
+    assert len(got.starts) < len(pending)
+
+
+def test_report_sample_lists_pending_pods_with_predicted_and_actual_start() -> None:
+    spec = SyntheticSpec(jobs=80, mean_interarrival_s=20.0)
+    workload = generate(spec, seed=5)
+    result = Simulation(workload, _engine(workload)).run()
+    sample = predicted_against_actual(generate(spec, seed=5), lambda: _engine(workload), result)
+    assert sample is not None and sample.rows and sample.pending >= len(sample.rows)
+    assert all(r.arrival <= sample.at for r in sample.rows)
+    assert all(r.actual is not None and r.actual >= sample.at for r in sample.rows)
+    assert any(r.predicted is not None for r in sample.rows)
