@@ -8,13 +8,15 @@ they compare can change in one place.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fairgpu.cluster.state import COL_CPU, COL_MEMORY, ClusterState
-from fairgpu.engine.gang import declared_runtime
+from fairgpu.engine.gang import Reservation, declared_runtime
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
 if TYPE_CHECKING:
@@ -247,6 +249,41 @@ class CycleMemo:
     front: Front = field(default_factory=Front)
     preempt_front: Front = field(default_factory=Front)
     preempt_attempts: int = 0
+    allowed: dict[tuple[object, ...], np.ndarray | None] = field(default_factory=dict)
+    starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
+
+    def backfill_key(
+        self,
+        pod: PodInfo,
+        reservations: Mapping[str, Reservation],
+        drain: Mapping[int, float],
+        now: float,
+        size: int,
+    ) -> tuple[object, ...] | None:
+        """A key under which pods get the same backfill mask
+        (:func:`~fairgpu.engine.gang.backfill_mask`) from ``reservations``, or None when the
+        mask depends on more than this key says (pods without GPUs: it reads free CPU and
+        memory).
+
+        A pod with GPUs may use a reserved node exactly when its declared run time ends by
+        the time the reservation's last node drains, so the mask is a function of which
+        reservations there are and which of their starts the pod ends by: one bit each.
+        Thousands of pending pods with as many distinct run times share a handful of keys.
+        A reservation's start is computed once per cycle: ``drain`` holds its nodes' drain
+        times from the moment it exists, and reservations never share nodes.
+        """
+        if pod.gpu.count == 0:
+            return None
+        runtime = declared_runtime(pod)
+        bits: list[tuple[str, bool]] = []
+        for key, res in reservations.items():
+            known = self.starts.get(key)
+            if known is None or known[0] is not res:
+                nodes = res.nodes[res.nodes < size]
+                start = max((drain.get(int(i), math.inf) for i in nodes), default=math.inf)
+                known = self.starts[key] = (res, start)
+            bits.append((key, runtime is not None and now + runtime <= known[1]))
+        return tuple(bits)
 
     def forget(self) -> None:
         """Capacity was released (evictions): earlier failures may now succeed."""

@@ -22,11 +22,7 @@ import numpy as np
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.actions.admit import Admission
 from fairgpu.engine.actions.order import QueueOrder
-from fairgpu.engine.actions.preempt import (
-    MAX_PREEMPTION_ATTEMPTS,
-    VictimPolicy,
-    worth_searching,
-)
+from fairgpu.engine.actions.preempt import VictimPolicy, take_search
 from fairgpu.engine.actions.reserve import allowed_nodes, note_blocked, note_placed
 from fairgpu.engine.decisions import Unschedulable
 from fairgpu.engine.framework import Code
@@ -68,31 +64,28 @@ def allocate(session: Session, order: QueueOrder, rules: Rules) -> None:
     are settled with its outcome at once, without another attempt -- the decision each
     would have got by itself (see :func:`_settle_followers`).
     """
-    out, memo = session.out, session.memo
+    out = session.out
     while (job := order.pop()) is not None:
-        n_before, known, searches = len(out.unschedulable), len(memo.outcome), memo.preempt_attempts
+        n_before = len(out.unschedulable)
         changed = try_job(session, job, rules)
         order.update(changed)
         if not changed and len(out.unschedulable) == n_before + 1:
-            fresh = len(memo.outcome) > known
-            _settle_followers(session, order, job, rules, fresh, memo.preempt_attempts > searches)
+            _settle_followers(session, order, job, rules)
 
 
-def _settle_followers(
-    session: Session, order: QueueOrder, job: Job, rules: Rules, fresh: bool, searched: bool
-) -> None:
+def _settle_followers(session: Session, order: QueueOrder, job: Job, rules: Rules) -> None:
     """Report the identical successors of the failed ``job`` with its outcome.
 
-    Without reservations each successor would meet the leader's failure in the memos. With
-    them, the failed-ask memo is off and the fair outcome memo tells apart declared run
-    times, so a successor that asks the same and may use the same nodes would repeat the
-    leader's attempt (only if the leader made a ``fresh`` one): it gets the leader's
-    outcome, counts against the preemption budget as its search would (if the leader
-    ``searched``), and is remembered under its own outcome key; a successor whose outcome
-    key is already known gets that, as :func:`try_job` gives it. Not for a large pod in the
-    fair cycle: each failure of one may start a reservation, so it goes on its own.
+    Each successor would meet the leader's failure in the memos: the same admission
+    answer, the failed-ask memo (:class:`~fairgpu.engine.memo.Front`, keyed by the nodes
+    reservations leave, which :meth:`~fairgpu.engine.memo.CycleMemo.backfill_key` shares
+    between pods whose declared run times differ) and the failed-search memo, which also
+    keeps the rule that refused; no search budget is spent for it. So a successor that
+    asks the same and may use the same nodes gets the leader's outcome without an attempt.
+    Not for a large pod in the fair cycle: each failure of one may start a reservation, so
+    it goes on its own.
     """
-    out, memo = session.out, session.memo
+    out = session.out
     last = out.unschedulable[-1]
     head = job.pods[0]
     reservations = session.state.reservations
@@ -101,31 +94,47 @@ def _settle_followers(
     if rules.reserve and head.gpu.count >= session.tenancy.starvation.min_gpus:
         return
     cluster, held = session.cluster, session.no_preemption
-    allowed = allowed_nodes(session, job, head)
-    if allowed is not None and not fresh:
-        return
+    mask = allowed(session, job, head)
 
     def same(other: Job) -> bool:
         if other.key in reservations or not memo_keys.same_outcome(
             job, other, cluster, False, held
         ):
             return False
-        mine = allowed_nodes(session, other, other.pods[0])
-        if allowed is None or mine is None:
-            return mine is allowed
-        return bool(np.array_equal(mine, allowed))
+        mine = allowed(session, other, other.pods[0])
+        if mask is None or mine is None:
+            return mine is mask
+        return mine is mask or bool(np.array_equal(mine, mask))
 
     outcome = (last.reason, last.resolvable)
-    for follower in order.take_next(same):
-        got = outcome
-        if allowed is not None:
-            fast = rules.admission.outcome_key(session, follower)
-            got = memo.outcome.get(fast, outcome) if fast is not None else outcome
-            if fast is not None and fast not in memo.outcome:
-                memo.outcome[fast] = outcome
-                if searched and memo.preempt_attempts < MAX_PREEMPTION_ATTEMPTS:
-                    memo.preempt_attempts += 1
-        out.unschedulable.append(Unschedulable(follower.pods[0], *got))
+    out.unschedulable.extend(Unschedulable(f.pods[0], *outcome) for f in order.take_next(same))
+
+
+def allowed(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None:
+    """:func:`~fairgpu.engine.actions.reserve.allowed_nodes`, computed once per cycle for
+    all pods with the same :func:`_backfill_key` (the mask is shared: callers must not
+    change it)."""
+    reservations = session.state.reservations
+    if not reservations or (len(reservations) == 1 and job.key in reservations):
+        return None
+    key = _backfill_key(session, job, pod)
+    if key is None:
+        return allowed_nodes(session, job, pod)
+    cache = session.memo.allowed
+    if key not in cache:
+        cache[key] = allowed_nodes(session, job, pod)
+    return cache[key]
+
+
+def _backfill_key(session: Session, job: Job, pod: PodInfo) -> tuple[object, ...] | None:
+    """:meth:`~fairgpu.engine.memo.CycleMemo.backfill_key` over the reservations of jobs
+    other than ``job`` (its own never restricts it)."""
+    reservations = session.state.reservations
+    if job.key in reservations:
+        reservations = {k: r for k, r in reservations.items() if k != job.key}
+    return session.memo.backfill_key(
+        pod, reservations, session.drain, session.now, session.cluster.size
+    )
 
 
 def try_job(session: Session, job: Job, rules: Rules) -> set[str]:
@@ -177,14 +186,13 @@ def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rule
     caps = session.book.namespace_admit(pod)
     if caps:
         return Member(False, caps, capped=True)
-    alone = job.group is None
-    allowed = allowed_nodes(session, job, pod)
-    key = memo_keys.ask(pod, session.cluster) if alone and allowed is None else None
+    mask = allowed(session, job, pod)
+    key = _ask_key(session, job, pod, stmt, mask)
     known = session.memo.front.find(*key) if key is not None else None
     if known is not None:
         reason = known
     else:
-        result = session.scheduler.schedule(pod, session.cluster, restrict=allowed)
+        result = session.scheduler.schedule(pod, session.cluster, restrict=mask)
         if result.ok and result.node is not None:
             stmt.assign(pod, result.node, result.devices)
             return Member(True)
@@ -194,7 +202,28 @@ def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rule
         if key is not None:
             top = memo_keys.ceiling(session.scheduler, pod, session.cluster, key[1])
             session.memo.front.add(*key, reason, top)
-    return _preempt_member(session, job, pod, stmt, rules, allowed, key, reason)
+    return _preempt_member(session, job, pod, stmt, rules, mask, key, reason)
+
+
+def _ask_key(
+    session: Session, job: Job, pod: PodInfo, stmt: Statement, mask: np.ndarray | None
+) -> tuple[tuple[object, ...], np.ndarray] | None:
+    """The failed-ask memo key of ``pod`` (:func:`~fairgpu.engine.memo.ask`, plus the
+    backfill key while reservations hold nodes), or None when its attempt says nothing
+    about the cycle's committed state -- a gang member tried after others of its gang were
+    placed or evicted for tentatively -- or the memo cannot judge it.
+
+    A pod alone and the first member of a gang are tried in the committed state, so what
+    fails for one fails for the next of the same key, whichever job it belongs to: a
+    cycle searches once per failure shape, not once per pending gang.
+    """
+    if stmt.placed or stmt.evicted:
+        return None
+    key = memo_keys.ask(pod, session.cluster)
+    if key is None or mask is None:
+        return key
+    nodes = _backfill_key(session, job, pod)
+    return None if nodes is None else ((*key[0], nodes), key[1])
 
 
 def _preempt_member(
@@ -207,21 +236,28 @@ def _preempt_member(
     key: tuple[tuple[object, ...], np.ndarray] | None,
     reason: str,
 ) -> Member:
+    """Search victims for ``pod`` unless the policy forbids it, the same search already
+    failed in this cycle (answered from the memo, refusal included) or the cycle's search
+    budget is spent (:func:`~fairgpu.engine.actions.preempt.take_search`)."""
     victims = rules.victims
     memo = session.memo
+    if not victims.may_preempt(pod):
+        return Member(False, reason)
     pgroup = None if key is None else (*victims.memo_key(job, pod), *key[0])
-    if job.group is None:
-        vec = None if key is None else key[1]
-        if not worth_searching(session, victims, pgroup, pod, vec):
-            return Member(False, reason)
-        memo.preempt_attempts += 1
+    if pgroup is not None and key is not None:
+        refused = memo.preempt_front.find(pgroup, key[1])
+        if refused is not None:
+            return Member(False, f"{reason}; {refused}" if refused else reason)
+    if not take_search(session):
+        return Member(False, reason)
     placed = _preempt(session, job, pod, stmt, victims, allowed)
     if placed:
         return Member(True)
-    if placed is None and (refused := victims.refusal(pod)):
+    refused = victims.refusal(pod) if placed is None else ""
+    if refused:
         reason = f"{reason}; {refused}"  # name the rule that refused, not only the fit
     if pgroup is not None and key is not None:
-        memo.preempt_front.add(pgroup, key[1], reason)
+        memo.preempt_front.add(pgroup, key[1], refused)
     # No plan: the job may go on without this member; a plan that did not work: it stops.
     return Member(False, reason, stop=placed is False)
 

@@ -74,21 +74,19 @@ class VictimPolicy(Protocol):
         """The rule that refused the last search for ``pod`` ("" if none did)."""
 
 
-def worth_searching(
-    session: Session,
-    policy: VictimPolicy,
-    key: tuple[object, ...] | None,
-    pod: PodInfo,
-    vec: np.ndarray | None,
-) -> bool:
-    """The preemption gate for a pod alone: the policy lets it preempt, the same search did
-    not already fail in this cycle, and the cycle's search budget is not spent."""
+def take_search(session: Session) -> bool:
+    """Count one preemption search against the cycle's budget; False when it is spent.
+
+    Every search counts -- a pod alone's and each gang member's alike --, so a cycle runs
+    at most :data:`MAX_PREEMPTION_ATTEMPTS` of them however large the backlog; work that
+    did not get one waits for the next cycle. Searches the failed-search memo answers
+    (:attr:`~fairgpu.engine.memo.CycleMemo.preempt_front`) are not run and do not count.
+    """
     memo = session.memo
-    if not policy.may_preempt(pod):
+    if memo.preempt_attempts >= MAX_PREEMPTION_ATTEMPTS:
         return False
-    if key is not None and vec is not None and memo.preempt_front.find(key, vec) is not None:
-        return False
-    return memo.preempt_attempts < MAX_PREEMPTION_ATTEMPTS
+    memo.preempt_attempts += 1
+    return True
 
 
 class FairVictims:
