@@ -243,13 +243,16 @@ class Front:
 
 @dataclass(slots=True)
 class CycleMemo:
-    """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks."""
+    """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
+    failed gang shapes (how many identical members fit before one failed, and why),
+    backfill masks per reservation class."""
 
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     front: Front = field(default_factory=Front)
     preempt_front: Front = field(default_factory=Front)
     preempt_attempts: int = 0
     allowed: dict[tuple[object, ...], np.ndarray | None] = field(default_factory=dict)
+    gangs: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
     starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
 
     def backfill_key(
@@ -290,3 +293,4 @@ class CycleMemo:
         self.outcome.clear()
         self.front.clear()
         self.preempt_front.clear()
+        self.gangs.clear()

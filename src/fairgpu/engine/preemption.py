@@ -217,6 +217,12 @@ def _enough_freed(
     return kept
 
 
+def _checks_gpu(scheduler: Scheduler) -> bool:
+    """Does the profile filter with ``GpuFit`` (a whole-GPU pod needs that many idle
+    devices)?"""
+    return any(f.name == "GpuFit" for f in scheduler.dynamic_filters)
+
+
 def _plan_on_node(
     pod: PodInfo,
     cluster: ClusterState,
@@ -235,9 +241,14 @@ def _plan_on_node(
             return None
         # Reprieve the most important first; whoever cannot come back is a victim.
         victims: list[PodInfo] = []
+        # GpuFit's own test for whole GPUs, before a full attempt (same answer, far cheaper).
+        whole = pod.gpu.count if pod.gpu.is_whole and _checks_gpu(scheduler) else 0
         for v, pl in sorted(saved, key=lambda s: eviction_order(*s), reverse=True):
             _reassign(cluster, v, pl)
-            if not scheduler.schedule(pod, cluster, restrict=only).ok:
+            if (
+                cluster.idle_devices[node] < whole
+                or not scheduler.schedule(pod, cluster, restrict=only).ok
+            ):
                 cluster.release(v.uid)
                 victims.append(v)
         if not victims:

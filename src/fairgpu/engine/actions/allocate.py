@@ -21,6 +21,7 @@ import numpy as np
 
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.actions.admit import Admission
+from fairgpu.engine.actions.gang_screen import members_bound
 from fairgpu.engine.actions.order import QueueOrder
 from fairgpu.engine.actions.preempt import VictimPolicy, take_search
 from fairgpu.engine.actions.reserve import allowed_nodes, note_blocked, note_placed
@@ -161,7 +162,22 @@ def try_job(session: Session, job: Job, rules: Rules) -> set[str]:
 
 
 def place_job(session: Session, job: Job, rules: Rules) -> set[str]:
-    """Place at least ``job.need`` members together, or none."""
+    """Place at least ``job.need`` members together, or none.
+
+    A gang of identical members whose failure shape (:func:`_gang_shape`) already failed
+    in this cycle after ``k`` members fails again without an attempt when it needs more
+    than ``k``: from the same committed state its members meet the same nodes and the same
+    victims (placements in a cycle only take capacity and never become victims), so at
+    most ``k`` of them fit, up to tie-breaks among equally scored nodes. A gang that keeps
+    failing costs one attempt per shape and cycle, not one per pending gang.
+    """
+    gang = _gang_shape(session, job, rules)
+    seen = session.memo.gangs.get(gang) if gang is not None else None
+    if seen is None and gang is not None:
+        seen = _screen(session, job, rules)
+    if seen is not None and job.need > seen[0]:
+        _report_failure(session, job, seen[0], [Member(False, seen[1])], rules)
+        return set()
     stmt = session.statement()
     placed = 0
     results: list[Member] = []
@@ -176,9 +192,49 @@ def place_job(session: Session, job: Job, rules: Rules) -> set[str]:
     if placed < job.need:
         stmt.discard()
         _report_failure(session, job, placed, results, rules)
+        if gang is not None and not any(m.capped or m.final for m in results):
+            first = next((m.reason for m in results if m.reason), "")
+            session.memo.gangs[gang] = (placed, first)
         return set()
     first = next((m.reason for m in results if m.reason), "")
     return _commit(session, job, stmt, first, rules)
+
+
+def _screen(session: Session, job: Job, rules: Rules) -> tuple[int, str] | None:
+    """(at most how many members fit, why no more) for a gang of identical members
+    (:func:`~fairgpu.engine.actions.gang_screen.members_bound`); None when enough may fit
+    to be worth an attempt."""
+    head = job.pods[0]
+    victims = rules.victims
+    pool = victims.freeable(job, head) if victims.may_preempt(head) else set()
+    most, short = members_bound(session, head, allowed(session, job, head), pool)
+    if most >= job.need:
+        return None
+    what = (
+        "even with every pod it may preempt evicted"
+        if pool
+        else "and it may not preempt any pod there"
+    )
+    return most, f"not enough {short or 'room'} on the nodes it may use, {what}"
+
+
+def _gang_shape(session: Session, job: Job, rules: Rules) -> tuple[object, ...] | None:
+    """What a gang's attempt depends on when all its pending members ask the same: the
+    failed-search memo group of each member (victim policy key, :func:`_ask_key` group) and
+    its ask vector. None for a pod alone, a gang whose members differ, or members the memo
+    cannot judge."""
+    if job.group is None:
+        return None
+    shape: tuple[object, ...] | None = None
+    for pod in job.pods:
+        key = _ask_key(session, job, pod, allowed(session, job, pod))
+        if key is None:
+            return None
+        mine = (*rules.victims.memo_key(job, pod), *key[0], tuple(key[1].tolist()))
+        if shape is not None and mine != shape:
+            return None
+        shape = mine
+    return shape
 
 
 def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rules: Rules) -> Member:
@@ -187,7 +243,8 @@ def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rule
     if caps:
         return Member(False, caps, capped=True)
     mask = allowed(session, job, pod)
-    key = _ask_key(session, job, pod, stmt, mask)
+    # Only an attempt in the committed state says anything about other pods' attempts.
+    key = None if stmt.placed or stmt.evicted else _ask_key(session, job, pod, mask)
     known = session.memo.front.find(*key) if key is not None else None
     if known is not None:
         reason = known
@@ -206,19 +263,15 @@ def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rule
 
 
 def _ask_key(
-    session: Session, job: Job, pod: PodInfo, stmt: Statement, mask: np.ndarray | None
+    session: Session, job: Job, pod: PodInfo, mask: np.ndarray | None
 ) -> tuple[tuple[object, ...], np.ndarray] | None:
     """The failed-ask memo key of ``pod`` (:func:`~fairgpu.engine.memo.ask`, plus the
-    backfill key while reservations hold nodes), or None when its attempt says nothing
-    about the cycle's committed state -- a gang member tried after others of its gang were
-    placed or evicted for tentatively -- or the memo cannot judge it.
+    backfill key while reservations hold nodes), or None when the memo cannot judge it.
 
-    A pod alone and the first member of a gang are tried in the committed state, so what
-    fails for one fails for the next of the same key, whichever job it belongs to: a
-    cycle searches once per failure shape, not once per pending gang.
+    Used only for attempts in the cycle's committed state -- a pod alone, a gang's first
+    member --, so what fails for one fails for the next of the same key, whichever job it
+    belongs to: a cycle searches once per failure shape, not once per pending gang.
     """
-    if stmt.placed or stmt.evicted:
-        return None
     key = memo_keys.ask(pod, session.cluster)
     if key is None or mask is None:
         return key

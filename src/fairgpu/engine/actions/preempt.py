@@ -67,6 +67,9 @@ class VictimPolicy(Protocol):
     def kind(self, job: Job, victim: PodInfo) -> str:
         """``priority`` or ``reclaim``."""
 
+    def freeable(self, job: Job, pod: PodInfo) -> set[str]:
+        """Every pod a search for ``pod`` could evict now (a superset of any plan's)."""
+
     def placed(self, pod: PodInfo) -> None:
         """``pod`` was placed in this cycle (its statement committed)."""
 
@@ -137,6 +140,10 @@ class FairVictims:
             name = s.cluster.node(pl.node).name
             moved = moved + [(name, d) for d in pl.devices]
         record_tenant_change(s.state, moved, s.now, s.tenancy.preemption.reclaim_cooldown_seconds)
+
+    def freeable(self, job: Job, pod: PodInfo) -> set[str]:
+        """The pods of every candidate pool (:meth:`candidate_sets`)."""
+        return {uid for pool in self.candidate_sets(job, pod) for uid in pool}
 
     def refusal(self, pod: PodInfo) -> str:
         """Why the last search for ``pod`` found no plan, when a rule refused ("" if none)."""
@@ -375,13 +382,21 @@ class KubeDefaultVictims:
         """No rule beyond priority: nothing to name."""
         return ""
 
+    def freeable(self, job: Job, pod: PodInfo) -> set[str]:
+        """Every placed pod of strictly lower priority that may be a victim."""
+        return set(self._lower(pod))
+
+    def _lower(self, pod: PodInfo) -> list[str]:
+        s = self.s
+        return [
+            uid
+            for uid, p in s.cluster.pods.items()
+            if p.priority < pod.priority and eligible_victim(s, uid, 0.0)
+        ]
+
     def plan(
         self, session: Session, job: Job, pod: PodInfo, allowed: np.ndarray | None
     ) -> PreemptionPlan | None:
         """The best plan among pods of strictly lower priority."""
-        victims = [
-            uid
-            for uid, p in session.cluster.pods.items()
-            if p.priority < pod.priority and eligible_victim(session, uid, 0.0)
-        ]
+        victims = self._lower(pod)
         return find_preemption(pod, session.cluster, session.scheduler, victims, allowed)
