@@ -115,15 +115,20 @@ def same_outcome(
         return False
     a, b = leader.pods[0], job.pods[0]
     ta, tb = leader.tenant, job.tenant
-    if ta.error or tb.error or ta.queue != tb.queue:
+    if ta.error or tb.error or ta.queue != tb.queue or (a.uid in held) != (b.uid in held):
         return False
+    return same_ask(a, b, cluster, reservations)
+
+
+def same_ask(a: PodInfo, b: PodInfo, cluster: ClusterState, reservations: bool) -> bool:
+    """Do ``a`` and ``b`` ask for the same thing (:func:`memo_key` equal, and the same
+    priority), by cheap field comparisons?"""
     if (
         a.priority != b.priority
         or a.namespace != b.namespace
         or a.preemption_policy != b.preemption_policy
         or a.gpu != b.gpu
         or a.requests != b.requests
-        or (a.uid in held) != (b.uid in held)
     ):
         return False
     if not (memoisable(a) and memoisable(b)) or a.static_key() != b.static_key():

@@ -219,22 +219,20 @@ def _screen(session: Session, job: Job, rules: Rules) -> tuple[int, str] | None:
 
 
 def _gang_shape(session: Session, job: Job, rules: Rules) -> tuple[object, ...] | None:
-    """What a gang's attempt depends on when all its pending members ask the same: the
-    failed-search memo group of each member (victim policy key, :func:`_ask_key` group) and
-    its ask vector. None for a pod alone, a gang whose members differ, or members the memo
-    cannot judge."""
+    """What a gang's attempt depends on when all its pending members ask the same
+    (:func:`~fairgpu.engine.memo.same_ask`): the failed-search memo group of a member
+    (victim policy key, :func:`_ask_key` group) and its ask vector. None for a pod alone, a
+    gang whose members differ, or members the memo cannot judge."""
     if job.group is None:
         return None
-    shape: tuple[object, ...] | None = None
-    for pod in job.pods:
-        key = _ask_key(session, job, pod, allowed(session, job, pod))
-        if key is None:
-            return None
-        mine = (*rules.victims.memo_key(job, pod), *key[0], tuple(key[1].tolist()))
-        if shape is not None and mine != shape:
-            return None
-        shape = mine
-    return shape
+    head = job.pods[0]
+    cluster, timed = session.cluster, bool(session.state.reservations)
+    if not all(memo_keys.same_ask(head, p, cluster, timed) for p in job.pods[1:]):
+        return None
+    key = _ask_key(session, job, head, allowed(session, job, head))
+    if key is None:
+        return None
+    return (*rules.victims.memo_key(job, head), *key[0], tuple(key[1].tolist()))
 
 
 def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rules: Rules) -> Member:

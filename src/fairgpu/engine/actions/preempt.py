@@ -108,6 +108,7 @@ class FairVictims:
         self._pending_users: dict[str, dict[str, np.ndarray]] = {}
         self._moves: dict[str, list[tuple[str, int]]] = {}
         self._refusal: dict[str, str] = {}
+        self._freeable: tuple[tuple[object, ...], set[str]] | None = None
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -142,8 +143,20 @@ class FairVictims:
         record_tenant_change(s.state, moved, s.now, s.tenancy.preemption.reclaim_cooldown_seconds)
 
     def freeable(self, job: Job, pod: PodInfo) -> set[str]:
-        """The pods of every candidate pool (:meth:`candidate_sets`)."""
-        return {uid for pool in self.candidate_sets(job, pod) for uid in pool}
+        """The pods of every candidate pool (:meth:`candidate_sets`), computed once for the
+        same preemptor queue, user and ask while the cluster's load does not change."""
+        key = (
+            job.tenant.queue,
+            job.tenant.user,
+            pod.priority,
+            pod.gpu,
+            tuple(sorted(pod.requests.items())),
+            self.s.cluster.load_version,
+        )
+        if self._freeable is None or self._freeable[0] != key:
+            pools = self.candidate_sets(job, pod)
+            self._freeable = (key, {uid for pool in pools for uid in pool})
+        return self._freeable[1]
 
     def refusal(self, pod: PodInfo) -> str:
         """Why the last search for ``pod`` found no plan, when a rule refused ("" if none)."""
