@@ -223,6 +223,15 @@ def _checks_gpu(scheduler: Scheduler) -> bool:
     return any(f.name == "GpuFit" for f in scheduler.dynamic_filters)
 
 
+def _idle_after(cluster: ClusterState, node: int, pl: Placement) -> int:
+    """Idle devices left on ``node`` if the released pod placed at ``pl`` came back: its
+    devices are idle now if it had them whole; otherwise (a share) unknown, so as now."""
+    idle = int(cluster.idle_devices[node])
+    if pl.device_milli >= WHOLE and all(d < cluster.gpu_count[node] for d in pl.devices):
+        return idle - len(pl.devices)
+    return idle
+
+
 def _plan_on_node(
     pod: PodInfo,
     cluster: ClusterState,
@@ -244,6 +253,9 @@ def _plan_on_node(
         # GpuFit's own test for whole GPUs, before a full attempt (same answer, far cheaper).
         whole = pod.gpu.count if pod.gpu.is_whole and _checks_gpu(scheduler) else 0
         for v, pl in sorted(saved, key=lambda s: eviction_order(*s), reverse=True):
+            if whole and _idle_after(cluster, node, pl) < whole:
+                victims.append(v)  # reprieving it would leave too few idle devices
+                continue
             _reassign(cluster, v, pl)
             if (
                 cluster.idle_devices[node] < whole
