@@ -9,8 +9,10 @@ they compare can change in one place.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import is_
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -259,6 +261,7 @@ class CycleMemo:
     allowed: dict[tuple[object, ...], np.ndarray | None] = field(default_factory=dict)
     gangs: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
     starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
+    _classes: tuple[tuple[Reservation, ...], tuple[str, ...], list[float]] | None = None
 
     def backfill_key(
         self,
@@ -274,24 +277,33 @@ class CycleMemo:
         memory).
 
         A pod with GPUs may use a reserved node exactly when its declared run time ends by
-        the time the reservation's last node drains, so the mask is a function of which
-        reservations there are and which of their starts the pod ends by: one bit each.
-        Thousands of pending pods with as many distinct run times share a handful of keys.
-        A reservation's start is computed once per cycle: ``drain`` holds its nodes' drain
-        times from the moment it exists, and reservations never share nodes.
+        the time the reservation's last node drains (its start), so the mask is a function
+        of which reservations there are and of how many of their starts the pod ends by --
+        always the latest ones: (reservation keys, that count). Thousands of pending pods
+        with as many distinct run times share a handful of keys. The sorted starts are
+        computed once per set of reservations: ``drain`` holds a reservation's nodes from
+        the moment it exists, and reservations never share nodes.
         """
         if pod.gpu.count == 0:
             return None
+        held = tuple(reservations.values())
+        known = self._classes
+        if known is None or len(known[0]) != len(held) or not all(map(is_, known[0], held)):
+            starts = sorted(self._start(k, r, drain, size) for k, r in reservations.items())
+            self._classes = (held, tuple(reservations), starts)
+        _, names, starts = self._classes
         runtime = declared_runtime(pod)
-        bits: list[tuple[str, bool]] = []
-        for key, res in reservations.items():
-            known = self.starts.get(key)
-            if known is None or known[0] is not res:
-                nodes = res.nodes[res.nodes < size]
-                start = max((drain.get(int(i), math.inf) for i in nodes), default=math.inf)
-                known = self.starts[key] = (res, start)
-            bits.append((key, runtime is not None and now + runtime <= known[1]))
-        return tuple(bits)
+        ends_before = 0 if runtime is None else len(starts) - bisect_left(starts, now + runtime)
+        return (names, ends_before)
+
+    def _start(self, key: str, res: Reservation, drain: Mapping[int, float], size: int) -> float:
+        """When the last of ``res``'s nodes drains (once per reservation and cycle)."""
+        known = self.starts.get(key)
+        if known is None or known[0] is not res:
+            nodes = res.nodes[res.nodes < size]
+            start = max((drain.get(int(i), math.inf) for i in nodes), default=math.inf)
+            known = self.starts[key] = (res, start)
+        return known[1]
 
     def forget(self) -> None:
         """Capacity was released (evictions): earlier failures may now succeed."""
