@@ -215,18 +215,16 @@ class Front:
     """
 
     def __init__(self) -> None:
-        self._fronts: dict[
-            tuple[object, ...], tuple[list[np.ndarray], list[np.ndarray], list[str]]
-        ] = {}
+        self._fronts: dict[tuple[object, ...], _Entries] = {}
 
     def find(self, group: tuple[object, ...], vec: np.ndarray) -> str | None:
         """The reason a dominated ask failed, or None."""
         entry = self._fronts.get(group)
         if entry is None:
             return None
-        ok = (vec >= np.asarray(entry[0])).all(axis=1) & (vec <= np.asarray(entry[1])).all(axis=1)
-        hit = np.flatnonzero(ok)
-        return entry[2][int(hit[0])] if hit.size else None
+        low, high = entry.stacked()
+        hit = np.flatnonzero(((vec >= low) & (vec <= high)).all(axis=1))
+        return entry.reasons[int(hit[0])] if hit.size else None
 
     def add(
         self,
@@ -237,15 +235,33 @@ class Front:
     ) -> None:
         """Remember that ``vec`` failed in ``group`` for ``reason`` (valid up to
         ``ceiling``)."""
-        vecs, ceilings, reasons = self._fronts.setdefault(group, ([], [], []))
-        if len(vecs) < MAX_FRONT:
-            vecs.append(vec)
-            ceilings.append(np.full(vec.shape, np.inf) if ceiling is None else ceiling)
-            reasons.append(reason)
+        entry = self._fronts.setdefault(group, _Entries())
+        if len(entry.vecs) < MAX_FRONT:
+            entry.vecs.append(vec)
+            entry.ceilings.append(np.full(vec.shape, np.inf) if ceiling is None else ceiling)
+            entry.reasons.append(reason)
+            entry.cache = None
 
     def clear(self) -> None:
         """Forget every failure."""
         self._fronts.clear()
+
+
+@dataclass(slots=True)
+class _Entries:
+    """One group's failed vectors, ceilings and reasons; the vectors and ceilings are
+    stacked into arrays once per change, not at every lookup (lookups far outnumber
+    failures)."""
+
+    vecs: list[np.ndarray] = field(default_factory=list)
+    ceilings: list[np.ndarray] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    cache: tuple[np.ndarray, np.ndarray] | None = None
+
+    def stacked(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.cache is None:
+            self.cache = (np.asarray(self.vecs), np.asarray(self.ceilings))
+        return self.cache
 
 
 @dataclass(slots=True)
