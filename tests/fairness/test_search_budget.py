@@ -188,3 +188,42 @@ def test_backfill_masks_per_class_equal_the_masks_per_pod(
         assert (want is None) == (got is None)
         if want is not None and got is not None:
             assert np.array_equal(want, got), (gpus, runtime, own)
+
+
+def test_backlog_across_backfill_classes_costs_one_attempt_per_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While a reservation holds a node, pending pods whose run times alternate between
+    ending before it drains and not (two backfill classes) cost one attempt per class, not
+    one per change of class along the lane; every pod keeps the reason its class gets."""
+    from fairgpu.engine.actions import allocate as allocate_mod
+
+    tries: list[str] = []
+    real_try = allocate_mod.try_job
+
+    def counting_try(session, job, rules):  # type: ignore[no-untyped-def]
+        tries.append(job.key)
+        return real_try(session, job, rules)
+
+    monkeypatch.setattr(allocate_mod, "try_job", counting_try)
+    running = [pod_info(f"run-{i}", "a", priority=100, duration=1000.0) for i in range(2)]
+    state = cluster(
+        node_info("n0", gpus=1),
+        node_info("n1", gpus=1),
+        placed=[(p, f"n{i}", 0.0) for i, p in enumerate(running)],
+    )
+    big = pod_info("big", "t", gpus=2, created=0.0)
+    backlog = [
+        pod_info(f"a-{i}", "a", created=1 + i * 1e-3, duration=10.0 if i % 2 else 5000.0)
+        for i in range(200)
+    ]
+    engine = Engine()
+    engine.state.reservations["t/big"] = Reservation(
+        "t/big", "t", np.array([0]), 100.0, node_names=["n0"]
+    )
+    res = engine.cycle(state, [big, *backlog], 100.0)
+    assert "t/big" in res.reserved and not res.binds
+    assert len([k for k in tries if k.startswith("a/")]) <= 4, len(tries)
+    by_uid = {u.pod.uid: u.reason for u in res.unschedulable}
+    assert {by_uid[p.uid] for p in backlog[0::2]} == {by_uid[backlog[0].uid]}
+    assert {by_uid[p.uid] for p in backlog[1::2]} == {by_uid[backlog[1].uid]}

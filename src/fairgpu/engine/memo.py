@@ -84,12 +84,25 @@ def memo_key(pod: PodInfo, cluster: ClusterState, reservations: bool) -> tuple[o
     return key
 
 
-def outcome_key(job: Job, cluster: ClusterState, reservations: bool) -> tuple[object, ...] | None:
+def outcome_key(
+    job: Job,
+    cluster: ClusterState,
+    reservations: bool,
+    backfill: tuple[object, ...] | None = None,
+) -> tuple[object, ...] | None:
     """The fast-path key of a job of one pod: the same ask from the same queue at the same
-    priority gets the same answer (None for gangs and pods :func:`shape` cannot judge)."""
+    priority gets the same answer (None for gangs and pods :func:`shape` cannot judge).
+
+    While reservations exist, the declared run time matters only through the nodes
+    backfill leaves the pod: ``backfill`` (:meth:`CycleMemo.backfill_key`) stands for it
+    when given, so pods whose run times differ but whose backfill masks agree share a key.
+    """
     if job.group is not None:
         return None
     head = job.pods[0]
+    if reservations and backfill is not None:
+        memo = shape(head, cluster)
+        return None if memo is None else (job.tenant.queue, memo, head.priority, backfill)
     memo = memo_key(head, cluster, reservations)
     if memo is None:
         return None
@@ -311,6 +324,21 @@ class CycleMemo:
         runtime = declared_runtime(pod)
         ends_before = 0 if runtime is None else len(starts) - bisect_left(starts, now + runtime)
         return (names, ends_before)
+
+    def job_backfill_key(
+        self,
+        job_key: str,
+        pod: PodInfo,
+        reservations: Mapping[str, Reservation],
+        drain: Mapping[int, float],
+        now: float,
+        size: int,
+    ) -> tuple[object, ...] | None:
+        """:meth:`backfill_key` over the reservations of jobs other than ``job_key`` (its
+        own never restricts it)."""
+        if job_key in reservations:
+            reservations = {k: r for k, r in reservations.items() if k != job_key}
+        return self.backfill_key(pod, reservations, drain, now, size)
 
     def _start(self, key: str, res: Reservation, drain: Mapping[int, float], size: int) -> float:
         """When the last of ``res``'s nodes drains (once per reservation and cycle)."""

@@ -82,9 +82,11 @@ def _settle_followers(session: Session, order: QueueOrder, job: Job, rules: Rule
     reservations leave, which :meth:`~fairgpu.engine.memo.CycleMemo.backfill_key` shares
     between pods whose declared run times differ) and the failed-search memo, which also
     keeps the rule that refused; no search budget is spent for it. So a successor that
-    asks the same and may use the same nodes gets the leader's outcome without an attempt.
-    Not for a large pod in the fair cycle: each failure of one may start a reservation, so
-    it goes on its own.
+    asks the same and may use the same nodes gets the leader's outcome without an attempt;
+    one that reservations leave other nodes gets the outcome already known for its class
+    (the outcome memo, keyed by the backfill class), as :func:`try_job` would give it, and
+    ends the run when none is known. Not for a large pod in the fair cycle: each failure of
+    one may start a reservation, so it goes on its own.
     """
     out = session.out
     last = out.unschedulable[-1]
@@ -94,8 +96,10 @@ def _settle_followers(session: Session, order: QueueOrder, job: Job, rules: Rule
         return
     if rules.reserve and head.gpu.count >= session.tenancy.starvation.min_gpus:
         return
-    cluster, held = session.cluster, session.no_preemption
+    cluster, held, memo = session.cluster, session.no_preemption, session.memo
     mask = allowed(session, job, head)
+    outcome = (last.reason, last.resolvable)
+    got: dict[str, tuple[str, bool]] = {}
 
     def same(other: Job) -> bool:
         if other.key in reservations or not memo_keys.same_outcome(
@@ -103,12 +107,17 @@ def _settle_followers(session: Session, order: QueueOrder, job: Job, rules: Rule
         ):
             return False
         mine = allowed(session, other, other.pods[0])
-        if mask is None or mine is None:
-            return mine is mask
-        return mine is mask or bool(np.array_equal(mine, mask))
+        if mine is mask or (mine is not None and mask is not None and np.array_equal(mine, mask)):
+            got[other.key] = outcome
+            return True
+        # Other nodes left by reservations: settled only if that class's outcome is known.
+        fast = rules.admission.outcome_key(session, other)
+        known = memo.outcome.get(fast) if fast is not None else None
+        if known is not None:
+            got[other.key] = known
+        return known is not None
 
-    outcome = (last.reason, last.resolvable)
-    out.unschedulable.extend(Unschedulable(f.pods[0], *outcome) for f in order.take_next(same))
+    out.unschedulable.extend(Unschedulable(f.pods[0], *got[f.key]) for f in order.take_next(same))
 
 
 def allowed(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None:
@@ -128,13 +137,9 @@ def allowed(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None:
 
 
 def _backfill_key(session: Session, job: Job, pod: PodInfo) -> tuple[object, ...] | None:
-    """:meth:`~fairgpu.engine.memo.CycleMemo.backfill_key` over the reservations of jobs
-    other than ``job`` (its own never restricts it)."""
-    reservations = session.state.reservations
-    if job.key in reservations:
-        reservations = {k: r for k, r in reservations.items() if k != job.key}
-    return session.memo.backfill_key(
-        pod, reservations, session.drain, session.now, session.cluster.size
+    """:meth:`~fairgpu.engine.memo.CycleMemo.job_backfill_key` in this session."""
+    return session.memo.job_backfill_key(
+        job.key, pod, session.state.reservations, session.drain, session.now, session.cluster.size
     )
 
 
