@@ -8,13 +8,17 @@ they compare can change in one place.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import is_
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fairgpu.cluster.state import COL_CPU, COL_MEMORY, ClusterState
-from fairgpu.engine.gang import declared_runtime
+from fairgpu.engine.gang import Reservation, declared_runtime
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
 if TYPE_CHECKING:
@@ -80,12 +84,25 @@ def memo_key(pod: PodInfo, cluster: ClusterState, reservations: bool) -> tuple[o
     return key
 
 
-def outcome_key(job: Job, cluster: ClusterState, reservations: bool) -> tuple[object, ...] | None:
+def outcome_key(
+    job: Job,
+    cluster: ClusterState,
+    reservations: bool,
+    backfill: tuple[object, ...] | None = None,
+) -> tuple[object, ...] | None:
     """The fast-path key of a job of one pod: the same ask from the same queue at the same
-    priority gets the same answer (None for gangs and pods :func:`shape` cannot judge)."""
+    priority gets the same answer (None for gangs and pods :func:`shape` cannot judge).
+
+    While reservations exist, the declared run time matters only through the nodes
+    backfill leaves the pod: ``backfill`` (:meth:`CycleMemo.backfill_key`) stands for it
+    when given, so pods whose run times differ but whose backfill masks agree share a key.
+    """
     if job.group is not None:
         return None
     head = job.pods[0]
+    if reservations and backfill is not None:
+        memo = shape(head, cluster)
+        return None if memo is None else (job.tenant.queue, memo, head.priority, backfill)
     memo = memo_key(head, cluster, reservations)
     if memo is None:
         return None
@@ -113,15 +130,20 @@ def same_outcome(
         return False
     a, b = leader.pods[0], job.pods[0]
     ta, tb = leader.tenant, job.tenant
-    if ta.error or tb.error or ta.queue != tb.queue:
+    if ta.error or tb.error or ta.queue != tb.queue or (a.uid in held) != (b.uid in held):
         return False
+    return same_ask(a, b, cluster, reservations)
+
+
+def same_ask(a: PodInfo, b: PodInfo, cluster: ClusterState, reservations: bool) -> bool:
+    """Do ``a`` and ``b`` ask for the same thing (:func:`memo_key` equal, and the same
+    priority), by cheap field comparisons?"""
     if (
         a.priority != b.priority
         or a.namespace != b.namespace
         or a.preemption_policy != b.preemption_policy
         or a.gpu != b.gpu
         or a.requests != b.requests
-        or (a.uid in held) != (b.uid in held)
     ):
         return False
     if not (memoisable(a) and memoisable(b)) or a.static_key() != b.static_key():
@@ -206,18 +228,16 @@ class Front:
     """
 
     def __init__(self) -> None:
-        self._fronts: dict[
-            tuple[object, ...], tuple[list[np.ndarray], list[np.ndarray], list[str]]
-        ] = {}
+        self._fronts: dict[tuple[object, ...], _Entries] = {}
 
     def find(self, group: tuple[object, ...], vec: np.ndarray) -> str | None:
         """The reason a dominated ask failed, or None."""
         entry = self._fronts.get(group)
         if entry is None:
             return None
-        ok = (vec >= np.asarray(entry[0])).all(axis=1) & (vec <= np.asarray(entry[1])).all(axis=1)
-        hit = np.flatnonzero(ok)
-        return entry[2][int(hit[0])] if hit.size else None
+        low, high = entry.stacked()
+        hit = np.flatnonzero(((vec >= low) & (vec <= high)).all(axis=1))
+        return entry.reasons[int(hit[0])] if hit.size else None
 
     def add(
         self,
@@ -228,11 +248,12 @@ class Front:
     ) -> None:
         """Remember that ``vec`` failed in ``group`` for ``reason`` (valid up to
         ``ceiling``)."""
-        vecs, ceilings, reasons = self._fronts.setdefault(group, ([], [], []))
-        if len(vecs) < MAX_FRONT:
-            vecs.append(vec)
-            ceilings.append(np.full(vec.shape, np.inf) if ceiling is None else ceiling)
-            reasons.append(reason)
+        entry = self._fronts.setdefault(group, _Entries())
+        if len(entry.vecs) < MAX_FRONT:
+            entry.vecs.append(vec)
+            entry.ceilings.append(np.full(vec.shape, np.inf) if ceiling is None else ceiling)
+            entry.reasons.append(reason)
+            entry.cache = None
 
     def clear(self) -> None:
         """Forget every failure."""
@@ -240,16 +261,97 @@ class Front:
 
 
 @dataclass(slots=True)
+class _Entries:
+    """One group's failed vectors, ceilings and reasons; the vectors and ceilings are
+    stacked into arrays once per change, not at every lookup (lookups far outnumber
+    failures)."""
+
+    vecs: list[np.ndarray] = field(default_factory=list)
+    ceilings: list[np.ndarray] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    cache: tuple[np.ndarray, np.ndarray] | None = None
+
+    def stacked(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.cache is None:
+            self.cache = (np.asarray(self.vecs), np.asarray(self.ceilings))
+        return self.cache
+
+
+@dataclass(slots=True)
 class CycleMemo:
-    """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks."""
+    """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
+    failed gang shapes (how many identical members fit before one failed, and why),
+    backfill masks per reservation class."""
 
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     front: Front = field(default_factory=Front)
     preempt_front: Front = field(default_factory=Front)
     preempt_attempts: int = 0
+    allowed: dict[tuple[object, ...], np.ndarray | None] = field(default_factory=dict)
+    gangs: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
+    starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
+    _classes: tuple[tuple[Reservation, ...], tuple[str, ...], list[float]] | None = None
+
+    def backfill_key(
+        self,
+        pod: PodInfo,
+        reservations: Mapping[str, Reservation],
+        drain: Mapping[int, float],
+        now: float,
+        size: int,
+    ) -> tuple[object, ...] | None:
+        """A key under which pods get the same backfill mask
+        (:func:`~fairgpu.engine.gang.backfill_mask`) from ``reservations``, or None when the
+        mask depends on more than this key says (pods without GPUs: it reads free CPU and
+        memory).
+
+        A pod with GPUs may use a reserved node exactly when its declared run time ends by
+        the time the reservation's last node drains (its start), so the mask is a function
+        of which reservations there are and of how many of their starts the pod ends by --
+        always the latest ones: (reservation keys, that count). Thousands of pending pods
+        with as many distinct run times share a handful of keys. The sorted starts are
+        computed once per set of reservations: ``drain`` holds a reservation's nodes from
+        the moment it exists, and reservations never share nodes.
+        """
+        if pod.gpu.count == 0:
+            return None
+        held = tuple(reservations.values())
+        known = self._classes
+        if known is None or len(known[0]) != len(held) or not all(map(is_, known[0], held)):
+            starts = sorted(self._start(k, r, drain, size) for k, r in reservations.items())
+            known = self._classes = (held, tuple(reservations), starts)
+        _, names, starts = known
+        runtime = declared_runtime(pod)
+        ends_before = 0 if runtime is None else len(starts) - bisect_left(starts, now + runtime)
+        return (names, ends_before)
+
+    def job_backfill_key(
+        self,
+        job_key: str,
+        pod: PodInfo,
+        reservations: Mapping[str, Reservation],
+        drain: Mapping[int, float],
+        now: float,
+        size: int,
+    ) -> tuple[object, ...] | None:
+        """:meth:`backfill_key` over the reservations of jobs other than ``job_key`` (its
+        own never restricts it)."""
+        if job_key in reservations:
+            reservations = {k: r for k, r in reservations.items() if k != job_key}
+        return self.backfill_key(pod, reservations, drain, now, size)
+
+    def _start(self, key: str, res: Reservation, drain: Mapping[int, float], size: int) -> float:
+        """When the last of ``res``'s nodes drains (once per reservation and cycle)."""
+        known = self.starts.get(key)
+        if known is None or known[0] is not res:
+            nodes = res.nodes[res.nodes < size]
+            start = max((drain.get(int(i), math.inf) for i in nodes), default=math.inf)
+            known = self.starts[key] = (res, start)
+        return known[1]
 
     def forget(self) -> None:
         """Capacity was released (evictions): earlier failures may now succeed."""
         self.outcome.clear()
         self.front.clear()
         self.preempt_front.clear()
+        self.gangs.clear()

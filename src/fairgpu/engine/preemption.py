@@ -303,6 +303,21 @@ def _enough_freed(
     return kept
 
 
+def _checks_gpu(scheduler: Scheduler) -> bool:
+    """Does the profile filter with ``GpuFit`` (a whole-GPU pod needs that many idle
+    devices)?"""
+    return any(f.name == "GpuFit" for f in scheduler.dynamic_filters)
+
+
+def _idle_after(cluster: ClusterState, node: int, pl: Placement) -> int:
+    """Idle devices left on ``node`` if the released pod placed at ``pl`` came back: its
+    devices are idle now if it had them whole; otherwise (a share) unknown, so as now."""
+    idle = int(cluster.idle_devices[node])
+    if pl.device_milli >= WHOLE and all(d < cluster.gpu_count[node] for d in pl.devices):
+        return idle - len(pl.devices)
+    return idle
+
+
 def _plan_on_node(
     pod: PodInfo,
     cluster: ClusterState,
@@ -352,11 +367,20 @@ def _reprieve(
     order: Sequence[tuple[PodInfo, Placement]],
 ) -> list[PodInfo]:
     """Put the released pods of ``order`` back one by one while ``pod`` still fits on the
-    node of ``only``; returns those that could not come back (left released)."""
+    node of ``only``; returns those that could not come back (left released). A whole-GPU
+    preemptor is first checked with GpuFit's own test (same answer, far cheaper)."""
+    node = int(np.flatnonzero(only)[0])
+    whole = pod.gpu.count if pod.gpu.is_whole and _checks_gpu(scheduler) else 0
     victims: list[PodInfo] = []
     for v, pl in order:
+        if whole and _idle_after(cluster, node, pl) < whole:
+            victims.append(v)  # reprieving it would leave too few idle devices
+            continue
         _reassign(cluster, v, pl)
-        if not scheduler.schedule(pod, cluster, restrict=only).ok:
+        if (
+            cluster.idle_devices[node] < whole
+            or not scheduler.schedule(pod, cluster, restrict=only).ok
+        ):
             cluster.release(v.uid)
             victims.append(v)
     return victims

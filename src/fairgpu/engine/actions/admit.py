@@ -67,7 +67,14 @@ class FairAdmission:
 
     def outcome_key(self, session: Session, job: Job) -> tuple[object, ...] | None:
         """See :func:`fairgpu.engine.memo.outcome_key`."""
-        return memo_keys.outcome_key(job, session.cluster, bool(session.state.reservations))
+        held = session.state.reservations
+        backfill = None
+        if held and job.group is None:
+            cluster = session.cluster
+            backfill = session.memo.job_backfill_key(
+                job.key, job.pods[0], held, session.drain, session.now, cluster.size
+            )
+        return memo_keys.outcome_key(job, session.cluster, bool(held), backfill)
 
     def admit(self, session: Session, job: Job) -> bool:
         """Decode errors, quotas that can never fit, then quotas that do not fit now."""

@@ -21,12 +21,9 @@ import numpy as np
 
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.actions.admit import Admission
+from fairgpu.engine.actions.gang_screen import members_bound
 from fairgpu.engine.actions.order import QueueOrder
-from fairgpu.engine.actions.preempt import (
-    MAX_PREEMPTION_ATTEMPTS,
-    VictimPolicy,
-    worth_searching,
-)
+from fairgpu.engine.actions.preempt import VictimPolicy, take_search
 from fairgpu.engine.actions.reserve import allowed_nodes, note_blocked, note_placed
 from fairgpu.engine.decisions import Unschedulable
 from fairgpu.engine.framework import Code
@@ -68,31 +65,30 @@ def allocate(session: Session, order: QueueOrder, rules: Rules) -> None:
     are settled with its outcome at once, without another attempt -- the decision each
     would have got by itself (see :func:`_settle_followers`).
     """
-    out, memo = session.out, session.memo
+    out = session.out
     while (job := order.pop()) is not None:
-        n_before, known, searches = len(out.unschedulable), len(memo.outcome), memo.preempt_attempts
+        n_before = len(out.unschedulable)
         changed = try_job(session, job, rules)
         order.update(changed)
         if not changed and len(out.unschedulable) == n_before + 1:
-            fresh = len(memo.outcome) > known
-            _settle_followers(session, order, job, rules, fresh, memo.preempt_attempts > searches)
+            _settle_followers(session, order, job, rules)
 
 
-def _settle_followers(
-    session: Session, order: QueueOrder, job: Job, rules: Rules, fresh: bool, searched: bool
-) -> None:
+def _settle_followers(session: Session, order: QueueOrder, job: Job, rules: Rules) -> None:
     """Report the identical successors of the failed ``job`` with its outcome.
 
-    Without reservations each successor would meet the leader's failure in the memos. With
-    them, the failed-ask memo is off and the fair outcome memo tells apart declared run
-    times, so a successor that asks the same and may use the same nodes would repeat the
-    leader's attempt (only if the leader made a ``fresh`` one): it gets the leader's
-    outcome, counts against the preemption budget as its search would (if the leader
-    ``searched``), and is remembered under its own outcome key; a successor whose outcome
-    key is already known gets that, as :func:`try_job` gives it. Not for a large pod in the
-    fair cycle: each failure of one may start a reservation, so it goes on its own.
+    Each successor would meet the leader's failure in the memos: the same admission
+    answer, the failed-ask memo (:class:`~fairgpu.engine.memo.Front`, keyed by the nodes
+    reservations leave, which :meth:`~fairgpu.engine.memo.CycleMemo.backfill_key` shares
+    between pods whose declared run times differ) and the failed-search memo, which also
+    keeps the rule that refused; no search budget is spent for it. So a successor that
+    asks the same and may use the same nodes gets the leader's outcome without an attempt;
+    one that reservations leave other nodes gets the outcome already known for its class
+    (the outcome memo, keyed by the backfill class), as :func:`try_job` would give it, and
+    ends the run when none is known. Not for a large pod in the fair cycle: each failure of
+    one may start a reservation, so it goes on its own.
     """
-    out, memo = session.out, session.memo
+    out = session.out
     last = out.unschedulable[-1]
     head = job.pods[0]
     reservations = session.state.reservations
@@ -100,32 +96,51 @@ def _settle_followers(
         return
     if rules.reserve and head.gpu.count >= session.tenancy.starvation.min_gpus:
         return
-    cluster, held = session.cluster, session.no_preemption
-    allowed = allowed_nodes(session, job, head)
-    if allowed is not None and not fresh:
-        return
+    cluster, held, memo = session.cluster, session.no_preemption, session.memo
+    mask = allowed(session, job, head)
+    outcome = (last.reason, last.resolvable)
+    got: dict[str, tuple[str, bool]] = {}
 
     def same(other: Job) -> bool:
         if other.key in reservations or not memo_keys.same_outcome(
             job, other, cluster, False, held
         ):
             return False
-        mine = allowed_nodes(session, other, other.pods[0])
-        if allowed is None or mine is None:
-            return mine is allowed
-        return bool(np.array_equal(mine, allowed))
+        mine = allowed(session, other, other.pods[0])
+        if mine is mask or (mine is not None and mask is not None and np.array_equal(mine, mask)):
+            got[other.key] = outcome
+            return True
+        # Other nodes left by reservations: settled only if that class's outcome is known.
+        fast = rules.admission.outcome_key(session, other)
+        known = memo.outcome.get(fast) if fast is not None else None
+        if known is not None:
+            got[other.key] = known
+        return known is not None
 
-    outcome = (last.reason, last.resolvable)
-    for follower in order.take_next(same):
-        got = outcome
-        if allowed is not None:
-            fast = rules.admission.outcome_key(session, follower)
-            got = memo.outcome.get(fast, outcome) if fast is not None else outcome
-            if fast is not None and fast not in memo.outcome:
-                memo.outcome[fast] = outcome
-                if searched and memo.preempt_attempts < MAX_PREEMPTION_ATTEMPTS:
-                    memo.preempt_attempts += 1
-        out.unschedulable.append(Unschedulable(follower.pods[0], *got))
+    out.unschedulable.extend(Unschedulable(f.pods[0], *got[f.key]) for f in order.take_next(same))
+
+
+def allowed(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None:
+    """:func:`~fairgpu.engine.actions.reserve.allowed_nodes`, computed once per cycle for
+    all pods with the same :func:`_backfill_key` (the mask is shared: callers must not
+    change it)."""
+    reservations = session.state.reservations
+    if not reservations or (len(reservations) == 1 and job.key in reservations):
+        return None
+    key = _backfill_key(session, job, pod)
+    if key is None:
+        return allowed_nodes(session, job, pod)
+    cache = session.memo.allowed
+    if key not in cache:
+        cache[key] = allowed_nodes(session, job, pod)
+    return cache[key]
+
+
+def _backfill_key(session: Session, job: Job, pod: PodInfo) -> tuple[object, ...] | None:
+    """:meth:`~fairgpu.engine.memo.CycleMemo.job_backfill_key` in this session."""
+    return session.memo.job_backfill_key(
+        job.key, pod, session.state.reservations, session.drain, session.now, session.cluster.size
+    )
 
 
 def try_job(session: Session, job: Job, rules: Rules) -> set[str]:
@@ -152,7 +167,22 @@ def try_job(session: Session, job: Job, rules: Rules) -> set[str]:
 
 
 def place_job(session: Session, job: Job, rules: Rules) -> set[str]:
-    """Place at least ``job.need`` members together, or none."""
+    """Place at least ``job.need`` members together, or none.
+
+    A gang of identical members whose failure shape (:func:`_gang_shape`) already failed
+    in this cycle after ``k`` members fails again without an attempt when it needs more
+    than ``k``: from the same committed state its members meet the same nodes and the same
+    victims (placements in a cycle only take capacity and never become victims), so at
+    most ``k`` of them fit, up to tie-breaks among equally scored nodes. A gang that keeps
+    failing costs one attempt per shape and cycle, not one per pending gang.
+    """
+    gang = _gang_shape(session, job, rules)
+    seen = session.memo.gangs.get(gang) if gang is not None else None
+    if seen is None and gang is not None:
+        seen = _screen(session, job, rules)
+    if seen is not None and job.need > seen[0]:
+        _report_failure(session, job, seen[0], [Member(False, seen[1])], rules)
+        return set()
     stmt = session.statement()
     placed = 0
     results: list[Member] = []
@@ -167,9 +197,47 @@ def place_job(session: Session, job: Job, rules: Rules) -> set[str]:
     if placed < job.need:
         stmt.discard()
         _report_failure(session, job, placed, results, rules)
+        if gang is not None and not any(m.capped or m.final for m in results):
+            first = next((m.reason for m in results if m.reason), "")
+            session.memo.gangs[gang] = (placed, first)
         return set()
     first = next((m.reason for m in results if m.reason), "")
     return _commit(session, job, stmt, first, rules)
+
+
+def _screen(session: Session, job: Job, rules: Rules) -> tuple[int, str] | None:
+    """(at most how many members fit, why no more) for a gang of identical members
+    (:func:`~fairgpu.engine.actions.gang_screen.members_bound`); None when enough may fit
+    to be worth an attempt."""
+    head = job.pods[0]
+    victims = rules.victims
+    pool = victims.freeable(job, head) if victims.may_preempt(head) else set()
+    most, short = members_bound(session, head, allowed(session, job, head), pool)
+    if most >= job.need:
+        return None
+    what = (
+        "even with every pod it may preempt evicted"
+        if pool
+        else "and it may not preempt any pod there"
+    )
+    return most, f"not enough {short or 'room'} on the nodes it may use, {what}"
+
+
+def _gang_shape(session: Session, job: Job, rules: Rules) -> tuple[object, ...] | None:
+    """What a gang's attempt depends on when all its pending members ask the same
+    (:func:`~fairgpu.engine.memo.same_ask`): the failed-search memo group of a member
+    (victim policy key, :func:`_ask_key` group) and its ask vector. None for a pod alone, a
+    gang whose members differ, or members the memo cannot judge."""
+    if job.group is None:
+        return None
+    head = job.pods[0]
+    cluster, timed = session.cluster, bool(session.state.reservations)
+    if not all(memo_keys.same_ask(head, p, cluster, timed) for p in job.pods[1:]):
+        return None
+    key = _ask_key(session, job, head, allowed(session, job, head))
+    if key is None:
+        return None
+    return (*rules.victims.memo_key(job, head), *key[0], tuple(key[1].tolist()))
 
 
 def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rules: Rules) -> Member:
@@ -177,14 +245,14 @@ def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rule
     caps = session.book.namespace_admit(pod)
     if caps:
         return Member(False, caps, capped=True)
-    alone = job.group is None
-    allowed = allowed_nodes(session, job, pod)
-    key = memo_keys.ask(pod, session.cluster) if alone and allowed is None else None
+    mask = allowed(session, job, pod)
+    # Only an attempt in the committed state says anything about other pods' attempts.
+    key = None if stmt.placed or stmt.evicted else _ask_key(session, job, pod, mask)
     known = session.memo.front.find(*key) if key is not None else None
     if known is not None:
         reason = known
     else:
-        result = session.scheduler.schedule(pod, session.cluster, restrict=allowed)
+        result = session.scheduler.schedule(pod, session.cluster, restrict=mask)
         if result.ok and result.node is not None:
             stmt.assign(pod, result.node, result.devices)
             return Member(True)
@@ -194,7 +262,24 @@ def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rule
         if key is not None:
             top = memo_keys.ceiling(session.scheduler, pod, session.cluster, key[1])
             session.memo.front.add(*key, reason, top)
-    return _preempt_member(session, job, pod, stmt, rules, allowed, key, reason)
+    return _preempt_member(session, job, pod, stmt, rules, mask, key, reason)
+
+
+def _ask_key(
+    session: Session, job: Job, pod: PodInfo, mask: np.ndarray | None
+) -> tuple[tuple[object, ...], np.ndarray] | None:
+    """The failed-ask memo key of ``pod`` (:func:`~fairgpu.engine.memo.ask`, plus the
+    backfill key while reservations hold nodes), or None when the memo cannot judge it.
+
+    Used only for attempts in the cycle's committed state -- a pod alone, a gang's first
+    member --, so what fails for one fails for the next of the same key, whichever job it
+    belongs to: a cycle searches once per failure shape, not once per pending gang.
+    """
+    key = memo_keys.ask(pod, session.cluster)
+    if key is None or mask is None:
+        return key
+    nodes = _backfill_key(session, job, pod)
+    return None if nodes is None else ((*key[0], nodes), key[1])
 
 
 def _preempt_member(
@@ -207,21 +292,28 @@ def _preempt_member(
     key: tuple[tuple[object, ...], np.ndarray] | None,
     reason: str,
 ) -> Member:
+    """Search victims for ``pod`` unless the policy forbids it, the same search already
+    failed in this cycle (answered from the memo, refusal included) or the cycle's search
+    budget is spent (:func:`~fairgpu.engine.actions.preempt.take_search`)."""
     victims = rules.victims
     memo = session.memo
+    if not victims.may_preempt(pod):
+        return Member(False, reason)
     pgroup = None if key is None else (*victims.memo_key(job, pod), *key[0])
-    if job.group is None:
-        vec = None if key is None else key[1]
-        if not worth_searching(session, victims, pgroup, pod, vec):
-            return Member(False, reason)
-        memo.preempt_attempts += 1
+    if pgroup is not None and key is not None:
+        refused = memo.preempt_front.find(pgroup, key[1])
+        if refused is not None:
+            return Member(False, f"{reason}; {refused}" if refused else reason)
+    if not take_search(session):
+        return Member(False, reason)
     placed = _preempt(session, job, pod, stmt, victims, allowed)
     if placed:
         return Member(True)
-    if placed is None and (refused := victims.refusal(pod)):
+    refused = victims.refusal(pod) if placed is None else ""
+    if refused:
         reason = f"{reason}; {refused}"  # name the rule that refused, not only the fit
     if pgroup is not None and key is not None:
-        memo.preempt_front.add(pgroup, key[1], reason)
+        memo.preempt_front.add(pgroup, key[1], refused)
     # No plan: the job may go on without this member; a plan that did not work: it stops.
     return Member(False, reason, stop=placed is False)
 

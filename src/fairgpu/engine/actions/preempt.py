@@ -78,6 +78,9 @@ class VictimPolicy(Protocol):
     def kind(self, job: Job, victim: PodInfo) -> str:
         """``priority`` or ``reclaim``."""
 
+    def freeable(self, job: Job, pod: PodInfo) -> set[str]:
+        """Every pod a search for ``pod`` could evict now (a superset of any plan's)."""
+
     def placed(self, pod: PodInfo) -> None:
         """``pod`` was placed in this cycle (its statement committed)."""
 
@@ -85,21 +88,19 @@ class VictimPolicy(Protocol):
         """The rule that refused the last search for ``pod`` ("" if none did)."""
 
 
-def worth_searching(
-    session: Session,
-    policy: VictimPolicy,
-    key: tuple[object, ...] | None,
-    pod: PodInfo,
-    vec: np.ndarray | None,
-) -> bool:
-    """The preemption gate for a pod alone: the policy lets it preempt, the same search did
-    not already fail in this cycle, and the cycle's search budget is not spent."""
+def take_search(session: Session) -> bool:
+    """Count one preemption search against the cycle's budget; False when it is spent.
+
+    Every search counts -- a pod alone's and each gang member's alike --, so a cycle runs
+    at most :data:`MAX_PREEMPTION_ATTEMPTS` of them however large the backlog; work that
+    did not get one waits for the next cycle. Searches the failed-search memo answers
+    (:attr:`~fairgpu.engine.memo.CycleMemo.preempt_front`) are not run and do not count.
+    """
     memo = session.memo
-    if not policy.may_preempt(pod):
+    if memo.preempt_attempts >= MAX_PREEMPTION_ATTEMPTS:
         return False
-    if key is not None and vec is not None and memo.preempt_front.find(key, vec) is not None:
-        return False
-    return memo.preempt_attempts < MAX_PREEMPTION_ATTEMPTS
+    memo.preempt_attempts += 1
+    return True
 
 
 class FairVictims:
@@ -120,6 +121,7 @@ class FairVictims:
         self._refusal: dict[str, str] = {}
         self._gangs = running_gangs(session.book, session.resolver, session.cluster)
         self._collateral: frozenset[str] = frozenset()
+        self._freeable: tuple[tuple[object, ...], set[str]] | None = None
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -163,6 +165,22 @@ class FairVictims:
             name = s.cluster.node(pl.node).name
             moved = moved + [(name, d) for d in pl.devices]
         record_tenant_change(s.state, moved, s.now, s.tenancy.preemption.reclaim_cooldown_seconds)
+
+    def freeable(self, job: Job, pod: PodInfo) -> set[str]:
+        """The pods of every candidate pool (:meth:`candidate_sets`), computed once for the
+        same preemptor queue, user and ask while the cluster's load does not change."""
+        key = (
+            job.tenant.queue,
+            job.tenant.user,
+            pod.priority,
+            pod.gpu,
+            tuple(sorted(pod.requests.items())),
+            self.s.cluster.load_version,
+        )
+        if self._freeable is None or self._freeable[0] != key:
+            pools = self.candidate_sets(job, pod)
+            self._freeable = (key, {uid for pool in pools for uid in pool})
+        return self._freeable[1]
 
     def refusal(self, pod: PodInfo) -> str:
         """Why the last search for ``pod`` found no plan, when a rule refused ("" if none)."""
@@ -449,13 +467,21 @@ class KubeDefaultVictims:
         """No rule beyond priority: nothing to name."""
         return ""
 
+    def freeable(self, job: Job, pod: PodInfo) -> set[str]:
+        """Every placed pod of strictly lower priority that may be a victim."""
+        return set(self._lower(pod))
+
+    def _lower(self, pod: PodInfo) -> list[str]:
+        s = self.s
+        return [
+            uid
+            for uid, p in s.cluster.pods.items()
+            if p.priority < pod.priority and eligible_victim(s, uid, 0.0)
+        ]
+
     def plan(
         self, session: Session, job: Job, pod: PodInfo, allowed: np.ndarray | None
     ) -> PreemptionPlan | None:
         """The best plan among pods of strictly lower priority."""
-        victims = [
-            uid
-            for uid, p in session.cluster.pods.items()
-            if p.priority < pod.priority and eligible_victim(session, uid, 0.0)
-        ]
+        victims = self._lower(pod)
         return find_preemption(pod, session.cluster, session.scheduler, victims, allowed)

@@ -1,0 +1,71 @@
+"""Gang screen: how many members of a gang could fit at most, before any attempt is made.
+
+A gang's attempt places its members one by one, each through a plain attempt and, failing
+that, a preemption search, and throws everything away when a member fails. A gang that
+cannot start repeats those searches every cycle, and they cost far more than the rest of
+the cycle. :func:`members_bound` gives an upper bound on how many identical members can be
+placed together from the cycle's committed state, counting every pod the victim policy
+could evict for them as gone: if it is below what the gang needs, no attempt can succeed,
+so none is made.
+
+Why it is an upper bound: a member needs its CPU, memory, a pod slot and its GPU compute on
+one node that passes its load-independent filters and that reservations leave it (the
+``mask`` the attempt itself uses); on a node, members can use at most what is free plus
+what evicting every eligible victim there would free; the victims a later member may take
+are a subset of the first member's (the preemptor's share only grows, its victims' only
+shrink, and pods placed in the cycle are never victims). Per-device GPU fit, GPU memory,
+inter-pod constraints and the reclaim rule only refuse more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from fairgpu.cluster.state import COL_CPU, COL_GPU_MILLI, COL_MEMORY, COL_PODS
+from fairgpu.engine.session import Session
+from fairgpu.model.pod import PodInfo
+
+# The resources the bound counts, and how a shortage of each is named in a pending reason.
+COLUMNS = (COL_CPU, COL_MEMORY, COL_PODS, COL_GPU_MILLI)
+NAMES = ("cpu", "memory", "pods", "nvidia.com/gpu")
+
+
+def members_bound(
+    session: Session, pod: PodInfo, mask: np.ndarray | None, victims: Iterable[str]
+) -> tuple[int, str]:
+    """At most how many copies of ``pod`` fit together on the nodes ``mask`` leaves (None:
+    all) if every pod in ``victims`` (uids) were evicted, and the resource that limits
+    them most ("" when none is asked for)."""
+    cluster = session.cluster
+    n = cluster.size
+    nodes = session.scheduler.static_mask(pod, cluster)
+    if mask is not None:
+        nodes = nodes & mask
+    room = cluster.free()[:, COLUMNS].astype(float)
+    placements = cluster.placements
+    for uid in victims:
+        pl = placements.get(uid)
+        if pl is None or pl.node >= n:
+            continue
+        _add(room, pl.node, *cluster.request_vector(cluster.pods[uid]))
+    ask = np.zeros(len(COLUMNS))
+    _add(ask[None, :], 0, *cluster.request_vector(pod))
+    ask[COLUMNS.index(COL_PODS)] = max(ask[COLUMNS.index(COL_PODS)], 1.0)
+    asked = np.flatnonzero(ask > 0)
+    if not nodes.any():
+        return 0, ""
+    copies = np.floor(np.maximum(room[:, asked], 0.0) / ask[asked])
+    per_node = np.where(nodes, copies.min(axis=1), 0.0)
+    limiting = asked[int(np.argmin(copies[nodes].sum(axis=0)))]
+    return int(per_node.sum()), NAMES[limiting]
+
+
+def _add(room: np.ndarray, node: int, cols: np.ndarray, amounts: np.ndarray) -> None:
+    """Add a pod's requests (cluster columns ``cols``) to row ``node`` of ``room``, which
+    holds only :data:`COLUMNS`; a pod slot is counted for every pod."""
+    for col, amount in zip(cols.tolist(), amounts.tolist(), strict=True):
+        if col in COLUMNS and col != COL_PODS:
+            room[node, COLUMNS.index(col)] += amount
+    room[node, COLUMNS.index(COL_PODS)] += 1
