@@ -312,7 +312,8 @@ def what_if(
     scheduler_name: SchedulerName = "fairgpu",
     node_pool_label: PoolLabel = "example.com/node.usage",
 ) -> None:
-    """Where would these pods go now, or which rule stops them? Creates nothing."""
+    """Where would these pods go now, or which rule stops them, and when would they start?
+    Creates nothing."""
     from fairgpu.kube.explain import what_if as answer
 
     client, snapshot = _read(
@@ -340,6 +341,8 @@ def what_if(
             )
         else:
             typer.echo(head + f"would stay pending: {row['reason']}")
+            if "predicted_start" in row:
+                typer.echo(f"  {_predicted_line(row)}")
         if row.get("note"):
             typer.echo(f"  note: {row['note']}")
 

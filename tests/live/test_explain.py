@@ -126,6 +126,25 @@ def test_what_if_names_a_node_and_creates_nothing(
     assert names == {"fill", "want"}
 
 
+def test_what_if_says_when_a_waiting_pod_would_start(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, tmp_path: Path
+) -> None:
+    """A pod that would wait for a node whose pods declare their run time: what-if predicts
+    its start (the forecast the scheduler runs), and creates nothing."""
+    fill = pod("fill", gpus=8, annotations={"fairgpu.io/duration-seconds": "600"})
+    fill["spec"]["nodeName"] = "lv-training-a100"
+    create(admin, ns, fill)
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(pod("next", gpus=8)))
+    before = _objects(admin)
+    text = _run(live_cp, "what-if", "-f", str(job), "-n", ns)
+    assert f"{ns}/next (queue {ns}, user {ns}): would stay pending: 0/" in text
+    assert re.search(r"Predicted start: \S+ \(in (9|10)m\), if nothing else arrives", text), text
+    rows = json.loads(_run(live_cp, "what-if", "-f", str(job), "-n", ns, "-o", "json"))
+    assert 540 <= rows[0]["predicted_in_seconds"] <= 600
+    assert _objects(admin) == before
+
+
 def test_kubectl_plugin_runs_the_commands(
     live_cp: ControlPlane, admin: KubeClient, ns: str, tmp_path: Path
 ) -> None:

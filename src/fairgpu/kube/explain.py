@@ -38,7 +38,8 @@ from fairgpu.kube.reporter import PREDICTED_START
 from fairgpu.kube.snapshot import Snapshot
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import PodInfo
-from fairgpu.sim.forecast import Forecast
+from fairgpu.sim.forecast import Forecast, forecast
+from fairgpu.sim.learner import Runtimes
 from fairgpu.tenancy.config import DIM_GPU
 
 __all__ = ["explain_pod", "queue_rows", "what_if"]
@@ -435,7 +436,9 @@ def what_if(
     snapshot: Snapshot, pods: Sequence[PodInfo], pod_groups: dict[str, int] | None = None
 ) -> list[dict[str, Any]]:
     """Where each of ``pods`` (not in the cluster) would go in one cycle starting now, beside
-    the pods already pending, or why not (queue quota, node reasons). Creates nothing."""
+    the pods already pending, or why not (queue quota, node reasons); and, for a pod that
+    would wait but could fit, when it is predicted to start (the live forecast's path, the
+    pods added). Creates nothing."""
     cache, engine = snapshot.build()
     if pod_groups:
         engine.register_pod_groups(pod_groups)
@@ -447,4 +450,25 @@ def what_if(
         row = {"pod": pod.key, "queue": t.queue, "user": t.user}
         row.update(_decision(result, engine, pod.uid))
         rows.append(row)
+    waiting = [r for r in rows if r["outcome"] == "pending" and r.get("resolvable", True)]
+    if waiting:
+        predicted = _forecast_with(snapshot, pods, pod_groups)
+        uids = {p.key: p.uid for p in pods}
+        for row in waiting:
+            row.update(predicted_start(predicted, uids[row["pod"]]))
     return rows
+
+
+def _forecast_with(
+    snapshot: Snapshot, pods: Sequence[PodInfo], pod_groups: dict[str, int] | None
+) -> Forecast:
+    """The forecast of a fresh copy of ``snapshot`` with ``pods`` pending too (declared run
+    times only: a command has no completions to learn from)."""
+    cache, engine = snapshot.build()
+    if pod_groups:
+        engine.register_pod_groups(pod_groups)
+    pending = [*(p for p in cache.schedulable() if not p.scheduling_gates), *pods]
+    runtimes = Runtimes(lambda p: engine.tenant(p).queue, None)
+    return forecast(
+        cache.cluster, engine, pending, snapshot.now, runtimes, budget_s=FORECAST_BUDGET
+    )
