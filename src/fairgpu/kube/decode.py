@@ -7,7 +7,7 @@ Decoding runs on the reflector threads, so the loop thread only applies ready re
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -20,7 +20,14 @@ from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import PodInfo, invalid_pod, pod_from_k8s
 
-__all__ = ["NodeRecord", "PodRecord", "decode_node", "decode_pod"]
+__all__ = [
+    "NodeRecord",
+    "PodRecord",
+    "decode_node",
+    "decode_pod",
+    "parse_time",
+    "time_label",
+]
 
 
 @dataclass(slots=True)
@@ -54,7 +61,14 @@ class NodeRecord:
     error: str = ""
 
 
-def _ts(text: str | None) -> float | None:
+def time_label(t: float) -> str:
+    """``t`` (epoch seconds) as RFC 3339 UTC, to the second: how the live scheduler writes
+    times into annotations and pending pods' reasons."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> float | None:
+    """The epoch seconds of an RFC 3339 time, or None when absent or unreadable."""
     if not text:
         return None
     try:
@@ -98,7 +112,7 @@ def decode_pod(
         pod.status.phase,
         meta.deletion_timestamp is not None,
         None,
-        started=_ts(pod.status.start_time),
+        started=parse_time(pod.status.start_time),
         resource_version=meta.resource_version,
         nominated=pod.status.nominated_node_name,
     )

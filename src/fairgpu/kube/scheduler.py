@@ -33,7 +33,6 @@ import socket
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
@@ -46,6 +45,7 @@ from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode
 from fairgpu.kube.client import RateLimiter, RestClient, load_connection
 from fairgpu.kube.config import RunConfig
 from fairgpu.kube.consistency import check as check_cache
+from fairgpu.kube.decode import time_label
 from fairgpu.kube.dra_watch import DraWatch
 from fairgpu.kube.events import (
     BindResult,
@@ -94,7 +94,7 @@ class LiveScheduler:
             config.seed,
             tenancy=tenancy,
             ordering=config.ordering,  # type: ignore[arg-type]
-            time_label=_utc_label,
+            time_label=time_label,
         )
         conn = config.connection or load_connection(config.kubeconfig, config.context)
         limiter = RateLimiter(config.qps, config.burst)
@@ -507,11 +507,6 @@ class LiveScheduler:
     def _expire_held(self, now: float) -> None:
         if self.holds.expire(now):
             self._dirty = True
-
-
-def _utc_label(t: float) -> str:
-    """A wall-clock time as pending pods' reasons give it: RFC 3339, UTC, to the second."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def run(config: RunConfig) -> int:
