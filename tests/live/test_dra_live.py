@@ -356,6 +356,20 @@ def test_claim_template_per_pod(cp: ControlPlane, admin: KubeClient, ns: str) ->
         cp.stop_controller_manager()
 
 
+def dra1_allocation(device: str) -> dict[str, Any]:
+    """A claim allocation of the GPU ``device`` of node dra-1, as kube-scheduler writes it."""
+    return {
+        "devices": {
+            "results": [{"request": "gpu", "driver": DRIVER, "pool": "dra-1", "device": device}]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["dra-1"]}]}
+            ]
+        },
+    }
+
+
 def test_prebind_conflict_releases_what_it_wrote(admin: KubeClient, ns: str) -> None:
     """A claim allocated elsewhere between the choice and the write fails the bind, and the
     claim written before it is released (no allocation, reservation or finalizer left)."""
@@ -363,24 +377,8 @@ def test_prebind_conflict_releases_what_it_wrote(admin: KubeClient, ns: str) -> 
     uids = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims(admin, ns)}
     path = f"{DRA_API}/namespaces/{ns}/resourceclaims"
 
-    def alloc(device: str) -> dict[str, Any]:
-        return {
-            "devices": {
-                "results": [{"request": "gpu", "driver": DRIVER, "pool": "dra-1", "device": device}]
-            },
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchFields": [
-                            {"key": "metadata.name", "operator": "In", "values": ["dra-1"]}
-                        ]
-                    }
-                ]
-            },
-        }
-
     taken = admin.get(f"{path}/second")
-    taken["status"] = {"allocation": alloc("gpu-0")}
+    taken["status"] = {"allocation": dra1_allocation("gpu-0")}
     admin.request("PUT", f"{path}/second/status", taken)
     plan = DraPlan(
         ns,
@@ -388,8 +386,8 @@ def test_prebind_conflict_releases_what_it_wrote(admin: KubeClient, ns: str) -> 
         "0000-ghost",
         "dra-1",
         (
-            ClaimWrite(ns, "first", uids["first"], alloc("gpu-1")),
-            ClaimWrite(ns, "second", uids["second"], alloc("gpu-1")),
+            ClaimWrite(ns, "first", uids["first"], dra1_allocation("gpu-1")),
+            ClaimWrite(ns, "second", uids["second"], dra1_allocation("gpu-1")),
         ),
     )
     status, message = prebind(admin.rest, plan)
@@ -585,21 +583,8 @@ def test_prebind_retried_is_idempotent_and_checks_the_allocation(
     path = f"{DRA_API}/namespaces/{ns}/resourceclaims/once"
 
     def plan(device: str) -> DraPlan:
-        alloc = {
-            "devices": {
-                "results": [{"request": "gpu", "driver": DRIVER, "pool": "dra-1", "device": device}]
-            },
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchFields": [
-                            {"key": "metadata.name", "operator": "In", "values": ["dra-1"]}
-                        ]
-                    }
-                ]
-            },
-        }
-        return DraPlan(ns, "ghost", "0000-ghost", "dra-1", (ClaimWrite(ns, "once", uid, alloc),))
+        write = ClaimWrite(ns, "once", uid, dra1_allocation(device))
+        return DraPlan(ns, "ghost", "0000-ghost", "dra-1", (write,))
 
     assert prebind(admin.rest, plan("gpu-1")) == (200, "")
     assert prebind(admin.rest, plan("gpu-1")) == (200, "")
