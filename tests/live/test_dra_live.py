@@ -210,6 +210,17 @@ def unschedulable_message(admin: KubeClient, ns: str, name: str) -> str:
 
 
 # ---- tests ----------------------------------------------------------------------------------
+def claims_per_gpu(got: dict[str, list[dict[str, Any]]]) -> Counter[tuple[str, str]]:
+    """How many allocated devices of ``got`` (claims per pod) lie on each (pool, GPU): a MIG
+    partition counts for the GPU it is cut from."""
+    return Counter(
+        (r["pool"], r["device"].split("-mig-")[0])
+        for cs in got.values()
+        for c in cs
+        for r in c["status"]["allocation"]["devices"]["results"]
+    )
+
+
 def test_whole_gpu_claims_respect_devices_allocated_by_others(admin: KubeClient, ns: str) -> None:
     # A claim allocated by someone else (as kube-scheduler leaves it) holds dra-0's gpu-0.
     make_claims(admin, ns, claim("foreign", gpus=1))
@@ -261,13 +272,7 @@ def test_mig_partitions_share_gpus_without_overlap(admin: KubeClient, ns: str) -
         create(admin, ns, dra_pod(f"mig-{i}", ("gpu", f"m{i}")))
     create(admin, ns, dra_pod("whole", ("gpu", "whole")))
     wait_for(lambda: len(bound(admin, ns)) == 7)
-    got = assert_consistent(admin, ns)
-    per_gpu = Counter(
-        (r["pool"], r["device"].split("-mig-")[0])
-        for cs in got.values()
-        for c in cs
-        for r in c["status"]["allocation"]["devices"]["results"]
-    )
+    per_gpu = claims_per_gpu(assert_consistent(admin, ns))
     assert max(per_gpu.values()) <= 2  # never more than two 3g.40gb (or one whole) per GPU
 
 
@@ -457,13 +462,7 @@ def test_every_mig_slot_filled_once(admin: KubeClient, ns: str) -> None:
     elapsed = time.monotonic() - t0
     left = next(f"s{i}" for i in range(n + 1) if f"s{i}" not in bound(admin, ns))
     assert "cannot allocate all claims" in unschedulable_message(admin, ns, left)
-    got = assert_consistent(admin, ns)
-    per_gpu = Counter(
-        (r["pool"], r["device"].split("-mig-")[0])
-        for cs in got.values()
-        for c in cs
-        for r in c["status"]["allocation"]["devices"]["results"]
-    )
+    per_gpu = claims_per_gpu(assert_consistent(admin, ns))
     assert sorted(per_gpu.values()) == [7] * (GPUS * len(NODES))
     print(f"\n{n} MIG pods created and bound with their claims in {elapsed:.2f}s")
 
