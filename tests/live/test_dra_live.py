@@ -514,29 +514,11 @@ def test_least_privilege_rbac_of_deploy_allocates_and_releases(
 ) -> None:
     """A second scheduler (its own name) running as deploy/'s service account, with only the
     RBAC granted there, allocates, reserves and releases a claim."""
-    import yaml
+    from test_deploy import install_rbac
 
     from fairgpu.kube.client import Connection
 
-    deploy = Path(__file__).resolve().parents[2] / "deploy"
-    paths = {
-        "Namespace": "/api/v1/namespaces",
-        "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
-        "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-        "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-    }
-    for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
-        for doc in yaml.safe_load_all((deploy / name).read_text()):
-            if doc:
-                path = paths[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
-                r = admin.request("POST", path, doc)
-                assert r.ok or r.status == 409, r.body
-    token = admin.post(
-        "/api/v1/namespaces/fairgpu-system/serviceaccounts/fairgpu-scheduler/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )["status"]["token"]
+    token = install_rbac(admin)
     make_claims(admin, ns, claim("rbac", gpus=1))
     manifest = dra_pod("rbac", ("gpu", "rbac"))
     manifest["spec"]["schedulerName"] = "fairgpu-rbac"
