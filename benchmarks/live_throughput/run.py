@@ -33,6 +33,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -188,8 +189,10 @@ def start_kube_scheduler(cp: ControlPlane, bin_dir: Path, qps: float | None, wor
     return proc
 
 
-def start_fairgpu(cp: ControlPlane, qps: float | None, work: Path) -> Any:
-    """Start ``fairgpu run`` as a subprocess (no leader election)."""
+def start_fairgpu(
+    cp: ControlPlane, qps: float | None, work: Path, extra: Sequence[str] = ()
+) -> Any:
+    """Start ``fairgpu run`` as a subprocess (no leader election), with ``extra`` flags."""
     port = free_port()
     argv = [
         sys.executable,
@@ -201,6 +204,7 @@ def start_fairgpu(cp: ControlPlane, qps: float | None, work: Path) -> Any:
         f"--metrics-port={port}",
         "--metrics-host=127.0.0.1",
         "--log-level=warning",
+        *extra,
     ]
     if qps is not None:
         argv.append(f"--qps={qps}")

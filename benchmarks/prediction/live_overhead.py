@@ -20,9 +20,9 @@ Prints one JSON object: pods/s per run, the median per mode and its ratio to ``o
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,40 +32,18 @@ from typing import Any
 
 from benchmarks.live_throughput import run as throughput
 from fairgpu.devcluster import ControlPlane, create_nodes, find_binaries, gpu_node_specs
-from fairgpu.devcluster.controlplane import free_port
 
 MODES = {"off": 0.0, "default": 30.0, "busy": 1.0}
 TARGET = 0.90
+
+#: The benchmark's own start (``start_fairgpu`` is swapped while a mode runs).
+_START_FAIRGPU = throughput.start_fairgpu
 
 
 def with_forecast(seconds: float) -> Any:
     """A ``start_fairgpu`` for :func:`throughput.one_run`: the same command line as
     ``live_throughput`` uses, plus ``--forecast-seconds``."""
-
-    def start(cp: ControlPlane, qps: float | None, work: Path) -> Any:
-        port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "fairgpu",
-            "run",
-            f"--kubeconfig={cp.kubeconfig_path}",
-            "--no-leader-elect",
-            f"--metrics-port={port}",
-            "--metrics-host=127.0.0.1",
-            "--log-level=warning",
-            f"--forecast-seconds={seconds}",
-        ]
-        if qps is not None:
-            argv.append(f"--qps={qps}")
-        log = open(work / "fairgpu.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        throughput.wait_http(f"http://127.0.0.1:{port}/readyz")
-        return proc
-
-    return start
+    return functools.partial(_START_FAIRGPU, extra=[f"--forecast-seconds={seconds}"])
 
 
 def main() -> None:

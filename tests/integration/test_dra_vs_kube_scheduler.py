@@ -39,6 +39,7 @@ from fairgpu.model.dra import decode_dra
 from fairgpu.model.node import node_from_k8s
 from fairgpu.model.pod import pod_from_k8s
 from tests import polling
+from tests.engine.dra_builders import request as _request
 
 pytestmark = pytest.mark.integration
 
@@ -184,19 +185,6 @@ def _partitioned(case: Case, node: str, gpus: int) -> dict[str, Any]:
     s = _slice(case, f"{node}-mig", devices, nodeName=node)
     s["spec"]["sharedCounters"] = shared
     return s
-
-
-def _request(
-    name: str, cls: str, count: int = 1, *exprs: str, mode: str = "ExactCount", admin: bool = False
-) -> dict[str, Any]:
-    exactly: dict[str, Any] = {"deviceClassName": cls, "allocationMode": mode}
-    if mode == "ExactCount":
-        exactly["count"] = count
-    if exprs:
-        exactly["selectors"] = [{"cel": {"expression": e}} for e in exprs]
-    if admin:
-        exactly["adminAccess"] = True
-    return {"name": name, "exactly": exactly}
 
 
 def _claim(

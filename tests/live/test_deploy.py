@@ -39,6 +39,18 @@ def docs(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
 
 
+def install_rbac(client: KubeClient) -> str:
+    """Apply deploy/'s namespace, service account and RBAC; returns a token of that service
+    account (the scheduler's least privilege)."""
+    for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
+        for d in docs(name):
+            apply(client, d)
+    return client.post(
+        "/api/v1/namespaces/fairgpu-system/serviceaccounts/fairgpu-scheduler/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+
+
 def templates(name: str) -> list[dict[str, Any]]:
     """Pod templates of the Deployments in ``deploy/examples/<name>``."""
     return [
@@ -52,13 +64,7 @@ def test_runs_with_the_least_privilege_rbac_of_deploy(
     live_cp: ControlPlane, admin: KubeClient, ns: str, podgroup_crd: None
 ) -> None:
     # With the PodGroup CRD installed the scheduler also lists and watches PodGroups.
-    for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
-        for d in docs(name):
-            apply(admin, d)
-    token = admin.post(
-        "/api/v1/namespaces/fairgpu-system/serviceaccounts/fairgpu-scheduler/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )["status"]["token"]
+    token = install_rbac(admin)
     conn = Connection(live_cp.url, token, live_cp.ca_file)
     # The example Deployments' pod templates (no controller-manager runs here).
     for tmpl in templates("inference-deployment.yaml"):

@@ -210,6 +210,17 @@ def unschedulable_message(admin: KubeClient, ns: str, name: str) -> str:
 
 
 # ---- tests ----------------------------------------------------------------------------------
+def claims_per_gpu(got: dict[str, list[dict[str, Any]]]) -> Counter[tuple[str, str]]:
+    """How many allocated devices of ``got`` (claims per pod) lie on each (pool, GPU): a MIG
+    partition counts for the GPU it is cut from."""
+    return Counter(
+        (r["pool"], r["device"].split("-mig-")[0])
+        for cs in got.values()
+        for c in cs
+        for r in c["status"]["allocation"]["devices"]["results"]
+    )
+
+
 def test_whole_gpu_claims_respect_devices_allocated_by_others(admin: KubeClient, ns: str) -> None:
     # A claim allocated by someone else (as kube-scheduler leaves it) holds dra-0's gpu-0.
     make_claims(admin, ns, claim("foreign", gpus=1))
@@ -261,13 +272,7 @@ def test_mig_partitions_share_gpus_without_overlap(admin: KubeClient, ns: str) -
         create(admin, ns, dra_pod(f"mig-{i}", ("gpu", f"m{i}")))
     create(admin, ns, dra_pod("whole", ("gpu", "whole")))
     wait_for(lambda: len(bound(admin, ns)) == 7)
-    got = assert_consistent(admin, ns)
-    per_gpu = Counter(
-        (r["pool"], r["device"].split("-mig-")[0])
-        for cs in got.values()
-        for c in cs
-        for r in c["status"]["allocation"]["devices"]["results"]
-    )
+    per_gpu = claims_per_gpu(assert_consistent(admin, ns))
     assert max(per_gpu.values()) <= 2  # never more than two 3g.40gb (or one whole) per GPU
 
 
@@ -356,6 +361,20 @@ def test_claim_template_per_pod(cp: ControlPlane, admin: KubeClient, ns: str) ->
         cp.stop_controller_manager()
 
 
+def dra1_allocation(device: str) -> dict[str, Any]:
+    """A claim allocation of the GPU ``device`` of node dra-1, as kube-scheduler writes it."""
+    return {
+        "devices": {
+            "results": [{"request": "gpu", "driver": DRIVER, "pool": "dra-1", "device": device}]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["dra-1"]}]}
+            ]
+        },
+    }
+
+
 def test_prebind_conflict_releases_what_it_wrote(admin: KubeClient, ns: str) -> None:
     """A claim allocated elsewhere between the choice and the write fails the bind, and the
     claim written before it is released (no allocation, reservation or finalizer left)."""
@@ -363,24 +382,8 @@ def test_prebind_conflict_releases_what_it_wrote(admin: KubeClient, ns: str) -> 
     uids = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims(admin, ns)}
     path = f"{DRA_API}/namespaces/{ns}/resourceclaims"
 
-    def alloc(device: str) -> dict[str, Any]:
-        return {
-            "devices": {
-                "results": [{"request": "gpu", "driver": DRIVER, "pool": "dra-1", "device": device}]
-            },
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchFields": [
-                            {"key": "metadata.name", "operator": "In", "values": ["dra-1"]}
-                        ]
-                    }
-                ]
-            },
-        }
-
     taken = admin.get(f"{path}/second")
-    taken["status"] = {"allocation": alloc("gpu-0")}
+    taken["status"] = {"allocation": dra1_allocation("gpu-0")}
     admin.request("PUT", f"{path}/second/status", taken)
     plan = DraPlan(
         ns,
@@ -388,8 +391,8 @@ def test_prebind_conflict_releases_what_it_wrote(admin: KubeClient, ns: str) -> 
         "0000-ghost",
         "dra-1",
         (
-            ClaimWrite(ns, "first", uids["first"], alloc("gpu-1")),
-            ClaimWrite(ns, "second", uids["second"], alloc("gpu-1")),
+            ClaimWrite(ns, "first", uids["first"], dra1_allocation("gpu-1")),
+            ClaimWrite(ns, "second", uids["second"], dra1_allocation("gpu-1")),
         ),
     )
     status, message = prebind(admin.rest, plan)
@@ -459,13 +462,7 @@ def test_every_mig_slot_filled_once(admin: KubeClient, ns: str) -> None:
     elapsed = time.monotonic() - t0
     left = next(f"s{i}" for i in range(n + 1) if f"s{i}" not in bound(admin, ns))
     assert "cannot allocate all claims" in unschedulable_message(admin, ns, left)
-    got = assert_consistent(admin, ns)
-    per_gpu = Counter(
-        (r["pool"], r["device"].split("-mig-")[0])
-        for cs in got.values()
-        for c in cs
-        for r in c["status"]["allocation"]["devices"]["results"]
-    )
+    per_gpu = claims_per_gpu(assert_consistent(admin, ns))
     assert sorted(per_gpu.values()) == [7] * (GPUS * len(NODES))
     print(f"\n{n} MIG pods created and bound with their claims in {elapsed:.2f}s")
 
@@ -517,29 +514,11 @@ def test_least_privilege_rbac_of_deploy_allocates_and_releases(
 ) -> None:
     """A second scheduler (its own name) running as deploy/'s service account, with only the
     RBAC granted there, allocates, reserves and releases a claim."""
-    import yaml
+    from test_deploy import install_rbac
 
     from fairgpu.kube.client import Connection
 
-    deploy = Path(__file__).resolve().parents[2] / "deploy"
-    paths = {
-        "Namespace": "/api/v1/namespaces",
-        "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
-        "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-        "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-    }
-    for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
-        for doc in yaml.safe_load_all((deploy / name).read_text()):
-            if doc:
-                path = paths[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
-                r = admin.request("POST", path, doc)
-                assert r.ok or r.status == 409, r.body
-    token = admin.post(
-        "/api/v1/namespaces/fairgpu-system/serviceaccounts/fairgpu-scheduler/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )["status"]["token"]
+    token = install_rbac(admin)
     make_claims(admin, ns, claim("rbac", gpus=1))
     manifest = dra_pod("rbac", ("gpu", "rbac"))
     manifest["spec"]["schedulerName"] = "fairgpu-rbac"
@@ -585,21 +564,8 @@ def test_prebind_retried_is_idempotent_and_checks_the_allocation(
     path = f"{DRA_API}/namespaces/{ns}/resourceclaims/once"
 
     def plan(device: str) -> DraPlan:
-        alloc = {
-            "devices": {
-                "results": [{"request": "gpu", "driver": DRIVER, "pool": "dra-1", "device": device}]
-            },
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchFields": [
-                            {"key": "metadata.name", "operator": "In", "values": ["dra-1"]}
-                        ]
-                    }
-                ]
-            },
-        }
-        return DraPlan(ns, "ghost", "0000-ghost", "dra-1", (ClaimWrite(ns, "once", uid, alloc),))
+        write = ClaimWrite(ns, "once", uid, dra1_allocation(device))
+        return DraPlan(ns, "ghost", "0000-ghost", "dra-1", (write,))
 
     assert prebind(admin.rest, plan("gpu-1")) == (200, "")
     assert prebind(admin.rest, plan("gpu-1")) == (200, "")

@@ -43,15 +43,21 @@ def _whole_node(name: str, seconds: int) -> dict[str, Any]:
     return pod(name, gpus=8, annotations={"fairgpu.io/duration-seconds": str(seconds)})
 
 
-def test_predicted_start_is_annotated_in_the_condition_and_follows_changes(
-    live_cp: ControlPlane, admin: KubeClient, ns: str, kubelet: FakeKubelet
-) -> None:
-    fill = _whole_node("fill", 60)
+def _start_fill(admin: KubeClient, ns: str, seconds: int) -> float:
+    """Run a pod "fill" of ``seconds`` on the whole node; returns when it started."""
+    fill = _whole_node("fill", seconds)
     fill["spec"]["nodeName"] = NODE
     create(admin, ns, fill)
     started = wait_for(lambda: _get(admin, ns, "fill").get("status", {}).get("startTime"))
-    fill_start = parse_time(started)
-    assert fill_start is not None
+    start = parse_time(started)
+    assert start is not None
+    return start
+
+
+def test_predicted_start_is_annotated_in_the_condition_and_follows_changes(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, kubelet: FakeKubelet
+) -> None:
+    fill_start = _start_fill(admin, ns, 60)
     create(admin, ns, _whole_node("b", 30))
     create(admin, ns, _whole_node("c", 30))
     with scheduler(live_cp, forecast_seconds=0.5, forecast_budget=2.0) as s:
@@ -87,10 +93,7 @@ def test_explain_and_queues_print_the_predicted_start_and_drain(
 
     from fairgpu.cli import app
 
-    fill = _whole_node("fill", 600)
-    fill["spec"]["nodeName"] = NODE
-    create(admin, ns, fill)
-    started = wait_for(lambda: _get(admin, ns, "fill").get("status", {}).get("startTime"))
+    fill_end = _start_fill(admin, ns, 600) + 600
     # Created in the same second, so ordered by name: "first" before "second".
     create(admin, ns, _whole_node("first", 30))
     create(admin, ns, pod("second", gpus=8))  # declares no run time
@@ -98,7 +101,6 @@ def test_explain_and_queues_print_the_predicted_start_and_drain(
     runner = CliRunner()
     out = runner.invoke(app, ["explain", f"{ns}/first", *kc])
     assert out.exit_code == 0, out.output
-    fill_end = parse_time(started) + 600  # type: ignore[operator]
     label = time_label(fill_end)
     assert f"Predicted start: {label} (in " in out.output, out.output
     # After first (30 s) the node is free for the pod that declares nothing: it starts then.

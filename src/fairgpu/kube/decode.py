@@ -6,8 +6,9 @@ Decoding runs on the reflector threads, so the loop thread only applies ready re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -20,7 +21,57 @@ from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import PodInfo, invalid_pod, pod_from_k8s
 
-__all__ = ["NodeRecord", "PodRecord", "decode_node", "decode_pod"]
+__all__ = [
+    "Invalid",
+    "NodeRecord",
+    "PodRecord",
+    "decode_node",
+    "decode_pod",
+    "or_invalid",
+    "parse_time",
+    "time_label",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """A watched object that failed to decode: left out of its store, logged naming the
+    field (``error``)."""
+
+    kind: str
+    key: str
+    error: str
+
+
+class _NamedMeta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+
+
+class _Named(msgspec.Struct):
+    metadata: _NamedMeta = msgspec.field(default_factory=_NamedMeta)
+
+
+_named = msgspec.json.Decoder(_Named)
+
+
+def or_invalid(kind: str, struct: type, slim: Callable[[Any], Any]) -> Callable[[bytes], Any]:
+    """A reflector decoder for ``kind``: ``slim`` of the object decoded as ``struct``, or an
+    :class:`Invalid` keyed ``namespace/name`` (as far as the metadata can be read) when
+    the object is malformed, so one bad object never stops a watch."""
+
+    def decode(raw: bytes) -> Any:
+        try:
+            return slim(k8s.decode_json(raw, struct))
+        except InvalidObjectError as error:
+            try:
+                meta = _named.decode(raw).metadata
+            except msgspec.MsgspecError:
+                meta = _NamedMeta()
+            key = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
+            return Invalid(kind, key, str(error))
+
+    return decode
 
 
 @dataclass(slots=True)
@@ -54,7 +105,14 @@ class NodeRecord:
     error: str = ""
 
 
-def _ts(text: str | None) -> float | None:
+def time_label(t: float) -> str:
+    """``t`` (epoch seconds) as RFC 3339 UTC, to the second: how the live scheduler writes
+    times into annotations and pending pods' reasons."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> float | None:
+    """The epoch seconds of an RFC 3339 time, or None when absent or unreadable."""
     if not text:
         return None
     try:
@@ -98,7 +156,7 @@ def decode_pod(
         pod.status.phase,
         meta.deletion_timestamp is not None,
         None,
-        started=_ts(pod.status.start_time),
+        started=parse_time(pod.status.start_time),
         resource_version=meta.resource_version,
         nominated=pod.status.nominated_node_name,
     )

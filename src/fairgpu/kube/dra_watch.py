@@ -27,17 +27,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from fairgpu.api import dra as api
-from fairgpu.api.errors import InvalidObjectError
-from fairgpu.api.objects import decode_json
 from fairgpu.cluster.dra import DraStore
 from fairgpu.cluster.state import ClusterState
 from fairgpu.kube.client import CONNECTION_ERRORS, RestClient
+from fairgpu.kube.decode import Invalid, or_invalid
 from fairgpu.kube.reflector import Reflector
 from fairgpu.model.dra import (
     ClaimInfo,
@@ -63,46 +59,13 @@ _RESOURCES: dict[str, tuple[str, type, Callable[[Any], Any], str]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Invalid:
-    """An object that failed to decode: left out of the store, logged naming the field."""
-
-    kind: str
-    key: str
-    error: str
-
-
-class _NamedMeta(msgspec.Struct):
-    name: str = ""
-    namespace: str = ""
-
-
-class _Named(msgspec.Struct):
-    metadata: _NamedMeta = msgspec.field(default_factory=_NamedMeta)
-
-
-_named = msgspec.json.Decoder(_Named)
-
-
 def _key(obj: DeviceClassInfo | SliceInfo | ClaimInfo) -> str:
     return obj.key if isinstance(obj, ClaimInfo) else obj.name
 
 
 def _decoder(kind: str) -> Callable[[bytes], Any]:
     _, struct, slim, _ = _RESOURCES[kind]
-
-    def decode(raw: bytes) -> Any:
-        try:
-            return slim(decode_json(raw, struct))
-        except InvalidObjectError as error:
-            try:
-                meta = _named.decode(raw).metadata
-            except msgspec.MsgspecError:
-                meta = _NamedMeta()
-            key = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
-            return Invalid(kind, key, str(error))
-
-    return decode
+    return or_invalid(kind, struct, slim)
 
 
 class DraWatch:

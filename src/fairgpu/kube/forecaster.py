@@ -30,7 +30,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ from fairgpu.kube.client import (
     load_connection,
 )
 from fairgpu.kube.config import RunConfig
-from fairgpu.kube.decode import PodRecord
+from fairgpu.kube.decode import PodRecord, parse_time, time_label
 from fairgpu.kube.metrics import Metrics
 from fairgpu.kube.reporter import Reporter
 from fairgpu.kube.snapshot import ReadSettings, Snapshot, read_cluster
@@ -74,21 +73,6 @@ STALE_PERIODS = 5
 
 #: Seconds without a placement before the scheduler counts as idle enough to forecast.
 QUIET_SECONDS = 2.0
-
-
-def time_label(t: float) -> str:
-    """``t`` (epoch seconds) as RFC 3339 UTC, to the second."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> float | None:
-    """The epoch seconds of an RFC 3339 time, or None when absent or unreadable."""
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def forecast_snapshot(

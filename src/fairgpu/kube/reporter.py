@@ -23,9 +23,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.engine import CycleResult
 from fairgpu.kube.client import CONNECTION_ERRORS, STRATEGIC_MERGE_PATCH, RateLimiter, RestClient
+from fairgpu.kube.metrics import Metrics
 
-__all__ = ["PREDICTED_START", "Report", "Reporter"]
+__all__ = ["PREDICTED_START", "Report", "Reporter", "report_unschedulable"]
 
 log = logging.getLogger("fairgpu.kube.reporter")
 
@@ -262,3 +265,31 @@ class Reporter:
                 "event not written",
                 extra={rep.kind.lower(): f"{ns}/{name}", "status": r.status, "error": r.message},
             )
+
+
+def report_unschedulable(
+    reporter: Reporter, m: Metrics, cluster: ClusterState, result: CycleResult, now: float
+) -> dict[str, Report]:
+    """Report a cycle's pods left pending and count its attempts; returns the reports."""
+    failed: dict[str, Report] = {}
+    errors = 0
+    for u in result.unschedulable:
+        pod = u.pod
+        if pod.uid in cluster.placements or pod.scheduling_gates:
+            continue  # placed (a gang member) or gated: the API server's condition stands
+        if pod.error:
+            errors += 1
+        failed[pod.uid] = Report(
+            pod.uid,
+            pod.namespace,
+            pod.name,
+            u.reason,
+            "SchedulerError" if pod.error else "Unschedulable",
+        )
+    for rep in failed.values():
+        if reporter.report(rep, now):
+            m.unschedulable_reports.inc()
+    m.attempts.labels("scheduled").inc(len(result.binds))
+    m.attempts.labels("unschedulable").inc(len(failed) - errors)
+    m.attempts.labels("error").inc(errors)
+    return failed

@@ -33,11 +33,10 @@ import socket
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
-from fairgpu.engine.engine import Bind, CycleResult, Engine
+from fairgpu.engine.engine import Bind, Engine
 from fairgpu.engine.policies import policy as named_policy
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.batching import batch
@@ -46,6 +45,7 @@ from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode
 from fairgpu.kube.client import RateLimiter, RestClient, load_connection
 from fairgpu.kube.config import RunConfig
 from fairgpu.kube.consistency import check as check_cache
+from fairgpu.kube.decode import time_label
 from fairgpu.kube.dra_watch import DraWatch
 from fairgpu.kube.events import (
     BindResult,
@@ -68,7 +68,7 @@ from fairgpu.kube.namespaces import NamespaceStore, namespace_reflector
 from fairgpu.kube.podgroup_watch import PodGroupWatch
 from fairgpu.kube.preemption_hold import PreemptionHolds
 from fairgpu.kube.reflector import Reflector
-from fairgpu.kube.reporter import Report, Reporter
+from fairgpu.kube.reporter import Reporter, report_unschedulable
 from fairgpu.kube.sharing_check import SharingCheck
 from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.node_pools import NodePoolConfig
@@ -94,7 +94,7 @@ class LiveScheduler:
             config.seed,
             tenancy=tenancy,
             ordering=config.ordering,  # type: ignore[arg-type]
-            time_label=_utc_label,
+            time_label=time_label,
         )
         conn = config.connection or load_connection(config.kubeconfig, config.context)
         limiter = RateLimiter(config.qps, config.burst)
@@ -449,7 +449,7 @@ class LiveScheduler:
         for b in binds:
             self._assumed(b, now)
         self.sharing.check(cache.cluster, result.binds)
-        failed = self._report_unschedulable(result, now)
+        failed = report_unschedulable(self.reporter, self.metrics, cache.cluster, result, now)
         for uid in self.holds.stale_nominations(failed, self.engine.no_preemption):
             self.binder.nominate(cache.pending[uid], None)  # same thread: still pending
         if result.binds or result.evictions:
@@ -463,32 +463,6 @@ class LiveScheduler:
                     "seconds": round(elapsed, 4),
                 },
             )
-
-    def _report_unschedulable(self, result: CycleResult, now: float) -> dict[str, Report]:
-        """Report the cycle's pods left pending and count its attempts; returns the reports."""
-        cache, m = self.cache, self.metrics
-        failed: dict[str, Report] = {}
-        errors = 0
-        for u in result.unschedulable:
-            pod = u.pod
-            if pod.uid in cache.cluster.placements or pod.scheduling_gates:
-                continue  # placed (a gang member) or gated: the API server's condition stands
-            if pod.error:
-                errors += 1
-            failed[pod.uid] = Report(
-                pod.uid,
-                pod.namespace,
-                pod.name,
-                u.reason,
-                "SchedulerError" if pod.error else "Unschedulable",
-            )
-        for rep in failed.values():
-            if self.reporter.report(rep, now):
-                m.unschedulable_reports.inc()
-        m.attempts.labels("scheduled").inc(len(result.binds))
-        m.attempts.labels("unschedulable").inc(len(failed) - errors)
-        m.attempts.labels("error").inc(errors)
-        return failed
 
     # ---- binding --------------------------------------------------------------------------------
     def _assumed(self, b: Bind, now: float) -> None:
@@ -507,11 +481,6 @@ class LiveScheduler:
     def _expire_held(self, now: float) -> None:
         if self.holds.expire(now):
             self._dirty = True
-
-
-def _utc_label(t: float) -> str:
-    """A wall-clock time as pending pods' reasons give it: RFC 3339, UTC, to the second."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def run(config: RunConfig) -> int:

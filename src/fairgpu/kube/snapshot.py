@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from fairgpu.engine.policies import policy as named_policy
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.client import RestClient
-from fairgpu.kube.decode import NodeRecord, PodRecord
+from fairgpu.kube.decode import NodeRecord, PodRecord, time_label
 from fairgpu.kube.dra_watch import DraWatch, read_dra
 from fairgpu.kube.namespaces import NamespaceStore, decode_namespace
 from fairgpu.kube.podgroups import PodGroupBook, decode_pod_group, served_pod_group_paths
@@ -86,11 +85,6 @@ def list_objects(
             return items
 
 
-def utc_label(t: float) -> str:
-    """A wall-clock time as the live scheduler writes it in reasons (RFC 3339, UTC)."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @dataclass(slots=True)
 class Snapshot:
     """The decoded lists of one read, and the settings to build state from them."""
@@ -116,7 +110,7 @@ class Snapshot:
             s.seed,
             tenancy=tenancy,
             ordering=s.ordering,  # type: ignore[arg-type]
-            time_label=utc_label,
+            time_label=time_label,
         )
         cache = SchedulerCache(s.scheduler_name)
         out = CacheChanges()

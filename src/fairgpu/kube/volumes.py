@@ -25,12 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from fairgpu.api import objects as k8s
-from fairgpu.api.errors import InvalidObjectError
 from fairgpu.cluster.state import ClusterState
 from fairgpu.kube.client import CONNECTION_ERRORS, MERGE_PATCH, RestClient
+from fairgpu.kube.decode import Invalid, or_invalid
 from fairgpu.kube.reflector import Reflector
 from fairgpu.model.volumes import (
     ANN_BIND_COMPLETED,
@@ -72,15 +70,6 @@ _RESOURCES: dict[str, tuple[str, type, Callable[[Any], Any], str]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Invalid:
-    """An object that failed to decode: it is left out of the store (logged with the field)."""
-
-    kind: str
-    key: str
-    error: str
-
-
 def _key(obj: ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo) -> str:
     return obj.key if isinstance(obj, ClaimInfo) else obj.name
 
@@ -93,22 +82,13 @@ class VolumeWatch:
         self.reflectors: list[Reflector] = []
         for kind, (path, struct, slim, _) in _RESOURCES.items():
 
-            def decode(raw: bytes, kind: str = kind, struct: type = struct, slim=slim) -> Any:
-                try:
-                    return slim(k8s.decode_json(raw, struct))
-                except InvalidObjectError as error:
-                    try:
-                        meta = _named.decode(raw).metadata
-                    except msgspec.MsgspecError:
-                        meta = _NamedMeta()
-                    key = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
-                    return Invalid(kind, key, str(error))
-
             def forward(etype: str, obj: Any, kind: str = kind) -> None:
                 sink(etype, (kind, obj))
 
             self.reflectors.append(
-                Reflector(client, path, decode, forward, name=_RESOURCES[kind][3])
+                Reflector(
+                    client, path, or_invalid(kind, struct, slim), forward, name=_RESOURCES[kind][3]
+                )
             )
 
     def start(self) -> None:
@@ -153,18 +133,6 @@ class VolumeWatch:
             store.prune_bound()
         cluster.release_version += 1
         return True
-
-
-class _NamedMeta(msgspec.Struct):
-    name: str = ""
-    namespace: str = ""
-
-
-class _Named(msgspec.Struct):
-    metadata: _NamedMeta = msgspec.field(default_factory=_NamedMeta)
-
-
-_named = msgspec.json.Decoder(_Named)
 
 
 def _put(store: Any, obj: Any) -> None:
