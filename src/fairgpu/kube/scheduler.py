@@ -56,6 +56,7 @@ from fairgpu.kube.events import (
     NodeEvent,
     PodEvent,
     PodGroupEvent,
+    ServiceEvent,
     VolumeEvent,
     Wake,
 )
@@ -69,6 +70,7 @@ from fairgpu.kube.podgroup_watch import PodGroupWatch
 from fairgpu.kube.preemption_hold import PreemptionHolds
 from fairgpu.kube.reflector import Reflector
 from fairgpu.kube.reporter import Report, Reporter
+from fairgpu.kube.services import ServiceStore, service_reflector
 from fairgpu.kube.sharing_check import SharingCheck
 from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.node_pools import NodePoolConfig
@@ -158,6 +160,11 @@ class LiveScheduler:
         self.namespaces = NamespaceStore()
         self.namespace_reflector = namespace_reflector(
             self.client, lambda t, obj: self.events.put(NamespaceEvent(t, obj))
+        )
+        # Service selectors, for PodTopologySpread's default constraints.
+        self.services = ServiceStore()
+        self.service_reflector = service_reflector(
+            self.client, lambda t, obj: self.events.put(ServiceEvent(t, obj))
         )
         # Claims, volumes, storage classes and CSI nodes for the volume plugins.
         self.volume_watch = storage.VolumeWatch(
@@ -251,6 +258,7 @@ class LiveScheduler:
         self.reporter.start()
         self.node_reflector.start()
         self.namespace_reflector.start()
+        self.service_reflector.start()
         self.pod_reflector.start()
         self.volume_watch.start()
         self.dra_watch.start()
@@ -278,6 +286,7 @@ class LiveScheduler:
         self.pod_reflector.stop()
         self.node_reflector.stop()
         self.namespace_reflector.stop()
+        self.service_reflector.stop()
         self.volume_watch.stop()
         self.dra_watch.stop()
         self.pod_groups.stop()
@@ -293,6 +302,7 @@ class LiveScheduler:
             self.pod_reflector.synced.is_set()
             and self.node_reflector.synced.is_set()
             and self.namespace_reflector.synced.is_set()
+            and self.service_reflector.synced.is_set()
             and self.volume_watch.synced()
             and self.dra_watch.synced()
             and self.pod_groups.synced()
@@ -402,6 +412,8 @@ class LiveScheduler:
             self._apply_pod_group(event, out)
         elif isinstance(event, NamespaceEvent):
             out.dirty |= self.namespaces.apply(event.etype, event.obj, cache.cluster)
+        elif isinstance(event, ServiceEvent):
+            out.dirty |= self.services.apply(event.etype, event.obj, cache.cluster)
         elif isinstance(event, VolumeEvent):
             changed = storage.VolumeWatch.apply(cache.cluster, event.etype, event.obj)
             out.dirty = changed or out.dirty
