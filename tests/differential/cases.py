@@ -30,6 +30,8 @@ class Case:
     # "defaults" cases: the ReplicaSet owning the pod to place (and some existing pods);
     # the pods' ownerReferences get its uid once it exists.
     replica_set: dict[str, Any] | None = None
+    # "defaults" cases with a Service instead: it selects the (unowned) pods.
+    service: dict[str, Any] | None = None
 
     @property
     def zone_key(self) -> str:
@@ -193,11 +195,17 @@ def _owned(case: Case, pod: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
-def _defaults_case(case: Case, rng: random.Random) -> None:
-    """A ReplicaSet's pod without constraints of its own: kube's system default spread
-    constraints (hostname maxSkew 3, zone maxSkew 5, ScheduleAnyway) score its nodes."""
-    selector = {"app": "web", "case": case.cid}
-    case.replica_set = {
+def _service(case: Case, selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": f"{case.cid}-svc", "namespace": case.main_ns},
+        "spec": {"clusterIP": "None", "selector": selector, "ports": [{"port": 80}]},
+    }
+
+
+def _replica_set(case: Case, selector: dict[str, str]) -> dict[str, Any]:
+    return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "metadata": {"name": f"{case.cid}-rs", "namespace": case.main_ns},
@@ -210,17 +218,29 @@ def _defaults_case(case: Case, rng: random.Random) -> None:
             },
         },
     }
+
+
+def _defaults_case(case: Case, rng: random.Random, service: bool) -> None:
+    """A ReplicaSet's pod without constraints of its own: kube's system default spread
+    constraints (hostname maxSkew 3, zone maxSkew 5, ScheduleAnyway) score its nodes. With
+    ``service``, no ReplicaSet: a Service selects the pods, which gives them the same."""
+    selector = {"app": "web", "case": case.cid}
+    if service:
+        case.service = _service(case, selector)
+    else:
+        case.replica_set = _replica_set(case, selector)
     for k in range(rng.randint(0, 9)):
         node = rng.choice(case.nodes)["name"]
         owned = rng.random() < 0.8
         labels = {"app": "web"} if owned or rng.random() < 0.5 else {"app": "db"}
         pod = _pod(case, f"e{k}", case.main_ns, labels, nodeName=node)
-        case.existing.append(_owned(case, pod) if owned else pod)
+        case.existing.append(_owned(case, pod) if owned and not service else pod)
     spec = {
         "affinity": {"nodeAffinity": _node_affinity(case, rng)},
         "tolerations": [{"key": "dedicated", "operator": "Exists"}],
     }
-    case.incoming = _owned(case, _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec))
+    incoming = _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec)
+    case.incoming = incoming if service else _owned(case, incoming)
 
 
 def make_case(i: int, kind: str, rng: random.Random) -> Case:
@@ -228,7 +248,7 @@ def make_case(i: int, kind: str, rng: random.Random) -> Case:
     case = Case(f"c{i:03d}", kind)
     _nodes(case, rng)
     if kind == "defaults":
-        _defaults_case(case, rng)
+        _defaults_case(case, rng, service=i % 16 == 15)  # every other one
         return case
     mixed = kind == "mixed"
     _existing(case, rng, ports=kind in ("ports", "mixed"), anti=kind in ("affinity", "mixed"))

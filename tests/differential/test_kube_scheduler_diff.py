@@ -1,5 +1,6 @@
 """fairgpu against the real kube-scheduler 1.34 on generated cases (spread, inter-pod
-(anti-)affinity with namespace selectors and label keys, scheduling gates, host ports).
+(anti-)affinity with namespace selectors and label keys, scheduling gates, host ports, default
+spread constraints of ReplicaSets' and Services' pods).
 
 All cases share one control plane (cases are isolated by construction, see ``cases.py``).
 fairgpu decides first, on the snapshot the API returns (the same decoding as production);
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fairgpu.api.objects import Namespace, Node, Pod, decode
+from fairgpu.api.objects import Namespace, Node, Pod, Service, decode
 from fairgpu.cluster.state import ClusterState
 from fairgpu.devcluster import ControlPlane, KubeClient, NodeSpec, create_nodes, ensure_namespace
 from fairgpu.devcluster.controlplane import find_binaries
@@ -64,6 +65,8 @@ def _create_case_objects(client: KubeClient, cases: list[Case], ca: str) -> None
             )
         )
         list(pool.map(lambda c: _create_replica_set(client, c), cases))
+        for svc in [c.service for c in cases if c.service is not None]:
+            client.post(f"/api/v1/namespaces/{svc['metadata']['namespace']}/services", svc)
         list(
             pool.map(
                 lambda p: client.post(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p),
@@ -91,6 +94,11 @@ def _snapshot(client: KubeClient) -> tuple[ClusterState, dict[str, Any]]:
         ns.metadata.name: dict(ns.metadata.labels)
         for ns in (decode(r, Namespace) for r in client.get("/api/v1/namespaces")["items"])
     }
+    for svc in (decode(r, Service) for r in client.get("/api/v1/services")["items"]):
+        if svc.spec.selector:
+            state.service_selectors.setdefault(svc.metadata.namespace, []).append(
+                dict(svc.spec.selector)
+            )
     incoming = {}
     for raw in client.get("/api/v1/pods")["items"]:
         pod = pod_from_k8s(decode(raw, Pod))
@@ -171,7 +179,8 @@ def test_fairgpu_agrees_with_kube_scheduler(control_plane: ControlPlane, tmp_pat
         ns = case.main_ns
         theirs, mine = kube.get(ns, ""), ours.get(ns, "")
         ok = bool(theirs) == bool(mine) and (not theirs or theirs in feasible[ns])
-        tally = per_kind.setdefault(case.kind, [0, 0, 0])
+        kind = f"{case.kind}/service" if case.service is not None else case.kind
+        tally = per_kind.setdefault(kind, [0, 0, 0])
         tally[0] += ok
         tally[1] += 1
         top_scored += bool(theirs) and theirs in best[ns]
@@ -191,6 +200,8 @@ def test_fairgpu_agrees_with_kube_scheduler(control_plane: ControlPlane, tmp_pat
     assert 0.2 * len(cases) < bound < 0.9 * len(cases), summary
     assert not disagree, "\n".join(disagree)
     # Scores too: kube-scheduler's choice is always one fairgpu's spread policy ranks best,
-    # and for pods under the default spread constraints the scores do decide.
+    # and for pods under the default spread constraints (a ReplicaSet's, a Service's) the
+    # scores do decide.
     assert top_scored == bound, summary
     assert per_kind["defaults"][2] >= 5, summary
+    assert per_kind["defaults/service"][2] >= 5, summary

@@ -219,6 +219,36 @@ def test_system_default_constraints_apply_to_controller_pods_only() -> None:
         PodTopologySpread(default_constraints=[{"topologyKey": "", "maxSkew": 1}])
 
 
+def test_default_constraints_apply_to_a_bare_pod_a_service_selects() -> None:
+    front = {"app": "web", "tier": "front"}
+    placed = [(web("w1"), "n1"), (k8s_pod("w2", labels=front), "n2")]
+    state = cluster(*zones("a", "a"), placed=placed)
+    bare = k8s_pod("bare", labels=front)
+    assert _scores(bare, state) == [0.0, 0.0]  # no Service, no owner: no default constraints
+    # Services of another namespace, or selecting other pods, or none at all: still none.
+    state.service_selectors = {"other": [{"app": "web"}], "default": [{"app": "db"}, {}]}
+    assert _scores(bare, state) == [0.0, 0.0]
+    # Two Services select the pod: the merged selector {app: web, tier: front} counts w2
+    # only, so hostname spreading prefers n1 (w1 lacks the tier label).
+    state.service_selectors = {"default": [{"app": "web"}, {"tier": "front"}, {"app": "db"}]}
+    scores = _scores(bare, state)
+    assert scores[0] > scores[1]
+    # One Service selecting {app: web} counts both: no preference between n1 and n2.
+    state.service_selectors = {"default": [{"app": "web"}]}
+    assert _scores(bare, state) == [100.0, 100.0]
+    assert _scores(bare, state, PodTopologySpread(default_constraints="none")) == [0.0, 0.0]
+
+
+def test_a_service_gives_defaults_to_a_pod_of_another_controller() -> None:
+    state = cluster(*zones("a", "a"), placed=[(web("w1"), "n1")])
+    job_pod = web("job-pod")
+    job_pod.owner_kind = "Job"  # not a kind kube's DefaultSelector reads
+    assert _scores(job_pod, state) == [0.0, 0.0]
+    state.service_selectors = {"default": [{"app": "web"}]}
+    scores = _scores(job_pod, state)
+    assert scores[1] > scores[0]
+
+
 # ---- NodePorts --------------------------------------------------------------------------------
 
 

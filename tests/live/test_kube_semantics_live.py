@@ -1,4 +1,4 @@
-"""Scheduling gates, topology spread and namespace selectors through the live scheduler."""
+"""Scheduling gates, topology spread, namespace selectors and Services, live."""
 
 from __future__ import annotations
 
@@ -126,3 +126,26 @@ def test_namespace_selector_follows_namespace_labels(
         )
         create(admin, ns, near)
         assert wait_for(lambda: bound(admin, ns).get("near"), 20) == "lv-cpu-0"
+
+
+def test_service_watch_gives_the_bare_pods_it_selects_default_spread(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "api"},
+        "spec": {"clusterIP": "None", "selector": {"app": "api"}, "ports": [{"port": 80}]},
+    }
+    with scheduler(live_cp, policy="binpack") as sched:
+        cluster = sched.cache.cluster
+        # Created while the scheduler runs: the Service watch must deliver its selector.
+        admin.post(f"/api/v1/namespaces/{ns}/services", service)
+        wait_for(lambda: cluster.service_selectors.get(ns) == [{"app": "api"}], 20)
+        # Bare pods behind the Service get the default spread, which outweighs binpack.
+        for i in range(3):
+            create(admin, ns, _hybrid_pod(f"api-{i}", labels={"app": "api"}))
+        placed = wait_for(lambda: _all_bound(admin, ns, 3), 20)
+        assert len(set(placed.values())) > 1, placed
+        admin.delete(f"/api/v1/namespaces/{ns}/services/api")
+        wait_for(lambda: ns not in cluster.service_selectors, 20)

@@ -107,3 +107,51 @@ def test_yaml_replay_honours_gates_spread_ports_and_namespace_selectors(tmp_path
         # Host port 9000 on n0 is taken by the first pod.
         assert recs["port-1"].node == "n0" and recs["port-2"].start is None
         assert "didn't have free ports" in recs["port-2"].reason
+
+
+SERVICE = """
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: default}
+spec:
+  selector: {app: api}
+  ports: [{port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: headless, namespace: default}
+spec: {clusterIP: None}
+"""
+
+BARE_API_PODS = "".join(
+    f"""
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: api-{i}
+  namespace: default
+  labels: {{app: api}}
+  annotations: {{fairgpu.io/arrival-seconds: "{i}"}}
+spec:
+  containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
+"""
+    for i in range(6)
+)
+
+
+def test_a_service_spreads_the_bare_pods_it_selects(tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    nodes_used: dict[bool, set[str | None]] = {}
+    for with_service in (False, True):
+        path.write_text(NODES + (SERVICE if with_service else "") + BARE_API_PODS)
+        workload = load_kube_yaml([path])
+        result = Simulation(workload, Engine(policy("binpack"), seed=1), seed=1).run()
+        nodes_used[with_service] = {r.node for r in result.records}
+    # The Service without a selector selects nothing and is left out.
+    assert workload.extra["service_selectors"] == {"default": [{"app": "api"}]}
+    # Unowned and unselected, the pods get no default spread: binpack stacks them on one node.
+    assert len(nodes_used[False]) == 1
+    # Behind the Service, the default hostname and zone spread outweighs binpack.
+    assert len(nodes_used[True]) == 6

@@ -270,6 +270,17 @@ class Namespace(_Base):
     api_version: str = "v1"
 
 
+class ServiceSpec(_Base):
+    selector: dict[str, str] | None = None
+
+
+class Service(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: ServiceSpec = msgspec.field(default_factory=ServiceSpec)
+    kind: str = "Service"
+    api_version: str = "v1"
+
+
 class PriorityClass(_Base):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     value: int = 0

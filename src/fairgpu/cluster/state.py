@@ -88,6 +88,9 @@ class ClusterState:
         self.volumes = VolumeStore()  # claims, volumes, classes, CSI nodes (adapters fill it)
         # Namespace name -> labels (for namespaceSelector); replaced, never mutated, on change.
         self.namespace_labels: dict[str, dict[str, str]] = {}
+        # Namespace name -> the selectors of its Services (for default spread constraints);
+        # replaced, never mutated, on change.
+        self.service_selectors: dict[str, list[dict[str, str]]] = {}
         self.dra = DraStore()  # DRA classes, slices, claims, templates (adapters fill it)
         self.dra_allocated_milli = 0  # sum of placements' dra_milli
 

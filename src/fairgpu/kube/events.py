@@ -23,6 +23,7 @@ __all__ = [
     "NodeEvent",
     "PodEvent",
     "PodGroupEvent",
+    "ServiceEvent",
     "VolumeEvent",
     "Wake",
 ]
@@ -60,6 +61,15 @@ class PodGroupEvent:
 class NamespaceEvent:
     """A Namespace watch event: ``obj`` is ``(name, labels)`` (a list of them for ``SYNC``),
     as :meth:`~fairgpu.kube.namespaces.NamespaceStore.apply` takes it."""
+
+    etype: str
+    obj: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceEvent:
+    """A Service watch event: ``obj`` is ``(namespace, name, selector)`` (a list of them for
+    ``SYNC``), as :meth:`~fairgpu.kube.services.ServiceStore.apply` takes it."""
 
     etype: str
     obj: Any
@@ -111,6 +121,7 @@ LoopEvent = (
     PodEvent
     | NodeEvent
     | NamespaceEvent
+    | ServiceEvent
     | PodGroupEvent
     | VolumeEvent
     | DraEvent

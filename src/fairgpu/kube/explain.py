@@ -238,6 +238,7 @@ def _empty_copy(cluster: ClusterState) -> ClusterState:
         if cluster.active[idx]:
             empty.add_node(cluster.node(idx))
     empty.namespace_labels = cluster.namespace_labels
+    empty.service_selectors = cluster.service_selectors
     empty.volumes = cluster.volumes
     empty.dra = cluster.dra
     return empty

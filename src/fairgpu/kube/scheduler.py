@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import queue
 import signal
 import socket
@@ -56,6 +55,7 @@ from fairgpu.kube.events import (
     NodeEvent,
     PodEvent,
     PodGroupEvent,
+    ServiceEvent,
     VolumeEvent,
     Wake,
 )
@@ -69,11 +69,12 @@ from fairgpu.kube.podgroup_watch import PodGroupWatch
 from fairgpu.kube.preemption_hold import PreemptionHolds
 from fairgpu.kube.reflector import Reflector
 from fairgpu.kube.reporter import Reporter, report_unschedulable
+from fairgpu.kube.services import ServiceStore, service_reflector
 from fairgpu.kube.sharing_check import SharingCheck
 from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.node_pools import NodePoolConfig
 
-__all__ = ["ANN_SCHEDULED_BY", "LiveScheduler", "RunConfig", "run"]
+__all__ = ["ANN_SCHEDULED_BY", "LiveScheduler", "RunConfig"]
 
 log = logging.getLogger("fairgpu.kube")
 
@@ -158,6 +159,11 @@ class LiveScheduler:
         self.namespaces = NamespaceStore()
         self.namespace_reflector = namespace_reflector(
             self.client, lambda t, obj: self.events.put(NamespaceEvent(t, obj))
+        )
+        # Service selectors, for PodTopologySpread's default constraints.
+        self.services = ServiceStore()
+        self.service_reflector = service_reflector(
+            self.client, lambda t, obj: self.events.put(ServiceEvent(t, obj))
         )
         # Claims, volumes, storage classes and CSI nodes for the volume plugins.
         self.volume_watch = storage.VolumeWatch(
@@ -251,6 +257,7 @@ class LiveScheduler:
         self.reporter.start()
         self.node_reflector.start()
         self.namespace_reflector.start()
+        self.service_reflector.start()
         self.pod_reflector.start()
         self.volume_watch.start()
         self.dra_watch.start()
@@ -278,6 +285,7 @@ class LiveScheduler:
         self.pod_reflector.stop()
         self.node_reflector.stop()
         self.namespace_reflector.stop()
+        self.service_reflector.stop()
         self.volume_watch.stop()
         self.dra_watch.stop()
         self.pod_groups.stop()
@@ -293,6 +301,7 @@ class LiveScheduler:
             self.pod_reflector.synced.is_set()
             and self.node_reflector.synced.is_set()
             and self.namespace_reflector.synced.is_set()
+            and self.service_reflector.synced.is_set()
             and self.volume_watch.synced()
             and self.dra_watch.synced()
             and self.pod_groups.synced()
@@ -402,6 +411,8 @@ class LiveScheduler:
             self._apply_pod_group(event, out)
         elif isinstance(event, NamespaceEvent):
             out.dirty |= self.namespaces.apply(event.etype, event.obj, cache.cluster)
+        elif isinstance(event, ServiceEvent):
+            out.dirty |= self.services.apply(event.etype, event.obj, cache.cluster)
         elif isinstance(event, VolumeEvent):
             changed = storage.VolumeWatch.apply(cache.cluster, event.etype, event.obj)
             out.dirty = changed or out.dirty
@@ -481,15 +492,3 @@ class LiveScheduler:
     def _expire_held(self, now: float) -> None:
         if self.holds.expire(now):
             self._dirty = True
-
-
-def run(config: RunConfig) -> int:
-    """Run the live scheduler until SIGTERM (or lost leadership); returns the exit code."""
-    from fairgpu.kube.logs import setup_logging
-
-    setup_logging(config.log_level)
-    if config.identity is None:
-        config.identity = (
-            f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-        )
-    return LiveScheduler(config).run()

@@ -185,6 +185,7 @@ def snapshot_cluster(source: ClusterState) -> ClusterState:
     objects are not copied (the built-in workloads use none)."""
     out = ClusterState(max_devices=source.max_devices, capacity=max(64, source.size))
     out.namespace_labels = dict(source.namespace_labels)
+    out.service_selectors = source.service_selectors
     slots: dict[int, int] = {}
     for idx, node in source.active_nodes():
         slots[idx] = out.add_node(node)

@@ -113,6 +113,7 @@ class Simulation:
         devices = max_devices or max([n.gpu_count for n in workload.nodes] + [1])
         self.cluster = ClusterState(max_devices=devices, capacity=max(64, len(workload.nodes)))
         self.cluster.namespace_labels = dict(workload.extra.get("namespace_labels", {}))
+        self.cluster.service_selectors = dict(workload.extra.get("service_selectors", {}))
         for node in workload.nodes:
             self.cluster.add_node(node)
         for obj in workload.extra.get("storage", ()):

@@ -14,10 +14,11 @@ kube-scheduler 1.34's rules, vectorised over node slots:
 * Score: per node, ``sum(count * log(domains + 2) + maxSkew - 1)`` over its constraints, fewer
   matching pods scoring higher after normalisation; hostname constraints count the node itself.
 * A pod without constraints gets the cluster's default constraints, scoring only (kube's
-  ``System`` defaults: hostname maxSkew 3, zone maxSkew 5), when it belongs to a
-  ReplicaSet, StatefulSet or ReplicationController. The controller's selector is taken to be
-  the pod's own labels (controllers select their pods by the template labels); Services are
-  not watched, so a bare pod behind a Service gets no defaults.
+  ``System`` defaults: hostname maxSkew 3, zone maxSkew 5), when a Service of its namespace
+  selects it or it belongs to a ReplicaSet, StatefulSet or ReplicationController. Their
+  selector is kube's ``DefaultSelector``: the selectors of every Service selecting the pod
+  (``ClusterState.service_selectors``), merged with the controller's selector, which is
+  taken to be the pod's own labels (controllers select their pods by the template labels).
 """
 
 from __future__ import annotations
@@ -92,6 +93,22 @@ def _memoised(
     return hit
 
 
+def default_selector(pod: PodInfo, cluster: ClusterState) -> LabelSelector | None:
+    """kube's ``helper.DefaultSelector`` for ``pod``: the merged selectors of the Services in
+    its namespace that select it, plus its labels if a default-spread controller owns it;
+    None when that is empty (no default constraints then).
+
+    A Service without a selector selects nothing (kube skips it), and selectors that all
+    match one pod cannot conflict, so merging them is safe."""
+    merged: dict[str, str] = {}
+    for selector in cluster.service_selectors.get(pod.namespace, ()):
+        if selector and all(pod.labels.get(k) == v for k, v in selector.items()):
+            merged.update(selector)
+    if pod.owner_kind in DEFAULT_OWNER_KINDS:
+        merged.update(pod.labels)
+    return LabelSelector(tuple(sorted(merged.items()))) if merged else None
+
+
 class _Nodes:
     """Node masks shared by the constraints of one attempt (computed on first use)."""
 
@@ -154,7 +171,8 @@ class PodTopologySpread(FilterPlugin, ScorePlugin):
     Args:
         default_constraints: ``"system"`` (kube-scheduler's defaults), ``"none"`` (the
             off-switch), or a list of ``{"topologyKey", "maxSkew"}`` mappings applied, scoring
-            only, to pods without constraints of their own that belong to a controller.
+            only, to pods without constraints of their own that a Service selects or a
+            controller owns.
     """
 
     name = "PodTopologySpread"
@@ -210,13 +228,15 @@ class PodTopologySpread(FilterPlugin, ScorePlugin):
         return FilterResult(mask, {MISSING_LABEL: missing, SKEW: skewed})
 
     # ---- score ----------------------------------------------------------------------------
-    def _soft(self, pod: PodInfo) -> tuple[tuple[SpreadConstraint, ...], bool]:
+    def _soft(
+        self, pod: PodInfo, cluster: ClusterState
+    ) -> tuple[tuple[SpreadConstraint, ...], bool]:
         """The constraints to score with and whether nodes must carry all their keys."""
         if pod.spread_constraints:
             return tuple(c for c in pod.spread_constraints if not c.hard), True
-        if not self.defaults or pod.owner_kind not in DEFAULT_OWNER_KINDS or not pod.labels:
+        selector = default_selector(pod, cluster) if self.defaults else None
+        if selector is None:
             return (), True
-        selector = LabelSelector(tuple(sorted(pod.labels.items())))
         soft = tuple(SpreadConstraint(key, skew, False, selector) for key, skew in self.defaults)
         return soft, not self.system_defaulted
 
@@ -224,7 +244,7 @@ class PodTopologySpread(FilterPlugin, ScorePlugin):
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
     ) -> np.ndarray:
         """Raw score per candidate (lower is better; ``IGNORED`` for nodes left out)."""
-        soft, require_all = self._soft(pod)
+        soft, require_all = self._soft(pod, cluster)
         if not soft:
             return np.full(len(nodes), IGNORED, dtype=np.int64)
         masks = _Nodes(cluster, pod)

@@ -1,7 +1,8 @@
 """Kubernetes YAML as a simulator workload.
 
 Reads one or more multi-document YAML files (or directories of ``*.yaml``/``*.yml``) holding
-Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Pods, PriorityClasses,
+Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Services (their
+selectors give pods default spread constraints), Pods, PriorityClasses,
 Deployments (expanded to their replicas) and PodGroups (scheduler-plugins
 ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the storage objects pods
 mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes; in
@@ -123,6 +124,7 @@ class _Objects:
     ignored: dict[str, int] = field(default_factory=dict)
     storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSINodes
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels
+    services: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # ns -> selectors
     dra: list[DraObject] = field(default_factory=list)  # classes, slices, claims, templates
 
 
@@ -159,6 +161,7 @@ def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POO
             "node_problems": objects.problems,
             "storage": objects.storage,
             "namespace_labels": objects.namespaces,
+            "service_selectors": objects.services,
             "dra": objects.dra,
         },
     )
@@ -188,6 +191,11 @@ def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
             **ns.metadata.labels,
             "kubernetes.io/metadata.name": ns.metadata.name,
         }
+    elif kind == "Service":
+        svc = k8s.decode(doc, k8s.Service)
+        if svc.spec.selector:  # a Service without a selector selects no pod
+            namespace = svc.metadata.namespace or "default"
+            out.services.setdefault(namespace, []).append(dict(svc.spec.selector))
     elif kind == "PodGroup":
         key, min_member = _pod_group(path, doc)
         out.pod_groups[key] = min_member
