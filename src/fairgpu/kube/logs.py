@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import logging
 import sys
+from typing import Any
 
 __all__ = ["JsonFormatter", "setup_logging"]
 
@@ -37,9 +38,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not to the stream it was
+    when logging was set up: a program embedding the scheduler (or a test runner capturing
+    output) may replace and close that one, and later records must not fail on it."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # always the current sys.stderr
+
+
 def setup_logging(level: str = "info") -> None:
     """Send ``fairgpu`` logs to stderr as JSON lines at ``level``."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger("fairgpu")
     root.handlers[:] = [handler]
