@@ -14,7 +14,7 @@ import numpy as np
 
 from fairgpu.cluster.state import COL_GPU_MILLI
 from fairgpu.model.gpu import GpuRequest
-from fairgpu.sim.accounting import gang_stats, reversals, work_totals
+from fairgpu.sim.accounting import RunAttempt, gang_stats, reversals, work_totals
 from fairgpu.sim.simulator import SimulationResult, percentile, time_average
 from fairgpu.tenancy.pool_share import PoolDemand, node_pools, pool_fair_shares
 
@@ -280,39 +280,127 @@ def share_timeline(
     pods no pool can run are left out (no scheduler could give them anything)."""
     end = max(result.end_time, 1e-9)
     grid = (np.arange(points) + 0.5) * end / points
+    fair, useful, held, total = _share_series(result, capacity, eligible, weight, grid)
+    return ShareTimeline(
+        times=grid,
+        fair=fair,
+        useful=useful,
+        backlogged={t: total[t] - held[t] > 0 for t in fair},
+        pools=capacity,
+    )
+
+
+Spans = dict[str, list[tuple[float, float, int]]]
+
+
+def _run_spans(result: SimulationResult) -> tuple[Spans, Spans]:
+    """Per tenant, the (start, end, milli-GPU) spans of all run attempts and of useful ones."""
+    held: Spans = defaultdict(list)
+    useful: Spans = defaultdict(list)
+    for a in result.runs:
+        span = (a.start, a.end if a.end is not None else math.inf, a.gpu_milli)
+        held[a.tenant].append(span)
+        if a.useful:
+            useful[a.tenant].append(span)
+    return held, useful
+
+
+def _share_series(
+    result: SimulationResult,
+    capacity: dict[str, int],
+    eligible: dict[str, frozenset[str]],
+    weight: dict[str, float],
+    grid: np.ndarray,
+) -> tuple[dict[str, np.ndarray], ...]:
+    """At each instant of ``grid`` (sorted), per tenant: pool-aware fair share, useful
+    allocation, held allocation (every run attempt) and total GPU demand, milli-GPU."""
     demand: dict[tuple[str, frozenset[str]], list[tuple[float, float, int]]] = defaultdict(list)
     for rec in result.records:
         pools = eligible.get(rec.pod.uid)
         if pools:
             stop = rec.end if rec.end is not None else math.inf
             demand[(rec.tenant, pools)].append((rec.arrival, stop, rec.pod.gpu.total_milli))
-    held: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
-    useful: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
-    for a in result.runs:
-        span = (a.start, a.end if a.end is not None else math.inf, a.gpu_milli)
-        held[a.tenant].append(span)
-        if a.useful:
-            useful[a.tenant].append(span)
+    held, useful = _run_spans(result)
     classes = {key: _steps(grid, spans) for key, spans in demand.items()}
     tenants = sorted({t for t, _ in classes} | set(useful))
-    fair = {t: np.zeros(points) for t in tenants}
+    fair = {t: np.zeros(grid.size) for t in tenants}
     cache: dict[tuple, dict[str, int]] = {}
-    for k in range(points):
+    for k in range(grid.size):
         wants = tuple((t, p, int(v[k])) for (t, p), v in classes.items() if v[k] > 0)
         if wants not in cache:
             cache[wants] = pool_fair_shares(capacity, [PoolDemand(*w) for w in wants], weight)
         for t, v in cache[wants].items():
             fair[t][k] = v
     total = {
-        t: sum((v for (u, _), v in classes.items() if u == t), np.zeros(points)) for t in tenants
+        t: sum((v for (u, _), v in classes.items() if u == t), np.zeros(grid.size)) for t in tenants
     }
-    return ShareTimeline(
-        times=grid,
-        fair=fair,
-        useful={t: _steps(grid, useful.get(t, [])) for t in tenants},
-        backlogged={t: total[t] - _steps(grid, held.get(t, [])) > 0 for t in tenants},
-        pools=capacity,
+    return (
+        fair,
+        {t: _steps(grid, useful.get(t, [])) for t in tenants},
+        {t: _steps(grid, held.get(t, [])) for t in tenants},
+        total,
     )
+
+
+def gang_qualification(
+    result: SimulationResult,
+    capacity: dict[str, int],
+    eligible: dict[str, frozenset[str]],
+    weight: dict[str, float],
+) -> list[dict[str, Any]]:
+    """Per pod group that started: its tenant, arrival (first member), GPUs (its members'
+    asks together), wait (:func:`~fairgpu.sim.accounting.gang_stats`), and whether its share
+    allowed it at arrival: ``qualified`` when the tenant's allocation then (every run
+    attempt it held) plus the gang's GPUs is within the tenant's pool-aware fair share then
+    (the computation of :func:`share_timeline`, evaluated at the arrival instant, with the
+    gang's own demand counted). A gang larger than what its tenant lacks must wait for the
+    tenant's other work to end, whatever the scheduler does; the gang-wait target is about
+    the others."""
+    arrival = {r.pod.uid: r.arrival for r in result.records}
+    members: dict[str, dict[str, RunAttempt]] = defaultdict(dict)
+    attempts: dict[str, list[RunAttempt]] = defaultdict(list)
+    for a in result.runs:
+        if a.group:
+            members[a.group].setdefault(a.uid, a)
+            attempts[a.group].append(a)
+    waits = {
+        g: max(a.start for a in attempts[g]) - min(arrival.get(u, 0.0) for u in runs)
+        for g, runs in members.items()
+    }
+    gangs = sorted(members)
+    at = np.array([min(arrival.get(u, 0.0) for u in members[g]) for g in gangs])
+    if not gangs:
+        return []
+    order = np.argsort(at, kind="stable")
+    grid = at[order]
+    fair, _, held, _ = _share_series(result, capacity, eligible, weight, grid)
+    out: list[dict[str, Any]] = []
+    for k, i in enumerate(order):
+        g = gangs[int(i)]
+        runs = members[g]
+        tenant = next(iter(runs.values())).tenant
+        gpus = sum(a.gpu_milli for a in runs.values())
+        t = float(grid[k])
+        own = sum(
+            a.gpu_milli
+            for a in attempts[g]
+            if a.start <= t < (math.inf if a.end is None else a.end)
+        )
+        have = float(held.get(tenant, np.zeros(grid.size))[k]) - own  # not its own members
+        share = float(fair.get(tenant, np.zeros(grid.size))[k])
+        out.append(
+            {
+                "group": g,
+                "tenant": tenant,
+                "arrival": t,
+                "gpus": gpus / 1000.0,
+                "held_gpus": have / 1000.0,
+                "fair_gpus": share / 1000.0,
+                "qualified": have + gpus <= share + 1,
+                "wait_s": waits[g],
+            }
+        )
+    return out
 
 
 def share_ratios(tl: ShareTimeline, capacity_milli: int) -> dict[str, dict[str, Any]]:

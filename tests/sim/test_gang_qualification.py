@@ -1,0 +1,43 @@
+"""The gang-wait target judges gangs their share allows: qualification at arrival."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairgpu.engine.engine import Engine
+from fairgpu.sim.results import gang_qualification, pool_eligibility
+from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.workload import PodArrival, Workload
+from tests.sim.helpers import gpu_node, gpu_pod
+
+
+def _gang(name: str, namespace: str, at: float, duration: float) -> list[PodArrival]:
+    out = []
+    for i in range(2):
+        pod = gpu_pod(f"{name}-{i}", namespace=namespace, labels={"fairgpu.io/pod-group": name})
+        pod.annotations["fairgpu.io/min-member"] = "2"
+        out.append(PodArrival(pod, at, duration))
+    return out
+
+
+def test_a_gang_qualifies_when_its_tenant_plus_the_gang_is_within_its_fair_share() -> None:
+    """8 GPUs. Queue a runs 6 one-GPU pods from t=0. At 10 s queue b's 2-GPU gang arrives:
+    b holds 0 of a fair share of 2 (demands a 6, b 2): qualified, starts at once. At 20 s a's
+    2-GPU gang arrives: a holds 6 of a fair share of 6 (demands a 8, b 2): not qualified; it
+    starts when b's gang ends at 110 s."""
+    nodes = [gpu_node("n0", gpus=4), gpu_node("n1", gpus=4)]
+    arrivals = [PodArrival(gpu_pod(f"a{i}", namespace="a"), 0.0, 1000.0) for i in range(6)]
+    arrivals += _gang("gb", "b", 10.0, 100.0) + _gang("ga", "a", 20.0, 100.0)
+    engine = Engine()
+    sim = Simulation(Workload("t", nodes, arrivals), engine, until=2000.0)
+    result = sim.run()
+    capacity, eligible = pool_eligibility(
+        sim.cluster, engine.scheduler, [r.pod for r in result.records]
+    )
+    gangs = {g["group"]: g for g in gang_qualification(result, capacity, eligible, {})}
+    assert set(gangs) == {"b/gb", "a/ga"}
+    b, a = gangs["b/gb"], gangs["a/ga"]
+    assert (b["tenant"], b["gpus"], b["held_gpus"], b["fair_gpus"]) == ("b", 2.0, 0.0, 2.0)
+    assert b["qualified"] and b["wait_s"] == pytest.approx(0.0, abs=1.0)
+    assert (a["tenant"], a["gpus"], a["held_gpus"], a["fair_gpus"]) == ("a", 2.0, 6.0, 6.0)
+    assert not a["qualified"] and a["wait_s"] == pytest.approx(90.0, abs=1.0)
