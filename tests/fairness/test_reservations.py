@@ -90,3 +90,44 @@ def test_a_held_job_on_nodes_without_run_times_is_told_the_end_is_unknown() -> N
         "; GPUs are held for it on n3, "
         "when they free up is unknown (pods there declare no run time)"
     )
+
+
+def _nodes() -> list:  # type: ignore[type-arg]
+    return [node_info(f"n{i}", gpus=8) for i in range(1, 5)]
+
+
+def test_a_reservation_is_dropped_once_its_queue_reaches_its_fair_share() -> None:
+    """32 GPUs. Cycle 1: queue busy holds 20, queue wait nothing and asks an 8-GPU pod that
+    fits nowhere: wait is below its share (16), so nodes are held for it. Cycle 2: wait's
+    other work runs (it holds 16, busy 16, both still asking more): wait is at its share, not
+    starving, and the nodes held for its pod are released -- they no longer stand idle
+    draining for a queue that is not behind."""
+    config = parse_config(
+        {"preemption": {"enabled": False}, "starvation": {"reserveAfterSeconds": 0}}
+    )
+    eng = Engine(tenancy=config)
+    big = pod_info("big", "wait", gpus=8)
+    before = cluster(
+        *_nodes(),
+        placed=[
+            (_running("b1", 1000, gpus=8), "n1", 0.0),
+            *((_running(f"b{i}", 1000, gpus=4), f"n{i}", 0.0) for i in (2, 3, 4)),
+        ],
+    )
+    first = eng.cycle(before, [big], 10.0)
+    assert not first.binds and list(first.reserved) == ["wait/big"]
+    after = cluster(
+        *_nodes(),
+        placed=[
+            (_running("b1", 1000, gpus=8), "n1", 0.0),
+            (pod_info("w1", "wait", gpus=8, duration=1000), "n2", 20.0),
+            (pod_info("w2", "wait", gpus=4, duration=1000), "n3", 20.0),
+            (_running("b3", 1000, gpus=4), "n3", 0.0),
+            (pod_info("w3", "wait", gpus=4, duration=1000), "n4", 20.0),
+            (_running("b4", 1000, gpus=4), "n4", 0.0),
+        ],
+    )
+    more = pod_info("more", "busy", gpus=8)
+    second = eng.cycle(after, [big, more], 30.0)
+    assert not second.binds
+    assert second.reserved == {} and not eng.reservations
