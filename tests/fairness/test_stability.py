@@ -107,6 +107,27 @@ def test_gpus_that_just_changed_tenant_do_not_flip_back() -> None:
     assert [(e.pod.namespace, e.kind) for e in flipped.evictions] == [("b", "reclaim")] * 4
 
 
+def test_a_queue_does_not_take_back_other_gpus_of_a_node_it_just_lost() -> None:
+    """b reclaims half of n1 from a at t=1000; at 1100 one of a's pods ends and b fills that
+    GPU without a reclaim. At 1450 a is below its share and b above it: b's pod on that GPU
+    never changed tenant by a reclaim, but taking it would move n1 back from b to a 450 s
+    after a lost it there -- a reversal on the node within the cooldown. It waits."""
+    guards = {"reclaimCooldownSeconds": 600, "reclaimMinRuntimeSeconds": 300}
+    eng = engine({"preemption": guards})
+    state = cluster(node("n1"), placed=[(pod(f"a{j}", "a"), "n1", 0.0) for j in range(8)])
+    res = eng.cycle(state, [pod(f"b{j}", "b") for j in range(4)], 1000.0)
+    assert [e.pod.namespace for e in res.evictions] == ["a"] * 4
+    apply(state, res)
+    state.release(next(u for u in state.placements if u.startswith("a/")))
+    res = eng.cycle(state, [pod("b4", "b")], 1100.0)
+    assert len(res.binds) == 1 and not res.evictions
+    res = eng.cycle(state, [pod(f"c{j}", "a") for j in range(2)], 1450.0)
+    assert not res.evictions
+    # Once the cooldown has passed, a may take it.
+    res = eng.cycle(state, [pod(f"c{j}", "a") for j in range(2)], 1601.0)
+    assert [(e.pod.name, e.kind) for e in res.evictions] == [("b4", "reclaim")]
+
+
 @dataclass(frozen=True)
 class Move:
     """One reclaim eviction: GPUs of queue ``src``'s victim went to queue ``dst`` at ``t``."""

@@ -43,7 +43,8 @@ class EngineState:
     ``runtimes``: observed run times (drain estimates for pods that declare none);
     ``protected``: until when a pod started from a reservation is no preemption victim;
     ``pool_demand``: GPU demand per queue and pool set (pool-aware fair shares);
-    ``backfill``: backfill masks of GPU pods for the current reservations and drain times.
+    ``backfill``: backfill masks of GPU pods for the current reservations and drain times;
+    ``reclaimed``: when queue A last reclaimed from queue B on a node, by (node, A, B).
     """
 
     history: UsageHistory
@@ -56,6 +57,7 @@ class EngineState:
     protected: dict[str, float] = field(default_factory=dict)
     pool_demand: PoolDemandIndex = field(default_factory=PoolDemandIndex)
     backfill: dict[tuple[str | None, float | None], np.ndarray] = field(default_factory=dict)
+    reclaimed: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -30,7 +30,13 @@ from typing import Protocol
 import numpy as np
 
 from fairgpu.engine.actions.order import Lanes
-from fairgpu.engine.actions.reclaim import may_reclaim_from, reclaim_key, reclaim_refusal
+from fairgpu.engine.actions.reclaim import (
+    may_reclaim_from,
+    note_reclaims,
+    reclaim_key,
+    reclaim_refusal,
+    reverses,
+)
 from fairgpu.engine.actions.reserve import reservation_protected
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_eligible
@@ -118,6 +124,7 @@ class FairVictims:
         self.queues = queues or {}
         self._pending_users: dict[str, dict[str, np.ndarray]] = {}
         self._moves: dict[str, list[tuple[str, int]]] = {}
+        self._flows: dict[str, set[tuple[str, str]]] = {}  # (node, victim queue) per reclaim
         self._refusal: dict[str, str] = {}
         self._gangs = running_gangs(session.book, session.resolver, session.cluster)
         self._collateral: frozenset[str] = frozenset()
@@ -160,6 +167,7 @@ class FairVictims:
         if moved is None:
             return
         s = self.s
+        note_reclaims(s.state, s.resolver.resolve(pod).queue, self._flows.pop(pod.uid), s.now)
         pl = s.cluster.placements.get(pod.uid)
         if pl is not None:
             name = s.cluster.node(pl.node).name
@@ -259,6 +267,8 @@ class FairVictims:
         ]
         if moved:
             self._moves[pod.uid] = moved
+            flows = {(self._node_of(v.uid), s.resolver.resolve(v).queue) for v in plan.victims}
+            self._flows[pod.uid] = {f for f in flows if f[1] != job.tenant.queue}
 
     def candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
         """Victim pools to try in order: each queue above the preemptor's (most above first),
@@ -292,6 +302,7 @@ class FairVictims:
                 for u in pool
                 if eligible_victim(s, u, min_run)
                 and not self._cooling(u)
+                and not reverses(s.state, self._node_of(u), other, queue, s.now, cfg)
                 and not reservation_protected(s, u)
             )
             if len(ok) < len(pool):
@@ -323,6 +334,9 @@ class FairVictims:
                 when = max(when, cooled + cooldown)
             if when > s.now:
                 s.out.retry_no_later_than(float(when))
+
+    def _node_of(self, uid: str) -> str:
+        return self.s.cluster.node(self.s.cluster.placements[uid].node).name
 
     def _cooling(self, uid: str) -> bool:
         """Does the pod sit on a GPU that changed tenant within the cooldown?"""

@@ -46,20 +46,28 @@ share out of reach; and the GPUs (node, device) a reclaim freed or took are reco
 ``reclaimCooldownSeconds`` no pod on them is a reclaim victim. So no reclaim over the same
 GPUs can follow a reclaim -- in the opposite direction or any other -- within the cooldown:
 the second reclaim's victims sit on GPUs the first one recorded.
+
+The same holds per node and direction (:func:`reverses`): after Q reclaimed from V on node N,
+V takes none of Q's pods on N by reclaim for ``reclaimCooldownSeconds`` (the bound included),
+not even those on other GPUs of N that Q got without a reclaim (a GPU freed by a pod that
+ended). Otherwise the node would change hands back between the same two queues within the
+cooldown -- what the fairness benchmark counts as a reversal (on the built-in demo, seed 0,
+once the reservation rule of :mod:`~fairgpu.engine.actions.reserve` changed the schedule: a
+queue took four GPUs of a node, 572 s later the other took back a fifth).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
 from fairgpu.cluster.state import COL_GPU_MILLI
 from fairgpu.engine.actions.order import Lanes
-from fairgpu.engine.session import Session
+from fairgpu.engine.session import EngineState, Session
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import QueueBook
-from fairgpu.tenancy.config import DIM_GPU
+from fairgpu.tenancy.config import DIM_GPU, Preemption
 from fairgpu.tenancy.fairshare import hierarchical_fair_shares
 
 ReclaimKey = tuple[int, float, float]
@@ -229,6 +237,29 @@ def may_reclaim_from(
         return False
     below = below_share(book, deserved, queue)
     return below and above_band(book, deserved, other, band)
+
+
+def note_reclaims(
+    state: EngineState, queue: str, flows: Iterable[tuple[str, str]], now: float
+) -> None:
+    """``queue`` reclaimed from each ``(node, victim queue)`` of ``flows`` at ``now``."""
+    for node, victim in flows:
+        state.reclaimed[(node, queue, victim)] = now
+
+
+def reverses(
+    state: EngineState, node: str, victim: str, queue: str, now: float, cfg: Preemption
+) -> bool:
+    """Would ``queue`` reclaiming pods of ``victim`` on ``node`` undo, within
+    ``reclaimCooldownSeconds``, a reclaim ``victim`` made from ``queue`` on that node? (Then
+    the victim is held back until the cooldown has passed; old entries are forgotten here.)"""
+    when = state.reclaimed.get((node, victim, queue))
+    if when is None:
+        return False
+    if now - when <= cfg.reclaim_cooldown_seconds:
+        return True
+    del state.reclaimed[(node, victim, queue)]
+    return False
 
 
 def usage_shares(book: QueueBook, queue: str, vec: np.ndarray) -> dict[str, float]:
