@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine.engine import Engine
+from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.engine.gang import Reservation, backfill_mask, choose_reservation, drain_estimate
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy import parse_config
@@ -96,17 +96,9 @@ def _nodes() -> list:  # type: ignore[type-arg]
     return [node_info(f"n{i}", gpus=8) for i in range(1, 5)]
 
 
-def test_a_reservation_is_dropped_once_its_queue_reaches_its_fair_share() -> None:
-    """32 GPUs. Cycle 1: queue busy holds 20, queue wait nothing and asks an 8-GPU pod that
-    fits nowhere: wait is below its share (16), so nodes are held for it. Cycle 2: wait's
-    other work runs (it holds 16, busy 16, both still asking more): wait is at its share, not
-    starving, and the nodes held for its pod are released -- they no longer stand idle
-    draining for a queue that is not behind."""
-    config = parse_config(
-        {"preemption": {"enabled": False}, "starvation": {"reserveAfterSeconds": 0}}
-    )
-    eng = Engine(tenancy=config)
-    big = pod_info("big", "wait", gpus=8)
+def _held_for_wait(eng: Engine) -> CycleResult:
+    """Cycle 1 (t=10): queue busy holds 20 of 32 GPUs, queue wait nothing and asks an 8-GPU
+    pod that fits nowhere: wait is below its share (16), so nodes are held for it."""
     before = cluster(
         *_nodes(),
         placed=[
@@ -114,8 +106,24 @@ def test_a_reservation_is_dropped_once_its_queue_reaches_its_fair_share() -> Non
             *((_running(f"b{i}", 1000, gpus=4), f"n{i}", 0.0) for i in (2, 3, 4)),
         ],
     )
-    first = eng.cycle(before, [big], 10.0)
+    first = eng.cycle(before, [pod_info("big", "wait", gpus=8)], 10.0)
     assert not first.binds and list(first.reserved) == ["wait/big"]
+    return first
+
+
+def _config():  # type: ignore[no-untyped-def]
+    return parse_config(
+        {"preemption": {"enabled": False}, "starvation": {"reserveAfterSeconds": 0}}
+    )
+
+
+def test_a_reservation_is_dropped_once_its_queue_reaches_its_share_while_another_is_below() -> None:
+    """Cycle 2 (t=30): wait's other work runs (it holds 20, busy 12 and asks 8 more): wait is
+    above its share (16), busy below it. The nodes held for wait's pod are released -- they
+    no longer stand idle draining for a queue that is not behind while one that is waits
+    (busy's own large pod gets nodes held instead)."""
+    eng = Engine(tenancy=_config())
+    _held_for_wait(eng)
     after = cluster(
         *_nodes(),
         placed=[
@@ -123,11 +131,27 @@ def test_a_reservation_is_dropped_once_its_queue_reaches_its_fair_share() -> Non
             (pod_info("w1", "wait", gpus=8, duration=1000), "n2", 20.0),
             (pod_info("w2", "wait", gpus=4, duration=1000), "n3", 20.0),
             (_running("b3", 1000, gpus=4), "n3", 0.0),
-            (pod_info("w3", "wait", gpus=4, duration=1000), "n4", 20.0),
-            (_running("b4", 1000, gpus=4), "n4", 0.0),
+            (pod_info("w3", "wait", gpus=8, duration=1000), "n4", 20.0),
         ],
     )
-    more = pod_info("more", "busy", gpus=8)
+    big, more = pod_info("big", "wait", gpus=8), pod_info("more", "busy", gpus=8)
     second = eng.cycle(after, [big, more], 30.0)
     assert not second.binds
-    assert second.reserved == {} and not eng.reservations
+    assert "wait/big" not in second.reserved and "wait/big" not in eng.reservations
+    assert list(second.reserved) == ["busy/more"]  # busy, below its share, may hold nodes now
+
+
+def test_a_queue_alone_at_its_share_keeps_its_reservation() -> None:
+    """The same reservation, but at t=30 wait holds the whole cluster and busy asks nothing:
+    wait is at its share and no queue is below its own -- the job starves only behind its
+    own queue's work, so its nodes stay held."""
+    eng = Engine(tenancy=_config())
+    first = _held_for_wait(eng)
+    after = cluster(
+        *_nodes(),
+        placed=[
+            (pod_info(f"w{i}", "wait", gpus=8, duration=1000), f"n{i}", 20.0) for i in range(1, 5)
+        ],
+    )
+    second = eng.cycle(after, [pod_info("big", "wait", gpus=8)], 30.0)
+    assert second.reserved == first.reserved

@@ -223,9 +223,10 @@ class Starvation(_Model):
 
     A reservation is made only while the job's queue holds less than its fair share (a queue
     at or above its share is not starving: what it would start there, reclaim would take
-    back), and dropped once the queue no longer does. It holds until its nodes are expected
-    to drain -- the declared run times (``fairgpu.io/duration-seconds``) of the pods on them,
-    else the run time observed for their queue -- plus ``drainGraceSeconds`` (default 120: a
+    back), and dropped once the queue no longer does while another queue is below its own. It
+    holds until its nodes are expected to drain -- the declared run times
+    (``fairgpu.io/duration-seconds``) of the pods on them, else the run time observed for
+    their queue -- plus ``drainGraceSeconds`` (default 120: a
     pod's end is not to the second, and the held job needs one cycle to start); never less
     than ``gang.timeoutSeconds``, which is also how long it holds when no run time is known.
 
