@@ -17,6 +17,7 @@ starvation reservations in ``actions/reserve.py``, gang timeouts in
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import Literal
 
 import numpy as np
@@ -26,6 +27,7 @@ from fairgpu.engine.actions.order import kube_default_order
 from fairgpu.engine.actions.preempt import MAX_PREEMPTION_ATTEMPTS, MAX_RECLAIM_QUEUES
 from fairgpu.engine.actions.reclaim import ReclaimKey, reclaim_allowed, reclaim_key
 from fairgpu.engine.actions.reserve import publish_reservations
+from fairgpu.engine.backlog import Backlog
 from fairgpu.engine.decisions import Bind, CycleResult, Evict, Unschedulable
 from fairgpu.engine.gang import Reservation
 from fairgpu.engine.jobs import Job
@@ -57,6 +59,8 @@ __all__ = [
 ]
 
 Ordering = Literal["fair", "kube-default"]
+_UID = attrgetter("uid")
+_GATES = attrgetter("scheduling_gates")
 ORDERINGS: tuple[str, ...] = tuple(CYCLES)
 
 
@@ -90,6 +94,8 @@ class Engine:
         self.resolver = TenantResolver(self.tenancy)
         self.book = QueueBook(self.tenancy, self.resolver)
         self.state = EngineState(UsageHistory(self.tenancy.history.half_life_seconds))
+        # Pending pods grouped into sorted lanes, kept between cycles (see backlog.py).
+        self.backlog = Backlog(grouped=ordering == "fair")
         # How a point in time reads in a pending pod's reason (the live adapter: UTC).
         self.time_label = time_label or (lambda t: f"t={t:.0f} s")
         # Pods that may be placed but not preempt this cycle (the live adapter: preemptors whose
@@ -100,20 +106,24 @@ class Engine:
     def set_pod_group(self, namespace: str, name: str, min_member: int) -> None:
         """Register a PodGroup (coscheduling or Volcano) and its ``minMember``."""
         self.resolver.set_pod_group(namespace, name, min_member)
+        self.backlog.reset()
 
     def remove_pod_group(self, namespace: str, name: str) -> None:
         """Forget a PodGroup (its object was deleted)."""
         self.resolver.remove_pod_group(namespace, name)
+        self.backlog.reset()
 
     def set_pod_group_error(self, namespace: str, name: str, error: str) -> None:
         """A PodGroup object is invalid: its pods are reported unschedulable with ``error``."""
         self.resolver.set_pod_group_error(namespace, name, error)
+        self.backlog.reset()
 
     def register_pod_groups(self, groups: dict[str, int]) -> None:
         """Register many PodGroups at once: ``namespace/name`` -> minMember."""
         for key, min_member in groups.items():
             namespace, _, name = key.partition("/")
             self.resolver.set_pod_group(namespace, name, min_member)
+        self.backlog.reset()
 
     def forget_pod(self, uid: str) -> None:
         """A pod was deleted: drop what the engine cached about it."""
@@ -196,12 +206,17 @@ class Engine:
         inter-pod affinity excepted).
         """
         session = self.session(cluster, now)
-        todo = [p for p in pending if p.uid not in cluster.placements]
+        todo = pending
+        placements = cluster.placements
+        if not placements.keys().isdisjoint(map(_UID, pending)):
+            todo = [p for p in pending if p.uid not in placements]
         # Gated pods are not pending work yet: no attempt, no share of the queue's demand.
-        gated = [p for p in todo if p.scheduling_gates]
-        if gated:
+        if any(map(_GATES, todo)):
+            gated = [p for p in todo if p.scheduling_gates]
             session.out.unschedulable.extend(Unschedulable(p, gated_reason(p)) for p in gated)
             todo = [p for p in todo if not p.scheduling_gates]
+        self.backlog.sync(todo, self.resolver)
+        session.backlog = self.backlog
         self._cycle.run(session, todo)
         self.book.mark_synced(cluster)
         publish_reservations(session)

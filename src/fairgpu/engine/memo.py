@@ -135,6 +135,41 @@ def same_outcome(
     return same_ask(a, b, cluster, reservations)
 
 
+# Interned job signatures: equal signatures are one object, compared by identity.
+_SIGNATURES: dict[tuple[object, ...], tuple[object, ...]] = {}
+MAX_SIGNATURES = 100_000
+
+
+def job_signature(job: Job) -> tuple[object, ...] | None:
+    """What :func:`same_outcome` compares of a job with reservations, ``held`` and labels
+    left out, as one interned object: jobs with the same signature ask the same thing from
+    the same queue (None: a gang, a tenant error, or a pod :func:`memoisable` rejects).
+
+    Computed once per job, so a cycle compares a backlog of identical pods by identity.
+    When the table is full it starts afresh: equal signatures made before and after are
+    then different objects, which only means fewer pods are settled together."""
+    if job.group is not None or job.tenant.error:
+        return None
+    pod = job.pods[0]
+    if not memoisable(pod):
+        return None
+    sig = (
+        job.tenant.queue,
+        pod.priority,
+        pod.namespace,
+        pod.preemption_policy,
+        pod.gpu,
+        tuple(sorted(pod.requests.items())),
+        pod.static_key(),
+    )
+    got = _SIGNATURES.get(sig)
+    if got is None:
+        if len(_SIGNATURES) >= MAX_SIGNATURES:
+            _SIGNATURES.clear()
+        got = _SIGNATURES[sig] = sig
+    return got
+
+
 def same_ask(a: PodInfo, b: PodInfo, cluster: ClusterState, reservations: bool) -> bool:
     """Do ``a`` and ``b`` ask for the same thing (:func:`memo_key` equal, and the same
     priority), by cheap field comparisons?"""
@@ -324,6 +359,13 @@ class CycleMemo:
         runtime = declared_runtime(pod)
         ends_before = 0 if runtime is None else len(starts) - bisect_left(starts, now + runtime)
         return (names, ends_before)
+
+    def ends_before(self, runtime: float | None, now: float) -> int:
+        """The count part of :meth:`backfill_key` for a pod declaring ``runtime``, over the
+        reservations of the last :meth:`backfill_key` call (which must come first)."""
+        assert self._classes is not None
+        starts = self._classes[2]
+        return 0 if runtime is None else len(starts) - bisect_left(starts, now + runtime)
 
     def job_backfill_key(
         self,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.backlog import Backlog
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.gang import Reservation
 from fairgpu.engine.memo import CycleMemo
@@ -65,7 +66,9 @@ class Session:
     ``placed_now`` holds the uids placed in this cycle (never victims in the same cycle);
     ``drain`` the expected drain time of reserved nodes (for backfill); ``no_preemption``
     the pods that may be placed but not preempt in this cycle; ``deserved`` the queues' fair
-    shares as the fair cycle computed them (None in other cycles).
+    shares as the fair cycle computed them (None in other cycles); ``backlog`` the engine's
+    pending pods as kept between cycles, synced to this cycle's (None: the cycle groups the
+    pending pods it is given itself).
     """
 
     cluster: ClusterState
@@ -82,6 +85,7 @@ class Session:
     drain: dict[int, float] = field(default_factory=dict)
     no_preemption: frozenset[str] = frozenset()
     deserved: Mapping[str, float] | None = None
+    backlog: Backlog | None = None
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

@@ -96,28 +96,78 @@ def _settle_followers(session: Session, order: QueueOrder, job: Job, rules: Rule
         return
     if rules.reserve and head.gpu.count >= session.tenancy.starvation.min_gpus:
         return
-    cluster, held, memo = session.cluster, session.no_preemption, session.memo
-    mask = allowed(session, job, head)
+    cluster, held = session.cluster, session.no_preemption
     outcome = (last.reason, last.resolvable)
-    got: dict[str, tuple[str, bool]] = {}
+    sig = job.sig
+    if sig is None:
+        return
+    if not reservations and not held and not cluster.pods_with_affinity:
+        # Every follower of the same signature meets the leader's failure (no backfill
+        # masks, labels or held pods to tell them apart): one identity test each.
+        taken = order.take_run(sig)
+        out.unschedulable.extend(Unschedulable(f.pods[0], *outcome) for f in taken)
+        return
+    mask = allowed(session, job, head)
+    lead_held = head.uid in held
+    classes = _Classes(session, job, mask, outcome, rules)
+    got: list[tuple[str, bool]] = []
 
     def same(other: Job) -> bool:
-        if other.key in reservations or not memo_keys.same_outcome(
-            job, other, cluster, False, held
-        ):
+        # memo.same_outcome by the interned signature, plus what it leaves out.
+        pod = other.pods[0]
+        if other.sig is not sig or other.key in reservations:
             return False
-        mine = allowed(session, other, other.pods[0])
-        if mine is mask or (mine is not None and mask is not None and np.array_equal(mine, mask)):
-            got[other.key] = outcome
-            return True
-        # Other nodes left by reservations: settled only if that class's outcome is known.
-        fast = rules.admission.outcome_key(session, other)
-        known = memo.outcome.get(fast) if fast is not None else None
+        if held and (pod.uid in held) != lead_held:
+            return False
+        if cluster.pods_with_affinity and pod.labels != head.labels:
+            return False
+        known = classes.outcome(other)
         if known is not None:
-            got[other.key] = known
+            got.append(known)
         return known is not None
 
-    out.unschedulable.extend(Unschedulable(f.pods[0], *got[f.key]) for f in order.take_next(same))
+    taken = order.take_next(same)
+    out.unschedulable.extend(
+        Unschedulable(f.pods[0], *known) for f, known in zip(taken, got, strict=True)
+    )
+
+
+class _Classes:
+    """A follower's outcome by the nodes reservations leave it (:func:`allowed`): the
+    leader's when its mask equals the leader's, else the outcome memo's for its backfill
+    class (:meth:`~fairgpu.engine.admit.Admission.outcome_key`), None when unknown. For
+    pods with GPUs the mask and that key depend only on the backfill class, so each class
+    is judged once per run of followers; pods without GPUs are judged one by one."""
+
+    def __init__(
+        self,
+        session: Session,
+        leader: Job,
+        mask: np.ndarray | None,
+        outcome: tuple[str, bool],
+        rules: Rules,
+    ) -> None:
+        self.s, self.mask, self.lead, self.rules = session, mask, outcome, rules
+        key = _backfill_key(session, leader, leader.pods[0])
+        self.by_class: dict[int, tuple[str, bool] | None] | None = None if key is None else {}
+
+    def outcome(self, other: Job) -> tuple[str, bool] | None:
+        by_class = self.by_class
+        if by_class is None:
+            return self._judge(other)
+        k = self.s.memo.ends_before(other.runtime, self.s.now)
+        if k not in by_class:
+            by_class[k] = self._judge(other)
+        return by_class[k]
+
+    def _judge(self, other: Job) -> tuple[str, bool] | None:
+        session, mask = self.s, self.mask
+        mine = allowed(session, other, other.pods[0])
+        if mine is mask or (mine is not None and mask is not None and np.array_equal(mine, mask)):
+            return self.lead
+        # Other nodes left by reservations: settled only if that class's outcome is known.
+        fast = self.rules.admission.outcome_key(session, other)
+        return session.memo.outcome.get(fast) if fast is not None else None
 
 
 def allowed(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None:
