@@ -36,6 +36,7 @@ from fairgpu.engine.plugins.scheduling_gates import gated_reason
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.engine.profile import Profile
 from fairgpu.engine.registry import Registry
+from fairgpu.engine.report_changes import changed_reports
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.engine.session import EngineState, Session
 from fairgpu.model.pod import PodInfo
@@ -101,6 +102,9 @@ class Engine:
         # Pods that may be placed but not preempt this cycle (the live adapter: preemptors whose
         # earlier victims still terminate on their nominated node). Empty in the simulator.
         self.no_preemption: frozenset[str] = frozenset()
+        # False: a pending pod's reason is reported only when it differs from the last one
+        # reported for it (report_changes.py; for an adapter that keeps the last reason).
+        self.report_unchanged = True
 
     # ---- configuration hooks for the adapters ------------------------------------------------
     def set_pod_group(self, namespace: str, name: str, min_member: int) -> None:
@@ -217,9 +221,12 @@ class Engine:
             todo = [p for p in todo if not p.scheduling_gates]
         self.backlog.sync(todo, self.resolver)
         session.backlog = self.backlog
+        session.report_unchanged = self.report_unchanged
         self._cycle.run(session, todo)
         self.book.mark_synced(cluster)
         publish_reservations(session)
         out = session.out
+        if not self.report_unchanged:
+            out.unschedulable = changed_reports(out.unschedulable, self.backlog.alone)
         self.state.preemptions += sum(1 for e in out.evictions if e.kind != "gang-timeout")
         return out

@@ -68,7 +68,8 @@ class Session:
     the pods that may be placed but not preempt in this cycle; ``deserved`` the queues' fair
     shares as the fair cycle computed them (None in other cycles); ``backlog`` the engine's
     pending pods as kept between cycles, synced to this cycle's (None: the cycle groups the
-    pending pods it is given itself).
+    pending pods it is given itself); ``report_unchanged`` False: reports that repeat a pod's
+    last one may be left out (:mod:`~fairgpu.engine.report_changes`).
     """
 
     cluster: ClusterState
@@ -86,6 +87,7 @@ class Session:
     no_preemption: frozenset[str] = frozenset()
     deserved: Mapping[str, float] | None = None
     backlog: Backlog | None = None
+    report_unchanged: bool = True
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

@@ -28,6 +28,7 @@ from fairgpu.engine.actions.reserve import allowed_nodes, note_blocked, note_pla
 from fairgpu.engine.decisions import Unschedulable
 from fairgpu.engine.framework import Code
 from fairgpu.engine.jobs import Job
+from fairgpu.engine.report_changes import unchanged_dropped
 from fairgpu.engine.session import Session
 from fairgpu.engine.statement import Statement
 from fairgpu.model.pod import PodInfo
@@ -105,6 +106,8 @@ def _settle_followers(session: Session, order: QueueOrder, job: Job, rules: Rule
         # Every follower of the same signature meets the leader's failure (no backfill
         # masks, labels or held pods to tell them apart): one identity test each.
         taken = order.take_run(sig)
+        if not session.report_unchanged:
+            taken = unchanged_dropped(taken, outcome)
         out.unschedulable.extend(Unschedulable(f.pods[0], *outcome) for f in taken)
         return
     mask = allowed(session, job, head)
