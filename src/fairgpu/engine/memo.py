@@ -315,8 +315,8 @@ class _Entries:
 @dataclass(slots=True)
 class CycleMemo:
     """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
-    failed gang shapes (how many identical members fit before one failed, and why),
-    backfill masks per reservation class."""
+    failed gang shapes (how many identical members fit before one failed, and why), gang
+    screen bounds per shape and cluster state, backfill masks per reservation class."""
 
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     front: Front = field(default_factory=Front)
@@ -324,6 +324,7 @@ class CycleMemo:
     preempt_attempts: int = 0
     allowed: dict[tuple[object, ...], np.ndarray | None] = field(default_factory=dict)
     gangs: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
+    screens: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
     starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
     _classes: tuple[tuple[Reservation, ...], tuple[str, ...], list[float]] | None = None
 
@@ -367,6 +368,13 @@ class CycleMemo:
         starts = self._classes[2]
         return 0 if runtime is None else len(starts) - bisect_left(starts, now + runtime)
 
+    def ends_before_all(self, runtimes: np.ndarray, now: float) -> np.ndarray:
+        """:meth:`ends_before` of each of ``runtimes`` (nan: none declared)."""
+        assert self._classes is not None
+        starts = np.asarray(self._classes[2], dtype=float)
+        ends = len(starts) - np.searchsorted(starts, now + runtimes, side="left")
+        return np.where(np.isnan(runtimes), 0, ends)
+
     def job_backfill_key(
         self,
         job_key: str,
@@ -397,3 +405,4 @@ class CycleMemo:
         self.front.clear()
         self.preempt_front.clear()
         self.gangs.clear()
+        self.screens.clear()

@@ -36,9 +36,10 @@ class QueueOrder(Protocol):
         with a changed queue). Lets a failed job's identical successors be settled at once.
         """
 
-    def take_run(self, sig: object) -> list[Job]:
+    def take_run(self, sig: object, accept: Callable[[list[Job]], int] | None = None) -> list[Job]:
         """:meth:`take_next` while the jobs' :attr:`Job.sig` is ``sig`` (cheaper: one
-        identity test per job)."""
+        identity test per job); given ``accept``, only the first ``accept(run)`` of that
+        run."""
 
 
 def kube_default_order(pods: Iterable[PodInfo]) -> list[PodInfo]:
@@ -71,9 +72,10 @@ class KubeDefaultOrder:
         """The head of the line while ``same`` holds."""
         return self._line.take(same)
 
-    def take_run(self, sig: object) -> list[Job]:
-        """The head of the line while its jobs' :attr:`Job.sig` is ``sig``."""
-        return self._line.take_run(sig)
+    def take_run(self, sig: object, accept: Callable[[list[Job]], int] | None = None) -> list[Job]:
+        """The head of the line while its jobs' :attr:`Job.sig` is ``sig`` (and, given
+        ``accept``, only as many of those as it accepts)."""
+        return self._line.take_run(sig, accept)
 
 
 class _Cursor:
@@ -103,13 +105,15 @@ class _Cursor:
         self.pos = end
         return jobs[start:end]
 
-    def take_run(self, sig: object) -> list[Job]:
+    def take_run(self, sig: object, accept: Callable[[list[Job]], int] | None) -> list[Job]:
         # C-level scan: the jobs while their signature is ``sig`` (an interned object).
         jobs, start = self.jobs, self.pos
         sigs = map(_SIG, islice(jobs, start, None))
-        end = start + len(list(takewhile(partial(is_, sig), sigs)))
-        self.pos = end
-        return jobs[start:end]
+        run = jobs[start : start + len(list(takewhile(partial(is_, sig), sigs)))]
+        if accept is not None:
+            run = run[: accept(run)]
+        self.pos = start + len(run)
+        return run
 
 
 _SIG = attrgetter("sig")
@@ -167,13 +171,14 @@ class FairOrder:
         self._drop_empty(queue, user)
         return taken
 
-    def take_run(self, sig: object) -> list[Job]:
-        """:meth:`take_next` while the jobs' :attr:`Job.sig` is ``sig``."""
+    def take_run(self, sig: object, accept: Callable[[list[Job]], int] | None = None) -> list[Job]:
+        """:meth:`take_next` while the jobs' :attr:`Job.sig` is ``sig`` (and, given
+        ``accept``, only as many of those as it accepts)."""
         queue, user = self._last
         lane = self._cursors.get(queue, {}).get(user)
         if not lane:
             return []
-        taken = lane.take_run(sig)
+        taken = lane.take_run(sig, accept)
         self._drop_empty(queue, user)
         return taken
 
