@@ -23,7 +23,7 @@ handed out as they are (cycles only read them).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator, Sequence, Set
+from collections.abc import Iterator, Mapping, Sequence, Set
 from operator import attrgetter
 
 from fairgpu.engine.decisions import CycleResult
@@ -141,16 +141,21 @@ class Backlog:
 
     def cycle_lanes(
         self, resolver: TenantResolver, book: QueueBook, annotation: str, out: CycleResult
-    ) -> tuple[Lanes, JobKeys]:
+    ) -> tuple[Lanes, JobKeys, Mapping[str, PodInfo]]:
         """This cycle's lanes -- the kept lanes with the pod groups' jobs merged in (groups
-        that cannot start yet are reported in ``out``) -- and the keys of all its jobs.
-        The lanes are shared with the backlog: callers must not change them."""
+        that cannot start yet are reported in ``out``) --, the keys of all its jobs and
+        their pods by uid. Lanes and pods are shared with the backlog: callers must not
+        change them."""
         lanes = self.lanes
         copied: set[tuple[str, str]] = set()
         group_keys: set[str] = set()
+        idle: list[str] = []  # members of groups that yield no job this cycle
         for key, members in self.groups.items():
             pods = sorted(members.values(), key=pod_order)
-            for job in group_jobs(key, pods, resolver, book, annotation, out):
+            jobs = group_jobs(key, pods, resolver, book, annotation, out)
+            if not jobs:
+                idle.extend(p.uid for p in pods)
+            for job in jobs:
                 if lanes is self.lanes:
                     lanes = {q: dict(users) for q, users in self.lanes.items()}
                 queue, user = job.tenant.queue, job.tenant.user
@@ -160,7 +165,12 @@ class Backlog:
                     copied.add((queue, user))
                 insort(users[user], job, key=_sort_key)
                 group_keys.add(job.key)
-        return lanes, JobKeys(self.alone.keys(), group_keys)
+        pending: Mapping[str, PodInfo] = self.pods
+        if idle:
+            pending = dict(self.pods)
+            for uid in idle:
+                pending.pop(uid, None)
+        return lanes, JobKeys(self.alone.keys(), group_keys), pending
 
     def line(self) -> list[Job]:
         """All jobs in one line (the single lane of an ungrouped backlog), shared: callers

@@ -35,6 +35,8 @@ class Job:
     runtime: float | None = field(init=False, repr=False, compare=False)
     # (reason, resolvable) last reported for the pod of a job of one (report_changes.py).
     reported: tuple[str, bool] | None = field(default=None, init=False, repr=False, compare=False)
+    # (memo.ask of the first pod,) once computed (allocate._ask).
+    asked: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """``sort_key``: the order inside one user -- priority (high first), then its

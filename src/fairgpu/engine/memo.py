@@ -264,12 +264,23 @@ class Front:
 
     def __init__(self) -> None:
         self._fronts: dict[tuple[object, ...], _Entries] = {}
+        # Answers given since the last change, by (group, vector): a backlog asks the
+        # same few things again and again.
+        self._answers: dict[tuple[object, bytes], str | None] = {}
 
     def find(self, group: tuple[object, ...], vec: np.ndarray) -> str | None:
         """The reason a dominated ask failed, or None."""
         entry = self._fronts.get(group)
         if entry is None:
             return None
+        key = (group, vec.tobytes())
+        if key in self._answers:
+            return self._answers[key]
+        got = self._answers[key] = self._find(entry, vec)
+        return got
+
+    @staticmethod
+    def _find(entry: _Entries, vec: np.ndarray) -> str | None:
         low, high = entry.stacked()
         hit = np.flatnonzero(((vec >= low) & (vec <= high)).all(axis=1))
         return entry.reasons[int(hit[0])] if hit.size else None
@@ -284,6 +295,7 @@ class Front:
         """Remember that ``vec`` failed in ``group`` for ``reason`` (valid up to
         ``ceiling``)."""
         entry = self._fronts.setdefault(group, _Entries())
+        self._answers.clear()
         if len(entry.vecs) < MAX_FRONT:
             entry.vecs.append(vec)
             entry.ceilings.append(np.full(vec.shape, np.inf) if ceiling is None else ceiling)
@@ -293,6 +305,7 @@ class Front:
     def clear(self) -> None:
         """Forget every failure."""
         self._fronts.clear()
+        self._answers.clear()
 
 
 @dataclass(slots=True)

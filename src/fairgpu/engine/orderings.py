@@ -59,7 +59,7 @@ class FairCycle:
         backlog = session.backlog
         pending_keys: Set[str]
         if backlog is not None:
-            queues, pending_keys = backlog.cycle_lanes(
+            queues, pending_keys, session.pending_pods = backlog.cycle_lanes(
                 session.resolver, book, annotation, session.out
             )
         else:

@@ -25,6 +25,7 @@ from fairgpu.engine.gang import Reservation
 from fairgpu.engine.memo import CycleMemo
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.engine.statement import Statement
+from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import QueueBook
 from fairgpu.tenancy.config import TenancyConfig
 from fairgpu.tenancy.history import UsageHistory
@@ -69,7 +70,8 @@ class Session:
     shares as the fair cycle computed them (None in other cycles); ``backlog`` the engine's
     pending pods as kept between cycles, synced to this cycle's (None: the cycle groups the
     pending pods it is given itself); ``report_unchanged`` False: reports that repeat a pod's
-    last one may be left out (:mod:`~fairgpu.engine.report_changes`).
+    last one may be left out (:mod:`~fairgpu.engine.report_changes`); ``pending_pods`` the
+    pods of the cycle's jobs by uid, when the backlog keeps them (None: read the lanes).
     """
 
     cluster: ClusterState
@@ -88,6 +90,7 @@ class Session:
     deserved: Mapping[str, float] | None = None
     backlog: Backlog | None = None
     report_unchanged: bool = True
+    pending_pods: Mapping[str, PodInfo] | None = None
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairgpu.cluster.state import ClusterState
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.actions.admit import Admission
 from fairgpu.engine.actions.backfill import allowed, backfill_key
@@ -222,11 +223,23 @@ def _ask_key(
     member --, so what fails for one fails for the next of the same key, whichever job it
     belongs to: a cycle searches once per failure shape, not once per pending gang.
     """
-    key = memo_keys.ask(pod, session.cluster)
+    key = _ask(job, pod, session.cluster)
     if key is None or mask is None:
         return key
     nodes = backfill_key(session, job, pod)
     return None if nodes is None else ((*key[0], nodes), key[1])
+
+
+def _ask(
+    job: Job, pod: PodInfo, cluster: ClusterState
+) -> tuple[tuple[object, ...], np.ndarray] | None:
+    """:func:`~fairgpu.engine.memo.ask`, kept on the job for its first pod while labels do
+    not matter (then it depends on the pod alone; jobs live as long as their pods wait)."""
+    if pod is not job.pods[0] or cluster.pods_with_affinity:
+        return memo_keys.ask(pod, cluster)
+    if job.asked is None:
+        job.asked = (memo_keys.ask(pod, cluster),)
+    return job.asked[0]
 
 
 def _preempt_member(
