@@ -95,8 +95,10 @@ class Engine:
         self.resolver = TenantResolver(self.tenancy)
         self.book = QueueBook(self.tenancy, self.resolver)
         self.state = EngineState(UsageHistory(self.tenancy.history.half_life_seconds))
-        # Pending pods grouped into sorted lanes, kept between cycles (see backlog.py).
+        # Pending pods grouped into sorted lanes, kept between cycles (see backlog.py); with
+        # keep_backlog False every cycle groups the pods it is given afresh (same decisions).
         self.backlog = Backlog(grouped=ordering == "fair")
+        self.keep_backlog = True
         # How a point in time reads in a pending pod's reason (the live adapter: UTC).
         self.time_label = time_label or (lambda t: f"t={t:.0f} s")
         # Pods that may be placed but not preempt this cycle (the live adapter: preemptors whose
@@ -219,14 +221,18 @@ class Engine:
             gated = [p for p in todo if p.scheduling_gates]
             session.out.unschedulable.extend(Unschedulable(p, gated_reason(p)) for p in gated)
             todo = [p for p in todo if not p.scheduling_gates]
-        self.backlog.sync(todo, self.resolver)
-        session.backlog = self.backlog
-        session.report_unchanged = self.report_unchanged
+        kept = self.keep_backlog
+        if kept:
+            self.backlog.sync(todo, self.resolver)
+            session.backlog = self.backlog
+        else:
+            self.backlog.reset()
+        session.report_unchanged = self.report_unchanged or not kept
         self._cycle.run(session, todo)
         self.book.mark_synced(cluster)
         publish_reservations(session)
         out = session.out
-        if not self.report_unchanged:
+        if not session.report_unchanged:
             out.unschedulable = changed_reports(out.unschedulable, self.backlog.alone)
         self.state.preemptions += sum(1 for e in out.evictions if e.kind != "gang-timeout")
         return out
