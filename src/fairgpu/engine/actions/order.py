@@ -8,10 +8,10 @@ after each attempt (so a share-based order can re-rank them). Two implementation
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from functools import partial
-from itertools import islice, takewhile
 from operator import attrgetter, is_
 from typing import Protocol
+
+import numpy as np
 
 from fairgpu.engine.jobs import Job, pod_order
 from fairgpu.engine.session import Session
@@ -80,13 +80,16 @@ class KubeDefaultOrder:
 
 class _Cursor:
     """A read-only list of jobs and the position of the next one (lanes are shared with
-    the backlog, so handing jobs out must not change them)."""
+    the backlog, so handing jobs out must not change them). ``ends[i]``: where the run of
+    jobs with ``jobs[i]``'s signature that starts at ``i`` ends -- computed at the first
+    :meth:`take_run`, at C level, so settling a run costs nothing per job."""
 
-    __slots__ = ("jobs", "pos")
+    __slots__ = ("ends", "jobs", "pos")
 
     def __init__(self, jobs: list[Job]) -> None:
         self.jobs = jobs
         self.pos = 0
+        self.ends: np.ndarray | None = None
 
     def __bool__(self) -> bool:
         return self.pos < len(self.jobs)
@@ -106,14 +109,26 @@ class _Cursor:
         return jobs[start:end]
 
     def take_run(self, sig: object, accept: Callable[[list[Job]], int] | None) -> list[Job]:
-        # C-level scan: the jobs while their signature is ``sig`` (an interned object).
         jobs, start = self.jobs, self.pos
-        sigs = map(_SIG, islice(jobs, start, None))
-        run = jobs[start : start + len(list(takewhile(partial(is_, sig), sigs)))]
+        if start >= len(jobs) or jobs[start].sig is not sig:
+            return []
+        if self.ends is None:
+            self.ends = run_ends(jobs)
+        run = jobs[start : int(self.ends[start])]
         if accept is not None:
             run = run[: accept(run)]
         self.pos = start + len(run)
         return run
+
+
+def run_ends(jobs: list[Job]) -> np.ndarray:
+    """For each index ``i``, the end of the run of jobs whose signature is ``jobs[i]``'s
+    (interned, so compared by identity) starting at ``i``."""
+    n = len(jobs)
+    sigs = list(map(_SIG, jobs))
+    same_next = np.fromiter(map(is_, sigs[:-1], sigs[1:]), dtype=bool, count=max(n - 1, 0))
+    cuts = np.append(np.flatnonzero(~same_next), n - 1)  # last index of each run
+    return cuts[np.searchsorted(cuts, np.arange(n), side="left")] + 1
 
 
 _SIG = attrgetter("sig")

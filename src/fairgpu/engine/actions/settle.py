@@ -63,7 +63,7 @@ def settle_followers(
     if not session.no_preemption and not session.cluster.pods_with_affinity:
         if not reservations:
             taken = order.take_run(sig)
-            _report(session, taken, repeat(outcome, len(taken)))
+            _report(session, taken, repeat(outcome))
             return
         if classes.by_class is not None:
             judge = _RunJudge(session, classes, sig)
@@ -77,10 +77,15 @@ def _report(session: Session, taken: list[Job], outcomes: Iterable[Outcome]) -> 
     """Report each of ``taken`` with its outcome -- only those whose last report differs,
     when the adapter does not want repeats (:mod:`~fairgpu.engine.report_changes`)."""
     if not session.report_unchanged:
-        outcomes = list(outcomes)
-        keep = list(map(ne, map(_REPORTED, taken), outcomes))
-        taken = list(compress(taken, keep))
-        outcomes = compress(outcomes, keep)
+        if isinstance(outcomes, repeat):  # one outcome for all: nothing to keep per job
+            known = next(outcomes)
+            taken = list(compress(taken, map(ne, map(_REPORTED, taken), repeat(known))))
+            outcomes = repeat(known)
+        else:
+            outcomes = list(outcomes)
+            keep = list(map(ne, map(_REPORTED, taken), outcomes))
+            taken = list(compress(taken, keep))
+            outcomes = compress(outcomes, keep)
     session.out.unschedulable.extend(
         Unschedulable(f.pods[0], *known) for f, known in zip(taken, outcomes, strict=False)
     )
