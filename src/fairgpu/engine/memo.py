@@ -12,7 +12,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from operator import is_
+from operator import attrgetter, is_
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +24,8 @@ from fairgpu.model.pod import CPU, MEMORY, PodInfo
 if TYPE_CHECKING:
     from fairgpu.engine.jobs import Job
     from fairgpu.engine.scheduler import Scheduler
+
+_RUNTIME = attrgetter("runtime")
 
 # At most this many failed request vectors are kept per ask group.
 MAX_FRONT = 256
@@ -329,7 +331,8 @@ class _Entries:
 class CycleMemo:
     """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
     failed gang shapes (how many identical members fit before one failed, and why), gang
-    screen bounds per shape and cluster state, backfill masks per reservation class."""
+    screen bounds per shape and cluster state, backfill masks per reservation class, the
+    declared run times of lanes."""
 
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     front: Front = field(default_factory=Front)
@@ -338,6 +341,7 @@ class CycleMemo:
     allowed: dict[tuple[object, ...], np.ndarray | None] = field(default_factory=dict)
     gangs: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
     screens: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
+    runtimes: dict[int, tuple[list[Job], np.ndarray]] = field(default_factory=dict)
     starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
     _classes: tuple[tuple[Reservation, ...], tuple[str, ...], list[float]] | None = None
 
@@ -380,6 +384,15 @@ class CycleMemo:
         assert self._classes is not None
         starts = self._classes[2]
         return 0 if runtime is None else len(starts) - bisect_left(starts, now + runtime)
+
+    def lane_runtimes(self, lane: list[Job]) -> np.ndarray:
+        """The declared run times of ``lane``'s jobs (nan: none), once per lane and cycle
+        (lanes do not change during a cycle)."""
+        got = self.runtimes.get(id(lane))
+        if got is None or got[0] is not lane:
+            times = np.array(list(map(_RUNTIME, lane)), dtype=float)
+            got = self.runtimes[id(lane)] = (lane, times)
+        return got[1]
 
     def ends_before_all(self, runtimes: np.ndarray, now: float) -> np.ndarray:
         """:meth:`ends_before` of each of ``runtimes`` (nan: none declared)."""

@@ -19,6 +19,8 @@ from fairgpu.model.pod import PodInfo
 
 # queue -> user -> that user's jobs in order
 Lanes = dict[str, dict[str, list[Job]]]
+# (lane, start, end of a run of one signature) -> how many of the run to take
+Accept = Callable[[list[Job], int, int], int]
 
 
 class QueueOrder(Protocol):
@@ -36,10 +38,10 @@ class QueueOrder(Protocol):
         with a changed queue). Lets a failed job's identical successors be settled at once.
         """
 
-    def take_run(self, sig: object, accept: Callable[[list[Job]], int] | None = None) -> list[Job]:
-        """:meth:`take_next` while the jobs' :attr:`Job.sig` is ``sig`` (cheaper: one
-        identity test per job); given ``accept``, only the first ``accept(run)`` of that
-        run."""
+    def take_run(self, sig: object, accept: Accept | None = None) -> list[Job]:
+        """:meth:`take_next` while the jobs' :attr:`Job.sig` is ``sig`` (cheaper: no test
+        per job); given ``accept``, only the first ``accept(lane, start, end)`` of that
+        run ``lane[start:end]``."""
 
 
 def kube_default_order(pods: Iterable[PodInfo]) -> list[PodInfo]:
@@ -72,7 +74,7 @@ class KubeDefaultOrder:
         """The head of the line while ``same`` holds."""
         return self._line.take(same)
 
-    def take_run(self, sig: object, accept: Callable[[list[Job]], int] | None = None) -> list[Job]:
+    def take_run(self, sig: object, accept: Accept | None = None) -> list[Job]:
         """The head of the line while its jobs' :attr:`Job.sig` is ``sig`` (and, given
         ``accept``, only as many of those as it accepts)."""
         return self._line.take_run(sig, accept)
@@ -108,17 +110,17 @@ class _Cursor:
         self.pos = end
         return jobs[start:end]
 
-    def take_run(self, sig: object, accept: Callable[[list[Job]], int] | None) -> list[Job]:
+    def take_run(self, sig: object, accept: Accept | None) -> list[Job]:
         jobs, start = self.jobs, self.pos
         if start >= len(jobs) or jobs[start].sig is not sig:
             return []
         if self.ends is None:
             self.ends = run_ends(jobs)
-        run = jobs[start : int(self.ends[start])]
+        end = int(self.ends[start])
         if accept is not None:
-            run = run[: accept(run)]
-        self.pos = start + len(run)
-        return run
+            end = start + accept(jobs, start, end)
+        self.pos = end
+        return jobs[start:end]
 
 
 def run_ends(jobs: list[Job]) -> np.ndarray:
@@ -186,7 +188,7 @@ class FairOrder:
         self._drop_empty(queue, user)
         return taken
 
-    def take_run(self, sig: object, accept: Callable[[list[Job]], int] | None = None) -> list[Job]:
+    def take_run(self, sig: object, accept: Accept | None = None) -> list[Job]:
         """:meth:`take_next` while the jobs' :attr:`Job.sig` is ``sig`` (and, given
         ``accept``, only as many of those as it accepts)."""
         queue, user = self._last

@@ -122,6 +122,7 @@ class FairVictims:
         self._gangs = running_gangs(session.book, session.resolver, session.cluster)
         self._collateral: frozenset[str] = frozenset()
         self._freeable: tuple[tuple[object, ...], set[str]] | None = None
+        self._sets: dict[tuple[object, ...], tuple[list[list[str]], str | None]] = {}
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -262,8 +263,37 @@ class FairVictims:
 
     def candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
         """Victim pools to try in order: each queue above the preemptor's (most above first),
-        then the preemptor's own lower-priority pods, then all of those together."""
+        then the preemptor's own lower-priority pods, then all of those together (shared:
+        callers must not change them).
+
+        Computed once per preemptor queue, user, priority, ask and permission while the
+        cluster does not change: shares, usage, run times and cooldowns move only with
+        placements and evictions in a cycle, and ``now`` is fixed. A hit names the same
+        refusal for this pod as the computation did (the retry times it asked for are
+        already asked)."""
+        cluster = self.s.cluster
+        key = (
+            job.tenant.queue,
+            job.tenant.user,
+            pod.priority,
+            pod.gpu,
+            tuple(sorted(pod.requests.items())),
+            self.may_preempt(pod),
+            cluster.load_version,
+            cluster.static_version,
+        )
         self._refusal.pop(pod.uid, None)
+        got = self._sets.get(key)
+        if got is None:
+            if len(self._sets) > 64:
+                self._sets.clear()
+            sets = self._candidate_sets(job, pod)
+            got = self._sets[key] = (sets, self._refusal.get(pod.uid))
+        elif got[1] is not None:
+            self._refusal[pod.uid] = got[1]
+        return got[0]
+
+    def _candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
         if not self.may_preempt(pod):
             return []
         s = self.s

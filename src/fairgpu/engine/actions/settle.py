@@ -37,7 +37,6 @@ from fairgpu.engine.session import Session
 
 Outcome = tuple[str, bool]
 _REPORTED = attrgetter("reported")
-_RUNTIME = attrgetter("runtime")
 _SORT = attrgetter("sort_key")
 
 
@@ -168,13 +167,14 @@ class _RunJudge:
         self.s, self.classes, self.sig = session, classes, sig
         self.outcomes: list[Outcome] = []
 
-    def accept(self, run: list[Job]) -> int:
-        """How many of ``run`` (in order) are settled; their outcomes go to
-        :attr:`outcomes`."""
+    def accept(self, lane: list[Job], start: int, end: int) -> int:
+        """How many of the run ``lane[start:end]`` (in order) are settled; their outcomes go
+        to :attr:`outcomes`."""
+        run = lane[start:end]
         limit = self._before_reserved(run)
         if limit == 0:
             return 0
-        runtimes = np.array(list(map(_RUNTIME, run[:limit])), dtype=float)  # None: nan
+        runtimes = self.s.memo.lane_runtimes(lane)[start : start + limit]
         ks = self.s.memo.ends_before_all(runtimes, self.s.now)
         by_class = self.classes.by_class
         assert by_class is not None
