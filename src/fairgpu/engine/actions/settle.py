@@ -178,15 +178,18 @@ class _RunJudge:
         ks = self.s.memo.ends_before_all(runtimes, self.s.now)
         by_class = self.classes.by_class
         assert by_class is not None
-        for k in np.unique(ks).tolist():
+        # Classes are 0..len(reservations): a table per class, not a search per job.
+        seen = np.bincount(ks)
+        for k in np.flatnonzero(seen).tolist():
             if k not in by_class:
-                first = int(np.argmax(ks == k))
-                by_class[k] = self.classes.outcome(run[first])
-        unknown = [k for k, v in by_class.items() if v is None]
-        if unknown:
-            stop = np.flatnonzero(np.isin(ks, unknown))
-            if stop.size:
-                limit = int(stop[0])
+                by_class[k] = self.classes.outcome(run[int(np.argmax(ks == k))])
+        unknown = np.zeros(seen.size, dtype=bool)
+        for k, known in by_class.items():
+            if known is None and k < seen.size:
+                unknown[k] = True
+        stop = unknown[ks]
+        if stop.any():
+            limit = int(np.argmax(stop))
         self.outcomes = list(map(by_class.__getitem__, ks[:limit].tolist()))
         return limit
 
