@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fairgpu.engine.decisions import CycleResult, Unschedulable
 from fairgpu.engine.gang import declared_runtime
 from fairgpu.engine.memo import job_signature
@@ -36,7 +38,9 @@ class Job:
     # (reason, resolvable) last reported for the pod of a job of one (report_changes.py).
     reported: tuple[str, bool] | None = field(default=None, init=False, repr=False, compare=False)
     # (memo.ask of the first pod,) once computed (allocate._ask).
-    asked: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    asked: tuple[tuple[tuple[object, ...], np.ndarray] | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         """``sort_key``: the order inside one user -- priority (high first), then its

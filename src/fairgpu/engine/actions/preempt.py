@@ -170,14 +170,8 @@ class FairVictims:
     def freeable(self, job: Job, pod: PodInfo) -> set[str]:
         """The pods of every candidate pool (:meth:`candidate_sets`), computed once for the
         same preemptor queue, user and ask while the cluster's load does not change."""
-        key = (
-            job.tenant.queue,
-            job.tenant.user,
-            pod.priority,
-            pod.gpu,
-            tuple(sorted(pod.requests.items())),
-            self.s.cluster.load_version,
-        )
+        t, req = job.tenant, tuple(sorted(pod.requests.items()))
+        key = (t.queue, t.user, pod.priority, pod.gpu, req, self.s.cluster.load_version)
         if self._freeable is None or self._freeable[0] != key:
             pools = self.candidate_sets(job, pod)
             self._freeable = (key, {uid for pool in pools for uid in pool})
@@ -263,30 +257,16 @@ class FairVictims:
 
     def candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
         """Victim pools to try in order: each queue above the preemptor's (most above first),
-        then the preemptor's own lower-priority pods, then all of those together (shared:
-        callers must not change them).
-
-        Computed once per preemptor queue, user, priority, ask and permission while the
-        cluster does not change: shares, usage, run times and cooldowns move only with
-        placements and evictions in a cycle, and ``now`` is fixed. A hit names the same
-        refusal for this pod as the computation did (the retry times it asked for are
-        already asked)."""
-        cluster = self.s.cluster
-        key = (
-            job.tenant.queue,
-            job.tenant.user,
-            pod.priority,
-            pod.gpu,
-            tuple(sorted(pod.requests.items())),
-            self.may_preempt(pod),
-            cluster.load_version,
-            cluster.static_version,
-        )
+        then its own lower-priority pods, then all together. Shared; once per preemptor
+        tenant, ask and permission while the cluster does not change (nor then do shares,
+        run times, cooldowns; ``now`` is fixed): a hit names this pod the same refusal."""
+        c, t = self.s.cluster, job.tenant
+        req = tuple(sorted(pod.requests.items()))
+        may = self.may_preempt(pod)
+        key = (t.queue, t.user, pod.priority, pod.gpu, req, may, c.load_version, c.static_version)
         self._refusal.pop(pod.uid, None)
         got = self._sets.get(key)
         if got is None:
-            if len(self._sets) > 64:
-                self._sets.clear()
             sets = self._candidate_sets(job, pod)
             got = self._sets[key] = (sets, self._refusal.get(pod.uid))
         elif got[1] is not None:

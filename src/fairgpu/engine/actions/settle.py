@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import compress, repeat
 from operator import attrgetter, ne
+from typing import cast
 
 import numpy as np
 
@@ -190,7 +191,8 @@ class _RunJudge:
         stop = unknown[ks]
         if stop.any():
             limit = int(np.argmax(stop))
-        self.outcomes = list(map(by_class.__getitem__, ks[:limit].tolist()))
+        # Every class before ``limit`` is known (not None).
+        self.outcomes = cast(list[Outcome], list(map(by_class.__getitem__, ks[:limit].tolist())))
         return limit
 
     def _before_reserved(self, run: list[Job]) -> int:
