@@ -11,7 +11,9 @@ Where each idea lives: queue orders in ``actions/order.py``, admission in ``acti
 placement (a pod alone is a gang of one) in ``actions/allocate.py``, victim policies in
 ``actions/preempt.py``, the reclaim rule (and why it cannot cycle) in ``actions/reclaim.py``,
 starvation reservations in ``actions/reserve.py``, gang timeouts in
-``actions/gang_timeout.py``, the transaction in ``statement.py``, memo keys in ``memo.py``.
+``actions/gang_timeout.py``, the transaction in ``statement.py``, memo keys in ``memo.py``,
+identical followers of a failed pod in ``actions/settle.py``, pending work kept between
+cycles in ``backlog.py``, reports of changed reasons only in ``report_changes.py``.
 """
 
 from __future__ import annotations
@@ -209,7 +211,10 @@ class Engine:
 
         Pods whose exact shape already failed in this cycle are not retried until something is
         released: placements only consume capacity, so they would fail again (pods with
-        inter-pod affinity excepted).
+        inter-pod affinity excepted). The pending pods are kept grouped between cycles
+        (:class:`~fairgpu.engine.backlog.Backlog`, updated by what changed in ``pending``,
+        pod objects compared by identity); with :attr:`report_unchanged` off, a reason is
+        reported only when it changed (:mod:`~fairgpu.engine.report_changes`).
         """
         session = self.session(cluster, now)
         todo = pending
