@@ -123,6 +123,7 @@ class FairVictims:
         self._collateral: frozenset[str] = frozenset()
         self._freeable: tuple[tuple[object, ...], set[str]] | None = None
         self._sets: dict[tuple[object, ...], tuple[list[list[str]], str | None]] = {}
+        self._waits: dict[tuple[object, ...], float] = {}
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -240,7 +241,10 @@ class FairVictims:
         mask = s.scheduler.static_mask(pod, s.cluster)
         if allowed is not None:
             mask = mask & allowed[: mask.size]
-        return gpus, time_to_fit(pod, 1, s.cluster, mask, s.now)
+        key = (pod.gpu, mask.tobytes(), s.cluster.load_version, s.cluster.static_version)
+        if key not in self._waits:  # once per ask and nodes while the cluster stays
+            self._waits[key] = time_to_fit(pod, 1, s.cluster, mask, s.now)
+        return gpus, self._waits[key]
 
     def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
         """Remember the GPUs a reclaim plan frees, whole groups included (recorded if the
@@ -260,10 +264,9 @@ class FairVictims:
         then its own lower-priority pods, then all together. Shared; once per preemptor
         tenant, ask and permission while the cluster does not change (nor then do shares,
         run times, cooldowns; ``now`` is fixed): a hit names this pod the same refusal."""
-        c, t = self.s.cluster, job.tenant
-        req = tuple(sorted(pod.requests.items()))
-        may = self.may_preempt(pod)
-        key = (t.queue, t.user, pod.priority, pod.gpu, req, may, c.load_version, c.static_version)
+        c, t, req = self.s.cluster, job.tenant, tuple(sorted(pod.requests.items()))
+        may, versions = self.may_preempt(pod), (c.load_version, c.static_version)
+        key = (t.queue, t.user, pod.priority, pod.gpu, req, may, versions)
         self._refusal.pop(pod.uid, None)
         got = self._sets.get(key)
         if got is None:
