@@ -83,20 +83,20 @@ class Backlog:
 
     def sync(self, pending: Sequence[PodInfo], resolver: TenantResolver) -> None:
         """Make the backlog hold exactly ``pending`` (no gated or placed pods)."""
-        cur = dict(zip(map(id, pending), pending, strict=True))
+        cur = set(map(id, pending))
         seen = self._seen
-        if cur.keys() == seen.keys():
+        if cur == seen.keys():
             return
-        for i in seen.keys() - cur.keys():
-            self._remove(i, seen[i])
-        added = cur.keys() - seen.keys()
+        for i in seen.keys() - cur:
+            self._remove(i, seen.pop(i))
+        added = cur - seen.keys()
         if added:
             # In the order pods were handed in, so group members keep it.
             for pod in pending:
                 if id(pod) in added:
                     added.discard(id(pod))
+                    seen[id(pod)] = pod
                     self._add(pod, resolver)
-        self._seen = cur
 
     def _add(self, pod: PodInfo, resolver: TenantResolver) -> None:
         i = id(pod)
