@@ -23,7 +23,7 @@ handed out as they are (cycles only read them).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator, Mapping, Sequence, Set
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 
 from fairgpu.engine.decisions import CycleResult
@@ -36,25 +36,6 @@ from fairgpu.tenancy.resolve import TenantResolver
 Lanes = dict[str, dict[str, list[Job]]]
 
 _sort_key = attrgetter("sort_key")
-
-
-class JobKeys(Set[str]):
-    """The keys of the cycle's jobs, without building a set of every pending pod's uid:
-    the pods alone by uid, plus the group jobs' keys."""
-
-    def __init__(self, alone: Set[str], groups: set[str]) -> None:
-        self._alone = alone
-        self._groups = groups
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._groups or key in self._alone
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self._groups
-        yield from (k for k in self._alone if k not in self._groups)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 class Backlog:
@@ -141,7 +122,7 @@ class Backlog:
 
     def cycle_lanes(
         self, resolver: TenantResolver, book: QueueBook, annotation: str, out: CycleResult
-    ) -> tuple[Lanes, JobKeys, Mapping[str, PodInfo]]:
+    ) -> tuple[Lanes, set[str], Mapping[str, PodInfo]]:
         """This cycle's lanes -- the kept lanes with the pod groups' jobs merged in (groups
         that cannot start yet are reported in ``out``) --, the keys of all its jobs and
         their pods by uid. Lanes and pods are shared with the backlog: callers must not
@@ -170,7 +151,8 @@ class Backlog:
             pending = dict(self.pods)
             for uid in idle:
                 pending.pop(uid, None)
-        return lanes, JobKeys(self.alone.keys(), group_keys), pending
+        # The jobs' keys: pods alone by uid, group jobs by theirs (a set built at C level).
+        return lanes, self.alone.keys() | group_keys, pending
 
     def line(self) -> list[Job]:
         """All jobs in one line (the single lane of an ungrouped backlog), shared: callers

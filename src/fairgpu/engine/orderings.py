@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Set
+from collections.abc import Sequence
 from typing import Protocol
 
 from fairgpu.engine.actions.admit import FairAdmission, KubeDefaultAdmission
@@ -57,7 +57,6 @@ class FairCycle:
         history.advance(session.now, history_shares(book))
         annotation = session.tenancy.gang.min_member_annotation
         backlog = session.backlog
-        pending_keys: Set[str]
         if backlog is not None:
             queues, pending_keys, session.pending_pods = backlog.cycle_lanes(
                 session.resolver, book, annotation, session.out

@@ -21,7 +21,6 @@ both its run and the idle GPU time its nodes spent draining for it.
 from __future__ import annotations
 
 import math
-from collections.abc import Set
 
 import numpy as np
 
@@ -216,7 +215,7 @@ def _reserve(session: Session, job: Job, needed: list[PodInfo]) -> Reservation |
     )
 
 
-def expire_reservations(session: Session, pending_keys: Set[str]) -> None:
+def expire_reservations(session: Session, pending_keys: set[str]) -> None:
     """Drop reservations of jobs no longer pending or held past :func:`hold_end`, starvation
     clocks of jobs no longer pending and protections that ended; learn run times."""
     state = session.state
@@ -237,7 +236,7 @@ def expire_reservations(session: Session, pending_keys: Set[str]) -> None:
         del state.protected[uid]
 
 
-def _observe_runtimes(session: Session, pending_keys: Set[str]) -> None:
+def _observe_runtimes(session: Session, pending_keys: set[str]) -> None:
     """Feed the running pods that declare no run time to the observed run times."""
     if not session.tenancy.starvation.enabled:
         return
