@@ -22,6 +22,7 @@ followers' backfill classes are computed at once from their declared run times
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from itertools import compress, repeat
 from operator import attrgetter, ne
@@ -215,8 +216,6 @@ class _RunJudge:
 
 def _index(run: list[Job], job: Job) -> int | None:
     """Where ``job`` is in ``run`` (sorted by sort key), or None."""
-    from bisect import bisect_left
-
     at = bisect_left(run, job.sort_key, key=_SORT)
     while at < len(run) and run[at].sort_key == job.sort_key:
         if run[at] is job:
