@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fairgpu.engine.framework import MAX_NODE_SCORE, CycleState
@@ -314,6 +314,7 @@ def test_typical_pods_keep_the_rare_shapes_apart_for_the_capacity_measure() -> N
         max_size=4,
     )
 )
+@example([(8.988465674311579e307, None), (8.98846567431158e307, None)])  # sum overflows
 def test_typical_pods_args_are_valid_or_refused_with_the_item(items: list) -> None:  # type: ignore[type-arg]
     args = [
         {"cpu": 1000, "milli": 100 * (i + 1), "count": 1, "weight": w}

@@ -11,12 +11,15 @@ Where each idea lives: queue orders in ``actions/order.py``, admission in ``acti
 placement (a pod alone is a gang of one) in ``actions/allocate.py``, victim policies in
 ``actions/preempt.py``, the reclaim rule (and why it cannot cycle) in ``actions/reclaim.py``,
 starvation reservations in ``actions/reserve.py``, gang timeouts in
-``actions/gang_timeout.py``, the transaction in ``statement.py``, memo keys in ``memo.py``.
+``actions/gang_timeout.py``, the transaction in ``statement.py``, memo keys in ``memo.py``,
+identical followers of a failed pod in ``actions/settle.py``, pending work kept between
+cycles in ``backlog.py``, reports of changed reasons only in ``report_changes.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import Literal
 
 import numpy as np
@@ -26,6 +29,7 @@ from fairgpu.engine.actions.order import kube_default_order
 from fairgpu.engine.actions.preempt import MAX_PREEMPTION_ATTEMPTS, MAX_RECLAIM_QUEUES
 from fairgpu.engine.actions.reclaim import ReclaimKey, reclaim_allowed, reclaim_key
 from fairgpu.engine.actions.reserve import publish_reservations
+from fairgpu.engine.backlog import Backlog
 from fairgpu.engine.decisions import Bind, CycleResult, Evict, Unschedulable
 from fairgpu.engine.gang import Reservation
 from fairgpu.engine.jobs import Job
@@ -34,6 +38,7 @@ from fairgpu.engine.plugins.scheduling_gates import gated_reason
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.engine.profile import Profile
 from fairgpu.engine.registry import Registry
+from fairgpu.engine.report_changes import changed_reports
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.engine.session import EngineState, Session
 from fairgpu.model.pod import PodInfo
@@ -57,6 +62,8 @@ __all__ = [
 ]
 
 Ordering = Literal["fair", "kube-default"]
+_UID = attrgetter("uid")
+_GATES = attrgetter("scheduling_gates")
 ORDERINGS: tuple[str, ...] = tuple(CYCLES)
 
 
@@ -90,30 +97,41 @@ class Engine:
         self.resolver = TenantResolver(self.tenancy)
         self.book = QueueBook(self.tenancy, self.resolver)
         self.state = EngineState(UsageHistory(self.tenancy.history.half_life_seconds))
+        # Pending pods grouped into sorted lanes, kept between cycles (see backlog.py); with
+        # keep_backlog False every cycle groups the pods it is given afresh (same decisions).
+        self.backlog = Backlog(grouped=ordering == "fair")
+        self.keep_backlog = True
         # How a point in time reads in a pending pod's reason (the live adapter: UTC).
         self.time_label = time_label or (lambda t: f"t={t:.0f} s")
         # Pods that may be placed but not preempt this cycle (the live adapter: preemptors whose
         # earlier victims still terminate on their nominated node). Empty in the simulator.
         self.no_preemption: frozenset[str] = frozenset()
+        # False: a pending pod's reason is reported only when it differs from the last one
+        # reported for it (report_changes.py; for an adapter that keeps the last reason).
+        self.report_unchanged = True
 
     # ---- configuration hooks for the adapters ------------------------------------------------
     def set_pod_group(self, namespace: str, name: str, min_member: int) -> None:
         """Register a PodGroup (coscheduling or Volcano) and its ``minMember``."""
         self.resolver.set_pod_group(namespace, name, min_member)
+        self.backlog.reset()
 
     def remove_pod_group(self, namespace: str, name: str) -> None:
         """Forget a PodGroup (its object was deleted)."""
         self.resolver.remove_pod_group(namespace, name)
+        self.backlog.reset()
 
     def set_pod_group_error(self, namespace: str, name: str, error: str) -> None:
         """A PodGroup object is invalid: its pods are reported unschedulable with ``error``."""
         self.resolver.set_pod_group_error(namespace, name, error)
+        self.backlog.reset()
 
     def register_pod_groups(self, groups: dict[str, int]) -> None:
         """Register many PodGroups at once: ``namespace/name`` -> minMember."""
         for key, min_member in groups.items():
             namespace, _, name = key.partition("/")
             self.resolver.set_pod_group(namespace, name, min_member)
+        self.backlog.reset()
 
     def forget_pod(self, uid: str) -> None:
         """A pod was deleted: drop what the engine cached about it."""
@@ -193,18 +211,33 @@ class Engine:
 
         Pods whose exact shape already failed in this cycle are not retried until something is
         released: placements only consume capacity, so they would fail again (pods with
-        inter-pod affinity excepted).
+        inter-pod affinity excepted). The pending pods are kept grouped between cycles
+        (:class:`~fairgpu.engine.backlog.Backlog`, updated by what changed in ``pending``,
+        pod objects compared by identity); with :attr:`report_unchanged` off, a reason is
+        reported only when it changed (:mod:`~fairgpu.engine.report_changes`).
         """
         session = self.session(cluster, now)
-        todo = [p for p in pending if p.uid not in cluster.placements]
+        todo = pending
+        placements = cluster.placements
+        if not placements.keys().isdisjoint(map(_UID, pending)):
+            todo = [p for p in pending if p.uid not in placements]
         # Gated pods are not pending work yet: no attempt, no share of the queue's demand.
-        gated = [p for p in todo if p.scheduling_gates]
-        if gated:
+        if any(map(_GATES, todo)):
+            gated = [p for p in todo if p.scheduling_gates]
             session.out.unschedulable.extend(Unschedulable(p, gated_reason(p)) for p in gated)
             todo = [p for p in todo if not p.scheduling_gates]
+        kept = self.keep_backlog
+        if kept:
+            self.backlog.sync(todo, self.resolver)
+            session.backlog = self.backlog
+        else:
+            self.backlog.reset()
+        session.report_unchanged = self.report_unchanged or not kept
         self._cycle.run(session, todo)
         self.book.mark_synced(cluster)
         publish_reservations(session)
         out = session.out
+        if not session.report_unchanged:
+            out.unschedulable = changed_reports(out.unschedulable, self.backlog.alone)
         self.state.preemptions += sum(1 for e in out.evictions if e.kind != "gang-timeout")
         return out

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fairgpu.engine.decisions import CycleResult, Unschedulable
+from fairgpu.engine.gang import declared_runtime
+from fairgpu.engine.memo import job_signature
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import QueueBook
@@ -27,13 +31,27 @@ class Job:
     group: PodGroupRef | None = None
     need: int = 1
     waiting: str = ""
+    # Computed once at creation (a job's pods do not change): see __post_init__.
+    sort_key: tuple[Any, ...] = field(init=False, repr=False, compare=False)
+    sig: object = field(init=False, repr=False, compare=False)
+    runtime: float | None = field(init=False, repr=False, compare=False)
+    # (reason, resolvable) last reported for the pod of a job of one (report_changes.py).
+    reported: tuple[str, bool] | None = field(default=None, init=False, repr=False, compare=False)
+    # (memo.ask of the first pod,) once computed (allocate._ask).
+    asked: tuple[tuple[tuple[object, ...], np.ndarray] | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
-    @property
-    def sort_key(self) -> tuple[Any, ...]:
-        """Order inside one user: priority (high first), then its earliest pod's creation time
-        and namespace/name (:func:`~fairgpu.model.order.pod_identity`), then key."""
+    def __post_init__(self) -> None:
+        """``sort_key``: the order inside one user -- priority (high first), then its
+        earliest pod's creation time and namespace/name
+        (:func:`~fairgpu.model.order.pod_identity`), then key. ``sig``:
+        :func:`~fairgpu.engine.memo.job_signature` (equal signatures are one object).
+        ``runtime``: the first pod's declared run time (backfill reads it)."""
         first = min(pod_identity(p) for p in self.pods)
-        return (-max(p.priority for p in self.pods), first, self.key)
+        self.sort_key = (-max(p.priority for p in self.pods), first, self.key)
+        self.sig = job_signature(self)
+        self.runtime = declared_runtime(self.pods[0])
 
 
 def pod_order(pod: PodInfo) -> tuple[Any, ...]:
@@ -62,11 +80,11 @@ def build_jobs(
             groups.setdefault(ref.key, []).append(pod)
     for key, members in groups.items():
         members.sort(key=pod_order)
-        jobs.extend(_group_jobs(key, members, resolver, book, min_member_annotation, out))
+        jobs.extend(group_jobs(key, members, resolver, book, min_member_annotation, out))
     return jobs
 
 
-def _group_jobs(
+def group_jobs(
     key: str,
     members: list[PodInfo],
     resolver: TenantResolver,
@@ -74,6 +92,9 @@ def _group_jobs(
     min_member_annotation: str,
     out: CycleResult,
 ) -> list[Job]:
+    """The jobs of pod group ``key``'s pending ``members`` (in :func:`pod_order`): one job
+    of the members minMember still needs, or each member alone once the group runs with
+    minMember; none (reported in ``out``) while it cannot start."""
     ref = resolver.pod_group(members[0])
     assert ref is not None
     tenant = resolver.resolve(members[0])

@@ -12,7 +12,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from operator import is_
+from operator import attrgetter, is_
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +24,8 @@ from fairgpu.model.pod import CPU, MEMORY, PodInfo
 if TYPE_CHECKING:
     from fairgpu.engine.jobs import Job
     from fairgpu.engine.scheduler import Scheduler
+
+_RUNTIME = attrgetter("runtime")
 
 # At most this many failed request vectors are kept per ask group.
 MAX_FRONT = 256
@@ -135,6 +137,41 @@ def same_outcome(
     return same_ask(a, b, cluster, reservations)
 
 
+# Interned job signatures: equal signatures are one object, compared by identity.
+_SIGNATURES: dict[tuple[object, ...], tuple[object, ...]] = {}
+MAX_SIGNATURES = 100_000
+
+
+def job_signature(job: Job) -> tuple[object, ...] | None:
+    """What :func:`same_outcome` compares of a job with reservations, ``held`` and labels
+    left out, as one interned object: jobs with the same signature ask the same thing from
+    the same queue (None: a gang, a tenant error, or a pod :func:`memoisable` rejects).
+
+    Computed once per job, so a cycle compares a backlog of identical pods by identity.
+    When the table is full it starts afresh: equal signatures made before and after are
+    then different objects, which only means fewer pods are settled together."""
+    if job.group is not None or job.tenant.error:
+        return None
+    pod = job.pods[0]
+    if not memoisable(pod):
+        return None
+    sig = (
+        job.tenant.queue,
+        pod.priority,
+        pod.namespace,
+        pod.preemption_policy,
+        pod.gpu,
+        tuple(sorted(pod.requests.items())),
+        pod.static_key(),
+    )
+    got = _SIGNATURES.get(sig)
+    if got is None:
+        if len(_SIGNATURES) >= MAX_SIGNATURES:
+            _SIGNATURES.clear()
+        got = _SIGNATURES[sig] = sig
+    return got
+
+
 def same_ask(a: PodInfo, b: PodInfo, cluster: ClusterState, reservations: bool) -> bool:
     """Do ``a`` and ``b`` ask for the same thing (:func:`memo_key` equal, and the same
     priority), by cheap field comparisons?"""
@@ -229,12 +266,23 @@ class Front:
 
     def __init__(self) -> None:
         self._fronts: dict[tuple[object, ...], _Entries] = {}
+        # Answers given since the last change, by (group, vector): a backlog asks the
+        # same few things again and again.
+        self._answers: dict[tuple[object, bytes], str | None] = {}
 
     def find(self, group: tuple[object, ...], vec: np.ndarray) -> str | None:
         """The reason a dominated ask failed, or None."""
         entry = self._fronts.get(group)
         if entry is None:
             return None
+        key = (group, vec.tobytes())
+        if key in self._answers:
+            return self._answers[key]
+        got = self._answers[key] = self._find(entry, vec)
+        return got
+
+    @staticmethod
+    def _find(entry: _Entries, vec: np.ndarray) -> str | None:
         low, high = entry.stacked()
         hit = np.flatnonzero(((vec >= low) & (vec <= high)).all(axis=1))
         return entry.reasons[int(hit[0])] if hit.size else None
@@ -249,6 +297,7 @@ class Front:
         """Remember that ``vec`` failed in ``group`` for ``reason`` (valid up to
         ``ceiling``)."""
         entry = self._fronts.setdefault(group, _Entries())
+        self._answers.clear()
         if len(entry.vecs) < MAX_FRONT:
             entry.vecs.append(vec)
             entry.ceilings.append(np.full(vec.shape, np.inf) if ceiling is None else ceiling)
@@ -258,6 +307,7 @@ class Front:
     def clear(self) -> None:
         """Forget every failure."""
         self._fronts.clear()
+        self._answers.clear()
 
 
 @dataclass(slots=True)
@@ -280,8 +330,9 @@ class _Entries:
 @dataclass(slots=True)
 class CycleMemo:
     """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
-    failed gang shapes (how many identical members fit before one failed, and why),
-    backfill masks per reservation class."""
+    failed gang shapes (how many identical members fit before one failed, and why), gang
+    screen bounds per shape and cluster state, backfill masks per reservation class, the
+    declared run times of lanes."""
 
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     front: Front = field(default_factory=Front)
@@ -289,6 +340,8 @@ class CycleMemo:
     preempt_attempts: int = 0
     allowed: dict[tuple[object, ...], np.ndarray | None] = field(default_factory=dict)
     gangs: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
+    screens: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
+    runtimes: dict[int, tuple[list[Job], np.ndarray]] = field(default_factory=dict)
     starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
     _classes: tuple[tuple[Reservation, ...], tuple[str, ...], list[float]] | None = None
 
@@ -325,6 +378,29 @@ class CycleMemo:
         ends_before = 0 if runtime is None else len(starts) - bisect_left(starts, now + runtime)
         return (names, ends_before)
 
+    def ends_before(self, runtime: float | None, now: float) -> int:
+        """The count part of :meth:`backfill_key` for a pod declaring ``runtime``, over the
+        reservations of the last :meth:`backfill_key` call (which must come first)."""
+        assert self._classes is not None
+        starts = self._classes[2]
+        return 0 if runtime is None else len(starts) - bisect_left(starts, now + runtime)
+
+    def lane_runtimes(self, lane: list[Job]) -> np.ndarray:
+        """The declared run times of ``lane``'s jobs (nan: none), once per lane and cycle
+        (lanes do not change during a cycle)."""
+        got = self.runtimes.get(id(lane))
+        if got is None or got[0] is not lane:
+            times = np.array(list(map(_RUNTIME, lane)), dtype=float)
+            got = self.runtimes[id(lane)] = (lane, times)
+        return got[1]
+
+    def ends_before_all(self, runtimes: np.ndarray, now: float) -> np.ndarray:
+        """:meth:`ends_before` of each of ``runtimes`` (nan: none declared)."""
+        assert self._classes is not None
+        starts = np.asarray(self._classes[2], dtype=float)
+        ends = len(starts) - np.searchsorted(starts, now + runtimes, side="left")
+        return np.where(np.isnan(runtimes), 0, ends)
+
     def job_backfill_key(
         self,
         job_key: str,
@@ -355,3 +431,4 @@ class CycleMemo:
         self.front.clear()
         self.preempt_front.clear()
         self.gangs.clear()
+        self.screens.clear()

@@ -56,9 +56,15 @@ class FairCycle:
         history = session.state.history
         history.advance(session.now, history_shares(book))
         annotation = session.tenancy.gang.min_member_annotation
-        jobs = build_jobs(pending, session.resolver, book, annotation, session.out)
-        queues = lanes(jobs)
-        pending_keys = {j.key for j in jobs}
+        backlog = session.backlog
+        if backlog is not None:
+            queues, pending_keys, session.pending_pods = backlog.cycle_lanes(
+                session.resolver, book, annotation, session.out
+            )
+        else:
+            jobs = build_jobs(pending, session.resolver, book, annotation, session.out)
+            queues = lanes(jobs)
+            pending_keys = {j.key for j in jobs}
         deserved = session.deserved = deserved_shares(book, queues, session)
         expire_partial_groups(session)
         expire_reservations(session, pending_keys)
@@ -75,7 +81,8 @@ class KubeDefaultCycle:
     def run(self, session: Session, pending: Sequence[PodInfo]) -> None:
         """One kube-default cycle."""
         rules = Rules(KubeDefaultAdmission(), KubeDefaultVictims(session), reserve=False)
-        allocate(session, KubeDefaultOrder(session, pending), rules)
+        line = session.backlog.line() if session.backlog is not None else None
+        allocate(session, KubeDefaultOrder(session, pending, line), rules)
 
 
 CYCLES: dict[str, type[FairCycle] | type[KubeDefaultCycle]] = {

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.backlog import Backlog
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.gang import Reservation
 from fairgpu.engine.memo import CycleMemo
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.engine.statement import Statement
+from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import QueueBook
 from fairgpu.tenancy.config import TenancyConfig
 from fairgpu.tenancy.history import UsageHistory
@@ -67,7 +69,11 @@ class Session:
     ``placed_now`` holds the uids placed in this cycle (never victims in the same cycle);
     ``drain`` the expected drain time of reserved nodes (for backfill); ``no_preemption``
     the pods that may be placed but not preempt in this cycle; ``deserved`` the queues' fair
-    shares as the fair cycle computed them (None in other cycles).
+    shares as the fair cycle computed them (None in other cycles); ``backlog`` the engine's
+    pending pods as kept between cycles, synced to this cycle's (None: the cycle groups the
+    pending pods it is given itself); ``report_unchanged`` False: reports that repeat a pod's
+    last one may be left out (:mod:`~fairgpu.engine.report_changes`); ``pending_pods`` the
+    pods of the cycle's jobs by uid, when the backlog keeps them (None: read the lanes).
     """
 
     cluster: ClusterState
@@ -84,6 +90,9 @@ class Session:
     drain: dict[int, float] = field(default_factory=dict)
     no_preemption: frozenset[str] = frozenset()
     deserved: Mapping[str, float] | None = None
+    backlog: Backlog | None = None
+    report_unchanged: bool = True
+    pending_pods: Mapping[str, PodInfo] | None = None
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

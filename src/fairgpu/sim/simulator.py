@@ -100,6 +100,8 @@ class Simulation:
     ) -> None:
         self.workload = workload
         self.engine = engine
+        # A pod keeps its last reason in its record: the engine need not repeat it.
+        engine.report_unchanged = False
         self.seed = seed
         self.until = until
         # By default pods are accounted exactly as the engine's tenancy resolves them.

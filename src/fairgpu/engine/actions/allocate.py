@@ -19,12 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairgpu.cluster.state import ClusterState
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.actions.admit import Admission
+from fairgpu.engine.actions.backfill import allowed, backfill_key
 from fairgpu.engine.actions.gang_screen import members_bound
 from fairgpu.engine.actions.order import QueueOrder
 from fairgpu.engine.actions.preempt import VictimPolicy, take_search
-from fairgpu.engine.actions.reserve import allowed_nodes, note_blocked, note_placed
+from fairgpu.engine.actions.reserve import note_blocked, note_placed
+from fairgpu.engine.actions.settle import settle_followers
 from fairgpu.engine.decisions import Unschedulable
 from fairgpu.engine.framework import Code
 from fairgpu.engine.jobs import Job
@@ -63,7 +66,7 @@ def allocate(session: Session, order: QueueOrder, rules: Rules) -> None:
     pod alone fails, the pods the order would hand out next that ask for exactly the same
     (:func:`~fairgpu.engine.memo.same_outcome`, and the same nodes left by reservations)
     are settled with its outcome at once, without another attempt -- the decision each
-    would have got by itself (see :func:`_settle_followers`).
+    would have got by itself (see :func:`~fairgpu.engine.actions.settle.settle_followers`).
     """
     out = session.out
     while (job := order.pop()) is not None:
@@ -71,76 +74,7 @@ def allocate(session: Session, order: QueueOrder, rules: Rules) -> None:
         changed = try_job(session, job, rules)
         order.update(changed)
         if not changed and len(out.unschedulable) == n_before + 1:
-            _settle_followers(session, order, job, rules)
-
-
-def _settle_followers(session: Session, order: QueueOrder, job: Job, rules: Rules) -> None:
-    """Report the identical successors of the failed ``job`` with its outcome.
-
-    Each successor would meet the leader's failure in the memos: the same admission
-    answer, the failed-ask memo (:class:`~fairgpu.engine.memo.Front`, keyed by the nodes
-    reservations leave, which :meth:`~fairgpu.engine.memo.CycleMemo.backfill_key` shares
-    between pods whose declared run times differ) and the failed-search memo, which also
-    keeps the rule that refused; no search budget is spent for it. So a successor that
-    asks the same and may use the same nodes gets the leader's outcome without an attempt;
-    one that reservations leave other nodes gets the outcome already known for its class
-    (the outcome memo, keyed by the backfill class), as :func:`try_job` would give it, and
-    ends the run when none is known. Not for a large pod in the fair cycle: each failure of
-    one may start a reservation, so it goes on its own.
-    """
-    out = session.out
-    last = out.unschedulable[-1]
-    head = job.pods[0]
-    reservations = session.state.reservations
-    if job.group is not None or last.pod is not head or job.key in reservations:
-        return
-    if rules.reserve and head.gpu.count >= session.tenancy.starvation.min_gpus:
-        return
-    cluster, held, memo = session.cluster, session.no_preemption, session.memo
-    mask = allowed(session, job, head)
-    outcome = (last.reason, last.resolvable)
-    got: dict[str, tuple[str, bool]] = {}
-
-    def same(other: Job) -> bool:
-        if other.key in reservations or not memo_keys.same_outcome(
-            job, other, cluster, False, held
-        ):
-            return False
-        mine = allowed(session, other, other.pods[0])
-        if mine is mask or (mine is not None and mask is not None and np.array_equal(mine, mask)):
-            got[other.key] = outcome
-            return True
-        # Other nodes left by reservations: settled only if that class's outcome is known.
-        fast = rules.admission.outcome_key(session, other)
-        known = memo.outcome.get(fast) if fast is not None else None
-        if known is not None:
-            got[other.key] = known
-        return known is not None
-
-    out.unschedulable.extend(Unschedulable(f.pods[0], *got[f.key]) for f in order.take_next(same))
-
-
-def allowed(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None:
-    """:func:`~fairgpu.engine.actions.reserve.allowed_nodes`, computed once per cycle for
-    all pods with the same :func:`_backfill_key` (the mask is shared: callers must not
-    change it)."""
-    reservations = session.state.reservations
-    if not reservations or (len(reservations) == 1 and job.key in reservations):
-        return None
-    key = _backfill_key(session, job, pod)
-    if key is None:
-        return allowed_nodes(session, job, pod)
-    cache = session.memo.allowed
-    if key not in cache:
-        cache[key] = allowed_nodes(session, job, pod)
-    return cache[key]
-
-
-def _backfill_key(session: Session, job: Job, pod: PodInfo) -> tuple[object, ...] | None:
-    """:meth:`~fairgpu.engine.memo.CycleMemo.job_backfill_key` in this session."""
-    return session.memo.job_backfill_key(
-        job.key, pod, session.state.reservations, session.drain, session.now, session.cluster.size
-    )
+            settle_followers(session, order, job, rules.admission, rules.reserve)
 
 
 def try_job(session: Session, job: Job, rules: Rules) -> set[str]:
@@ -179,7 +113,7 @@ def place_job(session: Session, job: Job, rules: Rules) -> set[str]:
     gang = _gang_shape(session, job, rules)
     seen = session.memo.gangs.get(gang) if gang is not None else None
     if seen is None and gang is not None:
-        seen = _screen(session, job, rules)
+        seen = _screen(session, job, rules, gang)
     if seen is not None and job.need > seen[0]:
         _report_failure(session, job, seen[0], [Member(False, seen[1])], rules)
         return set()
@@ -205,22 +139,36 @@ def place_job(session: Session, job: Job, rules: Rules) -> set[str]:
     return _commit(session, job, stmt, first, rules)
 
 
-def _screen(session: Session, job: Job, rules: Rules) -> tuple[int, str] | None:
+def _screen(
+    session: Session, job: Job, rules: Rules, gang: tuple[object, ...]
+) -> tuple[int, str] | None:
     """(at most how many members fit, why no more) for a gang of identical members
     (:func:`~fairgpu.engine.actions.gang_screen.members_bound`); None when enough may fit
-    to be worth an attempt."""
+    to be worth an attempt.
+
+    The bound is computed once per gang shape and cluster state in a cycle: its inputs --
+    the member's ask and nodes (the shape), the victim pool (queue, user, priority and ask,
+    in the same load), whether the member may preempt -- are then the same."""
+    cluster = session.cluster
     head = job.pods[0]
     victims = rules.victims
-    pool = victims.freeable(job, head) if victims.may_preempt(head) else set()
-    most, short = members_bound(session, head, allowed(session, job, head), pool)
-    if most >= job.need:
-        return None
-    what = (
-        "even with every pod it may preempt evicted"
-        if pool
-        else "and it may not preempt any pod there"
-    )
-    return most, f"not enough {short or 'room'} on the nodes it may use, {what}"
+    may = victims.may_preempt(head)
+    key = (gang, cluster.load_version, cluster.static_version, may)
+    screens = session.memo.screens
+    bound = screens.get(key)
+    if bound is None:
+        pool = victims.freeable(job, head) if may else set()
+        most, short = members_bound(session, head, allowed(session, job, head), pool)
+        what = (
+            "even with every pod it may preempt evicted"
+            if pool
+            else "and it may not preempt any pod there"
+        )
+        bound = screens[key] = (
+            most,
+            f"not enough {short or 'room'} on the nodes it may use, {what}",
+        )
+    return None if bound[0] >= job.need else bound
 
 
 def _gang_shape(session: Session, job: Job, rules: Rules) -> tuple[object, ...] | None:
@@ -275,11 +223,23 @@ def _ask_key(
     member --, so what fails for one fails for the next of the same key, whichever job it
     belongs to: a cycle searches once per failure shape, not once per pending gang.
     """
-    key = memo_keys.ask(pod, session.cluster)
+    key = _ask(job, pod, session.cluster)
     if key is None or mask is None:
         return key
-    nodes = _backfill_key(session, job, pod)
+    nodes = backfill_key(session, job, pod)
     return None if nodes is None else ((*key[0], nodes), key[1])
+
+
+def _ask(
+    job: Job, pod: PodInfo, cluster: ClusterState
+) -> tuple[tuple[object, ...], np.ndarray] | None:
+    """:func:`~fairgpu.engine.memo.ask`, kept on the job for its first pod while labels do
+    not matter (then it depends on the pod alone; jobs live as long as their pods wait)."""
+    if pod is not job.pods[0] or cluster.pods_with_affinity:
+        return memo_keys.ask(pod, cluster)
+    if job.asked is None:
+        job.asked = (memo_keys.ask(pod, cluster),)
+    return job.asked[0]
 
 
 def _preempt_member(

@@ -23,13 +23,19 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from fairgpu.cluster.state import COL_CPU, COL_GPU_MILLI, COL_MEMORY, COL_PODS
+from fairgpu.cluster.state import COL_CPU, COL_GPU_MILLI, COL_MEMORY, COL_PODS, ClusterState
 from fairgpu.engine.session import Session
 from fairgpu.model.pod import PodInfo
 
 # The resources the bound counts, and how a shortage of each is named in a pending reason.
 COLUMNS = (COL_CPU, COL_MEMORY, COL_PODS, COL_GPU_MILLI)
 NAMES = ("cpu", "memory", "pods", "nvidia.com/gpu")
+# Cluster column -> index in COLUMNS, -1 for columns the bound does not count (pod slots
+# are counted once per pod, not from requests).
+_COLUMN_INDEX = np.full(max(COLUMNS) + 1, -1, dtype=np.intp)
+for _i, _c in enumerate(COLUMNS):
+    if _c != COL_PODS:
+        _COLUMN_INDEX[_c] = _i
 
 
 def members_bound(
@@ -39,17 +45,11 @@ def members_bound(
     all) if every pod in ``victims`` (uids) were evicted, and the resource that limits
     them most ("" when none is asked for)."""
     cluster = session.cluster
-    n = cluster.size
     nodes = session.scheduler.static_mask(pod, cluster)
     if mask is not None:
         nodes = nodes & mask
     room = cluster.free()[:, COLUMNS].astype(float)
-    placements = cluster.placements
-    for uid in victims:
-        pl = placements.get(uid)
-        if pl is None or pl.node >= n:
-            continue
-        _add(room, pl.node, *cluster.request_vector(cluster.pods[uid]))
+    _add_victims(room, cluster, victims)
     ask = np.zeros(len(COLUMNS))
     _add(ask[None, :], 0, *cluster.request_vector(pod))
     ask[COLUMNS.index(COL_PODS)] = max(ask[COLUMNS.index(COL_PODS)], 1.0)
@@ -60,6 +60,36 @@ def members_bound(
     per_node = np.where(nodes, copies.min(axis=1), 0.0)
     limiting = asked[int(np.argmin(copies[nodes].sum(axis=0)))]
     return int(per_node.sum()), NAMES[limiting]
+
+
+def _add_victims(room: np.ndarray, cluster: ClusterState, victims: Iterable[str]) -> None:
+    """Add every placed victim's requests (and a pod slot each) to its node's row of
+    ``room``, at once: what :func:`_add` does per pod (integer amounts: the sums are exact
+    in any order)."""
+    n = cluster.size
+    placements, pods = cluster.placements, cluster.pods
+    nodes: list[int] = []
+    cols: list[np.ndarray] = []
+    amounts: list[np.ndarray] = []
+    for uid in victims:
+        pl = placements.get(uid)
+        if pl is None or pl.node >= n:
+            continue
+        c, a = cluster.request_vector(pods[uid])
+        nodes.append(pl.node)
+        cols.append(c)
+        amounts.append(a)
+    if not nodes:
+        return
+    where = np.asarray(nodes, dtype=np.intp)
+    np.add.at(room[:, COLUMNS.index(COL_PODS)], where, 1.0)
+    col = np.concatenate(cols)
+    amount = np.concatenate(amounts).astype(float)
+    row = np.repeat(where, [len(c) for c in cols])
+    index = _COLUMN_INDEX[np.minimum(col, _COLUMN_INDEX.size - 1)]
+    index[col >= _COLUMN_INDEX.size] = -1
+    keep = index >= 0
+    np.add.at(room, (row[keep], index[keep]), amount[keep])
 
 
 def _add(room: np.ndarray, node: int, cols: np.ndarray, amounts: np.ndarray) -> None:

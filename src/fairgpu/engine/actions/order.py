@@ -7,9 +7,11 @@ after each attempt (so a share-based order can re-rank them). Two implementation
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable
+from operator import attrgetter, is_
 from typing import Protocol
+
+import numpy as np
 
 from fairgpu.engine.jobs import Job, pod_order
 from fairgpu.engine.session import Session
@@ -17,6 +19,8 @@ from fairgpu.model.pod import PodInfo
 
 # queue -> user -> that user's jobs in order
 Lanes = dict[str, dict[str, list[Job]]]
+# (lane, start, end of a run of one signature) -> how many of the run to take
+Accept = Callable[[list[Job], int, int], int]
 
 
 class QueueOrder(Protocol):
@@ -34,6 +38,11 @@ class QueueOrder(Protocol):
         with a changed queue). Lets a failed job's identical successors be settled at once.
         """
 
+    def take_run(self, sig: object, accept: Accept | None = None) -> list[Job]:
+        """:meth:`take_next` while the jobs' :attr:`Job.sig` is ``sig`` (cheaper: no test
+        per job); given ``accept``, only the first ``accept(lane, start, end)`` of that
+        run ``lane[start:end]``."""
+
 
 def kube_default_order(pods: Iterable[PodInfo]) -> list[PodInfo]:
     """kube-scheduler's active queue order: priority (high first), then creation time."""
@@ -41,29 +50,90 @@ def kube_default_order(pods: Iterable[PodInfo]) -> list[PodInfo]:
 
 
 class KubeDefaultOrder:
-    """kube-scheduler's order over single pods, blind to queues and shares."""
+    """kube-scheduler's order over single pods, blind to queues and shares.
 
-    def __init__(self, session: Session, pending: Iterable[PodInfo]) -> None:
-        resolve = session.resolver.resolve
-        self._jobs = deque(Job(p.uid, [p], resolve(p)) for p in kube_default_order(pending))
+    ``line``: the jobs already in that order (the engine's backlog keeps them so between
+    cycles); read, never changed."""
+
+    def __init__(
+        self, session: Session, pending: Iterable[PodInfo], line: list[Job] | None = None
+    ) -> None:
+        if line is None:
+            resolve = session.resolver.resolve
+            line = [Job(p.uid, [p], resolve(p)) for p in kube_default_order(pending)]
+        self._line = _Cursor(line)
 
     def pop(self) -> Job | None:
         """Highest priority, then oldest."""
-        return self._jobs.popleft() if self._jobs else None
+        return self._line.pop()
 
     def update(self, changed: set[str]) -> None:
         """Shares do not matter to this order."""
 
     def take_next(self, same: Callable[[Job], bool]) -> list[Job]:
         """The head of the line while ``same`` holds."""
-        return _take(self._jobs, same)
+        return self._line.take(same)
+
+    def take_run(self, sig: object, accept: Accept | None = None) -> list[Job]:
+        """The head of the line while its jobs' :attr:`Job.sig` is ``sig`` (and, given
+        ``accept``, only as many of those as it accepts)."""
+        return self._line.take_run(sig, accept)
 
 
-def _take(line: deque[Job], same: Callable[[Job], bool]) -> list[Job]:
-    taken: list[Job] = []
-    while line and same(line[0]):
-        taken.append(line.popleft())
-    return taken
+class _Cursor:
+    """A read-only list of jobs and the position of the next one (lanes are shared with
+    the backlog, so handing jobs out must not change them). ``ends[i]``: where the run of
+    jobs with ``jobs[i]``'s signature that starts at ``i`` ends -- computed at the first
+    :meth:`take_run`, at C level, so settling a run costs nothing per job."""
+
+    __slots__ = ("ends", "jobs", "pos")
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = jobs
+        self.pos = 0
+        self.ends: np.ndarray | None = None
+
+    def __bool__(self) -> bool:
+        return self.pos < len(self.jobs)
+
+    def pop(self) -> Job | None:
+        if self.pos >= len(self.jobs):
+            return None
+        self.pos += 1
+        return self.jobs[self.pos - 1]
+
+    def take(self, same: Callable[[Job], bool]) -> list[Job]:
+        jobs, start = self.jobs, self.pos
+        end = start
+        while end < len(jobs) and same(jobs[end]):
+            end += 1
+        self.pos = end
+        return jobs[start:end]
+
+    def take_run(self, sig: object, accept: Accept | None) -> list[Job]:
+        jobs, start = self.jobs, self.pos
+        if start >= len(jobs) or jobs[start].sig is not sig:
+            return []
+        if self.ends is None:
+            self.ends = run_ends(jobs)
+        end = int(self.ends[start])
+        if accept is not None:
+            end = start + accept(jobs, start, end)
+        self.pos = end
+        return jobs[start:end]
+
+
+def run_ends(jobs: list[Job]) -> np.ndarray:
+    """For each index ``i``, the end of the run of jobs whose signature is ``jobs[i]``'s
+    (interned, so compared by identity) starting at ``i``."""
+    n = len(jobs)
+    sigs = list(map(_SIG, jobs))
+    same_next = np.fromiter(map(is_, sigs[:-1], sigs[1:]), dtype=bool, count=max(n - 1, 0))
+    cuts = np.append(np.flatnonzero(~same_next), n - 1)  # last index of each run
+    return cuts[np.searchsorted(cuts, np.arange(n), side="left")] + 1
+
+
+_SIG = attrgetter("sig")
 
 
 def lanes(jobs: Iterable[Job]) -> Lanes:
@@ -87,7 +157,7 @@ class FairOrder:
     def __init__(self, session: Session, queues: Lanes) -> None:
         self.s = session
         self._cursors = {
-            q: {u: deque(lst) for u, lst in users.items()} for q, users in queues.items()
+            q: {u: _Cursor(lst) for u, lst in users.items()} for q, users in queues.items()
         }
         self._keys = {q: self._order_key(q) for q in self._cursors}
         self._user_keys: dict[tuple[str, str], tuple[float, str]] = {}
@@ -101,7 +171,8 @@ class FairOrder:
         queue = min(cursors, key=self._keys.__getitem__)
         users = cursors[queue]
         user = min(users, key=lambda u: self._user_key(queue, u))
-        job = users[user].popleft()
+        job = users[user].pop()
+        assert job is not None
         self._last = (queue, user)
         self._drop_empty(queue, user)
         return job
@@ -113,7 +184,18 @@ class FairOrder:
         lane = self._cursors.get(queue, {}).get(user)
         if not lane:
             return []
-        taken = _take(lane, same)
+        taken = lane.take(same)
+        self._drop_empty(queue, user)
+        return taken
+
+    def take_run(self, sig: object, accept: Accept | None = None) -> list[Job]:
+        """:meth:`take_next` while the jobs' :attr:`Job.sig` is ``sig`` (and, given
+        ``accept``, only as many of those as it accepts)."""
+        queue, user = self._last
+        lane = self._cursors.get(queue, {}).get(user)
+        if not lane:
+            return []
+        taken = lane.take_run(sig, accept)
         self._drop_empty(queue, user)
         return taken
 

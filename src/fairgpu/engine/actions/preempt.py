@@ -129,6 +129,8 @@ class FairVictims:
         self._gangs = running_gangs(session.book, session.resolver, session.cluster)
         self._collateral: frozenset[str] = frozenset()
         self._freeable: tuple[tuple[object, ...], set[str]] | None = None
+        self._sets: dict[tuple[object, ...], tuple[list[list[str]], str | None]] = {}
+        self._waits: dict[tuple[object, ...], float] = {}
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -177,14 +179,8 @@ class FairVictims:
     def freeable(self, job: Job, pod: PodInfo) -> set[str]:
         """The pods of every candidate pool (:meth:`candidate_sets`), computed once for the
         same preemptor queue, user and ask while the cluster's load does not change."""
-        key = (
-            job.tenant.queue,
-            job.tenant.user,
-            pod.priority,
-            pod.gpu,
-            tuple(sorted(pod.requests.items())),
-            self.s.cluster.load_version,
-        )
+        t, req = job.tenant, tuple(sorted(pod.requests.items()))
+        key = (t.queue, t.user, pod.priority, pod.gpu, req, self.s.cluster.load_version)
         if self._freeable is None or self._freeable[0] != key:
             pools = self.candidate_sets(job, pod)
             self._freeable = (key, {uid for pool in pools for uid in pool})
@@ -253,7 +249,10 @@ class FairVictims:
         mask = s.scheduler.static_mask(pod, s.cluster)
         if allowed is not None:
             mask = mask & allowed[: mask.size]
-        return gpus, time_to_fit(pod, 1, s.cluster, mask, s.now)
+        key = (pod.gpu, mask.tobytes(), s.cluster.load_version, s.cluster.static_version)
+        if key not in self._waits:  # once per ask and nodes while the cluster stays
+            self._waits[key] = time_to_fit(pod, 1, s.cluster, mask, s.now)
+        return gpus, self._waits[key]
 
     def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
         """Remember the GPUs a reclaim plan frees, whole groups included (recorded if the
@@ -272,8 +271,22 @@ class FairVictims:
 
     def candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
         """Victim pools to try in order: each queue above the preemptor's (most above first),
-        then the preemptor's own lower-priority pods, then all of those together."""
+        then its own lower-priority pods, then all together. Shared; once per preemptor
+        tenant, ask and permission while the cluster does not change (nor then do shares,
+        run times, cooldowns; ``now`` is fixed): a hit names this pod the same refusal."""
+        c, t, req = self.s.cluster, job.tenant, tuple(sorted(pod.requests.items()))
+        may, versions = self.may_preempt(pod), (c.load_version, c.static_version)
+        key = (t.queue, t.user, pod.priority, pod.gpu, req, may, versions)
         self._refusal.pop(pod.uid, None)
+        got = self._sets.get(key)
+        if got is None:
+            sets = self._candidate_sets(job, pod)
+            got = self._sets[key] = (sets, self._refusal.get(pod.uid))
+        elif got[1] is not None:
+            self._refusal[pod.uid] = got[1]
+        return got[0]
+
+    def _candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
         if not self.may_preempt(pod):
             return []
         s = self.s

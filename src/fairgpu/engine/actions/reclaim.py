@@ -324,13 +324,15 @@ def pool_gpu_shares(session: Session, queues: Lanes) -> dict[str, int]:
     index = session.state.pool_demand
     gpus = np.where(cluster.active[:n], cluster.gpu_count[:n], 0)
     index.reset((id(cluster), cluster.static_version), gpus, cluster.allocatable[:n, COL_GPU_MILLI])
-    pending = {
-        p.uid: p
-        for users in queues.values()
-        for jobs in users.values()
-        for j in jobs
-        for p in j.pods
-    }
+    pending = session.pending_pods  # kept by the engine's backlog, else from the lanes
+    if pending is None:
+        pending = {
+            p.uid: p
+            for users in queues.values()
+            for jobs in users.values()
+            for j in jobs
+            for p in j.pods
+        }
 
     def describe(uid: str) -> tuple[str, object, Callable[[], np.ndarray], int] | None:
         pod = pending.get(uid) or cluster.pods.get(uid)

@@ -1,0 +1,232 @@
+"""Settling followers: when a pod alone fails, the pods the order would hand out next that
+ask for exactly the same get its outcome at once, without an attempt of their own.
+
+Each such follower would meet the leader's failure in the memos: the same admission
+answer, the failed-ask memo (:class:`~fairgpu.engine.memo.Front`, keyed by the nodes
+reservations leave, which :meth:`~fairgpu.engine.memo.CycleMemo.backfill_key` shares
+between pods whose declared run times differ) and the failed-search memo, which also keeps
+the rule that refused; no search budget is spent for it. So a follower that asks the same
+(the same interned :attr:`~fairgpu.engine.jobs.Job.sig`, and the same labels and preemption
+hold where those matter) and may use the same nodes gets the leader's outcome; one that
+reservations leave other nodes gets the outcome already known for its backfill class (the
+outcome memo), as an attempt would give it, and ends the run when none is known. Not for a
+large pod in the fair cycle: each failure of one may start a reservation, so it goes on its
+own.
+
+Cost: one identity test per follower, done at C level over the lane
+(:meth:`~fairgpu.engine.actions.order.QueueOrder.take_run`); while reservations exist, the
+followers' backfill classes are computed at once from their declared run times
+(:class:`_RunJudge`) and each class is judged once. Pods without GPUs, labels that matter
+(inter-pod affinity placed) or pods held back from preempting go one by one.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable
+from itertools import compress, repeat
+from operator import attrgetter, ne
+from typing import cast
+
+import numpy as np
+
+from fairgpu.engine.actions.admit import Admission
+from fairgpu.engine.actions.backfill import allowed, backfill_key
+from fairgpu.engine.actions.order import QueueOrder
+from fairgpu.engine.decisions import Unschedulable
+from fairgpu.engine.jobs import Job
+from fairgpu.engine.session import Session
+
+Outcome = tuple[str, bool]
+_REPORTED = attrgetter("reported")
+_SORT = attrgetter("sort_key")
+
+
+def settle_followers(
+    session: Session, order: QueueOrder, job: Job, admission: Admission, reserve: bool
+) -> None:
+    """Report the identical successors of the failed ``job`` with its outcome (see the
+    module docstring); ``reserve``: large pods may get reservations (they go alone)."""
+    out = session.out
+    last = out.unschedulable[-1]
+    head = job.pods[0]
+    reservations = session.state.reservations
+    if job.group is not None or last.pod is not head or job.key in reservations:
+        return
+    if reserve and head.gpu.count >= session.tenancy.starvation.min_gpus:
+        return
+    sig = job.sig
+    if sig is None:
+        return
+    outcome = (last.reason, last.resolvable)
+    mask = allowed(session, job, head)
+    classes = _Classes(session, job, mask, outcome, admission)
+    if not session.no_preemption and not session.cluster.pods_with_affinity:
+        if not reservations:
+            taken = order.take_run(sig)
+            _report(session, taken, repeat(outcome))
+            return
+        if classes.by_class is not None:
+            judge = _RunJudge(session, classes, sig)
+            taken = order.take_run(sig, judge.accept)
+            _report(session, taken, judge.outcomes)
+            return
+    _settle_one_by_one(session, order, job, classes)
+
+
+def _report(session: Session, taken: list[Job], outcomes: Iterable[Outcome]) -> None:
+    """Report each of ``taken`` with its outcome -- only those whose last report differs,
+    when the adapter does not want repeats (:mod:`~fairgpu.engine.report_changes`)."""
+    if not session.report_unchanged:
+        if isinstance(outcomes, repeat):  # one outcome for all: nothing to keep per job
+            known = next(outcomes)
+            taken = list(compress(taken, map(ne, map(_REPORTED, taken), repeat(known))))
+            outcomes = repeat(known)
+        else:
+            outcomes = list(outcomes)
+            keep = list(map(ne, map(_REPORTED, taken), outcomes))
+            taken = list(compress(taken, keep))
+            outcomes = compress(outcomes, keep)
+    session.out.unschedulable.extend(
+        Unschedulable(f.pods[0], *known) for f, known in zip(taken, outcomes, strict=False)
+    )
+
+
+def _settle_one_by_one(session: Session, order: QueueOrder, job: Job, classes: _Classes) -> None:
+    """The general case: each follower compared by itself."""
+    head, sig = job.pods[0], job.sig
+    cluster, held = session.cluster, session.no_preemption
+    reservations = session.state.reservations
+    lead_held = head.uid in held
+    got: list[Outcome] = []
+
+    def same(other: Job) -> bool:
+        # memo.same_outcome by the interned signature, plus what it leaves out.
+        pod = other.pods[0]
+        if other.sig is not sig or other.key in reservations:
+            return False
+        if held and (pod.uid in held) != lead_held:
+            return False
+        if cluster.pods_with_affinity and pod.labels != head.labels:
+            return False
+        known = classes.outcome(other)
+        if known is not None:
+            got.append(known)
+        return known is not None
+
+    taken = order.take_next(same)
+    _report(session, taken, got)
+
+
+class _Classes:
+    """A follower's outcome by the nodes reservations leave it (:func:`allowed`): the
+    leader's when its mask equals the leader's, else the outcome memo's for its backfill
+    class (:meth:`~fairgpu.engine.actions.admit.Admission.outcome_key`), None when
+    unknown. For pods with GPUs the mask and that key depend only on the backfill class
+    (``by_class`` is then a dict), so each class is judged once per run of followers;
+    pods without GPUs are judged one by one."""
+
+    def __init__(
+        self,
+        session: Session,
+        leader: Job,
+        mask: np.ndarray | None,
+        outcome: Outcome,
+        admission: Admission,
+    ) -> None:
+        self.s, self.mask, self.lead, self.admission = session, mask, outcome, admission
+        timed = bool(session.state.reservations)
+        key = backfill_key(session, leader, leader.pods[0]) if timed else None
+        self.by_class: dict[int, Outcome | None] | None = None if key is None else {}
+
+    def outcome(self, other: Job) -> Outcome | None:
+        """``other``'s outcome, or None when it must be tried itself."""
+        by_class = self.by_class
+        if by_class is None:
+            return self._judge(other)
+        k = self.s.memo.ends_before(other.runtime, self.s.now)
+        if k not in by_class:
+            by_class[k] = self._judge(other)
+        return by_class[k]
+
+    def _judge(self, other: Job) -> Outcome | None:
+        session, mask = self.s, self.mask
+        mine = allowed(session, other, other.pods[0])
+        if mine is mask or (mine is not None and mask is not None and np.array_equal(mine, mask)):
+            return self.lead
+        # Other nodes left by reservations: settled only if that class's outcome is known.
+        fast = self.admission.outcome_key(session, other)
+        return session.memo.outcome.get(fast) if fast is not None else None
+
+
+class _RunJudge:
+    """How much of a run of same-signature followers is settled while reservations exist,
+    and with what: up to the first job that holds a reservation or whose backfill class has
+    no known outcome. The classes come from the declared run times at once
+    (:meth:`~fairgpu.engine.memo.CycleMemo.ends_before`, vectorised)."""
+
+    def __init__(self, session: Session, classes: _Classes, sig: object) -> None:
+        self.s, self.classes, self.sig = session, classes, sig
+        self.outcomes: list[Outcome] = []
+
+    def accept(self, lane: list[Job], start: int, end: int) -> int:
+        """How many of the run ``lane[start:end]`` (in order) are settled; their outcomes go
+        to :attr:`outcomes`."""
+        run = lane[start:end]
+        limit = self._before_reserved(run)
+        if limit == 0:
+            return 0
+        runtimes = self.s.memo.lane_runtimes(lane)[start : start + limit]
+        ks = self.s.memo.ends_before_all(runtimes, self.s.now)
+        by_class = self.classes.by_class
+        assert by_class is not None
+        # Classes are 0..len(reservations): a table per class, not a search per job.
+        seen = np.bincount(ks)
+        for k in np.flatnonzero(seen).tolist():
+            if k not in by_class:
+                by_class[k] = self.classes.outcome(run[int(np.argmax(ks == k))])
+        unknown = np.zeros(seen.size, dtype=bool)
+        for k, known in by_class.items():
+            if known is None and k < seen.size:
+                unknown[k] = True
+        stop = unknown[ks]
+        if stop.any():
+            limit = int(np.argmax(stop))
+        # Every class before ``limit`` is known (not None).
+        self.outcomes = cast(list[Outcome], list(map(by_class.__getitem__, ks[:limit].tolist())))
+        return limit
+
+    def _before_reserved(self, run: list[Job]) -> int:
+        """The index of the first job of ``run`` that holds a reservation (len: none)."""
+        limit = len(run)
+        backlog = self.s.backlog
+        for key in self.s.state.reservations:
+            job = backlog.alone.get(key) if backlog is not None else None
+            if job is None:
+                if backlog is None:
+                    return min(limit, _scan_reserved(run, self.s))
+                continue
+            if job.sig is not self.sig:
+                continue
+            at = _index(run, job)
+            if at is not None:
+                limit = min(limit, at)
+        return limit
+
+
+def _index(run: list[Job], job: Job) -> int | None:
+    """Where ``job`` is in ``run`` (sorted by sort key), or None."""
+    at = bisect_left(run, job.sort_key, key=_SORT)
+    while at < len(run) and run[at].sort_key == job.sort_key:
+        if run[at] is job:
+            return at
+        at += 1
+    return None
+
+
+def _scan_reserved(run: list[Job], session: Session) -> int:
+    reservations = session.state.reservations
+    for i, job in enumerate(run):
+        if job.key in reservations:
+            return i
+    return len(run)

@@ -1,0 +1,160 @@
+"""The backlog: pending work kept grouped between cycles.
+
+A cycle used to rebuild its jobs and lanes from the whole pending list -- a job per pod, a
+sort of every user's jobs, the same-ask comparison of every pod with its predecessor --,
+so it cost in proportion to the backlog even when it could start one pod. The
+:class:`Backlog` keeps, between cycles, each pending pod's job of one and every lane sorted,
+and updates them by what changed since the last cycle: pods that arrived are inserted, pods
+that left (placed, deleted, gated, or placed behind the engine's back) are removed. Which
+pods changed is found by object identity: an adapter that hands a pod in anew (an updated
+object) hands in a new object, which is a removal plus an arrival, so nothing cached about
+the old object is ever read for the new one.
+
+What a job caches depends only on the pod object and on how the resolver groups pods: the
+tenant (the resolver caches it per uid for good), the sort key and the ask signature
+(:func:`ask_signature`). The engine drops the whole backlog when pod groups are registered,
+changed or removed (:meth:`Backlog.reset`); the next cycle rebuilds it.
+
+Pod group members are kept per group and their jobs are built every cycle (they depend on
+how many members run), then merged into a copy of their lane; lanes without group jobs are
+handed out as they are (cycles only read them).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Mapping, Sequence
+from operator import attrgetter
+
+from fairgpu.engine.decisions import CycleResult
+from fairgpu.engine.jobs import Job, group_jobs, pod_order
+from fairgpu.model.pod import PodInfo
+from fairgpu.tenancy.book import QueueBook
+from fairgpu.tenancy.resolve import TenantResolver
+
+# queue -> user -> that user's jobs in order
+Lanes = dict[str, dict[str, list[Job]]]
+
+_sort_key = attrgetter("sort_key")
+
+
+class Backlog:
+    """Pending pods of an engine, grouped into sorted lanes and kept between cycles.
+
+    ``grouped``: pod group members go together (the fair cycle; lanes per queue and user);
+    otherwise every pod is a job of one in a single lane (kube-default order,
+    :func:`~fairgpu.engine.jobs.pod_order`).
+    """
+
+    def __init__(self, grouped: bool) -> None:
+        self.grouped = grouped
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything; the next :meth:`sync` rebuilds from the pending pods."""
+        self._seen: dict[int, PodInfo] = {}
+        self._jobs: dict[int, Job] = {}
+        self._lane_of: dict[int, tuple[str, str]] = {}
+        self.lanes: Lanes = {}
+        self.groups: dict[str, dict[int, PodInfo]] = {}
+        self._group_of: dict[int, str] = {}
+        # uid -> pod of every pending pod (alone or in a group) and the uids of pods alone.
+        self.pods: dict[str, PodInfo] = {}
+        self.alone: dict[str, Job] = {}
+
+    def sync(self, pending: Sequence[PodInfo], resolver: TenantResolver) -> None:
+        """Make the backlog hold exactly ``pending`` (no gated or placed pods)."""
+        cur = set(map(id, pending))
+        seen = self._seen
+        if cur == seen.keys():
+            return
+        for i in seen.keys() - cur:
+            self._remove(i, seen.pop(i))
+        added = cur - seen.keys()
+        if added:
+            # In the order pods were handed in, so group members keep it.
+            for pod in pending:
+                if id(pod) in added:
+                    added.discard(id(pod))
+                    seen[id(pod)] = pod
+                    self._add(pod, resolver)
+
+    def _add(self, pod: PodInfo, resolver: TenantResolver) -> None:
+        i = id(pod)
+        self.pods[pod.uid] = pod
+        ref = resolver.pod_group(pod) if self.grouped else None
+        if ref is not None:
+            self.groups.setdefault(ref.key, {})[i] = pod
+            self._group_of[i] = ref.key
+            return
+        tenant = resolver.resolve(pod)
+        job = Job(pod.uid, [pod], tenant)
+        lane = (tenant.queue, tenant.user) if self.grouped else ("", "")
+        self._jobs[i] = job
+        self._lane_of[i] = lane
+        self.alone[pod.uid] = job
+        insort(self.lanes.setdefault(lane[0], {}).setdefault(lane[1], []), job, key=_sort_key)
+
+    def _remove(self, i: int, pod: PodInfo) -> None:
+        if self.pods.get(pod.uid) is pod:
+            del self.pods[pod.uid]
+        key = self._group_of.pop(i, None)
+        if key is not None:
+            members = self.groups[key]
+            del members[i]
+            if not members:
+                del self.groups[key]
+            return
+        job = self._jobs.pop(i)
+        if self.alone.get(pod.uid) is job:
+            del self.alone[pod.uid]
+        queue, user = self._lane_of.pop(i)
+        users = self.lanes[queue]
+        lst = users[user]
+        at = bisect_left(lst, job.sort_key, key=_sort_key)
+        while lst[at] is not job:
+            at += 1
+        del lst[at]
+        if not lst:
+            del users[user]
+            if not users:
+                del self.lanes[queue]
+
+    def cycle_lanes(
+        self, resolver: TenantResolver, book: QueueBook, annotation: str, out: CycleResult
+    ) -> tuple[Lanes, set[str], Mapping[str, PodInfo]]:
+        """This cycle's lanes -- the kept lanes with the pod groups' jobs merged in (groups
+        that cannot start yet are reported in ``out``) --, the keys of all its jobs and
+        their pods by uid. Lanes and pods are shared with the backlog: callers must not
+        change them."""
+        lanes = self.lanes
+        copied: set[tuple[str, str]] = set()
+        group_keys: set[str] = set()
+        idle: list[str] = []  # members of groups that yield no job this cycle
+        for key, members in self.groups.items():
+            pods = sorted(members.values(), key=pod_order)
+            jobs = group_jobs(key, pods, resolver, book, annotation, out)
+            if not jobs:
+                idle.extend(p.uid for p in pods)
+            for job in jobs:
+                if lanes is self.lanes:
+                    lanes = {q: dict(users) for q, users in self.lanes.items()}
+                queue, user = job.tenant.queue, job.tenant.user
+                users = lanes.setdefault(queue, {})
+                if (queue, user) not in copied:
+                    users[user] = list(users.get(user, ()))
+                    copied.add((queue, user))
+                insort(users[user], job, key=_sort_key)
+                group_keys.add(job.key)
+        pending: Mapping[str, PodInfo] = self.pods
+        if idle:
+            pending = dict(self.pods)
+            for uid in idle:
+                pending.pop(uid, None)
+        # The jobs' keys: pods alone by uid, group jobs by theirs (a set built at C level).
+        return lanes, self.alone.keys() | group_keys, pending
+
+    def line(self) -> list[Job]:
+        """All jobs in one line (the single lane of an ungrouped backlog), shared: callers
+        must not change it."""
+        return self.lanes.get("", {}).get("", [])

@@ -1,0 +1,218 @@
+"""The backlog kept between cycles and reports of changes only: the same decisions and the
+same last reasons as grouping every cycle afresh, and every event that could let a failed
+pod fit is seen (a pod completes, a node is added, a pod is handed in anew or deleted, a
+PodGroup is registered)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fairgpu.engine.actions.order import kube_default_order, lanes
+from fairgpu.engine.backlog import Backlog
+from fairgpu.engine.decisions import CycleResult
+from fairgpu.engine.engine import Engine
+from fairgpu.engine.jobs import build_jobs
+from fairgpu.model.pod import PodInfo
+from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.workload import PodArrival, Workload
+from tests.builders import cluster, node_info, pod_info
+
+
+def flood(n: int, ns: str = "a", gpus: int = 1, **kw: Any) -> list[PodInfo]:
+    """``n`` identical pods of ``ns`` created in order."""
+    return [pod_info(f"{ns}-{i}", ns, gpus=gpus, created=i * 1e-3, **kw) for i in range(n)]
+
+
+def reasons(result: CycleResult) -> dict[str, str]:
+    return {u.pod.uid: u.reason for u in result.unschedulable}
+
+
+# ---- events a kept backlog must see ------------------------------------------------------------
+
+
+def test_failed_pods_start_when_a_running_pod_completes() -> None:
+    """A backlog that failed for want of GPUs is tried again once one frees up."""
+    running = pod_info("r", "b", gpus=4)
+    state = cluster(node_info("n0", gpus=4), placed=[(running, "n0")])
+    engine = Engine()
+    pending = flood(50)
+    first = engine.cycle(state, pending, 1.0)
+    assert not first.binds and len(first.unschedulable) == 50
+    state.release(running.uid)
+    second = engine.cycle(state, pending, 2.0)
+    assert [b.pod.name for b in second.binds] == ["a-0", "a-1", "a-2", "a-3"]
+
+
+def test_failed_pods_start_when_a_node_is_added() -> None:
+    state = cluster(node_info("n0", gpus=1), placed=[(pod_info("r", "b"), "n0")])
+    engine = Engine(ordering="kube-default")
+    pending = flood(20)
+    assert not engine.cycle(state, pending, 1.0).binds
+    state.add_node(node_info("n1", gpus=2))
+    assert [b.pod.name for b in engine.cycle(state, pending, 2.0).binds] == ["a-0", "a-1"]
+
+
+def test_a_pod_handed_in_anew_is_judged_by_its_new_object() -> None:
+    """An adapter hands in an updated pod as a new object with the same uid: what the
+    backlog kept about the old one (its ask) must not be read for it."""
+    state = cluster(node_info("n0", gpus=2))
+    for ordering in ("fair", "kube-default"):
+        engine = Engine(ordering=ordering)  # type: ignore[arg-type]
+        big = pod_info("p", "a", gpus=4)
+        assert not engine.cycle(state, [big], 1.0).binds
+        small = pod_info("p", "a", gpus=1)
+        assert [b.pod for b in engine.cycle(state, [small], 2.0).binds] == [small]
+        state.release(small.uid)
+
+
+def test_a_pod_no_longer_pending_is_not_placed() -> None:
+    state = cluster(node_info("n0", gpus=1), placed=[(pod_info("r", "b"), "n0")])
+    engine = Engine()
+    pending = flood(3)
+    engine.cycle(state, pending, 1.0)
+    state.release("b/r")
+    got = engine.cycle(state, pending[1:], 2.0)  # a-0 was deleted meanwhile
+    assert [b.pod.name for b in got.binds] == ["a-1"]
+
+
+def test_a_pending_pod_already_placed_is_skipped() -> None:
+    """The live cache may still list a pod it has just assumed as pending."""
+    placed = pod_info("a-0", "a")
+    state = cluster(node_info("n0", gpus=2), placed=[(placed, "n0")])
+    got = Engine().cycle(state, [placed, pod_info("a-1", "a", created=1.0)], 1.0)
+    assert [b.pod.name for b in got.binds] == ["a-1"]
+
+
+def test_a_podgroup_registered_later_starts_its_gang() -> None:
+    state = cluster(node_info("n0", gpus=4))
+    engine = Engine()
+    members = [pod_info(f"g-{i}", "a", group="g", created=i * 1e-3) for i in range(3)]
+    first = engine.cycle(state, members, 1.0)
+    assert not first.binds and "minMember unknown" in first.unschedulable[0].reason
+    engine.set_pod_group("a", "g", 3)
+    assert len(engine.cycle(state, members, 2.0).binds) == 3
+
+
+# ---- reports of changes only -------------------------------------------------------------------
+
+
+def test_unchanged_reasons_are_not_repeated_but_changes_are() -> None:
+    running = pod_info("r", "b", gpus=1)
+    state = cluster(node_info("n0", gpus=1), placed=[(running, "n0")])
+    engine = Engine()
+    engine.report_unchanged = False
+    pending = flood(30)
+    first = reasons(engine.cycle(state, pending, 1.0))
+    assert len(first) == 30
+    assert engine.cycle(state, pending, 2.0).unschedulable == []
+    # A new node too small for the pods changes the reason (node counts): reported again.
+    state.add_node(node_info("n1", gpus=0))
+    third = reasons(engine.cycle(state, pending, 3.0))
+    assert len(third) == 30 and third != first
+    # A pod handed in anew is reported though its reason is the same.
+    again = [pod_info("a-0", "a", created=0.0), *pending[1:]]
+    assert [u.pod.name for u in engine.cycle(state, again, 4.0).unschedulable] == ["a-0"]
+    engine.report_unchanged = True
+    assert len(engine.cycle(state, again, 5.0).unschedulable) == 30
+
+
+# ---- the kept backlog groups as a fresh grouping does ------------------------------------------
+
+POOL = [
+    pod_info(
+        f"p{i}",
+        ("a", "b")[i % 2],
+        gpus=1 + i % 3,
+        priority=(0, 5)[i % 5 == 0],
+        created=float(i % 7),
+        user=f"u{i % 3}",
+        group="g" if i % 6 == 0 else None,
+        min_member=2 if i % 6 == 0 else None,
+    )
+    for i in range(24)
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sets(st.integers(0, len(POOL) - 1)), min_size=1, max_size=6))
+def test_kept_lanes_equal_a_fresh_grouping(steps: list[set[int]]) -> None:
+    """After any sequence of pending sets, the kept lanes (fair) and line (kube-default)
+    hold the jobs a fresh grouping gives, in the same order."""
+    engine = Engine()
+    book, resolver = engine.book, engine.resolver
+    grouped, line = Backlog(grouped=True), Backlog(grouped=False)
+    for step in steps:
+        pending = [POOL[i] for i in sorted(step)]
+        grouped.sync(pending, resolver)
+        line.sync(pending, resolver)
+        annotation = engine.tenancy.gang.min_member_annotation
+        got, keys, pods = grouped.cycle_lanes(resolver, book, annotation, CycleResult())
+        jobs = build_jobs(pending, resolver, book, annotation, CycleResult())
+        want = lanes(jobs)
+        assert _keys(got) == _keys(want)
+        assert set(keys) == {j.key for j in jobs}
+        assert dict(pods) == {p.uid: p for j in jobs for p in j.pods}
+        assert [j.key for j in line.line()] == [p.uid for p in kube_default_order(pending)]
+
+
+def _keys(lns: dict[str, dict[str, list[Any]]]) -> dict[tuple[str, str], list[str]]:
+    return {(q, u): [j.key for j in js] for q, users in lns.items() for u, js in users.items()}
+
+
+def _workload(seed: int, flood_size: int, gangs: int, serve: int) -> Workload:
+    """A small mix of the benchmark's kinds of work: a flood of one-GPU pods with varied
+    run times, gangs of whole nodes and fractional pods."""
+    import random
+
+    rng = random.Random(seed)
+    arrivals = []
+    for i in range(flood_size):
+        run = float(rng.choice([60, 200, 600, 1500]))
+        declared = rng.choice([None, run])  # some declare their run time, some do not
+        p = pod_info(f"a-{i}", "a", created=i * 1e-3, duration=declared, user=f"u{i % 2}")
+        arrivals.append(PodArrival(p, 0.0, run))
+    groups: dict[str, int] = {}
+    for g in range(gangs):
+        at, size = rng.uniform(1, 900), rng.randint(2, 3)
+        groups[f"b/g{g}"] = size
+        run = float(rng.choice([300, 900]))
+        for m in range(size):
+            p = pod_info(f"g{g}-{m}", "b", gpus=4, created=at, group=f"g{g}", duration=run)
+            arrivals.append(PodArrival(p, at, run))
+    for k in range(serve):
+        at = rng.uniform(1, 900)
+        p = pod_info(f"s{k}", "c", gpus=1, milli=rng.choice([250, 500]), created=at)
+        arrivals.append(PodArrival(p, at, float(rng.choice([100, 700]))))
+    nodes = [node_info(f"n{i}", gpus=4) for i in range(4)]
+    return Workload("mix", nodes, arrivals, pod_groups=groups)
+
+
+def _outcome(ordering: str, wl: Workload, kept: bool) -> dict[str, tuple[Any, ...]]:
+    engine = Engine(ordering=ordering)  # type: ignore[arg-type]
+    engine.register_pod_groups(wl.pod_groups)
+    sim = Simulation(wl, engine, until=2500.0, track_fragmentation=False)
+    engine.keep_backlog = kept
+    result = sim.run()
+    return {r.pod.uid: (r.start, r.node, r.preempted, r.reason) for r in result.records}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 10_000),
+    st.integers(5, 60),
+    st.integers(0, 4),
+    st.integers(0, 8),
+    st.sampled_from(["fair", "kube-default"]),
+)
+def test_kept_backlog_and_changed_reports_decide_as_a_fresh_grouping(
+    seed: int, flood_size: int, gangs: int, serve: int, ordering: str
+) -> None:
+    """A simulation whose engine keeps its backlog and reports only changed reasons gives
+    every pod the same starts, nodes, preemptions and last reason as one whose engine groups
+    the pending pods afresh and reports every pod in every cycle."""
+    kept = _outcome(ordering, _workload(seed, flood_size, gangs, serve), kept=True)
+    fresh = _outcome(ordering, _workload(seed, flood_size, gangs, serve), kept=False)
+    assert kept == fresh
