@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.actions.kube_default_victims import KubeDefaultVictims
 from fairgpu.engine.actions.order import FairOrder, KubeDefaultOrder, lanes
-from fairgpu.engine.actions.preempt import FairVictims, KubeDefaultVictims, eligible_victim
+from fairgpu.engine.actions.preempt import FairVictims, eligible_victim
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.session import Session

@@ -20,8 +20,9 @@ from typing import Protocol
 from fairgpu.engine.actions.admit import FairAdmission, KubeDefaultAdmission
 from fairgpu.engine.actions.allocate import Rules, allocate
 from fairgpu.engine.actions.gang_timeout import expire_partial_groups
+from fairgpu.engine.actions.kube_default_victims import KubeDefaultVictims
 from fairgpu.engine.actions.order import FairOrder, KubeDefaultOrder, lanes
-from fairgpu.engine.actions.preempt import FairVictims, KubeDefaultVictims
+from fairgpu.engine.actions.preempt import FairVictims
 from fairgpu.engine.actions.reclaim import deserved_shares
 from fairgpu.engine.actions.reserve import expire_reservations, reservation_drain
 from fairgpu.engine.jobs import build_jobs
