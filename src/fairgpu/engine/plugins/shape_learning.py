@@ -89,8 +89,11 @@ class TypicalPods:
             if coverage < 1 and acc >= coverage * total - 1e-9:
                 break
         weight = np.array([c for _, c in chosen], dtype=np.float64)
-        if not np.isfinite(weight.sum()):  # huge finite weights overflow: scale them first
-            weight = weight / weight.max()
+        # Huge finite weights overflow when summed: scale by the largest first. Always
+        # scaling would change the weights' last bits, and so ties, for ordinary counts.
+        with np.errstate(over="ignore"):
+            if not np.isfinite(weight.sum()):
+                weight = weight / weight.max()
         mem = None
         if memory is not None and all(s in memory for s, _ in chosen):
             mem = np.array([memory[s] for s, _ in chosen], dtype=np.float64)
