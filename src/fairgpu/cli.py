@@ -424,6 +424,9 @@ def run(
     forecast_seconds: Annotated[
         float, typer.Option(help="Predict pending pods' start times this often (<= 0: never).")
     ] = 30.0,
+    forecast_budget: Annotated[
+        float, typer.Option(help="Wall seconds one start-time forecast may run (> 0).")
+    ] = 5.0,
 ) -> None:
     """Run fairgpu as a Kubernetes scheduler (JSON logs on stderr; SIGTERM stops gracefully)."""
     from fairgpu.engine.policies import DEFAULT_POLICY
@@ -434,6 +437,8 @@ def run(
         _fail(f"--ordering must be 'fair' or 'kube-default', not {ordering!r}")
     if config is not None and not config.exists():
         _fail(f"{config}: no such file or directory")
+    if not forecast_budget > 0:
+        _fail(f"--forecast-budget must be > 0 seconds, not {forecast_budget}")
     if max_devices is not None:
         typer.echo("warning: --max-devices is deprecated and ignored", err=True)
     settings = RunConfig(
@@ -461,6 +466,7 @@ def run(
         seed=seed,
         log_level=log_level,
         forecast_seconds=forecast_seconds,
+        forecast_budget=forecast_budget,
     )
     try:
         code = run_live(settings)
