@@ -48,7 +48,7 @@ from fairgpu.model.pod import ANN_DURATION, PodInfo
 from fairgpu.sim.forecast import carry_state, forecast, recent_repeat, snapshot_cluster
 from fairgpu.sim.learner import RuntimeLearner, Runtimes
 from fairgpu.sim.simulator import Simulation
-from fairgpu.sim.workload import Workload
+from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.synthetic import SyntheticSpec, generate
 
 MIN_WAIT = 60.0
@@ -96,11 +96,14 @@ class Probe:
     every: float
     budget: float
     window: float
+    oracle: bool = False
     next_at: float = 0.0
     learner: RuntimeLearner = field(default_factory=RuntimeLearner)
     learned: set[str] = field(default_factory=set)
-    # (instant, uid, forecast start or None, baseline start or None)
-    rows: list[tuple[float, str, float | None, float | None]] = field(default_factory=list)
+    # (instant, uid, forecast start, baseline start, oracle start); None: no start
+    rows: list[tuple[float, str, float | None, float | None, float | None]] = field(
+        default_factory=list
+    )
     walls: list[float] = field(default_factory=list)
     complete: list[bool] = field(default_factory=list)
 
@@ -128,8 +131,28 @@ class Probe:
         )
         self.walls.append(got.wall_seconds)
         self.complete.append(got.complete)
+        told = self._oracle(pending, runtimes) if self.oracle else {}
         for pod in pending:
-            self.rows.append((sim.now, pod.uid, got.start(pod.uid), base.get(pod.uid)))
+            row = (sim.now, pod.uid, got.start(pod.uid), base.get(pod.uid), told.get(pod.uid))
+            self.rows.append(row)
+
+    def _oracle(self, pending: list[PodInfo], runtimes: Runtimes) -> dict[str, float]:
+        """DIAGNOSTIC ONLY: the forecast told the real future arrivals (never available to
+        a real forecast), to measure how much of the error they cause."""
+        sim = self.sim
+        engine = fresh_engine(self.workload)
+        runtimes = Runtimes(lambda p: engine.tenant(p).queue, runtimes.learner, self.declared)
+        cluster = snapshot_cluster(sim.cluster)
+        engine.state = carry_state(sim.engine.state, cluster)
+        future = [
+            PodArrival(a.pod, a.arrival, runtimes.duration(a.pod))
+            for a in self.workload.arrivals
+            if a.arrival > sim.now
+        ]
+        got = forecast(
+            cluster, engine, pending, sim.now, runtimes, budget_s=self.budget, future=future
+        )
+        return dict(got.starts)
 
     def _learn(self) -> None:
         """Completions seen so far (what a live scheduler has observed by now)."""
@@ -224,7 +247,7 @@ def errors(
 
 
 def measure(
-    name: str, declared: bool, every: float, budget: float, window: float
+    name: str, declared: bool, every: float, budget: float, window: float, oracle: bool = False
 ) -> dict[str, Any]:
     """Replay scenario ``name`` once, predicting at every instant; the JSON entry."""
     workload = SCENARIOS[name]()
@@ -232,7 +255,7 @@ def measure(
         workload = undeclared(workload)
     engine = fresh_engine(workload)
     sim = Simulation(workload, engine, track_fragmentation=False)
-    probe = Probe(sim, workload, declared, every, budget, window)
+    probe = Probe(sim, workload, declared, every, budget, window, oracle)
     sim.on_progress = probe
     t0 = time.perf_counter()
     result = sim.run()
@@ -267,6 +290,9 @@ def measure(
             [r for r in probe.rows if r[2] is not None], attempts, arrival, 3
         ),
     }
+    if oracle:
+        # DIAGNOSTIC: told the real future arrivals; not a forecast anyone can make.
+        entry["oracle_future_arrivals"] = errors(probe.rows, attempts, arrival, 4)
     if declared:
         f = forecast_entry
         entry["target"] = TARGET
@@ -302,6 +328,9 @@ def main() -> None:
     ap.add_argument(
         "--window", type=float, default=0.0, help="repeat the recent past this long (0: off)"
     )
+    ap.add_argument(
+        "--oracle", action="store_true", help="diagnostic: also forecast with the real future"
+    )
     ap.add_argument("--only", default="", help="one scenario name")
     ap.add_argument("--runtimes", default="declared,learned", help="which run-time sources")
     ap.add_argument("--results", type=Path, default=None, help="also write the JSON here")
@@ -311,7 +340,7 @@ def main() -> None:
     for name in names:
         for source in args.runtimes.split(","):
             declared = source.strip() == "declared"
-            entry = measure(name, declared, args.every, args.budget, args.window)
+            entry = measure(name, declared, args.every, args.budget, args.window, args.oracle)
             print(json.dumps(entry), file=sys.stderr, flush=True)
             out["scenarios"].append(entry)
     text = json.dumps(out, indent=2)

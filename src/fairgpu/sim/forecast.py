@@ -92,7 +92,11 @@ class _ForecastRun(Simulation):
         self.cluster = cluster
         for uid, placement in cluster.placements.items():
             pod = cluster.pods[uid]
-            rec = PodRecord(pod, self.tenant_of(pod), self.user_of(pod), placement.started, None)
+            # Its full run time: preempted in the forecast, it starts over and runs that long.
+            duration = runtimes.duration(pod)
+            rec = PodRecord(
+                pod, self.tenant_of(pod), self.user_of(pod), placement.started, duration
+            )
             rec.start = placement.started
             rec.node = cluster.node(placement.node).name
             rec.devices = placement.devices
