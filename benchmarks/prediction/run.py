@@ -40,12 +40,21 @@ from typing import Any
 
 import numpy as np
 
+from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.gang import declared_runtime
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import ANN_DURATION, PodInfo
-from fairgpu.sim.forecast import carry_state, forecast, recent_repeat, snapshot_cluster
+from fairgpu.sim.arrivals import DEFAULT_WINDOW, ArrivalModel
+from fairgpu.sim.forecast import (
+    DEFAULT_SAMPLES,
+    carry_state,
+    forecast,
+    forecast_ensemble,
+    recent_repeat,
+    snapshot_cluster,
+)
 from fairgpu.sim.learner import RuntimeLearner, Runtimes
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import PodArrival, Workload
@@ -86,9 +95,18 @@ def undeclared(workload: Workload) -> Workload:
     return workload
 
 
+Row = tuple[float, str, dict[str, float | None]]
+
+
 @dataclass(slots=True)
 class Probe:
-    """Predicts every pending pod's start at every ``every`` seconds of the actual run."""
+    """Predicts every pending pod's start at every ``every`` seconds of the actual run.
+
+    Columns of each row: ``forecast`` (the forecast: ``samples`` futures drawn from the
+    arrivals of the last ``model_window`` seconds, or none if ``samples`` is 0),
+    ``no_future`` (one forecast assuming nothing more arrives), ``baseline`` and, with
+    ``oracle``, ``oracle`` (a diagnostic told the real future; no forecast can know it).
+    """
 
     sim: Simulation
     workload: Workload
@@ -97,14 +115,14 @@ class Probe:
     budget: float
     window: float
     oracle: bool = False
+    samples: int = DEFAULT_SAMPLES
+    model_window: float = DEFAULT_WINDOW
     next_at: float = 0.0
     learner: RuntimeLearner = field(default_factory=RuntimeLearner)
     learned: set[str] = field(default_factory=set)
-    # (instant, uid, forecast start, baseline start, oracle start); None: no start
-    rows: list[tuple[float, str, float | None, float | None, float | None]] = field(
-        default_factory=list
-    )
+    rows: list[Row] = field(default_factory=list)
     walls: list[float] = field(default_factory=list)
+    walls_no_future: list[float] = field(default_factory=list)
     complete: list[bool] = field(default_factory=list)
 
     def __call__(self, _done: int, _total: int) -> None:
@@ -118,39 +136,66 @@ class Probe:
         engine = fresh_engine(self.workload)
         runtimes = Runtimes(lambda p: engine.tenant(p).queue, self.learner, self.declared)
         base = self._baseline(pending, engine, runtimes)
-        cluster = snapshot_cluster(sim.cluster)
-        engine.state = carry_state(sim.engine.state, cluster)
-        recent = [
-            (a.pod, a.arrival)
-            for a in self.workload.arrivals
-            if sim.now - self.window <= a.arrival < sim.now
-        ]
-        future = recent_repeat(recent, sim.now, self.window, runtimes) if self.window else []
-        got = forecast(
-            cluster, engine, pending, sim.now, runtimes, budget_s=self.budget, future=future
+        # What a live scheduler has seen arrive by now (pod creation times).
+        seen = [(a.pod, a.arrival) for a in self.workload.arrivals if a.arrival <= sim.now]
+        model = ArrivalModel.learn(seen, sim.now, self._group_of(engine), self.model_window)
+        got = forecast_ensemble(
+            self._fresh,
+            pending,
+            sim.now,
+            runtimes,
+            model if self.samples else None,
+            samples=self.samples,
+            seed=int(sim.now),
+            budget_s=self.budget,
         )
         self.walls.append(got.wall_seconds)
         self.complete.append(got.complete)
+        cluster, engine2 = self._fresh()
+        future = []
+        if self.window:
+            recent = [(p, t) for p, t in seen if sim.now - self.window <= t < sim.now]
+            future = recent_repeat(recent, sim.now, self.window, runtimes)
+        plain = forecast(
+            cluster, engine2, pending, sim.now, runtimes, budget_s=self.budget, future=future
+        )
+        self.walls_no_future.append(plain.wall_seconds)
         told = self._oracle(pending, runtimes) if self.oracle else {}
         for pod in pending:
-            row = (sim.now, pod.uid, got.start(pod.uid), base.get(pod.uid), told.get(pod.uid))
-            self.rows.append(row)
+            cols = {
+                "forecast": got.start(pod.uid),
+                "no_future": plain.start(pod.uid),
+                "baseline": base.get(pod.uid),
+                "oracle": told.get(pod.uid),
+            }
+            self.rows.append((sim.now, pod.uid, cols))
+
+    @staticmethod
+    def _group_of(engine: Engine) -> Callable[[PodInfo], str | None]:
+        def group(pod: PodInfo) -> str | None:
+            ref = engine.pod_group(pod)
+            return None if ref is None else ref.key
+
+        return group
+
+    def _fresh(self) -> tuple[ClusterState, Engine]:
+        """The state as the live forecaster receives it, in a fresh engine."""
+        engine = fresh_engine(self.workload)
+        cluster = snapshot_cluster(self.sim.cluster)
+        engine.state = carry_state(self.sim.engine.state, cluster)
+        return cluster, engine
 
     def _oracle(self, pending: list[PodInfo], runtimes: Runtimes) -> dict[str, float]:
         """DIAGNOSTIC ONLY: the forecast told the real future arrivals (never available to
         a real forecast), to measure how much of the error they cause."""
-        sim = self.sim
-        engine = fresh_engine(self.workload)
-        runtimes = Runtimes(lambda p: engine.tenant(p).queue, runtimes.learner, self.declared)
-        cluster = snapshot_cluster(sim.cluster)
-        engine.state = carry_state(sim.engine.state, cluster)
+        cluster, engine = self._fresh()
         future = [
             PodArrival(a.pod, a.arrival, runtimes.duration(a.pod))
             for a in self.workload.arrivals
-            if a.arrival > sim.now
+            if a.arrival > self.sim.now
         ]
         got = forecast(
-            cluster, engine, pending, sim.now, runtimes, budget_s=self.budget, future=future
+            cluster, engine, pending, self.sim.now, runtimes, budget_s=self.budget, future=future
         )
         return dict(got.starts)
 
@@ -210,17 +255,17 @@ def next_start(attempts: dict[str, list[tuple[float, float | None]]], uid: str, 
 
 
 def errors(
-    rows: list[tuple[float, str, float | None, float | None]],
+    rows: list[Row],
     attempts: dict[str, list[tuple[float, float | None]]],
     arrival: dict[str, float],
-    column: int,
+    column: str,
 ) -> dict[str, Any]:
     """p50/p90 of the relative error of predictions in ``column``, and their coverage."""
     by_wait: list[float] = []
     by_left: list[float] = []
     eligible = covered = 0
     for row in rows:
-        at, uid, predicted = row[0], row[1], row[column]
+        at, uid, predicted = row[0], row[1], row[2][column]
         actual, since = next_start(attempts, uid, at)
         waited_from = arrival[uid] if since is None else since
         if actual is None or actual - waited_from < MIN_WAIT:
@@ -246,32 +291,60 @@ def errors(
     }
 
 
-def measure(
-    name: str, declared: bool, every: float, budget: float, window: float, oracle: bool = False
-) -> dict[str, Any]:
+@dataclass(slots=True)
+class Settings:
+    """How one scenario is measured (see ``main``'s options)."""
+
+    every: float = 3600.0
+    budget: float = 10.0
+    window: float = 0.0
+    oracle: bool = False
+    samples: int = DEFAULT_SAMPLES
+    model_window: float = DEFAULT_WINDOW
+
+
+def _walls(walls: list[float]) -> dict[str, Any]:
+    return {
+        "wall_s_mean": round(float(np.mean(walls)), 3) if walls else None,
+        "wall_s_max": round(float(np.max(walls)), 3) if walls else None,
+    }
+
+
+def measure(name: str, declared: bool, cfg: Settings) -> dict[str, Any]:
     """Replay scenario ``name`` once, predicting at every instant; the JSON entry."""
     workload = SCENARIOS[name]()
     if not declared:
         workload = undeclared(workload)
     engine = fresh_engine(workload)
     sim = Simulation(workload, engine, track_fragmentation=False)
-    probe = Probe(sim, workload, declared, every, budget, window, oracle)
+    probe = Probe(
+        sim,
+        workload,
+        declared,
+        cfg.every,
+        cfg.budget,
+        cfg.window,
+        cfg.oracle,
+        cfg.samples,
+        cfg.model_window,
+    )
     sim.on_progress = probe
     t0 = time.perf_counter()
     result = sim.run()
-    replay_s = time.perf_counter() - t0 - sum(probe.walls)
+    replay_s = time.perf_counter() - t0 - sum(probe.walls) - sum(probe.walls_no_future)
     attempts: dict[str, list[tuple[float, float | None]]] = {}
     for attempt in sorted(result.runs, key=lambda a: a.start):
         attempts.setdefault(attempt.uid, []).append((attempt.start, attempt.end))
     arrival = {r.pod.uid: r.arrival for r in result.records}
-    walls = probe.walls
-    forecast_entry = errors(probe.rows, attempts, arrival, 2)
+    rows = probe.rows
+    forecast_entry = errors(rows, attempts, arrival, "forecast")
     forecast_entry.update(
-        wall_s_mean=round(float(np.mean(walls)), 3) if walls else None,
-        wall_s_max=round(float(np.max(walls)), 3) if walls else None,
-        forecasts=len(walls),
+        _walls(probe.walls),
+        forecasts=len(probe.walls),
         complete_forecasts=sum(probe.complete),
     )
+    no_future = errors(rows, attempts, arrival, "no_future")
+    no_future.update(_walls(probe.walls_no_future))
     entry: dict[str, Any] = {
         "scenario": name,
         "runtimes": "declared" if declared else "learned",
@@ -279,20 +352,23 @@ def measure(
         "pods_waiting_60s": sum(
             1 for r in result.records if r.wait is not None and r.wait >= MIN_WAIT
         ),
-        "every_s": every,
-        "budget_s": budget,
-        "recent_window_s": window,
+        "every_s": cfg.every,
+        "budget_s": cfg.budget,
+        "arrival_model": {"samples": cfg.samples, "window_s": cfg.model_window},
+        "recent_window_s": cfg.window,
         "replay_wall_s": round(replay_s, 1),
         "forecast": forecast_entry,
-        "baseline": errors(probe.rows, attempts, arrival, 3),
+        # The same forecast assuming nothing arrives after the instant (the earlier model).
+        "forecast_no_future_arrivals": no_future,
+        "baseline": errors(rows, attempts, arrival, "baseline"),
         # The baseline over the predictions the forecast made (the same pods and instants).
         "baseline_where_forecast": errors(
-            [r for r in probe.rows if r[2] is not None], attempts, arrival, 3
+            [r for r in rows if r[2]["forecast"] is not None], attempts, arrival, "baseline"
         ),
     }
-    if oracle:
+    if cfg.oracle:
         # DIAGNOSTIC: told the real future arrivals; not a forecast anyone can make.
-        entry["oracle_future_arrivals"] = errors(probe.rows, attempts, arrival, 4)
+        entry["oracle_future_arrivals"] = errors(rows, attempts, arrival, "oracle")
     if declared:
         f = forecast_entry
         entry["target"] = TARGET
@@ -331,6 +407,12 @@ def main() -> None:
     ap.add_argument(
         "--oracle", action="store_true", help="diagnostic: also forecast with the real future"
     )
+    ap.add_argument(
+        "--samples", type=int, default=DEFAULT_SAMPLES, help="sampled futures (0: none)"
+    )
+    ap.add_argument(
+        "--model-window", type=float, default=DEFAULT_WINDOW, help="arrivals learned from (s)"
+    )
     ap.add_argument("--only", default="", help="one scenario name")
     ap.add_argument("--runtimes", default="declared,learned", help="which run-time sources")
     ap.add_argument("--results", type=Path, default=None, help="also write the JSON here")
@@ -340,7 +422,10 @@ def main() -> None:
     for name in names:
         for source in args.runtimes.split(","):
             declared = source.strip() == "declared"
-            entry = measure(name, declared, args.every, args.budget, args.window, args.oracle)
+            cfg = Settings(
+                args.every, args.budget, args.window, args.oracle, args.samples, args.model_window
+            )
+            entry = measure(name, declared, cfg)
             print(json.dumps(entry), file=sys.stderr, flush=True)
             out["scenarios"].append(entry)
     text = json.dumps(out, indent=2)
