@@ -48,6 +48,7 @@ from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import ANN_DURATION, PodInfo
 from fairgpu.sim.arrivals import DEFAULT_WINDOW, ArrivalModel
 from fairgpu.sim.forecast import (
+    DEFAULT_ARRIVALS_FOR,
     DEFAULT_SAMPLES,
     carry_state,
     forecast,
@@ -117,6 +118,8 @@ class Probe:
     oracle: bool = False
     samples: int = DEFAULT_SAMPLES
     model_window: float = DEFAULT_WINDOW
+    arrivals_for: float = DEFAULT_ARRIVALS_FOR
+    tile: bool = False
     next_at: float = 0.0
     learner: RuntimeLearner = field(default_factory=RuntimeLearner)
     learned: set[str] = field(default_factory=set)
@@ -148,6 +151,8 @@ class Probe:
             samples=self.samples,
             seed=int(sim.now),
             budget_s=self.budget,
+            arrivals_for=self.arrivals_for,
+            tile=self.tile,
         )
         self.walls.append(got.wall_seconds)
         self.complete.append(got.complete)
@@ -301,6 +306,8 @@ class Settings:
     oracle: bool = False
     samples: int = DEFAULT_SAMPLES
     model_window: float = DEFAULT_WINDOW
+    arrivals_for: float = DEFAULT_ARRIVALS_FOR
+    tile: bool = False
 
 
 def _walls(walls: list[float]) -> dict[str, Any]:
@@ -327,6 +334,8 @@ def measure(name: str, declared: bool, cfg: Settings) -> dict[str, Any]:
         cfg.oracle,
         cfg.samples,
         cfg.model_window,
+        cfg.arrivals_for,
+        cfg.tile,
     )
     sim.on_progress = probe
     t0 = time.perf_counter()
@@ -354,7 +363,12 @@ def measure(name: str, declared: bool, cfg: Settings) -> dict[str, Any]:
         ),
         "every_s": cfg.every,
         "budget_s": cfg.budget,
-        "arrival_model": {"samples": cfg.samples, "window_s": cfg.model_window},
+        "arrival_model": {
+            "samples": cfg.samples,
+            "window_s": cfg.model_window,
+            "arrivals_for_s": cfg.arrivals_for,
+            "tile": cfg.tile,
+        },
         "recent_window_s": cfg.window,
         "replay_wall_s": round(replay_s, 1),
         "forecast": forecast_entry,
@@ -413,6 +427,10 @@ def main() -> None:
     ap.add_argument(
         "--model-window", type=float, default=DEFAULT_WINDOW, help="arrivals learned from (s)"
     )
+    ap.add_argument(
+        "--arrivals-for", type=float, default=DEFAULT_ARRIVALS_FOR, help="future arrivals (s)"
+    )
+    ap.add_argument("--tile", action="store_true", help="repeat the window (one future)")
     ap.add_argument("--only", default="", help="one scenario name")
     ap.add_argument("--runtimes", default="declared,learned", help="which run-time sources")
     ap.add_argument("--results", type=Path, default=None, help="also write the JSON here")
@@ -423,7 +441,14 @@ def main() -> None:
         for source in args.runtimes.split(","):
             declared = source.strip() == "declared"
             cfg = Settings(
-                args.every, args.budget, args.window, args.oracle, args.samples, args.model_window
+                args.every,
+                args.budget,
+                args.window,
+                args.oracle,
+                args.samples,
+                args.model_window,
+                args.arrivals_for,
+                args.tile,
             )
             entry = measure(name, declared, cfg)
             print(json.dumps(entry), file=sys.stderr, flush=True)

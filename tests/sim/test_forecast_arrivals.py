@@ -88,8 +88,8 @@ def test_history_keeps_first_sighting_and_prunes_the_old() -> None:
 
 
 def _scene():
-    """One 8-GPU node busy until t=100; a low-priority 8-GPU pod waits."""
-    running = pod_info("run", gpus=8, duration=100.0)
+    """One 8-GPU node busy until t=1000; a low-priority 8-GPU pod waits."""
+    running = pod_info("run", gpus=8, duration=1000.0)
     waiting = pod_info("w", gpus=8, duration=50.0, created=1.0)
 
     def make():
@@ -103,7 +103,7 @@ def test_ensemble_without_a_model_is_the_plain_forecast() -> None:
     c, e = make()
     plain = forecast(c, e, [waiting], 10.0, Runtimes(lambda p: e.tenant(p).queue))
     ens = forecast_ensemble(make, [waiting], 10.0, Runtimes(lambda p: e.tenant(p).queue), None)
-    assert plain.start(waiting.uid) == ens.start(waiting.uid) == 100.0
+    assert plain.start(waiting.uid) == ens.start(waiting.uid) == 1000.0
 
 
 def test_future_high_priority_work_delays_the_waiting_pod() -> None:
@@ -120,10 +120,66 @@ def test_future_high_priority_work_delays_the_waiting_pod() -> None:
         make, [waiting], 10.0, runtimes, model, samples=3, seed=4, horizon_s=2000.0
     )
     start = got.start(waiting.uid)
-    # Urgent work arriving after the instant goes first: the plain forecast's 100 s is too
+    # Urgent work arriving after the instant goes first: the plain forecast's 1000 s is too
     # early; with the model the pod may even wait past the horizon (no start).
-    assert start is None or start > 100.0
+    assert start is None or start > 1000.0
     again = forecast_ensemble(
         make, [waiting], 10.0, runtimes, model, samples=3, seed=4, horizon_s=2000.0
     )
     assert again.start(waiting.uid) == start  # reproducible from the seed
+
+
+def test_tile_repeats_the_window_after_the_instant() -> None:
+    engine = Engine(seed=0)
+    model = ArrivalModel.learn(_past(), 3600.0, _group_of(engine), window=3600.0)
+    got = model.tile(3600.0, 3600.0 * 3, "t")
+    # Each observed arrival again one and two windows later (the gang's members together).
+    want = sorted([t + 3600.0 for _, t in _past()] + [t + 7200.0 for _, t in _past()])
+    assert [a.arrival for a in got] == want
+    assert model.tile(3600.0, 3600.0 * 3, "t")[0].pod.uid == got[0].pod.uid
+    assert len({a.pod.uid for a in got}) == len(got)
+    # Only the part asked for: in [5000, 6000) the first repeat of s3 (1800 + 3600).
+    part = model.tile(5000.0, 6000.0, "t")
+    assert [(a.pod.name.split("~")[0], a.arrival) for a in part] == [("s3", 5400.0)]
+
+
+def test_live_forecaster_records_pods_by_creation_time_across_rounds() -> None:
+    """The forecasting process keeps what it saw in earlier snapshots: a pod gone since (it
+    completed) still counts as an arrival of the window."""
+    from fairgpu.kube.cache import SchedulerCache
+    from fairgpu.kube.forecaster import _arrival_model
+
+    engine = Engine(seed=0)
+    history = ArrivalHistory(window=3600.0)
+    first = SchedulerCache("fairgpu")
+    first.cluster = cluster(
+        node_info("n0", gpus=8), placed=[(pod_info("done-soon", created=100.0), "n0", 120.0)]
+    )
+    first.pending = {"default/w": pod_info("w", created=900.0)}
+    model = _arrival_model(history, first, engine, 1000.0)
+    assert sorted(len(j) for j in model.jobs) == [1, 1]
+    second = SchedulerCache("fairgpu")  # later: done-soon completed and is gone
+    second.pending = {
+        "default/w": pod_info("w", created=900.0),
+        "default/n": pod_info("n", created=1500.0),
+    }
+    later = _arrival_model(history, second, engine, 2000.0)
+    assert sorted(p.name for job in later.jobs for p, _ in job) == ["done-soon", "n", "w"]
+    # A pod created after the snapshot's instant (clock skew) is not learned from.
+    third = SchedulerCache("fairgpu")
+    third.pending = {"default/f": pod_info("f", created=2500.0)}
+    assert "f" not in {
+        p.name for job in _arrival_model(history, third, engine, 2000.0).jobs for p, _ in job
+    }
+
+
+def test_step_batches_sampled_jobs_on_a_grid_after_the_instant() -> None:
+    engine = Engine(seed=0)
+    model = ArrivalModel.learn(_past(), 3600.0, _group_of(engine))
+    free = model.sample(3600.0, 36000.0, np.random.default_rng(3), "t")
+    batched = model.sample(3600.0, 36000.0, np.random.default_rng(3), "t", step=300.0)
+    assert [a.pod.uid for a in free] == [a.pod.uid for a in batched]
+    for a, b in zip(free, batched, strict=True):
+        # Each job waits for the next grid point; a gang's members keep their offsets.
+        assert a.arrival <= b.arrival < a.arrival + 300.0
+        assert round((b.arrival - 3600.0) % 300.0, 3) in (0.0, 1.0, 300.0)

@@ -84,6 +84,7 @@ class ArrivalModel:
     now: float
     span: float
     jobs: tuple[tuple[tuple[PodInfo, float], ...], ...]
+    starts: tuple[float, ...] = ()  # when each job arrived
 
     @property
     def rate(self) -> float:
@@ -114,22 +115,47 @@ class ArrivalModel:
         jobs = tuple(
             tuple((p, t - members[0][1]) for p, t in members) for members in by_job.values()
         )
-        return cls(now, span, jobs)
+        return cls(now, span, jobs, tuple(m[0][1] for m in by_job.values()))
 
     def sample(
-        self, start: float, end: float, rng: np.random.Generator, tag: str
+        self, start: float, end: float, rng: np.random.Generator, tag: str, step: float = 0.0
     ) -> list[PodArrival]:
         """Jobs arriving in ``[start, end)``: Poisson at :attr:`rate`, each a copy of a job
         drawn from the window (run times left for the caller: ``duration`` None). ``tag``
-        makes the copies' names unique across calls."""
+        makes the copies' names unique across calls. ``step`` > 0 delays each job to the
+        next multiple of ``step`` after :attr:`now`, so jobs arrive in batches: a forecast
+        runs one cycle per batch instead of one per job."""
         out: list[PodArrival] = []
         if not self.jobs or end <= start:
             return out
         count = int(rng.poisson(self.rate * (end - start)))
         times = np.sort(rng.uniform(start, end, size=count))
+        if step > 0:
+            times = self.now + np.ceil((times - self.now) / step) * step
         picks = rng.integers(0, len(self.jobs), size=count)
         for i, (at, pick) in enumerate(zip(times, picks, strict=True)):
             for pod, offset in self.jobs[int(pick)]:
                 when = round(float(at) + offset, 3)
                 out.append(PodArrival(future_copy(pod, f"~{tag}.{i}", when), when, None))
+        return out
+
+    def tile(self, start: float, end: float, tag: str) -> list[PodArrival]:
+        """The window's arrivals repeated every :attr:`span` seconds after it (the periodic
+        extension of the past), those falling in ``[start, end)``: one deterministic future."""
+        out: list[PodArrival] = []
+        if not self.jobs or end <= start or self.span <= 0:
+            return out
+        first = int(np.floor((start - self.now) / self.span))
+        last = int(np.ceil((end - self.now) / self.span))
+        for k in range(max(1, first), max(1, last) + 1):
+            shift = k * self.span
+            for j, job in enumerate(self.jobs):
+                begin = self.starts[j] + shift
+                if not start <= begin < end:
+                    continue
+                for pod, offset in job:
+                    when = round(begin + offset, 3)
+                    copy = future_copy(pod, f"~{tag}.{k}.{j}", when)
+                    out.append(PodArrival(copy, when, None))
+        out.sort(key=lambda a: a.arrival)
         return out

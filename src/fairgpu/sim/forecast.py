@@ -51,6 +51,13 @@ DEFAULT_HORIZON = 14 * 86400.0
 #: Future arrivals are generated this far ahead of the simulated clock (seconds).
 FUTURE_CHUNK = 3600.0
 
+#: Future arrivals are simulated this far past the instant; later the backlog just drains.
+#: Far-off arrivals matter less and cost the most (every cycle weighs all pending pods).
+DEFAULT_ARRIVALS_FOR = 4 * 3600.0
+
+#: Sampled future jobs arrive in batches this far apart (seconds), one cycle per batch.
+ARRIVAL_STEP = 300.0
+
 #: Sampled futures a forecast with an arrival model takes the median of.
 DEFAULT_SAMPLES = 5
 
@@ -205,6 +212,8 @@ def forecast_ensemble(
     seed: int = 0,
     budget_s: float = 5.0,
     horizon_s: float = DEFAULT_HORIZON,
+    arrivals_for: float = DEFAULT_ARRIVALS_FOR,
+    tile: bool = False,
 ) -> Forecast:
     """:func:`forecast` over ``samples`` futures drawn from ``model`` (arrivals learned before
     ``now``); a pod's predicted start is the median of its starts in them, a sample that did
@@ -219,10 +228,11 @@ def forecast_ensemble(
         return forecast(cluster, engine, pending, now, runtimes, budget_s=budget_s)
     rng = np.random.default_rng(seed)
     runs: list[Forecast] = []
+    samples = 1 if tile else samples
     for i in range(samples):
         left = budget_s - (time.perf_counter() - t0)
-        sample_rng = np.random.default_rng(rng.integers(2**63))
-        more = _sampler(model, sample_rng, f"s{i}")
+        sample_rng = None if tile else np.random.default_rng(rng.integers(2**63))
+        more = _sampler(model, sample_rng, f"s{i}", now + arrivals_for)
         cluster, engine = make()
         got = forecast(
             cluster,
@@ -238,13 +248,19 @@ def forecast_ensemble(
     return _median(runs, pending, now, time.perf_counter() - t0)
 
 
-def _sampler(model: ArrivalModel, rng: np.random.Generator, tag: str) -> FutureSource:
-    """``model``'s arrivals drawn interval by interval from ``rng`` (names unique by ``tag``)."""
+def _sampler(
+    model: ArrivalModel, rng: np.random.Generator | None, tag: str, stop: float
+) -> FutureSource:
+    """``model``'s arrivals before ``stop``, drawn interval by interval from ``rng`` (names
+    unique by ``tag``), or its periodic extension without ``rng``."""
     calls = [0]
 
     def more(start: float, end: float) -> Sequence[PodArrival]:
         calls[0] += 1
-        return model.sample(start, end, rng, f"{tag}.{calls[0]}")
+        end = min(end, stop)
+        if rng is None:
+            return model.tile(start, end, tag)
+        return model.sample(start, end, rng, f"{tag}.{calls[0]}", ARRIVAL_STEP)
 
     return more
 
