@@ -27,7 +27,7 @@ from fairgpu.tenancy.resolve import GROUP_KEYS
 __all__ = ["DEFAULT_WINDOW", "ArrivalHistory", "ArrivalModel", "future_copy"]
 
 #: How much of the past the model learns from by default (seconds).
-DEFAULT_WINDOW = 4 * 3600.0
+DEFAULT_WINDOW = 3600.0
 
 #: A window shorter than this (e.g. just after a start) is taken as this long: a handful of
 #: arrivals in the first minutes must not be read as a huge rate.

@@ -59,7 +59,7 @@ DEFAULT_ARRIVALS_FOR = 4 * 3600.0
 ARRIVAL_STEP = 300.0
 
 #: Sampled futures a forecast with an arrival model takes the median of.
-DEFAULT_SAMPLES = 5
+DEFAULT_SAMPLES = 3
 
 #: Future arrivals in ``[start, end)`` (see :mod:`fairgpu.sim.arrivals`).
 FutureSource = Callable[[float, float], Sequence[PodArrival]]
