@@ -11,6 +11,12 @@ the wall-clock budget is spent -- whichever comes first.
 The live forecaster (:mod:`fairgpu.kube.forecaster`), ``fairgpu explain``/``queues`` and
 ``benchmarks/prediction`` all call this one function, each on its own fresh copy of the state
 (the cluster and engine passed in are consumed).
+
+:func:`forecast_ensemble` adds future arrivals learned from the past
+(:class:`~fairgpu.sim.arrivals.ArrivalModel`): the median start over a few sampled futures.
+Measured in ``benchmarks/prediction`` it removes part of the early bias for pods that later
+work overtakes but widens the spread for the others and costs several times the wall time,
+so the live forecaster leaves it off by default (``ARRIVAL_SAMPLES``).
 """
 
 from __future__ import annotations
