@@ -135,6 +135,28 @@ class _ForecastRun(Simulation):
                 self._push(max(now, end), _COMPLETE, f"{uid}#0")
 
 
+@dataclass(slots=True)
+class _Feed:
+    """Adds ``more``'s arrivals to a forecast run one :data:`FUTURE_CHUNK` ahead of its
+    clock, up to ``until`` (generating hours of future work up front would cost for
+    nothing when the forecast ends early)."""
+
+    more: FutureSource
+    runtimes: Runtimes
+    given: float  # arrivals are known up to here
+    until: float
+
+    def extend(self, run: Simulation) -> None:
+        """Known arrivals reach one chunk past ``run``'s clock."""
+        while self.given < min(self.until, run.now + FUTURE_CHUNK):
+            end = min(self.until, self.given + FUTURE_CHUNK)
+            for arrival in self.more(self.given, end):
+                if arrival.duration is None:
+                    arrival.duration = self.runtimes.duration(arrival.pod)
+                run._add_arrival(arrival)
+            self.given = end
+
+
 def forecast(
     cluster: ClusterState,
     engine: Engine,
@@ -161,24 +183,13 @@ def forecast(
     arrivals = [PodArrival(p, now, runtimes.duration(p)) for p in pending]
     arrivals.extend(future)
     run: _ForecastRun | None = None
-
     until = now + horizon_s
-    given = [now]  # future arrivals are known up to here
-
-    def extend() -> None:
-        assert run is not None and more is not None
-        while given[0] < min(until, run.now + FUTURE_CHUNK):
-            end = min(until, given[0] + FUTURE_CHUNK)
-            for arrival in more(given[0], end):
-                if arrival.duration is None:
-                    arrival.duration = runtimes.duration(arrival.pod)
-                run._add_arrival(arrival)
-            given[0] = end
+    feed = None if more is None else _Feed(more, runtimes, now, until)
 
     def progress(_done: int, _total: int) -> None:
         assert run is not None
-        if more is not None:
-            extend()
+        if feed is not None:
+            feed.extend(run)
         for uid in [u for u in waiting if run.records[u].start is not None]:
             start = run.records[uid].start
             assert start is not None
