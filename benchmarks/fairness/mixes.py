@@ -9,6 +9,16 @@ placement policy, the one ``fairgpu simulate`` uses by default; same seed). Per 
 - per backlogged tenant, its useful allocation ÷ its pool-aware fair share, summed over the
   instants it was backlogged (:func:`fairgpu.sim.results.share_ratios`); min, max and Jain's
   index over those ratios;
+- a *diagnostic* beside the ratios, not a target: ``division_ratio_min``/``max`` ("inuse
+  min/max"), each backlogged tenant's useful allocation ÷ its pool-aware fair share of the
+  GPUs actually *in use* at that instant (the same water-fill with each pool's capacity
+  replaced by the GPUs run attempts held there; :func:`fairgpu.sim.results.division_ratios`),
+  and ``idle_pct_while_backlogged`` ("idle bklg %"), the % of capacity no run attempt held,
+  averaged over the instants when any tenant was backlogged. The ratio mixes two things:
+  how the GPUs in use were divided, and how many stood idle while work waited (reserved nodes
+  draining for a gang, fragments no pending pod fits). An in-use ratio near 1.0 with a low
+  ratio means the tenant got its part of what ran and lost the rest to idle GPUs; a low
+  in-use ratio means the division itself was off. The targets stay judged on the ratios;
 - reversals within 10 minutes (:func:`fairgpu.sim.accounting.reversals`), the most starts of
   any gang, gang wait p50/p99 (first arrival to the last member's final start) over every gang
   that started, wall seconds;
@@ -45,8 +55,9 @@ from fairgpu.model.gpu import GpuRequest
 from fairgpu.model.pod import ANN_DURATION, LABEL_USER, PodInfo
 from fairgpu.sim.results import (
     accounting_summary,
+    division_ratios,
     gang_qualification,
-    pool_eligibility,
+    pool_layout,
     share_ratios,
     share_timeline,
 )
@@ -224,10 +235,10 @@ def measure(mix: Mix, ordering: str, seed: int) -> dict[str, Any]:
     acc = accounting_summary(result)
     weights = mix.weights or {q.name: q.weight for q in engine.tenancy.queues}
     pods = [r.pod for r in result.records]
-    capacity, eligible = pool_eligibility(sim.cluster, engine.scheduler, pods)
-    shares = share_ratios(
-        share_timeline(result, capacity, eligible, weights), result.gpu_capacity_milli
-    )
+    capacity, eligible, node_pool = pool_layout(sim.cluster, engine.scheduler, pods)
+    timeline = share_timeline(result, capacity, eligible, weights)
+    shares = share_ratios(timeline, result.gpu_capacity_milli)
+    division = division_ratios(result, timeline, eligible, weights, node_pool)
     ratios = {
         t: r["useful_over_fair"] for t, r in shares.items() if r["useful_over_fair"] is not None
     }
@@ -241,6 +252,10 @@ def measure(mix: Mix, ordering: str, seed: int) -> dict[str, Any]:
         "ratio_max": max(ratios.values(), default=None),
         "jain_ratios": round(jain_index(list(ratios.values())), 4),
         "ratios": ratios,
+        "division_ratio_min": division["min"],
+        "division_ratio_max": division["max"],
+        "division_ratios": division["ratios"],
+        "idle_pct_while_backlogged": division["idle_pct_while_backlogged"],
         "fair_share_pct": {t: r["fair_share_pct"] for t, r in shares.items()},
         "reversals_10min": acc["reversals"]["10min"],
         "reversals": acc["reversals"],
@@ -295,6 +310,9 @@ COLUMNS = (
     ("lost %", "lost_pct"),
     ("ratio min", "ratio_min"),
     ("ratio max", "ratio_max"),
+    ("diag: inuse min", "division_ratio_min"),
+    ("inuse max", "division_ratio_max"),
+    ("idle bklg %", "idle_pct_while_backlogged"),
     ("Jain", "jain_ratios"),
     ("rev 10m", "reversals_10min"),
     ("gang starts", "max_gang_starts"),
@@ -309,13 +327,13 @@ COLUMNS = (
 
 def table(rows: list[dict[str, Any]]) -> str:
     """A plain-text table: each mix's fair and kube-default rows, then its failed targets."""
-    head = f"{'scenario':<26}{'ordering':<14}" + "".join(f"{c:>12}" for c, _ in COLUMNS)
+    head = f"{'scenario':<26}{'ordering':<14}" + "".join(f"{c:>{_w(c)}}" for c, _ in COLUMNS)
     lines = [head, "-" * len(head)]
     for row in rows:
         for ordering in ("fairgpu", "kube-default"):
             m = row[ordering]
             m = {**m, "gangs_q": f"{m.get('gangs_qualified', 0)}/{m.get('gangs_with_wait', 0)}"}
-            cells = "".join(f"{_cell(m.get(k)):>12}" for _, k in COLUMNS)
+            cells = "".join(f"{_cell(m.get(k)):>{_w(c)}}" for c, k in COLUMNS)
             lines.append(f"{row['scenario']:<26}{ordering:<14}{cells}")
         verdict = row["targets"]
         failed = [k for k, ok in verdict.items() if ok is False]
@@ -323,6 +341,10 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{'':<26}targets  PASS: {', '.join(passed) or '-'}")
         lines.append(f"{'':<26}         FAIL: {', '.join(failed) or '-'}")
     return "\n".join(lines)
+
+
+def _w(column: str) -> int:
+    return max(12, len(column) + 1)
 
 
 def _r(value: float | None) -> float | None:

@@ -6,6 +6,21 @@ the job is still pending, *left* when the job left the queue otherwise. Idle GPU
 idle GPUs on held nodes, integrated from one cycle to the next (the engine's view after each
 cycle, its own binds included), split by how the reservation ended.
 
+Why the idle GPUs on held nodes stayed idle while GPU pods of other jobs were pending
+(``idle_with_pending_gpu_hours``, :func:`idle_reasons`): after each cycle, for each idle whole
+GPU on a held node, the first of ``shape`` (no such pod passes the node's load-independent
+filters and fits its idle GPUs), ``runtime_unknown`` (those that fit declare no run time),
+``ends_after_start`` (all of them end after the held job's expected start, the latest drain of
+its nodes; ``ends_before_node_drain`` counts the GPUs where one would still end before *that*
+node's own drain -- a per-node backfill rule would fill only those), ``allowed_gang`` (one
+would end in time but belongs to a gang, which needs room for all its members at once),
+``allowed`` (a pod alone would end in time and was not placed: another rule held it).
+Separately: ``on_fully_idle_nodes`` (the part on nodes already empty, waiting for the
+reservation's other nodes) and ``all_nodes_idle_job_not_started`` (every held node empty
+and the job still pending). ``expired_why`` counts expired reservations by whether their
+hold had ended (``hold_end``) or they were dropped earlier (``dropped_early``: their queue
+came up to its share while another was below).
+
 Usage: ``python benchmarks/fairness/reservations.py [--mix NAME ...] [--demo-seeds N ...]
 [--seed N] [--flood-scale F] [--ordering fair|kube-default]``; prints one JSON object per mix.
 """
@@ -14,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,17 +41,19 @@ import mixes
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import CycleResult, Engine
+from fairgpu.engine.gang import Reservation, declared_runtime
 from fairgpu.model.pod import PodInfo
 
 
 class _Held:
-    __slots__ = ("idle_gpus", "idle_s", "nodes", "since")
+    __slots__ = ("hold_end", "idle_gpus", "idle_s", "nodes", "since")
 
     def __init__(self, since: float, nodes: np.ndarray) -> None:
         self.since = since
         self.nodes = nodes
         self.idle_s = 0.0
         self.idle_gpus = 0
+        self.hold_end = math.inf
 
 
 class ReservationLog:
@@ -48,6 +66,9 @@ class ReservationLog:
         self.jobs: set[str] = set()
         self.last: float | None = None
         self.idle_now = 0.0
+        self.why: dict[str, float] = {}  # GPU-seconds by reason (see the module docstring)
+        self._why_now: dict[str, int] = {}
+        self.expired_why: dict[str, int] = {"hold_end": 0, "dropped_early": 0}
 
     def after_cycle(
         self,
@@ -61,6 +82,8 @@ class ReservationLog:
         if self.last is not None:
             for h in self.held.values():
                 h.idle_s += h.idle_gpus * (now - self.last)
+            for why, gpus in self._why_now.items():
+                self.why[why] = self.why.get(why, 0.0) + gpus * (now - self.last)
         self.last = now
         started = {self._key(engine, b.pod) for b in res.binds}
         waiting = {self._key(engine, p) for p in pending} - started
@@ -71,6 +94,8 @@ class ReservationLog:
             if r is not None and r.since == h.since:
                 continue
             how = "used" if key in started else "expired" if key in waiting else "left"
+            if how == "expired":
+                self.expired_why["hold_end" if now > h.hold_end else "dropped_early"] += 1
             self.ended[how].append(h.idle_s)
             del self.held[key]
         for key, r in current.items():
@@ -78,9 +103,13 @@ class ReservationLog:
                 self.held[key] = _Held(r.since, r.nodes.copy())
                 self.made += 1
                 self.jobs.add(key)
-        for h in self.held.values():
+        for key, h in self.held.items():
             nodes = h.nodes[h.nodes < cluster.size]
             h.idle_gpus = int(cluster.idle_devices[nodes].sum())
+            h.hold_end = _hold_end(engine, current[key])
+        bound = {b.pod.uid for b in res.binds}
+        still = [p for p in pending if p.uid not in bound and p.gpu.count]
+        self._why_now = idle_reasons(engine, cluster, still, now)
 
     @staticmethod
     def _key(engine: Engine, pod: PodInfo) -> str:
@@ -101,7 +130,111 @@ class ReservationLog:
             "held_at_end": len(still),
             "idle_gpu_hours": idle,
             "idle_gpu_hours_total": round(sum(idle.values()), 2),
+            "expired_why": dict(self.expired_why),
+            "idle_with_pending_gpu_hours": {k: round(v / 3600.0, 2) for k, v in self.why.items()},
         }
+
+
+def _hold_end(engine: Engine, res: Reservation) -> float:
+    """:func:`fairgpu.engine.actions.reserve.hold_end` from the reservation alone."""
+    cfg = engine.tenancy
+    floor = res.since + cfg.gang.timeout_seconds
+    if not math.isfinite(res.drain):
+        return floor
+    return max(floor, res.drain + cfg.starvation.drain_grace_seconds)
+
+
+def _drain(engine: Engine, cluster: ClusterState, node: int) -> float:
+    """When ``node`` is expected to be empty (declared run times, else observed ones)."""
+    latest = 0.0
+    for uid, pod in cluster.node_pods[node].items():
+        runtime = declared_runtime(pod)
+        if runtime is None:
+            runtime = engine.state.runtimes.expected(engine.resolver.resolve(pod).queue)
+            if runtime is None:
+                return math.inf
+        latest = max(latest, cluster.placements[uid].started + runtime)
+    return latest
+
+
+def _job_key(engine: Engine, pod: PodInfo) -> str:
+    ref = engine.pod_group(pod)
+    return ref.key if ref is not None else pod.uid
+
+
+def idle_reasons(
+    engine: Engine, cluster: ClusterState, pending: list[PodInfo], now: float
+) -> dict[str, int]:
+    """Idle whole GPUs on held nodes after a cycle, by why none of the ``pending`` GPU pods
+    of other jobs backfilled them (see the module docstring for the reasons)."""
+    out: dict[str, int] = {}
+    n = cluster.size
+    masks: dict[object, np.ndarray] = {}
+    for key, res in engine.reservations.items():
+        nodes = [int(i) for i in res.nodes if i < n]
+        idle = {i: int(cluster.idle_devices[i]) for i in nodes}
+        others = [p for p in pending if _job_key(engine, p) != key]
+        if not any(idle.values()) or not others:
+            continue
+        drains = {i: _drain(engine, cluster, i) for i in nodes}
+        start = max(drains.values())
+        for i in (i for i in nodes if idle[i]):
+            why = _why_idle(engine, cluster, others, masks, i, idle[i], start - now)
+            out[why] = out.get(why, 0) + idle[i]
+            if (
+                why == "ends_after_start"
+                and _shortest(others, cluster, masks, engine, i, idle[i]) <= drains[i] - now
+            ):
+                out["ends_before_node_drain"] = out.get("ends_before_node_drain", 0) + idle[i]
+        full = sum(idle[i] for i in nodes if idle[i] == int(cluster.gpu_count[i]))
+        out["on_fully_idle_nodes"] = out.get("on_fully_idle_nodes", 0) + full
+        if full == sum(int(cluster.gpu_count[i]) for i in nodes):
+            out["all_nodes_idle_job_not_started"] = (
+                out.get("all_nodes_idle_job_not_started", 0) + full
+            )
+    return out
+
+
+def _fits(
+    engine: Engine, cluster: ClusterState, pods: list[PodInfo], masks: dict, node: int, idle: int
+) -> list[PodInfo]:
+    """The pods that pass ``node``'s load-independent filters and fit its ``idle`` GPUs."""
+    out = []
+    for p in pods:
+        key = p.static_key()
+        if key not in masks:
+            masks[key] = engine.scheduler.static_mask(p, cluster)
+        if masks[key][node] and (p.gpu.count if p.gpu.is_whole else 1) <= idle:
+            out.append(p)
+    return out
+
+
+def _shortest(
+    pods: list[PodInfo], cluster: ClusterState, masks: dict, engine: Engine, node: int, idle: int
+) -> float:
+    runs = [declared_runtime(p) for p in _fits(engine, cluster, pods, masks, node, idle)]
+    return min((r for r in runs if r is not None), default=math.inf)
+
+
+def _why_idle(
+    engine: Engine,
+    cluster: ClusterState,
+    pods: list[PodInfo],
+    masks: dict,
+    node: int,
+    idle: int,
+    until_start: float,
+) -> str:
+    fit = _fits(engine, cluster, pods, masks, node, idle)
+    if not fit:
+        return "shape"
+    timed = [(p, r) for p in fit if (r := declared_runtime(p)) is not None]
+    if not timed:
+        return "runtime_unknown"
+    in_time = [p for p, r in timed if r <= until_start]
+    if not in_time:
+        return "ends_after_start"
+    return "allowed_gang" if all(engine.pod_group(p) for p in in_time) else "allowed"
 
 
 def measure(mix: mixes.Mix, ordering: str, seed: int) -> dict[str, Any]:

@@ -40,15 +40,25 @@ from typing import Any
 
 import numpy as np
 
+from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.gang import declared_runtime
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import ANN_DURATION, PodInfo
-from fairgpu.sim.forecast import carry_state, forecast, recent_repeat, snapshot_cluster
+from fairgpu.sim.arrivals import DEFAULT_WINDOW, ArrivalModel
+from fairgpu.sim.forecast import (
+    DEFAULT_ARRIVALS_FOR,
+    DEFAULT_SAMPLES,
+    carry_state,
+    forecast,
+    forecast_ensemble,
+    recent_repeat,
+    snapshot_cluster,
+)
 from fairgpu.sim.learner import RuntimeLearner, Runtimes
 from fairgpu.sim.simulator import Simulation
-from fairgpu.sim.workload import Workload
+from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.synthetic import SyntheticSpec, generate
 
 MIN_WAIT = 60.0
@@ -86,9 +96,18 @@ def undeclared(workload: Workload) -> Workload:
     return workload
 
 
+Row = tuple[float, str, dict[str, float | None]]
+
+
 @dataclass(slots=True)
 class Probe:
-    """Predicts every pending pod's start at every ``every`` seconds of the actual run."""
+    """Predicts every pending pod's start at every ``every`` seconds of the actual run.
+
+    Columns of each row: ``forecast`` (the live default: nothing arrives after the
+    instant), ``arrival_model`` (if ``samples`` > 0: the median over ``samples`` futures
+    drawn from the arrivals of the last ``model_window`` seconds), ``baseline`` and, with
+    ``oracle``, ``oracle`` (a diagnostic told the real future; no forecast can know it).
+    """
 
     sim: Simulation
     workload: Workload
@@ -96,12 +115,17 @@ class Probe:
     every: float
     budget: float
     window: float
+    oracle: bool = False
+    samples: int = DEFAULT_SAMPLES
+    model_window: float = DEFAULT_WINDOW
+    arrivals_for: float = DEFAULT_ARRIVALS_FOR
+    tile: bool = False
     next_at: float = 0.0
     learner: RuntimeLearner = field(default_factory=RuntimeLearner)
     learned: set[str] = field(default_factory=set)
-    # (instant, uid, forecast start or None, baseline start or None)
-    rows: list[tuple[float, str, float | None, float | None]] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     walls: list[float] = field(default_factory=list)
+    walls_model: list[float] = field(default_factory=list)
     complete: list[bool] = field(default_factory=list)
 
     def __call__(self, _done: int, _total: int) -> None:
@@ -115,21 +139,74 @@ class Probe:
         engine = fresh_engine(self.workload)
         runtimes = Runtimes(lambda p: engine.tenant(p).queue, self.learner, self.declared)
         base = self._baseline(pending, engine, runtimes)
-        cluster = snapshot_cluster(sim.cluster)
-        engine.state = carry_state(sim.engine.state, cluster)
-        recent = [
-            (a.pod, a.arrival)
-            for a in self.workload.arrivals
-            if sim.now - self.window <= a.arrival < sim.now
-        ]
-        future = recent_repeat(recent, sim.now, self.window, runtimes) if self.window else []
+        # What a live scheduler has seen arrive by now (pod creation times).
+        seen = [(a.pod, a.arrival) for a in self.workload.arrivals if a.arrival <= sim.now]
+        model = ArrivalModel.learn(seen, sim.now, self._group_of(engine), self.model_window)
+        # The forecast as the live scheduler makes it by default: nothing arrives later.
+        cluster, fresh = self._fresh()
+        future = []
+        if self.window:
+            recent = [(p, t) for p, t in seen if sim.now - self.window <= t < sim.now]
+            future = recent_repeat(recent, sim.now, self.window, runtimes)
         got = forecast(
-            cluster, engine, pending, sim.now, runtimes, budget_s=self.budget, future=future
+            cluster, fresh, pending, sim.now, runtimes, budget_s=self.budget, future=future
         )
         self.walls.append(got.wall_seconds)
         self.complete.append(got.complete)
+        modelled: dict[str, float] = {}
+        if self.samples:
+            with_model = forecast_ensemble(
+                self._fresh,
+                pending,
+                sim.now,
+                runtimes,
+                model,
+                samples=self.samples,
+                seed=int(sim.now),
+                budget_s=self.budget,
+                arrivals_for=self.arrivals_for,
+                tile=self.tile,
+            )
+            self.walls_model.append(with_model.wall_seconds)
+            modelled = with_model.starts
+        told = self._oracle(pending, runtimes) if self.oracle else {}
         for pod in pending:
-            self.rows.append((sim.now, pod.uid, got.start(pod.uid), base.get(pod.uid)))
+            cols = {
+                "forecast": got.start(pod.uid),
+                "arrival_model": modelled.get(pod.uid),
+                "baseline": base.get(pod.uid),
+                "oracle": told.get(pod.uid),
+            }
+            self.rows.append((sim.now, pod.uid, cols))
+
+    @staticmethod
+    def _group_of(engine: Engine) -> Callable[[PodInfo], str | None]:
+        def group(pod: PodInfo) -> str | None:
+            ref = engine.pod_group(pod)
+            return None if ref is None else ref.key
+
+        return group
+
+    def _fresh(self) -> tuple[ClusterState, Engine]:
+        """The state as the live forecaster receives it, in a fresh engine."""
+        engine = fresh_engine(self.workload)
+        cluster = snapshot_cluster(self.sim.cluster)
+        engine.state = carry_state(self.sim.engine.state, cluster)
+        return cluster, engine
+
+    def _oracle(self, pending: list[PodInfo], runtimes: Runtimes) -> dict[str, float]:
+        """DIAGNOSTIC ONLY: the forecast told the real future arrivals (never available to
+        a real forecast), to measure how much of the error they cause."""
+        cluster, engine = self._fresh()
+        future = [
+            PodArrival(a.pod, a.arrival, runtimes.duration(a.pod))
+            for a in self.workload.arrivals
+            if a.arrival > self.sim.now
+        ]
+        got = forecast(
+            cluster, engine, pending, self.sim.now, runtimes, budget_s=self.budget, future=future
+        )
+        return dict(got.starts)
 
     def _learn(self) -> None:
         """Completions seen so far (what a live scheduler has observed by now)."""
@@ -187,17 +264,17 @@ def next_start(attempts: dict[str, list[tuple[float, float | None]]], uid: str, 
 
 
 def errors(
-    rows: list[tuple[float, str, float | None, float | None]],
+    rows: list[Row],
     attempts: dict[str, list[tuple[float, float | None]]],
     arrival: dict[str, float],
-    column: int,
+    column: str,
 ) -> dict[str, Any]:
     """p50/p90 of the relative error of predictions in ``column``, and their coverage."""
     by_wait: list[float] = []
     by_left: list[float] = []
     eligible = covered = 0
     for row in rows:
-        at, uid, predicted = row[0], row[1], row[column]
+        at, uid, predicted = row[0], row[1], row[2][column]
         actual, since = next_start(attempts, uid, at)
         waited_from = arrival[uid] if since is None else since
         if actual is None or actual - waited_from < MIN_WAIT:
@@ -223,32 +300,53 @@ def errors(
     }
 
 
-def measure(
-    name: str, declared: bool, every: float, budget: float, window: float
-) -> dict[str, Any]:
+@dataclass(slots=True)
+class Settings:
+    """How one scenario is measured (see ``main``'s options)."""
+
+    every: float = 3600.0
+    budget: float = 10.0
+    window: float = 0.0
+    oracle: bool = False
+    samples: int = DEFAULT_SAMPLES
+    model_window: float = DEFAULT_WINDOW
+    arrivals_for: float = DEFAULT_ARRIVALS_FOR
+    tile: bool = False
+
+
+def _walls(walls: list[float]) -> dict[str, Any]:
+    return {
+        "wall_s_mean": round(float(np.mean(walls)), 3) if walls else None,
+        "wall_s_max": round(float(np.max(walls)), 3) if walls else None,
+    }
+
+
+def measure(name: str, declared: bool, cfg: Settings) -> dict[str, Any]:
     """Replay scenario ``name`` once, predicting at every instant; the JSON entry."""
     workload = SCENARIOS[name]()
     if not declared:
         workload = undeclared(workload)
-    engine = fresh_engine(workload)
-    sim = Simulation(workload, engine, track_fragmentation=False)
-    probe = Probe(sim, workload, declared, every, budget, window)
+    sim = Simulation(workload, fresh_engine(workload), track_fragmentation=False)
+    probe = Probe(sim, workload, declared, cfg.every, cfg.budget, cfg.window, cfg.oracle)
+    probe.samples, probe.model_window = cfg.samples, cfg.model_window
+    probe.arrivals_for, probe.tile = cfg.arrivals_for, cfg.tile
     sim.on_progress = probe
     t0 = time.perf_counter()
     result = sim.run()
-    replay_s = time.perf_counter() - t0 - sum(probe.walls)
+    replay_s = time.perf_counter() - t0 - sum(probe.walls) - sum(probe.walls_model)
     attempts: dict[str, list[tuple[float, float | None]]] = {}
     for attempt in sorted(result.runs, key=lambda a: a.start):
         attempts.setdefault(attempt.uid, []).append((attempt.start, attempt.end))
     arrival = {r.pod.uid: r.arrival for r in result.records}
-    walls = probe.walls
-    forecast_entry = errors(probe.rows, attempts, arrival, 2)
+    rows = probe.rows
+    forecast_entry = errors(rows, attempts, arrival, "forecast")
     forecast_entry.update(
-        wall_s_mean=round(float(np.mean(walls)), 3) if walls else None,
-        wall_s_max=round(float(np.max(walls)), 3) if walls else None,
-        forecasts=len(walls),
+        _walls(probe.walls),
+        forecasts=len(probe.walls),
         complete_forecasts=sum(probe.complete),
     )
+    modelled = errors(rows, attempts, arrival, "arrival_model")
+    modelled.update(_walls(probe.walls_model))
     entry: dict[str, Any] = {
         "scenario": name,
         "runtimes": "declared" if declared else "learned",
@@ -256,19 +354,36 @@ def measure(
         "pods_waiting_60s": sum(
             1 for r in result.records if r.wait is not None and r.wait >= MIN_WAIT
         ),
-        "every_s": every,
-        "budget_s": budget,
-        "recent_window_s": window,
+        "every_s": cfg.every,
+        "budget_s": cfg.budget,
+        "arrival_model": {
+            "samples": cfg.samples,
+            "window_s": cfg.model_window,
+            "arrivals_for_s": cfg.arrivals_for,
+            "tile": cfg.tile,
+        },
+        "recent_window_s": cfg.window,
         "replay_wall_s": round(replay_s, 1),
         "forecast": forecast_entry,
-        "baseline": errors(probe.rows, attempts, arrival, 3),
+        # With future arrivals drawn from the model (an option, off live by default).
+        "forecast_with_arrival_model": modelled if cfg.samples else None,
+        "baseline": errors(rows, attempts, arrival, "baseline"),
         # The baseline over the predictions the forecast made (the same pods and instants).
         "baseline_where_forecast": errors(
-            [r for r in probe.rows if r[2] is not None], attempts, arrival, 3
+            [r for r in rows if r[2]["forecast"] is not None], attempts, arrival, "baseline"
         ),
     }
+    if cfg.oracle:
+        # DIAGNOSTIC: told the real future arrivals; not a forecast anyone can make.
+        entry["oracle_future_arrivals"] = errors(rows, attempts, arrival, "oracle")
+    _verdict(entry, declared)
+    return entry
+
+
+def _verdict(entry: dict[str, Any], declared: bool) -> None:
+    """Declared run times: does the forecast meet the target? Learned: beat the baseline?"""
+    f = entry["forecast"]
     if declared:
-        f = forecast_entry
         entry["target"] = TARGET
         entry["meets_target"] = bool(
             f["p50"] is not None
@@ -277,8 +392,7 @@ def measure(
             and f["p90"] <= TARGET["p90"]
         )
     else:
-        entry["beats_baseline"] = _beats(forecast_entry, entry["baseline"])
-    return entry
+        entry["beats_baseline"] = _beats(f, entry["baseline"])
 
 
 def _beats(mine: dict[str, Any], base: dict[str, Any]) -> bool:
@@ -302,6 +416,19 @@ def main() -> None:
     ap.add_argument(
         "--window", type=float, default=0.0, help="repeat the recent past this long (0: off)"
     )
+    ap.add_argument(
+        "--oracle", action="store_true", help="diagnostic: also forecast with the real future"
+    )
+    ap.add_argument(
+        "--samples", type=int, default=DEFAULT_SAMPLES, help="sampled futures (0: none)"
+    )
+    ap.add_argument(
+        "--model-window", type=float, default=DEFAULT_WINDOW, help="arrivals learned from (s)"
+    )
+    ap.add_argument(
+        "--arrivals-for", type=float, default=DEFAULT_ARRIVALS_FOR, help="future arrivals (s)"
+    )
+    ap.add_argument("--tile", action="store_true", help="repeat the window (one future)")
     ap.add_argument("--only", default="", help="one scenario name")
     ap.add_argument("--runtimes", default="declared,learned", help="which run-time sources")
     ap.add_argument("--results", type=Path, default=None, help="also write the JSON here")
@@ -311,7 +438,17 @@ def main() -> None:
     for name in names:
         for source in args.runtimes.split(","):
             declared = source.strip() == "declared"
-            entry = measure(name, declared, args.every, args.budget, args.window)
+            cfg = Settings(
+                args.every,
+                args.budget,
+                args.window,
+                args.oracle,
+                args.samples,
+                args.model_window,
+                args.arrivals_for,
+                args.tile,
+            )
+            entry = measure(name, declared, cfg)
             print(json.dumps(entry), file=sys.stderr, flush=True)
             out["scenarios"].append(entry)
     text = json.dumps(out, indent=2)

@@ -139,3 +139,27 @@ def test_run_times_learned_from_pods_that_succeeded_give_a_start_behind_undeclar
         # The worker writes the annotation before the scheduler applies its reply: the round
         # that saw "want" becomes the scheduler's last one a moment after the annotation.
         wait_for(lambda: s.forecaster.last.get("pending", 0) >= 1, 10)
+
+
+def test_forecast_from_a_live_snapshot_with_the_arrival_model(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, kubelet: FakeKubelet, monkeypatch
+) -> None:
+    """The forecasting process's path with future arrivals on: the snapshot's pods are
+    recorded by creation time, and a pod first in line keeps its start (later copies of the
+    same queue queue behind it)."""
+    from fairgpu.kube import forecaster
+    from fairgpu.kube.client import RestClient, load_connection
+    from fairgpu.kube.snapshot import ReadSettings, read_cluster
+    from fairgpu.sim.arrivals import ArrivalHistory
+
+    fill_end = _start_fill(admin, ns, 600) + 600
+    create(admin, ns, _whole_node("first", 30))
+    client = RestClient(load_connection(str(live_cp.kubeconfig_path), None))
+    snapshot = read_cluster(client, ReadSettings())
+    monkeypatch.setattr(forecaster, "ARRIVAL_SAMPLES", 3)
+    history = ArrivalHistory()
+    result, pending, _ = forecaster.forecast_snapshot(snapshot, None, 5.0, None, history)
+    names = {p.name for p, _ in history.pairs() if p.namespace == ns}
+    assert {"fill", "first"} <= names
+    first = next(p for p in pending if p.namespace == ns and p.name == "first")
+    assert result.start(first.uid) == fill_end

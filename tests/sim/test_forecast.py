@@ -141,3 +141,15 @@ def test_report_sample_lists_pending_pods_with_predicted_and_actual_start() -> N
     assert all(r.arrival <= sample.at for r in sample.rows)
     assert all(r.actual is not None and r.actual >= sample.at for r in sample.rows)
     assert any(r.predicted is not None for r in sample.rows)
+
+
+def test_a_running_pod_preempted_in_the_forecast_runs_its_full_time_again() -> None:
+    low = pod_info("low", gpus=8, duration=1000.0, priority=0)
+    state = cluster(node_info("n0", gpus=8), placed=[(low, "n0", 0.0)])
+    high = pod_info("high", gpus=8, duration=100.0, priority=1000, created=5.0)
+    after = pod_info("after", gpus=8, duration=50.0, priority=0, created=6.0)
+    engine = _engine()
+    got = forecast(state, engine, [high, after], 10.0, _declared(engine))
+    # high preempts low at once; low starts over when high ends (110) and runs 1000 s more.
+    assert got.start(high.uid) == 10.0
+    assert got.start(after.uid) == 1110.0

@@ -33,8 +33,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.session import EngineState
+from fairgpu.kube.cache import SchedulerCache
 from fairgpu.kube.client import (
     MERGE_PATCH,
     Connection,
@@ -48,7 +50,8 @@ from fairgpu.kube.metrics import Metrics
 from fairgpu.kube.reporter import Reporter
 from fairgpu.kube.snapshot import ReadSettings, Snapshot, read_cluster
 from fairgpu.model.pod import DOMAIN, PodInfo
-from fairgpu.sim.forecast import Forecast, carry_state, forecast
+from fairgpu.sim.arrivals import ArrivalHistory, ArrivalModel
+from fairgpu.sim.forecast import Forecast, carry_state, forecast, forecast_ensemble
 from fairgpu.sim.learner import RuntimeLearner, Runtimes
 
 __all__ = [
@@ -71,6 +74,10 @@ MOVE_SECONDS, MOVE_SHARE = 15.0, 0.05
 #: While the scheduler keeps binding, a forecast waits at most this many periods.
 STALE_PERIODS = 5
 
+#: Sampled futures of the arrival model a live forecast takes the median of (0: assume
+#: nothing arrives after the snapshot).
+ARRIVAL_SAMPLES = 0
+
 #: Seconds without a placement before the scheduler counts as idle enough to forecast.
 QUIET_SECONDS = 2.0
 
@@ -80,17 +87,63 @@ def forecast_snapshot(
     learner: RuntimeLearner | None,
     budget_s: float,
     state: EngineState | None = None,
+    history: ArrivalHistory | None = None,
 ) -> tuple[Forecast, list[PodInfo], Engine]:
     """Forecast the pending pods of ``snapshot`` (a fresh copy of its state), the engine
     continuing from the scheduler's ``state`` if given; returns the forecast, the pending
-    pods and the engine that decided (its tenancy names their queues)."""
+    pods and the engine that decided (its tenancy names their queues).
+
+    With ``history`` (kept by the caller across rounds) the pods of the snapshot are recorded
+    there by creation time, and the forecast adds future arrivals learned from it
+    (:class:`~fairgpu.sim.arrivals.ArrivalModel`, :data:`ARRIVAL_SAMPLES` sampled futures).
+    """
     cache, engine = snapshot.build()
     if state is not None:
         engine.state = carry_state(state, cache.cluster)
     pending = [p for p in cache.schedulable() if not p.scheduling_gates]
     runtimes = Runtimes(lambda p: engine.tenant(p).queue, learner)
-    result = forecast(cache.cluster, engine, pending, snapshot.now, runtimes, budget_s=budget_s)
+    model = None
+    if history is not None and ARRIVAL_SAMPLES > 0:
+        model = _arrival_model(history, cache, engine, snapshot.now)
+    if model is None or not model.jobs:
+        result = forecast(cache.cluster, engine, pending, snapshot.now, runtimes, budget_s=budget_s)
+        return result, pending, engine
+    first = [(cache.cluster, engine)]
+
+    def make() -> tuple[ClusterState, Engine]:
+        if first:  # the state built above, then fresh copies
+            return first.pop()
+        again, fresh = snapshot.build()
+        if state is not None:
+            fresh.state = carry_state(state, again.cluster)
+        return again.cluster, fresh
+
+    result = forecast_ensemble(
+        make,
+        pending,
+        snapshot.now,
+        runtimes,
+        model,
+        samples=ARRIVAL_SAMPLES,
+        seed=int(snapshot.now),
+        budget_s=budget_s,
+    )
     return result, pending, engine
+
+
+def _arrival_model(
+    history: ArrivalHistory, cache: SchedulerCache, engine: Engine, now: float
+) -> ArrivalModel:
+    """Record the snapshot's pods (running and pending) by creation time; learn from them."""
+    for pod in [*cache.cluster.pods.values(), *cache.pending.values()]:
+        history.observe(pod, pod.created)
+    history.prune(now)
+
+    def group_of(pod: PodInfo) -> str | None:
+        ref = engine.pod_group(pod)
+        return None if ref is None else ref.key
+
+    return ArrivalModel.learn(history.pairs(), now, group_of, history.window)
 
 
 # ---- the forecasting process ------------------------------------------------------------------
@@ -144,9 +197,10 @@ def _forecast_once(
     learner: RuntimeLearner,
     limiter: RateLimiter,
     state: EngineState | None,
+    history: ArrivalHistory | None = None,
 ) -> dict[str, Any]:
     snapshot = read_cluster(client, spec.settings)
-    result, pending, _ = forecast_snapshot(snapshot, learner, spec.budget_s, state)
+    result, pending, _ = forecast_snapshot(snapshot, learner, spec.budget_s, state, history)
     written = write_predictions(client, pending, result, limiter)
     return {
         "now": result.now,
@@ -170,6 +224,7 @@ def worker_main(spec: WorkerSpec, pipe: Any) -> None:
     client = RestClient(conn, maxsize=4)
     limiter = RateLimiter(spec.write_qps, max(1, int(spec.write_qps * 2)))
     learner = RuntimeLearner()
+    history = ArrivalHistory()  # pods seen in the snapshots, by creation time
     while True:
         try:
             request = pipe.recv()
@@ -182,7 +237,7 @@ def worker_main(spec: WorkerSpec, pipe: Any) -> None:
             learner.observe(queue_name, runtime)
         try:
             engine_state = None if state is None else pickle.loads(state)
-            reply = _forecast_once(client, spec, learner, limiter, engine_state)
+            reply = _forecast_once(client, spec, learner, limiter, engine_state, history)
         except Exception as error:  # a failed forecast must not end the next ones
             log.exception("forecast failed")
             reply = {"error": str(error) or type(error).__name__}

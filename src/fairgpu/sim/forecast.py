@@ -11,6 +11,12 @@ the wall-clock budget is spent -- whichever comes first.
 The live forecaster (:mod:`fairgpu.kube.forecaster`), ``fairgpu explain``/``queues`` and
 ``benchmarks/prediction`` all call this one function, each on its own fresh copy of the state
 (the cluster and engine passed in are consumed).
+
+:func:`forecast_ensemble` adds future arrivals learned from the past
+(:class:`~fairgpu.sim.arrivals.ArrivalModel`): the median start over a few sampled futures.
+Measured in ``benchmarks/prediction`` it removes part of the early bias for pods that later
+work overtakes but widens the spread for the others and costs several times the wall time,
+so the live forecaster leaves it off by default (``ARRIVAL_SAMPLES``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import contextlib
 import copy
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,10 +34,10 @@ from fairgpu.engine.engine import Engine
 from fairgpu.engine.session import EngineState
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
+from fairgpu.sim.arrivals import ArrivalModel, future_copy
 from fairgpu.sim.learner import Runtimes
 from fairgpu.sim.simulator import _COMPLETE, PodRecord, Simulation, SimulationResult
 from fairgpu.sim.workload import PodArrival, Workload
-from fairgpu.tenancy.resolve import GROUP_KEYS
 
 __all__ = [
     "DEFAULT_HORIZON",
@@ -39,6 +45,7 @@ __all__ = [
     "PredictionSample",
     "carry_state",
     "forecast",
+    "forecast_ensemble",
     "predicted_against_actual",
     "recent_repeat",
     "snapshot_cluster",
@@ -46,6 +53,22 @@ __all__ = [
 
 #: How far ahead a forecast looks by default (seconds of simulated time).
 DEFAULT_HORIZON = 14 * 86400.0
+
+#: Future arrivals are generated this far ahead of the simulated clock (seconds).
+FUTURE_CHUNK = 3600.0
+
+#: Future arrivals are simulated this far past the instant; later the backlog just drains.
+#: Far-off arrivals matter less and cost the most (every cycle weighs all pending pods).
+DEFAULT_ARRIVALS_FOR = 4 * 3600.0
+
+#: Sampled future jobs arrive in batches this far apart (seconds), one cycle per batch.
+ARRIVAL_STEP = 300.0
+
+#: Sampled futures a forecast with an arrival model takes the median of.
+DEFAULT_SAMPLES = 3
+
+#: Future arrivals in ``[start, end)`` (see :mod:`fairgpu.sim.arrivals`).
+FutureSource = Callable[[float, float], Sequence[PodArrival]]
 
 #: When a terminating pod is assumed gone (the kubelet's default grace period).
 TERMINATING_GRACE = 30.0
@@ -92,7 +115,11 @@ class _ForecastRun(Simulation):
         self.cluster = cluster
         for uid, placement in cluster.placements.items():
             pod = cluster.pods[uid]
-            rec = PodRecord(pod, self.tenant_of(pod), self.user_of(pod), placement.started, None)
+            # Its full run time: preempted in the forecast, it starts over and runs that long.
+            duration = runtimes.duration(pod)
+            rec = PodRecord(
+                pod, self.tenant_of(pod), self.user_of(pod), placement.started, duration
+            )
             rec.start = placement.started
             rec.node = cluster.node(placement.node).name
             rec.devices = placement.devices
@@ -108,6 +135,28 @@ class _ForecastRun(Simulation):
                 self._push(max(now, end), _COMPLETE, f"{uid}#0")
 
 
+@dataclass(slots=True)
+class _Feed:
+    """Adds ``more``'s arrivals to a forecast run one :data:`FUTURE_CHUNK` ahead of its
+    clock, up to ``until`` (generating hours of future work up front would cost for
+    nothing when the forecast ends early)."""
+
+    more: FutureSource
+    runtimes: Runtimes
+    given: float  # arrivals are known up to here
+    until: float
+
+    def extend(self, run: Simulation) -> None:
+        """Known arrivals reach one chunk past ``run``'s clock."""
+        while self.given < min(self.until, run.now + FUTURE_CHUNK):
+            end = min(self.until, self.given + FUTURE_CHUNK)
+            for arrival in self.more(self.given, end):
+                if arrival.duration is None:
+                    arrival.duration = self.runtimes.duration(arrival.pod)
+                run._add_arrival(arrival)
+            self.given = end
+
+
 def forecast(
     cluster: ClusterState,
     engine: Engine,
@@ -118,6 +167,7 @@ def forecast(
     budget_s: float = 5.0,
     horizon_s: float = DEFAULT_HORIZON,
     future: Sequence[PodArrival] = (),
+    more: FutureSource | None = None,
 ) -> Forecast:
     """Predict when each of ``pending`` starts, by running ``engine`` forward over ``cluster``.
 
@@ -133,9 +183,13 @@ def forecast(
     arrivals = [PodArrival(p, now, runtimes.duration(p)) for p in pending]
     arrivals.extend(future)
     run: _ForecastRun | None = None
+    until = now + horizon_s
+    feed = None if more is None else _Feed(more, runtimes, now, until)
 
     def progress(_done: int, _total: int) -> None:
         assert run is not None
+        if feed is not None:
+            feed.extend(run)
         for uid in [u for u in waiting if run.records[u].start is not None]:
             start = run.records[uid].start
             assert start is not None
@@ -150,7 +204,7 @@ def forecast(
     run = _ForecastRun(
         Workload("forecast", [], arrivals),
         engine,
-        until=now + horizon_s,
+        until=until,
         on_progress=progress,
         track_fragmentation=False,
     )
@@ -162,6 +216,86 @@ def forecast(
     result.simulated_to = run.now
     result.cycles = run.cycles
     return result
+
+
+def forecast_ensemble(
+    make: Callable[[], tuple[ClusterState, Engine]],
+    pending: Sequence[PodInfo],
+    now: float,
+    runtimes: Runtimes,
+    model: ArrivalModel | None,
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    budget_s: float = 5.0,
+    horizon_s: float = DEFAULT_HORIZON,
+    arrivals_for: float = DEFAULT_ARRIVALS_FOR,
+    tile: bool = False,
+) -> Forecast:
+    """:func:`forecast` over ``samples`` futures drawn from ``model`` (arrivals learned before
+    ``now``); a pod's predicted start is the median of its starts in them, a sample that did
+    not start it counting as "later than all" (no median there: no start). ``make`` returns a
+    fresh cluster and engine for each sample. Without a model (or with nothing learned) it is
+    one forecast with no future arrivals. The budget is shared: each sample gets what is left
+    divided by the samples still to run.
+    """
+    t0 = time.perf_counter()
+    if model is None or not model.jobs or samples < 1:
+        cluster, engine = make()
+        return forecast(cluster, engine, pending, now, runtimes, budget_s=budget_s)
+    rng = np.random.default_rng(seed)
+    runs: list[Forecast] = []
+    samples = 1 if tile else samples
+    for i in range(samples):
+        left = budget_s - (time.perf_counter() - t0)
+        sample_rng = None if tile else np.random.default_rng(rng.integers(2**63))
+        more = _sampler(model, sample_rng, f"s{i}", now + arrivals_for)
+        cluster, engine = make()
+        got = forecast(
+            cluster,
+            engine,
+            pending,
+            now,
+            runtimes,
+            budget_s=max(0.0, left / (samples - i)),
+            horizon_s=horizon_s,
+            more=more,
+        )
+        runs.append(got)
+    return _median(runs, pending, now, time.perf_counter() - t0)
+
+
+def _sampler(
+    model: ArrivalModel, rng: np.random.Generator | None, tag: str, stop: float
+) -> FutureSource:
+    """``model``'s arrivals before ``stop``, drawn interval by interval from ``rng`` (names
+    unique by ``tag``), or its periodic extension without ``rng``."""
+    calls = [0]
+
+    def more(start: float, end: float) -> Sequence[PodArrival]:
+        calls[0] += 1
+        end = min(end, stop)
+        if rng is None:
+            return model.tile(start, end, tag)
+        return model.sample(start, end, rng, f"{tag}.{calls[0]}", ARRIVAL_STEP)
+
+    return more
+
+
+def _median(runs: list[Forecast], pending: Sequence[PodInfo], now: float, wall: float) -> Forecast:
+    """One forecast from several: per pod the median start (a missing start is +inf)."""
+    out = Forecast(now=now, asked=len(pending))
+    for pod in pending:
+        times = [r.starts.get(pod.uid, float("inf")) for r in runs]
+        mid = float(np.median(times))
+        if np.isfinite(mid):
+            out.starts[pod.uid] = mid
+    out.complete = len(out.starts) == len(pending)
+    out.out_of_budget = any(r.out_of_budget for r in runs)
+    out.wall_seconds = wall
+    out.simulated_to = max(r.simulated_to for r in runs)
+    out.cycles = sum(r.cycles for r in runs)
+    return out
 
 
 def carry_state(state: EngineState, cluster: ClusterState) -> EngineState:
@@ -210,17 +344,7 @@ def recent_repeat(
     for pod, arrival in recent:
         if not now - window <= arrival < now:
             continue
-        labels = {k: f"{v}~next" if k in GROUP_KEYS else v for k, v in pod.labels.items()}
-        ann = {k: f"{v}~next" if k in GROUP_KEYS else v for k, v in pod.annotations.items()}
-        copy = replace(
-            pod,
-            uid=f"{pod.uid}~next",
-            name=f"{pod.name}~next",
-            labels=labels,
-            annotations=ann,
-            node_name="",
-            _static_key=None,
-        )
+        copy = future_copy(pod, "~next", arrival + window)
         out.append(PodArrival(copy, arrival + window, runtimes.duration(pod)))
     return out
 

@@ -240,6 +240,14 @@ def pool_eligibility(
     (``Scheduler.static_mask``: pools, GPU models, selectors, taints) and the node has at least
     as many GPUs as one replica asks; without a scheduler every GPU node is one pool.
     """
+    capacity, eligible, _ = pool_layout(cluster, scheduler, pods)
+    return capacity, eligible
+
+
+def pool_layout(
+    cluster: ClusterState, scheduler: Scheduler | None, pods: list[PodInfo]
+) -> tuple[dict[str, int], dict[str, frozenset[str]], dict[str, str]]:
+    """:func:`pool_eligibility`, plus the pool of each GPU node by name."""
     n = cluster.size
     gpus = np.where(cluster.active[:n], cluster.gpu_count[:n], 0)
     masks: list[np.ndarray] = []
@@ -256,7 +264,8 @@ def pool_eligibility(
     pools, usable = node_pools(masks, gpus)
     milli = cluster.allocatable[:n, COL_GPU_MILLI]
     capacity = {f"p{i}": int(milli[nodes].sum()) for i, nodes in enumerate(pools)}
-    return capacity, {uid: usable[m] for uid, m in which.items()}
+    node_pool = {cluster.node(int(j)).name: f"p{i}" for i, nodes in enumerate(pools) for j in nodes}
+    return capacity, {uid: usable[m] for uid, m in which.items()}, node_pool
 
 
 def _steps(grid: np.ndarray, spans: list[tuple[float, float, int]]) -> np.ndarray:
@@ -311,9 +320,11 @@ def _share_series(
     eligible: dict[str, frozenset[str]],
     weight: dict[str, float],
     grid: np.ndarray,
+    capacity_at: list[dict[str, int]] | None = None,
 ) -> tuple[dict[str, np.ndarray], ...]:
     """At each instant of ``grid`` (sorted), per tenant: pool-aware fair share, useful
-    allocation, held allocation (every run attempt) and total GPU demand, milli-GPU."""
+    allocation, held allocation (every run attempt) and total GPU demand, milli-GPU.
+    ``capacity_at``: each instant's pool capacities instead of ``capacity``."""
     demand: dict[tuple[str, frozenset[str]], list[tuple[float, float, int]]] = defaultdict(list)
     for rec in result.records:
         pools = eligible.get(rec.pod.uid)
@@ -327,9 +338,11 @@ def _share_series(
     cache: dict[tuple, dict[str, int]] = {}
     for k in range(grid.size):
         wants = tuple((t, p, int(v[k])) for (t, p), v in classes.items() if v[k] > 0)
-        if wants not in cache:
-            cache[wants] = pool_fair_shares(capacity, [PoolDemand(*w) for w in wants], weight)
-        for t, v in cache[wants].items():
+        cap = capacity if capacity_at is None else capacity_at[k]
+        memo = (wants, tuple(sorted(cap.items())))
+        if memo not in cache:
+            cache[memo] = pool_fair_shares(cap, [PoolDemand(*w) for w in wants], weight)
+        for t, v in cache[memo].items():
             fair[t][k] = v
     total = {
         t: sum((v for (u, _), v in classes.items() if u == t), np.zeros(grid.size)) for t in tenants
@@ -424,6 +437,76 @@ def share_ratios(tl: ShareTimeline, capacity_milli: int) -> dict[str, dict[str, 
             row["deficit_gpus"] = _round(float((fair[b] - tl.useful[t][b]).mean()) / 1000.0)
         out[t] = row
     return out
+
+
+def division_ratios(
+    result: SimulationResult,
+    tl: ShareTimeline,
+    eligible: dict[str, frozenset[str]],
+    weight: dict[str, float],
+    node_pool: dict[str, str],
+) -> dict[str, Any]:
+    """A diagnostic that separates how the GPUs in use were *divided* from how many were
+    *used*; targets stay judged on :func:`share_ratios`.
+
+    At each instant of ``tl``'s grid, each pool's capacity is replaced by the GPUs in use
+    there (every run attempt then, on that pool's nodes: ``node_pool``) and the pool-aware
+    fair shares are computed again over the same demand. Per tenant, while backlogged (as in
+    ``tl``): useful allocation ÷ that share of the GPUs in use (sums over the grid points).
+    A scheduler that divides what it runs by the shares but leaves GPUs idle scores 1.0 here
+    and below 1.0 on :func:`share_ratios`. Beside it: the idle share (GPUs in no run attempt)
+    of the pools the backlogged tenants can use (each tenant's pools: those any of its pods
+    may use over the run), averaged over the instants when any tenant was backlogged.
+
+    Returns ``{"ratios": {tenant: ratio}, "min", "max", "idle_pct_while_backlogged"}``.
+    """
+    grid = tl.times
+    spans: Spans = defaultdict(list)
+    for a in result.runs:
+        pool = node_pool.get(a.node)
+        if pool is not None:
+            spans[pool].append((a.start, a.end if a.end is not None else math.inf, a.gpu_milli))
+    in_use = {p: _steps(grid, spans.get(p, [])) for p in tl.pools}
+    capacity_at = [
+        {p: min(int(v[k]), tl.pools[p]) for p, v in in_use.items()} for k in range(grid.size)
+    ]
+    fair, useful, _, _ = _share_series(result, tl.pools, eligible, weight, grid, capacity_at)
+    ratios: dict[str, float] = {}
+    for t, share in fair.items():
+        b = tl.backlogged.get(t)
+        if b is None or float(share[b].sum()) <= 0:
+            continue
+        ratios[t] = round(float(useful[t][b].sum()) / float(share[b].sum()), 3)
+    return {
+        "ratios": ratios,
+        "min": min(ratios.values(), default=None),
+        "max": max(ratios.values(), default=None),
+        "idle_pct_while_backlogged": _idle_while_backlogged(result, tl, eligible, in_use),
+    }
+
+
+def _idle_while_backlogged(
+    result: SimulationResult,
+    tl: ShareTimeline,
+    eligible: dict[str, frozenset[str]],
+    in_use: dict[str, np.ndarray],
+) -> float | None:
+    """% of the backlogged tenants' pools' capacity in no run attempt, averaged over the
+    instants when any tenant was backlogged (see :func:`division_ratios`)."""
+    pools_of: dict[str, set[str]] = defaultdict(set)
+    for rec in result.records:
+        pools_of[rec.tenant] |= eligible.get(rec.pod.uid, frozenset())
+    idle: list[float] = []
+    for k in range(tl.times.size):
+        wanted: set[str] = set()
+        for t, b in tl.backlogged.items():
+            if b[k]:
+                wanted |= pools_of.get(t, set())
+        cap = sum(tl.pools[p] for p in wanted)
+        if cap > 0:
+            used = sum(min(float(in_use[p][k]), tl.pools[p]) for p in wanted)
+            idle.append(1.0 - used / cap)
+    return _round(100.0 * float(np.mean(idle))) if idle else None
 
 
 def add_accounting(

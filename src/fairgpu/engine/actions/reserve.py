@@ -16,6 +16,21 @@ it: its job starves only behind its own queue's work.) On the built-in demo (see
 queue with the largest share made the most reservations and kept them while above its share;
 dropping them raised useful allocation from 69.5/72.2/68.1% to 68.6/77.1/76.9% of capacity
 and brought that queue from 1.05-1.17x its share to 0.92-0.97x (``benchmarks/fairness``).
+
+Where the GPUs on held nodes go (``benchmarks/fairness/reservations.py``, whole GPUs idle on
+held nodes while GPU pods of other jobs are pending, GPU-hours, demo seeds 0/1/2 and the
+pool mix): pending pods fit but all end after the held job's start 33/48/43/20; no pending
+pod fits the node's pool or its idle GPUs 12/18/14/19; only gang members would end in time
+0/11/4/11; a run time unknown or a pod alone that would end in time but was held by another
+rule: 0. About half of it is on nodes already empty, waiting for the reservation's other
+nodes. Backfill judged against each node's own drain instead of the job's start would fill
+none of it (the start is the latest drain), so the rule above stays. Tried and rejected:
+backfill that may delay the start by a fixed 600 s (demo useful 68.6 -> 66.7%, held idle
+up) or by half the time to the start (a gang started 3 times); holding, among the nodes
+that drain by the start, the busiest (demo useful 68.6/77.1/76.9 -> 67.6/74.5/76.0%);
+dropping a reservation only for a queue below its share that can use the held nodes' pools
+(pool mix 54.0 -> 50.2%); or only once its queue is above its share by the 5% band (demo
+and pool mix useful down 1-10 points).
 """
 
 from __future__ import annotations
