@@ -155,3 +155,35 @@ def test_a_queue_alone_at_its_share_keeps_its_reservation() -> None:
     )
     second = eng.cycle(after, [pod_info("big", "wait", gpus=8)], 30.0)
     assert second.reserved == first.reserved
+
+
+def test_a_reservation_its_own_cycle_made_needless_is_dropped_in_that_cycle() -> None:
+    """Queue wait (weight 1 of 4: a share of 8 GPUs) holds nothing and its 8-GPU pod fits
+    nowhere: nodes are held for it. At t=20 three 4-GPU pods of wait that end long before
+    the drain backfill the free GPUs: wait holds 12, above its share, while busy (20 of its
+    24) is below its own. The same cycle drops the reservation -- not the next one, which
+    the simulator runs only at the next event (live: seconds later), so a cycle's end state
+    is one a cycle at the same time with nothing new leaves alone."""
+    config = parse_config(
+        {
+            "preemption": {"enabled": False},
+            "starvation": {"reserveAfterSeconds": 0},
+            "queues": [{"name": "wait", "weight": 1}, {"name": "busy", "weight": 3}],
+        }
+    )
+    eng = Engine(tenancy=config)
+    state = cluster(
+        *_nodes(),
+        placed=[
+            (_running("b1", 1000, gpus=8), "n1", 0.0),
+            *((_running(f"b{i}", 1000, gpus=4), f"n{i}", 0.0) for i in (2, 3, 4)),
+        ],
+    )
+    big = pod_info("big", "wait", gpus=8)
+    first = eng.cycle(state, [big], 10.0)
+    assert not first.binds and list(first.reserved) == ["wait/big"]
+    small = [pod_info(f"s{i}", "wait", gpus=4, duration=100) for i in range(3)]
+    more = pod_info("more", "busy", gpus=8)
+    second = eng.cycle(state, [big, *small, more], 20.0)
+    assert sorted(b.pod.name for b in second.binds) == ["s0", "s1", "s2"]
+    assert "wait/big" not in eng.reservations

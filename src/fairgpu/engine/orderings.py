@@ -24,7 +24,11 @@ from fairgpu.engine.actions.kube_default_victims import KubeDefaultVictims
 from fairgpu.engine.actions.order import FairOrder, KubeDefaultOrder, lanes
 from fairgpu.engine.actions.preempt import FairVictims
 from fairgpu.engine.actions.reclaim import deserved_shares
-from fairgpu.engine.actions.reserve import expire_reservations, reservation_drain
+from fairgpu.engine.actions.reserve import (
+    drop_sated_reservations,
+    expire_reservations,
+    reservation_drain,
+)
 from fairgpu.engine.jobs import build_jobs
 from fairgpu.engine.session import Session
 from fairgpu.model.pod import PodInfo
@@ -49,7 +53,8 @@ def history_shares(book: QueueBook) -> dict[str, float]:
 
 
 class FairCycle:
-    """history -> jobs -> fair shares -> gang timeouts and reservation expiry -> allocate."""
+    """history -> jobs -> fair shares -> gang timeouts and reservation expiry -> allocate ->
+    reservations the placements made needless dropped."""
 
     def run(self, session: Session, pending: Sequence[PodInfo]) -> None:
         """One fair cycle."""
@@ -73,6 +78,7 @@ class FairCycle:
         session.drain = reservation_drain(session)
         rules = Rules(FairAdmission(), FairVictims(session, deserved, queues), reserve=True)
         allocate(session, order, rules)
+        drop_sated_reservations(session)
         history.set_current(history_shares(book))
 
 
