@@ -232,7 +232,8 @@ def _figure(title: str, data: str) -> str:
 
 
 def _minutes(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds / 60:.0f}"
+    """Whole minutes; a pod that arrived seconds before the instant shows 0, not -0."""
+    return "-" if seconds is None else str(round(seconds / 60))
 
 
 def _prediction_plot(sample: PredictionSample) -> str:
