@@ -373,10 +373,7 @@ class CycleMemo:
         if known is None or len(known[0]) != len(held) or not all(map(is_, known[0], held)):
             starts = sorted(self._start(k, r, drain, size) for k, r in reservations.items())
             known = self._classes = (held, tuple(reservations), starts)
-        _, names, starts = known
-        runtime = declared_runtime(pod)
-        ends_before = 0 if runtime is None else len(starts) - bisect_left(starts, now + runtime)
-        return (names, ends_before)
+        return (known[1], self.ends_before(declared_runtime(pod), now))
 
     def ends_before(self, runtime: float | None, now: float) -> int:
         """The count part of :meth:`backfill_key` for a pod declaring ``runtime``, over the
