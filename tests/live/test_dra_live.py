@@ -28,7 +28,6 @@ from fairgpu.devcluster import (
     NodeSpec,
     create_nodes,
     ensure_namespace,
-    find_binaries,
 )
 from fairgpu.devcluster.controller_manager import BINARY as KCM
 from fairgpu.devcluster.dra import DRA_API, DRA_FEATURE_GATES, apiserver_args, publish_nvidia_dra
@@ -41,14 +40,9 @@ GPUS = 2  # per node: 4 GPUs, 8 x 3g.40gb or 28 x 1g.10gb in all
 
 
 @pytest.fixture(scope="module")
-def cp() -> Iterator[ControlPlane]:
+def cp(live_bin_dir: Path) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver with DRA partitionable devices, two nodes and their slices."""
-    bin_dir = find_binaries()
-    if bin_dir is None:
-        pytest.skip(
-            "Kubernetes control-plane binaries not found (tools/kube/build-control-plane.sh)"
-        )
-    with ControlPlane(bin_dir, extra_apiserver_args=apiserver_args()) as plane:
+    with ControlPlane(live_bin_dir, extra_apiserver_args=apiserver_args()) as plane:
         with plane.client() as c:
             ensure_namespace(c, "fairgpu-system", ca_pem=Path(plane.ca_file).read_text())
             create_nodes(c, [NodeSpec(n, pool="training") for n in NODES], domain="example.com")
@@ -467,13 +461,11 @@ def test_every_mig_slot_filled_once(admin: KubeClient, ns: str) -> None:
     print(f"\n{n} MIG pods created and bound with their claims in {elapsed:.2f}s")
 
 
-def test_cluster_without_dra_api_still_schedules() -> None:
+def test_cluster_without_dra_api_still_schedules(live_bin_dir: Path) -> None:
     """resource.k8s.io/v1 turned off: the scheduler becomes ready and binds pods; a pod with
     a claim stays pending, its claim never found."""
-    bin_dir = find_binaries()
-    assert bin_dir is not None
     off = ["--runtime-config=resource.k8s.io/v1=false"]
-    with ControlPlane(bin_dir, extra_apiserver_args=off) as plane, plane.client() as c:
+    with ControlPlane(live_bin_dir, extra_apiserver_args=off) as plane, plane.client() as c:
         ensure_namespace(c, "fairgpu-system", ca_pem=Path(plane.ca_file).read_text())
         ensure_namespace(c, "plain", ca_pem=Path(plane.ca_file).read_text())
         create_nodes(c, [NodeSpec("only", pool="training")], domain="example.com")
