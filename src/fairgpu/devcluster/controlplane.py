@@ -408,17 +408,7 @@ class ControlPlane:
             else:
                 argv += [f"--kubeconfig={kc}", "--leader-elect=false"]
             argv += list(extra_args)
-            child = _Child(
-                "kube-scheduler", argv, self.log_dir / "kube-scheduler.log", self.workdir
-            )
-            child.start()
-            self._scheduler = child
-            try:
-                self._wait_https(child, f"https://127.0.0.1:{port}/healthz", token=None)
-            except BaseException:
-                child.stop()
-                self._scheduler = None
-                raise
+            self._scheduler = self._start_healthy("kube-scheduler", argv, port)
 
     def stop_scheduler(self) -> None:
         """Stop kube-scheduler if :meth:`start_scheduler` started it."""
@@ -462,17 +452,7 @@ class ControlPlane:
                 feature_gates=feature_gates,
                 verbosity=self.verbosity,
             )
-            child = _Child(
-                BINARY, [*argv, *extra_args], self.log_dir / f"{BINARY}.log", self.workdir
-            )
-            child.start()
-            self._controller_manager = child
-            try:
-                self._wait_https(child, f"https://127.0.0.1:{port}/healthz", token=None)
-            except BaseException:
-                child.stop()
-                self._controller_manager = None
-                raise
+            self._controller_manager = self._start_healthy(BINARY, [*argv, *extra_args], port)
 
     def stop_controller_manager(self) -> None:
         """Stop kube-controller-manager if :meth:`start_controller_manager` started it."""
@@ -575,6 +555,19 @@ class ControlPlane:
 
     def _wait_ready(self, child: _Child) -> None:
         self._wait_https(child, f"{self.url}/readyz", token=self.token)
+
+    def _start_healthy(self, name: str, argv: list[str], port: int) -> _Child:
+        """Start ``name`` (logging to ``<log dir>/<name>.log``) and wait for its ``/healthz``
+        on ``port``; stopped again if it never becomes healthy."""
+        assert self.workdir is not None
+        child = _Child(name, argv, self.log_dir / f"{name}.log", self.workdir)
+        child.start()
+        try:
+            self._wait_https(child, f"https://127.0.0.1:{port}/healthz", token=None)
+        except BaseException:
+            child.stop()
+            raise
+        return child
 
     def _wait_https(self, child: _Child, url: str, token: str | None) -> None:
         import ssl
