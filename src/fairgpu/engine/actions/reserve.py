@@ -8,7 +8,16 @@ queue at or above its share is not starving, and what it started there reclaim w
 pods may use those nodes only if they cannot delay the job (:func:`allowed_nodes`, backfill:
 their declared run time ends before the nodes are expected to drain).
 
-The reservation is dropped as soon as its queue is no longer below its fair share while
+A reservation holds until its nodes are expected to drain (:func:`hold_end`): the declared run
+times of the pods there, else the run time observed for their queue
+(:class:`~fairgpu.tenancy.runtimes.ObservedRuntimes`), plus ``drainGraceSeconds``; at least
+``gang.timeoutSeconds``, and only that long when no run time is known. It ends earlier when its
+job starts or leaves. A job started from its reservation is no preemption victim until it has
+run its declared run time, within ``reservedMinRuntimeSeconds`` and
+``reservedMaxRuntimeSeconds`` (:func:`reservation_protected`): evicting it sooner would waste
+both its run and the idle GPU time its nodes spent draining for it.
+
+The reservation is also dropped as soon as its queue is no longer below its fair share while
 another queue is (:func:`_sated`): a queue that made one while just below its share, then
 started other work, would otherwise keep nodes draining for a job of a queue that is not
 starving -- idle GPUs and blocked backfill paid by the queues that are. (A queue alone keeps
