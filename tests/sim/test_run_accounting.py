@@ -56,17 +56,17 @@ def test_runs_csv_has_one_row_per_attempt(tmp_path: Path) -> None:
     lines = (tmp_path / "runs.csv").read_text().splitlines()
     assert lines[0] == (
         "namespace,name,tenant,user,group,node,devices,gpu_request,start,end,outcome,cause,"
-        "preemptor,preemptor_tenant"
+        "preemptor,preemptor_tenant,work_start"
     )
     assert lines[1:] == [
         # b's pod reclaims g0's node; g1 is torn down with it (same preemptor, its own row).
-        'a,g0,a,a,a/g,n0,"0,1",2,0.0,10.0,preempted,reclaim,b/late,b',
-        'a,g1,a,a,a/g,n1,"0,1",2,0.0,10.0,gang-restart,,b/late,b',
-        'b,late,b,b,,n0,"0,1",2,10.0,110.0,completed,,,',
-        'a,keep,a,a,,n2,"0,1",2,0.0,600.0,running,,,',
+        'a,g0,a,a,a/g,n0,"0,1",2,0.0,10.0,preempted,reclaim,b/late,b,0.0',
+        'a,g1,a,a,a/g,n1,"0,1",2,0.0,10.0,gang-restart,,b/late,b,0.0',
+        'b,late,b,b,,n0,"0,1",2,10.0,110.0,completed,,,,10.0',
+        'a,keep,a,a,,n2,"0,1",2,0.0,600.0,running,,,,0.0',
         # The gang starts again once b's pod is done, and runs when the clock stops.
-        'a,g0,a,a,a/g,n0,"0,1",2,110.0,600.0,running,,,',
-        'a,g1,a,a,a/g,n1,"0,1",2,110.0,600.0,running,,,',
+        'a,g0,a,a,a/g,n0,"0,1",2,110.0,600.0,running,,,,110.0',
+        'a,g1,a,a,a/g,n1,"0,1",2,110.0,600.0,running,,,,110.0',
     ]
 
 

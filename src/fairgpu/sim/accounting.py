@@ -13,11 +13,14 @@ simulated clock stops. Its ``outcome`` says why it ended:
   replays have none today);
 - ``running``: still running when the clock stopped (its end is that instant).
 
-Work of ``completed`` and ``running`` attempts is *useful*; all the others' is *lost*.
+Work of ``completed`` and ``running`` attempts is *useful*; all the others' is *lost*. A gang
+member's work begins only when its group reaches minMember (:mod:`fairgpu.sim.rendezvous`,
+``work_start``); the GPU time a useful attempt held before that is lost as ``gang-wait``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
 
 USEFUL = ("completed", "running")
 LOST = ("preempted", "gang-restart", "gang-timeout", "deleted")
+#: Lost work that is not an outcome: useful attempts' GPU time before their work began.
+GANG_WAIT = "gang-wait"
 
 
 @dataclass(slots=True)
@@ -52,6 +57,7 @@ class RunAttempt:
     preemptor: str = ""
     preemptor_tenant: str = ""
     seq: int = -1  # order in which attempts ended (several end at one instant)
+    work_start: float | None = None  # when its work began (None: it never did)
 
     @property
     def gpu_milli(self) -> int:
@@ -66,6 +72,18 @@ class RunAttempt:
     def gpu_seconds(self) -> float:
         """GPU-seconds the attempt held (0 while it has no end)."""
         return 0.0 if self.end is None else self.gpu_milli / 1000.0 * (self.end - self.start)
+
+    def worked_gpu_seconds(self) -> float:
+        """GPU-seconds from the start of its work to its end (0 if its work never began)."""
+        if self.end is None or self.work_start is None:
+            return 0.0
+        return self.gpu_milli / 1000.0 * max(0.0, self.end - self.work_start)
+
+    def useful_span(self) -> tuple[float, float] | None:
+        """(work start, end) of a useful attempt whose work began, else None."""
+        if not self.useful or self.work_start is None:
+            return None
+        return self.work_start, math.inf if self.end is None else self.end
 
 
 def sibling_cause(trigger: tuple[str, PodInfo | None]) -> tuple[str, PodInfo | None]:
@@ -105,6 +123,13 @@ class RunLog:
         )
         self._open[pod.uid] = attempt
         self.attempts.append(attempt)
+
+    def work(self, uid: str, now: float) -> None:
+        """``uid``'s open attempt starts its work at ``now`` (its bind, or its gang's
+        rendezvous)."""
+        attempt = self._open.get(uid)
+        if attempt is not None and attempt.work_start is None:
+            attempt.work_start = now
 
     def stop(self, uid: str, now: float, kind: str, preemptor: PodInfo | None = None) -> None:
         """Close ``uid``'s open attempt: ``kind`` is ``completed``, ``deleted``, an eviction
@@ -194,16 +219,19 @@ def gang_stats(attempts: Iterable[RunAttempt], arrival: Mapping[str, float]) -> 
 
 
 def work_totals(attempts: Iterable[RunAttempt]) -> dict[str, Any]:
-    """GPU-seconds of useful and lost work, lost by outcome and by preemption kind, per tenant."""
+    """GPU-seconds of useful and lost work, lost by outcome (and ``gang-wait``: what useful
+    attempts held before their work began) and by preemption kind, per tenant."""
     useful = 0.0
-    lost: dict[str, float] = dict.fromkeys(LOST, 0.0)
+    lost: dict[str, float] = dict.fromkeys((*LOST, GANG_WAIT), 0.0)
     kinds: dict[str, float] = {}
     tenant_useful: dict[str, float] = {}
     for a in attempts:
         gs = a.gpu_seconds()
         if a.useful:
-            useful += gs
-            tenant_useful[a.tenant] = tenant_useful.get(a.tenant, 0.0) + gs
+            worked = a.worked_gpu_seconds()
+            useful += worked
+            lost[GANG_WAIT] += gs - worked
+            tenant_useful[a.tenant] = tenant_useful.get(a.tenant, 0.0) + worked
         elif a.outcome in lost:
             lost[a.outcome] += gs
             if a.cause:

@@ -157,6 +157,7 @@ RUN_COLUMNS = [
     "cause",
     "preemptor",
     "preemptor_tenant",
+    "work_start",
 ]
 
 
@@ -182,6 +183,7 @@ def write_runs_csv(result: SimulationResult, path: Path) -> None:
                     a.cause,
                     a.preemptor,
                     a.preemptor_tenant,
+                    a.work_start,
                 ]
             )
 
@@ -303,14 +305,15 @@ Spans = dict[str, list[tuple[float, float, int]]]
 
 
 def _run_spans(result: SimulationResult) -> tuple[Spans, Spans]:
-    """Per tenant, the (start, end, milli-GPU) spans of all run attempts and of useful ones."""
+    """Per tenant, the (start, end, milli-GPU) spans of all run attempts and the useful work
+    spans (from the start of the work, see :mod:`fairgpu.sim.rendezvous`)."""
     held: Spans = defaultdict(list)
     useful: Spans = defaultdict(list)
     for a in result.runs:
-        span = (a.start, a.end if a.end is not None else math.inf, a.gpu_milli)
-        held[a.tenant].append(span)
-        if a.useful:
-            useful[a.tenant].append(span)
+        held[a.tenant].append((a.start, a.end if a.end is not None else math.inf, a.gpu_milli))
+        work = a.useful_span()
+        if work is not None:
+            useful[a.tenant].append((*work, a.gpu_milli))
     return held, useful
 
 

@@ -20,10 +20,11 @@ from fairgpu.engine.engine import Engine
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.accounting import RunAttempt, RunLog, sibling_cause
+from fairgpu.sim.rendezvous import DEFAULT_TIMEOUT, Rendezvous
 from fairgpu.sim.workload import PodArrival, Workload
 
 # Event kinds, in the order events of one instant are handled; a wake only runs a cycle.
-_COMPLETE, _ARRIVE, _WAKE = 0, 1, 2
+_COMPLETE, _GIVE_UP, _ARRIVE, _WAKE = 0, 1, 2, 3
 
 
 @dataclass(slots=True)
@@ -83,6 +84,8 @@ class Simulation:
 
     ``tenant_of``/``user_of`` label pods for per-tenant accounting; ``until`` stops the clock
     (pods still running are cut there); ``on_progress(done, total)`` is called as pods arrive.
+    ``rendezvous_timeout``: how long members of a pod group wait for minMember of them to run
+    before they fail and queue again (:mod:`fairgpu.sim.rendezvous`; None: for ever).
     """
 
     def __init__(
@@ -97,6 +100,7 @@ class Simulation:
         on_progress: Callable[[int, int], None] | None = None,
         max_devices: int | None = None,
         track_fragmentation: bool = True,
+        rendezvous_timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
         self.workload = workload
         self.engine = engine
@@ -110,6 +114,7 @@ class Simulation:
         self.pending_milli: dict[str, int] = {}
         self._group_of = engine.pod_group
         self.group_running: dict[str, set[str]] = {}
+        self.rendezvous = Rendezvous(rendezvous_timeout)
         self.on_progress = on_progress
         self.track_fragmentation = track_fragmentation
         devices = max_devices or max([n.gpu_count for n in workload.nodes] + [1])
@@ -168,9 +173,11 @@ class Simulation:
         return ref.key if ref is not None else ""
 
     def _leave_group(self, rec: PodRecord) -> None:
-        members = self.group_running.get(self._group_key(rec.pod))
+        key = self._group_key(rec.pod)
+        members = self.group_running.get(key)
         if members is not None:
             members.discard(rec.pod.uid)
+        self.rendezvous.leave(key, rec.pod.uid)
 
     def _wait(self, rec: PodRecord, sign: int) -> None:
         """Count (or uncount) the pod's GPU ask as pending demand of its tenant."""
@@ -248,21 +255,8 @@ class Simulation:
                     evicted.append(self.records[uid].pod)
                     causes[uid] = sibling_cause(causes[pod.uid])
         for pod in evicted:
-            rec = self.records[pod.uid]
-            # The engine already released its victims from the cluster; requeue them.
-            if pod.uid in self.cluster.placements:
-                self.cluster.release(pod.uid)
-            self._release_claims(pod, requeue=True)
-            self._leave_group(rec)
-            self._charge_tenant(rec, -1)
-            self.runs.stop(pod.uid, self.now, *causes[pod.uid])
-            rec.preempted += 1
-            rec.run += 1
-            # The pod waits again; its wait is measured to the start of its final run.
-            rec.node, rec.devices, rec.start = "", (), None
+            self._requeue(pod, *causes[pod.uid])
             self.preemptions += 1
-            self.pending[pod.uid] = pod
-            self._wait(rec, +1)
         for bind in result.binds:
             rec = self.records[bind.pod.uid]
             if self.pending.pop(bind.pod.uid, None) is not None:
@@ -279,18 +273,79 @@ class Simulation:
                 p = bind.pod
                 slot = self.cluster.node_index[bind.node_name]
                 self.cluster.dra.commit(p.uid, p.namespace, p.resource_claims, slot)
-            key = self._group_key(bind.pod)
-            self.runs.start(rec, self.now, bind.node_name, bind.devices, key)
-            if key:
-                self.group_running.setdefault(key, set()).add(bind.pod.uid)
-            if rec.duration is not None:
-                self._push(self.now + rec.duration, _COMPLETE, f"{bind.pod.uid}#{rec.run}")
+            self.runs.start(rec, self.now, bind.node_name, bind.devices, self._group_key(bind.pod))
+            self._join(rec)
         for unsched in result.unschedulable:
             rec = self.records[unsched.pod.uid]
             rec.reason = unsched.reason
             # No change to the cluster can help (e.g. invalid object): stop retrying it.
             if not unsched.resolvable and self.pending.pop(unsched.pod.uid, None) is not None:
                 self._wait(rec, -1)
+
+    def _requeue(
+        self, pod: PodInfo, kind: str, preemptor: PodInfo | None, again: bool = True
+    ) -> None:
+        """``pod`` stopped running before its end (evicted, or its gang gave up): it waits
+        again (unless ``again`` is false: its job failed); its wait is measured to the start
+        of its final run."""
+        rec = self.records[pod.uid]
+        # The engine already released its victims from the cluster; the others go here.
+        if pod.uid in self.cluster.placements:
+            self.cluster.release(pod.uid)
+        self._release_claims(pod, requeue=True)
+        self._leave_group(rec)
+        self._charge_tenant(rec, -1)
+        self.runs.stop(pod.uid, self.now, kind, preemptor)
+        rec.preempted += 1
+        rec.run += 1
+        rec.node, rec.devices, rec.start = "", (), None
+        if again:
+            self.pending[pod.uid] = pod
+            self._wait(rec, +1)
+
+    def _join(self, rec: PodRecord) -> None:
+        """A bound pod joins its group's rendezvous; whoever starts working now gets its
+        completion, and a group left waiting a deadline to give up by."""
+        pod = rec.pod
+        key = self._group_key(pod)
+        running: set[str] = set()
+        if key:
+            running = self.group_running.setdefault(key, set())
+            running.add(pod.uid)
+        ref = self._group_of(pod)
+        min_member = ref.min_member if ref is not None else None
+        working = self.rendezvous.bind(key, min_member, running, pod.uid, self.now)
+        for uid in working:
+            member = self.records[uid]
+            self.runs.work(uid, self.now)
+            if member.duration is not None:
+                self._push(self.now + member.duration, _COMPLETE, f"{uid}#{member.run}")
+        deadline = self.rendezvous.deadline(key)
+        if not working and deadline is not None and self.rendezvous.since[key] == self.now:
+            self._push(deadline, _GIVE_UP, key)  # this member began the group's wait
+
+    def _give_up(self, key: str) -> bool:
+        """The members of group ``key`` still waiting at their deadline fail (outcome
+        ``gang-timeout``) and queue again, or, at the backoff limit, the job fails: none of
+        its pods queues any more. True when any member failed."""
+        members = self.rendezvous.expired(key, self.now)
+        if not members:
+            return False
+        failed = self.rendezvous.give_up(key)
+        for uid in members:
+            self._requeue(self.records[uid].pod, "gang-timeout", None, again=not failed)
+        if failed:
+            reason = (
+                f"pod group {key} failed: its members gave up waiting for minMember "
+                f"{self.rendezvous.backoff_limit} times"
+            )
+            for uid in [u for u, p in self.pending.items() if self._group_key(p) == key]:
+                self.pending.pop(uid)
+                self._wait(self.records[uid], -1)
+            for rec in self.records.values():
+                if rec.start is None and self._group_key(rec.pod) == key:
+                    rec.reason = reason
+        return True
 
     def _bind_volumes(self, pod: PodInfo, node_name: str) -> None:
         """Apply the pod's volume binding decision, as the PV controller would at once."""
@@ -342,6 +397,8 @@ class Simulation:
                 if kind == _COMPLETE:
                     self._complete(uid)
                     changed = True
+                elif kind == _GIVE_UP:
+                    changed = self._give_up(uid) or changed
                 elif kind == _WAKE:
                     self._wake_at = None
                     changed = True

@@ -1,0 +1,92 @@
+"""Gang members work only once minMember of their group run; waiting ones give up and fail."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairgpu.engine.engine import Engine
+from fairgpu.model.pod import PodInfo
+from fairgpu.sim.accounting import RunAttempt
+from fairgpu.sim.rendezvous import DEFAULT_BACKOFF_LIMIT, DEFAULT_TIMEOUT, Rendezvous
+from fairgpu.sim.results import accounting_summary
+from fairgpu.sim.simulator import Simulation, SimulationResult
+from fairgpu.sim.workload import PodArrival, Workload
+from tests.sim.helpers import gpu_node, gpu_pod
+
+
+def _member(name: str) -> PodInfo:
+    pod = gpu_pod(name, gpus="2", labels={"fairgpu.io/pod-group": "g"})
+    pod.annotations["fairgpu.io/min-member"] = "2"
+    return pod
+
+
+def _blocked_gang(busy_for: float, ordering: str = "kube-default") -> SimulationResult:
+    """Two 2-GPU nodes; ``busy`` holds one for ``busy_for`` s; the 2-member gang ``g`` (2 GPUs
+    each, 1 000 s of work) arrives with it, so one member fits at once and one does not."""
+    nodes = [gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)]
+    arrivals = [PodArrival(gpu_pod("busy", gpus="2"), 0.0, busy_for)]
+    arrivals += [PodArrival(_member(f"g{i}"), 0.0, 1000.0) for i in range(2)]
+    return Simulation(Workload("t", nodes, arrivals), Engine(ordering=ordering)).run()  # type: ignore[arg-type]
+
+
+def _attempts(result: SimulationResult, name: str) -> list[RunAttempt]:
+    return sorted((a for a in result.runs if a.name == name), key=lambda a: a.start)
+
+
+def test_a_member_works_from_its_groups_rendezvous_not_from_its_own_bind() -> None:
+    result = _blocked_gang(busy_for=300.0)
+    (g0,) = _attempts(result, "g0")
+    (g1,) = _attempts(result, "g1")
+    # g0 ran from 0 but waited for g1 (bound at 300): both work 1 000 s from 300.
+    assert (g0.start, g0.work_start, g0.end, g0.outcome) == (0.0, 300.0, 1300.0, "completed")
+    assert (g1.start, g1.work_start, g1.end) == (300.0, 300.0, 1300.0)
+    acc = accounting_summary(result)
+    # The 300 s g0 held 2 GPUs without working are lost, not useful.
+    assert acc["lost_gpu_hours_by_outcome"]["gang-wait"] == pytest.approx(2 * 300 / 3600, abs=0.01)
+    assert acc["useful_gpu_hours"] == pytest.approx((2 * 300 + 2 * 2 * 1000) / 3600, abs=0.01)
+
+
+def test_waiting_members_give_up_at_the_timeout_and_queue_again() -> None:
+    result = _blocked_gang(busy_for=2000.0)
+    outcomes = [(a.start, a.end, a.outcome) for a in _attempts(result, "g0")]
+    t = DEFAULT_TIMEOUT
+    assert outcomes == [
+        (0.0, t, "gang-timeout"),
+        (t, 2 * t, "gang-timeout"),
+        (2 * t, 3 * t, "gang-timeout"),
+        (3 * t, 3000.0, "completed"),  # g1 bound at 2 000 when busy ended: both work from then
+    ]
+    assert _attempts(result, "g0")[-1].work_start == 2000.0
+
+
+def test_a_job_that_gives_up_backoff_limit_times_fails_and_the_replay_ends() -> None:
+    result = _blocked_gang(busy_for=100_000.0)
+    g0 = _attempts(result, "g0")
+    assert [a.outcome for a in g0] == ["gang-timeout"] * DEFAULT_BACKOFF_LIMIT
+    records = {r.pod.name: r for r in result.records}
+    for name in ("g0", "g1"):
+        assert records[name].end is None and records[name].start is None
+        assert "pod group default/g failed" in records[name].reason
+    assert records["busy"].end == 100_000.0
+    assert result.end_time == 100_000.0
+
+
+def test_a_gang_placed_all_or_nothing_works_from_its_bind() -> None:
+    result = _blocked_gang(busy_for=300.0, ordering="fair")
+    for name in ("g0", "g1"):
+        (a,) = _attempts(result, name)
+        assert (a.start, a.work_start, a.end) == (300.0, 300.0, 1300.0)
+    assert accounting_summary(result)["lost_gpu_hours_by_outcome"]["gang-wait"] == 0.0
+
+
+def test_rendezvous_elastic_extra_works_at_once_and_leavers_reset_the_wait() -> None:
+    r = Rendezvous(timeout=10.0)
+    assert r.bind("g", 2, {"a"}, "a", 0.0) == []
+    assert r.deadline("g") == 10.0
+    assert r.bind("g", 2, {"a", "b"}, "b", 5.0) == ["a", "b"]
+    assert r.deadline("g") is None
+    assert r.bind("g", 2, {"a", "b", "c"}, "c", 6.0) == ["c"]  # beyond minMember
+    assert r.bind("h", 3, {"x"}, "x", 1.0) == []
+    r.leave("h", "x")
+    assert r.deadline("h") is None and r.expired("h", 100.0) == []
+    assert r.bind("", None, set(), "solo", 0.0) == ["solo"]
