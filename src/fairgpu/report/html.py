@@ -9,11 +9,13 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fairgpu.sim.accounting import GANG_WAIT
 from fairgpu.sim.forecast import PredictionSample
 from fairgpu.sim.simulator import SimulationResult
 
@@ -111,7 +113,12 @@ def _plots(result: SimulationResult, fair: Any | None) -> list[tuple[str, str]]:
             ("Each tenant: useful GPUs against its pool-aware fair share", _share_plot(fair))
         )
     if result.runs:
-        out.append(("Lost work: GPU-hours of run attempts that did not count", _lost_plot(result)))
+        out.append(
+            (
+                "Lost work: GPU-hours of stopped runs and of gang members waiting for their group",
+                _lost_plot(result),
+            )
+        )
     return out
 
 
@@ -135,10 +142,22 @@ def _share_plot(tl: Any) -> str:
 
 
 def _lost_plot(result: SimulationResult) -> str:
-    """Cumulative GPU-hours of run attempts that were stopped before their work counted."""
+    """Cumulative GPU-hours of run attempts that were stopped before their work counted, and
+    of the time gang members held GPUs waiting for their group (``gang-wait``)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.2))
-    lost = sorted((a.end or 0.0, a.outcome, a.gpu_seconds()) for a in result.runs if not a.useful)
+    lost = sorted(
+        (a.end or 0.0, a.outcome, a.gpu_seconds())
+        if not a.useful
+        # counted when the wait ends: at the rendezvous, or at the clock's stop
+        else (
+            min(a.work_start or math.inf, a.end or 0.0),
+            GANG_WAIT,
+            a.gpu_seconds() - a.worked_gpu_seconds(),
+        )
+        for a in result.runs
+        if not a.useful or a.work_start != a.start
+    )
     ends = [e for e, _, _ in lost]
     x, xlabel = _hours([*ends, result.end_time])
     for outcome in sorted({o for _, o, _ in lost}):
