@@ -36,8 +36,9 @@ Gang members work only once minMember of their group run (:mod:`fairgpu.sim.rend
 under ``kube-default``, which places a gang's members one by one, a member that waits for its
 siblings holds its GPUs without working (lost as ``gang-wait``) and gives up after 600 s,
 queueing again (``gang-timeout``). Fair ordering places gangs all-or-nothing, so this changes
-only the kube-default rows (on this commit's run: pool-mix useful 55.41% -> 41.63%, demo
-seeds 0/1/2 59.62/67.43/62.57% -> 57.33/61.69/61.15%; every fair row as before).
+only the kube-default rows (measured before and after in one session: kube-default useful
+allocation on pool-mix 55.41% -> 41.63%, demo seeds 0/1/2 59.62/67.43/62.57% ->
+57.33/61.69/61.15%, flood-gangs-inference 92.31% -> 87.99%; every fair figure identical).
 
 Targets (issue "fair sharing without waste"), judged on the fair run: useful allocation >= the
 kube-default run's; lost <= 5% of capacity; every backlogged tenant's ratio in [0.9, 1.1];

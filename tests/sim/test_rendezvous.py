@@ -20,12 +20,14 @@ def _member(name: str) -> PodInfo:
     return pod
 
 
-def _blocked_gang(busy_for: float, ordering: str = "kube-default") -> SimulationResult:
+def _blocked_gang(
+    busy_for: float, ordering: str = "kube-default", work: float = 1000.0
+) -> SimulationResult:
     """Two 2-GPU nodes; ``busy`` holds one for ``busy_for`` s; the 2-member gang ``g`` (2 GPUs
-    each, 1 000 s of work) arrives with it, so one member fits at once and one does not."""
+    each, ``work`` s of work) arrives with it, so one member fits at once and one does not."""
     nodes = [gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)]
     arrivals = [PodArrival(gpu_pod("busy", gpus="2"), 0.0, busy_for)]
-    arrivals += [PodArrival(_member(f"g{i}"), 0.0, 1000.0) for i in range(2)]
+    arrivals += [PodArrival(_member(f"g{i}"), 0.0, work) for i in range(2)]
     return Simulation(Workload("t", nodes, arrivals), Engine(ordering=ordering)).run()  # type: ignore[arg-type]
 
 
@@ -77,6 +79,15 @@ def test_a_gang_placed_all_or_nothing_works_from_its_bind() -> None:
         (a,) = _attempts(result, name)
         assert (a.start, a.work_start, a.end) == (300.0, 300.0, 1300.0)
     assert accounting_summary(result)["lost_gpu_hours_by_outcome"]["gang-wait"] == 0.0
+
+
+@pytest.mark.parametrize("ordering", ["kube-default", "fair"])
+def test_a_deadline_the_group_no_longer_has_does_not_extend_the_run(ordering: str) -> None:
+    # The gang starts at 300 and ends at 400, before the 600 s deadline a member set on
+    # binding alone (kube-default: at 0; fair: for an instant inside the cycle at 300).
+    result = _blocked_gang(busy_for=300.0, ordering=ordering, work=100.0)
+    assert result.end_time == 400.0
+    assert result.timeline.time[-1] == 400.0
 
 
 def test_rendezvous_elastic_extra_works_at_once_and_leavers_reset_the_wait() -> None:

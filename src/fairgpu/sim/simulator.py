@@ -324,6 +324,13 @@ class Simulation:
         if not working and deadline is not None and self.rendezvous.since[key] == self.now:
             self._push(deadline, _GIVE_UP, key)  # this member began the group's wait
 
+    def _stale_give_up(self, event: tuple[float, int, int, str]) -> bool:
+        """Is ``event`` a give-up deadline its group no longer has (it reached minMember, or
+        its waiting members left)? Such an event must not become an instant of the replay:
+        it would run no cycle but move the clock, and with it the end of the run."""
+        when, kind, _, key = event
+        return kind == _GIVE_UP and self.rendezvous.deadline(key) != when
+
     def _give_up(self, key: str) -> bool:
         """The members of group ``key`` still waiting at their deadline fail (outcome
         ``gang-timeout``) and queue again, or, at the backoff limit, the job fails: none of
@@ -387,6 +394,9 @@ class Simulation:
         total = len(self.records)
         arrived = 0
         while self._events:
+            if self._stale_give_up(self._events[0]):
+                heapq.heappop(self._events)  # the group started or left: not an instant
+                continue
             now = self._events[0][0]
             if self.until is not None and now > self.until:
                 break
