@@ -100,6 +100,14 @@ def simulate(
     jobs: Annotated[
         int | None, typer.Option(min=1, help="Number of jobs in the synthetic workload.")
     ] = None,
+    rendezvous_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds a pod group's members wait for minMember of them to run before "
+            "they fail and queue again (0: for ever).",
+        ),
+    ] = 600.0,
     list_policies: Annotated[
         bool, typer.Option("--list-policies", help="List placement policies and exit.")
     ] = False,
@@ -130,6 +138,7 @@ def simulate(
             report,
             until,
             jobs,
+            rendezvous_timeout or None,
         )
     except UserError as error:
         _fail(str(error))
@@ -168,6 +177,7 @@ def _simulate(
     report: Path | None,
     until: float | None,
     jobs: int | None = None,
+    rendezvous_timeout: float | None = 600.0,
 ) -> None:
     from fairgpu.sim.results import (
         add_accounting,
@@ -205,7 +215,14 @@ def _simulate(
                 last[0] = now
                 progress.update(task, completed=done)
 
-        sim = Simulation(workload, engine, seed=seed, until=until, on_progress=on_progress)
+        sim = Simulation(
+            workload,
+            engine,
+            seed=seed,
+            until=until,
+            on_progress=on_progress,
+            rendezvous_timeout=rendezvous_timeout,
+        )
         result = sim.run()
     wall = time.perf_counter() - started
     params = {
@@ -218,6 +235,7 @@ def _simulate(
         "config": str(config) if config else None,
         "seed": seed,
         "nodes": len(workload.nodes),
+        "rendezvous_timeout_s": rendezvous_timeout,
         "wall_seconds": round(wall, 2),
     }
     summary = summarize(result, params)

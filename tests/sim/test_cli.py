@@ -148,3 +148,23 @@ def test_fgd_protocol_run_matches_reference_shape(tmp_path: Path) -> None:
 def test_protocol_needs_trace_and_nodes() -> None:
     result = runner.invoke(app, ["simulate", "--protocol", "fgd"])
     assert result.exit_code == 2 and "--trace" in result.output
+
+
+def _outcomes(out: Path) -> list[dict[str, str]]:
+    with (out / "runs.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_rendezvous_timeout_option_sets_how_long_gang_members_wait(tmp_path: Path) -> None:
+    # kube-default places gang members one by one, so some wait for their siblings.
+    base = ["simulate", "--jobs", "150", "--ordering", "kube-default", "--out"]
+    assert runner.invoke(app, [*base, str(tmp_path / "a")]).exit_code == 0
+    waited = _outcomes(tmp_path / "a")
+    assert any(r["outcome"] == "gang-timeout" for r in waited)
+    assert any(r["work_start"] != r["start"] for r in waited)
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["parameters"]["rendezvous_timeout_s"] == 600.0
+    assert summary["accounting"]["lost_gpu_hours_by_outcome"]["gang-wait"] > 0
+    got = runner.invoke(app, [*base, str(tmp_path / "b"), "--rendezvous-timeout", "0"])
+    assert got.exit_code == 0, got.output
+    assert not any(r["outcome"] == "gang-timeout" for r in _outcomes(tmp_path / "b"))
