@@ -331,8 +331,8 @@ class _Entries:
 class CycleMemo:
     """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
     failed gang shapes (how many identical members fit before one failed, and why), gang
-    screen bounds per shape and cluster state, backfill masks per reservation class, the
-    declared run times of lanes."""
+    screen bounds per shape and cluster state, the room a victim pool would free, backfill
+    masks per reservation class, the declared run times of lanes."""
 
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     front: Front = field(default_factory=Front)
@@ -341,6 +341,7 @@ class CycleMemo:
     allowed: dict[tuple[object, ...], np.ndarray | None] = field(default_factory=dict)
     gangs: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
     screens: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
+    rooms: dict[tuple[object, ...], tuple[object, np.ndarray]] = field(default_factory=dict)
     runtimes: dict[int, tuple[list[Job], np.ndarray]] = field(default_factory=dict)
     starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
     _classes: tuple[tuple[Reservation, ...], tuple[str, ...], list[float]] | None = None

@@ -310,14 +310,7 @@ class FairVictims:
         sets: list[list[str]] = []
         for other in self._reclaimable_queues(queue):
             pool = s.book.queue_pods[other]
-            ok = sorted(
-                u
-                for u in pool
-                if eligible_victim(s, u, min_run)
-                and not self._cooling(u)
-                and not reverses(s.state, self._node_of(u), other, queue, s.now, cfg)
-                and not reservation_protected(s, u)
-            )
+            ok = self._reclaimable(pool, other, queue, min_run)
             if len(ok) < len(pool):
                 self._ask_retry(pool, min_run)
             sets.append(ok)
@@ -329,6 +322,52 @@ class FairVictims:
                     f"tenant within reclaimCooldownSeconds ({cfg.reclaim_cooldown_seconds:g})",
                 )
         return sets
+
+    def _reclaimable(
+        self, pool: Iterable[str], other: str, queue: str, min_run: float
+    ) -> list[str]:
+        """The pods of ``pool`` (queue ``other``) that ``queue`` may reclaim, sorted: eligible
+        victims (:func:`eligible_victim`) not on cooling GPUs, whose reclaim would not reverse
+        one ``other`` made from ``queue`` there and not protected by a reservation they
+        started from. One pass with the cycle's constants bound once; each rule is asked only
+        while the earlier ones hold, as they have effects (a retry time, forgotten entries)."""
+        s = self.s
+        cfg = s.tenancy.preemption
+        state, now = s.state, s.now
+        placements, placed_now = s.cluster.placements, s.placed_now
+        hot = self._hot_gpus()
+        ok: list[str] = []
+        for u in pool:
+            if u in placed_now:
+                continue
+            pl = placements.get(u)
+            # victim_eligible, inlined: this loop runs over every pod of the queue.
+            if pl is None or not pl.bound or pl.terminating or now - pl.started < min_run:
+                continue
+            if hot and any((pl.node, d) in hot for d in pl.devices):
+                continue
+            if state.reclaimed and reverses(state, self._node_of(u), other, queue, now, cfg):
+                continue
+            if state.protected and reservation_protected(s, u):
+                continue
+            ok.append(u)
+        ok.sort()
+        return ok
+
+    def _hot_gpus(self) -> set[tuple[int, int]]:
+        """(node slot, device) of every GPU that changed tenant within the cooldown: the
+        GPUs :meth:`_cooling` holds back, found once per pass instead of once per pod."""
+        s = self.s
+        changed = s.state.tenant_changed
+        if not changed:
+            return set()
+        now, cooldown = s.now, s.tenancy.preemption.reclaim_cooldown_seconds
+        index = s.cluster.node_index
+        return {
+            (index[name], d)
+            for (name, d), when in changed.items()
+            if now - when < cooldown and name in index
+        }
 
     def _ask_retry(self, pool: Iterable[str], min_run: float) -> None:
         """Pods of ``pool`` held back only by time (too young to reclaim, or on GPUs cooling
