@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -148,7 +149,7 @@ def backfill_mask(
         if runtime is not None:
             # The held job starts once its last node drains: work that ends by then, on any
             # of its nodes, does not delay it (EASY backfilling).
-            start = max(drain.get(int(i), math.inf) for i in nodes)
+            start = max(map(drain.get, nodes.tolist(), repeat(math.inf)))
             ok |= now + runtime <= start
         if pod.gpu.count == 0:
             alloc = cluster.allocatable[nodes]

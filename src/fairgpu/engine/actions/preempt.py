@@ -371,21 +371,26 @@ class FairVictims:
 
     def _ask_retry(self, pool: Iterable[str], min_run: float) -> None:
         """Pods of ``pool`` held back only by time (too young to reclaim, or on GPUs cooling
-        down) become victims later: ask the adapter for a cycle at the first such moment."""
+        down) become victims later: ask the adapter for a cycle at the first such moment
+        (the earliest of them: the adapter keeps only the earliest request anyway)."""
         s = self.s
         cluster, changed = s.cluster, s.state.tenant_changed
+        placements, placed_now, now = cluster.placements, s.placed_now, s.now
         cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
+        soonest = np.inf
         for uid in pool:
-            pl = cluster.placements.get(uid)
-            if pl is None or not pl.bound or pl.terminating or uid in s.placed_now:
+            pl = placements.get(uid)
+            if pl is None or not pl.bound or pl.terminating or uid in placed_now:
                 continue
             when = pl.started + min_run
             if changed:
                 name = cluster.node(pl.node).name
                 cooled = max((changed.get((name, d), -np.inf) for d in pl.devices), default=-np.inf)
                 when = max(when, cooled + cooldown)
-            if when > s.now:
-                s.out.retry_no_later_than(float(when))
+            if now < when < soonest:
+                soonest = when
+        if soonest < np.inf:
+            s.out.retry_no_later_than(float(soonest))
 
     def _node_of(self, uid: str) -> str:
         return self.s.cluster.node(self.s.cluster.placements[uid].node).name
