@@ -88,7 +88,7 @@ def _report(session: Session, taken: list[Job], outcomes: Iterable[Outcome]) -> 
             taken = list(compress(taken, keep))
             outcomes = compress(outcomes, keep)
     session.out.unschedulable.extend(
-        Unschedulable(f.pods[0], *known) for f, known in zip(taken, outcomes, strict=False)
+        [Unschedulable(f.pods[0], r, ok) for f, (r, ok) in zip(taken, outcomes, strict=False)]
     )
 
 
