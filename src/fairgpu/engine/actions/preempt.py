@@ -310,9 +310,12 @@ class FairVictims:
         sets: list[list[str]] = []
         for other in self._reclaimable_queues(queue):
             pool = s.book.queue_pods[other]
-            ok = self._reclaimable(pool, other, queue, min_run)
-            if len(ok) < len(pool):
-                self._ask_retry(pool, min_run)
+            ok, soonest = self._reclaimable(pool, other, queue, min_run)
+            if len(ok) < len(pool) and soonest < np.inf:
+                # Pods held back only by time (too young to reclaim, or on GPUs cooling
+                # down) become victims later: ask the adapter for a cycle at the first such
+                # moment.
+                s.out.retry_no_later_than(float(soonest))
             sets.append(ok)
             if not ok:
                 self._refusal.setdefault(
@@ -325,24 +328,37 @@ class FairVictims:
 
     def _reclaimable(
         self, pool: Iterable[str], other: str, queue: str, min_run: float
-    ) -> list[str]:
+    ) -> tuple[list[str], float]:
         """The pods of ``pool`` (queue ``other``) that ``queue`` may reclaim, sorted: eligible
         victims (:func:`eligible_victim`) not on cooling GPUs, whose reclaim would not reverse
         one ``other`` made from ``queue`` there and not protected by a reservation they
-        started from. One pass with the cycle's constants bound once; each rule is asked only
-        while the earlier ones hold, as they have effects (a retry time, forgotten entries)."""
+        started from; and the first later moment at which a bound pod of ``pool`` has run
+        ``min_run`` and its GPUs have cooled down (``inf``: none). One pass with the cycle's
+        constants bound once; each rule is asked only while the earlier ones hold, as they
+        have effects (a retry time, forgotten entries)."""
         s = self.s
         cfg = s.tenancy.preemption
-        state, now = s.state, s.now
-        placements, placed_now = s.cluster.placements, s.placed_now
+        state, now, cooldown = s.state, s.now, cfg.reclaim_cooldown_seconds
+        cluster = s.cluster
+        placements, placed_now, changed = cluster.placements, s.placed_now, state.tenant_changed
         hot = self._hot_gpus()
         ok: list[str] = []
+        soonest = np.inf
         for u in pool:
             if u in placed_now:
                 continue
             pl = placements.get(u)
+            if pl is None or not pl.bound or pl.terminating:
+                continue
+            when = pl.started + min_run
+            if changed:
+                name = cluster.node(pl.node).name
+                cooled = max((changed.get((name, d), -np.inf) for d in pl.devices), default=-np.inf)
+                when = max(when, cooled + cooldown)
+            if now < when < soonest:
+                soonest = when
             # victim_eligible, inlined: this loop runs over every pod of the queue.
-            if pl is None or not pl.bound or pl.terminating or now - pl.started < min_run:
+            if now - pl.started < min_run:
                 continue
             if hot and any((pl.node, d) in hot for d in pl.devices):
                 continue
@@ -352,7 +368,7 @@ class FairVictims:
                 continue
             ok.append(u)
         ok.sort()
-        return ok
+        return ok, soonest
 
     def _hot_gpus(self) -> set[tuple[int, int]]:
         """(node slot, device) of every GPU that changed tenant within the cooldown: the
@@ -368,29 +384,6 @@ class FairVictims:
             for (name, d), when in changed.items()
             if now - when < cooldown and name in index
         }
-
-    def _ask_retry(self, pool: Iterable[str], min_run: float) -> None:
-        """Pods of ``pool`` held back only by time (too young to reclaim, or on GPUs cooling
-        down) become victims later: ask the adapter for a cycle at the first such moment
-        (the earliest of them: the adapter keeps only the earliest request anyway)."""
-        s = self.s
-        cluster, changed = s.cluster, s.state.tenant_changed
-        placements, placed_now, now = cluster.placements, s.placed_now, s.now
-        cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
-        soonest = np.inf
-        for uid in pool:
-            pl = placements.get(uid)
-            if pl is None or not pl.bound or pl.terminating or uid in placed_now:
-                continue
-            when = pl.started + min_run
-            if changed:
-                name = cluster.node(pl.node).name
-                cooled = max((changed.get((name, d), -np.inf) for d in pl.devices), default=-np.inf)
-                when = max(when, cooled + cooldown)
-            if now < when < soonest:
-                soonest = when
-        if soonest < np.inf:
-            s.out.retry_no_later_than(float(soonest))
 
     def _node_of(self, uid: str) -> str:
         return self.s.cluster.node(self.s.cluster.placements[uid].node).name
