@@ -24,6 +24,7 @@ from fairgpu.engine.actions.reserve import reservation_protected
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.gang import Reservation, backfill_mask, declared_runtime
 from fairgpu.engine.session import Session
+from fairgpu.engine.victim_cost import declared_ends, time_to_fit
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 from tests.builders import cluster, node_info, pod_info
 
@@ -235,3 +236,42 @@ def test_victim_room_is_shared_while_the_cluster_stands_and_redone_after_a_chang
     newest = list(session.memo.rooms.values())[-1][1]
     assert np.array_equal(newest, fresh)
     assert not np.array_equal(newest, room)  # node 5's GPUs are taken now
+
+
+# ---- time to fit from the cluster's declared ends -------------------------------------------
+
+
+@st.composite
+def fit_cases(draw: st.DrawFn) -> tuple[ClusterState, PodInfo, np.ndarray, float]:
+    """Nodes partly filled by pods that declare run times (or not), a pod asking whole GPUs
+    or a share, a random set of nodes it may use."""
+    state = _nodes()
+    used = [0] * NODES
+    for i in range(draw(st.integers(0, 16))):
+        node = draw(st.integers(0, NODES - 1))
+        gpus = draw(st.integers(1, 2))
+        if used[node] + gpus > GPUS:
+            continue
+        duration = draw(st.one_of(st.none(), st.floats(1, 3000).map(lambda x: round(x, 1))))
+        p = pod_info(f"r{i}", "r", gpus=gpus, duration=duration)
+        state.assign(p, node, tuple(range(used[node], used[node] + gpus)), draw(st.floats(0, 500)))
+        used[node] += gpus
+    whole = draw(st.booleans())
+    pod = pod_info(
+        "p", "a", gpus=draw(st.integers(1, 3)) if whole else 1, milli=1000 if whole else 500
+    )
+    mask = np.array(draw(st.lists(st.booleans(), min_size=NODES, max_size=NODES)), dtype=bool)
+    return state, pod, mask, draw(st.floats(500, 1500))
+
+
+@settings(max_examples=300, deadline=None)
+@given(fit_cases())
+def test_time_to_fit_from_the_whole_cluster_ends_is_the_same(
+    case: tuple[ClusterState, PodInfo, np.ndarray, float],
+) -> None:
+    """Picking a mask's nodes out of the whole cluster's declared ends gives the time that
+    walking only those nodes gives."""
+    state, pod, mask, now = case
+    plain = time_to_fit(pod, 1, state, mask, now)
+    shared = time_to_fit(pod, 1, state, mask, now, lambda: declared_ends(state, now))
+    assert shared == plain

@@ -29,6 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fairgpu.cluster.state import Placement
 from fairgpu.engine.actions.order import Lanes
 from fairgpu.engine.actions.reclaim import (
     may_reclaim_from,
@@ -43,6 +44,7 @@ from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_el
 from fairgpu.engine.session import EngineState, Session
 from fairgpu.engine.victim_cost import (
     VictimCost,
+    declared_ends,
     hours,
     lost_work,
     running_gangs,
@@ -131,6 +133,7 @@ class FairVictims:
         self._freeable: tuple[tuple[object, ...], set[str]] | None = None
         self._sets: dict[tuple[object, ...], tuple[list[list[str]], str | None]] = {}
         self._waits: dict[tuple[object, ...], float] = {}
+        self._ends: tuple[tuple[int, int, int], list[tuple[float, int, Placement]]] | None = None
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -251,8 +254,17 @@ class FairVictims:
             mask = mask & allowed[: mask.size]
         key = (pod.gpu, mask.tobytes(), s.cluster.load_version, s.cluster.static_version)
         if key not in self._waits:  # once per ask and nodes while the cluster stays
-            self._waits[key] = time_to_fit(pod, 1, s.cluster, mask, s.now)
+            self._waits[key] = time_to_fit(pod, 1, s.cluster, mask, s.now, self._declared_ends)
         return gpus, self._waits[key]
+
+    def _declared_ends(self) -> list[tuple[float, int, Placement]]:
+        """:func:`~fairgpu.engine.victim_cost.declared_ends` of the cluster, once per state
+        in a cycle (``now`` is fixed): one walk of the running pods for every mask asked."""
+        c = self.s.cluster
+        key = (c.load_version, c.static_version, c.size)
+        if self._ends is None or self._ends[0] != key:
+            self._ends = (key, declared_ends(c, self.s.now))
+        return self._ends[1]
 
     def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
         """Remember the GPUs a reclaim plan frees, whole groups included (recorded if the
