@@ -270,7 +270,7 @@ def time_to_fit(
     soonest = (
         _declared_ends(cluster, milli, now)
         if ends is None
-        else [e for e in ends() if e[1] in milli]
+        else (e for e in ends() if e[1] in milli)
     )
     for end, n, pl in soonest:
         for d in pl.devices:
