@@ -23,9 +23,12 @@ from fairgpu.engine.actions.reclaim import reverses
 from fairgpu.engine.actions.reserve import reservation_protected
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.gang import Reservation, backfill_mask, declared_runtime
+from fairgpu.engine.jobs import Job
+from fairgpu.engine.memo import CycleMemo
 from fairgpu.engine.session import Session
 from fairgpu.engine.victim_cost import declared_ends, time_to_fit
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
+from fairgpu.tenancy.resolve import Tenant
 from tests.builders import cluster, node_info, pod_info
 
 NODES = 6
@@ -275,3 +278,26 @@ def test_time_to_fit_from_the_whole_cluster_ends_is_the_same(
     plain = time_to_fit(pod, 1, state, mask, now)
     shared = time_to_fit(pod, 1, state, mask, now, lambda: declared_ends(state, now))
     assert shared == plain
+
+
+# ---- a lane's backfill classes --------------------------------------------------------------
+
+
+def test_lane_classes_follow_the_reservations_of_the_last_backfill_key() -> None:
+    """A lane's classes are kept while the set of reservations stays, and computed afresh
+    for another set (a held job's own view leaves its reservation out)."""
+    tenant = Tenant(queue="a", user="u")
+    lane = [
+        Job(p.uid, [p], tenant)
+        for p in (pod_info(f"p{i}", "a", duration=d) for i, d in enumerate([10, 100, 1000, 50]))
+    ]
+    early = Reservation("q/early", "q", np.array([0]), 0.0)
+    late = Reservation("q/late", "q", np.array([1]), 0.0)
+    drain = {0: 60.0, 1: 500.0}
+    memo = CycleMemo()
+    memo.backfill_key(lane[0].pods[0], {"q/early": early, "q/late": late}, drain, 0.0, 2)
+    both = memo.lane_classes(lane, 0.0)
+    assert both.tolist() == [2, 1, 0, 2]  # ends before both starts, the later one, neither
+    assert memo.lane_classes(lane, 0.0) is both
+    memo.backfill_key(lane[0].pods[0], {"q/late": late}, drain, 0.0, 2)
+    assert memo.lane_classes(lane, 0.0).tolist() == [1, 1, 0, 1]
