@@ -166,6 +166,15 @@ def _session(case: dict[str, Any]) -> tuple[Session, list[str]]:
     return session, uids
 
 
+def _cooling(session: Session, uid: str) -> bool:
+    """Does the pod sit on a GPU that changed tenant within the cooldown?"""
+    changed = session.state.tenant_changed
+    pl = session.cluster.placements[uid]
+    name = session.cluster.node(pl.node).name
+    cooldown = session.tenancy.preemption.reclaim_cooldown_seconds
+    return any(session.now - changed.get((name, d), -np.inf) < cooldown for d in pl.devices)
+
+
 def _rules_as_written(
     session: Session, victims: FairVictims, pool: list[str], min_run: float
 ) -> list[str]:
@@ -176,7 +185,7 @@ def _rules_as_written(
         u
         for u in pool
         if eligible_victim(session, u, min_run)
-        and not victims._cooling(u)
+        and not _cooling(session, u)
         and not reverses(session.state, victims._node_of(u), "a", "b", session.now, cfg)
         and not reservation_protected(session, u)
     )

@@ -383,8 +383,8 @@ class FairVictims:
         return ok, soonest
 
     def _hot_gpus(self) -> set[tuple[int, int]]:
-        """(node slot, device) of every GPU that changed tenant within the cooldown: the
-        GPUs :meth:`_cooling` holds back, found once per pass instead of once per pod."""
+        """(node slot, device) of every GPU that changed tenant within the cooldown (a pod on
+        one is held back from reclaim), found once per pass instead of once per pod."""
         s = self.s
         changed = s.state.tenant_changed
         if not changed:
@@ -399,17 +399,6 @@ class FairVictims:
 
     def _node_of(self, uid: str) -> str:
         return self.s.cluster.node(self.s.cluster.placements[uid].node).name
-
-    def _cooling(self, uid: str) -> bool:
-        """Does the pod sit on a GPU that changed tenant within the cooldown?"""
-        s = self.s
-        changed = s.state.tenant_changed
-        if not changed:
-            return False
-        pl = s.cluster.placements[uid]
-        name = s.cluster.node(pl.node).name
-        cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
-        return any(s.now - changed.get((name, d), -np.inf) < cooldown for d in pl.devices)
 
     def _reclaimable_queues(self, queue: str) -> list[str]:
         book = self.s.book
