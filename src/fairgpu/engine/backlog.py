@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
+from itertools import compress
 from operator import attrgetter
 
 from fairgpu.engine.decisions import CycleResult
@@ -72,10 +73,10 @@ class Backlog:
             self._remove(i, seen.pop(i))
         added = cur - seen.keys()
         if added:
-            # In the order pods were handed in, so group members keep it.
-            for pod in pending:
-                if id(pod) in added:
-                    added.discard(id(pod))
+            # In the order pods were handed in, so group members keep it; the new pods are
+            # picked out at C level (a pod handed in twice is added once).
+            for pod in compress(pending, map(added.__contains__, map(id, pending))):
+                if id(pod) not in seen:
                     seen[id(pod)] = pod
                     self._add(pod, resolver)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -144,19 +145,21 @@ def backfill_mask(
         nodes = res.nodes[res.nodes < n]
         if nodes.size == 0:
             continue
-        ok = np.zeros(nodes.size, dtype=bool)
-        if runtime is not None:
-            # The held job starts once its last node drains: work that ends by then, on any
-            # of its nodes, does not delay it (EASY backfilling).
-            start = max(drain.get(int(i), math.inf) for i in nodes)
-            ok |= now + runtime <= start
-        if pod.gpu.count == 0:
-            alloc = cluster.allocatable[nodes]
-            req = cluster.requested[nodes]
-            ok |= (alloc[:, COL_CPU] - req[:, COL_CPU] - cpu >= res.cpu) & (
-                alloc[:, COL_MEMORY] - req[:, COL_MEMORY] - mem >= res.memory
-            )
-        mask[nodes] = ok
+        # The held job starts once its last node drains: work that ends by then, on any of
+        # its nodes, does not delay it (EASY backfilling).
+        ends_first = runtime is not None and now + runtime <= max(
+            map(drain.get, nodes.tolist(), repeat(math.inf))
+        )
+        if pod.gpu.count:
+            mask[nodes] = ends_first  # the same for every node of the reservation
+            continue
+        # Without GPUs it may also use what the held job leaves of CPU and memory.
+        alloc = cluster.allocatable[nodes]
+        req = cluster.requested[nodes]
+        mask[nodes] = ends_first | (
+            (alloc[:, COL_CPU] - req[:, COL_CPU] - cpu >= res.cpu)
+            & (alloc[:, COL_MEMORY] - req[:, COL_MEMORY] - mem >= res.memory)
+        )
     return mask
 
 

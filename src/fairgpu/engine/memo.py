@@ -331,8 +331,8 @@ class _Entries:
 class CycleMemo:
     """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
     failed gang shapes (how many identical members fit before one failed, and why), gang
-    screen bounds per shape and cluster state, backfill masks per reservation class, the
-    declared run times of lanes."""
+    screen bounds per shape and cluster state, the room a victim pool would free, backfill
+    masks per reservation class, the declared run times of lanes."""
 
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     front: Front = field(default_factory=Front)
@@ -341,7 +341,9 @@ class CycleMemo:
     allowed: dict[tuple[object, ...], np.ndarray | None] = field(default_factory=dict)
     gangs: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
     screens: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
+    rooms: dict[tuple[object, ...], tuple[object, np.ndarray]] = field(default_factory=dict)
     runtimes: dict[int, tuple[list[Job], np.ndarray]] = field(default_factory=dict)
+    lane_ks: dict[int, tuple[list[Job], list[float], np.ndarray]] = field(default_factory=dict)
     starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
     _classes: tuple[tuple[Reservation, ...], tuple[str, ...], list[float]] | None = None
 
@@ -390,6 +392,18 @@ class CycleMemo:
             times = np.array(list(map(_RUNTIME, lane)), dtype=float)
             got = self.runtimes[id(lane)] = (lane, times)
         return got[1]
+
+    def lane_classes(self, lane: list[Job], now: float) -> np.ndarray:
+        """:meth:`ends_before_all` of ``lane``'s declared run times, once per lane and set of
+        reservations of the last :meth:`backfill_key` call (lanes do not change during a
+        cycle; ``now`` is the cycle's)."""
+        assert self._classes is not None
+        starts = self._classes[2]
+        got = self.lane_ks.get(id(lane))
+        if got is None or got[0] is not lane or got[1] is not starts:
+            ks = self.ends_before_all(self.lane_runtimes(lane), now)
+            got = self.lane_ks[id(lane)] = (lane, starts, ks)
+        return got[2]
 
     def ends_before_all(self, runtimes: np.ndarray, now: float) -> np.ndarray:
         """:meth:`ends_before` of each of ``runtimes`` (nan: none declared)."""

@@ -240,12 +240,19 @@ def copies_on_node(pod: PodInfo, milli: np.ndarray, memory: np.ndarray, need_mem
 
 
 def time_to_fit(
-    pod: PodInfo, copies: int, cluster: ClusterState, mask: np.ndarray, now: float
+    pod: PodInfo,
+    copies: int,
+    cluster: ClusterState,
+    mask: np.ndarray,
+    now: float,
+    ends: Callable[[], list[tuple[float, int, Placement]]] | None = None,
 ) -> float:
     """Seconds until ``copies`` copies of ``pod`` fit on the nodes of ``mask`` as far as GPUs
     go, if every pod ends at its declared run time; ``inf`` if that is not known. Also ``inf``
     when they fit already: then something other than GPUs blocks the pod, and when that ends
-    cannot be told."""
+    cannot be told. ``ends``: :func:`declared_ends` of the whole cluster at ``now`` (shared
+    by callers asking for several masks in the same state; the nodes of ``mask`` are picked
+    out of it, in the same order)."""
     if pod.gpu.count == 0:
         return math.inf
     nodes = np.flatnonzero(mask[: cluster.size])
@@ -260,7 +267,12 @@ def time_to_fit(
     total = sum(fit.values())
     if total >= copies:
         return math.inf
-    for end, n, pl in _declared_ends(cluster, milli, now):
+    soonest = (
+        _declared_ends(cluster, milli, now)
+        if ends is None
+        else (e for e in ends() if e[1] in milli)
+    )
+    for end, n, pl in soonest:
         for d in pl.devices:
             if 0 <= d < milli[n].size:
                 milli[n][d] += pl.device_milli
@@ -271,6 +283,12 @@ def time_to_fit(
         if total >= copies:
             return max(0.0, end - now)
     return math.inf
+
+
+def declared_ends(cluster: ClusterState, now: float) -> list[tuple[float, int, Placement]]:
+    """(end, node, placement) of every GPU pod in ``cluster`` that declares its run time,
+    soonest first (ties by uid): what :func:`time_to_fit` walks, for all nodes at once."""
+    return _declared_ends(cluster, range(cluster.size), now)
 
 
 def _declared_ends(

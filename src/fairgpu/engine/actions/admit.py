@@ -85,7 +85,10 @@ class FairAdmission:
             out.unschedulable.extend(Unschedulable(p, p.error, False) for p in pods if p.error)
             return False
         vecs = [book.pending_vector(p) for p in pods[: job.need]]
-        need_vec = sum(vecs, start=np.zeros_like(book.pending_vector(pods[0])))
+        # Summed from zero in member order, in place (one array, not one per member).
+        need_vec = np.zeros_like(vecs[0] if vecs else book.pending_vector(pods[0]))
+        for vec in vecs:
+            need_vec += vec
         queue = job.tenant.queue
         reason = book.never_fits(queue, need_vec) or book.namespace_never_fits(pods[0])
         if reason:

@@ -48,8 +48,7 @@ def members_bound(
     nodes = session.scheduler.static_mask(pod, cluster)
     if mask is not None:
         nodes = nodes & mask
-    room = cluster.free()[:, COLUMNS].astype(float)
-    _add_victims(room, cluster, victims)
+    room = _victim_room(session, victims)
     ask = np.zeros(len(COLUMNS))
     _add(ask[None, :], 0, *cluster.request_vector(pod))
     ask[COLUMNS.index(COL_PODS)] = max(ask[COLUMNS.index(COL_PODS)], 1.0)
@@ -60,6 +59,23 @@ def members_bound(
     per_node = np.where(nodes, copies.min(axis=1), 0.0)
     limiting = asked[int(np.argmin(copies[nodes].sum(axis=0)))]
     return int(per_node.sum()), NAMES[limiting]
+
+
+def _victim_room(session: Session, victims: Iterable[str]) -> np.ndarray:
+    """Free room per node (:data:`COLUMNS`) with every pod of ``victims`` gone; computed
+    once per victim pool object and cluster state in a cycle (gangs of several shapes
+    screen against the same pool; the pool is not changed while the cycle holds it). The
+    result is shared: callers only read it."""
+    cluster = session.cluster
+    key = (id(victims), cluster.load_version, cluster.static_version, cluster.size)
+    rooms = session.memo.rooms
+    got = rooms.get(key)
+    if got is not None and got[0] is victims:
+        return got[1]
+    room = cluster.free()[:, COLUMNS].astype(float)
+    _add_victims(room, cluster, victims)
+    rooms[key] = (victims, room)
+    return room
 
 
 def _add_victims(room: np.ndarray, cluster: ClusterState, victims: Iterable[str]) -> None:

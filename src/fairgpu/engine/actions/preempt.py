@@ -29,6 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fairgpu.cluster.state import Placement
 from fairgpu.engine.actions.order import Lanes
 from fairgpu.engine.actions.reclaim import (
     may_reclaim_from,
@@ -43,6 +44,7 @@ from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_el
 from fairgpu.engine.session import EngineState, Session
 from fairgpu.engine.victim_cost import (
     VictimCost,
+    declared_ends,
     hours,
     lost_work,
     running_gangs,
@@ -131,6 +133,7 @@ class FairVictims:
         self._freeable: tuple[tuple[object, ...], set[str]] | None = None
         self._sets: dict[tuple[object, ...], tuple[list[list[str]], str | None]] = {}
         self._waits: dict[tuple[object, ...], float] = {}
+        self._ends: tuple[tuple[int, int, int], list[tuple[float, int, Placement]]] | None = None
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -251,8 +254,17 @@ class FairVictims:
             mask = mask & allowed[: mask.size]
         key = (pod.gpu, mask.tobytes(), s.cluster.load_version, s.cluster.static_version)
         if key not in self._waits:  # once per ask and nodes while the cluster stays
-            self._waits[key] = time_to_fit(pod, 1, s.cluster, mask, s.now)
+            self._waits[key] = time_to_fit(pod, 1, s.cluster, mask, s.now, self._declared_ends)
         return gpus, self._waits[key]
+
+    def _declared_ends(self) -> list[tuple[float, int, Placement]]:
+        """:func:`~fairgpu.engine.victim_cost.declared_ends` of the cluster, once per state
+        in a cycle (``now`` is fixed): one walk of the running pods for every mask asked."""
+        c = self.s.cluster
+        key = (c.load_version, c.static_version, c.size)
+        if self._ends is None or self._ends[0] != key:
+            self._ends = (key, declared_ends(c, self.s.now))
+        return self._ends[1]
 
     def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
         """Remember the GPUs a reclaim plan frees, whole groups included (recorded if the
@@ -310,16 +322,12 @@ class FairVictims:
         sets: list[list[str]] = []
         for other in self._reclaimable_queues(queue):
             pool = s.book.queue_pods[other]
-            ok = sorted(
-                u
-                for u in pool
-                if eligible_victim(s, u, min_run)
-                and not self._cooling(u)
-                and not reverses(s.state, self._node_of(u), other, queue, s.now, cfg)
-                and not reservation_protected(s, u)
-            )
-            if len(ok) < len(pool):
-                self._ask_retry(pool, min_run)
+            ok, soonest = self._reclaimable(pool, other, queue, min_run)
+            if len(ok) < len(pool) and soonest < np.inf:
+                # Pods held back only by time (too young to reclaim, or on GPUs cooling
+                # down) become victims later: ask the adapter for a cycle at the first such
+                # moment.
+                s.out.retry_no_later_than(float(soonest))
             sets.append(ok)
             if not ok:
                 self._refusal.setdefault(
@@ -330,37 +338,67 @@ class FairVictims:
                 )
         return sets
 
-    def _ask_retry(self, pool: Iterable[str], min_run: float) -> None:
-        """Pods of ``pool`` held back only by time (too young to reclaim, or on GPUs cooling
-        down) become victims later: ask the adapter for a cycle at the first such moment."""
+    def _reclaimable(
+        self, pool: Iterable[str], other: str, queue: str, min_run: float
+    ) -> tuple[list[str], float]:
+        """The pods of ``pool`` (queue ``other``) that ``queue`` may reclaim, sorted: eligible
+        victims (:func:`eligible_victim`) not on cooling GPUs, whose reclaim would not reverse
+        one ``other`` made from ``queue`` there and not protected by a reservation they
+        started from; and the first later moment at which a bound pod of ``pool`` has run
+        ``min_run`` and its GPUs have cooled down (``inf``: none). One pass with the cycle's
+        constants bound once; each rule is asked only while the earlier ones hold, as they
+        have effects (a retry time, forgotten entries)."""
         s = self.s
-        cluster, changed = s.cluster, s.state.tenant_changed
-        cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
-        for uid in pool:
-            pl = cluster.placements.get(uid)
-            if pl is None or not pl.bound or pl.terminating or uid in s.placed_now:
+        cfg = s.tenancy.preemption
+        state, now, cooldown = s.state, s.now, cfg.reclaim_cooldown_seconds
+        cluster = s.cluster
+        placements, placed_now, changed = cluster.placements, s.placed_now, state.tenant_changed
+        hot = self._hot_gpus()
+        ok: list[str] = []
+        soonest = np.inf
+        for u in pool:
+            if u in placed_now:
+                continue
+            pl = placements.get(u)
+            if pl is None or not pl.bound or pl.terminating:
                 continue
             when = pl.started + min_run
             if changed:
                 name = cluster.node(pl.node).name
                 cooled = max((changed.get((name, d), -np.inf) for d in pl.devices), default=-np.inf)
                 when = max(when, cooled + cooldown)
-            if when > s.now:
-                s.out.retry_no_later_than(float(when))
+            if now < when < soonest:
+                soonest = when
+            # victim_eligible, inlined: this loop runs over every pod of the queue.
+            if now - pl.started < min_run:
+                continue
+            if hot and any((pl.node, d) in hot for d in pl.devices):
+                continue
+            if state.reclaimed and reverses(state, self._node_of(u), other, queue, now, cfg):
+                continue
+            if state.protected and reservation_protected(s, u):
+                continue
+            ok.append(u)
+        ok.sort()
+        return ok, soonest
 
-    def _node_of(self, uid: str) -> str:
-        return self.s.cluster.node(self.s.cluster.placements[uid].node).name
-
-    def _cooling(self, uid: str) -> bool:
-        """Does the pod sit on a GPU that changed tenant within the cooldown?"""
+    def _hot_gpus(self) -> set[tuple[int, int]]:
+        """(node slot, device) of every GPU that changed tenant within the cooldown (a pod on
+        one is held back from reclaim), found once per pass instead of once per pod."""
         s = self.s
         changed = s.state.tenant_changed
         if not changed:
-            return False
-        pl = s.cluster.placements[uid]
-        name = s.cluster.node(pl.node).name
-        cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
-        return any(s.now - changed.get((name, d), -np.inf) < cooldown for d in pl.devices)
+            return set()
+        now, cooldown = s.now, s.tenancy.preemption.reclaim_cooldown_seconds
+        index = s.cluster.node_index
+        return {
+            (index[name], d)
+            for (name, d), when in changed.items()
+            if now - when < cooldown and name in index
+        }
+
+    def _node_of(self, uid: str) -> str:
+        return self.s.cluster.node(self.s.cluster.placements[uid].node).name
 
     def _reclaimable_queues(self, queue: str) -> list[str]:
         book = self.s.book

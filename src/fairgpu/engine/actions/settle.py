@@ -88,7 +88,7 @@ def _report(session: Session, taken: list[Job], outcomes: Iterable[Outcome]) -> 
             taken = list(compress(taken, keep))
             outcomes = compress(outcomes, keep)
     session.out.unschedulable.extend(
-        Unschedulable(f.pods[0], *known) for f, known in zip(taken, outcomes, strict=False)
+        [Unschedulable(f.pods[0], r, ok) for f, (r, ok) in zip(taken, outcomes, strict=False)]
     )
 
 
@@ -171,20 +171,20 @@ class _RunJudge:
 
     def accept(self, lane: list[Job], start: int, end: int) -> int:
         """How many of the run ``lane[start:end]`` (in order) are settled; their outcomes go
-        to :attr:`outcomes`."""
-        run = lane[start:end]
-        limit = self._before_reserved(run)
+        to :attr:`outcomes`. Reads the lane in place: the classes of the whole lane are
+        computed once per lane and set of reservations in a cycle
+        (:meth:`~fairgpu.engine.memo.CycleMemo.lane_classes`), not once per run."""
+        limit = self._before_reserved(lane, start, end)
         if limit == 0:
             return 0
-        runtimes = self.s.memo.lane_runtimes(lane)[start : start + limit]
-        ks = self.s.memo.ends_before_all(runtimes, self.s.now)
+        ks = self.s.memo.lane_classes(lane, self.s.now)[start : start + limit]
         by_class = self.classes.by_class
         assert by_class is not None
         # Classes are 0..len(reservations): a table per class, not a search per job.
         seen = np.bincount(ks)
         for k in np.flatnonzero(seen).tolist():
             if k not in by_class:
-                by_class[k] = self.classes.outcome(run[int(np.argmax(ks == k))])
+                by_class[k] = self.classes.outcome(lane[start + int(np.argmax(ks == k))])
         unknown = np.zeros(seen.size, dtype=bool)
         for k, known in by_class.items():
             if known is None and k < seen.size:
@@ -196,37 +196,41 @@ class _RunJudge:
         self.outcomes = cast(list[Outcome], list(map(by_class.__getitem__, ks[:limit].tolist())))
         return limit
 
-    def _before_reserved(self, run: list[Job]) -> int:
-        """The index of the first job of ``run`` that holds a reservation (len: none)."""
-        limit = len(run)
+    def _before_reserved(self, lane: list[Job], start: int, end: int) -> int:
+        """How many jobs of ``lane[start:end]`` come before the first that holds a
+        reservation (``end - start``: none)."""
+        limit = end - start
         backlog = self.s.backlog
         for key in self.s.state.reservations:
             job = backlog.alone.get(key) if backlog is not None else None
             if job is None:
                 if backlog is None:
-                    return min(limit, _scan_reserved(run, self.s))
+                    return min(limit, _scan_reserved(lane, start, end, self.s) - start)
                 continue
             if job.sig is not self.sig:
                 continue
-            at = _index(run, job)
+            at = _index(lane, job, start, end)
             if at is not None:
-                limit = min(limit, at)
+                limit = min(limit, at - start)
         return limit
 
 
-def _index(run: list[Job], job: Job) -> int | None:
-    """Where ``job`` is in ``run`` (sorted by sort key), or None."""
-    at = bisect_left(run, job.sort_key, key=_SORT)
-    while at < len(run) and run[at].sort_key == job.sort_key:
-        if run[at] is job:
+def _index(lane: list[Job], job: Job, start: int, end: int) -> int | None:
+    """Where ``job`` is in ``lane[start:end]`` (sorted by sort key; an index of ``lane``),
+    or None."""
+    at = bisect_left(lane, job.sort_key, start, end, key=_SORT)
+    while at < end and lane[at].sort_key == job.sort_key:
+        if lane[at] is job:
             return at
         at += 1
     return None
 
 
-def _scan_reserved(run: list[Job], session: Session) -> int:
+def _scan_reserved(lane: list[Job], start: int, end: int, session: Session) -> int:
+    """The index of ``lane`` of the first job of ``lane[start:end]`` that holds a
+    reservation (``end``: none)."""
     reservations = session.state.reservations
-    for i, job in enumerate(run):
-        if job.key in reservations:
+    for i in range(start, end):
+        if lane[i].key in reservations:
             return i
-    return len(run)
+    return end

@@ -105,11 +105,11 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
                 short[:, gpu[0]] &= _devices_look_free(pod, cluster, n)
         mask = ~short.any(axis=1)
         reasons = {}
-        for j, col in enumerate(cols):
-            failing = short[:, j]
-            if failing.any():
-                rname = _REASON_NAMES.get(int(col), cluster.resources[col])
-                reasons["Too many pods" if rname == PODS else f"Insufficient {rname}"] = failing
+        # Only the columns some node is short of (one reduction for all of them).
+        for j in np.flatnonzero(short.any(axis=0)).tolist():
+            col = cols[j]
+            rname = _REASON_NAMES.get(int(col), cluster.resources[col])
+            reasons["Too many pods" if rname == PODS else f"Insufficient {rname}"] = short[:, j]
         return FilterResult(mask, reasons)
 
     def _after(

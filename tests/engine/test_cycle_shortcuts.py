@@ -1,0 +1,312 @@
+"""Shortcuts of the scheduling cycle give exactly what the rules they stand for give.
+
+Each test compares a shortcut with the rule written out plainly (the form it replaced), on
+random states (hypothesis): the backfill mask of a pod with GPUs built one value per
+reservation, the reclaimable pods of a queue and the retry time of those held back only by
+time found in one pass, and the room a victim pool frees computed once per pool and cluster
+state in a cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.actions.gang_screen import COLUMNS, _add_victims, members_bound
+from fairgpu.engine.actions.preempt import FairVictims, eligible_victim
+from fairgpu.engine.actions.reclaim import reverses
+from fairgpu.engine.actions.reserve import reservation_protected
+from fairgpu.engine.engine import Engine
+from fairgpu.engine.gang import Reservation, backfill_mask, declared_runtime
+from fairgpu.engine.jobs import Job
+from fairgpu.engine.memo import CycleMemo
+from fairgpu.engine.session import Session
+from fairgpu.engine.victim_cost import declared_ends, time_to_fit
+from fairgpu.model.pod import CPU, MEMORY, PodInfo
+from fairgpu.tenancy.resolve import Tenant
+from tests.builders import cluster, node_info, pod_info
+
+NODES = 6
+GPUS = 4
+
+
+def _nodes() -> ClusterState:
+    return cluster(*(node_info(f"n{i}", gpus=GPUS, cpu=16_000) for i in range(NODES)))
+
+
+# ---- backfill masks -------------------------------------------------------------------------
+
+
+def _mask_as_written(
+    pod: PodInfo,
+    state: ClusterState,
+    reservations: list[Reservation],
+    drain: dict[int, float],
+    now: float,
+) -> np.ndarray:
+    """The backfill rule written out per node (the form the shortcut replaced)."""
+    n = state.size
+    mask = np.ones(n, dtype=bool)
+    runtime = declared_runtime(pod)
+    for res in reservations:
+        nodes = res.nodes[res.nodes < n]
+        if nodes.size == 0:
+            continue
+        ok = np.zeros(nodes.size, dtype=bool)
+        if runtime is not None:
+            start = max(drain.get(int(i), math.inf) for i in nodes)
+            ok |= now + runtime <= start
+        if pod.gpu.count == 0:
+            alloc = state.allocatable[nodes]
+            req = state.requested[nodes]
+            ok |= (alloc[:, 0] - req[:, 0] - pod.requests.get(CPU, 0) >= res.cpu) & (
+                alloc[:, 1] - req[:, 1] - pod.requests.get(MEMORY, 0) >= res.memory
+            )
+        mask[nodes] = ok
+    return mask
+
+
+@st.composite
+def backfill_cases(draw: st.DrawFn) -> tuple[Any, ...]:
+    state = _nodes()
+    for i in range(draw(st.integers(0, 8))):
+        p = pod_info(f"r{i}", "r", gpus=draw(st.integers(0, 2)), cpu=draw(st.integers(0, 8000)))
+        state.assign(p, draw(st.integers(0, NODES - 1)), tuple(range(p.gpu.count)))
+    free = list(range(NODES + 2))  # slots beyond the cluster are ignored
+    reservations = []
+    for k in range(draw(st.integers(0, 3))):
+        nodes = draw(st.lists(st.sampled_from(free), min_size=0, max_size=3, unique=True))
+        free = [i for i in free if i not in nodes]
+        reservations.append(
+            Reservation(
+                f"q/job{k}",
+                "q",
+                np.array(nodes, dtype=np.intp),
+                0.0,
+                cpu=float(draw(st.integers(0, 20_000))),
+                memory=float(draw(st.integers(0, 2**40))),
+            )
+        )
+    times = st.one_of(st.floats(0, 5000), st.just(math.inf))
+    drain = {i: draw(times) for i in range(NODES) if draw(st.booleans())}
+    duration = draw(st.one_of(st.none(), st.floats(0, 4000).map(lambda x: round(x, 1))))
+    pod = pod_info(
+        "p",
+        "a",
+        gpus=draw(st.integers(0, 2)),
+        cpu=draw(st.integers(0, 16_000)),
+        duration=duration,
+    )
+    return pod, state, reservations, drain, draw(st.floats(0, 1000))
+
+
+@settings(max_examples=300, deadline=None)
+@given(backfill_cases())
+def test_backfill_mask_is_the_rule_per_node(case: tuple[Any, ...]) -> None:
+    """Pods with and without GPUs, with and without a declared run time, reservations that
+    drain, never drain or reach past the cluster's slots."""
+    pod, state, reservations, drain, now = case
+    got = backfill_mask(pod, state, reservations, drain, now)
+    assert np.array_equal(got, _mask_as_written(pod, state, reservations, drain, now))
+
+
+# ---- reclaimable pods and the retry time ----------------------------------------------------
+
+
+@st.composite
+def reclaim_cases(draw: st.DrawFn) -> dict[str, Any]:
+    """Pods of queue ``a`` running from random times, some not bound or terminating, some
+    placed in the cycle; GPUs that changed tenant, earlier reclaims by ``a`` from ``b`` and
+    pods protected by the reservation they started from, at random times."""
+    pods = []
+    for i in range(draw(st.integers(0, 12))):
+        pods.append(
+            (
+                i,
+                draw(st.integers(0, NODES - 1)),
+                draw(st.floats(0, 1000)),
+                draw(st.booleans()) or draw(st.booleans()),  # bound, mostly
+                draw(st.integers(0, 5)) == 0,  # terminating, rarely
+            )
+        )
+    times = st.floats(0, 1000)
+    devices = st.tuples(st.integers(0, NODES - 1), st.integers(0, GPUS - 1))
+    return {
+        "pods": pods,
+        "changed": draw(st.dictionaries(devices, times, max_size=6)),
+        "reclaimed": draw(st.dictionaries(st.integers(0, NODES - 1), times, max_size=4)),
+        "protected": draw(st.dictionaries(st.integers(0, 11), times, max_size=4)),
+        "placed_now": draw(st.sets(st.integers(0, 11), max_size=3)),
+        "now": draw(st.floats(200, 1400)),
+    }
+
+
+def _session(case: dict[str, Any]) -> tuple[Session, list[str]]:
+    """A fresh session over the case's state (each side effect lands in its own copy)."""
+    state = _nodes()
+    used = [0] * NODES
+    uids = []
+    for i, node, started, bound, terminating in case["pods"]:
+        p = pod_info(f"a{i}", "a", gpus=1 if used[node] < GPUS else 0)
+        pl = state.assign(p, node, tuple(range(used[node], used[node] + p.gpu.count)), started)
+        used[node] += p.gpu.count
+        pl.bound, pl.terminating = bound, terminating
+        uids.append(p.uid)
+    session = Engine().session(state, case["now"])  # reclaimCooldownSeconds 600
+    st_ = session.state
+    st_.tenant_changed.update({(f"n{n}", d): t for (n, d), t in case["changed"].items()})
+    st_.reclaimed.update({(f"n{n}", "a", "b"): t for n, t in case["reclaimed"].items()})
+    st_.protected.update({f"a/a{i}": t for i, t in case["protected"].items()})
+    session.placed_now.update(f"a/a{i}" for i in case["placed_now"])
+    return session, uids
+
+
+def _cooling(session: Session, uid: str) -> bool:
+    """Does the pod sit on a GPU that changed tenant within the cooldown?"""
+    changed = session.state.tenant_changed
+    pl = session.cluster.placements[uid]
+    name = session.cluster.node(pl.node).name
+    cooldown = session.tenancy.preemption.reclaim_cooldown_seconds
+    return any(session.now - changed.get((name, d), -np.inf) < cooldown for d in pl.devices)
+
+
+def _rules_as_written(
+    session: Session, victims: FairVictims, pool: list[str], min_run: float
+) -> list[str]:
+    """Each rule asked per pod, then the retry time of pods held back by time (the form the
+    one-pass shortcut replaced)."""
+    cfg = session.tenancy.preemption
+    ok = sorted(
+        u
+        for u in pool
+        if eligible_victim(session, u, min_run)
+        and not _cooling(session, u)
+        and not reverses(session.state, victims._node_of(u), "a", "b", session.now, cfg)
+        and not reservation_protected(session, u)
+    )
+    if len(ok) < len(pool):
+        placements, changed = session.cluster.placements, session.state.tenant_changed
+        for uid in pool:
+            pl = placements.get(uid)
+            if pl is None or not pl.bound or pl.terminating or uid in session.placed_now:
+                continue
+            when = pl.started + min_run
+            if changed:
+                name = session.cluster.node(pl.node).name
+                cooled = max((changed.get((name, d), -np.inf) for d in pl.devices), default=-np.inf)
+                when = max(when, cooled + cfg.reclaim_cooldown_seconds)
+            if when > session.now:
+                session.out.retry_no_later_than(float(when))
+    return ok
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reclaim_cases())
+def test_reclaimable_pods_in_one_pass_are_the_rules_per_pod(case: dict[str, Any]) -> None:
+    """The same victims, the same retry time, the same expired reclaims forgotten."""
+    min_run = 120.0
+    plain, uids = _session(case)
+    want = _rules_as_written(plain, FairVictims(plain, {}), uids, min_run)
+    fast, _ = _session(case)
+    got, soonest = FairVictims(fast, {})._reclaimable(uids, "a", "b", min_run)
+    if len(got) < len(uids) and soonest < np.inf:
+        fast.out.retry_no_later_than(float(soonest))  # as _reclaim_sets asks for it
+    assert got == want
+    assert fast.out.retry_at == plain.out.retry_at
+    assert fast.state.reclaimed == plain.state.reclaimed
+
+
+# ---- the room a victim pool frees -----------------------------------------------------------
+
+
+def test_victim_room_is_shared_while_the_cluster_stands_and_redone_after_a_change() -> None:
+    """Gangs of several shapes screen against one pool: the room is computed once while
+    nothing is placed or released, and afresh (with the change) after."""
+    state = _nodes()
+    running = [pod_info(f"v{i}", "b", gpus=2) for i in range(4)]
+    for i, p in enumerate(running):
+        state.assign(p, i, (0, 1))
+    session = Engine().session(state, 10.0)
+    pool = {p.uid for p in running}
+    gang = pod_info("g", "a", gpus=4)
+    first = members_bound(session, gang, None, pool)
+    assert len(session.memo.rooms) == 1
+    room = next(iter(session.memo.rooms.values()))[1]
+    assert members_bound(session, gang, None, pool) == first
+    assert next(iter(session.memo.rooms.values()))[1] is room  # the same array, not redone
+
+    state.assign(pod_info("x", "c", gpus=4), 5, (0, 1, 2, 3))
+    members_bound(session, gang, None, pool)
+    assert len(session.memo.rooms) == 2
+    fresh = state.free()[:, COLUMNS].astype(float)
+    _add_victims(fresh, state, pool)
+    newest = list(session.memo.rooms.values())[-1][1]
+    assert np.array_equal(newest, fresh)
+    assert not np.array_equal(newest, room)  # node 5's GPUs are taken now
+
+
+# ---- time to fit from the cluster's declared ends -------------------------------------------
+
+
+@st.composite
+def fit_cases(draw: st.DrawFn) -> tuple[ClusterState, PodInfo, np.ndarray, float]:
+    """Nodes partly filled by pods that declare run times (or not), a pod asking whole GPUs
+    or a share, a random set of nodes it may use."""
+    state = _nodes()
+    used = [0] * NODES
+    for i in range(draw(st.integers(0, 16))):
+        node = draw(st.integers(0, NODES - 1))
+        gpus = draw(st.integers(1, 2))
+        if used[node] + gpus > GPUS:
+            continue
+        duration = draw(st.one_of(st.none(), st.floats(1, 3000).map(lambda x: round(x, 1))))
+        p = pod_info(f"r{i}", "r", gpus=gpus, duration=duration)
+        state.assign(p, node, tuple(range(used[node], used[node] + gpus)), draw(st.floats(0, 500)))
+        used[node] += gpus
+    whole = draw(st.booleans())
+    pod = pod_info(
+        "p", "a", gpus=draw(st.integers(1, 3)) if whole else 1, milli=1000 if whole else 500
+    )
+    mask = np.array(draw(st.lists(st.booleans(), min_size=NODES, max_size=NODES)), dtype=bool)
+    return state, pod, mask, draw(st.floats(500, 1500))
+
+
+@settings(max_examples=300, deadline=None)
+@given(fit_cases())
+def test_time_to_fit_from_the_whole_cluster_ends_is_the_same(
+    case: tuple[ClusterState, PodInfo, np.ndarray, float],
+) -> None:
+    """Picking a mask's nodes out of the whole cluster's declared ends gives the time that
+    walking only those nodes gives."""
+    state, pod, mask, now = case
+    plain = time_to_fit(pod, 1, state, mask, now)
+    shared = time_to_fit(pod, 1, state, mask, now, lambda: declared_ends(state, now))
+    assert shared == plain
+
+
+# ---- a lane's backfill classes --------------------------------------------------------------
+
+
+def test_lane_classes_follow_the_reservations_of_the_last_backfill_key() -> None:
+    """A lane's classes are kept while the set of reservations stays, and computed afresh
+    for another set (a held job's own view leaves its reservation out)."""
+    tenant = Tenant(queue="a", user="u")
+    lane = [
+        Job(p.uid, [p], tenant)
+        for p in (pod_info(f"p{i}", "a", duration=d) for i, d in enumerate([10, 100, 1000, 50]))
+    ]
+    early = Reservation("q/early", "q", np.array([0]), 0.0)
+    late = Reservation("q/late", "q", np.array([1]), 0.0)
+    drain = {0: 60.0, 1: 500.0}
+    memo = CycleMemo()
+    memo.backfill_key(lane[0].pods[0], {"q/early": early, "q/late": late}, drain, 0.0, 2)
+    both = memo.lane_classes(lane, 0.0)
+    assert both.tolist() == [2, 1, 0, 2]  # ends before both starts, the later one, neither
+    assert memo.lane_classes(lane, 0.0) is both
+    memo.backfill_key(lane[0].pods[0], {"q/late": late}, drain, 0.0, 2)
+    assert memo.lane_classes(lane, 0.0).tolist() == [1, 1, 0, 1]
