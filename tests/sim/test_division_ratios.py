@@ -8,6 +8,7 @@ from fairgpu.engine.engine import Engine
 from fairgpu.sim.results import division_ratios, pool_layout, share_ratios, share_timeline
 from fairgpu.sim.simulator import Simulation, SimulationResult
 from fairgpu.sim.workload import PodArrival, Workload
+from tests.builders import k8s_pod
 from tests.sim.helpers import gpu_node, gpu_pod
 
 
@@ -55,4 +56,33 @@ def test_an_uneven_division_of_the_gpus_in_use_scores_below_one() -> None:
     assert ratios["b"]["useful_over_fair"] < 0.5
     assert division["ratios"]["b"] < 0.5
     assert division["ratios"]["b"] == pytest.approx(ratios["b"]["useful_over_fair"], abs=0.05)
+    assert division["idle_pct_while_backlogged"] == pytest.approx(0.0, abs=1.0)
+
+
+def test_idle_counts_only_the_pools_waiting_pods_may_use() -> None:
+    """Pools x and y, one 2-GPU node each. a0 runs on x for 100 s; b0 holds y for 1000 s;
+    a1 waits for y all along. Pool x stands idle from 100 s on, but no waiting pod may use
+    it: nothing is idle for want of scheduling (x was a's pool too, which once counted)."""
+    nodes = [
+        gpu_node("nx", gpus=2, labels={"pool": "x"}),
+        gpu_node("ny", gpus=2, labels={"pool": "y"}),
+    ]
+
+    def pod(name: str, pool: str):  # type: ignore[no-untyped-def]
+        return k8s_pod(name, name[0], gpus="2", cpu="1", nodeSelector={"pool": pool})
+
+    arrivals = [
+        PodArrival(pod("a0", "x"), 0.0, 100.0),
+        PodArrival(pod("b0", "y"), 0.0, 1000.0),
+        PodArrival(pod("a1", "y"), 1.0, 100.0),
+    ]
+    engine = Engine()
+    sim = Simulation(Workload("t", nodes, arrivals), engine, until=1000.0)
+    result = sim.run()
+    capacity, eligible, node_pool = pool_layout(
+        sim.cluster, engine.scheduler, [r.pod for r in result.records]
+    )
+    assert len(capacity) == 2
+    tl = share_timeline(result, capacity, eligible, {})
+    division = division_ratios(result, tl, eligible, {}, node_pool)
     assert division["idle_pct_while_backlogged"] == pytest.approx(0.0, abs=1.0)

@@ -73,6 +73,7 @@ def test_a_job_that_gives_up_backoff_limit_times_fails_and_the_replay_ends() -> 
     for name in ("g0", "g1"):
         assert records[name].end is None and records[name].start is None
         assert "pod group default/g failed" in records[name].reason
+        assert records[name].failed_at == DEFAULT_BACKOFF_LIMIT * DEFAULT_TIMEOUT
     assert records["busy"].end == 100_000.0
     assert result.end_time == 100_000.0
 

@@ -458,8 +458,8 @@ def division_ratios(
     ``tl``): useful allocation ÷ that share of the GPUs in use (sums over the grid points).
     A scheduler that divides what it runs by the shares but leaves GPUs idle scores 1.0 here
     and below 1.0 on :func:`share_ratios`. Beside it: the idle share (GPUs in no run attempt)
-    of the pools the backlogged tenants can use (each tenant's pools: those any of its pods
-    may use over the run), averaged over the instants when any tenant was backlogged.
+    of the pools the pods waiting at each instant may use, averaged over the instants when
+    any GPU pod waited.
 
     Returns ``{"ratios": {tenant: ratio}, "min", "max", "idle_pct_while_backlogged"}``.
     """
@@ -494,22 +494,44 @@ def _idle_while_backlogged(
     eligible: dict[str, frozenset[str]],
     in_use: dict[str, np.ndarray],
 ) -> float | None:
-    """% of the backlogged tenants' pools' capacity in no run attempt, averaged over the
-    instants when any tenant was backlogged (see :func:`division_ratios`)."""
-    pools_of: dict[str, set[str]] = defaultdict(set)
-    for rec in result.records:
-        pools_of[rec.tenant] |= eligible.get(rec.pod.uid, frozenset())
+    """% of the capacity of the pools some waiting GPU pod may use that no run attempt
+    held, averaged over the instants when any GPU pod waited (see :func:`division_ratios`).
+    Only the pools of the pods waiting at that instant count: a pool a tenant used earlier
+    but none of its waiting pods can use is not idle for want of scheduling."""
+    spans: Spans = defaultdict(list)
+    for uid, since, until in _waiting_spans(result):
+        for pool in eligible.get(uid, ()):
+            spans[pool].append((since, until, 1))
+    waiting = {p: _steps(tl.times, spans.get(p, [])) > 0 for p in tl.pools}
     idle: list[float] = []
     for k in range(tl.times.size):
-        wanted: set[str] = set()
-        for t, b in tl.backlogged.items():
-            if b[k]:
-                wanted |= pools_of.get(t, set())
+        wanted = [p for p in tl.pools if waiting[p][k]]
         cap = sum(tl.pools[p] for p in wanted)
         if cap > 0:
             used = sum(min(float(in_use[p][k]), tl.pools[p]) for p in wanted)
             idle.append(1.0 - used / cap)
     return _round(100.0 * float(np.mean(idle))) if idle else None
+
+
+def _waiting_spans(result: SimulationResult) -> list[tuple[str, float, float]]:
+    """Per pod, the ``(uid, from, to)`` spans it waited: from its arrival, and from the end
+    of each run attempt that did not complete (it queued again), to its next start (if it
+    never started again: to when its job failed, else ``inf``)."""
+    attempts: dict[str, list[RunAttempt]] = defaultdict(list)
+    for a in result.runs:
+        attempts[a.uid].append(a)
+    out: list[tuple[str, float, float]] = []
+    for rec in result.records:
+        uid, since = rec.pod.uid, rec.arrival
+        for a in sorted(attempts.get(uid, ()), key=lambda a: a.start):
+            if a.start > since:
+                out.append((uid, since, a.start))
+            stopped = a.end is not None and not a.useful
+            since = a.end if stopped and a.end is not None else math.inf
+        end = math.inf if rec.failed_at is None else rec.failed_at
+        if since < end:
+            out.append((uid, since, end))
+    return out
 
 
 def add_accounting(

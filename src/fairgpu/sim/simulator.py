@@ -43,6 +43,7 @@ class PodRecord:
     reason: str = ""
     preempted: int = 0
     run: int = 0
+    failed_at: float | None = None  # its job failed (gave up its rendezvous too often)
 
     @property
     def wait(self) -> float | None:
@@ -351,7 +352,7 @@ class Simulation:
                 self._wait(self.records[uid], -1)
             for rec in self.records.values():
                 if rec.start is None and self._group_key(rec.pod) == key:
-                    rec.reason = reason
+                    rec.reason, rec.failed_at = reason, self.now
         return True
 
     def _bind_volumes(self, pod: PodInfo, node_name: str) -> None:
