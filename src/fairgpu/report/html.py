@@ -153,7 +153,7 @@ def _lost_plot(result: SimulationResult) -> str:
         else (
             min(a.work_start or math.inf, a.end or 0.0),
             GANG_WAIT,
-            a.gpu_seconds() - a.worked_gpu_seconds(),
+            a.waited_gpu_seconds(),
         )
         for a in result.runs
         if not a.useful or a.work_start != a.start

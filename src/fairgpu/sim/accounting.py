@@ -73,17 +73,26 @@ class RunAttempt:
         """GPU-seconds the attempt held (0 while it has no end)."""
         return 0.0 if self.end is None else self.gpu_milli / 1000.0 * (self.end - self.start)
 
+    @property
+    def until(self) -> float:
+        """Its end, ``inf`` while it has none."""
+        return math.inf if self.end is None else self.end
+
     def worked_gpu_seconds(self) -> float:
         """GPU-seconds from the start of its work to its end (0 if its work never began)."""
         if self.end is None or self.work_start is None:
             return 0.0
         return self.gpu_milli / 1000.0 * max(0.0, self.end - self.work_start)
 
+    def waited_gpu_seconds(self) -> float:
+        """GPU-seconds it held before its work began (``gang-wait`` of a useful attempt)."""
+        return self.gpu_seconds() - self.worked_gpu_seconds()
+
     def useful_span(self) -> tuple[float, float] | None:
         """(work start, end) of a useful attempt whose work began, else None."""
         if not self.useful or self.work_start is None:
             return None
-        return self.work_start, math.inf if self.end is None else self.end
+        return self.work_start, self.until
 
 
 def sibling_cause(trigger: tuple[str, PodInfo | None]) -> tuple[str, PodInfo | None]:
@@ -226,13 +235,13 @@ def work_totals(attempts: Iterable[RunAttempt]) -> dict[str, Any]:
     kinds: dict[str, float] = {}
     tenant_useful: dict[str, float] = {}
     for a in attempts:
-        gs = a.gpu_seconds()
         if a.useful:
             worked = a.worked_gpu_seconds()
             useful += worked
-            lost[GANG_WAIT] += gs - worked
+            lost[GANG_WAIT] += a.waited_gpu_seconds()
             tenant_useful[a.tenant] = tenant_useful.get(a.tenant, 0.0) + worked
         elif a.outcome in lost:
+            gs = a.gpu_seconds()
             lost[a.outcome] += gs
             if a.cause:
                 kinds[a.cause] = kinds.get(a.cause, 0.0) + gs

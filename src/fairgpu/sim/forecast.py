@@ -127,7 +127,6 @@ class _ForecastRun(Simulation):
             key = self._group_key(pod)
             if key:
                 self.group_running.setdefault(key, set()).add(uid)
-            self.rendezvous.adopt(uid)
             if placement.terminating:
                 end: float | None = now + TERMINATING_GRACE
             else:

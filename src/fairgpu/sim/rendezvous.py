@@ -8,7 +8,7 @@ let each member run its work from its own start would credit the baseline with t
 no real cluster does, and make a scheduler that starts no usable job look as busy as one that
 does.
 
-:class:`Rendezvous` keeps, per group, the running members that have started working:
+:class:`Rendezvous` keeps, per group, the running members that wait for their peers:
 
 - a member bound while fewer than minMember members of its group run *waits*: it holds its
   node and devices, and its run time has not begun;
@@ -44,7 +44,8 @@ DEFAULT_BACKOFF_LIMIT = 6
 
 @dataclass(slots=True)
 class Rendezvous:
-    """Which running gang members work and which wait for their peers.
+    """Which running gang members wait for their peers, since when, and how often their
+    groups gave up.
 
     ``timeout``: seconds a group may wait below minMember before its waiting members fail
     (None: they wait for ever); ``backoff_limit``: give-ups after which the group fails for
@@ -54,7 +55,6 @@ class Rendezvous:
     timeout: float | None = DEFAULT_TIMEOUT
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
     gave_up: dict[str, int] = field(default_factory=dict)  # group -> give-ups so far
-    working: set[str] = field(default_factory=set)
     waiting: dict[str, set[str]] = field(default_factory=dict)  # group -> uids
     since: dict[str, float] = field(default_factory=dict)  # group -> first wait
 
@@ -64,21 +64,14 @@ class Rendezvous:
         """``uid`` was bound; ``running`` holds its group's running members, ``uid`` included.
         Return the members that start working now (none while the group waits)."""
         if not group or not min_member or min_member <= 1 or len(running) >= min_member:
-            start = sorted(self.waiting.pop(group, set()) | {uid}) if group else [uid]
             self.since.pop(group, None)
-            self.working.update(start)
-            return start
+            return sorted(self.waiting.pop(group, set()) | {uid}) if group else [uid]
         self.waiting.setdefault(group, set()).add(uid)
         self.since.setdefault(group, now)
         return []
 
-    def adopt(self, uid: str) -> None:
-        """``uid`` runs already and works (a forecast's running pods)."""
-        self.working.add(uid)
-
     def leave(self, group: str, uid: str) -> None:
         """``uid`` stopped running (completed, evicted or failed)."""
-        self.working.discard(uid)
         members = self.waiting.get(group)
         if members is not None:
             members.discard(uid)

@@ -310,7 +310,7 @@ def _run_spans(result: SimulationResult) -> tuple[Spans, Spans]:
     held: Spans = defaultdict(list)
     useful: Spans = defaultdict(list)
     for a in result.runs:
-        held[a.tenant].append((a.start, a.end if a.end is not None else math.inf, a.gpu_milli))
+        held[a.tenant].append((a.start, a.until, a.gpu_milli))
         work = a.useful_span()
         if work is not None:
             useful[a.tenant].append((*work, a.gpu_milli))
@@ -397,11 +397,7 @@ def gang_qualification(
         tenant = next(iter(runs.values())).tenant
         gpus = sum(a.gpu_milli for a in runs.values())
         t = float(grid[k])
-        own = sum(
-            a.gpu_milli
-            for a in attempts[g]
-            if a.start <= t < (math.inf if a.end is None else a.end)
-        )
+        own = sum(a.gpu_milli for a in attempts[g] if a.start <= t < a.until)
         have = float(held.get(tenant, np.zeros(grid.size))[k]) - own  # not its own members
         share = float(fair.get(tenant, np.zeros(grid.size))[k])
         out.append(
@@ -468,7 +464,7 @@ def division_ratios(
     for a in result.runs:
         pool = node_pool.get(a.node)
         if pool is not None:
-            spans[pool].append((a.start, a.end if a.end is not None else math.inf, a.gpu_milli))
+            spans[pool].append((a.start, a.until, a.gpu_milli))
     in_use = {p: _steps(grid, spans.get(p, [])) for p in tl.pools}
     capacity_at = [
         {p: min(int(v[k]), tl.pools[p]) for p, v in in_use.items()} for k in range(grid.size)
@@ -526,8 +522,8 @@ def _waiting_spans(result: SimulationResult) -> list[tuple[str, float, float]]:
         for a in sorted(attempts.get(uid, ()), key=lambda a: a.start):
             if a.start > since:
                 out.append((uid, since, a.start))
-            stopped = a.end is not None and not a.useful
-            since = a.end if stopped and a.end is not None else math.inf
+            # queued again after an attempt that did not count; else it waits no more
+            since = a.end if a.end is not None and not a.useful else math.inf
         end = math.inf if rec.failed_at is None else rec.failed_at
         if since < end:
             out.append((uid, since, end))

@@ -347,12 +347,11 @@ class Simulation:
                 f"pod group {key} failed: its members gave up waiting for minMember "
                 f"{self.rendezvous.backoff_limit} times"
             )
-            for uid in [u for u, p in self.pending.items() if self._group_key(p) == key]:
-                self.pending.pop(uid)
-                self._wait(self.records[uid], -1)
             for rec in self.records.values():
                 if rec.start is None and self._group_key(rec.pod) == key:
                     rec.reason, rec.failed_at = reason, self.now
+                    if self.pending.pop(rec.pod.uid, None) is not None:
+                        self._wait(rec, -1)
         return True
 
     def _bind_volumes(self, pod: PodInfo, node_name: str) -> None:
