@@ -1,4 +1,5 @@
-"""Storage objects as the scheduler sees them: claims, volumes, classes and CSI node limits.
+"""Storage objects as the scheduler sees them: claims, volumes, classes, CSI node limits, CSI
+drivers and their storage capacity.
 
 Each is decoded once from the API's JSON (see :mod:`fairgpu.api.objects`) into a slim frozen
 struct holding only what kube-scheduler's volume plugins read (VolumeBinding, VolumeZone,
@@ -49,6 +50,9 @@ class ClaimInfo:
     volume_mode: str = "Filesystem"
     deleting: bool = False
     selected_node: str = ""
+    # False when the claim requests no storage at all: kube-scheduler then skips the storage
+    # capacity check (a request of 0 is checked like any other size).
+    storage_requested: bool = True
 
     @property
     def key(self) -> str:
@@ -109,12 +113,36 @@ class CSINodeInfo:
     limits: tuple[tuple[str, int], ...] = ()
 
 
-def _storage(quantities: k8s.ResourceList, obj: str, field: str) -> int:
-    """The ``storage`` quantity in whole bytes (0 if absent); a clear error naming ``obj`` and
-    ``field`` if it is malformed or negative."""
-    value = quantities.get(STORAGE)
-    if value is None:
-        return 0
+@dataclass(frozen=True, slots=True)
+class CSIDriverInfo:
+    """A CSIDriver; ``storage_capacity``: the driver publishes CSIStorageCapacity objects and
+    wants provisioning checked against them (``spec.storageCapacity: true``)."""
+
+    name: str
+    storage_capacity: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityInfo:
+    """A CSIStorageCapacity: what one storage pool of a class can still provision for the
+    nodes ``topology`` selects (None: no node). ``limit`` is the largest volume it can create,
+    in bytes: ``maximumVolumeSize`` if set, else ``capacity`` (None: neither is set)."""
+
+    namespace: str
+    name: str
+    storage_class: str
+    topology: LabelSelector | None = None
+    limit: int | None = None
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+def _bytes(value: k8s.Quantity, obj: str, field: str) -> int:
+    """A storage quantity in whole bytes, rounded up as ``resource.Quantity.Value()`` does; a
+    clear error naming ``obj`` and ``field`` if it is malformed or negative."""
     try:
         exact = parse_quantity(value)
         if exact < 0:
@@ -122,6 +150,12 @@ def _storage(quantities: k8s.ResourceList, obj: str, field: str) -> int:
     except QuantityError as error:
         raise InvalidObjectError(obj, field, str(error)) from None
     return math.ceil(exact)
+
+
+def _storage(quantities: k8s.ResourceList, obj: str, field: str) -> int:
+    """The ``storage`` quantity in whole bytes (0 if absent)."""
+    value = quantities.get(STORAGE)
+    return 0 if value is None else _bytes(value, obj, field)
 
 
 def _obj(kind: str, meta: k8s.ObjectMeta) -> str:
@@ -159,6 +193,7 @@ def claim_from_k8s(pvc: k8s.PersistentVolumeClaim) -> ClaimInfo:
         volume_mode=spec.volume_mode or "Filesystem",
         deleting=meta.deletion_timestamp is not None,
         selected_node=meta.annotations.get(ANN_SELECTED_NODE, ""),
+        storage_requested=STORAGE in spec.resources.requests,
     )
 
 
@@ -235,6 +270,37 @@ def csinode_from_k8s(node: k8s.CSINode) -> CSINodeInfo:
     return CSINodeInfo(meta.name, tuple(limits))
 
 
+def csidriver_from_k8s(driver: k8s.CSIDriver) -> CSIDriverInfo:
+    """Decode a storage.k8s.io/v1 CSIDriver."""
+    meta = driver.metadata
+    _named("CSIDriver", meta)
+    return CSIDriverInfo(meta.name, bool(driver.spec.storage_capacity))
+
+
+def capacity_from_k8s(cap: k8s.CSIStorageCapacity) -> CapacityInfo:
+    """Decode a storage.k8s.io/v1 CSIStorageCapacity."""
+    meta = cap.metadata
+    obj = _named("CSIStorageCapacity", meta)
+    if not cap.storage_class_name:
+        raise InvalidObjectError(obj, "storageClassName", "is required")
+    try:
+        topology = compile_label_selector(cap.node_topology, "nodeTopology")
+    except ValueError as error:
+        field, _, problem = str(error).partition(": ")
+        raise InvalidObjectError(obj, field, problem) from None
+    # Both are checked even though only one is used: a malformed object is reported whole.
+    capacity = None if cap.capacity is None else _bytes(cap.capacity, obj, "capacity")
+    largest = cap.maximum_volume_size
+    limit = capacity if largest is None else _bytes(largest, obj, "maximumVolumeSize")
+    return CapacityInfo(
+        namespace=meta.namespace or "default",
+        name=meta.name,
+        storage_class=cap.storage_class_name,
+        topology=topology,
+        limit=limit,
+    )
+
+
 def pod_volume_refs(
     spec: k8s.PodSpec, pod_name: str
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str, bool], ...]]:
@@ -263,8 +329,15 @@ def pod_volume_refs(
     return tuple(dict.fromkeys(claims)), tuple(disks)
 
 
-StorageObject = ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo
-STORAGE_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode")
+StorageObject = ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo | CSIDriverInfo | CapacityInfo
+STORAGE_KINDS = (
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "StorageClass",
+    "CSINode",
+    "CSIDriver",
+    "CSIStorageCapacity",
+)
 
 
 def decode_storage(doc: dict[str, object]) -> StorageObject:
@@ -278,4 +351,8 @@ def decode_storage(doc: dict[str, object]) -> StorageObject:
         return class_from_k8s(k8s.decode(doc, k8s.StorageClass))
     if kind == "CSINode":
         return csinode_from_k8s(k8s.decode(doc, k8s.CSINode))
+    if kind == "CSIDriver":
+        return csidriver_from_k8s(k8s.decode(doc, k8s.CSIDriver))
+    if kind == "CSIStorageCapacity":
+        return capacity_from_k8s(k8s.decode(doc, k8s.CSIStorageCapacity))
     raise InvalidObjectError(str(kind), "kind", f"not one of {', '.join(STORAGE_KINDS)}")

@@ -6,8 +6,10 @@ kube-scheduler 1.34's rules:
 * an unbound claim of a ``WaitForFirstConsumer`` class: on the node, either an available volume
   of the class matches it (capacity, access modes, volume mode, selector, node affinity; the
   smallest wins, a volume pre-bound to the claim first) or the class can provision there (a
-  provisioner other than ``kubernetes.io/no-provisioner`` and ``allowedTopologies`` matching
-  the node's labels); several claims of one pod never share a volume;
+  provisioner other than ``kubernetes.io/no-provisioner``, ``allowedTopologies`` matching
+  the node's labels, and room in a CSIStorageCapacity if the driver publishes them: see
+  ``_storage_capacity``); several claims of one pod never share a volume; the first claim
+  (smallest first) that cannot be provisioned on a node gives that node's reason;
 * an unbound claim of an ``Immediate`` class (or no class) waits for the PV controller: the pod
   is unschedulable until it is bound.
 
@@ -34,6 +36,7 @@ from fairgpu.engine.framework import (
     Status,
 )
 from fairgpu.engine.plugins._labels import requirement_mask, term_mask
+from fairgpu.engine.plugins._storage_capacity import NOT_ENOUGH_SPACE, StorageCapacity
 from fairgpu.engine.plugins._volume_catalog import (
     EVERYWHERE,
     GENERAL,
@@ -106,6 +109,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
         self._rows_version = -1
         self._prebound: dict[str, list[VolumeInfo]] = {}
         self._prebound_version = -1
+        self._capacity = StorageCapacity()
 
     def _cached(self, cluster: ClusterState, key: object) -> np.ndarray | None:
         if self._version != cluster.static_version or len(self._masks) > 4096:
@@ -174,10 +178,12 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
             reasons[NODE_CONFLICT] = ~affinity
             ok &= affinity
         if found.delayed:
-            fits = self._choose(pod, found.delayed, cluster)
-            if not fits.all():
-                reasons[BIND_CONFLICT] = ~fits
-            ok &= fits
+            conflict, short = self._choose(pod, found.delayed, cluster)
+            if conflict.any():
+                reasons[BIND_CONFLICT] = conflict
+            if short.any():
+                reasons[NOT_ENOUGH_SPACE] = short
+            ok &= ~(conflict | short)
         return FilterResult(ok, reasons)
 
     def _catalog(self, cluster: ClusterState, class_name: str) -> Catalog:
@@ -257,12 +263,15 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
 
     def _choose(
         self, pod: PodInfo, delayed: list[tuple[ClaimInfo, ClassInfo]], cluster: ClusterState
-    ) -> np.ndarray:
-        """Per node: can every unbound claim get a volume or be provisioned? Records the
-        volume chosen per claim and node in the store."""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: can every unbound claim get a volume or be provisioned? The nodes where
+        one cannot (no volume and no provisioning there; or no storage capacity left), as
+        kube-scheduler tells them apart. Records the volume chosen per claim and node in the
+        store."""
         store = cluster.volumes
         taken = store.taken(cluster)
-        fits = np.ones(cluster.size, dtype=bool)
+        conflict = np.zeros(cluster.size, dtype=bool)
+        short = np.zeros(cluster.size, dtype=bool)
         used: dict[str, np.ndarray] = {}  # volume -> nodes where an earlier claim took it
         keys, all_cands, choices = [], [], []
         ordered = sorted(delayed, key=lambda d: (d[0].request, d[0].name))
@@ -282,7 +291,13 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
                 for i in np.unique(choice[choice >= 0]):
                     name = names[int(i)]
                     used[name] = used.get(name, np.zeros(cluster.size, bool)) | (choice == i)
-            fits &= (choice >= 0) | self.provision_mask(cluster, sc)
+            # Provisioned here: the first claim that cannot be decides the node's reason.
+            need = (choice < 0) & ~(conflict | short)
+            can = self.provision_mask(cluster, sc)
+            conflict |= need & ~can
+            room = self._capacity.room(cluster, sc, claim)
+            if room is not None:
+                short |= need & can & ~room
             keys.append(claim.key)
             all_cands.append(names)
             choices.append(choice)
@@ -292,4 +307,4 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
             for uid in [u for u in store.choices if u not in cluster.placements]:
                 del store.choices[uid]
         store.choices[pod.uid] = ClaimChoices(tuple(keys), tuple(all_cands), tuple(choices))
-        return fits
+        return conflict, short
