@@ -1,5 +1,6 @@
-"""Volumes, differentially: generated PV/PVC/StorageClass/CSINode cases decided by the real
-kube-scheduler 1.34 and by fairgpu's engine on the same objects.
+"""Volumes, differentially: generated PV/PVC/StorageClass/CSINode/CSIDriver/CSIStorageCapacity
+cases (and pods with inline CSI volumes) decided by the real kube-scheduler 1.34 and by
+fairgpu's engine on the same objects.
 
 Each case has its own three nodes (selected by a ``case`` label), storage class, volumes,
 claims and one pod. kube-scheduler runs without a PV controller, so a pod whose claims need
@@ -35,8 +36,10 @@ from fairgpu.engine.scheduler import Scheduler
 from fairgpu.model.node import node_from_k8s
 from fairgpu.model.pod import pod_from_k8s
 from fairgpu.model.volumes import (
+    capacity_from_k8s,
     claim_from_k8s,
     class_from_k8s,
+    csidriver_from_k8s,
     csinode_from_k8s,
     volume_from_k8s,
 )
@@ -60,6 +63,8 @@ KINDS = (
     "missing",
     "csi-limit",
     "rwop",
+    "capacity",
+    "inline-csi",
 )
 DRIVER = "csi.example.com"
 ZONE = "topology.kubernetes.io/zone"
@@ -119,7 +124,10 @@ def _pvc(name: str, sc: str, size: str = "1Gi", modes: list[str] | None = None) 
     return pvc_doc(name, sc, size, tuple(modes or ["ReadWriteOnce"]), namespace=NS)
 
 
-def _pod(name: str, case: int, claims: list[str], node: str = "") -> dict:
+def _pod(
+    name: str, case: int, claims: list[str], node: str = "", inline: list[str] | None = None
+) -> dict:
+    """A pod mounting ``claims`` and, for each driver in ``inline``, a CSI ephemeral volume."""
     spec: dict[str, Any] = {
         "containers": [
             {
@@ -132,7 +140,8 @@ def _pod(name: str, case: int, claims: list[str], node: str = "") -> dict:
         "volumes": [
             {"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}}
             for i, c in enumerate(claims)
-        ],
+        ]
+        + [{"name": f"inline{i}", "csi": {"driver": d}} for i, d in enumerate(inline or ())],
     }
     if node:
         spec["nodeName"] = node
@@ -215,6 +224,10 @@ def build_case(index: int, rng: random.Random) -> Case:
         case.pod = _pod(case.name("pod"), index, [case.name("nope")])
     elif kind == "csi-limit":
         _csi_limit(case, rng, nodes)
+    elif kind == "capacity":
+        _capacity(case, rng, nodes)
+    elif kind == "inline-csi":
+        _inline_csi(case, rng, nodes)
     else:
         _rwop(case, rng, nodes)
     return case
@@ -238,6 +251,78 @@ def _csi_limit(case: Case, rng: random.Random, nodes: list[str]) -> None:
     case.pod = _pod(case.name("pod"), case.index, [new])
 
 
+def _capacity(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """Claims to provision by a driver of its own, which may publish storage capacity: per
+    node a pool (hostname selector) of a random size, maybe a zone-wide pool with a maximum
+    volume size, a pool of another class or for no node."""
+    driver = f"{case.name('cap')}.example.com"
+    opt_in = rng.choice([True, True, True, False, None])
+    spec = {} if opt_in is None else {"storageCapacity": opt_in}
+    case.objects.append(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIDriver",
+            "metadata": {"name": driver},
+            "spec": spec,
+        }
+    )
+    sc = case.name("cap")
+    case.objects.append(sc_doc(sc, provisioner=driver, zones=rng.choice([None, None, ["z0"]])))
+    pools: list[tuple[str, dict[str, Any] | None, dict[str, str]]] = []
+    for name in nodes:
+        if rng.random() < 0.75:
+            size = {"capacity": rng.choice(["1Gi", "3Gi", "10Gi"])}
+            pools.append((sc, {"matchLabels": {"kubernetes.io/hostname": name}}, size))
+    if rng.random() < 0.4:
+        size = {"capacity": "100Gi", "maximumVolumeSize": rng.choice(["2Gi", "4Gi"])}
+        pools.append((sc, {"matchLabels": {ZONE: rng.choice(["z1", "z2"])}}, size))
+    if rng.random() < 0.3:
+        pools.append((sc, None, {"capacity": "100Gi"}))  # no nodeTopology: no node
+    if rng.random() < 0.3:
+        pools.append((case.name("other"), {}, {"capacity": "100Gi"}))
+    for k, (cls, topology, size) in enumerate(pools):
+        doc: dict[str, Any] = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIStorageCapacity",
+            "metadata": {"name": case.name(f"pool{k}"), "namespace": NS},
+            "storageClassName": cls,
+            **size,
+        }
+        if topology is not None:
+            doc["nodeTopology"] = topology
+        case.objects.append(doc)
+    names = []
+    for k in range(rng.choice([1, 1, 2])):
+        pvc = case.name(f"fresh{k}")
+        case.objects.append(_pvc(pvc, sc, rng.choice(["1Gi", "2Gi", "5Gi"])))
+        names.append(pvc)
+    case.pod = _pod(case.name("pod"), case.index, names)
+
+
+def _inline_csi(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """Attach limits of 0 or 1 and a holder using one volume; the pod has CSI ephemeral
+    inline volumes of the same driver (which kube-scheduler does not count), maybe with a
+    claim of its own (which it does)."""
+    sc = case.name("csi")
+    case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
+    for name in nodes:
+        case.objects.append(csinode_doc(name, DRIVER, rng.randint(0, 1)))
+    old = case.name("old")
+    case.objects.append(_pvc(old, sc))
+    case.objects.append(_pv(case.name("pv-old"), sc, csi=case.name("h-old")))
+    case.bindings.append((old, case.name("pv-old")))
+    case.objects.append(_pod(case.name("holder"), case.index, [old], node=rng.choice(nodes)))
+    claims = []
+    if rng.random() < 0.5:
+        new = case.name("new")
+        case.objects.append(_pvc(new, sc))
+        case.objects.append(_pv(case.name("pv-new"), sc, csi=case.name("h-new")))
+        case.bindings.append((new, case.name("pv-new")))
+        claims.append(new)
+    inline = [DRIVER] * rng.randint(1, 2)
+    case.pod = _pod(case.name("pod"), case.index, claims, inline=inline)
+
+
 def _rwop(case: Case, rng: random.Random, nodes: list[str]) -> None:
     sc = case.name("csi")
     case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
@@ -252,6 +337,8 @@ def _rwop(case: Case, rng: random.Random, nodes: list[str]) -> None:
 _PATHS = {
     "StorageClass": "/apis/storage.k8s.io/v1/storageclasses",
     "CSINode": "/apis/storage.k8s.io/v1/csinodes",
+    "CSIDriver": "/apis/storage.k8s.io/v1/csidrivers",
+    "CSIStorageCapacity": f"/apis/storage.k8s.io/v1/namespaces/{NS}/csistoragecapacities",
     "PersistentVolume": "/api/v1/persistentvolumes",
     "PersistentVolumeClaim": f"/api/v1/namespaces/{NS}/persistentvolumeclaims",
     "Pod": f"/api/v1/namespaces/{NS}/pods",
@@ -321,6 +408,12 @@ def fairgpu_view(client: KubeClient) -> tuple[ClusterState, list[Any]]:
     sources = (
         ("/apis/storage.k8s.io/v1/storageclasses", k8s.StorageClass, class_from_k8s),
         ("/apis/storage.k8s.io/v1/csinodes", k8s.CSINode, csinode_from_k8s),
+        ("/apis/storage.k8s.io/v1/csidrivers", k8s.CSIDriver, csidriver_from_k8s),
+        (
+            "/apis/storage.k8s.io/v1/csistoragecapacities",
+            k8s.CSIStorageCapacity,
+            capacity_from_k8s,
+        ),
         ("/api/v1/persistentvolumes", k8s.PersistentVolume, volume_from_k8s),
         ("/api/v1/persistentvolumeclaims", k8s.PersistentVolumeClaim, claim_from_k8s),
     )
@@ -353,7 +446,8 @@ def kube_outcome(client: KubeClient, case: Case) -> tuple[str, str] | None:
     p = client.get(f"{_PATHS['Pod']}/{case.pod['metadata']['name']}")
     if p["spec"].get("nodeName"):
         return "node", p["spec"]["nodeName"]
-    for claim in [v["persistentVolumeClaim"]["claimName"] for v in case.pod["spec"]["volumes"]]:
+    volumes = case.pod["spec"]["volumes"]
+    for claim in [v["persistentVolumeClaim"]["claimName"] for v in volumes if "csi" not in v]:
         r = client.request("GET", f"{_PATHS['PersistentVolumeClaim']}/{claim}")
         if not r.ok:
             continue
