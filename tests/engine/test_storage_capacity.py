@@ -1,6 +1,6 @@
 """VolumeBinding's storage capacity check (kube-scheduler 1.34): a WaitForFirstConsumer claim
 provisioned by a CSI driver with ``storageCapacity: true`` goes only where a CSIStorageCapacity
-of its class has room; and NodeVolumeLimits' counting of inline and ephemeral volumes."""
+of its class has room."""
 
 from __future__ import annotations
 
@@ -11,12 +11,10 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.profile import Profile
 from fairgpu.model.volumes import decode_storage
-from tests.builders import k8s_pod
 from tests.engine.test_volumes import feasible, reason, scheduler, three_nodes, user
 from tests.engine.volume_builders import (
     capacity_doc,
     csidriver_doc,
-    csinode_doc,
     load,
     on_host,
     pv_doc,
@@ -190,34 +188,3 @@ def test_bad_csidriver_names_the_field() -> None:
     bad["spec"]["storageCapacity"] = "sometimes"
     with pytest.raises(InvalidObjectError, match=r"CSIDriver cap.example.com.*storageCapacity"):
         decode_storage(bad)
-
-
-# ---- NodeVolumeLimits: inline and ephemeral volumes -------------------------------------------
-LIMITED = "csi.example.com"
-
-
-def test_inline_csi_volumes_are_not_counted_against_the_attach_limit() -> None:
-    # kube-scheduler 1.34 counts PVC-backed volumes (and in-tree inline volumes migrated to
-    # CSI), never CSI ephemeral inline volumes (volumes[].csi): they pass a full CSINode.
-    state = load(three_nodes(), csinode_doc("a", LIMITED, 0))
-    inline = [{"name": "scratch", "csi": {"driver": LIMITED, "volumeAttributes": {"size": "1"}}}]
-    assert feasible(k8s_pod("inline", volumes=inline), state) == ["a", "b", "c"]
-
-
-def test_generic_ephemeral_volume_counts_as_its_claim() -> None:
-    state = load(
-        three_nodes(),
-        sc_doc("csi", wffc=False, provisioner=LIMITED),
-        pv_doc("pv-old", sc="csi", csi=(LIMITED, "h-old"), claim="default/old"),
-        pvc_doc("old", sc="csi", volume="pv-old"),
-        # The claim the ephemeral controller creates for pod "app", volume "scratch".
-        pv_doc("pv-eph", sc="csi", csi=(LIMITED, "h-eph"), claim="default/app-scratch"),
-        pvc_doc("app-scratch", sc="csi", volume="pv-eph"),
-        csinode_doc("a", LIMITED, 1),
-    )
-    state.assign(user("holder", "old"), state.node_index["a"])
-    template = {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}
-    app = k8s_pod("app", volumes=[{"name": "scratch", "ephemeral": template}])
-    assert app.claims == ("app-scratch",)
-    assert feasible(app, state) == ["b", "c"]
-    assert reason(app, state) == "0/3 nodes are available: 1 node(s) exceed max volume count."

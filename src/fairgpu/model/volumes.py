@@ -32,6 +32,11 @@ PHASE_AVAILABLE = "Available"
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+#: On a CSINode: in-tree plugins whose volumes the node's CSI drivers handle.
+ANN_MIGRATED_PLUGINS = "storage.alpha.kubernetes.io/migrated-plugins"
+#: In-tree volume plugins whose persistent volumes are decoded (``VolumeInfo.in_tree``).
+GCE_PD = "kubernetes.io/gce-pd"
+AWS_EBS = "kubernetes.io/aws-ebs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,7 @@ class VolumeInfo:
     labels: tuple[tuple[str, str], ...] = ()
     csi_driver: str = ""
     csi_handle: str = ""
+    in_tree: tuple[str, str] | tuple[()] = ()  # (in-tree plugin, disk name or volume ID)
     deleting: bool = False
     resource_version: str = ""
 
@@ -111,6 +117,7 @@ class CSINodeInfo:
 
     name: str
     limits: tuple[tuple[str, int], ...] = ()
+    migrated: frozenset[str] = frozenset()  # plugins the migrated-plugins annotation lists
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +224,11 @@ def volume_from_k8s(pv: k8s.PersistentVolume) -> VolumeInfo:
     ref = spec.claim_ref
     claim = f"{ref.namespace or 'default'}/{ref.name}" if ref is not None and ref.name else ""
     csi = spec.csi
+    in_tree: tuple[str, str] | tuple[()] = ()
+    if spec.gce_persistent_disk is not None:
+        in_tree = (GCE_PD, spec.gce_persistent_disk.pd_name)
+    elif spec.aws_elastic_block_store is not None:
+        in_tree = (AWS_EBS, spec.aws_elastic_block_store.volume_id)
     return VolumeInfo(
         name=meta.name,
         capacity=capacity,
@@ -230,6 +242,7 @@ def volume_from_k8s(pv: k8s.PersistentVolume) -> VolumeInfo:
         labels=tuple(sorted(meta.labels.items())),
         csi_driver=csi.driver if csi is not None else "",
         csi_handle=csi.volume_handle if csi is not None else "",
+        in_tree=in_tree,
         deleting=meta.deletion_timestamp is not None,
         resource_version=meta.resource_version,
     )
@@ -267,7 +280,8 @@ def csinode_from_k8s(node: k8s.CSINode) -> CSINodeInfo:
         if count < 0:
             raise InvalidObjectError(obj, f"spec.drivers[{i}].allocatable.count", "is negative")
         limits.append((driver.name, count))
-    return CSINodeInfo(meta.name, tuple(limits))
+    listed = meta.annotations.get(ANN_MIGRATED_PLUGINS, "")
+    return CSINodeInfo(meta.name, tuple(limits), frozenset(listed.split(",")) - {""})
 
 
 def csidriver_from_k8s(driver: k8s.CSIDriver) -> CSIDriverInfo:

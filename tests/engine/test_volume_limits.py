@@ -1,0 +1,145 @@
+"""NodeVolumeLimits (kube-scheduler 1.34) beyond CSI persistent volumes: generic ephemeral
+volumes count as their claim, CSI ephemeral inline volumes not at all, and in-tree volumes
+migrated to CSI (inline or persistent, or claims of an in-tree provisioner's class) as their
+CSI driver's, with the volume handles of the CSI translation library."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.plugins.node_volume_limits import NodeVolumeLimits
+from tests.builders import cluster, k8s_node, k8s_pod
+from tests.engine.test_volumes import feasible, reason, three_nodes, user
+from tests.engine.volume_builders import csinode_doc, load, pv_doc, pvc_doc, sc_doc
+
+LIMITED = "csi.example.com"
+GCE = "pd.csi.storage.gke.io"
+EBS = "ebs.csi.aws.com"
+
+
+def gce(pd: str, read_only: bool = True) -> dict[str, Any]:
+    return {"name": f"disk-{pd}", "gcePersistentDisk": {"pdName": pd, "readOnly": read_only}}
+
+
+def ebs(volume_id: str) -> dict[str, Any]:
+    return {"name": "disk", "awsElasticBlockStore": {"volumeID": volume_id}}
+
+
+def limited(driver: str, count: int, *placed: tuple[dict[str, Any], str]) -> ClusterState:
+    """Nodes a, b (zone us-central1-a) and c (us-central1-b); a's CSINode allows ``count``
+    volumes of ``driver``, b's none; c has no CSINode. ``placed``: (inline volume, node) of
+    pods already running."""
+    zones = {"a": "us-central1-a", "b": "us-central1-a", "c": "us-central1-b"}
+    nodes = [k8s_node(n, labels={"topology.kubernetes.io/zone": z}) for n, z in zones.items()]
+    state = load(cluster(*nodes), csinode_doc("a", driver, count), csinode_doc("b", driver, 0))
+    for i, (vol, node) in enumerate(placed):
+        state.assign(k8s_pod(f"holder{i}", volumes=[vol]), state.node_index[node])
+    return state
+
+
+def test_inline_csi_volumes_are_not_counted_against_the_attach_limit() -> None:
+    # kube-scheduler 1.34 counts PVC-backed volumes (and in-tree inline volumes migrated to
+    # CSI), never CSI ephemeral inline volumes (volumes[].csi): they pass a full CSINode.
+    state = load(three_nodes(), csinode_doc("a", LIMITED, 0))
+    inline = [{"name": "scratch", "csi": {"driver": LIMITED, "volumeAttributes": {"size": "1"}}}]
+    assert feasible(k8s_pod("inline", volumes=inline), state) == ["a", "b", "c"]
+
+
+def test_generic_ephemeral_volume_counts_as_its_claim() -> None:
+    state = load(
+        three_nodes(),
+        sc_doc("csi", wffc=False, provisioner=LIMITED),
+        pv_doc("pv-old", sc="csi", csi=(LIMITED, "h-old"), claim="default/old"),
+        pvc_doc("old", sc="csi", volume="pv-old"),
+        # The claim the ephemeral controller creates for pod "app", volume "scratch".
+        pv_doc("pv-eph", sc="csi", csi=(LIMITED, "h-eph"), claim="default/app-scratch"),
+        pvc_doc("app-scratch", sc="csi", volume="pv-eph"),
+        csinode_doc("a", LIMITED, 1),
+    )
+    state.assign(user("holder", "old"), state.node_index["a"])
+    template = {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}
+    app = k8s_pod("app", volumes=[{"name": "scratch", "ephemeral": template}])
+    assert app.claims == ("app-scratch",)
+    assert feasible(app, state) == ["b", "c"]
+    assert reason(app, state) == "0/3 nodes are available: 1 node(s) exceed max volume count."
+
+
+def test_inline_gce_disks_count_as_the_pd_drivers() -> None:
+    state = limited(GCE, 1, (gce("d1"), "a"))
+    # A second disk exceeds a's limit of 1 and b's 0; the same disk is not counted again.
+    assert feasible(k8s_pod("new", volumes=[gce("d2")]), state) == ["c"]
+    assert feasible(k8s_pod("same", volumes=[gce("d1")]), state) == ["a", "c"]
+    assert reason(k8s_pod("new", volumes=[gce("d2")]), state) == (
+        "0/3 nodes are available: 2 node(s) exceed max volume count."
+    )
+
+
+def test_inline_ebs_volume_ids_are_normalised() -> None:
+    state = limited(EBS, 1, (ebs("aws://us-east-1a/vol-1"), "a"))
+    # The same volume whatever the form of its ID; a malformed one is not counted.
+    assert feasible(k8s_pod("same", volumes=[ebs("vol-1")]), state) == ["a", "c"]
+    assert feasible(k8s_pod("other", volumes=[ebs("vol-2")]), state) == ["c"]
+    assert feasible(k8s_pod("bad", volumes=[ebs("aws://zone/not-a-volume")]), state) == [
+        "a",
+        "b",
+        "c",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        # No zone label: the inline handle (zones/UNSPECIFIED), so a counts the disk once.
+        ({}, ["a", "c"]),
+        # zones/us-central1-a: another volume on a; c is outside the volume's zone.
+        ({"failure-domain.beta.kubernetes.io/zone": "us-central1-a"}, []),
+        # regions/us-central1: another volume on a; c has no limit.
+        ({"topology.kubernetes.io/zone": "us-central1-a__us-central1-b"}, ["c"]),
+    ],
+)
+def test_persistent_gce_disk_handles_follow_the_zone_label(
+    labels: dict[str, str], expected: list[str]
+) -> None:
+    pv = pv_doc("pv", sc="", claim="default/data", labels=labels)
+    del pv["spec"]["hostPath"]
+    pv["spec"]["gcePersistentDisk"] = {"pdName": "d1"}
+    state = limited(GCE, 1, (gce("d1"), "a"))
+    load(state, pv, pvc_doc("data", sc="", volume="pv"))
+    assert feasible(user("app", "data"), state) == expected
+
+
+def test_claims_of_in_tree_provisioners_count_as_their_drivers() -> None:
+    state = limited(GCE, 0)
+    load(
+        state,
+        sc_doc("pd", provisioner="kubernetes.io/gce-pd"),
+        sc_doc("afs", provisioner="kubernetes.io/azure-file"),
+        sc_doc("px", provisioner="kubernetes.io/portworx-volume"),
+        pvc_doc("pd-claim", sc="pd"),
+        pvc_doc("afs-claim", sc="afs"),
+        pvc_doc("px-claim", sc="px"),
+    )
+    assert feasible(user("p1", "pd-claim"), state) == ["c"]
+    # Azure File is never migrated for the count.
+    load(state, csinode_doc("a", "file.csi.azure.com", 0))
+    assert feasible(user("p2", "afs-claim"), state) == ["a", "b", "c"]
+    # Portworx only where the CSINode's annotation lists it as migrated.
+    px = csinode_doc("a", "pxd.portworx.com", 0)
+    load(state, px)
+    assert feasible(user("p3", "px-claim"), state) == ["a", "b", "c"]
+    px["metadata"]["annotations"] = {
+        "storage.alpha.kubernetes.io/migrated-plugins": "kubernetes.io/portworx-volume"
+    }
+    load(state, px)
+    assert feasible(user("p3", "px-claim"), state) == ["b", "c"]
+
+
+def test_claim_bound_to_a_missing_volume_counts_by_its_class() -> None:
+    state = limited(LIMITED, 1)
+    load(state, sc_doc("csi", provisioner=LIMITED), pvc_doc("data", sc="csi", volume="gone"))
+    # VolumeBinding rejects the pod too; NodeVolumeLimits alone counts it under the class.
+    result = NodeVolumeLimits().filter(None, user("app", "data"), state)  # type: ignore[arg-type]
+    assert [state.node(int(i)).name for i in result.mask.nonzero()[0]] == ["a", "c"]
