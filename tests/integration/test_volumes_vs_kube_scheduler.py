@@ -1,6 +1,6 @@
 """Volumes, differentially: generated PV/PVC/StorageClass/CSINode/CSIDriver/CSIStorageCapacity
-cases (and pods with inline CSI volumes) decided by the real kube-scheduler 1.34 and by
-fairgpu's engine on the same objects.
+cases (and pods with inline CSI volumes, inline and persistent GCE disks migrated to CSI)
+decided by the real kube-scheduler 1.34 and by fairgpu's engine on the same objects.
 
 Each case has its own three nodes (selected by a ``case`` label), storage class, volumes,
 claims and one pod. kube-scheduler runs without a PV controller, so a pod whose claims need
@@ -65,7 +65,10 @@ KINDS = (
     "rwop",
     "capacity",
     "inline-csi",
+    "migrated",
 )
+GCE_DRIVER = "pd.csi.storage.gke.io"
+PX_DRIVER = "pxd.portworx.com"
 DRIVER = "csi.example.com"
 ZONE = "topology.kubernetes.io/zone"
 
@@ -125,9 +128,15 @@ def _pvc(name: str, sc: str, size: str = "1Gi", modes: list[str] | None = None) 
 
 
 def _pod(
-    name: str, case: int, claims: list[str], node: str = "", inline: list[str] | None = None
+    name: str,
+    case: int,
+    claims: list[str],
+    node: str = "",
+    inline: list[str] | None = None,
+    disks: list[str] | None = None,
 ) -> dict:
-    """A pod mounting ``claims`` and, for each driver in ``inline``, a CSI ephemeral volume."""
+    """A pod mounting ``claims``, for each driver in ``inline`` a CSI ephemeral volume, and
+    the GCE persistent ``disks`` (read-only)."""
     spec: dict[str, Any] = {
         "containers": [
             {
@@ -141,7 +150,11 @@ def _pod(
             {"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}}
             for i, c in enumerate(claims)
         ]
-        + [{"name": f"inline{i}", "csi": {"driver": d}} for i, d in enumerate(inline or ())],
+        + [{"name": f"inline{i}", "csi": {"driver": d}} for i, d in enumerate(inline or ())]
+        + [
+            {"name": f"disk{i}", "gcePersistentDisk": {"pdName": d, "readOnly": True}}
+            for i, d in enumerate(disks or ())
+        ],
     }
     if node:
         spec["nodeName"] = node
@@ -228,6 +241,8 @@ def build_case(index: int, rng: random.Random) -> Case:
         _capacity(case, rng, nodes)
     elif kind == "inline-csi":
         _inline_csi(case, rng, nodes)
+    elif kind == "migrated":
+        _migrated(case, rng, nodes)
     else:
         _rwop(case, rng, nodes)
     return case
@@ -321,6 +336,47 @@ def _inline_csi(case: Case, rng: random.Random, nodes: list[str]) -> None:
         claims.append(new)
     inline = [DRIVER] * rng.randint(1, 2)
     case.pod = _pod(case.name("pod"), case.index, claims, inline=inline)
+
+
+def _migrated(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """In-tree volumes migrated to CSI under GCE PD and Portworx limits: inline GCE disks, a
+    GCE persistent volume (zone label of one zone, several, or none), claims of classes
+    provisioned by kubernetes.io/gce-pd or kubernetes.io/portworx-volume (counted only where
+    the CSINode lists Portworx as migrated)."""
+    for name in nodes:
+        doc = csinode_doc(name, GCE_DRIVER, rng.randint(0, 2))
+        doc["spec"]["drivers"].append(
+            {"name": PX_DRIVER, "nodeID": name, "allocatable": {"count": rng.randint(0, 1)}}
+        )
+        if rng.random() < 0.5:
+            # Not kubernetes.io/gce-pd: there VolumeBinding would check a GCE volume's zone
+            # against the CSI driver's topology label (topology.gke.io/zone), not done here.
+            plugins = "kubernetes.io/portworx-volume"
+            doc["metadata"]["annotations"] = {
+                "storage.alpha.kubernetes.io/migrated-plugins": plugins
+            }
+        case.objects.append(doc)
+    disks = [case.name(f"d{k}") for k in range(3)]
+    case.objects.append(
+        _pod(case.name("holder"), case.index, [], node=rng.choice(nodes), disks=[disks[0]])
+    )
+    claims = []
+    if rng.random() < 0.5:
+        sc = case.name("pd")
+        case.objects.append(sc_doc(sc, wffc=False, provisioner="kubernetes.io/gce-pd"))
+        pv = _pv(case.name("pv"), sc, labels=rng.choice([{}, {ZONE: "z0"}, {ZONE: "z0__z1"}]))
+        del pv["spec"]["local"], pv["spec"]["nodeAffinity"]
+        pv["spec"]["gcePersistentDisk"] = {"pdName": rng.choice(disks), "readOnly": True}
+        pv["spec"]["accessModes"] = ["ReadOnlyMany"]
+        claims.append(_bound(case, sc, pv, modes=["ReadOnlyMany"]))
+    for provisioner in ("kubernetes.io/gce-pd", "kubernetes.io/portworx-volume"):
+        if rng.random() < 0.4:
+            sc = case.name(provisioner.rpartition("/")[2])
+            case.objects.append(sc_doc(sc, provisioner=provisioner))
+            case.objects.append(_pvc(case.name(f"{sc}-fresh"), sc))
+            claims.append(case.name(f"{sc}-fresh"))
+    mine = rng.sample(disks, rng.randint(0, 2))
+    case.pod = _pod(case.name("pod"), case.index, claims, disks=mine)
 
 
 def _rwop(case: Case, rng: random.Random, nodes: list[str]) -> None:
@@ -447,7 +503,9 @@ def kube_outcome(client: KubeClient, case: Case) -> tuple[str, str] | None:
     if p["spec"].get("nodeName"):
         return "node", p["spec"]["nodeName"]
     volumes = case.pod["spec"]["volumes"]
-    for claim in [v["persistentVolumeClaim"]["claimName"] for v in volumes if "csi" not in v]:
+    for claim in [
+        v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v
+    ]:
         r = client.request("GET", f"{_PATHS['PersistentVolumeClaim']}/{claim}")
         if not r.ok:
             continue
