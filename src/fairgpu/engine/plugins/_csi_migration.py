@@ -38,6 +38,8 @@ DRIVERS = {
 }
 ALWAYS_ON = frozenset({GCE_PD, AWS_EBS, "kubernetes.io/azure-disk", "kubernetes.io/cinder"})
 _WITH_PORTWORX = ALWAYS_ON | {PORTWORX}
+#: Every value :func:`migrated` returns.
+VARIANTS = (ALWAYS_ON, _WITH_PORTWORX)
 _DISK_PLUGINS = {"gce-pd": GCE_PD, "aws-ebs": AWS_EBS}  # PodInfo.disks kinds
 _EBS_ID = re.compile(r"^vol-[^/]*$")
 _UNSPECIFIED = "UNSPECIFIED"

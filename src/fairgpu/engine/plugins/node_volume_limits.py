@@ -18,6 +18,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.cluster.volumes import VolumeStore
 from fairgpu.engine.framework import CycleState, FilterPlugin, FilterResult
 from fairgpu.engine.plugins._csi_migration import (
+    VARIANTS,
     inline_driver,
     migrated,
     provisioner_driver,
@@ -84,20 +85,19 @@ class NodeVolumeLimits(FilterPlugin):
         ok = np.ones(cluster.size, dtype=bool)
         store = cluster.volumes
         # The migrated plugins differ between nodes only by their CSINode's annotation.
-        new_by: dict[frozenset[str], dict[str, str]] = {}
+        variants = {on: csi_volumes(pod, store, on) for on in VARIANTS}
+        drivers = {on: set(new.values()) for on, new in variants.items()}
+        if not any(drivers.values()):
+            return FilterResult(ok)
         for node_name, info in store.csi_nodes.items():
-            slot = cluster.node_index.get(node_name)
-            if not info.limits or slot is None or pod.uid in cluster.node_pods[slot]:
-                continue
             on = migrated(info)
-            new = new_by.get(on)
-            if new is None:
-                new = new_by[on] = csi_volumes(pod, store, on)
-            limits = {d: c for d, c in info.limits if d in new.values()}
-            if not limits:
+            limits = [(d, c) for d, c in info.limits if d in drivers[on]]
+            slot = cluster.node_index.get(node_name)
+            if not limits or slot is None or pod.uid in cluster.node_pods[slot]:
                 continue
             attached = self._attached_on(cluster, slot, on)
-            for driver, limit in limits.items():
+            new = variants[on]
+            for driver, limit in limits:
                 have = sum(1 for d in attached.values() if d == driver)
                 extra = sum(1 for u, d in new.items() if d == driver and u not in attached)
                 if extra and have + extra > limit:
