@@ -1,6 +1,7 @@
 """VolumeBinding's storage capacity check (kube-scheduler 1.34): a WaitForFirstConsumer claim
 provisioned by a CSI driver with ``storageCapacity: true`` goes only where a CSIStorageCapacity
-of its class has room."""
+of its class has room; and a claim whose node was selected already is provisioned there or
+nowhere."""
 
 from __future__ import annotations
 
@@ -188,3 +189,34 @@ def test_bad_csidriver_names_the_field() -> None:
     bad["spec"]["storageCapacity"] = "sometimes"
     with pytest.raises(InvalidObjectError, match=r"CSIDriver cap.example.com.*storageCapacity"):
         decode_storage(bad)
+
+
+def selected(doc: dict, node: str) -> dict:
+    """``doc`` (a claim) with the selected-node annotation PreBind writes."""
+    doc["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": node}
+    return doc
+
+
+def test_a_claim_whose_node_was_selected_is_provisioned_there_or_nowhere() -> None:
+    state = capacity_cluster(
+        sc_doc("local", provisioner="example.com/x"),
+        pv_doc("disk-a", sc="local", size="5Gi", node="a"),
+        selected(pvc_doc("picked", sc="local"), "b"),
+        selected(pvc_doc("gone", sc="local"), "nowhere"),
+        selected(pvc_doc("big", sc="fast", size="5Gi"), "a"),
+    )
+    # No volume is matched for it (disk-a would fit): only b, the selected node.
+    assert feasible(user("p1", "picked"), state) == ["b"]
+    assert reason(user("p1", "picked"), state) == (
+        "0/3 nodes are available: 2 node(s) didn't find available persistent volumes to bind."
+    )
+    assert feasible(user("p2", "gone"), state) == []
+    # On the selected node the claim is still checked for provisioning: no room on a.
+    assert reason(user("p3", "big"), state) == (
+        f"0/3 nodes are available: 1 node(s) {NO_SPACE}, "
+        "2 node(s) didn't find available persistent volumes to bind."
+    )
+    decided = Engine(Profile(), ordering="kube-default").cycle(state, [user("p1", "picked")], 0.0)
+    assert [b.node_name for b in decided.binds] == ["b"]
+    decision = state.volumes.decision("default/p1", state.node_index["b"], "b")
+    assert decision.bind == () and decision.provision == ("default/picked",)

@@ -66,6 +66,7 @@ KINDS = (
     "capacity",
     "inline-csi",
     "migrated",
+    "selected",
 )
 GCE_DRIVER = "pd.csi.storage.gke.io"
 PX_DRIVER = "pxd.portworx.com"
@@ -84,6 +85,7 @@ class Case:
     bindings: list[tuple[str, str]] = field(default_factory=list)  # (pvc, pv) bound up front
     available: list[str] = field(default_factory=list)  # PVs to mark Available
     volume_node: dict[str, str] = field(default_factory=dict)  # local PV -> node
+    preselected: set[str] = field(default_factory=set)  # claims created with a selected node
     pod: dict[str, Any] = field(default_factory=dict)
 
     def name(self, suffix: str) -> str:
@@ -243,6 +245,8 @@ def build_case(index: int, rng: random.Random) -> Case:
         _inline_csi(case, rng, nodes)
     elif kind == "migrated":
         _migrated(case, rng, nodes)
+    elif kind == "selected":
+        _selected(case, rng, nodes)
     else:
         _rwop(case, rng, nodes)
     return case
@@ -379,6 +383,26 @@ def _migrated(case: Case, rng: random.Random, nodes: list[str]) -> None:
     case.pod = _pod(case.name("pod"), case.index, claims, disks=mine)
 
 
+def _selected(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """A claim whose provisioning was sent to a node already (selected-node annotation), next
+    to a fresh claim; a local volume either could take; the class may limit zones."""
+    sc = case.name("sel")
+    zones = rng.choice([None, ["z0", "z1"]])
+    case.objects.append(sc_doc(sc, provisioner="example.com/x", zones=zones))
+    pv = case.name("pv")
+    node = rng.choice(nodes)
+    case.objects.append(_pv(pv, sc, "5Gi", node=node))
+    case.volume_node[pv] = node
+    case.available.append(pv)
+    picked = _pvc(case.name("picked"), sc)
+    target = rng.choice([*nodes, "gone"])
+    picked["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": target}
+    case.objects.append(picked)
+    case.preselected.add(case.name("picked"))
+    case.objects.append(_pvc(case.name("fresh"), sc))
+    case.pod = _pod(case.name("pod"), case.index, [case.name("picked"), case.name("fresh")])
+
+
 def _rwop(case: Case, rng: random.Random, nodes: list[str]) -> None:
     sc = case.name("csi")
     case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
@@ -504,7 +528,10 @@ def kube_outcome(client: KubeClient, case: Case) -> tuple[str, str] | None:
         return "node", p["spec"]["nodeName"]
     volumes = case.pod["spec"]["volumes"]
     for claim in [
-        v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v
+        v["persistentVolumeClaim"]["claimName"]
+        for v in volumes
+        if "persistentVolumeClaim" in v
+        and v["persistentVolumeClaim"]["claimName"] not in case.preselected
     ]:
         r = client.request("GET", f"{_PATHS['PersistentVolumeClaim']}/{claim}")
         if not r.ok:

@@ -9,7 +9,9 @@ kube-scheduler 1.34's rules:
   provisioner other than ``kubernetes.io/no-provisioner``, ``allowedTopologies`` matching
   the node's labels, and room in a CSIStorageCapacity if the driver publishes them: see
   ``_storage_capacity``); several claims of one pod never share a volume; the first claim
-  (smallest first) that cannot be provisioned on a node gives that node's reason;
+  (smallest first) that cannot be provisioned on a node gives that node's reason; a claim
+  annotated ``volume.kubernetes.io/selected-node`` (provisioning already asked for) matches no
+  volume and is provisioned on that node or nowhere;
 * an unbound claim of an ``Immediate`` class (or no class) waits for the PV controller: the pod
   is unschedulable until it is bound.
 
@@ -261,20 +263,14 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
                 break
         return choice
 
-    def _choose(
-        self, pod: PodInfo, delayed: list[tuple[ClaimInfo, ClassInfo]], cluster: ClusterState
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Per node: can every unbound claim get a volume or be provisioned? The nodes where
-        one cannot (no volume and no provisioning there; or no storage capacity left), as
-        kube-scheduler tells them apart. Records the volume chosen per claim and node in the
-        store."""
-        store = cluster.volumes
-        taken = store.taken(cluster)
-        conflict = np.zeros(cluster.size, dtype=bool)
-        short = np.zeros(cluster.size, dtype=bool)
+    def _match(
+        self, cluster: ClusterState, ordered: list[tuple[ClaimInfo, ClassInfo]]
+    ) -> list[tuple[tuple[str, ...], np.ndarray]]:
+        """Per claim (smallest first), its candidate volumes and the one chosen per node slot
+        (-1: none); several claims never get one volume."""
+        taken = cluster.volumes.taken(cluster)
         used: dict[str, np.ndarray] = {}  # volume -> nodes where an earlier claim took it
-        keys, all_cands, choices = [], [], []
-        ordered = sorted(delayed, key=lambda d: (d[0].request, d[0].name))
+        out = []
         for k, (claim, sc) in enumerate(ordered):
             cat = self._catalog(cluster, sc.name)
             found = self._prebound_choice(cluster, claim)
@@ -291,6 +287,32 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
                 for i in np.unique(choice[choice >= 0]):
                     name = names[int(i)]
                     used[name] = used.get(name, np.zeros(cluster.size, bool)) | (choice == i)
+            out.append((names, choice))
+        return out
+
+    def _choose(
+        self, pod: PodInfo, delayed: list[tuple[ClaimInfo, ClassInfo]], cluster: ClusterState
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: can every unbound claim get a volume or be provisioned? The nodes where
+        one cannot (no volume and no provisioning there, or provisioning already sent
+        elsewhere; or no storage capacity left), as kube-scheduler tells them apart. Records
+        the volume chosen per claim and node in the store."""
+        store = cluster.volumes
+        n = cluster.size
+        # A claim whose node was selected already (the annotation PreBind writes) is
+        # provisioned there or nowhere: kube-scheduler matches no volume for it and rejects
+        # every other node before looking at the other claims.
+        selected = [d for d in delayed if d[0].selected_node]
+        rest = [d for d in delayed if not d[0].selected_node]
+        rest.sort(key=lambda d: (d[0].request, d[0].name))
+        conflict = np.zeros(n, dtype=bool)
+        for claim, _ in selected:
+            there = cluster.node_index.get(claim.selected_node)
+            conflict |= np.arange(n) != (-1 if there is None else there)
+        unmatched = np.full(n, -1, dtype=np.int64)
+        picks = [((), unmatched) for _ in selected] + self._match(cluster, rest)
+        short = np.zeros(n, dtype=bool)
+        for (claim, sc), (_, choice) in zip(selected + rest, picks, strict=True):
             # Provisioned here: the first claim that cannot be decides the node's reason.
             need = (choice < 0) & ~(conflict | short)
             can = self.provision_mask(cluster, sc)
@@ -298,13 +320,14 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
             room = self._capacity.room(cluster, sc, claim)
             if room is not None:
                 short |= need & can & ~room
-            keys.append(claim.key)
-            all_cands.append(names)
-            choices.append(choice)
         if len(store.choices) > 4096:
             # Only placed pods' choices are ever read again; the others are recomputed at
             # their next attempt (this bounds what deleted pods leave behind).
             for uid in [u for u in store.choices if u not in cluster.placements]:
                 del store.choices[uid]
-        store.choices[pod.uid] = ClaimChoices(tuple(keys), tuple(all_cands), tuple(choices))
+        store.choices[pod.uid] = ClaimChoices(
+            tuple(c.key for c, _ in selected + rest),
+            tuple(names for names, _ in picks),
+            tuple(choice for _, choice in picks),
+        )
         return conflict, short
