@@ -143,3 +143,36 @@ def test_claim_bound_to_a_missing_volume_counts_by_its_class() -> None:
     # VolumeBinding rejects the pod too; NodeVolumeLimits alone counts it under the class.
     result = NodeVolumeLimits().filter(None, user("app", "data"), state)  # type: ignore[arg-type]
     assert [state.node(int(i)).name for i in result.mask.nonzero()[0]] == ["a", "c"]
+
+
+def attachment(name: str, node: str, pv: str, attacher: str = LIMITED) -> dict[str, Any]:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": name},
+        "spec": {"attacher": attacher, "nodeName": node, "source": {"persistentVolumeName": pv}},
+    }
+
+
+def test_volume_attachments_count_against_the_limit() -> None:
+    state = limited(LIMITED, 1)
+    load(
+        state,
+        sc_doc("csi", wffc=False, provisioner=LIMITED),
+        *[pv_doc(f"pv-{x}", sc="csi", csi=(LIMITED, f"h-{x}"), claim=f"default/{x}") for x in "mn"],
+        *[pvc_doc(x, sc="csi", volume=f"pv-{x}") for x in "mn"],
+        # Ignored: no attacher, a volume that does not exist, an attachment to another node.
+        attachment("no-attacher", "a", "pv-m", attacher=""),
+        attachment("no-volume", "a", "pv-gone"),
+        attachment("elsewhere", "c", "pv-m"),
+    )
+    assert feasible(user("p", "n"), state) == ["a", "c"]
+    # A volume left attached to a (its pod gone) fills a's one slot.
+    load(state, attachment("left", "a", "pv-m"))
+    assert feasible(user("p", "n"), state) == ["c"]
+    # The attached volume itself is new to a pod using it: counted twice, as kube-scheduler does.
+    assert feasible(user("q", "m"), state) == ["c"]
+    # Used by a pod on a, it is one attached volume, and not new to another pod using it.
+    state.assign(user("holder", "m"), state.node_index["a"])
+    assert feasible(user("q", "m"), state) == ["a", "c"]
+    assert feasible(user("p", "n"), state) == ["c"]

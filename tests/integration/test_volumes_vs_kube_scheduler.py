@@ -1,5 +1,6 @@
 """Volumes, differentially: generated PV/PVC/StorageClass/CSINode/CSIDriver/CSIStorageCapacity
-cases (and pods with inline CSI volumes, inline and persistent GCE disks migrated to CSI)
+cases (and VolumeAttachments, pods with inline CSI volumes, inline and persistent GCE disks
+migrated to CSI)
 decided by the real kube-scheduler 1.34 and by fairgpu's engine on the same objects.
 
 Each case has its own three nodes (selected by a ``case`` label), storage class, volumes,
@@ -36,6 +37,7 @@ from fairgpu.engine.scheduler import Scheduler
 from fairgpu.model.node import node_from_k8s
 from fairgpu.model.pod import pod_from_k8s
 from fairgpu.model.volumes import (
+    attachment_from_k8s,
     capacity_from_k8s,
     claim_from_k8s,
     class_from_k8s,
@@ -67,6 +69,7 @@ KINDS = (
     "inline-csi",
     "migrated",
     "selected",
+    "attached",
 )
 GCE_DRIVER = "pd.csi.storage.gke.io"
 PX_DRIVER = "pxd.portworx.com"
@@ -247,6 +250,8 @@ def build_case(index: int, rng: random.Random) -> Case:
         _migrated(case, rng, nodes)
     elif kind == "selected":
         _selected(case, rng, nodes)
+    elif kind == "attached":
+        _attached(case, rng, nodes)
     else:
         _rwop(case, rng, nodes)
     return case
@@ -403,6 +408,40 @@ def _selected(case: Case, rng: random.Random, nodes: list[str]) -> None:
     case.pod = _pod(case.name("pod"), case.index, [case.name("picked"), case.name("fresh")])
 
 
+def _attached(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """Attach limits of 0 to 2 and VolumeAttachments of bound CSI volumes (some with no pod
+    using them, some of the pod's own volume, some with no attacher or volume)."""
+    sc = case.name("csi")
+    case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
+    for name in nodes:
+        case.objects.append(csinode_doc(name, DRIVER, rng.randint(0, 2)))
+    for k in range(3):
+        pvc, pv = case.name(f"c{k}"), case.name(f"pv{k}")
+        case.objects.append(_pvc(pvc, sc))
+        case.objects.append(_pv(pv, sc, csi=case.name(f"h{k}")))
+        case.bindings.append((pvc, pv))
+    if rng.random() < 0.5:
+        holder = _pod(case.name("holder"), case.index, [case.name("c0")], node=rng.choice(nodes))
+        case.objects.append(holder)
+    for k in range(rng.randint(1, 4)):
+        attacher = rng.choice([DRIVER, DRIVER, DRIVER, ""])
+        pv = rng.choice([case.name("pv0"), case.name("pv1"), case.name("pv2"), case.name("gone")])
+        case.objects.append(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "VolumeAttachment",
+                "metadata": {"name": case.name(f"va{k}")},
+                "spec": {
+                    "attacher": attacher or "attacher.example.com",
+                    "nodeName": rng.choice(nodes),
+                    "source": {"persistentVolumeName": pv},
+                },
+            }
+        )
+    claims = rng.sample([case.name("c1"), case.name("c2"), case.name("c0")], rng.randint(1, 2))
+    case.pod = _pod(case.name("pod"), case.index, claims)
+
+
 def _rwop(case: Case, rng: random.Random, nodes: list[str]) -> None:
     sc = case.name("csi")
     case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
@@ -419,6 +458,7 @@ _PATHS = {
     "CSINode": "/apis/storage.k8s.io/v1/csinodes",
     "CSIDriver": "/apis/storage.k8s.io/v1/csidrivers",
     "CSIStorageCapacity": f"/apis/storage.k8s.io/v1/namespaces/{NS}/csistoragecapacities",
+    "VolumeAttachment": "/apis/storage.k8s.io/v1/volumeattachments",
     "PersistentVolume": "/api/v1/persistentvolumes",
     "PersistentVolumeClaim": f"/api/v1/namespaces/{NS}/persistentvolumeclaims",
     "Pod": f"/api/v1/namespaces/{NS}/pods",
@@ -494,6 +534,7 @@ def fairgpu_view(client: KubeClient) -> tuple[ClusterState, list[Any]]:
             k8s.CSIStorageCapacity,
             capacity_from_k8s,
         ),
+        ("/apis/storage.k8s.io/v1/volumeattachments", k8s.VolumeAttachment, attachment_from_k8s),
         ("/api/v1/persistentvolumes", k8s.PersistentVolume, volume_from_k8s),
         ("/api/v1/persistentvolumeclaims", k8s.PersistentVolumeClaim, claim_from_k8s),
     )

@@ -415,6 +415,22 @@ class CSIDriver(_Base):
     kind: str = "CSIDriver"
 
 
+class VolumeAttachmentSource(_Base):
+    persistent_volume_name: str | None = None
+
+
+class VolumeAttachmentSpec(_Base):
+    attacher: str = ""
+    node_name: str = ""
+    source: VolumeAttachmentSource = msgspec.field(default_factory=VolumeAttachmentSource)
+
+
+class VolumeAttachment(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: VolumeAttachmentSpec = msgspec.field(default_factory=VolumeAttachmentSpec)
+    kind: str = "VolumeAttachment"
+
+
 class CSIStorageCapacity(_Base):
     """storage.k8s.io/v1 CSIStorageCapacity: its fields sit at the top level (no spec)."""
 

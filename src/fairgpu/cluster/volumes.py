@@ -1,5 +1,5 @@
-"""VolumeStore: the claims, volumes, storage classes, CSI nodes, CSI drivers and storage
-capacities the volume plugins read.
+"""VolumeStore: the claims, volumes, storage classes, CSI nodes, CSI drivers, storage
+capacities and volume attachments the volume plugins read.
 
 The store is part of the engine's input, next to the :class:`ClusterState` (as its
 ``volumes`` attribute); the adapters fill it (the simulator from YAML, the live scheduler from
@@ -23,6 +23,7 @@ from fairgpu.model.selectors import NodeSelectorTerm, Requirement
 from fairgpu.model.volumes import (
     NO_PROVISIONER,
     PHASE_AVAILABLE,
+    AttachmentInfo,
     CapacityInfo,
     ClaimInfo,
     ClassInfo,
@@ -74,6 +75,7 @@ class VolumeStore:
     csi_nodes: dict[str, CSINodeInfo] = field(default_factory=dict)
     csi_drivers: dict[str, CSIDriverInfo] = field(default_factory=dict)
     capacities: dict[str, CapacityInfo] = field(default_factory=dict)  # by namespace/name
+    attachments: dict[str, AttachmentInfo] = field(default_factory=dict)
     choices: dict[str, ClaimChoices] = field(default_factory=dict)
     version: int = 0
     capacity_version: int = 0
@@ -127,6 +129,11 @@ class VolumeStore:
         self.version += 1
         self.capacity_version += 1
 
+    def set_attachment(self, attachment: AttachmentInfo) -> None:
+        """Add or replace a VolumeAttachment."""
+        self.attachments[attachment.name] = attachment
+        self.version += 1
+
     def add(self, obj: StorageObject) -> None:
         """Add or replace any decoded storage object."""
         if isinstance(obj, ClaimInfo):
@@ -139,12 +146,14 @@ class VolumeStore:
             self.set_csi_driver(obj)
         elif isinstance(obj, CapacityInfo):
             self.set_capacity(obj)
+        elif isinstance(obj, AttachmentInfo):
+            self.set_attachment(obj)
         else:
             self.set_csi_node(obj)
 
     def table(self, kind: str) -> dict[str, Any]:
-        """The objects of ``kind`` (claim, volume, class, csinode, csidriver or capacity) by
-        key."""
+        """The objects of ``kind`` (claim, volume, class, csinode, csidriver, capacity or
+        attachment) by key."""
         tables: dict[str, dict[str, Any]] = {
             "claim": self.claims,
             "volume": self.volumes,
@@ -152,6 +161,7 @@ class VolumeStore:
             "csinode": self.csi_nodes,
             "csidriver": self.csi_drivers,
             "capacity": self.capacities,
+            "attachment": self.attachments,
         }
         return tables[kind]
 

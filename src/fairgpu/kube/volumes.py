@@ -1,8 +1,8 @@
-"""Storage for the live scheduler: watch claims, volumes, classes, CSI nodes, CSI drivers and
-CSI storage capacities, and the pre-bind step that writes the volume binding decision before
-the pod is bound.
+"""Storage for the live scheduler: watch claims, volumes, classes, CSI nodes, CSI drivers, CSI
+storage capacities and volume attachments, and the pre-bind step that writes the volume
+binding decision before the pod is bound.
 
-:class:`VolumeWatch` runs six reflectors whose events the scheduler's main loop applies to the
+:class:`VolumeWatch` runs seven reflectors whose events the scheduler's main loop applies to the
 cluster's :class:`~fairgpu.cluster.volumes.VolumeStore` (the engine reads it there).
 
 :func:`prebind` does what kube-scheduler's VolumeBinding PreBind does, then finishes the bind
@@ -35,12 +35,14 @@ from fairgpu.model.volumes import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,
+    AttachmentInfo,
     CapacityInfo,
     ClaimInfo,
     ClassInfo,
     CSIDriverInfo,
     CSINodeInfo,
     VolumeInfo,
+    attachment_from_k8s,
     capacity_from_k8s,
     claim_from_k8s,
     class_from_k8s,
@@ -84,11 +86,23 @@ _RESOURCES: dict[str, tuple[str, type, Callable[[Any], Any], str]] = {
         capacity_from_k8s,
         "capacity",
     ),
+    "VolumeAttachment": (
+        "/apis/storage.k8s.io/v1/volumeattachments",
+        k8s.VolumeAttachment,
+        attachment_from_k8s,
+        "attachment",
+    ),
 }
 
 
 def _key(
-    obj: ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo | CSIDriverInfo | CapacityInfo,
+    obj: ClaimInfo
+    | VolumeInfo
+    | ClassInfo
+    | CSINodeInfo
+    | CSIDriverInfo
+    | CapacityInfo
+    | AttachmentInfo,
 ) -> str:
     return obj.key if isinstance(obj, ClaimInfo | CapacityInfo) else obj.name
 

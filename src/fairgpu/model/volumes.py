@@ -1,5 +1,5 @@
 """Storage objects as the scheduler sees them: claims, volumes, classes, CSI node limits, CSI
-drivers and their storage capacity.
+drivers and their storage capacity, and volume attachments.
 
 Each is decoded once from the API's JSON (see :mod:`fairgpu.api.objects`) into a slim frozen
 struct holding only what kube-scheduler's volume plugins read (VolumeBinding, VolumeZone,
@@ -145,6 +145,17 @@ class CapacityInfo:
     def key(self) -> str:
         """``namespace/name``."""
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentInfo:
+    """A VolumeAttachment: ``attacher`` (a CSI driver) attaches PersistentVolume ``volume`` to
+    node ``node`` ('' when the attachment is of an inline volume)."""
+
+    name: str
+    node: str = ""
+    attacher: str = ""
+    volume: str = ""
 
 
 def _bytes(value: k8s.Quantity, obj: str, field: str) -> int:
@@ -315,6 +326,15 @@ def capacity_from_k8s(cap: k8s.CSIStorageCapacity) -> CapacityInfo:
     )
 
 
+def attachment_from_k8s(va: k8s.VolumeAttachment) -> AttachmentInfo:
+    """Decode a storage.k8s.io/v1 VolumeAttachment."""
+    meta, spec = va.metadata, va.spec
+    _named("VolumeAttachment", meta)
+    return AttachmentInfo(
+        meta.name, spec.node_name, spec.attacher, spec.source.persistent_volume_name or ""
+    )
+
+
 def pod_volume_refs(
     spec: k8s.PodSpec, pod_name: str
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str, bool], ...]]:
@@ -343,7 +363,9 @@ def pod_volume_refs(
     return tuple(dict.fromkeys(claims)), tuple(disks)
 
 
-StorageObject = ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo | CSIDriverInfo | CapacityInfo
+StorageObject = (
+    ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo | CSIDriverInfo | CapacityInfo | AttachmentInfo
+)
 STORAGE_KINDS = (
     "PersistentVolumeClaim",
     "PersistentVolume",
@@ -351,6 +373,7 @@ STORAGE_KINDS = (
     "CSINode",
     "CSIDriver",
     "CSIStorageCapacity",
+    "VolumeAttachment",
 )
 
 
@@ -369,4 +392,6 @@ def decode_storage(doc: dict[str, object]) -> StorageObject:
         return csidriver_from_k8s(k8s.decode(doc, k8s.CSIDriver))
     if kind == "CSIStorageCapacity":
         return capacity_from_k8s(k8s.decode(doc, k8s.CSIStorageCapacity))
+    if kind == "VolumeAttachment":
+        return attachment_from_k8s(k8s.decode(doc, k8s.VolumeAttachment))
     raise InvalidObjectError(str(kind), "kind", f"not one of {', '.join(STORAGE_KINDS)}")

@@ -7,7 +7,9 @@ node, plus the pod's volumes not already there. Counted are the volumes of the p
 PersistentVolume, an unbound one (or one bound to a volume that does not exist) as a volume of
 its class's provisioner; and in-tree volumes migrated to CSI, inline or persistent, as their
 driver's (see ``_csi_migration``). CSI ephemeral inline volumes (``volumes[].csi``) are not
-counted. Drivers without a count, and nodes without a CSINode, have no limit.
+counted. The node's VolumeAttachments of CSI persistent volumes (as ``attacher/handle``) that
+no pod there uses count too, even when the new pod uses the volume (kube-scheduler then counts
+it twice). Drivers without a count, and nodes without a CSINode, have no limit.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from fairgpu.engine.plugins._csi_migration import (
 )
 from fairgpu.engine.plugins._volume_catalog import all_nodes
 from fairgpu.model.pod import PodInfo
+
+Attached = tuple[dict[str, str], dict[str, int]]  # pods' volumes; other attachments per driver
 
 MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 
@@ -62,10 +66,25 @@ class NodeVolumeLimits(FilterPlugin):
     name = "NodeVolumeLimits"
 
     def __init__(self) -> None:
-        # slot -> (node version, store version, unique volumes attached there)
-        self._attached: dict[int, tuple[int, int, dict[str, str]]] = {}
+        # slot -> (node version, store version, what is attached there)
+        self._attached: dict[int, tuple[int, int, Attached]] = {}
+        self._by_node: dict[str, dict[str, str]] = {}
+        self._by_node_version = -1
 
-    def _attached_on(self, cluster: ClusterState, slot: int, on: frozenset[str]) -> dict[str, str]:
+    def _attachments(self, store: VolumeStore, node: str) -> dict[str, str]:
+        """The node's VolumeAttachments of CSI persistent volumes: ``attacher/handle`` ->
+        attacher (indexed by node once per store version)."""
+        if self._by_node_version != store.version:
+            self._by_node = {}
+            for va in store.attachments.values():
+                vol = store.volumes.get(va.volume) if va.attacher and va.volume else None
+                if vol is not None and vol.csi_driver:
+                    seen = self._by_node.setdefault(va.node, {})
+                    seen[f"{va.attacher}/{vol.csi_handle}"] = va.attacher
+            self._by_node_version = store.version
+        return self._by_node.get(node, {})
+
+    def _attached_on(self, cluster: ClusterState, slot: int, on: frozenset[str]) -> Attached:
         store = cluster.volumes
         version = int(cluster.node_version[slot])
         hit = self._attached.get(slot)
@@ -75,8 +94,12 @@ class NodeVolumeLimits(FilterPlugin):
         for other in cluster.node_pods[slot].values():
             if other.claims or other.disks:
                 attached.update(csi_volumes(other, store, on))
-        self._attached[slot] = (version, store.version, attached)
-        return attached
+        others: dict[str, int] = {}
+        for unique, driver in self._attachments(store, cluster.node(slot).name).items():
+            if unique not in attached:
+                others[driver] = others.get(driver, 0) + 1
+        self._attached[slot] = (version, store.version, (attached, others))
+        return attached, others
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Only nodes whose CSINode limits one of the pod's drivers are looked at."""
@@ -95,10 +118,10 @@ class NodeVolumeLimits(FilterPlugin):
             slot = cluster.node_index.get(node_name)
             if not limits or slot is None or pod.uid in cluster.node_pods[slot]:
                 continue
-            attached = self._attached_on(cluster, slot, on)
+            attached, others = self._attached_on(cluster, slot, on)
             new = variants[on]
             for driver, limit in limits:
-                have = sum(1 for d in attached.values() if d == driver)
+                have = sum(1 for d in attached.values() if d == driver) + others.get(driver, 0)
                 extra = sum(1 for u, d in new.items() if d == driver and u not in attached)
                 if extra and have + extra > limit:
                     ok[slot] = False

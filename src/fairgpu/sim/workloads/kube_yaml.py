@@ -5,8 +5,9 @@ Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Services
 selectors give pods default spread constraints), Pods, PriorityClasses,
 Deployments (expanded to their replicas) and PodGroups (scheduler-plugins
 ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the storage objects pods
-mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes, and CSIDrivers
-with the CSIStorageCapacities that limit dynamic provisioning; in
+mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes with the
+VolumeAttachments counted against their limits, and CSIDrivers with the CSIStorageCapacities
+that limit dynamic provisioning; in
 ``Workload.extra["storage"]``), and Dynamic Resource Allocation objects (DeviceClasses,
 ResourceSlices, ResourceClaims and templates; in ``Workload.extra["dra"]``). Simulation-only
 annotations give each pod its timing: ``fairgpu.io/arrival-seconds`` (default 0) and
