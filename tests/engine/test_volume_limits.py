@@ -1,7 +1,8 @@
 """NodeVolumeLimits (kube-scheduler 1.34) beyond CSI persistent volumes: generic ephemeral
-volumes count as their claim, CSI ephemeral inline volumes not at all, and in-tree volumes
+volumes count as their claim, CSI ephemeral inline volumes not at all, in-tree volumes
 migrated to CSI (inline or persistent, or claims of an in-tree provisioner's class) as their
-CSI driver's, with the volume handles of the CSI translation library."""
+CSI driver's, with the volume handles of the CSI translation library, and VolumeAttachments.
+Also how generic ephemeral (and lost) claims are checked before any node is looked at."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from fairgpu.api import objects as k8s
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.plugins.node_volume_limits import NodeVolumeLimits
-from tests.builders import cluster, k8s_node, k8s_pod
+from fairgpu.model.pod import PodInfo, pod_from_k8s
+from tests.builders import cluster, k8s_node, k8s_pod, pod_manifest
 from tests.engine.test_volumes import feasible, reason, three_nodes, user
 from tests.engine.volume_builders import csinode_doc, load, pv_doc, pvc_doc, sc_doc
 
@@ -176,3 +179,48 @@ def test_volume_attachments_count_against_the_limit() -> None:
     state.assign(user("holder", "m"), state.node_index["a"])
     assert feasible(user("q", "m"), state) == ["a", "c"]
     assert feasible(user("p", "n"), state) == ["c"]
+
+
+# ---- generic ephemeral volumes: VolumeRestrictions leaves them to VolumeBinding -------------
+def ephemeral_pod(uid: str = "") -> PodInfo:
+    """Pod ``app`` with a generic ephemeral volume ``scratch`` (claim ``app-scratch``)."""
+    template = {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}
+    manifest = pod_manifest("app", volumes=[{"name": "scratch", "ephemeral": template}])
+    if uid:
+        manifest["metadata"]["uid"] = uid
+    return pod_from_k8s(k8s.decode(manifest, k8s.Pod))
+
+
+def owned_claim(owner_uid: str) -> dict[str, Any]:
+    doc = pvc_doc("app-scratch", sc="local")
+    doc["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "app", "uid": owner_uid, "controller": True}
+    ]
+    return doc
+
+
+def test_generic_ephemeral_claims_as_kube_scheduler_checks_them() -> None:
+    state = load(three_nodes(), sc_doc("local", provisioner="example.com/x"))
+    # Right after the pod is created its claim does not exist yet.
+    assert reason(ephemeral_pod("u1"), state) == (
+        'waiting for ephemeral volume controller to create the persistentvolumeclaim "app-scratch"'
+    )
+    # A claim of that name the pod does not control is not its volume.
+    load(state, owned_claim("someone-else"))
+    assert reason(ephemeral_pod("u1"), state) == (
+        "PVC default/app-scratch was not created for pod default/app (pod is not owner)"
+    )
+    load(state, owned_claim("u1"))
+    assert feasible(ephemeral_pod("u1"), state) == ["a", "b", "c"]
+    # Pods without a uid (simulator YAML) are not checked for ownership.
+    load(state, owned_claim("someone-else"))
+    assert feasible(ephemeral_pod(), state) == ["a", "b", "c"]
+
+
+def test_a_lost_claim_is_reported_as_kube_scheduler_does() -> None:
+    lost = pvc_doc("data", sc="local", volume="pv-gone")
+    lost["status"] = {"phase": "Lost"}
+    state = load(three_nodes(), sc_doc("local"), lost)
+    assert reason(user("app", "data"), state) == (
+        'persistentvolumeclaim "data" bound to non-existent persistentvolume "pv-gone"'
+    )

@@ -89,6 +89,7 @@ class Case:
     available: list[str] = field(default_factory=list)  # PVs to mark Available
     volume_node: dict[str, str] = field(default_factory=dict)  # local PV -> node
     preselected: set[str] = field(default_factory=set)  # claims created with a selected node
+    lost: list[str] = field(default_factory=list)  # claims whose status says Lost
     pod: dict[str, Any] = field(default_factory=dict)
 
     def name(self, suffix: str) -> str:
@@ -239,7 +240,7 @@ def build_case(index: int, rng: random.Random) -> Case:
         case.objects.append(_pvc(case.name("waiting"), sc))
         case.pod = _pod(case.name("pod"), index, [case.name("waiting")])
     elif kind == "missing":
-        case.pod = _pod(case.name("pod"), index, [case.name("nope")])
+        _missing(case, rng)
     elif kind == "csi-limit":
         _csi_limit(case, rng, nodes)
     elif kind == "capacity":
@@ -273,6 +274,27 @@ def _csi_limit(case: Case, rng: random.Random, nodes: list[str]) -> None:
     case.objects.append(_pv(case.name("pv-new"), sc, csi=case.name("h-new")))
     case.bindings.append((new, case.name("pv-new")))
     case.pod = _pod(case.name("pod"), case.index, [new])
+
+
+def _missing(case: Case, rng: random.Random) -> None:
+    """A claim that does not exist, a generic ephemeral volume whose claim does not exist yet
+    (no ephemeral volume controller runs here), or a claim whose volume was lost."""
+    variant = rng.choice(["absent", "ephemeral", "lost"])
+    if variant == "ephemeral":
+        case.pod = _pod(case.name("pod"), case.index, [])
+        template = {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}
+        template["volumeClaimTemplate"]["spec"]["resources"] = {"requests": {"storage": "1Gi"}}
+        case.pod["spec"]["volumes"] = [{"name": "scratch", "ephemeral": template}]
+        return
+    claim = case.name("nope")
+    if variant == "lost":
+        sc = case.name("local")
+        case.objects.append(sc_doc(sc))
+        doc = _pvc(claim, sc)
+        doc["spec"]["volumeName"] = case.name("pv-gone")
+        case.objects.append(doc)
+        case.lost.append(claim)
+    case.pod = _pod(case.name("pod"), case.index, [claim])
 
 
 def _capacity(case: Case, rng: random.Random, nodes: list[str]) -> None:
@@ -489,6 +511,9 @@ def create_case(client: KubeClient, case: Case, ns: str = NS) -> None:
         )
     for pv in case.available:
         client.patch(f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Available"}})
+    for pvc in case.lost:
+        path = f"{paths['PersistentVolumeClaim']}/{pvc}/status"
+        client.patch(path, {"status": {"phase": "Lost"}})
 
 
 @contextmanager

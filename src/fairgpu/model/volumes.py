@@ -58,6 +58,8 @@ class ClaimInfo:
     # False when the claim requests no storage at all: kube-scheduler then skips the storage
     # capacity check (a request of 0 is checked like any other size).
     storage_requested: bool = True
+    lost: bool = False  # status.phase Lost: its volume is gone
+    controller_uid: str = ""  # uid of the controlling owner (a generic ephemeral volume's pod)
 
     @property
     def key(self) -> str:
@@ -212,6 +214,8 @@ def claim_from_k8s(pvc: k8s.PersistentVolumeClaim) -> ClaimInfo:
         deleting=meta.deletion_timestamp is not None,
         selected_node=meta.annotations.get(ANN_SELECTED_NODE, ""),
         storage_requested=STORAGE in spec.resources.requests,
+        lost=pvc.status.phase == "Lost",
+        controller_uid=next((o.uid for o in meta.owner_references if o.controller), ""),
     )
 
 
@@ -361,6 +365,15 @@ def pod_volume_refs(
             ident = f"{','.join(sorted(rbd.monitors))}/{rbd.pool}/{rbd.image}"
             disks.append(("rbd", ident, rbd.read_only))
     return tuple(dict.fromkeys(claims)), tuple(disks)
+
+
+def ephemeral_claims(pod: k8s.Pod | None) -> frozenset[str]:
+    """The claims of the pod's generic ephemeral volumes (``<pod>-<volume>``): kube-scheduler
+    checks them apart from those its ``persistentVolumeClaim`` volumes name."""
+    if pod is None:
+        return frozenset()
+    name = pod.metadata.name
+    return frozenset(f"{name}-{v.name}" for v in pod.spec.volumes if v.ephemeral is not None)
 
 
 StorageObject = (

@@ -50,7 +50,13 @@ from fairgpu.engine.plugins._volume_catalog import (
 from fairgpu.engine.plugins.volume_restrictions import claim_not_found
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.selectors import Requirement
-from fairgpu.model.volumes import NO_PROVISIONER, ClaimInfo, ClassInfo, VolumeInfo
+from fairgpu.model.volumes import (
+    NO_PROVISIONER,
+    ClaimInfo,
+    ClassInfo,
+    VolumeInfo,
+    ephemeral_claims,
+)
 
 BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 # kube-scheduler 1.34's words for a bound volume whose node affinity excludes the node (older
@@ -58,6 +64,9 @@ BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
 PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+EPHEMERAL_MISSING = (
+    'waiting for ephemeral volume controller to create the persistentvolumeclaim "{}"'
+)
 _STATE = "VolumeBinding"
 
 
@@ -70,16 +79,44 @@ class PodClaims:
     delayed: list[tuple[ClaimInfo, ClassInfo]]
 
 
-def classify(pod: PodInfo, store: VolumeStore) -> PodClaims | Status:
-    """Split the pod's claims, or the status that rejects the pod outright."""
-    out = PodClaims([], [])
-    immediate = False
+def claim_problem(pod: PodInfo, store: VolumeStore) -> Status | None:
+    """kube-scheduler's first look at every claim of the pod, in order: it exists, its volume
+    is not lost, it is not being deleted, and a generic ephemeral volume's claim belongs to
+    the pod (checked only for pods with a uid: the simulator's YAML pods may have none)."""
+    ephemeral = ephemeral_claims(pod.source) if pod.source is not None else frozenset()
+    uid = pod.source.metadata.uid if pod.source is not None else ""
     for name in pod.claims:
         claim = store.claim(pod.namespace, name)
         if claim is None:
+            if name in ephemeral:
+                return Status.unresolvable(_STATE, EPHEMERAL_MISSING.format(name))
             return Status.unresolvable(_STATE, claim_not_found(name))
+        if claim.lost:
+            return Status.unresolvable(
+                _STATE,
+                f'persistentvolumeclaim "{name}" bound to non-existent persistentvolume '
+                f'"{claim.volume_name}"',
+            )
         if claim.deleting:
             return Status.unresolvable(_STATE, f'persistentvolumeclaim "{name}" is being deleted')
+        if name in ephemeral and uid and claim.controller_uid != uid:
+            return Status.unresolvable(
+                _STATE,
+                f"PVC {pod.namespace}/{name} was not created for pod "
+                f"{pod.namespace}/{pod.name} (pod is not owner)",
+            )
+    return None
+
+
+def classify(pod: PodInfo, store: VolumeStore) -> PodClaims | Status:
+    """Split the pod's claims, or the status that rejects the pod outright."""
+    problem = claim_problem(pod, store)
+    if problem is not None:
+        return problem
+    out = PodClaims([], [])
+    immediate = False
+    for name in pod.claims:
+        claim = store.claims[f"{pod.namespace}/{name}"]
         if claim.volume_name:
             out.bound.append((claim, store.volumes.get(claim.volume_name)))
             continue
