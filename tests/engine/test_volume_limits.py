@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fairgpu.api import objects as k8s
@@ -15,7 +16,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.plugins.node_volume_limits import NodeVolumeLimits
 from fairgpu.model.pod import PodInfo, pod_from_k8s
 from tests.builders import cluster, k8s_node, k8s_pod, pod_manifest
-from tests.engine.test_volumes import feasible, reason, three_nodes, user
+from tests.engine.test_volumes import feasible, reason, scheduler, three_nodes, user
 from tests.engine.volume_builders import csinode_doc, load, pv_doc, pvc_doc, sc_doc
 
 LIMITED = "csi.example.com"
@@ -224,3 +225,48 @@ def test_a_lost_claim_is_reported_as_kube_scheduler_does() -> None:
     assert reason(user("app", "data"), state) == (
         'persistentvolumeclaim "data" bound to non-existent persistentvolume "pv-gone"'
     )
+
+
+# ---- VolumeBinding: in-tree volumes on nodes where their plugin is migrated -----------------
+def gce_pv(labels: dict[str, str], affinity_zone: str | None = None) -> dict[str, Any]:
+    pv = pv_doc("pv", sc="", claim="default/data", labels=labels, node=None)
+    del pv["spec"]["hostPath"]
+    pv["spec"]["gcePersistentDisk"] = {"pdName": "d1"}
+    if affinity_zone is not None:
+        expr = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [affinity_zone]}
+        pv["spec"]["nodeAffinity"] = {
+            "required": {"nodeSelectorTerms": [{"matchExpressions": [expr]}]}
+        }
+    return pv
+
+
+@pytest.mark.parametrize(
+    ("labels", "affinity_zone", "expected"),
+    [
+        # A zone label: the translated affinity asks topology.gke.io/zone for it (a is in a).
+        ({"topology.kubernetes.io/zone": "us-central1-b"}, None, ["b", "c"]),
+        ({"failure-domain.beta.kubernetes.io/zone": "us-central1-b"}, None, ["b", "c"]),
+        ({"topology.kubernetes.io/zone": "us-central1-a__us-central1-b"}, None, ["a", "b", "c"]),
+        # A zone in the affinity is renamed to the CSI key; the label is then not used.
+        ({"topology.kubernetes.io/zone": "us-central1-b"}, "us-central1-a", ["a", "b", "c"]),
+        # No zone at all: nothing to translate.
+        ({}, None, ["a", "b", "c"]),
+        # GCE zones of no one region: no translation, no node where the plugin is migrated.
+        ({"topology.kubernetes.io/zone": "z1__z2"}, None, ["b", "c"]),
+    ],
+)
+def test_bound_gce_volume_is_checked_as_translated_where_migrated(
+    labels: dict[str, str], affinity_zone: str | None, expected: list[str]
+) -> None:
+    # Every node is in us-central1-a, but only a lists kubernetes.io/gce-pd as migrated (b's
+    # CSINode does not, c has none); only VolumeBinding is checked here.
+    gke = {"topology.kubernetes.io/zone": "us-central1-a", "topology.gke.io/zone": "us-central1-a"}
+    nodes = [k8s_node(n, labels=gke) for n in "abc"]
+    migrated = csinode_doc("a", GCE, 5)
+    migrated["metadata"]["annotations"] = {
+        "storage.alpha.kubernetes.io/migrated-plugins": "kubernetes.io/gce-pd"
+    }
+    state = load(cluster(*nodes), migrated, csinode_doc("b", GCE, 5))
+    load(state, gce_pv(labels, affinity_zone), pvc_doc("data", sc="", volume="pv"))
+    mask, _ = scheduler(["VolumeBinding"]).filter(user("app", "data"), state)
+    assert [state.node(int(i)).name for i in np.flatnonzero(mask)] == expected

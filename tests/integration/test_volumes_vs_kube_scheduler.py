@@ -370,21 +370,27 @@ def _inline_csi(case: Case, rng: random.Random, nodes: list[str]) -> None:
 
 
 def _migrated(case: Case, rng: random.Random, nodes: list[str]) -> None:
-    """In-tree volumes migrated to CSI under GCE PD and Portworx limits: inline GCE disks, a
-    GCE persistent volume (zone label of one zone, several, or none), claims of classes
-    provisioned by kubernetes.io/gce-pd or kubernetes.io/portworx-volume (counted only where
-    the CSINode lists Portworx as migrated)."""
+    """In-tree volumes migrated to CSI: inline GCE disks under GCE PD limits; a GCE persistent
+    volume (zone label of one zone, a region, the beta key, or none; maybe a zone affinity)
+    whose affinity VolumeBinding translates on nodes whose CSINode lists kubernetes.io/gce-pd
+    (checked against their topology.gke.io/zone label, which some nodes lack or set to another
+    zone); claims of gce-pd and portworx classes (Portworx counted only where listed)."""
+    zones = ["us-central1-a", "us-central1-b", rng.choice(["us-central1-b", "us-central1-c"])]
+    for spec, zone in zip(case.nodes, zones, strict=True):
+        spec.labels[ZONE] = zone
+        gke = rng.choice([zone, zone, "us-central1-c", None])
+        if gke is not None:
+            spec.labels["topology.gke.io/zone"] = gke
     for name in nodes:
         doc = csinode_doc(name, GCE_DRIVER, rng.randint(0, 2))
         doc["spec"]["drivers"].append(
             {"name": PX_DRIVER, "nodeID": name, "allocatable": {"count": rng.randint(0, 1)}}
         )
-        if rng.random() < 0.5:
-            # Not kubernetes.io/gce-pd: there VolumeBinding would check a GCE volume's zone
-            # against the CSI driver's topology label (topology.gke.io/zone), not done here.
-            plugins = "kubernetes.io/portworx-volume"
+        plugins = rng.choice(["", "portworx-volume", "gce-pd", "gce-pd,portworx-volume"])
+        if plugins:
+            listed = ",".join(f"kubernetes.io/{p}" for p in plugins.split(","))
             doc["metadata"]["annotations"] = {
-                "storage.alpha.kubernetes.io/migrated-plugins": plugins
+                "storage.alpha.kubernetes.io/migrated-plugins": listed
             }
         case.objects.append(doc)
     disks = [case.name(f"d{k}") for k in range(3)]
@@ -392,14 +398,8 @@ def _migrated(case: Case, rng: random.Random, nodes: list[str]) -> None:
         _pod(case.name("holder"), case.index, [], node=rng.choice(nodes), disks=[disks[0]])
     )
     claims = []
-    if rng.random() < 0.5:
-        sc = case.name("pd")
-        case.objects.append(sc_doc(sc, wffc=False, provisioner="kubernetes.io/gce-pd"))
-        pv = _pv(case.name("pv"), sc, labels=rng.choice([{}, {ZONE: "z0"}, {ZONE: "z0__z1"}]))
-        del pv["spec"]["local"], pv["spec"]["nodeAffinity"]
-        pv["spec"]["gcePersistentDisk"] = {"pdName": rng.choice(disks), "readOnly": True}
-        pv["spec"]["accessModes"] = ["ReadOnlyMany"]
-        claims.append(_bound(case, sc, pv, modes=["ReadOnlyMany"]))
+    if rng.random() < 0.6:
+        claims.append(_gce_volume(case, rng, disks, zones))
     for provisioner in ("kubernetes.io/gce-pd", "kubernetes.io/portworx-volume"):
         if rng.random() < 0.4:
             sc = case.name(provisioner.rpartition("/")[2])
@@ -408,6 +408,30 @@ def _migrated(case: Case, rng: random.Random, nodes: list[str]) -> None:
             claims.append(case.name(f"{sc}-fresh"))
     mine = rng.sample(disks, rng.randint(0, 2))
     case.pod = _pod(case.name("pod"), case.index, claims, disks=mine)
+
+
+def _gce_volume(case: Case, rng: random.Random, disks: list[str], zones: list[str]) -> str:
+    """A bound GCE persistent volume of one of ``disks``; returns its claim."""
+    sc = case.name("pd")
+    case.objects.append(sc_doc(sc, wffc=False, provisioner="kubernetes.io/gce-pd"))
+    labels = rng.choice(
+        [
+            {},
+            {ZONE: zones[0]},
+            {ZONE: "us-central1-a__us-central1-b"},
+            {"failure-domain.beta.kubernetes.io/zone": zones[1]},
+        ]
+    )
+    pv = _pv(case.name("pv"), sc, labels=labels)
+    del pv["spec"]["local"]
+    if rng.random() < 0.3:
+        term = {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [zones[1]]}]}
+        pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
+    else:
+        del pv["spec"]["nodeAffinity"]
+    pv["spec"]["gcePersistentDisk"] = {"pdName": rng.choice(disks), "readOnly": True}
+    pv["spec"]["accessModes"] = ["ReadOnlyMany"]
+    return _bound(case, sc, pv, modes=["ReadOnlyMany"])
 
 
 def _selected(case: Case, rng: random.Random, nodes: list[str]) -> None:

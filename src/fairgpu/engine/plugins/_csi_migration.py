@@ -17,6 +17,12 @@ library gives them, wherever the node has a CSINode object (the only nodes with 
 
 CSI ephemeral inline volumes (``volumes[].csi``) are never counted. Not decoded here, so not
 counted: inline and persistent Azure disk, Cinder and Portworx volumes.
+
+VolumeBinding translates too: on a node whose CSINode annotation lists the plugin, a bound
+in-tree persistent volume's node affinity is checked as translated for its CSI driver, its
+zone key renamed to the driver's topology key (``topology.gke.io/zone``,
+``topology.ebs.csi.aws.com/zone``), or, without a zone in the affinity, the zones of its zone
+label added as that key (see :func:`translated_affinity`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from fairgpu.model.selectors import NodeSelectorTerm, Requirement
 from fairgpu.model.volumes import AWS_EBS, GCE_PD, CSINodeInfo, VolumeInfo
 
 PORTWORX = "kubernetes.io/portworx-volume"
@@ -45,6 +52,9 @@ _EBS_ID = re.compile(r"^vol-[^/]*$")
 _UNSPECIFIED = "UNSPECIFIED"
 _BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
 _ZONE = "topology.kubernetes.io/zone"
+_BETA_REGION = "failure-domain.beta.kubernetes.io/region"
+_REGION = "topology.kubernetes.io/region"
+_TOPOLOGY_KEYS = {GCE_PD: "topology.gke.io/zone", AWS_EBS: "topology.ebs.csi.aws.com/zone"}
 
 
 def migrated(node: CSINodeInfo) -> frozenset[str]:
@@ -105,3 +115,52 @@ def inline_driver(kind: str, ident: str, on: frozenset[str]) -> tuple[str, str] 
     else:
         handle = ebs_volume_id(ident)
     return (DRIVERS[plugin], handle) if handle else None
+
+
+def _renamed(
+    terms: tuple[NodeSelectorTerm, ...], old: str, new: str
+) -> tuple[NodeSelectorTerm, ...]:
+    return tuple(
+        NodeSelectorTerm(
+            tuple(
+                Requirement(new, r.operator, r.values) if r.key == old else r for r in t.expressions
+            ),
+            t.fields,
+        )
+        for t in terms
+    )
+
+
+def _values(terms: tuple[NodeSelectorTerm, ...], key: str) -> list[str]:
+    return [v for t in terms for r in t.expressions if r.key == key for v in r.values]
+
+
+def translated_affinity(vol: VolumeInfo) -> tuple[NodeSelectorTerm, ...] | None:
+    """The node affinity of in-tree volume ``vol`` translated for its CSI driver, as
+    VolumeBinding checks it on nodes where the plugin is migrated (None: every node). Raises
+    ``ValueError`` where the translation fails (a malformed EBS ID, GCE zones of no one
+    region), which fails the whole attempt in kube-scheduler."""
+    plugin, ident = vol.in_tree or ("", "")
+    labels = dict(vol.labels)
+    handle = _gce_handle(ident, labels) if plugin == GCE_PD else ebs_volume_id(ident)
+    if plugin not in _TOPOLOGY_KEYS or handle is None:
+        raise ValueError(f"cannot translate volume {vol.name} to CSI")
+    terms = vol.node_terms or ()
+    keys = {r.key for t in terms for r in t.expressions}
+    # The zone key: the GA one, unless only the beta one is used (affinity first, then labels).
+    if _ZONE not in keys and (_BETA_ZONE in keys or (_ZONE not in labels and _BETA_ZONE in labels)):
+        zone, region = _BETA_ZONE, _BETA_REGION
+    else:
+        zone, region = _ZONE, _REGION
+    csi_key = _TOPOLOGY_KEYS[plugin]
+    if _values(terms, zone):
+        terms = _renamed(terms, zone, csi_key)
+    elif zone in labels:
+        zones = tuple(sorted({z.strip() for z in labels[zone].split("__")} - {""}))
+        if zones:
+            extra = Requirement(csi_key, "In", zones)
+            terms = tuple(NodeSelectorTerm((*t.expressions, extra), t.fields) for t in terms)
+            terms = terms or (NodeSelectorTerm((extra,)),)
+    if region == _BETA_REGION and _values(terms, _BETA_REGION):
+        terms = _renamed(terms, _BETA_REGION, _REGION)
+    return terms if vol.node_terms is not None or terms else None

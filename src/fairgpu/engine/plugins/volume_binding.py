@@ -2,7 +2,9 @@
 
 kube-scheduler 1.34's rules:
 
-* a bound claim: its PersistentVolume must exist and its ``nodeAffinity`` must match the node;
+* a bound claim: its PersistentVolume must exist and its ``nodeAffinity`` must match the node
+  (for an in-tree GCE or EBS volume on a node where its plugin is migrated, as translated for
+  the CSI driver: see ``_csi_migration``);
 * an unbound claim of a ``WaitForFirstConsumer`` class: on the node, either an available volume
   of the class matches it (capacity, access modes, volume mode, selector, node affinity; the
   smallest wins, a volume pre-bound to the claim first) or the class can provision there (a
@@ -37,6 +39,7 @@ from fairgpu.engine.framework import (
     PreFilterPlugin,
     Status,
 )
+from fairgpu.engine.plugins._csi_migration import translated_affinity
 from fairgpu.engine.plugins._labels import requirement_mask, term_mask
 from fairgpu.engine.plugins._storage_capacity import NOT_ENOUGH_SPACE, StorageCapacity
 from fairgpu.engine.plugins._volume_catalog import (
@@ -49,7 +52,7 @@ from fairgpu.engine.plugins._volume_catalog import (
 )
 from fairgpu.engine.plugins.volume_restrictions import claim_not_found
 from fairgpu.model.pod import PodInfo
-from fairgpu.model.selectors import Requirement
+from fairgpu.model.selectors import NodeSelectorTerm, Requirement
 from fairgpu.model.volumes import (
     NO_PROVISIONER,
     ClaimInfo,
@@ -149,6 +152,8 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
         self._prebound: dict[str, list[VolumeInfo]] = {}
         self._prebound_version = -1
         self._capacity = StorageCapacity()
+        self._listed: dict[str, np.ndarray] = {}
+        self._listed_versions = (-1, -1)
 
     def _cached(self, cluster: ClusterState, key: object) -> np.ndarray | None:
         if self._version != cluster.static_version or len(self._masks) > 4096:
@@ -158,14 +163,52 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
 
     def volume_mask(self, cluster: ClusterState, vol: VolumeInfo) -> np.ndarray:
         """Nodes ``vol``'s node affinity admits (label-only: cached per node version)."""
-        if vol.node_terms is None:
+        return self._terms_mask(cluster, vol.node_terms)
+
+    def _terms_mask(
+        self, cluster: ClusterState, terms: tuple[NodeSelectorTerm, ...] | None
+    ) -> np.ndarray:
+        if terms is None:
             return np.ones(cluster.size, dtype=bool)
-        mask = self._cached(cluster, vol.node_terms)
+        mask = self._cached(cluster, terms)
         if mask is None:
             mask = np.zeros(cluster.size, dtype=bool)
-            for term in vol.node_terms:
+            for term in terms:
                 mask |= term_mask(cluster, term)
-            self._masks[vol.node_terms] = mask
+            self._masks[terms] = mask
+        return mask
+
+    def bound_mask(self, cluster: ClusterState, vol: VolumeInfo) -> np.ndarray:
+        """Nodes where bound volume ``vol`` is usable: its node affinity, translated for its
+        CSI driver on nodes whose CSINode lists its in-tree plugin as migrated."""
+        mask = self.volume_mask(cluster, vol)
+        if not vol.in_tree:
+            return mask
+        listed = self._migrated_nodes(cluster, vol.in_tree[0])
+        if not listed.any():
+            return mask
+        try:
+            translated = self._terms_mask(cluster, translated_affinity(vol))
+        except ValueError:
+            # kube-scheduler fails the attempt with an error there; no node of them fits.
+            translated = np.zeros(cluster.size, dtype=bool)
+        return np.where(listed, translated, mask)
+
+    def _migrated_nodes(self, cluster: ClusterState, plugin: str) -> np.ndarray:
+        """Nodes whose CSINode's migrated-plugins annotation lists ``plugin``."""
+        store = cluster.volumes
+        versions = (cluster.static_version, store.version)
+        if self._listed_versions != versions:
+            self._listed.clear()
+            self._listed_versions = versions
+        mask = self._listed.get(plugin)
+        if mask is None:
+            mask = np.zeros(cluster.size, dtype=bool)
+            for name, info in store.csi_nodes.items():
+                slot = cluster.node_index.get(name)
+                if slot is not None and plugin in info.migrated:
+                    mask[slot] = True
+            self._listed[plugin] = mask
         return mask
 
     def provision_mask(self, cluster: ClusterState, sc: ClassInfo) -> np.ndarray:
@@ -212,7 +255,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
                 reasons[PV_NOT_EXIST] = np.ones(n, dtype=bool)
                 ok[:] = False
             else:
-                affinity &= self.volume_mask(cluster, vol)
+                affinity &= self.bound_mask(cluster, vol)
         if not affinity.all():
             reasons[NODE_CONFLICT] = ~affinity
             ok &= affinity
