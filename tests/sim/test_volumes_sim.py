@@ -245,3 +245,36 @@ def test_bad_storage_capacity_names_file_and_field(tmp_path: Path) -> None:
     path.write_text(NODES + CAPACITY.replace("capacity: 2Gi", "capacity: roomy"))
     with pytest.raises(WorkloadError, match=r"CSIStorageCapacity kube-system/n0-pool.*capacity"):
         load_kube_yaml([path])
+
+
+def test_volume_attachments_count_against_csinode_limits(tmp_path: Path) -> None:
+    # n0 attaches one volume of the driver; a volume left attached there takes that slot.
+    attached = """
+---
+apiVersion: storage.k8s.io/v1
+kind: CSINode
+metadata: {name: n0}
+spec: {drivers: [{name: csi.example.com, nodeID: n0, allocatable: {count: 1}}]}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: left}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  csi: {driver: csi.example.com, volumeHandle: h-left}
+---
+apiVersion: storage.k8s.io/v1
+kind: VolumeAttachment
+metadata: {name: left-on-n0}
+spec: {attacher: csi.example.com, nodeName: n0, source: {persistentVolumeName: left}}
+"""
+    pod = user("p", "z").replace(
+        "spec:\n", "spec:\n  nodeSelector: {kubernetes.io/hostname: n0}\n", 1
+    )
+    text = NODES + storage_class("csi", "csi.example.com") + claim("z", "csi") + pod
+    recs = {r.pod.name: r for r in run(tmp_path, text).records.values()}
+    assert recs["p"].node == "n0"
+    recs = {r.pod.name: r for r in run(tmp_path, text + attached).records.values()}
+    assert not recs["p"].node
+    assert "1 node(s) exceed max volume count" in recs["p"].reason
