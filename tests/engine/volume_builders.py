@@ -10,6 +10,7 @@ from fairgpu.model.volumes import (
     claim_from_k8s,
     class_from_k8s,
     csinode_from_k8s,
+    decode_storage,
     volume_from_k8s,
 )
 
@@ -116,6 +117,49 @@ def csinode_doc(node: str, driver: str, count: int) -> dict[str, Any]:
     }
 
 
+def csidriver_doc(name: str, storage_capacity: bool | None = True) -> dict[str, Any]:
+    """A storage.k8s.io/v1 CSIDriver (``storage_capacity`` None: the field unset)."""
+    spec: dict[str, Any] = {}
+    if storage_capacity is not None:
+        spec["storageCapacity"] = storage_capacity
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSIDriver",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def capacity_doc(
+    name: str,
+    sc: str,
+    capacity: str | None = None,
+    maximum: str | None = None,
+    topology: dict[str, Any] | None = None,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """A storage.k8s.io/v1 CSIStorageCapacity; ``topology`` is its ``nodeTopology`` label
+    selector (None: unset)."""
+    doc: dict[str, Any] = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSIStorageCapacity",
+        "metadata": {"name": name, "namespace": namespace},
+        "storageClassName": sc,
+    }
+    if capacity is not None:
+        doc["capacity"] = capacity
+    if maximum is not None:
+        doc["maximumVolumeSize"] = maximum
+    if topology is not None:
+        doc["nodeTopology"] = topology
+    return doc
+
+
+def on_host(node: str) -> dict[str, Any]:
+    """A ``nodeTopology`` selecting one node by hostname, as node-local drivers publish."""
+    return {"matchLabels": {"kubernetes.io/hostname": node}}
+
+
 def load(cluster: ClusterState, *docs: dict[str, Any]) -> ClusterState:
     """Put storage objects into ``cluster.volumes``."""
     store = cluster.volumes
@@ -130,7 +174,7 @@ def load(cluster: ClusterState, *docs: dict[str, Any]) -> ClusterState:
         elif kind == "CSINode":
             store.set_csi_node(csinode_from_k8s(k8s.decode(doc, k8s.CSINode)))
         else:
-            raise ValueError(kind)
+            store.add(decode_storage(doc))
     return cluster
 
 

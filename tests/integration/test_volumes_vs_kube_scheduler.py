@@ -1,5 +1,7 @@
-"""Volumes, differentially: generated PV/PVC/StorageClass/CSINode cases decided by the real
-kube-scheduler 1.34 and by fairgpu's engine on the same objects.
+"""Volumes, differentially: generated PV/PVC/StorageClass/CSINode/CSIDriver/CSIStorageCapacity
+cases (and VolumeAttachments, pods with inline CSI volumes, inline and persistent GCE disks
+migrated to CSI)
+decided by the real kube-scheduler 1.34 and by fairgpu's engine on the same objects.
 
 Each case has its own three nodes (selected by a ``case`` label), storage class, volumes,
 claims and one pod. kube-scheduler runs without a PV controller, so a pod whose claims need
@@ -35,8 +37,11 @@ from fairgpu.engine.scheduler import Scheduler
 from fairgpu.model.node import node_from_k8s
 from fairgpu.model.pod import pod_from_k8s
 from fairgpu.model.volumes import (
+    attachment_from_k8s,
+    capacity_from_k8s,
     claim_from_k8s,
     class_from_k8s,
+    csidriver_from_k8s,
     csinode_from_k8s,
     volume_from_k8s,
 )
@@ -60,7 +65,14 @@ KINDS = (
     "missing",
     "csi-limit",
     "rwop",
+    "capacity",
+    "inline-csi",
+    "migrated",
+    "selected",
+    "attached",
 )
+GCE_DRIVER = "pd.csi.storage.gke.io"
+PX_DRIVER = "pxd.portworx.com"
 DRIVER = "csi.example.com"
 ZONE = "topology.kubernetes.io/zone"
 
@@ -76,6 +88,8 @@ class Case:
     bindings: list[tuple[str, str]] = field(default_factory=list)  # (pvc, pv) bound up front
     available: list[str] = field(default_factory=list)  # PVs to mark Available
     volume_node: dict[str, str] = field(default_factory=dict)  # local PV -> node
+    preselected: set[str] = field(default_factory=set)  # claims created with a selected node
+    lost: list[str] = field(default_factory=list)  # claims whose status says Lost
     pod: dict[str, Any] = field(default_factory=dict)
 
     def name(self, suffix: str) -> str:
@@ -119,7 +133,16 @@ def _pvc(name: str, sc: str, size: str = "1Gi", modes: list[str] | None = None) 
     return pvc_doc(name, sc, size, tuple(modes or ["ReadWriteOnce"]), namespace=NS)
 
 
-def _pod(name: str, case: int, claims: list[str], node: str = "") -> dict:
+def _pod(
+    name: str,
+    case: int,
+    claims: list[str],
+    node: str = "",
+    inline: list[str] | None = None,
+    disks: list[str] | None = None,
+) -> dict:
+    """A pod mounting ``claims``, for each driver in ``inline`` a CSI ephemeral volume, and
+    the GCE persistent ``disks`` (read-only)."""
     spec: dict[str, Any] = {
         "containers": [
             {
@@ -132,6 +155,11 @@ def _pod(name: str, case: int, claims: list[str], node: str = "") -> dict:
         "volumes": [
             {"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}}
             for i, c in enumerate(claims)
+        ]
+        + [{"name": f"inline{i}", "csi": {"driver": d}} for i, d in enumerate(inline or ())]
+        + [
+            {"name": f"disk{i}", "gcePersistentDisk": {"pdName": d, "readOnly": True}}
+            for i, d in enumerate(disks or ())
         ],
     }
     if node:
@@ -212,9 +240,19 @@ def build_case(index: int, rng: random.Random) -> Case:
         case.objects.append(_pvc(case.name("waiting"), sc))
         case.pod = _pod(case.name("pod"), index, [case.name("waiting")])
     elif kind == "missing":
-        case.pod = _pod(case.name("pod"), index, [case.name("nope")])
+        _missing(case, rng)
     elif kind == "csi-limit":
         _csi_limit(case, rng, nodes)
+    elif kind == "capacity":
+        _capacity(case, rng, nodes)
+    elif kind == "inline-csi":
+        _inline_csi(case, rng, nodes)
+    elif kind == "migrated":
+        _migrated(case, rng, nodes)
+    elif kind == "selected":
+        _selected(case, rng, nodes)
+    elif kind == "attached":
+        _attached(case, rng, nodes)
     else:
         _rwop(case, rng, nodes)
     return case
@@ -238,6 +276,218 @@ def _csi_limit(case: Case, rng: random.Random, nodes: list[str]) -> None:
     case.pod = _pod(case.name("pod"), case.index, [new])
 
 
+def _missing(case: Case, rng: random.Random) -> None:
+    """A claim that does not exist, a generic ephemeral volume whose claim does not exist yet
+    (no ephemeral volume controller runs here), or a claim whose volume was lost."""
+    variant = rng.choice(["absent", "ephemeral", "lost"])
+    if variant == "ephemeral":
+        case.pod = _pod(case.name("pod"), case.index, [])
+        template = {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}
+        template["volumeClaimTemplate"]["spec"]["resources"] = {"requests": {"storage": "1Gi"}}
+        case.pod["spec"]["volumes"] = [{"name": "scratch", "ephemeral": template}]
+        return
+    claim = case.name("nope")
+    if variant == "lost":
+        sc = case.name("local")
+        case.objects.append(sc_doc(sc))
+        doc = _pvc(claim, sc)
+        doc["spec"]["volumeName"] = case.name("pv-gone")
+        case.objects.append(doc)
+        case.lost.append(claim)
+    case.pod = _pod(case.name("pod"), case.index, [claim])
+
+
+def _capacity(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """Claims to provision by a driver of its own, which may publish storage capacity: per
+    node a pool (hostname selector) of a random size, maybe a zone-wide pool with a maximum
+    volume size, a pool of another class or for no node."""
+    driver = f"{case.name('cap')}.example.com"
+    opt_in = rng.choice([True, True, True, False, None])
+    spec = {} if opt_in is None else {"storageCapacity": opt_in}
+    case.objects.append(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIDriver",
+            "metadata": {"name": driver},
+            "spec": spec,
+        }
+    )
+    sc = case.name("cap")
+    case.objects.append(sc_doc(sc, provisioner=driver, zones=rng.choice([None, None, ["z0"]])))
+    pools: list[tuple[str, dict[str, Any] | None, dict[str, str]]] = []
+    for name in nodes:
+        if rng.random() < 0.75:
+            size = {"capacity": rng.choice(["1Gi", "3Gi", "10Gi"])}
+            pools.append((sc, {"matchLabels": {"kubernetes.io/hostname": name}}, size))
+    if rng.random() < 0.4:
+        size = {"capacity": "100Gi", "maximumVolumeSize": rng.choice(["2Gi", "4Gi"])}
+        pools.append((sc, {"matchLabels": {ZONE: rng.choice(["z1", "z2"])}}, size))
+    if rng.random() < 0.3:
+        pools.append((sc, None, {"capacity": "100Gi"}))  # no nodeTopology: no node
+    if rng.random() < 0.3:
+        pools.append((case.name("other"), {}, {"capacity": "100Gi"}))
+    for k, (cls, topology, size) in enumerate(pools):
+        doc: dict[str, Any] = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIStorageCapacity",
+            "metadata": {"name": case.name(f"pool{k}"), "namespace": NS},
+            "storageClassName": cls,
+            **size,
+        }
+        if topology is not None:
+            doc["nodeTopology"] = topology
+        case.objects.append(doc)
+    names = []
+    for k in range(rng.choice([1, 1, 2])):
+        pvc = case.name(f"fresh{k}")
+        case.objects.append(_pvc(pvc, sc, rng.choice(["1Gi", "2Gi", "5Gi"])))
+        names.append(pvc)
+    case.pod = _pod(case.name("pod"), case.index, names)
+
+
+def _inline_csi(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """Attach limits of 0 or 1 and a holder using one volume; the pod has CSI ephemeral
+    inline volumes of the same driver (which kube-scheduler does not count), maybe with a
+    claim of its own (which it does)."""
+    sc = case.name("csi")
+    case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
+    for name in nodes:
+        case.objects.append(csinode_doc(name, DRIVER, rng.randint(0, 1)))
+    old = case.name("old")
+    case.objects.append(_pvc(old, sc))
+    case.objects.append(_pv(case.name("pv-old"), sc, csi=case.name("h-old")))
+    case.bindings.append((old, case.name("pv-old")))
+    case.objects.append(_pod(case.name("holder"), case.index, [old], node=rng.choice(nodes)))
+    claims = []
+    if rng.random() < 0.5:
+        new = case.name("new")
+        case.objects.append(_pvc(new, sc))
+        case.objects.append(_pv(case.name("pv-new"), sc, csi=case.name("h-new")))
+        case.bindings.append((new, case.name("pv-new")))
+        claims.append(new)
+    inline = [DRIVER] * rng.randint(1, 2)
+    case.pod = _pod(case.name("pod"), case.index, claims, inline=inline)
+
+
+def _migrated(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """In-tree volumes migrated to CSI: inline GCE disks under GCE PD limits; a GCE persistent
+    volume (zone label of one zone, a region, the beta key, or none; maybe a zone affinity)
+    whose affinity VolumeBinding translates on nodes whose CSINode lists kubernetes.io/gce-pd
+    (checked against their topology.gke.io/zone label, which some nodes lack or set to another
+    zone); claims of gce-pd and portworx classes (Portworx counted only where listed)."""
+    zones = ["us-central1-a", "us-central1-b", rng.choice(["us-central1-b", "us-central1-c"])]
+    for spec, zone in zip(case.nodes, zones, strict=True):
+        spec.labels[ZONE] = zone
+        gke = rng.choice([zone, zone, "us-central1-c", None])
+        if gke is not None:
+            spec.labels["topology.gke.io/zone"] = gke
+    for name in nodes:
+        doc = csinode_doc(name, GCE_DRIVER, rng.randint(0, 2))
+        doc["spec"]["drivers"].append(
+            {"name": PX_DRIVER, "nodeID": name, "allocatable": {"count": rng.randint(0, 1)}}
+        )
+        plugins = rng.choice(["", "portworx-volume", "gce-pd", "gce-pd,portworx-volume"])
+        if plugins:
+            listed = ",".join(f"kubernetes.io/{p}" for p in plugins.split(","))
+            doc["metadata"]["annotations"] = {
+                "storage.alpha.kubernetes.io/migrated-plugins": listed
+            }
+        case.objects.append(doc)
+    disks = [case.name(f"d{k}") for k in range(3)]
+    case.objects.append(
+        _pod(case.name("holder"), case.index, [], node=rng.choice(nodes), disks=[disks[0]])
+    )
+    claims = []
+    if rng.random() < 0.6:
+        claims.append(_gce_volume(case, rng, disks, zones))
+    for provisioner in ("kubernetes.io/gce-pd", "kubernetes.io/portworx-volume"):
+        if rng.random() < 0.4:
+            sc = case.name(provisioner.rpartition("/")[2])
+            case.objects.append(sc_doc(sc, provisioner=provisioner))
+            case.objects.append(_pvc(case.name(f"{sc}-fresh"), sc))
+            claims.append(case.name(f"{sc}-fresh"))
+    mine = rng.sample(disks, rng.randint(0, 2))
+    case.pod = _pod(case.name("pod"), case.index, claims, disks=mine)
+
+
+def _gce_volume(case: Case, rng: random.Random, disks: list[str], zones: list[str]) -> str:
+    """A bound GCE persistent volume of one of ``disks``; returns its claim."""
+    sc = case.name("pd")
+    case.objects.append(sc_doc(sc, wffc=False, provisioner="kubernetes.io/gce-pd"))
+    labels = rng.choice(
+        [
+            {},
+            {ZONE: zones[0]},
+            {ZONE: "us-central1-a__us-central1-b"},
+            {"failure-domain.beta.kubernetes.io/zone": zones[1]},
+        ]
+    )
+    pv = _pv(case.name("pv"), sc, labels=labels)
+    del pv["spec"]["local"]
+    if rng.random() < 0.3:
+        term = {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [zones[1]]}]}
+        pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
+    else:
+        del pv["spec"]["nodeAffinity"]
+    pv["spec"]["gcePersistentDisk"] = {"pdName": rng.choice(disks), "readOnly": True}
+    pv["spec"]["accessModes"] = ["ReadOnlyMany"]
+    return _bound(case, sc, pv, modes=["ReadOnlyMany"])
+
+
+def _selected(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """A claim whose provisioning was sent to a node already (selected-node annotation), next
+    to a fresh claim; a local volume either could take; the class may limit zones."""
+    sc = case.name("sel")
+    zones = rng.choice([None, ["z0", "z1"]])
+    case.objects.append(sc_doc(sc, provisioner="example.com/x", zones=zones))
+    pv = case.name("pv")
+    node = rng.choice(nodes)
+    case.objects.append(_pv(pv, sc, "5Gi", node=node))
+    case.volume_node[pv] = node
+    case.available.append(pv)
+    picked = _pvc(case.name("picked"), sc)
+    target = rng.choice([*nodes, "gone"])
+    picked["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": target}
+    case.objects.append(picked)
+    case.preselected.add(case.name("picked"))
+    case.objects.append(_pvc(case.name("fresh"), sc))
+    case.pod = _pod(case.name("pod"), case.index, [case.name("picked"), case.name("fresh")])
+
+
+def _attached(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """Attach limits of 0 to 2 and VolumeAttachments of bound CSI volumes (some with no pod
+    using them, some of the pod's own volume, some with no attacher or volume)."""
+    sc = case.name("csi")
+    case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
+    for name in nodes:
+        case.objects.append(csinode_doc(name, DRIVER, rng.randint(0, 2)))
+    for k in range(3):
+        pvc, pv = case.name(f"c{k}"), case.name(f"pv{k}")
+        case.objects.append(_pvc(pvc, sc))
+        case.objects.append(_pv(pv, sc, csi=case.name(f"h{k}")))
+        case.bindings.append((pvc, pv))
+    if rng.random() < 0.5:
+        holder = _pod(case.name("holder"), case.index, [case.name("c0")], node=rng.choice(nodes))
+        case.objects.append(holder)
+    for k in range(rng.randint(1, 4)):
+        attacher = rng.choice([DRIVER, DRIVER, DRIVER, ""])
+        pv = rng.choice([case.name("pv0"), case.name("pv1"), case.name("pv2"), case.name("gone")])
+        case.objects.append(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "VolumeAttachment",
+                "metadata": {"name": case.name(f"va{k}")},
+                "spec": {
+                    "attacher": attacher or "attacher.example.com",
+                    "nodeName": rng.choice(nodes),
+                    "source": {"persistentVolumeName": pv},
+                },
+            }
+        )
+    claims = rng.sample([case.name("c1"), case.name("c2"), case.name("c0")], rng.randint(1, 2))
+    case.pod = _pod(case.name("pod"), case.index, claims)
+
+
 def _rwop(case: Case, rng: random.Random, nodes: list[str]) -> None:
     sc = case.name("csi")
     case.objects.append(sc_doc(sc, wffc=False, provisioner=DRIVER))
@@ -252,6 +502,9 @@ def _rwop(case: Case, rng: random.Random, nodes: list[str]) -> None:
 _PATHS = {
     "StorageClass": "/apis/storage.k8s.io/v1/storageclasses",
     "CSINode": "/apis/storage.k8s.io/v1/csinodes",
+    "CSIDriver": "/apis/storage.k8s.io/v1/csidrivers",
+    "CSIStorageCapacity": f"/apis/storage.k8s.io/v1/namespaces/{NS}/csistoragecapacities",
+    "VolumeAttachment": "/apis/storage.k8s.io/v1/volumeattachments",
     "PersistentVolume": "/api/v1/persistentvolumes",
     "PersistentVolumeClaim": f"/api/v1/namespaces/{NS}/persistentvolumeclaims",
     "Pod": f"/api/v1/namespaces/{NS}/pods",
@@ -282,6 +535,9 @@ def create_case(client: KubeClient, case: Case, ns: str = NS) -> None:
         )
     for pv in case.available:
         client.patch(f"/api/v1/persistentvolumes/{pv}/status", {"status": {"phase": "Available"}})
+    for pvc in case.lost:
+        path = f"{paths['PersistentVolumeClaim']}/{pvc}/status"
+        client.patch(path, {"status": {"phase": "Lost"}})
 
 
 @contextmanager
@@ -321,6 +577,13 @@ def fairgpu_view(client: KubeClient) -> tuple[ClusterState, list[Any]]:
     sources = (
         ("/apis/storage.k8s.io/v1/storageclasses", k8s.StorageClass, class_from_k8s),
         ("/apis/storage.k8s.io/v1/csinodes", k8s.CSINode, csinode_from_k8s),
+        ("/apis/storage.k8s.io/v1/csidrivers", k8s.CSIDriver, csidriver_from_k8s),
+        (
+            "/apis/storage.k8s.io/v1/csistoragecapacities",
+            k8s.CSIStorageCapacity,
+            capacity_from_k8s,
+        ),
+        ("/apis/storage.k8s.io/v1/volumeattachments", k8s.VolumeAttachment, attachment_from_k8s),
         ("/api/v1/persistentvolumes", k8s.PersistentVolume, volume_from_k8s),
         ("/api/v1/persistentvolumeclaims", k8s.PersistentVolumeClaim, claim_from_k8s),
     )
@@ -353,7 +616,13 @@ def kube_outcome(client: KubeClient, case: Case) -> tuple[str, str] | None:
     p = client.get(f"{_PATHS['Pod']}/{case.pod['metadata']['name']}")
     if p["spec"].get("nodeName"):
         return "node", p["spec"]["nodeName"]
-    for claim in [v["persistentVolumeClaim"]["claimName"] for v in case.pod["spec"]["volumes"]]:
+    volumes = case.pod["spec"]["volumes"]
+    for claim in [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in volumes
+        if "persistentVolumeClaim" in v
+        and v["persistentVolumeClaim"]["claimName"] not in case.preselected
+    ]:
         r = client.request("GET", f"{_PATHS['PersistentVolumeClaim']}/{claim}")
         if not r.ok:
             continue

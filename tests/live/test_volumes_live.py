@@ -1,6 +1,7 @@
-"""Volumes on the real API server: the scheduler watches claims, volumes and classes, places a
-pod where its local volume is, and binds the claim (or selects the node for provisioning)
-before it binds the pod, as kube-scheduler's VolumeBinding PreBind does."""
+"""Volumes on the real API server: the scheduler watches claims, volumes, classes, CSI nodes,
+CSI drivers and storage capacities, places a pod where its local volume is (or where its
+claim's driver has room to provision it), and binds the claim (or selects the node for
+provisioning) before it binds the pod, as kube-scheduler's VolumeBinding PreBind does."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from live_helpers import bound, create, pod, scheduler, wait_for
+from live_helpers import bound, condition, create, pod, scheduler, wait_for
 
 from fairgpu.devcluster import ControlPlane, KubeClient
 
@@ -206,3 +207,160 @@ def test_watch_events_fill_the_store_and_skip_invalid_objects() -> None:
     assert VolumeWatch.apply(state, "DELETED", ("PersistentVolumeClaim", claim))
     assert not state.volumes.claims
     assert not VolumeWatch.apply(state, "DELETED", ("PersistentVolumeClaim", broken))
+
+
+STORAGE_API = "/apis/storage.k8s.io/v1"
+CAP_DRIVER = "capacity.example.com"
+A100_NODE = "lv-training-a100"
+
+
+def any_gpu_user(name: str, claim_name: str) -> dict[str, Any]:
+    """A training pod that may go to either training node (A100 or T4)."""
+    m = user(name, claim_name)
+    del m["spec"]["nodeSelector"]["nvidia.com/gpu.product"]
+    m["spec"]["tolerations"] = [
+        t for t in m["spec"]["tolerations"] if t["key"] != "nvidia.com/gpu.product"
+    ] + [{"key": "nvidia.com/gpu.product", "operator": "Exists"}]
+    return m
+
+
+@pytest.fixture
+def capacity(admin: KubeClient, ns: str) -> Iterator[str]:
+    """A WaitForFirstConsumer class of a CSI driver publishing storage capacity: 1Gi on the
+    training A100 node, 10Gi on the training T4 node (NODE). Yields the class name."""
+    sc = f"{ns}-fast"
+    admin.post(
+        f"{STORAGE_API}/csidrivers",
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIDriver",
+            "metadata": {"name": CAP_DRIVER},
+            "spec": {"storageCapacity": True},
+        },
+    )
+    admin.post(
+        f"{STORAGE_API}/storageclasses",
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": sc},
+            "provisioner": CAP_DRIVER,
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
+    )
+    for node, size in ((A100_NODE, "1Gi"), (NODE, "10Gi")):
+        admin.post(
+            f"{STORAGE_API}/namespaces/{ns}/csistoragecapacities",
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSIStorageCapacity",
+                "metadata": {"name": f"pool-{node}"},
+                "storageClassName": sc,
+                "nodeTopology": {"matchLabels": {"kubernetes.io/hostname": node}},
+                "capacity": size,
+            },
+        )
+    try:
+        yield sc
+    finally:
+        admin.request("DELETE", f"{STORAGE_API}/storageclasses/{sc}")
+        admin.request("DELETE", f"{STORAGE_API}/csidrivers/{CAP_DRIVER}")
+
+
+def test_claim_is_provisioned_where_storage_capacity_has_room(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, capacity: str
+) -> None:
+    claims = f"/api/v1/namespaces/{ns}/persistentvolumeclaims"
+    for name, size in (("mid", "5Gi"), ("huge", "50Gi")):
+        admin.post(
+            claims,
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name},
+                "spec": {
+                    "storageClassName": capacity,
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": size}},
+                },
+            },
+        )
+    create(admin, ns, any_gpu_user("mid-user", "mid"))
+    create(admin, ns, any_gpu_user("huge-user", "huge"))
+    with scheduler(live_cp):
+        placed = wait_for(lambda: b if (b := bound(admin, ns)) else None)
+
+        def pending() -> str | None:
+            c = condition(admin.get(f"/api/v1/namespaces/{ns}/pods/huge-user"))
+            return str(c.get("message")) if c and c["status"] == "False" else None
+
+        message = wait_for(pending)
+    # Only the T4 node's pool holds 5Gi; no pool holds 50Gi.
+    assert placed == {"mid-user": NODE}
+    mid = admin.get(f"{claims}/mid")
+    assert mid["metadata"]["annotations"]["volume.kubernetes.io/selected-node"] == NODE
+    assert "2 node(s) did not have enough free storage" in message
+    assert "volume.kubernetes.io/selected-node" not in admin.get(f"{claims}/huge")["metadata"].get(
+        "annotations", {}
+    )
+
+
+def test_inline_csi_volumes_do_not_count_against_the_csinode_limit(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    # kube-scheduler 1.34 counts claims (and migrated in-tree inline volumes) against
+    # CSINode limits, never CSI ephemeral inline volumes: a zero limit does not stop them.
+    driver = "inline.example.com"
+    admin.post(
+        f"{STORAGE_API}/csinodes",
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {"name": NODE},
+            "spec": {"drivers": [{"name": driver, "nodeID": NODE, "allocatable": {"count": 0}}]},
+        },
+    )
+    try:
+        m = pod("inline", pool="training", model="Tesla-T4")
+        m["spec"]["volumes"] = [{"name": "scratch", "csi": {"driver": driver}}]
+        create(admin, ns, m)
+        with scheduler(live_cp):
+            placed = wait_for(lambda: b if (b := bound(admin, ns)) else None)
+    finally:
+        admin.request("DELETE", f"{STORAGE_API}/csinodes/{NODE}")
+    assert placed == {"inline": NODE}
+
+
+def test_capacity_watch_events_fill_the_store_and_skip_invalid_objects() -> None:
+    """No server needed: CSIDriver and CSIStorageCapacity decoding and apply, as wired."""
+    import msgspec
+
+    from fairgpu.cluster.state import ClusterState
+    from fairgpu.kube.client import Connection, RestClient
+    from fairgpu.kube.volumes import Invalid, VolumeWatch
+
+    watch = VolumeWatch(RestClient(Connection("https://127.0.0.1:1", "")), lambda t, o: None)
+    decode = {r.name: r.decode for r in watch.reflectors}
+    good = {
+        "metadata": {"name": "pool", "namespace": "ns"},
+        "storageClassName": "fast",
+        "nodeTopology": {},
+        "capacity": "1Gi",
+    }
+    bad = {**good, "metadata": {"name": "broken", "namespace": "ns"}, "capacity": "roomy"}
+    cap = decode["capacity"](msgspec.json.encode(good))
+    broken = decode["capacity"](msgspec.json.encode(bad))
+    assert isinstance(broken, Invalid)
+    assert broken.key == "ns/broken" and "capacity" in broken.error
+    driver = decode["csidriver"](
+        msgspec.json.encode({"metadata": {"name": "d"}, "spec": {"storageCapacity": True}})
+    )
+    state = ClusterState()
+    store = state.volumes
+    assert VolumeWatch.apply(state, "SYNC", ("CSIStorageCapacity", [cap, broken]))
+    assert VolumeWatch.apply(state, "ADDED", ("CSIDriver", driver))
+    assert list(store.capacities) == ["ns/pool"] and store.csi_drivers["d"].storage_capacity
+    before = store.capacity_version
+    assert VolumeWatch.apply(state, "DELETED", ("CSIStorageCapacity", cap))
+    assert not store.capacities and store.capacity_version > before
+    assert not VolumeWatch.apply(state, "DELETED", ("CSIStorageCapacity", broken))

@@ -1,5 +1,6 @@
-"""Storage in the simulator: PVs, PVCs, StorageClasses and CSINodes read from YAML, pods placed
-where their volumes are, and the binding decision applied (claim bound, volume provisioned)."""
+"""Storage in the simulator: PVs, PVCs, StorageClasses, CSINodes, CSIDrivers and
+CSIStorageCapacities read from YAML, pods placed where their volumes are (or where capacity
+lets them be provisioned), and the binding decision applied (claim bound, volume provisioned)."""
 
 from __future__ import annotations
 
@@ -190,3 +191,90 @@ def test_immediate_claim_without_a_volume_or_provisioner_keeps_its_pod_pending(
     assert sorted(bool(r.node) for r in recs.values()) == [False, True]
     waiting = next(r for r in recs.values() if not r.node)
     assert waiting.reason == "pod has unbound immediate PersistentVolumeClaims"
+
+
+# Storage capacity: a driver that publishes it provisions only where a pool has room.
+CAPACITY = (
+    storage_class("fast", "cap.example.com")
+    + """
+---
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {name: cap.example.com}
+spec: {storageCapacity: true}
+---
+apiVersion: storage.k8s.io/v1
+kind: CSIStorageCapacity
+metadata: {name: n0-pool, namespace: kube-system}
+storageClassName: fast
+nodeTopology: {matchLabels: {kubernetes.io/hostname: n0}}
+capacity: 2Gi
+---
+apiVersion: storage.k8s.io/v1
+kind: CSIStorageCapacity
+metadata: {name: n1-pool, namespace: kube-system}
+storageClassName: fast
+nodeTopology: {matchLabels: {kubernetes.io/hostname: n1}}
+capacity: 100Gi
+maximumVolumeSize: 8Gi
+"""
+)
+
+
+def sized_claim(name: str, sc: str, size: str) -> str:
+    return claim(name, sc).replace("storage: 1Gi", f"storage: {size}")
+
+
+def test_provisioning_goes_where_storage_capacity_has_room(tmp_path: Path) -> None:
+    text = NODES + CAPACITY + sized_claim("mid", "fast", "5Gi") + sized_claim("big", "fast", "9Gi")
+    text += sized_claim("small", "fast", "1Gi")
+    text += user("m", "mid") + user("b", "big") + user("s", "small")
+    sim = run(tmp_path, text)
+    recs = {r.pod.name: r for r in sim.records.values()}
+    assert recs["m"].node == "n1"
+    assert recs["s"].node in ("n0", "n1")  # n2 publishes no capacity
+    assert not recs["b"].node
+    assert recs["b"].reason == (
+        "0/3 nodes are available: 3 node(s) did not have enough free storage."
+    )
+    assert sim.cluster.volumes.claims["default/mid"].selected_node == "n1"
+
+
+def test_bad_storage_capacity_names_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(NODES + CAPACITY.replace("capacity: 2Gi", "capacity: roomy"))
+    with pytest.raises(WorkloadError, match=r"CSIStorageCapacity kube-system/n0-pool.*capacity"):
+        load_kube_yaml([path])
+
+
+def test_volume_attachments_count_against_csinode_limits(tmp_path: Path) -> None:
+    # n0 attaches one volume of the driver; a volume left attached there takes that slot.
+    attached = """
+---
+apiVersion: storage.k8s.io/v1
+kind: CSINode
+metadata: {name: n0}
+spec: {drivers: [{name: csi.example.com, nodeID: n0, allocatable: {count: 1}}]}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: left}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  csi: {driver: csi.example.com, volumeHandle: h-left}
+---
+apiVersion: storage.k8s.io/v1
+kind: VolumeAttachment
+metadata: {name: left-on-n0}
+spec: {attacher: csi.example.com, nodeName: n0, source: {persistentVolumeName: left}}
+"""
+    pod = user("p", "z").replace(
+        "spec:\n", "spec:\n  nodeSelector: {kubernetes.io/hostname: n0}\n", 1
+    )
+    text = NODES + storage_class("csi", "csi.example.com") + claim("z", "csi") + pod
+    recs = {r.pod.name: r for r in run(tmp_path, text).records.values()}
+    assert recs["p"].node == "n0"
+    recs = {r.pod.name: r for r in run(tmp_path, text + attached).records.values()}
+    assert not recs["p"].node
+    assert "1 node(s) exceed max volume count" in recs["p"].reason

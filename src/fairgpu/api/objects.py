@@ -405,6 +405,43 @@ class CSINode(_Base):
     kind: str = "CSINode"
 
 
+class CSIDriverSpec(_Base):
+    storage_capacity: bool | None = None
+
+
+class CSIDriver(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: CSIDriverSpec = msgspec.field(default_factory=CSIDriverSpec)
+    kind: str = "CSIDriver"
+
+
+class VolumeAttachmentSource(_Base):
+    persistent_volume_name: str | None = None
+
+
+class VolumeAttachmentSpec(_Base):
+    attacher: str = ""
+    node_name: str = ""
+    source: VolumeAttachmentSource = msgspec.field(default_factory=VolumeAttachmentSource)
+
+
+class VolumeAttachment(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: VolumeAttachmentSpec = msgspec.field(default_factory=VolumeAttachmentSpec)
+    kind: str = "VolumeAttachment"
+
+
+class CSIStorageCapacity(_Base):
+    """storage.k8s.io/v1 CSIStorageCapacity: its fields sit at the top level (no spec)."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    storage_class_name: str = ""
+    node_topology: LabelSelector | None = None
+    capacity: Quantity | None = None
+    maximum_volume_size: Quantity | None = None
+    kind: str = "CSIStorageCapacity"
+
+
 def _describe(raw: Any, kind: str) -> str:
     meta = raw.get("metadata") if isinstance(raw, dict) else None
     meta = meta if isinstance(meta, dict) else {}

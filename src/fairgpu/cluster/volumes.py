@@ -1,4 +1,5 @@
-"""VolumeStore: the claims, volumes, storage classes and CSI nodes the volume plugins read.
+"""VolumeStore: the claims, volumes, storage classes, CSI nodes, CSI drivers, storage
+capacities and volume attachments the volume plugins read.
 
 The store is part of the engine's input, next to the :class:`ClusterState` (as its
 ``volumes`` attribute); the adapters fill it (the simulator from YAML, the live scheduler from
@@ -22,8 +23,11 @@ from fairgpu.model.selectors import NodeSelectorTerm, Requirement
 from fairgpu.model.volumes import (
     NO_PROVISIONER,
     PHASE_AVAILABLE,
+    AttachmentInfo,
+    CapacityInfo,
     ClaimInfo,
     ClassInfo,
+    CSIDriverInfo,
     CSINodeInfo,
     StorageObject,
     VolumeInfo,
@@ -61,15 +65,20 @@ class VolumeDecision:
 class VolumeStore:
     """Storage objects by key, plus the per-pod volume choices of the current decisions.
 
-    ``version`` grows on every change, so plugins can cache derived data.
+    ``version`` grows on every change, so plugins can cache derived data;
+    ``capacity_version`` only on changes of CSIDrivers and CSIStorageCapacities.
     """
 
     claims: dict[str, ClaimInfo] = field(default_factory=dict)
     volumes: dict[str, VolumeInfo] = field(default_factory=dict)
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     csi_nodes: dict[str, CSINodeInfo] = field(default_factory=dict)
+    csi_drivers: dict[str, CSIDriverInfo] = field(default_factory=dict)
+    capacities: dict[str, CapacityInfo] = field(default_factory=dict)  # by namespace/name
+    attachments: dict[str, AttachmentInfo] = field(default_factory=dict)
     choices: dict[str, ClaimChoices] = field(default_factory=dict)
     version: int = 0
+    capacity_version: int = 0
     # Changes of PersistentVolumes only: all of them, and per StorageClass name.
     volume_version: int = 0
     class_versions: dict[str, int] = field(default_factory=dict)
@@ -108,6 +117,23 @@ class VolumeStore:
         self.csi_nodes[node.name] = node
         self.version += 1
 
+    def set_csi_driver(self, driver: CSIDriverInfo) -> None:
+        """Add or replace a CSIDriver."""
+        self.csi_drivers[driver.name] = driver
+        self.version += 1
+        self.capacity_version += 1
+
+    def set_capacity(self, capacity: CapacityInfo) -> None:
+        """Add or replace a CSIStorageCapacity."""
+        self.capacities[capacity.key] = capacity
+        self.version += 1
+        self.capacity_version += 1
+
+    def set_attachment(self, attachment: AttachmentInfo) -> None:
+        """Add or replace a VolumeAttachment."""
+        self.attachments[attachment.name] = attachment
+        self.version += 1
+
     def add(self, obj: StorageObject) -> None:
         """Add or replace any decoded storage object."""
         if isinstance(obj, ClaimInfo):
@@ -116,24 +142,34 @@ class VolumeStore:
             self.set_volume(obj)
         elif isinstance(obj, ClassInfo):
             self.set_class(obj)
+        elif isinstance(obj, CSIDriverInfo):
+            self.set_csi_driver(obj)
+        elif isinstance(obj, CapacityInfo):
+            self.set_capacity(obj)
+        elif isinstance(obj, AttachmentInfo):
+            self.set_attachment(obj)
         else:
             self.set_csi_node(obj)
 
     def table(self, kind: str) -> dict[str, Any]:
-        """The objects of ``kind`` (claim, volume, class or csinode) by key."""
+        """The objects of ``kind`` (claim, volume, class, csinode, csidriver, capacity or
+        attachment) by key."""
         tables: dict[str, dict[str, Any]] = {
             "claim": self.claims,
             "volume": self.volumes,
             "class": self.classes,
             "csinode": self.csi_nodes,
+            "csidriver": self.csi_drivers,
+            "capacity": self.capacities,
+            "attachment": self.attachments,
         }
         return tables[kind]
 
     def remove(self, kind: str, key: str) -> None:
-        """Forget object ``key`` of ``kind`` (claim, volume, class or csinode)."""
+        """Forget object ``key`` of ``kind`` (see :meth:`table`)."""
         gone = self.table(kind).pop(key, None)
         if gone is not None:
-            self.version += 1
+            self._changed(kind)
             if kind == "volume":
                 self._volume_changed(gone)
 
@@ -144,7 +180,12 @@ class VolumeStore:
             for vol in table.values():
                 self._volume_changed(vol)
         table.clear()
+        self._changed(kind)
+
+    def _changed(self, kind: str) -> None:
         self.version += 1
+        if kind in ("csidriver", "capacity"):
+            self.capacity_version += 1
 
     def prune_bound(self) -> None:
         """Drop the choices of pods whose claims are all bound now (the decision is done)."""

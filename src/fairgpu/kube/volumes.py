@@ -1,7 +1,8 @@
-"""Storage for the live scheduler: watch claims, volumes, classes and CSI nodes, and the
-pre-bind step that writes the volume binding decision before the pod is bound.
+"""Storage for the live scheduler: watch claims, volumes, classes, CSI nodes, CSI drivers, CSI
+storage capacities and volume attachments, and the pre-bind step that writes the volume
+binding decision before the pod is bound.
 
-:class:`VolumeWatch` runs four reflectors whose events the scheduler's main loop applies to the
+:class:`VolumeWatch` runs seven reflectors whose events the scheduler's main loop applies to the
 cluster's :class:`~fairgpu.cluster.volumes.VolumeStore` (the engine reads it there).
 
 :func:`prebind` does what kube-scheduler's VolumeBinding PreBind does, then finishes the bind
@@ -34,12 +35,18 @@ from fairgpu.model.volumes import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,
+    AttachmentInfo,
+    CapacityInfo,
     ClaimInfo,
     ClassInfo,
+    CSIDriverInfo,
     CSINodeInfo,
     VolumeInfo,
+    attachment_from_k8s,
+    capacity_from_k8s,
     claim_from_k8s,
     class_from_k8s,
+    csidriver_from_k8s,
     csinode_from_k8s,
     volume_from_k8s,
 )
@@ -67,15 +74,41 @@ _RESOURCES: dict[str, tuple[str, type, Callable[[Any], Any], str]] = {
         "class",
     ),
     "CSINode": ("/apis/storage.k8s.io/v1/csinodes", k8s.CSINode, csinode_from_k8s, "csinode"),
+    "CSIDriver": (
+        "/apis/storage.k8s.io/v1/csidrivers",
+        k8s.CSIDriver,
+        csidriver_from_k8s,
+        "csidriver",
+    ),
+    "CSIStorageCapacity": (
+        "/apis/storage.k8s.io/v1/csistoragecapacities",
+        k8s.CSIStorageCapacity,
+        capacity_from_k8s,
+        "capacity",
+    ),
+    "VolumeAttachment": (
+        "/apis/storage.k8s.io/v1/volumeattachments",
+        k8s.VolumeAttachment,
+        attachment_from_k8s,
+        "attachment",
+    ),
 }
 
 
-def _key(obj: ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo) -> str:
-    return obj.key if isinstance(obj, ClaimInfo) else obj.name
+def _key(
+    obj: ClaimInfo
+    | VolumeInfo
+    | ClassInfo
+    | CSINodeInfo
+    | CSIDriverInfo
+    | CapacityInfo
+    | AttachmentInfo,
+) -> str:
+    return obj.key if isinstance(obj, ClaimInfo | CapacityInfo) else obj.name
 
 
 class VolumeWatch:
-    """The four storage reflectors; ``sink(event_type, (kind, object))`` receives their events
+    """The storage reflectors; ``sink(event_type, (kind, object))`` receives their events
     (on reflector threads) for :meth:`apply` on the scheduler's thread."""
 
     def __init__(self, client: RestClient, sink: Callable[[str, Any], None]) -> None:

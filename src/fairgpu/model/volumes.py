@@ -1,4 +1,5 @@
-"""Storage objects as the scheduler sees them: claims, volumes, classes and CSI node limits.
+"""Storage objects as the scheduler sees them: claims, volumes, classes, CSI node limits, CSI
+drivers and their storage capacity, and volume attachments.
 
 Each is decoded once from the API's JSON (see :mod:`fairgpu.api.objects`) into a slim frozen
 struct holding only what kube-scheduler's volume plugins read (VolumeBinding, VolumeZone,
@@ -31,6 +32,11 @@ PHASE_AVAILABLE = "Available"
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+#: On a CSINode: in-tree plugins whose volumes the node's CSI drivers handle.
+ANN_MIGRATED_PLUGINS = "storage.alpha.kubernetes.io/migrated-plugins"
+#: In-tree volume plugins whose persistent volumes are decoded (``VolumeInfo.in_tree``).
+GCE_PD = "kubernetes.io/gce-pd"
+AWS_EBS = "kubernetes.io/aws-ebs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,11 @@ class ClaimInfo:
     volume_mode: str = "Filesystem"
     deleting: bool = False
     selected_node: str = ""
+    # False when the claim requests no storage at all: kube-scheduler then skips the storage
+    # capacity check (a request of 0 is checked like any other size).
+    storage_requested: bool = True
+    lost: bool = False  # status.phase Lost: its volume is gone
+    controller_uid: str = ""  # uid of the controlling owner (a generic ephemeral volume's pod)
 
     @property
     def key(self) -> str:
@@ -73,6 +84,7 @@ class VolumeInfo:
     labels: tuple[tuple[str, str], ...] = ()
     csi_driver: str = ""
     csi_handle: str = ""
+    in_tree: tuple[str, str] | tuple[()] = ()  # (in-tree plugin, disk name or volume ID)
     deleting: bool = False
     resource_version: str = ""
 
@@ -107,14 +119,50 @@ class CSINodeInfo:
 
     name: str
     limits: tuple[tuple[str, int], ...] = ()
+    migrated: frozenset[str] = frozenset()  # plugins the migrated-plugins annotation lists
 
 
-def _storage(quantities: k8s.ResourceList, obj: str, field: str) -> int:
-    """The ``storage`` quantity in whole bytes (0 if absent); a clear error naming ``obj`` and
-    ``field`` if it is malformed or negative."""
-    value = quantities.get(STORAGE)
-    if value is None:
-        return 0
+@dataclass(frozen=True, slots=True)
+class CSIDriverInfo:
+    """A CSIDriver; ``storage_capacity``: the driver publishes CSIStorageCapacity objects and
+    wants provisioning checked against them (``spec.storageCapacity: true``)."""
+
+    name: str
+    storage_capacity: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityInfo:
+    """A CSIStorageCapacity: what one storage pool of a class can still provision for the
+    nodes ``topology`` selects (None: no node). ``limit`` is the largest volume it can create,
+    in bytes: ``maximumVolumeSize`` if set, else ``capacity`` (None: neither is set)."""
+
+    namespace: str
+    name: str
+    storage_class: str
+    topology: LabelSelector | None = None
+    limit: int | None = None
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentInfo:
+    """A VolumeAttachment: ``attacher`` (a CSI driver) attaches PersistentVolume ``volume`` to
+    node ``node`` ('' when the attachment is of an inline volume)."""
+
+    name: str
+    node: str = ""
+    attacher: str = ""
+    volume: str = ""
+
+
+def _bytes(value: k8s.Quantity, obj: str, field: str) -> int:
+    """A storage quantity in whole bytes, rounded up as ``resource.Quantity.Value()`` does; a
+    clear error naming ``obj`` and ``field`` if it is malformed or negative."""
     try:
         exact = parse_quantity(value)
         if exact < 0:
@@ -122,6 +170,12 @@ def _storage(quantities: k8s.ResourceList, obj: str, field: str) -> int:
     except QuantityError as error:
         raise InvalidObjectError(obj, field, str(error)) from None
     return math.ceil(exact)
+
+
+def _storage(quantities: k8s.ResourceList, obj: str, field: str) -> int:
+    """The ``storage`` quantity in whole bytes (0 if absent)."""
+    value = quantities.get(STORAGE)
+    return 0 if value is None else _bytes(value, obj, field)
 
 
 def _obj(kind: str, meta: k8s.ObjectMeta) -> str:
@@ -159,6 +213,9 @@ def claim_from_k8s(pvc: k8s.PersistentVolumeClaim) -> ClaimInfo:
         volume_mode=spec.volume_mode or "Filesystem",
         deleting=meta.deletion_timestamp is not None,
         selected_node=meta.annotations.get(ANN_SELECTED_NODE, ""),
+        storage_requested=STORAGE in spec.resources.requests,
+        lost=pvc.status.phase == "Lost",
+        controller_uid=next((o.uid for o in meta.owner_references if o.controller), ""),
     )
 
 
@@ -182,6 +239,11 @@ def volume_from_k8s(pv: k8s.PersistentVolume) -> VolumeInfo:
     ref = spec.claim_ref
     claim = f"{ref.namespace or 'default'}/{ref.name}" if ref is not None and ref.name else ""
     csi = spec.csi
+    in_tree: tuple[str, str] | tuple[()] = ()
+    if spec.gce_persistent_disk is not None:
+        in_tree = (GCE_PD, spec.gce_persistent_disk.pd_name)
+    elif spec.aws_elastic_block_store is not None:
+        in_tree = (AWS_EBS, spec.aws_elastic_block_store.volume_id)
     return VolumeInfo(
         name=meta.name,
         capacity=capacity,
@@ -195,6 +257,7 @@ def volume_from_k8s(pv: k8s.PersistentVolume) -> VolumeInfo:
         labels=tuple(sorted(meta.labels.items())),
         csi_driver=csi.driver if csi is not None else "",
         csi_handle=csi.volume_handle if csi is not None else "",
+        in_tree=in_tree,
         deleting=meta.deletion_timestamp is not None,
         resource_version=meta.resource_version,
     )
@@ -232,7 +295,48 @@ def csinode_from_k8s(node: k8s.CSINode) -> CSINodeInfo:
         if count < 0:
             raise InvalidObjectError(obj, f"spec.drivers[{i}].allocatable.count", "is negative")
         limits.append((driver.name, count))
-    return CSINodeInfo(meta.name, tuple(limits))
+    listed = meta.annotations.get(ANN_MIGRATED_PLUGINS, "")
+    return CSINodeInfo(meta.name, tuple(limits), frozenset(listed.split(",")) - {""})
+
+
+def csidriver_from_k8s(driver: k8s.CSIDriver) -> CSIDriverInfo:
+    """Decode a storage.k8s.io/v1 CSIDriver."""
+    meta = driver.metadata
+    _named("CSIDriver", meta)
+    return CSIDriverInfo(meta.name, bool(driver.spec.storage_capacity))
+
+
+def capacity_from_k8s(cap: k8s.CSIStorageCapacity) -> CapacityInfo:
+    """Decode a storage.k8s.io/v1 CSIStorageCapacity."""
+    meta = cap.metadata
+    obj = _named("CSIStorageCapacity", meta)
+    if not cap.storage_class_name:
+        raise InvalidObjectError(obj, "storageClassName", "is required")
+    try:
+        topology = compile_label_selector(cap.node_topology, "nodeTopology")
+    except ValueError as error:
+        field, _, problem = str(error).partition(": ")
+        raise InvalidObjectError(obj, field, problem) from None
+    # Both are checked even though only one is used: a malformed object is reported whole.
+    capacity = None if cap.capacity is None else _bytes(cap.capacity, obj, "capacity")
+    largest = cap.maximum_volume_size
+    limit = capacity if largest is None else _bytes(largest, obj, "maximumVolumeSize")
+    return CapacityInfo(
+        namespace=meta.namespace or "default",
+        name=meta.name,
+        storage_class=cap.storage_class_name,
+        topology=topology,
+        limit=limit,
+    )
+
+
+def attachment_from_k8s(va: k8s.VolumeAttachment) -> AttachmentInfo:
+    """Decode a storage.k8s.io/v1 VolumeAttachment."""
+    meta, spec = va.metadata, va.spec
+    _named("VolumeAttachment", meta)
+    return AttachmentInfo(
+        meta.name, spec.node_name, spec.attacher, spec.source.persistent_volume_name or ""
+    )
 
 
 def pod_volume_refs(
@@ -263,8 +367,27 @@ def pod_volume_refs(
     return tuple(dict.fromkeys(claims)), tuple(disks)
 
 
-StorageObject = ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo
-STORAGE_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode")
+def ephemeral_claims(pod: k8s.Pod | None) -> frozenset[str]:
+    """The claims of the pod's generic ephemeral volumes (``<pod>-<volume>``): kube-scheduler
+    checks them apart from those its ``persistentVolumeClaim`` volumes name."""
+    if pod is None:
+        return frozenset()
+    name = pod.metadata.name
+    return frozenset(f"{name}-{v.name}" for v in pod.spec.volumes if v.ephemeral is not None)
+
+
+StorageObject = (
+    ClaimInfo | VolumeInfo | ClassInfo | CSINodeInfo | CSIDriverInfo | CapacityInfo | AttachmentInfo
+)
+STORAGE_KINDS = (
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "StorageClass",
+    "CSINode",
+    "CSIDriver",
+    "CSIStorageCapacity",
+    "VolumeAttachment",
+)
 
 
 def decode_storage(doc: dict[str, object]) -> StorageObject:
@@ -278,4 +401,10 @@ def decode_storage(doc: dict[str, object]) -> StorageObject:
         return class_from_k8s(k8s.decode(doc, k8s.StorageClass))
     if kind == "CSINode":
         return csinode_from_k8s(k8s.decode(doc, k8s.CSINode))
+    if kind == "CSIDriver":
+        return csidriver_from_k8s(k8s.decode(doc, k8s.CSIDriver))
+    if kind == "CSIStorageCapacity":
+        return capacity_from_k8s(k8s.decode(doc, k8s.CSIStorageCapacity))
+    if kind == "VolumeAttachment":
+        return attachment_from_k8s(k8s.decode(doc, k8s.VolumeAttachment))
     raise InvalidObjectError(str(kind), "kind", f"not one of {', '.join(STORAGE_KINDS)}")

@@ -82,7 +82,7 @@ def _slot(hosts: dict[str, int], vol: VolumeInfo) -> int:
     return hosts.get(req.values[0], NOWHERE)
 
 
-def _host_slots(cluster: ClusterState) -> dict[str, int]:
+def host_slots(cluster: ClusterState) -> dict[str, int]:
     """Hostname label value -> its one node slot (GENERAL where several nodes share it)."""
     out: dict[str, int] = {}
     for idx, node in cluster.active_nodes():
@@ -109,7 +109,7 @@ def build_catalog(
         hit = rows.get(id(v))
         if hit is None or hit[0] is not v:
             if hosts is None:
-                hosts = _host_slots(cluster)
+                hosts = host_slots(cluster)
             row = (v.capacity, mode_bits(v.access_modes), v.volume_mode == "Block", _slot(hosts, v))
             hit = rows[id(v)] = (v, row)
         free.append(hit)

@@ -2,12 +2,18 @@
 
 kube-scheduler 1.34's rules:
 
-* a bound claim: its PersistentVolume must exist and its ``nodeAffinity`` must match the node;
+* a bound claim: its PersistentVolume must exist and its ``nodeAffinity`` must match the node
+  (for an in-tree GCE or EBS volume on a node where its plugin is migrated, as translated for
+  the CSI driver: see ``_csi_migration``);
 * an unbound claim of a ``WaitForFirstConsumer`` class: on the node, either an available volume
   of the class matches it (capacity, access modes, volume mode, selector, node affinity; the
   smallest wins, a volume pre-bound to the claim first) or the class can provision there (a
-  provisioner other than ``kubernetes.io/no-provisioner`` and ``allowedTopologies`` matching
-  the node's labels); several claims of one pod never share a volume;
+  provisioner other than ``kubernetes.io/no-provisioner``, ``allowedTopologies`` matching
+  the node's labels, and room in a CSIStorageCapacity if the driver publishes them: see
+  ``_storage_capacity``); several claims of one pod never share a volume; the first claim
+  (smallest first) that cannot be provisioned on a node gives that node's reason; a claim
+  annotated ``volume.kubernetes.io/selected-node`` (provisioning already asked for) matches no
+  volume and is provisioned on that node or nowhere;
 * an unbound claim of an ``Immediate`` class (or no class) waits for the PV controller: the pod
   is unschedulable until it is bound.
 
@@ -33,7 +39,9 @@ from fairgpu.engine.framework import (
     PreFilterPlugin,
     Status,
 )
+from fairgpu.engine.plugins._csi_migration import translated_affinity
 from fairgpu.engine.plugins._labels import requirement_mask, term_mask
+from fairgpu.engine.plugins._storage_capacity import NOT_ENOUGH_SPACE, StorageCapacity
 from fairgpu.engine.plugins._volume_catalog import (
     EVERYWHERE,
     GENERAL,
@@ -44,8 +52,14 @@ from fairgpu.engine.plugins._volume_catalog import (
 )
 from fairgpu.engine.plugins.volume_restrictions import claim_not_found
 from fairgpu.model.pod import PodInfo
-from fairgpu.model.selectors import Requirement
-from fairgpu.model.volumes import NO_PROVISIONER, ClaimInfo, ClassInfo, VolumeInfo
+from fairgpu.model.selectors import NodeSelectorTerm, Requirement
+from fairgpu.model.volumes import (
+    NO_PROVISIONER,
+    ClaimInfo,
+    ClassInfo,
+    VolumeInfo,
+    ephemeral_claims,
+)
 
 BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 # kube-scheduler 1.34's words for a bound volume whose node affinity excludes the node (older
@@ -53,6 +67,9 @@ BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
 PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+EPHEMERAL_MISSING = (
+    'waiting for ephemeral volume controller to create the persistentvolumeclaim "{}"'
+)
 _STATE = "VolumeBinding"
 
 
@@ -65,16 +82,44 @@ class PodClaims:
     delayed: list[tuple[ClaimInfo, ClassInfo]]
 
 
-def classify(pod: PodInfo, store: VolumeStore) -> PodClaims | Status:
-    """Split the pod's claims, or the status that rejects the pod outright."""
-    out = PodClaims([], [])
-    immediate = False
+def claim_problem(pod: PodInfo, store: VolumeStore) -> Status | None:
+    """kube-scheduler's first look at every claim of the pod, in order: it exists, its volume
+    is not lost, it is not being deleted, and a generic ephemeral volume's claim belongs to
+    the pod (checked only for pods with a uid: the simulator's YAML pods may have none)."""
+    ephemeral = ephemeral_claims(pod.source) if pod.source is not None else frozenset()
+    uid = pod.source.metadata.uid if pod.source is not None else ""
     for name in pod.claims:
         claim = store.claim(pod.namespace, name)
         if claim is None:
+            if name in ephemeral:
+                return Status.unresolvable(_STATE, EPHEMERAL_MISSING.format(name))
             return Status.unresolvable(_STATE, claim_not_found(name))
+        if claim.lost:
+            return Status.unresolvable(
+                _STATE,
+                f'persistentvolumeclaim "{name}" bound to non-existent persistentvolume '
+                f'"{claim.volume_name}"',
+            )
         if claim.deleting:
             return Status.unresolvable(_STATE, f'persistentvolumeclaim "{name}" is being deleted')
+        if name in ephemeral and uid and claim.controller_uid != uid:
+            return Status.unresolvable(
+                _STATE,
+                f"PVC {pod.namespace}/{name} was not created for pod "
+                f"{pod.namespace}/{pod.name} (pod is not owner)",
+            )
+    return None
+
+
+def classify(pod: PodInfo, store: VolumeStore) -> PodClaims | Status:
+    """Split the pod's claims, or the status that rejects the pod outright."""
+    problem = claim_problem(pod, store)
+    if problem is not None:
+        return problem
+    out = PodClaims([], [])
+    immediate = False
+    for name in pod.claims:
+        claim = store.claims[f"{pod.namespace}/{name}"]
         if claim.volume_name:
             out.bound.append((claim, store.volumes.get(claim.volume_name)))
             continue
@@ -106,6 +151,9 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
         self._rows_version = -1
         self._prebound: dict[str, list[VolumeInfo]] = {}
         self._prebound_version = -1
+        self._capacity = StorageCapacity()
+        self._listed: dict[str, np.ndarray] = {}
+        self._listed_versions = (-1, -1)
 
     def _cached(self, cluster: ClusterState, key: object) -> np.ndarray | None:
         if self._version != cluster.static_version or len(self._masks) > 4096:
@@ -115,14 +163,52 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
 
     def volume_mask(self, cluster: ClusterState, vol: VolumeInfo) -> np.ndarray:
         """Nodes ``vol``'s node affinity admits (label-only: cached per node version)."""
-        if vol.node_terms is None:
+        return self._terms_mask(cluster, vol.node_terms)
+
+    def _terms_mask(
+        self, cluster: ClusterState, terms: tuple[NodeSelectorTerm, ...] | None
+    ) -> np.ndarray:
+        if terms is None:
             return np.ones(cluster.size, dtype=bool)
-        mask = self._cached(cluster, vol.node_terms)
+        mask = self._cached(cluster, terms)
         if mask is None:
             mask = np.zeros(cluster.size, dtype=bool)
-            for term in vol.node_terms:
+            for term in terms:
                 mask |= term_mask(cluster, term)
-            self._masks[vol.node_terms] = mask
+            self._masks[terms] = mask
+        return mask
+
+    def bound_mask(self, cluster: ClusterState, vol: VolumeInfo) -> np.ndarray:
+        """Nodes where bound volume ``vol`` is usable: its node affinity, translated for its
+        CSI driver on nodes whose CSINode lists its in-tree plugin as migrated."""
+        mask = self.volume_mask(cluster, vol)
+        if not vol.in_tree:
+            return mask
+        listed = self._migrated_nodes(cluster, vol.in_tree[0])
+        if not listed.any():
+            return mask
+        try:
+            translated = self._terms_mask(cluster, translated_affinity(vol))
+        except ValueError:
+            # kube-scheduler fails the attempt with an error there; no node of them fits.
+            translated = np.zeros(cluster.size, dtype=bool)
+        return np.where(listed, translated, mask)
+
+    def _migrated_nodes(self, cluster: ClusterState, plugin: str) -> np.ndarray:
+        """Nodes whose CSINode's migrated-plugins annotation lists ``plugin``."""
+        store = cluster.volumes
+        versions = (cluster.static_version, store.version)
+        if self._listed_versions != versions:
+            self._listed.clear()
+            self._listed_versions = versions
+        mask = self._listed.get(plugin)
+        if mask is None:
+            mask = np.zeros(cluster.size, dtype=bool)
+            for name, info in store.csi_nodes.items():
+                slot = cluster.node_index.get(name)
+                if slot is not None and plugin in info.migrated:
+                    mask[slot] = True
+            self._listed[plugin] = mask
         return mask
 
     def provision_mask(self, cluster: ClusterState, sc: ClassInfo) -> np.ndarray:
@@ -169,15 +255,17 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
                 reasons[PV_NOT_EXIST] = np.ones(n, dtype=bool)
                 ok[:] = False
             else:
-                affinity &= self.volume_mask(cluster, vol)
+                affinity &= self.bound_mask(cluster, vol)
         if not affinity.all():
             reasons[NODE_CONFLICT] = ~affinity
             ok &= affinity
         if found.delayed:
-            fits = self._choose(pod, found.delayed, cluster)
-            if not fits.all():
-                reasons[BIND_CONFLICT] = ~fits
-            ok &= fits
+            conflict, short = self._choose(pod, found.delayed, cluster)
+            if conflict.any():
+                reasons[BIND_CONFLICT] = conflict
+            if short.any():
+                reasons[NOT_ENOUGH_SPACE] = short
+            ok &= ~(conflict | short)
         return FilterResult(ok, reasons)
 
     def _catalog(self, cluster: ClusterState, class_name: str) -> Catalog:
@@ -255,17 +343,14 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
                 break
         return choice
 
-    def _choose(
-        self, pod: PodInfo, delayed: list[tuple[ClaimInfo, ClassInfo]], cluster: ClusterState
-    ) -> np.ndarray:
-        """Per node: can every unbound claim get a volume or be provisioned? Records the
-        volume chosen per claim and node in the store."""
-        store = cluster.volumes
-        taken = store.taken(cluster)
-        fits = np.ones(cluster.size, dtype=bool)
+    def _match(
+        self, cluster: ClusterState, ordered: list[tuple[ClaimInfo, ClassInfo]]
+    ) -> list[tuple[tuple[str, ...], np.ndarray]]:
+        """Per claim (smallest first), its candidate volumes and the one chosen per node slot
+        (-1: none); several claims never get one volume."""
+        taken = cluster.volumes.taken(cluster)
         used: dict[str, np.ndarray] = {}  # volume -> nodes where an earlier claim took it
-        keys, all_cands, choices = [], [], []
-        ordered = sorted(delayed, key=lambda d: (d[0].request, d[0].name))
+        out = []
         for k, (claim, sc) in enumerate(ordered):
             cat = self._catalog(cluster, sc.name)
             found = self._prebound_choice(cluster, claim)
@@ -282,14 +367,47 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
                 for i in np.unique(choice[choice >= 0]):
                     name = names[int(i)]
                     used[name] = used.get(name, np.zeros(cluster.size, bool)) | (choice == i)
-            fits &= (choice >= 0) | self.provision_mask(cluster, sc)
-            keys.append(claim.key)
-            all_cands.append(names)
-            choices.append(choice)
+            out.append((names, choice))
+        return out
+
+    def _choose(
+        self, pod: PodInfo, delayed: list[tuple[ClaimInfo, ClassInfo]], cluster: ClusterState
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: can every unbound claim get a volume or be provisioned? The nodes where
+        one cannot (no volume and no provisioning there, or provisioning already sent
+        elsewhere; or no storage capacity left), as kube-scheduler tells them apart. Records
+        the volume chosen per claim and node in the store."""
+        store = cluster.volumes
+        n = cluster.size
+        # A claim whose node was selected already (the annotation PreBind writes) is
+        # provisioned there or nowhere: kube-scheduler matches no volume for it and rejects
+        # every other node before looking at the other claims.
+        selected = [d for d in delayed if d[0].selected_node]
+        rest = [d for d in delayed if not d[0].selected_node]
+        rest.sort(key=lambda d: (d[0].request, d[0].name))
+        conflict = np.zeros(n, dtype=bool)
+        for claim, _ in selected:
+            there = cluster.node_index.get(claim.selected_node)
+            conflict |= np.arange(n) != (-1 if there is None else there)
+        unmatched = np.full(n, -1, dtype=np.int64)
+        picks = [((), unmatched) for _ in selected] + self._match(cluster, rest)
+        short = np.zeros(n, dtype=bool)
+        for (claim, sc), (_, choice) in zip(selected + rest, picks, strict=True):
+            # Provisioned here: the first claim that cannot be decides the node's reason.
+            need = (choice < 0) & ~(conflict | short)
+            can = self.provision_mask(cluster, sc)
+            conflict |= need & ~can
+            room = self._capacity.room(cluster, sc, claim)
+            if room is not None:
+                short |= need & can & ~room
         if len(store.choices) > 4096:
             # Only placed pods' choices are ever read again; the others are recomputed at
             # their next attempt (this bounds what deleted pods leave behind).
             for uid in [u for u in store.choices if u not in cluster.placements]:
                 del store.choices[uid]
-        store.choices[pod.uid] = ClaimChoices(tuple(keys), tuple(all_cands), tuple(choices))
-        return fits
+        store.choices[pod.uid] = ClaimChoices(
+            tuple(c.key for c, _ in selected + rest),
+            tuple(names for names, _ in picks),
+            tuple(choice for _, choice in picks),
+        )
+        return conflict, short

@@ -1,10 +1,11 @@
 """VolumeRestrictions: a ReadWriteOncePod claim is used by one pod at a time, and in-tree disks
 that cannot be shared (GCE PD, AWS EBS, iSCSI, RBD) are not mounted twice on one node.
 
-As in kube-scheduler 1.34: a missing claim rejects the pod before any node is looked at; a
-ReadWriteOncePod claim another placed pod uses rejects every node (evicting that pod could
-help); a disk conflict rejects the nodes where a placed pod holds the same disk (unless both
-mount it read-only, where that is allowed: GCE PD, iSCSI, RBD).
+As in kube-scheduler 1.34, for the claims of ``persistentVolumeClaim`` volumes (not those of
+generic ephemeral volumes, which VolumeBinding checks): a missing claim rejects the pod before
+any node is looked at; a ReadWriteOncePod claim another placed pod uses rejects every node
+(evicting that pod could help). A disk conflict rejects the nodes where a placed pod holds the
+same disk (unless both mount it read-only, where that is allowed: GCE PD, iSCSI, RBD).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from fairgpu.engine.framework import (
 )
 from fairgpu.engine.plugins._volume_catalog import all_nodes
 from fairgpu.model.pod import PodInfo
-from fairgpu.model.volumes import RWOP
+from fairgpu.model.volumes import RWOP, ephemeral_claims
 
 DISK_CONFLICT = "node(s) had no available disk"
 RWOP_CONFLICT = (
@@ -34,6 +35,14 @@ RWOP_CONFLICT = (
 def claim_not_found(name: str) -> str:
     """The API's NotFound text kube-scheduler reports for a missing claim."""
     return f'persistentvolumeclaim "{name}" not found'
+
+
+def pvc_claims(pod: PodInfo) -> tuple[str, ...]:
+    """The claims the pod's ``persistentVolumeClaim`` volumes name."""
+    if pod.source is None or not pod.claims:
+        return pod.claims
+    ephemeral = ephemeral_claims(pod.source)
+    return tuple(c for c in pod.claims if c not in ephemeral) if ephemeral else pod.claims
 
 
 def _conflicts(mine: tuple[str, str, bool], theirs: tuple[str, str, bool]) -> bool:
@@ -52,7 +61,7 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
     def pre_filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> Status:
         """Rejects the pod outright (UNRESOLVABLE) if one of its claims does not exist."""
         store = cluster.volumes
-        for name in pod.claims:
+        for name in pvc_claims(pod):
             if store.claim(pod.namespace, name) is None:
                 return Status.unresolvable(self.name, claim_not_found(name))
         return SUCCESS
@@ -80,7 +89,7 @@ def _exclusive_in_use(pod: PodInfo, cluster: ClusterState) -> bool:
     """Does another placed pod use one of the pod's ReadWriteOncePod claims?"""
     store = cluster.volumes
     exclusive = set()
-    for name in pod.claims:
+    for name in pvc_claims(pod):
         claim = store.claim(pod.namespace, name)
         if claim is not None and RWOP in claim.access_modes:
             exclusive.add(name)
@@ -89,6 +98,6 @@ def _exclusive_in_use(pod: PodInfo, cluster: ClusterState) -> bool:
     return any(
         uid != pod.uid
         and other.namespace == pod.namespace
-        and not exclusive.isdisjoint(other.claims)
+        and not exclusive.isdisjoint(pvc_claims(other))
         for uid, other in cluster.pods.items()
     )

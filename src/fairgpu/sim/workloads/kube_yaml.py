@@ -5,7 +5,9 @@ Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Services
 selectors give pods default spread constraints), Pods, PriorityClasses,
 Deployments (expanded to their replicas) and PodGroups (scheduler-plugins
 ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the storage objects pods
-mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes; in
+mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes with the
+VolumeAttachments counted against their limits, and CSIDrivers with the CSIStorageCapacities
+that limit dynamic provisioning; in
 ``Workload.extra["storage"]``), and Dynamic Resource Allocation objects (DeviceClasses,
 ResourceSlices, ResourceClaims and templates; in ``Workload.extra["dra"]``). Simulation-only
 annotations give each pod its timing: ``fairgpu.io/arrival-seconds`` (default 0) and
@@ -122,7 +124,7 @@ class _Objects:
     problems: list[str] = field(default_factory=list)
     pod_docs: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     ignored: dict[str, int] = field(default_factory=dict)
-    storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSINodes
+    storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSI objects
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels
     services: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # ns -> selectors
     dra: list[DraObject] = field(default_factory=list)  # classes, slices, claims, templates

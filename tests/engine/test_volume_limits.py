@@ -1,0 +1,272 @@
+"""NodeVolumeLimits (kube-scheduler 1.34) beyond CSI persistent volumes: generic ephemeral
+volumes count as their claim, CSI ephemeral inline volumes not at all, in-tree volumes
+migrated to CSI (inline or persistent, or claims of an in-tree provisioner's class) as their
+CSI driver's, with the volume handles of the CSI translation library, and VolumeAttachments.
+Also how generic ephemeral (and lost) claims are checked before any node is looked at."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fairgpu.api import objects as k8s
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.plugins.node_volume_limits import NodeVolumeLimits
+from fairgpu.model.pod import PodInfo, pod_from_k8s
+from tests.builders import cluster, k8s_node, k8s_pod, pod_manifest
+from tests.engine.test_volumes import feasible, reason, scheduler, three_nodes, user
+from tests.engine.volume_builders import csinode_doc, load, pv_doc, pvc_doc, sc_doc
+
+LIMITED = "csi.example.com"
+GCE = "pd.csi.storage.gke.io"
+EBS = "ebs.csi.aws.com"
+
+
+def gce(pd: str, read_only: bool = True) -> dict[str, Any]:
+    return {"name": f"disk-{pd}", "gcePersistentDisk": {"pdName": pd, "readOnly": read_only}}
+
+
+def ebs(volume_id: str) -> dict[str, Any]:
+    return {"name": "disk", "awsElasticBlockStore": {"volumeID": volume_id}}
+
+
+def limited(driver: str, count: int, *placed: tuple[dict[str, Any], str]) -> ClusterState:
+    """Nodes a, b (zone us-central1-a) and c (us-central1-b); a's CSINode allows ``count``
+    volumes of ``driver``, b's none; c has no CSINode. ``placed``: (inline volume, node) of
+    pods already running."""
+    zones = {"a": "us-central1-a", "b": "us-central1-a", "c": "us-central1-b"}
+    nodes = [k8s_node(n, labels={"topology.kubernetes.io/zone": z}) for n, z in zones.items()]
+    state = load(cluster(*nodes), csinode_doc("a", driver, count), csinode_doc("b", driver, 0))
+    for i, (vol, node) in enumerate(placed):
+        state.assign(k8s_pod(f"holder{i}", volumes=[vol]), state.node_index[node])
+    return state
+
+
+def test_inline_csi_volumes_are_not_counted_against_the_attach_limit() -> None:
+    # kube-scheduler 1.34 counts PVC-backed volumes (and in-tree inline volumes migrated to
+    # CSI), never CSI ephemeral inline volumes (volumes[].csi): they pass a full CSINode.
+    state = load(three_nodes(), csinode_doc("a", LIMITED, 0))
+    inline = [{"name": "scratch", "csi": {"driver": LIMITED, "volumeAttributes": {"size": "1"}}}]
+    assert feasible(k8s_pod("inline", volumes=inline), state) == ["a", "b", "c"]
+
+
+def test_generic_ephemeral_volume_counts_as_its_claim() -> None:
+    state = load(
+        three_nodes(),
+        sc_doc("csi", wffc=False, provisioner=LIMITED),
+        pv_doc("pv-old", sc="csi", csi=(LIMITED, "h-old"), claim="default/old"),
+        pvc_doc("old", sc="csi", volume="pv-old"),
+        # The claim the ephemeral controller creates for pod "app", volume "scratch".
+        pv_doc("pv-eph", sc="csi", csi=(LIMITED, "h-eph"), claim="default/app-scratch"),
+        pvc_doc("app-scratch", sc="csi", volume="pv-eph"),
+        csinode_doc("a", LIMITED, 1),
+    )
+    state.assign(user("holder", "old"), state.node_index["a"])
+    template = {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}
+    app = k8s_pod("app", volumes=[{"name": "scratch", "ephemeral": template}])
+    assert app.claims == ("app-scratch",)
+    assert feasible(app, state) == ["b", "c"]
+    assert reason(app, state) == "0/3 nodes are available: 1 node(s) exceed max volume count."
+
+
+def test_inline_gce_disks_count_as_the_pd_drivers() -> None:
+    state = limited(GCE, 1, (gce("d1"), "a"))
+    # A second disk exceeds a's limit of 1 and b's 0; the same disk is not counted again.
+    assert feasible(k8s_pod("new", volumes=[gce("d2")]), state) == ["c"]
+    assert feasible(k8s_pod("same", volumes=[gce("d1")]), state) == ["a", "c"]
+    assert reason(k8s_pod("new", volumes=[gce("d2")]), state) == (
+        "0/3 nodes are available: 2 node(s) exceed max volume count."
+    )
+
+
+def test_inline_ebs_volume_ids_are_normalised() -> None:
+    state = limited(EBS, 1, (ebs("aws://us-east-1a/vol-1"), "a"))
+    # The same volume whatever the form of its ID; a malformed one is not counted.
+    assert feasible(k8s_pod("same", volumes=[ebs("vol-1")]), state) == ["a", "c"]
+    assert feasible(k8s_pod("other", volumes=[ebs("vol-2")]), state) == ["c"]
+    assert feasible(k8s_pod("bad", volumes=[ebs("aws://zone/not-a-volume")]), state) == [
+        "a",
+        "b",
+        "c",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        # No zone label: the inline handle (zones/UNSPECIFIED), so a counts the disk once.
+        ({}, ["a", "c"]),
+        # zones/us-central1-a: another volume on a; c is outside the volume's zone.
+        ({"failure-domain.beta.kubernetes.io/zone": "us-central1-a"}, []),
+        # regions/us-central1: another volume on a; c has no limit.
+        ({"topology.kubernetes.io/zone": "us-central1-a__us-central1-b"}, ["c"]),
+    ],
+)
+def test_persistent_gce_disk_handles_follow_the_zone_label(
+    labels: dict[str, str], expected: list[str]
+) -> None:
+    pv = pv_doc("pv", sc="", claim="default/data", labels=labels)
+    del pv["spec"]["hostPath"]
+    pv["spec"]["gcePersistentDisk"] = {"pdName": "d1"}
+    state = limited(GCE, 1, (gce("d1"), "a"))
+    load(state, pv, pvc_doc("data", sc="", volume="pv"))
+    assert feasible(user("app", "data"), state) == expected
+
+
+def test_claims_of_in_tree_provisioners_count_as_their_drivers() -> None:
+    state = limited(GCE, 0)
+    load(
+        state,
+        sc_doc("pd", provisioner="kubernetes.io/gce-pd"),
+        sc_doc("afs", provisioner="kubernetes.io/azure-file"),
+        sc_doc("px", provisioner="kubernetes.io/portworx-volume"),
+        pvc_doc("pd-claim", sc="pd"),
+        pvc_doc("afs-claim", sc="afs"),
+        pvc_doc("px-claim", sc="px"),
+    )
+    assert feasible(user("p1", "pd-claim"), state) == ["c"]
+    # Azure File is never migrated for the count.
+    load(state, csinode_doc("a", "file.csi.azure.com", 0))
+    assert feasible(user("p2", "afs-claim"), state) == ["a", "b", "c"]
+    # Portworx only where the CSINode's annotation lists it as migrated.
+    px = csinode_doc("a", "pxd.portworx.com", 0)
+    load(state, px)
+    assert feasible(user("p3", "px-claim"), state) == ["a", "b", "c"]
+    px["metadata"]["annotations"] = {
+        "storage.alpha.kubernetes.io/migrated-plugins": "kubernetes.io/portworx-volume"
+    }
+    load(state, px)
+    assert feasible(user("p3", "px-claim"), state) == ["b", "c"]
+
+
+def test_claim_bound_to_a_missing_volume_counts_by_its_class() -> None:
+    state = limited(LIMITED, 1)
+    load(state, sc_doc("csi", provisioner=LIMITED), pvc_doc("data", sc="csi", volume="gone"))
+    # VolumeBinding rejects the pod too; NodeVolumeLimits alone counts it under the class.
+    result = NodeVolumeLimits().filter(None, user("app", "data"), state)  # type: ignore[arg-type]
+    assert [state.node(int(i)).name for i in result.mask.nonzero()[0]] == ["a", "c"]
+
+
+def attachment(name: str, node: str, pv: str, attacher: str = LIMITED) -> dict[str, Any]:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": name},
+        "spec": {"attacher": attacher, "nodeName": node, "source": {"persistentVolumeName": pv}},
+    }
+
+
+def test_volume_attachments_count_against_the_limit() -> None:
+    state = limited(LIMITED, 1)
+    load(
+        state,
+        sc_doc("csi", wffc=False, provisioner=LIMITED),
+        *[pv_doc(f"pv-{x}", sc="csi", csi=(LIMITED, f"h-{x}"), claim=f"default/{x}") for x in "mn"],
+        *[pvc_doc(x, sc="csi", volume=f"pv-{x}") for x in "mn"],
+        # Ignored: no attacher, a volume that does not exist, an attachment to another node.
+        attachment("no-attacher", "a", "pv-m", attacher=""),
+        attachment("no-volume", "a", "pv-gone"),
+        attachment("elsewhere", "c", "pv-m"),
+    )
+    assert feasible(user("p", "n"), state) == ["a", "c"]
+    # A volume left attached to a (its pod gone) fills a's one slot.
+    load(state, attachment("left", "a", "pv-m"))
+    assert feasible(user("p", "n"), state) == ["c"]
+    # The attached volume itself is new to a pod using it: counted twice, as kube-scheduler does.
+    assert feasible(user("q", "m"), state) == ["c"]
+    # Used by a pod on a, it is one attached volume, and not new to another pod using it.
+    state.assign(user("holder", "m"), state.node_index["a"])
+    assert feasible(user("q", "m"), state) == ["a", "c"]
+    assert feasible(user("p", "n"), state) == ["c"]
+
+
+# ---- generic ephemeral volumes: VolumeRestrictions leaves them to VolumeBinding -------------
+def ephemeral_pod(uid: str = "") -> PodInfo:
+    """Pod ``app`` with a generic ephemeral volume ``scratch`` (claim ``app-scratch``)."""
+    template = {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}
+    manifest = pod_manifest("app", volumes=[{"name": "scratch", "ephemeral": template}])
+    if uid:
+        manifest["metadata"]["uid"] = uid
+    return pod_from_k8s(k8s.decode(manifest, k8s.Pod))
+
+
+def owned_claim(owner_uid: str) -> dict[str, Any]:
+    doc = pvc_doc("app-scratch", sc="local")
+    doc["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "app", "uid": owner_uid, "controller": True}
+    ]
+    return doc
+
+
+def test_generic_ephemeral_claims_as_kube_scheduler_checks_them() -> None:
+    state = load(three_nodes(), sc_doc("local", provisioner="example.com/x"))
+    # Right after the pod is created its claim does not exist yet.
+    assert reason(ephemeral_pod("u1"), state) == (
+        'waiting for ephemeral volume controller to create the persistentvolumeclaim "app-scratch"'
+    )
+    # A claim of that name the pod does not control is not its volume.
+    load(state, owned_claim("someone-else"))
+    assert reason(ephemeral_pod("u1"), state) == (
+        "PVC default/app-scratch was not created for pod default/app (pod is not owner)"
+    )
+    load(state, owned_claim("u1"))
+    assert feasible(ephemeral_pod("u1"), state) == ["a", "b", "c"]
+    # Pods without a uid (simulator YAML) are not checked for ownership.
+    load(state, owned_claim("someone-else"))
+    assert feasible(ephemeral_pod(), state) == ["a", "b", "c"]
+
+
+def test_a_lost_claim_is_reported_as_kube_scheduler_does() -> None:
+    lost = pvc_doc("data", sc="local", volume="pv-gone")
+    lost["status"] = {"phase": "Lost"}
+    state = load(three_nodes(), sc_doc("local"), lost)
+    assert reason(user("app", "data"), state) == (
+        'persistentvolumeclaim "data" bound to non-existent persistentvolume "pv-gone"'
+    )
+
+
+# ---- VolumeBinding: in-tree volumes on nodes where their plugin is migrated -----------------
+def gce_pv(labels: dict[str, str], affinity_zone: str | None = None) -> dict[str, Any]:
+    pv = pv_doc("pv", sc="", claim="default/data", labels=labels, node=None)
+    del pv["spec"]["hostPath"]
+    pv["spec"]["gcePersistentDisk"] = {"pdName": "d1"}
+    if affinity_zone is not None:
+        expr = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [affinity_zone]}
+        pv["spec"]["nodeAffinity"] = {
+            "required": {"nodeSelectorTerms": [{"matchExpressions": [expr]}]}
+        }
+    return pv
+
+
+@pytest.mark.parametrize(
+    ("labels", "affinity_zone", "expected"),
+    [
+        # A zone label: the translated affinity asks topology.gke.io/zone for it (a is in a).
+        ({"topology.kubernetes.io/zone": "us-central1-b"}, None, ["b", "c"]),
+        ({"failure-domain.beta.kubernetes.io/zone": "us-central1-b"}, None, ["b", "c"]),
+        ({"topology.kubernetes.io/zone": "us-central1-a__us-central1-b"}, None, ["a", "b", "c"]),
+        # A zone in the affinity is renamed to the CSI key; the label is then not used.
+        ({"topology.kubernetes.io/zone": "us-central1-b"}, "us-central1-a", ["a", "b", "c"]),
+        # No zone at all: nothing to translate.
+        ({}, None, ["a", "b", "c"]),
+        # GCE zones of no one region: no translation, no node where the plugin is migrated.
+        ({"topology.kubernetes.io/zone": "z1__z2"}, None, ["b", "c"]),
+    ],
+)
+def test_bound_gce_volume_is_checked_as_translated_where_migrated(
+    labels: dict[str, str], affinity_zone: str | None, expected: list[str]
+) -> None:
+    # Every node is in us-central1-a, but only a lists kubernetes.io/gce-pd as migrated (b's
+    # CSINode does not, c has none); only VolumeBinding is checked here.
+    gke = {"topology.kubernetes.io/zone": "us-central1-a", "topology.gke.io/zone": "us-central1-a"}
+    nodes = [k8s_node(n, labels=gke) for n in "abc"]
+    migrated = csinode_doc("a", GCE, 5)
+    migrated["metadata"]["annotations"] = {
+        "storage.alpha.kubernetes.io/migrated-plugins": "kubernetes.io/gce-pd"
+    }
+    state = load(cluster(*nodes), migrated, csinode_doc("b", GCE, 5))
+    load(state, gce_pv(labels, affinity_zone), pvc_doc("data", sc="", volume="pv"))
+    mask, _ = scheduler(["VolumeBinding"]).filter(user("app", "data"), state)
+    assert [state.node(int(i)).name for i in np.flatnonzero(mask)] == expected
