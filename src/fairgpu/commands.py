@@ -9,6 +9,7 @@ alone by :data:`kubectl_app`, the ``kubectl-fairgpu`` plugin (``kubectl fairgpu 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,11 +31,64 @@ Ordering = Annotated[str, typer.Option(help="Queue ordering: 'fair' or 'kube-def
 SchedulerName = Annotated[str, typer.Option(help="The scheduler's spec.schedulerName.")]
 PoolLabel = Annotated[str, typer.Option(help="Node-pool label key, as `fairgpu run`.")]
 Output = Annotated[str, typer.Option("--output", "-o", help="'text' or 'json'.")]
+Run = Annotated[
+    Path | None,
+    typer.Option(
+        "--run",
+        help="A `fairgpu simulate --out` directory: answer for that simulated run, replayed "
+        "to --at, instead of a live cluster.",
+    ),
+]
+At = Annotated[
+    float | None,
+    typer.Option(
+        "--at",
+        help="With --run: the simulated second to look at (default: explain, midway through "
+        "the pod's first wait; queues, when the most pods waited).",
+    ),
+]
 
 
 def _fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=2)
+
+
+def _check_output(output: str) -> None:
+    if output not in ("text", "json"):
+        _fail(f"--output must be 'text' or 'json', not {output!r}")
+
+
+def _echo(output: str, report: Any, lines: list[str]) -> None:
+    """``report`` as JSON, or ``lines`` as text."""
+    typer.echo(json.dumps(report, indent=2) if output == "json" else "\n".join(lines))
+
+
+def _in_run(question: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The answer about a simulated run (exits with the message of a bad file, pod or
+    instant)."""
+    try:
+        return question()
+    except (ValueError, OSError) as error:
+        _fail(str(error))
+        raise  # unreachable: _fail exits
+
+
+def run_explain_lines(r: dict[str, Any]) -> list[str]:
+    """The text form of :func:`fairgpu.kube.replay.explain_in_run`'s report."""
+    lines = [f"Simulated run {r['simulated_run']} at {r['at_label']}:"]
+    if r["phase"] == "Succeeded":
+        return [*lines, f"Pod {r['pod']} had finished by then."]
+    lines.extend(explain_lines(r))
+    if r["state"] == "pending":
+        started = r["started_in_run"]
+        lines.append(
+            "In the run: never started after this instant"
+            if started is None
+            else f"In the run: started at {started} "
+            f"({_in(r['started_in_run_after_seconds'])} later)"
+        )
+    return lines
 
 
 def _read(
@@ -52,8 +106,7 @@ def _read(
     from fairgpu.kube.client import CONNECTION_ERRORS, RestClient, load_connection
     from fairgpu.kube.snapshot import ReadSettings, read_cluster
 
-    if output not in ("text", "json"):
-        _fail(f"--output must be 'text' or 'json', not {output!r}")
+    _check_output(output)
     if ordering not in ("fair", "kube-default"):
         _fail(f"--ordering must be 'fair' or 'kube-default', not {ordering!r}")
     if config is not None and not config.exists():
@@ -81,12 +134,22 @@ def explain(
     ordering: Ordering = "fair",
     scheduler_name: SchedulerName = "fairgpu",
     node_pool_label: PoolLabel = "example.com/node.usage",
+    run: Run = None,
+    at: At = None,
 ) -> None:
-    """Why is this pod pending? Its queue, fair order, quota, node reasons and what would help."""
+    """Why is this pod pending? Its queue, fair order, quota, node reasons and what would help.
+    Live through the kubeconfig, or in a simulated run with --run."""
     from fairgpu.kube.explain import explain_pod
 
     ns, _, name = target.rpartition("/")
     ns = ns or namespace
+    if run is not None:
+        from fairgpu.kube.replay import explain_in_run
+
+        _check_output(output)
+        report = _in_run(lambda: explain_in_run(run, f"{ns}/{name}", at))
+        _echo(output, report, run_explain_lines(report))
+        return
     client, snapshot = _read(
         kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
     )
@@ -245,11 +308,21 @@ def queues(
     ordering: Ordering = "fair",
     scheduler_name: SchedulerName = "fairgpu",
     node_pool_label: PoolLabel = "example.com/node.usage",
+    run: Run = None,
+    at: At = None,
 ) -> None:
     """One row per queue: weight, fair share, allocated, pending pods and GPUs, borrowed, and
-    when its backlog is predicted to drain."""
+    when its backlog is predicted to drain. Live, or in a simulated run with --run."""
     from fairgpu.kube.explain import queue_rows
 
+    if run is not None:
+        from fairgpu.kube.replay import queues_in_run
+
+        _check_output(output)
+        answer = _in_run(lambda: queues_in_run(run, at))
+        head = f"Simulated run {answer['simulated_run']} at {answer['at_label']}:"
+        _echo(output, answer, [head, *queue_table(answer["queues"])])
+        return
     _, snapshot = _read(
         kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
     )

@@ -18,7 +18,7 @@ anything the engine would not. Results are plain dicts (``-o json`` prints them 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -112,16 +112,19 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
     for name, row in rows.items():
         uids = by_queue.get(name, [])
         drain = predicted.drain(uids) if uids else None
-        row["drains_at"] = None if drain is None else time_label(drain)
+        row["drains_at"] = None if drain is None else snapshot.label(drain)
         row["drain_known"] = not uids or drain is not None
     return list(rows.values())
 
 
-def predicted_start(forecast: Forecast, uid: str) -> dict[str, Any]:
-    """The pod's predicted start in a report: RFC 3339 and seconds from the snapshot."""
+def predicted_start(
+    forecast: Forecast, uid: str, label: Callable[[float], str] = time_label
+) -> dict[str, Any]:
+    """The pod's predicted start in a report: as ``label`` writes times (RFC 3339 live) and
+    in seconds from the snapshot."""
     t = forecast.start(uid)
     return {
-        "predicted_start": None if t is None else time_label(t),
+        "predicted_start": None if t is None else label(t),
         "predicted_in_seconds": None if t is None else round(t - forecast.now),
         "forecast_complete": forecast.complete,
         "forecast_out_of_budget": forecast.out_of_budget,
@@ -365,7 +368,8 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
     report["scheduling_gates"] = list(pod.scheduling_gates)
     _pending_detail(report, snapshot, cache.schedulable(), engine, cluster, pod)
     report.update(_scheduler_notes(status))
-    report.update(predicted_start(forecast_snapshot(snapshot, None, FORECAST_BUDGET)[0], uid))
+    predicted = forecast_snapshot(snapshot, None, FORECAST_BUDGET)[0]
+    report.update(predicted_start(predicted, uid, snapshot.label))
     ann = meta.get("annotations") or {}
     report["scheduler_predicted_start"] = ann.get(ANN_PREDICTED_START)
     return report
@@ -456,7 +460,7 @@ def what_if(
         predicted = _forecast_with(snapshot, pods, pod_groups)
         uids = {p.key: p.uid for p in pods}
         for row in waiting:
-            row.update(predicted_start(predicted, uids[row["pod"]]))
+            row.update(predicted_start(predicted, uids[row["pod"]], snapshot.label))
     return rows
 
 

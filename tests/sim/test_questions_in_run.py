@@ -1,0 +1,133 @@
+"""``fairgpu explain --run`` and ``fairgpu queues --run``: the answers for a simulated run,
+replayed from what ``fairgpu simulate --out`` recorded, as a user reads them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fairgpu.cli import app
+from fairgpu.kube.replay import busiest_instant, find_pod
+from fairgpu.sim.rerun import RunSpec, load_run
+
+runner = CliRunner()
+
+NODE = """\
+apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-0
+  labels: {nvidia.com/gpu.count: "8", nvidia.com/gpu.memory: "81920"}
+status:
+  allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "8"}
+"""
+
+
+def pod(name: str, arrival: float, duration: float, gpus: int = 8) -> str:
+    """An 8-GPU pod of namespace ``team-a`` with a declared arrival and run time."""
+    return f"""\
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: team-a
+  annotations:
+    fairgpu.io/arrival-seconds: "{arrival}"
+    fairgpu.io/duration-seconds: "{duration}"
+spec:
+  schedulerName: fairgpu
+  containers:
+    - name: main
+      image: trainer
+      resources:
+        limits: {{nvidia.com/gpu: "{gpus}"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One 8-GPU node; ``first`` holds it from 0 s to 600 s, ``second`` arrives at 100 s
+    and waits for it (same queue and priority: nothing to preempt), ``third`` at 700 s."""
+    tmp = tmp_path_factory.mktemp("run")
+    workload = tmp / "workload.yaml"
+    workload.write_text(
+        NODE + pod("first", 0, 600) + pod("second", 100, 300) + pod("third", 2000, 60)
+    )
+    out = tmp / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_the_run_records_how_to_replay_it(run_dir: Path) -> None:
+    spec = load_run(run_dir)
+    assert spec.workload.endswith("workload.yaml") and Path(spec.workload).is_absolute()
+    assert spec == RunSpec(workload=spec.workload, seed=0, ordering="fair")
+
+
+def test_explain_says_why_a_pod_waits_and_when_it_started(run_dir: Path) -> None:
+    result = runner.invoke(app, ["explain", "team-a/second", "--run", str(run_dir), "--at", "300"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"Simulated run {run_dir} at t=300 s:"
+    assert lines[1] == "Pod team-a/second (queue team-a, user team-a) is pending."
+    assert "Nodes: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu." in lines
+    assert any(line.startswith("  gpu-0: fits if these left: team-a/first") for line in lines)
+    assert "Predicted start: t=600 s (in 5m)" in result.output
+    assert lines[-1] == "In the run: started at t=600 s (5m later)"
+
+
+def test_explain_defaults_to_midway_through_the_first_wait(run_dir: Path) -> None:
+    assert find_pod(run_dir, "team-a/second").default_instant() == 350.0
+    result = runner.invoke(app, ["explain", "team-a/second", "--run", str(run_dir), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["at"] == 350.0 and report["state"] == "pending"
+    assert report["predicted_start"] == "t=600 s" and report["started_in_run"] == "t=600 s"
+    assert report["queue_state"]["allocated_gpus"] == 8
+
+
+def test_explain_a_running_a_finished_and_a_future_pod(run_dir: Path) -> None:
+    running = runner.invoke(app, ["explain", "team-a/second", "--run", str(run_dir), "--at", "700"])
+    assert "is bound to node gpu-0; phase Running." in running.output
+    finished = runner.invoke(app, ["explain", "team-a/first", "--run", str(run_dir), "--at", "700"])
+    assert "Pod team-a/first had finished by then." in finished.output
+    early = runner.invoke(app, ["explain", "team-a/third", "--run", str(run_dir), "--at", "700"])
+    assert early.exit_code == 2
+    assert "pod team-a/third arrives at t=2000 s, after --at 700" in early.output
+
+
+def test_queues_at_the_busiest_instant(run_dir: Path) -> None:
+    assert busiest_instant(run_dir) == 100.0
+    result = runner.invoke(app, ["queues", "--run", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"Simulated run {run_dir} at t=100 s:"
+    row = lines[2].split()
+    assert row[0] == "team-a" and row[3] == "8" and row[4] == "1"
+    assert lines[2].endswith("t=600 s")  # its one pending pod starts when first ends
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["explain", "team-a/nobody"], "pod team-a/nobody is not in"),
+        (["explain", "team-a/second", "--at", "-5"], "--at must be a number"),
+        (["queues", "-o", "yaml"], "--output must be 'text' or 'json'"),
+    ],
+)
+def test_bad_questions_get_one_message(run_dir: Path, args: list[str], needle: str) -> None:
+    result = runner.invoke(app, [*args, "--run", str(run_dir)])
+    assert result.exit_code == 2 and needle in result.output
+
+
+def test_a_directory_without_a_recorded_run(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps({"parameters": {"workload": "x"}}))
+    (tmp_path / "pods.csv").write_text("namespace,name,arrival\nns,p,0\n")
+    result = runner.invoke(app, ["explain", "ns/p", "--run", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "parameters.workload_source is missing" in result.output
