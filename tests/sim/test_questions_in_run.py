@@ -131,3 +131,29 @@ def test_a_directory_without_a_recorded_run(tmp_path: Path) -> None:
     result = runner.invoke(app, ["explain", "ns/p", "--run", str(tmp_path)])
     assert result.exit_code == 2
     assert "parameters.workload_source is missing" in result.output
+
+
+def test_a_replay_makes_the_recorded_runs_decisions(tmp_path: Path) -> None:
+    """The answers are only true if replaying the recorded parameters gives the recorded run:
+    every pod starts at the same time on the same node (built-in workload with gangs,
+    fractional GPUs and preemptions)."""
+    import csv
+
+    from fairgpu.sim.rerun import replay
+
+    out = tmp_path / "out"
+    args = ["simulate", "--jobs", "80", "--seed", "3", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["preemptions"] > 0  # the replay has to reproduce those too
+    recorded = {
+        f"{r['namespace']}/{r['name']}": (round(float(r["start"] or -1), 3), r["node"])
+        for r in csv.DictReader((out / "pods.csv").open())
+    }
+    sim = replay(load_run(out), summary["simulated_seconds"])
+    again = {
+        r.pod.key: (round(-1 if r.start is None else r.start, 3), r.node)
+        for r in sim.records.values()
+    }
+    assert again == recorded
