@@ -26,20 +26,29 @@ status:
 """
 
 
-def pod(name: str, arrival: float, duration: float, gpus: int = 8) -> str:
-    """An 8-GPU pod of namespace ``team-a`` with a declared arrival and run time."""
+def pod(
+    name: str,
+    arrival: float,
+    duration: float,
+    gpus: int = 8,
+    namespace: str = "team-a",
+    model: str | None = None,
+) -> str:
+    """A pod (8 GPUs of namespace ``team-a`` by default) with a declared arrival and run
+    time; ``model`` pins it to nodes labelled ``gpu: <model>``."""
+    selector = f"\n  nodeSelector: {{gpu: {model}}}" if model else ""
     return f"""\
 ---
 apiVersion: v1
 kind: Pod
 metadata:
   name: {name}
-  namespace: team-a
+  namespace: {namespace}
   annotations:
     fairgpu.io/arrival-seconds: "{arrival}"
     fairgpu.io/duration-seconds: "{duration}"
 spec:
-  schedulerName: fairgpu
+  schedulerName: fairgpu{selector}
   containers:
     - name: main
       image: trainer
@@ -157,3 +166,29 @@ def test_a_replay_makes_the_recorded_runs_decisions(tmp_path: Path) -> None:
         for r in sim.records.values()
     }
     assert again == recorded
+
+
+def test_explain_judges_by_the_pool_aware_fair_share(tmp_path: Path) -> None:
+    """Queue ``train`` can use only the A100 node, ``serve`` only the L4 node. Over the whole
+    cluster ``train`` would be owed 12 of 16 GPUs (``serve`` wants 4); its work can use 8, and
+    8 is the share the engine's reclaim rule judges it by -- so explain says 8, at its share."""
+    nodes = "".join(
+        NODE.replace("gpu-0", name).replace("labels: {", f"labels: {{gpu: {model}, ")
+        + ("---\n" if name == "a100" else "")
+        for name, model in (("a100", "a100"), ("l4", "l4"))
+    )
+    workload = tmp_path / "pools.yaml"
+    workload.write_text(
+        nodes
+        + pod("t1", 0, 1000, namespace="train", model="a100")
+        + pod("t2", 0, 1000, namespace="train", model="a100")
+        + pod("s1", 0, 1000, gpus=4, namespace="serve", model="l4")
+    )
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["explain", "train/t2", "--run", str(out), "--at", "500"])
+    assert result.exit_code == 0, result.output
+    assert "Queue train: weight 1, holds 8 GPUs, fair share 8 GPUs (at its fair share)" in (
+        result.output
+    )

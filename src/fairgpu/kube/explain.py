@@ -24,13 +24,19 @@ from typing import Any
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine.actions.order import FairOrder, kube_default_order, lanes
+from fairgpu.engine.actions.order import FairOrder, Lanes, kube_default_order, lanes
 from fairgpu.engine.actions.preempt import FairVictims
-from fairgpu.engine.actions.reclaim import deserved_shares, may_reclaim_from, reclaim_refusal
+from fairgpu.engine.actions.reclaim import (
+    PoolShares,
+    deserved_shares,
+    held,
+    may_reclaim_from,
+    reclaim_refusal,
+)
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.framework import CycleState
-from fairgpu.engine.jobs import build_jobs
+from fairgpu.engine.jobs import Job, build_jobs
 from fairgpu.engine.preemption import find_preemption, victim_eligible
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.kube.forecaster import ANN_PREDICTED_START, forecast_snapshot, time_label
@@ -61,9 +67,29 @@ def _finite(value: float) -> float | None:
 
 
 # ---- queues ---------------------------------------------------------------------------------
-def _queue_state(engine: Engine, cluster: ClusterState, pending: Sequence[PodInfo]) -> dict:
-    """Per queue: weight, fair share, allocated, quota, borrowed, pending (GPUs)."""
-    fair = engine.fair_shares(cluster, pending)
+def _deserved(
+    engine: Engine, cluster: ClusterState, pending: Sequence[PodInfo], now: float
+) -> tuple[Any, list[Job], Lanes, dict[str, float]]:
+    """A session at ``now``, the pending jobs, their lanes and the fair shares a cycle would
+    judge reclaims by (pool-aware for queues with GPU work, as :class:`FairCycle` computes
+    them)."""
+    todo = [p for p in pending if not p.scheduling_gates]
+    session = engine.session(cluster, now)
+    annotation = engine.tenancy.gang.min_member_annotation
+    jobs = build_jobs(todo, session.resolver, session.book, annotation, CycleResult())
+    queues = lanes(jobs)
+    return session, jobs, queues, deserved_shares(session.book, queues, session)
+
+
+def _queue_state(
+    engine: Engine, cluster: ClusterState, pending: Sequence[PodInfo], now: float
+) -> dict:
+    """Per queue: weight, fair share, allocated, quota, borrowed, pending (GPUs). A queue
+    with GPU work shows its pool-aware fair share of GPUs, the one reclaim is judged by."""
+    fair = dict(engine.fair_shares(cluster, pending))
+    deserved = _deserved(engine, cluster, pending, now)[3]
+    if isinstance(deserved, PoolShares):
+        fair.update({q: deserved[q] * deserved.gpu_cap for q in deserved.gpu_queues})
     book = engine.book
     queues: dict[str, dict[str, Any]] = {}
     names = set(fair) | set(book.usage) | {q.name for q in engine.tenancy.queues}
@@ -104,7 +130,7 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
     when its last pending pod is predicted to start (None: nothing pending, or unknown --
     ``drain_known`` tells which)."""
     cache, engine = snapshot.build()
-    rows = _queue_state(engine, cache.cluster, cache.schedulable())
+    rows = _queue_state(engine, cache.cluster, cache.schedulable(), snapshot.now)
     predicted, pending, _ = forecast_snapshot(snapshot, None, FORECAST_BUDGET)
     by_queue: dict[str, list[str]] = {}
     for pod in pending:
@@ -192,7 +218,7 @@ class _Rules:
         if may_reclaim_from(book, self.deserved, mine, theirs, band):
             # The queues may trade; the pod's GPUs changed tenant within the cooldown.
             return "it sits on GPUs that changed tenant within reclaimCooldownSeconds"
-        used = book.dominant(book.used(theirs))
+        used = held(book, self.deserved, theirs)
         fair = self.deserved.get(theirs, 0.0)
         if used <= fair * (1.0 + band) + 1e-9:
             return (
@@ -209,12 +235,9 @@ def _order(
     current usage (a real cycle re-ranks queues as it places pods); and the preemption rules
     as they apply to ``pod``."""
     todo = [p for p in pending if not p.scheduling_gates]
-    session = engine.session(cluster, now)
-    annotation = engine.tenancy.gang.min_member_annotation
-    jobs = build_jobs(todo, session.resolver, session.book, annotation, CycleResult())
-    queues = lanes(jobs)
+    session, jobs, queues, deserved = _deserved(engine, cluster, todo, now)
     job = next((j for j in jobs if any(p.uid == pod.uid for p in j.pods)), None)
-    rules = _Rules(engine, session, deserved_shares(session.book, queues), job, pod)
+    rules = _Rules(engine, session, deserved, job, pod)
     if engine.ordering != "fair":
         lower = {u for u, p in cluster.pods.items() if p.priority < pod.priority}
         rules.allowed = lower if engine.tenancy.preemption.enabled else set()
@@ -384,7 +407,7 @@ def _pending_detail(
     pod: PodInfo,
 ) -> None:
     now = snapshot.now
-    queues = _queue_state(engine, cluster, pending)
+    queues = _queue_state(engine, cluster, pending, now)
     tenant = engine.tenant(pod)
     report["queue_state"] = queues.get(tenant.queue)
     report["queue_admits"] = (
