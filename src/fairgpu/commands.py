@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
+
+T = TypeVar("T")
 
 __all__ = ["explain", "kubectl_app", "queues", "register", "what_if"]
 
@@ -64,7 +66,7 @@ def _echo(output: str, report: Any, lines: list[str]) -> None:
     typer.echo(json.dumps(report, indent=2) if output == "json" else "\n".join(lines))
 
 
-def _in_run(question: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _in_run(question: Callable[[], T]) -> T:
     """The answer about a simulated run (exits with the message of a bad file, pod or
     instant)."""
     try:
@@ -384,14 +386,24 @@ def what_if(
     ordering: Ordering = "fair",
     scheduler_name: SchedulerName = "fairgpu",
     node_pool_label: PoolLabel = "example.com/node.usage",
+    run: Run = None,
+    at: At = None,
 ) -> None:
     """Where would these pods go now, or which rule stops them, and when would they start?
-    Creates nothing."""
+    Creates nothing. Live, or in a simulated run with --run (default --at: when the most
+    pods waited)."""
     from fairgpu.kube.explain import what_if as answer
 
-    client, snapshot = _read(
-        kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
-    )
+    if run is not None:
+        from fairgpu.kube.replay import busiest_instant, replay_snapshot
+
+        _check_output(output)
+        snapshot = _in_run(lambda: replay_snapshot(run, busiest_instant(run) if at is None else at))
+        client = None
+    else:
+        client, snapshot = _read(
+            kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
+        )
     pods, groups = _load_pods(file, client, snapshot, node_pool_label, namespace)
     rows = answer(snapshot, pods, groups)
     for row, pod in zip(rows, pods, strict=True):
@@ -442,7 +454,8 @@ def _load_pods(
     paths: list[Path], client: Any, snapshot: Any, pool_label: str, namespace: str | None
 ) -> tuple[list[Any], dict[str, int]]:
     """The pods of ``paths`` as the API server would admit them: priority from the cluster's
-    PriorityClasses, created now; a missing namespace or class is the pod's error."""
+    PriorityClasses, created now; a missing namespace or class is the pod's error. Without a
+    ``client`` (a simulated run): the run's PriorityClasses, and every namespace exists."""
     import tempfile
 
     from fairgpu.api import objects as k8s
@@ -454,23 +467,29 @@ def _load_pods(
         with tempfile.TemporaryDirectory(prefix="fairgpu-what-if-") as tmp:
             files = _with_namespace(list(paths), namespace, Path(tmp))
             workload = load_kube_yaml(files, NodePoolConfig(usage_key=pool_label))
-        classes = list_objects(
-            client,
-            "/apis/scheduling.k8s.io/v1/priorityclasses",
-            lambda raw: k8s.decode_json(raw, k8s.PriorityClass),
+        classes = (
+            []
+            if client is None
+            else list_objects(
+                client,
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                lambda raw: k8s.decode_json(raw, k8s.PriorityClass),
+            )
         )
     except (ValueError, OSError, RuntimeError) as error:
         _fail(str(error))
     if not workload.arrivals:
         _fail(f"{', '.join(map(str, paths))}: no Pods or Deployments")
     values = {pc.metadata.name: pc.value for pc in classes}
+    if client is None:
+        values.update(snapshot.sim.workload.extra.get("priority_classes", {}))
     values.update(workload.extra.get("priority_classes", {}))
     namespaces = {name for name, _ in snapshot.namespaces}
     pods = []
     for arrival in workload.arrivals:
         pod = arrival.pod
         pod.created = pod.created or snapshot.now
-        if pod.error is None and pod.namespace not in namespaces:
+        if pod.error is None and client is not None and pod.namespace not in namespaces:
             pod.error = f"Pod {pod.key}: namespace {pod.namespace!r} not found"
         elif pod.error is None and pod.priority_class:
             if pod.priority_class not in values:

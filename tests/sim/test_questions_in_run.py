@@ -192,3 +192,20 @@ def test_explain_judges_by_the_pool_aware_fair_share(tmp_path: Path) -> None:
     assert "Queue train: weight 1, holds 8 GPUs, fair share 8 GPUs (at its fair share)" in (
         result.output
     )
+
+
+def test_what_if_in_a_run(run_dir: Path, tmp_path: Path) -> None:
+    """At 300 s ``first`` holds the node until 600 s and ``second`` has waited for it since
+    100 s: a 4-GPU pod of another queue would wait (killing ``first`` loses more than
+    waiting) and start when ``second`` has run too, at 900 s. At 950 s the node is free."""
+    job = tmp_path / "job.yaml"
+    job.write_text(pod("probe", 0, 60, gpus=4, namespace="team-b").removeprefix("---\n"))
+    args = ["what-if", "-f", str(job), "--run", str(run_dir), "--at", "300"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("team-b/probe (queue team-b, user team-b): would stay pending: ")
+    assert "waiting is cheaper" in lines[0]
+    assert lines[1].startswith("  Predicted start: t=900 s (in 10m)")
+    later = runner.invoke(app, ["what-if", "-f", str(job), "--run", str(run_dir), "--at", "950"])
+    assert "team-b/probe (queue team-b, user team-b): would start on gpu-0 now" in later.output
