@@ -39,26 +39,6 @@ def version() -> None:
     console.print(__version__)
 
 
-def _load_workload(workload: str, nodes: Path | None, seed: int, jobs: int | None = None) -> Any:
-    from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
-    from fairgpu.sim.workloads.synthetic import SyntheticSpec, generate
-
-    if workload == "synthetic":
-        return generate(SyntheticSpec() if jobs is None else SyntheticSpec(jobs=jobs), seed=seed)
-    paths = [Path(p) for p in workload.split(",")]
-    for path in paths:
-        if not path.exists():
-            raise UserError(f"{path}: no such file or directory")
-    if all(p.suffix == ".csv" for p in paths):
-        from fairgpu.sim.workloads import openb
-
-        if nodes is None:
-            raise UserError("a CSV pod trace needs --nodes NODE_LIST.csv")
-        return openb.openb_workload(paths[0], nodes)
-    extra = [nodes] if nodes is not None else []
-    return load_kube_yaml(paths + extra)
-
-
 @app.command()
 def simulate(
     workload: Annotated[
@@ -127,19 +107,20 @@ def simulate(
         if protocol is not None:
             _simulate_protocol(protocol, trace, nodes, policy, seed, out, report)
             return
-        _simulate(
+        from fairgpu.sim.rerun import RunSpec
+
+        spec = RunSpec(
             workload,
             nodes,
             policy or DEFAULT_POLICY,
             ordering,
             config,
             seed,
-            out,
-            report,
-            until,
             jobs,
+            until,
             rendezvous_timeout or None,
         )
+        _simulate(spec.absolute(), out, report)
     except UserError as error:
         _fail(str(error))
     except (ValueError, OSError) as error:
@@ -147,38 +128,10 @@ def simulate(
         _fail(str(error))
 
 
-def _build_engine(policy: str, ordering: str, config: Path | None, seed: int, workload: Any) -> Any:
-    from typing import cast
-
-    from fairgpu.engine.engine import ORDERINGS, Engine, Ordering
-    from fairgpu.engine.policies import policy as named_policy
-    from fairgpu.tenancy import load_config
-
-    if ordering not in ORDERINGS:
-        known = " or ".join(repr(o) for o in ORDERINGS)
-        raise UserError(f"--ordering must be {known}, not {ordering!r}")
-    tenancy = load_config(config) if config is not None else None
-    engine = Engine(
-        named_policy(policy), seed=seed, ordering=cast(Ordering, ordering), tenancy=tenancy
-    )
-    if workload.pod_groups:
-        engine.register_pod_groups(workload.pod_groups)
-    return engine
-
-
-def _simulate(
-    workload_arg: str,
-    nodes: Path | None,
-    policy: str,
-    ordering: str,
-    config: Path | None,
-    seed: int,
-    out: Path | None,
-    report: Path | None,
-    until: float | None,
-    jobs: int | None = None,
-    rendezvous_timeout: float | None = 600.0,
-) -> None:
+def _simulate(spec: Any, out: Path | None, report: Path | None) -> None:
+    """Run ``spec`` (a :class:`~fairgpu.sim.rerun.RunSpec`), print the summary, write the
+    outputs asked for; ``summary.json`` records ``spec`` so the run can be replayed."""
+    from fairgpu.sim.rerun import build_engine, load_workload
     from fairgpu.sim.results import (
         add_accounting,
         summarize,
@@ -189,10 +142,11 @@ def _simulate(
     from fairgpu.sim.simulator import Simulation
 
     started = time.perf_counter()
-    workload = _load_workload(workload_arg, nodes, seed, jobs)
+    workload = load_workload(spec)
     if not workload.nodes:
         raise UserError(f"workload {workload.name!r} has no nodes (pass --nodes)")
-    engine = _build_engine(policy, ordering, config, seed, workload)
+    engine = build_engine(spec, workload)
+    ordering, seed = spec.ordering, spec.seed
     console.print(f"[bold]fairgpu simulate[/] {workload.description}")
     console.print(
         f"policy [cyan]{engine.profile.name}[/] (tie-break {engine.profile.tie_break}),"
@@ -219,9 +173,9 @@ def _simulate(
             workload,
             engine,
             seed=seed,
-            until=until,
+            until=spec.until,
             on_progress=on_progress,
-            rendezvous_timeout=rendezvous_timeout,
+            rendezvous_timeout=spec.rendezvous_timeout,
         )
         result = sim.run()
     wall = time.perf_counter() - started
@@ -231,11 +185,8 @@ def _simulate(
         "policy": engine.profile.name,
         "tie_break": engine.profile.tie_break,
         "device_policy": engine.profile.device_policy,
-        "ordering": ordering,
-        "config": str(config) if config else None,
-        "seed": seed,
         "nodes": len(workload.nodes),
-        "rendezvous_timeout_s": rendezvous_timeout,
+        **spec.parameters(),
         "wall_seconds": round(wall, 2),
     }
     summary = summarize(result, params)
@@ -252,7 +203,7 @@ def _simulate(
         from fairgpu.sim.forecast import predicted_against_actual
 
         report.parent.mkdir(parents=True, exist_ok=True)
-        fresh = lambda: _build_engine(policy, ordering, config, seed, workload)  # noqa: E731
+        fresh = lambda: build_engine(spec, workload)  # noqa: E731
         write_report(
             result, summary, report, shares, predicted_against_actual(workload, fresh, result)
         )

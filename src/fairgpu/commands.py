@@ -9,10 +9,13 @@ alone by :data:`kubectl_app`, the ``kubectl-fairgpu`` plugin (``kubectl fairgpu 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
+
+T = TypeVar("T")
 
 __all__ = ["explain", "kubectl_app", "queues", "register", "what_if"]
 
@@ -30,11 +33,64 @@ Ordering = Annotated[str, typer.Option(help="Queue ordering: 'fair' or 'kube-def
 SchedulerName = Annotated[str, typer.Option(help="The scheduler's spec.schedulerName.")]
 PoolLabel = Annotated[str, typer.Option(help="Node-pool label key, as `fairgpu run`.")]
 Output = Annotated[str, typer.Option("--output", "-o", help="'text' or 'json'.")]
+Run = Annotated[
+    Path | None,
+    typer.Option(
+        "--run",
+        help="A `fairgpu simulate --out` directory: answer for that simulated run, replayed "
+        "to --at, instead of a live cluster.",
+    ),
+]
+At = Annotated[
+    float | None,
+    typer.Option(
+        "--at",
+        help="With --run: the simulated second to look at (default: explain, midway through "
+        "the pod's first wait; queues, when the most pods waited).",
+    ),
+]
 
 
 def _fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=2)
+
+
+def _check_output(output: str) -> None:
+    if output not in ("text", "json"):
+        _fail(f"--output must be 'text' or 'json', not {output!r}")
+
+
+def _echo(output: str, report: Any, lines: list[str]) -> None:
+    """``report`` as JSON, or ``lines`` as text."""
+    typer.echo(json.dumps(report, indent=2) if output == "json" else "\n".join(lines))
+
+
+def _in_run(question: Callable[[], T]) -> T:
+    """The answer about a simulated run (exits with the message of a bad file, pod or
+    instant)."""
+    try:
+        return question()
+    except (ValueError, OSError) as error:
+        _fail(str(error))
+        raise  # unreachable: _fail exits
+
+
+def run_explain_lines(r: dict[str, Any]) -> list[str]:
+    """The text form of :func:`fairgpu.kube.replay.explain_in_run`'s report."""
+    lines = [f"Simulated run {r['simulated_run']} at {r['at_label']}:"]
+    if r["phase"] == "Succeeded":
+        return [*lines, f"Pod {r['pod']} had finished by then."]
+    lines.extend(explain_lines(r))
+    if r["state"] == "pending":
+        started = r["started_in_run"]
+        lines.append(
+            "In the run: never started after this instant"
+            if started is None
+            else f"In the run: started at {started} "
+            f"({_in(r['started_in_run_after_seconds'])} later)"
+        )
+    return lines
 
 
 def _read(
@@ -52,8 +108,7 @@ def _read(
     from fairgpu.kube.client import CONNECTION_ERRORS, RestClient, load_connection
     from fairgpu.kube.snapshot import ReadSettings, read_cluster
 
-    if output not in ("text", "json"):
-        _fail(f"--output must be 'text' or 'json', not {output!r}")
+    _check_output(output)
     if ordering not in ("fair", "kube-default"):
         _fail(f"--ordering must be 'fair' or 'kube-default', not {ordering!r}")
     if config is not None and not config.exists():
@@ -81,12 +136,22 @@ def explain(
     ordering: Ordering = "fair",
     scheduler_name: SchedulerName = "fairgpu",
     node_pool_label: PoolLabel = "example.com/node.usage",
+    run: Run = None,
+    at: At = None,
 ) -> None:
-    """Why is this pod pending? Its queue, fair order, quota, node reasons and what would help."""
+    """Why is this pod pending? Its queue, fair order, quota, node reasons and what would help.
+    Live through the kubeconfig, or in a simulated run with --run."""
     from fairgpu.kube.explain import explain_pod
 
     ns, _, name = target.rpartition("/")
     ns = ns or namespace
+    if run is not None:
+        from fairgpu.kube.replay import explain_in_run
+
+        _check_output(output)
+        report = _in_run(lambda: explain_in_run(run, f"{ns}/{name}", at))
+        _echo(output, report, run_explain_lines(report))
+        return
     client, snapshot = _read(
         kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
     )
@@ -245,11 +310,21 @@ def queues(
     ordering: Ordering = "fair",
     scheduler_name: SchedulerName = "fairgpu",
     node_pool_label: PoolLabel = "example.com/node.usage",
+    run: Run = None,
+    at: At = None,
 ) -> None:
     """One row per queue: weight, fair share, allocated, pending pods and GPUs, borrowed, and
-    when its backlog is predicted to drain."""
+    when its backlog is predicted to drain. Live, or in a simulated run with --run."""
     from fairgpu.kube.explain import queue_rows
 
+    if run is not None:
+        from fairgpu.kube.replay import queues_in_run
+
+        _check_output(output)
+        answer = _in_run(lambda: queues_in_run(run, at))
+        head = f"Simulated run {answer['simulated_run']} at {answer['at_label']}:"
+        _echo(output, answer, [head, *queue_table(answer["queues"])])
+        return
     _, snapshot = _read(
         kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
     )
@@ -311,14 +386,24 @@ def what_if(
     ordering: Ordering = "fair",
     scheduler_name: SchedulerName = "fairgpu",
     node_pool_label: PoolLabel = "example.com/node.usage",
+    run: Run = None,
+    at: At = None,
 ) -> None:
     """Where would these pods go now, or which rule stops them, and when would they start?
-    Creates nothing."""
+    Creates nothing. Live, or in a simulated run with --run (default --at: when the most
+    pods waited)."""
     from fairgpu.kube.explain import what_if as answer
 
-    client, snapshot = _read(
-        kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
-    )
+    if run is not None:
+        from fairgpu.kube.replay import busiest_instant, replay_snapshot
+
+        _check_output(output)
+        snapshot = _in_run(lambda: replay_snapshot(run, busiest_instant(run) if at is None else at))
+        client = None
+    else:
+        client, snapshot = _read(
+            kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
+        )
     pods, groups = _load_pods(file, client, snapshot, node_pool_label, namespace)
     rows = answer(snapshot, pods, groups)
     for row, pod in zip(rows, pods, strict=True):
@@ -369,7 +454,8 @@ def _load_pods(
     paths: list[Path], client: Any, snapshot: Any, pool_label: str, namespace: str | None
 ) -> tuple[list[Any], dict[str, int]]:
     """The pods of ``paths`` as the API server would admit them: priority from the cluster's
-    PriorityClasses, created now; a missing namespace or class is the pod's error."""
+    PriorityClasses, created now; a missing namespace or class is the pod's error. Without a
+    ``client`` (a simulated run): the run's PriorityClasses, and every namespace exists."""
     import tempfile
 
     from fairgpu.api import objects as k8s
@@ -381,23 +467,29 @@ def _load_pods(
         with tempfile.TemporaryDirectory(prefix="fairgpu-what-if-") as tmp:
             files = _with_namespace(list(paths), namespace, Path(tmp))
             workload = load_kube_yaml(files, NodePoolConfig(usage_key=pool_label))
-        classes = list_objects(
-            client,
-            "/apis/scheduling.k8s.io/v1/priorityclasses",
-            lambda raw: k8s.decode_json(raw, k8s.PriorityClass),
+        classes = (
+            []
+            if client is None
+            else list_objects(
+                client,
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                lambda raw: k8s.decode_json(raw, k8s.PriorityClass),
+            )
         )
     except (ValueError, OSError, RuntimeError) as error:
         _fail(str(error))
     if not workload.arrivals:
         _fail(f"{', '.join(map(str, paths))}: no Pods or Deployments")
     values = {pc.metadata.name: pc.value for pc in classes}
+    if client is None:
+        values.update(snapshot.sim.workload.extra.get("priority_classes", {}))
     values.update(workload.extra.get("priority_classes", {}))
     namespaces = {name for name, _ in snapshot.namespaces}
     pods = []
     for arrival in workload.arrivals:
         pod = arrival.pod
         pod.created = pod.created or snapshot.now
-        if pod.error is None and pod.namespace not in namespaces:
+        if pod.error is None and client is not None and pod.namespace not in namespaces:
             pod.error = f"Pod {pod.key}: namespace {pod.namespace!r} not found"
         elif pod.error is None and pod.priority_class:
             if pod.priority_class not in values:

@@ -18,19 +18,25 @@ anything the engine would not. Results are plain dicts (``-o json`` prints them 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine.actions.order import FairOrder, kube_default_order, lanes
+from fairgpu.engine.actions.order import FairOrder, Lanes, kube_default_order, lanes
 from fairgpu.engine.actions.preempt import FairVictims
-from fairgpu.engine.actions.reclaim import deserved_shares, may_reclaim_from, reclaim_refusal
+from fairgpu.engine.actions.reclaim import (
+    PoolShares,
+    deserved_shares,
+    held,
+    may_reclaim_from,
+    reclaim_refusal,
+)
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.framework import CycleState
-from fairgpu.engine.jobs import build_jobs
+from fairgpu.engine.jobs import Job, build_jobs
 from fairgpu.engine.preemption import find_preemption, victim_eligible
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.kube.forecaster import ANN_PREDICTED_START, forecast_snapshot, time_label
@@ -61,9 +67,29 @@ def _finite(value: float) -> float | None:
 
 
 # ---- queues ---------------------------------------------------------------------------------
-def _queue_state(engine: Engine, cluster: ClusterState, pending: Sequence[PodInfo]) -> dict:
-    """Per queue: weight, fair share, allocated, quota, borrowed, pending (GPUs)."""
-    fair = engine.fair_shares(cluster, pending)
+def _deserved(
+    engine: Engine, cluster: ClusterState, pending: Sequence[PodInfo], now: float
+) -> tuple[Any, list[Job], Lanes, dict[str, float]]:
+    """A session at ``now``, the pending jobs, their lanes and the fair shares a cycle would
+    judge reclaims by (pool-aware for queues with GPU work, as :class:`FairCycle` computes
+    them)."""
+    todo = [p for p in pending if not p.scheduling_gates]
+    session = engine.session(cluster, now)
+    annotation = engine.tenancy.gang.min_member_annotation
+    jobs = build_jobs(todo, session.resolver, session.book, annotation, CycleResult())
+    queues = lanes(jobs)
+    return session, jobs, queues, deserved_shares(session.book, queues, session)
+
+
+def _queue_state(
+    engine: Engine, cluster: ClusterState, pending: Sequence[PodInfo], now: float
+) -> dict:
+    """Per queue: weight, fair share, allocated, quota, borrowed, pending (GPUs). A queue
+    with GPU work shows its pool-aware fair share of GPUs, the one reclaim is judged by."""
+    fair = dict(engine.fair_shares(cluster, pending))
+    deserved = _deserved(engine, cluster, pending, now)[3]
+    if isinstance(deserved, PoolShares):
+        fair.update({q: deserved[q] * deserved.gpu_cap for q in deserved.gpu_queues})
     book = engine.book
     queues: dict[str, dict[str, Any]] = {}
     names = set(fair) | set(book.usage) | {q.name for q in engine.tenancy.queues}
@@ -104,7 +130,7 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
     when its last pending pod is predicted to start (None: nothing pending, or unknown --
     ``drain_known`` tells which)."""
     cache, engine = snapshot.build()
-    rows = _queue_state(engine, cache.cluster, cache.schedulable())
+    rows = _queue_state(engine, cache.cluster, cache.schedulable(), snapshot.now)
     predicted, pending, _ = forecast_snapshot(snapshot, None, FORECAST_BUDGET)
     by_queue: dict[str, list[str]] = {}
     for pod in pending:
@@ -112,16 +138,19 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
     for name, row in rows.items():
         uids = by_queue.get(name, [])
         drain = predicted.drain(uids) if uids else None
-        row["drains_at"] = None if drain is None else time_label(drain)
+        row["drains_at"] = None if drain is None else snapshot.label(drain)
         row["drain_known"] = not uids or drain is not None
     return list(rows.values())
 
 
-def predicted_start(forecast: Forecast, uid: str) -> dict[str, Any]:
-    """The pod's predicted start in a report: RFC 3339 and seconds from the snapshot."""
+def predicted_start(
+    forecast: Forecast, uid: str, label: Callable[[float], str] = time_label
+) -> dict[str, Any]:
+    """The pod's predicted start in a report: as ``label`` writes times (RFC 3339 live) and
+    in seconds from the snapshot."""
     t = forecast.start(uid)
     return {
-        "predicted_start": None if t is None else time_label(t),
+        "predicted_start": None if t is None else label(t),
         "predicted_in_seconds": None if t is None else round(t - forecast.now),
         "forecast_complete": forecast.complete,
         "forecast_out_of_budget": forecast.out_of_budget,
@@ -189,7 +218,7 @@ class _Rules:
         if may_reclaim_from(book, self.deserved, mine, theirs, band):
             # The queues may trade; the pod's GPUs changed tenant within the cooldown.
             return "it sits on GPUs that changed tenant within reclaimCooldownSeconds"
-        used = book.dominant(book.used(theirs))
+        used = held(book, self.deserved, theirs)
         fair = self.deserved.get(theirs, 0.0)
         if used <= fair * (1.0 + band) + 1e-9:
             return (
@@ -206,12 +235,9 @@ def _order(
     current usage (a real cycle re-ranks queues as it places pods); and the preemption rules
     as they apply to ``pod``."""
     todo = [p for p in pending if not p.scheduling_gates]
-    session = engine.session(cluster, now)
-    annotation = engine.tenancy.gang.min_member_annotation
-    jobs = build_jobs(todo, session.resolver, session.book, annotation, CycleResult())
-    queues = lanes(jobs)
+    session, jobs, queues, deserved = _deserved(engine, cluster, todo, now)
     job = next((j for j in jobs if any(p.uid == pod.uid for p in j.pods)), None)
-    rules = _Rules(engine, session, deserved_shares(session.book, queues), job, pod)
+    rules = _Rules(engine, session, deserved, job, pod)
     if engine.ordering != "fair":
         lower = {u for u, p in cluster.pods.items() if p.priority < pod.priority}
         rules.allowed = lower if engine.tenancy.preemption.enabled else set()
@@ -365,7 +391,8 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
     report["scheduling_gates"] = list(pod.scheduling_gates)
     _pending_detail(report, snapshot, cache.schedulable(), engine, cluster, pod)
     report.update(_scheduler_notes(status))
-    report.update(predicted_start(forecast_snapshot(snapshot, None, FORECAST_BUDGET)[0], uid))
+    predicted = forecast_snapshot(snapshot, None, FORECAST_BUDGET)[0]
+    report.update(predicted_start(predicted, uid, snapshot.label))
     ann = meta.get("annotations") or {}
     report["scheduler_predicted_start"] = ann.get(ANN_PREDICTED_START)
     return report
@@ -380,7 +407,7 @@ def _pending_detail(
     pod: PodInfo,
 ) -> None:
     now = snapshot.now
-    queues = _queue_state(engine, cluster, pending)
+    queues = _queue_state(engine, cluster, pending, now)
     tenant = engine.tenant(pod)
     report["queue_state"] = queues.get(tenant.queue)
     report["queue_admits"] = (
@@ -456,7 +483,7 @@ def what_if(
         predicted = _forecast_with(snapshot, pods, pod_groups)
         uids = {p.key: p.uid for p in pods}
         for row in waiting:
-            row.update(predicted_start(predicted, uids[row["pod"]]))
+            row.update(predicted_start(predicted, uids[row["pod"]], snapshot.label))
     return rows
 
 

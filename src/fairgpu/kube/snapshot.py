@@ -97,6 +97,8 @@ class Snapshot:
     volumes: list[tuple[str, list[Any]]] = field(default_factory=list)
     pod_groups: dict[str, list[Any]] = field(default_factory=dict)
     dra: list[tuple[str, list[Any]]] = field(default_factory=list)
+    # How a point in time reads in answers (live: RFC 3339 UTC).
+    label: Callable[[float], str] = time_label
 
     def build(self) -> tuple[SchedulerCache, Engine]:
         """A fresh cache and engine holding this snapshot, as the live scheduler would

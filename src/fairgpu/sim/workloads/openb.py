@@ -31,6 +31,7 @@ import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fairgpu.model.gpu import DEFAULT_NAMES, WHOLE, GpuRequest
 from fairgpu.model.node import NodeInfo
@@ -43,6 +44,9 @@ from fairgpu.model.pod import (
     QOS_GUARANTEED,
     PodInfo,
 )
+
+if TYPE_CHECKING:
+    from fairgpu.sim.workload import Workload
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = (
@@ -298,7 +302,7 @@ def load_openb_pods(path: str | Path) -> list[OpenbPod]:
     return out
 
 
-def openb_workload(pod_csv: str | Path, node_csv: str | Path) -> object:
+def openb_workload(pod_csv: str | Path, node_csv: str | Path) -> Workload:
     """A :class:`~fairgpu.sim.workload.Workload` replaying the trace in creation-time order.
 
     Arrival = ``creation_time``, run time = ``deletion_time - creation_time``.

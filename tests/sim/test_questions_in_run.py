@@ -1,0 +1,211 @@
+"""``fairgpu explain --run`` and ``fairgpu queues --run``: the answers for a simulated run,
+replayed from what ``fairgpu simulate --out`` recorded, as a user reads them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fairgpu.cli import app
+from fairgpu.kube.replay import busiest_instant, find_pod
+from fairgpu.sim.rerun import RunSpec, load_run
+
+runner = CliRunner()
+
+NODE = """\
+apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-0
+  labels: {nvidia.com/gpu.count: "8", nvidia.com/gpu.memory: "81920"}
+status:
+  allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "8"}
+"""
+
+
+def pod(
+    name: str,
+    arrival: float,
+    duration: float,
+    gpus: int = 8,
+    namespace: str = "team-a",
+    model: str | None = None,
+) -> str:
+    """A pod (8 GPUs of namespace ``team-a`` by default) with a declared arrival and run
+    time; ``model`` pins it to nodes labelled ``gpu: <model>``."""
+    selector = f"\n  nodeSelector: {{gpu: {model}}}" if model else ""
+    return f"""\
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {namespace}
+  annotations:
+    fairgpu.io/arrival-seconds: "{arrival}"
+    fairgpu.io/duration-seconds: "{duration}"
+spec:
+  schedulerName: fairgpu{selector}
+  containers:
+    - name: main
+      image: trainer
+      resources:
+        limits: {{nvidia.com/gpu: "{gpus}"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One 8-GPU node; ``first`` holds it from 0 s to 600 s, ``second`` arrives at 100 s
+    and waits for it (same queue and priority: nothing to preempt), ``third`` at 700 s."""
+    tmp = tmp_path_factory.mktemp("run")
+    workload = tmp / "workload.yaml"
+    workload.write_text(
+        NODE + pod("first", 0, 600) + pod("second", 100, 300) + pod("third", 2000, 60)
+    )
+    out = tmp / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_the_run_records_how_to_replay_it(run_dir: Path) -> None:
+    spec = load_run(run_dir)
+    assert spec.workload.endswith("workload.yaml") and Path(spec.workload).is_absolute()
+    assert spec == RunSpec(workload=spec.workload, seed=0, ordering="fair")
+
+
+def test_explain_says_why_a_pod_waits_and_when_it_started(run_dir: Path) -> None:
+    result = runner.invoke(app, ["explain", "team-a/second", "--run", str(run_dir), "--at", "300"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"Simulated run {run_dir} at t=300 s:"
+    assert lines[1] == "Pod team-a/second (queue team-a, user team-a) is pending."
+    assert "Nodes: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu." in lines
+    assert any(line.startswith("  gpu-0: fits if these left: team-a/first") for line in lines)
+    assert "Predicted start: t=600 s (in 5m)" in result.output
+    assert lines[-1] == "In the run: started at t=600 s (5m later)"
+
+
+def test_explain_defaults_to_midway_through_the_first_wait(run_dir: Path) -> None:
+    assert find_pod(run_dir, "team-a/second").default_instant() == 350.0
+    result = runner.invoke(app, ["explain", "team-a/second", "--run", str(run_dir), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["at"] == 350.0 and report["state"] == "pending"
+    assert report["predicted_start"] == "t=600 s" and report["started_in_run"] == "t=600 s"
+    assert report["queue_state"]["allocated_gpus"] == 8
+
+
+def test_explain_a_running_a_finished_and_a_future_pod(run_dir: Path) -> None:
+    running = runner.invoke(app, ["explain", "team-a/second", "--run", str(run_dir), "--at", "700"])
+    assert "is bound to node gpu-0; phase Running." in running.output
+    finished = runner.invoke(app, ["explain", "team-a/first", "--run", str(run_dir), "--at", "700"])
+    assert "Pod team-a/first had finished by then." in finished.output
+    early = runner.invoke(app, ["explain", "team-a/third", "--run", str(run_dir), "--at", "700"])
+    assert early.exit_code == 2
+    assert "pod team-a/third arrives at t=2000 s, after --at 700" in early.output
+
+
+def test_queues_at_the_busiest_instant(run_dir: Path) -> None:
+    assert busiest_instant(run_dir) == 100.0
+    result = runner.invoke(app, ["queues", "--run", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"Simulated run {run_dir} at t=100 s:"
+    row = lines[2].split()
+    assert row[0] == "team-a" and row[3] == "8" and row[4] == "1"
+    assert lines[2].endswith("t=600 s")  # its one pending pod starts when first ends
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["explain", "team-a/nobody"], "pod team-a/nobody is not in"),
+        (["explain", "team-a/second", "--at", "-5"], "--at must be a number"),
+        (["queues", "-o", "yaml"], "--output must be 'text' or 'json'"),
+    ],
+)
+def test_bad_questions_get_one_message(run_dir: Path, args: list[str], needle: str) -> None:
+    result = runner.invoke(app, [*args, "--run", str(run_dir)])
+    assert result.exit_code == 2 and needle in result.output
+
+
+def test_a_directory_without_a_recorded_run(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps({"parameters": {"workload": "x"}}))
+    (tmp_path / "pods.csv").write_text("namespace,name,arrival\nns,p,0\n")
+    result = runner.invoke(app, ["explain", "ns/p", "--run", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "parameters.workload_source is missing" in result.output
+
+
+def test_a_replay_makes_the_recorded_runs_decisions(tmp_path: Path) -> None:
+    """The answers are only true if replaying the recorded parameters gives the recorded run:
+    every pod starts at the same time on the same node (built-in workload with gangs,
+    fractional GPUs and preemptions)."""
+    import csv
+
+    from fairgpu.sim.rerun import replay
+
+    out = tmp_path / "out"
+    args = ["simulate", "--jobs", "80", "--seed", "3", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["preemptions"] > 0  # the replay has to reproduce those too
+    recorded = {
+        f"{r['namespace']}/{r['name']}": (round(float(r["start"] or -1), 3), r["node"])
+        for r in csv.DictReader((out / "pods.csv").open())
+    }
+    sim = replay(load_run(out), summary["simulated_seconds"])
+    again = {
+        r.pod.key: (round(-1 if r.start is None else r.start, 3), r.node)
+        for r in sim.records.values()
+    }
+    assert again == recorded
+
+
+def test_explain_judges_by_the_pool_aware_fair_share(tmp_path: Path) -> None:
+    """Queue ``train`` can use only the A100 node, ``serve`` only the L4 node. Over the whole
+    cluster ``train`` would be owed 12 of 16 GPUs (``serve`` wants 4); its work can use 8, and
+    8 is the share the engine's reclaim rule judges it by -- so explain says 8, at its share."""
+    nodes = "".join(
+        NODE.replace("gpu-0", name).replace("labels: {", f"labels: {{gpu: {model}, ")
+        + ("---\n" if name == "a100" else "")
+        for name, model in (("a100", "a100"), ("l4", "l4"))
+    )
+    workload = tmp_path / "pools.yaml"
+    workload.write_text(
+        nodes
+        + pod("t1", 0, 1000, namespace="train", model="a100")
+        + pod("t2", 0, 1000, namespace="train", model="a100")
+        + pod("s1", 0, 1000, gpus=4, namespace="serve", model="l4")
+    )
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["explain", "train/t2", "--run", str(out), "--at", "500"])
+    assert result.exit_code == 0, result.output
+    assert "Queue train: weight 1, holds 8 GPUs, fair share 8 GPUs (at its fair share)" in (
+        result.output
+    )
+
+
+def test_what_if_in_a_run(run_dir: Path, tmp_path: Path) -> None:
+    """At 300 s ``first`` holds the node until 600 s and ``second`` has waited for it since
+    100 s: a 4-GPU pod of another queue would wait (killing ``first`` loses more than
+    waiting) and start when ``second`` has run too, at 900 s. At 950 s the node is free."""
+    job = tmp_path / "job.yaml"
+    job.write_text(pod("probe", 0, 60, gpus=4, namespace="team-b").removeprefix("---\n"))
+    args = ["what-if", "-f", str(job), "--run", str(run_dir), "--at", "300"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("team-b/probe (queue team-b, user team-b): would stay pending: ")
+    assert "waiting is cheaper" in lines[0]
+    assert lines[1].startswith("  Predicted start: t=900 s (in 10m)")
+    later = runner.invoke(app, ["what-if", "-f", str(job), "--run", str(run_dir), "--at", "950"])
+    assert "team-b/probe (queue team-b, user team-b): would start on gpu-0 now" in later.output
