@@ -198,6 +198,11 @@ def _simulate(spec: Any, out: Path | None, report: Path | None) -> None:
         write_pods_csv(result, out / "pods.csv")
         write_runs_csv(result, out / "runs.csv")
         console.print(f"wrote {out / 'summary.json'}, {out / 'pods.csv'} and {out / 'runs.csv'}")
+        console.print(
+            f"why did a pod wait? fairgpu explain NAMESPACE/POD --run {out} [--at SECONDS]",
+            highlight=False,
+            soft_wrap=True,
+        )
     if report is not None:
         from fairgpu.report.html import write_report
         from fairgpu.sim.forecast import predicted_against_actual

@@ -69,6 +69,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp / "out"
     result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert f"why did a pod wait? fairgpu explain NAMESPACE/POD --run {out}" in result.output
     return out
 
 
