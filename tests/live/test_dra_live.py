@@ -585,3 +585,24 @@ def test_claims_of_pods_bound_before_a_restart_are_released(
         admin.request("DELETE", f"/api/v1/namespaces/{ns}/pods/kept", {"gracePeriodSeconds": 0})
         wait_for(lambda: not admin.get(path).get("status"))
         wait_for(lambda: not admin.get(path)["metadata"].get("finalizers"))
+
+
+def test_a_stale_allocation_is_deallocated_and_the_pod_bound_elsewhere(
+    admin: KubeClient, ns: str
+) -> None:
+    """A claim left allocated to dra-1 and reserved by nobody; its pod may only run on dra-0.
+    As kube-scheduler's DynamicResources PostFilter does, the scheduler clears the allocation
+    (status subresource) and the next attempt allocates the claim on dra-0 and binds."""
+    make_claims(admin, ns, claim("left", gpus=1))
+    path = f"{DRA_API}/namespaces/{ns}/resourceclaims/left"
+    stale = admin.get(path)
+    stale["status"] = {"allocation": dra1_allocation("gpu-1")}
+    admin.request("PUT", f"{path}/status", stale)
+    body = dra_pod("pinned", ("gpu", "left"))
+    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "dra-0"}
+    create(admin, ns, body)
+    wait_for(lambda: bound(admin, ns).get("pinned") == "dra-0", 30)
+    got = assert_consistent(admin, ns)
+    (only,) = [c for cs in got.values() for c in cs]
+    results = only["status"]["allocation"]["devices"]["results"]
+    assert [r["pool"] for r in results] == ["dra-0"]

@@ -180,3 +180,67 @@ def test_gang_of_claims_starts_whole_or_not_at_all(tmp_path: Path) -> None:
     assert all(r.start == 0.0 for r in sim.records.values())
     devices = sorted(c.allocation[0].device for c in sim.cluster.dra.claims.values())
     assert devices == ["gpu-0", "gpu-1"]
+
+
+def stale_claim(name: str, node: str) -> str:
+    """A one-GPU claim left allocated to ``node``'s gpu-0 and reserved by nobody (its pod was
+    deleted before the allocation was cleared)."""
+    doc = yaml.safe_load(claim(name, gpus=1).split("---\n", 1)[1])
+    doc["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": "gpu.nvidia.com", "pool": node, "device": "gpu-0"}
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    }
+    return objects(doc)
+
+
+def hog(node: str, until: int) -> str:
+    """A pod holding every CPU of ``node`` until ``until``."""
+    doc = yaml.safe_load(pod("hog", 0, until).split("---\n", 1)[1])
+    doc["spec"]["nodeName"] = node
+    doc["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "32"
+    doc["spec"].pop("resourceClaims")
+    return objects(doc)
+
+
+def test_a_stale_allocation_is_cleared_and_the_claim_allocated_where_the_pod_fits(
+    tmp_path: Path,
+) -> None:
+    """The claim is pinned to n0, whose CPUs ``hog`` holds for 1000 s; n1 has a free GPU. As
+    kube-scheduler's PostFilter does, the stale allocation is cleared and the pod starts on
+    n1 at once, with a fresh allocation (it would wait for ``hog`` otherwise)."""
+    text = NODES + objects(
+        *nvidia_device_classes(), nvidia_slice("n0", gpus=1), nvidia_slice("n1", gpus=1)
+    )
+    text += stale_claim("left", "n0") + hog("n0", 1000) + pod("p", 10, 100, gpu="left")
+    sim = run(tmp_path, text, until=50)
+    rec = next(r for r in sim.records.values() if r.pod.name == "p")
+    assert (rec.start, rec.node) == (10.0, "n1")
+    c = sim.cluster.dra.claims["default/left"]
+    assert c.allocation is not None and c.node == "n1" and c.reserved_for == (rec.pod.uid,)
+
+
+def test_a_claim_another_pod_reserves_is_never_deallocated(tmp_path: Path) -> None:
+    """The same, but the allocation on n0 is in use by ``user`` (running there, sharing the
+    claim): it stays, and ``p`` waits on n0's CPUs."""
+    text = NODES + objects(
+        *nvidia_device_classes(), nvidia_slice("n0", gpus=1), nvidia_slice("n1", gpus=1)
+    )
+    text += claim("shared", gpus=1) + pod("user", 0, 1000, gpu="shared")
+    doc = yaml.safe_load(hog("n0", 1000).split("---\n", 1)[1])
+    doc["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "31"
+    text += objects(doc) + pod("p", 10, 100, gpu="shared")
+    sim = run(tmp_path, text, until=50)
+    recs = {r.pod.name: r for r in sim.records.values()}
+    assert recs["user"].node == "n0" and recs["p"].start is None
+    c = sim.cluster.dra.claims["default/shared"]
+    assert c.node == "n0" and c.reserved_for == (recs["user"].pod.uid,)

@@ -154,6 +154,16 @@ class DraStore:
             self._generated[(claim.owner_pod, claim.pod_claim)] = claim.key
         self.version += 1
 
+    def deallocate(self, key: str, uid: str) -> bool:
+        """Clear claim ``key``'s allocation and reservations (the status update of
+        kube-scheduler's DynamicResources PostFilter); False when the claim is gone or is
+        another object now (``uid`` differs)."""
+        claim = self.claims.get(key)
+        if claim is None or (uid and claim.uid != uid):
+            return False
+        self.set_claim(replace(claim, allocation=None, reserved_for=(), node="", pin=None))
+        return True
+
     def remove(self, kind: str, key: str) -> None:
         """Forget object ``key`` of ``kind`` (class, slice, claim or template)."""
         table: dict[str, object] = {

@@ -44,10 +44,24 @@ class Unschedulable:
     resolvable: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class Deallocate:
+    """Clear the allocation of ResourceClaim ``claim`` (``namespace/name``, uid
+    ``claim_uid``): it is allocated but reserved by no pod (or only by ``pod``), and the
+    allocation keeps ``pod`` off nodes where it would otherwise fit (kube-scheduler's
+    DynamicResources PostFilter). The adapter writes ``status`` without allocation and
+    reservations; the next attempt allocates the claim afresh."""
+
+    claim: str
+    claim_uid: str
+    pod: PodInfo
+
+
 @dataclass(slots=True)
 class CycleResult:
     """All decisions of one cycle, in the order they were made.
 
+    ``deallocations``: stale ResourceClaim allocations to clear (:class:`Deallocate`).
     ``reserved`` maps a large job's key to the node names held for it after this cycle.
     ``retry_at``: the earliest later time at which a pod that a time rule kept from being a
     victim (the minimum run before a reclaim, the reclaim cooldown) becomes one; a cycle then
@@ -60,6 +74,7 @@ class CycleResult:
     unschedulable: list[Unschedulable] = field(default_factory=list)
     reserved: dict[str, list[str]] = field(default_factory=dict)
     retry_at: float | None = None
+    deallocations: list[Deallocate] = field(default_factory=list)
 
     def retry_no_later_than(self, when: float) -> None:
         """Ask for a cycle at ``when`` (the earliest of all such requests wins)."""

@@ -30,10 +30,11 @@ from fairgpu.engine.actions.preempt import MAX_PREEMPTION_ATTEMPTS, MAX_RECLAIM_
 from fairgpu.engine.actions.reclaim import ReclaimKey, reclaim_allowed, reclaim_key
 from fairgpu.engine.actions.reserve import publish_reservations
 from fairgpu.engine.backlog import Backlog
-from fairgpu.engine.decisions import Bind, CycleResult, Evict, Unschedulable
+from fairgpu.engine.decisions import Bind, CycleResult, Deallocate, Evict, Unschedulable
 from fairgpu.engine.gang import Reservation
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.orderings import CYCLES
+from fairgpu.engine.plugins.dra_stale import stale_claim_to_free
 from fairgpu.engine.plugins.scheduling_gates import gated_reason
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.engine.profile import Profile
@@ -53,6 +54,7 @@ __all__ = [
     "ORDERINGS",
     "Bind",
     "CycleResult",
+    "Deallocate",
     "Engine",
     "Evict",
     "Job",
@@ -237,7 +239,21 @@ class Engine:
         self.book.mark_synced(cluster)
         publish_reservations(session)
         out = session.out
+        _free_stale_claims(out, cluster)
         if not session.report_unchanged:
             out.unschedulable = changed_reports(out.unschedulable, self.backlog.alone)
         self.state.preemptions += sum(1 for e in out.evictions if e.kind != "gang-timeout")
         return out
+
+
+def _free_stale_claims(out: CycleResult, cluster: ClusterState) -> None:
+    """Add the stale claim allocations that keep pending pods off nodes to ``out``
+    (:mod:`~fairgpu.engine.plugins.dra_stale`), each claim once."""
+    seen: set[str] = set()
+    for u in out.unschedulable:
+        if not u.pod.resource_claims:
+            continue
+        freed = stale_claim_to_free(u.pod, u.reason, cluster)
+        if freed is not None and freed.claim not in seen:
+            seen.add(freed.claim)
+            out.deallocations.append(freed)

@@ -39,7 +39,16 @@ from fairgpu.kube.client import CONNECTION_ERRORS, ApiResponse, RestClient
 from fairgpu.kube.dra_watch import DRA_API
 from fairgpu.model.pod import PodInfo
 
-__all__ = ["FINALIZER", "ClaimWrite", "DraBinder", "DraPlan", "plan_for", "prebind", "release"]
+__all__ = [
+    "FINALIZER",
+    "ClaimWrite",
+    "DraBinder",
+    "DraPlan",
+    "deallocate",
+    "plan_for",
+    "prebind",
+    "release",
+]
 
 log = logging.getLogger("fairgpu.kube.dra")
 
@@ -272,6 +281,45 @@ def _release_claim(client: RestClient, pod_uid: str, write: ClaimWrite) -> None:
     raise WriteError(409, "conflicts on every attempt")
 
 
+def deallocate(client: RestClient, write: ClaimWrite, pod_uid: str) -> bool:
+    """kube-scheduler's DynamicResources PostFilter write: clear the allocation,
+    reservations and device status of claim ``write``, reserved by nobody but ``pod_uid``.
+    One conditional status update (the claim's resourceVersion): a claim changed, reserved
+    or gone meanwhile is left as it is -- the next cycle decides again. True if cleared."""
+    r = client.request("GET", write.path)
+    if r.status == 404 or not isinstance(r.body, dict):
+        return False
+    claim = r.body
+    if write.uid and claim.get("metadata", {}).get("uid") != write.uid:
+        return False  # another claim of that name
+    status = claim.setdefault("status", {})
+    others = [e for e in status.get("reservedFor") or [] if e.get("uid") != pod_uid]
+    if not status.get("allocation") or others:
+        return False
+    for field in ("allocation", "reservedFor", "devices"):
+        status.pop(field, None)
+    r = client.request("PUT", f"{write.path}/status", claim)
+    if r.status in (404, 409):
+        return False
+    if not r.ok:
+        raise WriteError(r.status, f"deallocate: {r.message}")
+    return True
+
+
+def _deallocate_logged(client: RestClient, write: ClaimWrite, pod_key: str, pod_uid: str) -> None:
+    try:
+        if deallocate(client, write, pod_uid):
+            log.info(
+                "deallocated a resource claim reserved by no pod",
+                extra={"claim": f"{write.namespace}/{write.name}", "pod": pod_key},
+            )
+    except _FAILURES as error:
+        log.warning(
+            "could not deallocate resource claim",
+            extra={"claim": f"{write.namespace}/{write.name}", "error": str(error)},
+        )
+
+
 # ---- loop-side bookkeeping -------------------------------------------------------------------
 class DraBinder:
     """The claims of the pods this scheduler reserved (loop thread), released on the binder's
@@ -298,6 +346,18 @@ class DraBinder:
         if plan is not None:
             self.reserved[pod.uid] = plan
         return plan
+
+    def deallocate(self, claim_key: str, claim_uid: str, pod: PodInfo) -> bool:
+        """Clear a stale allocation the engine found (on the pool), unless a pod this
+        scheduler is binding or bound is reserved in that claim: its write may not be in the
+        cache yet. False when skipped."""
+        namespace, _, name = claim_key.partition("/")
+        for plan in self.reserved.values():
+            if any(w.namespace == namespace and w.name == name for w in plan.claims):
+                return False
+        write = ClaimWrite(namespace, name, claim_uid)
+        self.pool.submit(_deallocate_logged, self.client, write, pod.key, pod.uid)
+        return True
 
     def failed(self, uid: str) -> None:
         """The pod's bind failed (its claims were released by the bind call)."""

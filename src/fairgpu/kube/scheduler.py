@@ -453,6 +453,8 @@ class LiveScheduler:
             m.attempt_seconds.observe(elapsed / len(pending))
         for ev in result.evictions:
             self.evictor.evict(ev)
+        for d in result.deallocations:
+            self.binder.dra.deallocate(d.claim, d.claim_uid, d.pod)
         timed_out = [ev.pod for ev in result.evictions if ev.preemptor is None]
         binds = self.holds.without_preemptor(timed_out, result.binds, now)
         if len(binds) < len(result.binds):

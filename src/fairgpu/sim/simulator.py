@@ -276,6 +276,14 @@ class Simulation:
                 self.cluster.dra.commit(p.uid, p.namespace, p.resource_claims, slot)
             self.runs.start(rec, self.now, bind.node_name, bind.devices, self._group_key(bind.pod))
             self._join(rec)
+        freed = [
+            d for d in result.deallocations if self.cluster.dra.deallocate(d.claim, d.claim_uid)
+        ]
+        if freed:
+            # The claims' status updates reach the scheduler as events (cached failures are
+            # stale, as after a release): it tries again now.
+            self.cluster.release_version += 1
+            self._push(self.now, _WAKE, "")
         for unsched in result.unschedulable:
             rec = self.records[unsched.pod.uid]
             rec.reason = unsched.reason
