@@ -4,7 +4,8 @@ cases decided by the real kube-scheduler 1.34 and by fairgpu's engine on the sam
 Each case has its own two nodes (selected by a ``case`` label), its own driver (so no device
 class or slice of one case reaches another), device classes, slices, claims and one pod whose
 claims are created directly (no templates, so no kube-controller-manager). The cases cover
-exact-count and ``All`` requests, class and request CEL selectors (quantities too),
+exact-count and ``All`` requests, class and request CEL selectors (quantities, semantic
+versions and ``cel.bind`` too),
 ``matchAttribute``, ``firstAvailable``, admin access, claims already allocated and shared
 (``reservedFor``), devices in use, slices that select nodes by label, and partitionable devices
 (counter sets, MIG-shaped partitions; the DRAPartitionableDevices gate is on in both).
@@ -105,6 +106,10 @@ def _class(case: Case, suffix: str, *exprs: str) -> dict[str, Any]:
     }
 
 
+class Version(str):
+    """A ``version`` attribute value (a semantic version)."""
+
+
 def _attrs(**values: Any) -> dict[str, Any]:
     out = {}
     for k, v in values.items():
@@ -113,6 +118,8 @@ def _attrs(**values: Any) -> dict[str, Any]:
             if isinstance(v, bool)
             else {"int": v}
             if isinstance(v, int)
+            else {"version": str(v)}
+            if isinstance(v, Version)
             else {"string": v}
         )
     return out
@@ -126,6 +133,8 @@ def _gpu(rng: random.Random, name: str, index: int, numa: bool = True) -> dict[s
     }
     if numa:
         attrs["numa"] = rng.choice([0, 1])
+    # 1.10.0 is above 1.9.x as a version and below it as text.
+    attrs["driverVersion"] = Version(rng.choice(["1.9.0", "1.10.0", "1.10.0-rc.1", "2.0.0"]))
     return {
         "name": name,
         "attributes": _attrs(**attrs),
@@ -253,6 +262,8 @@ def _selector(case: Case, rng: random.Random) -> list[str]:
             [f"device.capacity['{d}'].memory.compareTo(quantity('50Gi')) >= 0"],
             [f"'numa' in device.attributes['{d}'] && device.attributes['{d}'].numa == 0"],
             ["'missing' in device.attributes['other.example.com']"],
+            [f"device.attributes['{d}'].driverVersion.isGreaterThan(semver('1.9.5'))"],
+            [f"cel.bind(g, device.attributes['{d}'], g.model == 'a100' && g.index >= 1)"],
         ]
     )
 

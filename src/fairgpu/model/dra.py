@@ -21,6 +21,7 @@ from fairgpu.api.objects import PodResourceClaim, decode
 from fairgpu.api.quantity import QuantityError, to_int
 from fairgpu.model.dra_cel import Selector, compile_selector
 from fairgpu.model.dra_pins import NodePin, pin_from_k8s
+from fairgpu.model.dra_semver import semver_key
 from fairgpu.model.selectors import NodeSelectorTerm, compile_node_term
 
 MODE_EXACT = "ExactCount"
@@ -41,9 +42,16 @@ def _quantity(value: object, obj: str, where: str) -> int:
 
 
 def _attr_value(attr: api.DeviceAttribute) -> AttrValue | None:
-    for value in (attr.int_value, attr.bool_value, attr.string_value, attr.version_value):
+    """The attribute's value as CEL sees it; a version as its sortable semver key (the API
+    server admits only valid versions; an invalid one stays text, costing no device)."""
+    for value in (attr.int_value, attr.bool_value, attr.string_value):
         if value is not None:
             return value
+    if attr.version_value is not None:
+        try:
+            return semver_key(attr.version_value)
+        except ValueError:
+            return attr.version_value
     return None
 
 

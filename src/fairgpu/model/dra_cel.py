@@ -2,7 +2,11 @@
 
 Compiled once per expression text (``common-expression-language``, CEL-spec conformant);
 quantities are integers, with the methods of Kubernetes' quantity library that DRA selectors
-use registered as functions.
+use registered as functions; versions are sortable keys with the semver library's functions
+(:mod:`~fairgpu.model.dra_semver`). ``cel.bind(name, value, expr)`` (the bindings extension of
+Kubernetes' DRA environment) is not in the library: it is rewritten, before compiling, into
+the equivalent comprehension ``[value].map(name, expr)[0]`` -- ``value`` evaluated once
+outside ``name``'s scope, ``expr`` with ``name`` bound to it, as ``cel.bind`` defines.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import cel
 
 from fairgpu.api.quantity import to_int
+from fairgpu.model.dra_semver import SEMVER_FUNCTIONS
 
 
 def _cel_quantity(text: str) -> int:
@@ -34,6 +39,8 @@ _CEL_FUNCTIONS: dict[str, Any] = {
     "isGreaterThan": lambda a, b: a > b,
     "isLessThan": lambda a, b: a < b,
     "asInteger": lambda a: a,
+    # Versions are sortable keys, so the comparisons above serve them too.
+    **SEMVER_FUNCTIONS,
 }
 
 
@@ -44,7 +51,81 @@ _DOMAIN = re.compile(r"""device\s*\.\s*(attributes|capacity)\s*\[\s*(['"])(.*?)\
 @lru_cache(maxsize=4096)
 def compile_selector(expression: str) -> Any:
     """Compile a CEL device selector (cached by text); raises ``ValueError`` if invalid."""
-    return cel.compile(expression)
+    return cel.compile(rewrite_bind(expression))
+
+
+_BIND = re.compile(r"(?<![\w.])cel\s*\.\s*bind\s*\(")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def rewrite_bind(expression: str) -> str:
+    """``expression`` with every ``cel.bind(name, value, expr)`` (nested ones too) written as
+    ``[value].map(name, expr)[0]``; ``ValueError`` for a malformed ``cel.bind``."""
+    out: list[str] = []
+    i = 0
+    while True:
+        m = _next_bind(expression, i)
+        if m is None:
+            out.append(expression[i:])
+            return "".join(out)
+        args, end = _call_args(expression, m.end())
+        if len(args) != 3 or not _NAME.fullmatch(args[0].strip()):
+            raise ValueError(f"cel.bind needs (variable name, value, expression): {expression!r}")
+        name, value, body = (
+            a.strip() for a in (args[0], rewrite_bind(args[1]), rewrite_bind(args[2]))
+        )
+        out.append(expression[i : m.start()])
+        out.append(f"[{value}].map({name}, {body})[0]")
+        i = end
+
+
+def _next_bind(text: str, start: int) -> re.Match[str] | None:
+    """The next ``cel.bind(`` at or after ``start`` outside string literals."""
+    i, quote = start, ""
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        else:
+            m = _BIND.match(text, i)
+            if m is not None:
+                return m
+        i += 1
+    return None
+
+
+def _call_args(text: str, start: int) -> tuple[list[str], int]:
+    """The top-level arguments of the call whose ``(`` ends just before ``start``, and the
+    index after its ``)``."""
+    args, depth, quote, begin, i = [], 0, "", start, start
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0:
+                args.append(text[begin:i])
+                return args, i + 1
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(text[begin:i])
+            begin = i + 1
+        i += 1
+    raise ValueError(f"cel.bind without its closing parenthesis: {text!r}")
 
 
 def domains_of(expression: str) -> tuple[tuple[str, str], ...]:
