@@ -99,6 +99,24 @@ def test_quota_limits_gpus_asked_through_claims() -> None:
     assert sorted(r.start for r in result.records) == [0.0, 100.0, 200.0]
 
 
+def test_namespace_cap_counts_gpus_asked_through_claims() -> None:
+    """``requests.nvidia.com/gpu: 1`` on namespace ``a``: its pods asking a GPU through
+    claims run one at a time, as pods asking ``nvidia.com/gpu`` would."""
+    config = parse_config(
+        {
+            "queues": [{"name": "a", "namespaces": ["a"]}],
+            "namespaceQuotas": {"a": {"requests.nvidia.com/gpu": 1}},
+        }
+    )
+    arrivals = [PodArrival(_pod(f"a{i}", "a", True), 0.0, 100.0) for i in range(3)]
+    sim = Simulation(_workload(True, arrivals), Engine(tenancy=config), until=50.0)
+    result = sim.run()
+    assert max(result.timeline.tenant_gpu_milli["a"]) == 1000
+    waiting = [r for r in result.records if r.start is None]
+    assert len(waiting) == 2
+    assert all("namespace 'a' quota exceeded: requests.nvidia.com/gpu" in r.reason for r in waiting)
+
+
 def test_mig_partition_counts_as_its_fraction_of_a_gpu() -> None:
     workload = _workload(True, [], mig=True)
     state = ClusterState()

@@ -57,7 +57,7 @@ class Statement:
         """Place ``pod`` on node slot ``node`` with ``devices`` and account it."""
         s = self.session
         placement = s.cluster.assign(pod, node, devices, started=s.now)
-        s.book.add(pod.uid, pod, placed_vector(pod, placement))
+        s.book.add(pod.uid, pod, placed_vector(pod, placement), placement.dra_milli)
         s.placed_now.add(pod.uid)
         self.placed.append(Assignment(pod, placement, wait_for))
         return placement
@@ -103,6 +103,8 @@ class Statement:
             s.cluster.dra.released.discard(e.victim.uid)
             pl = e.placement
             placement = s.cluster.assign(e.victim, pl.node, pl.devices, started=pl.started)
-            s.book.add(e.victim.uid, e.victim, placed_vector(e.victim, placement))
+            s.book.add(
+                e.victim.uid, e.victim, placed_vector(e.victim, placement), placement.dra_milli
+            )
         self.placed = []
         self.evicted = []

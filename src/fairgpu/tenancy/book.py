@@ -208,9 +208,20 @@ class QueueBook:
         return vec
 
     @staticmethod
-    def ns_vector(pod: PodInfo) -> np.ndarray:
-        """The pod's charge against namespace caps: GPU devices, milli-CPU, bytes, 1 pod."""
-        return np.array([pod.gpu.count, pod.requests.get(CPU, 0), pod.requests.get(MEMORY, 0), 1.0])
+    def ns_vector(pod: PodInfo, dra_milli: float = 0.0) -> np.ndarray:
+        """The pod's charge against namespace caps: GPU devices (``dra_milli``, GPUs through
+        DRA claims, added as GPUs: a namespace cannot escape its cap by asking through
+        claims), milli-CPU, bytes, 1 pod."""
+        gpus = pod.gpu.count + dra_milli / WHOLE
+        return np.array([gpus, pod.requests.get(CPU, 0), pod.requests.get(MEMORY, 0), 1.0])
+
+    def _pending_ns_vector(self, pod: PodInfo) -> np.ndarray:
+        """:meth:`ns_vector` of a pending pod, with the GPUs its claims ask for."""
+        dra = 0.0
+        if pod.resource_claims and self._cluster is not None:
+            refs = pod.resource_claims
+            dra = self._cluster.dra.asked_gpu_milli(pod.uid, pod.namespace, refs, self._cluster)
+        return self.ns_vector(pod, dra)
 
     # ---- accounting -------------------------------------------------------------------------
     def sync(self, cluster: ClusterState) -> None:
@@ -229,7 +240,7 @@ class QueueBook:
             self.remove(uid)
         for uid in placed.keys() - self.entries.keys():
             pod = cluster.pods[uid]
-            self.add(uid, pod, placed_vector(pod, placed[uid]))
+            self.add(uid, pod, placed_vector(pod, placed[uid]), placed[uid].dra_milli)
         if self.static:
             self._static_nominal = self._weighted_nominal()
         self.mark_synced(cluster)
@@ -257,11 +268,13 @@ class QueueBook:
         totals = cluster.device_memory_total[:n][active]
         self.device_memory = float(totals.max()) if totals.size else 0.0
 
-    def add(self, uid: str, pod: PodInfo, vec: np.ndarray) -> None:
-        """Account ``pod`` (placed) with resource vector ``vec``."""
+    def add(self, uid: str, pod: PodInfo, vec: np.ndarray, dra_milli: float = 0.0) -> None:
+        """Account ``pod`` (placed) with resource vector ``vec``; ``dra_milli``: the GPU milli
+        it holds through DRA claims (part of ``vec``; namespace caps count it too)."""
         tenant = self.resolver.resolve(pod)
         ref = self.resolver.pod_group(pod)
-        entry = Entry(tenant, pod.namespace, vec, self.ns_vector(pod), ref.key if ref else "")
+        ns_vec = self.ns_vector(pod, dra_milli)
+        entry = Entry(tenant, pod.namespace, vec, ns_vec, ref.key if ref else "")
         self.entries[uid] = entry
         self._apply(entry, +1)
         self.queue_pods.setdefault(tenant.queue, set()).add(uid)
@@ -448,7 +461,7 @@ class QueueBook:
         if caps is None:
             return None
         used = self.ns_usage.get(pod.namespace, np.zeros(4))
-        need = self.ns_vector(pod)
+        need = self._pending_ns_vector(pod)
         after = used + need
         for i in range(4):
             if need[i] > 0 and after[i] > caps[i]:
@@ -463,7 +476,7 @@ class QueueBook:
         caps = self.ns_caps.get(pod.namespace)
         if caps is None:
             return None
-        need = self.ns_vector(pod)
+        need = self._pending_ns_vector(pod)
         for i in range(4):
             if need[i] > caps[i]:
                 return (
