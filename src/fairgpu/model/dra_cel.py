@@ -12,7 +12,7 @@ outside ``name``'s scope, ``expr`` with ``name`` bound to it, as ``cel.bind`` de
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -79,8 +79,8 @@ def rewrite_bind(expression: str) -> str:
         i = end
 
 
-def _next_bind(text: str, start: int) -> re.Match[str] | None:
-    """The next ``cel.bind(`` at or after ``start`` outside string literals."""
+def _unquoted(text: str, start: int) -> Iterator[int]:
+    """The indexes, from ``start``, of the characters outside string literals."""
     i, quote = start, ""
     while i < len(text):
         c = text[i]
@@ -93,28 +93,26 @@ def _next_bind(text: str, start: int) -> re.Match[str] | None:
         elif c in "'\"":
             quote = c
         else:
-            m = _BIND.match(text, i)
-            if m is not None:
-                return m
+            yield i
         i += 1
+
+
+def _next_bind(text: str, start: int) -> re.Match[str] | None:
+    """The next ``cel.bind(`` at or after ``start`` outside string literals."""
+    for i in _unquoted(text, start):
+        m = _BIND.match(text, i)
+        if m is not None:
+            return m
     return None
 
 
 def _call_args(text: str, start: int) -> tuple[list[str], int]:
     """The top-level arguments of the call whose ``(`` ends just before ``start``, and the
     index after its ``)``."""
-    args, depth, quote, begin, i = [], 0, "", start, start
-    while i < len(text):
+    args, depth, begin = [], 0, start
+    for i in _unquoted(text, start):
         c = text[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
-        elif c in "([{":
+        if c in "([{":
             depth += 1
         elif c in ")]}":
             if depth == 0:
@@ -124,7 +122,6 @@ def _call_args(text: str, start: int) -> tuple[list[str], int]:
         elif c == "," and depth == 0:
             args.append(text[begin:i])
             begin = i + 1
-        i += 1
     raise ValueError(f"cel.bind without its closing parenthesis: {text!r}")
 
 

@@ -10,7 +10,9 @@ object and the field at fault.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
@@ -390,21 +392,23 @@ STORAGE_KINDS = (
 )
 
 
+# kind -> (API type, model builder)
+_DECODERS: dict[str, tuple[type[Any], Callable[[Any], StorageObject]]] = {
+    "PersistentVolumeClaim": (k8s.PersistentVolumeClaim, claim_from_k8s),
+    "PersistentVolume": (k8s.PersistentVolume, volume_from_k8s),
+    "StorageClass": (k8s.StorageClass, class_from_k8s),
+    "CSINode": (k8s.CSINode, csinode_from_k8s),
+    "CSIDriver": (k8s.CSIDriver, csidriver_from_k8s),
+    "CSIStorageCapacity": (k8s.CSIStorageCapacity, capacity_from_k8s),
+    "VolumeAttachment": (k8s.VolumeAttachment, attachment_from_k8s),
+}
+
+
 def decode_storage(doc: dict[str, object]) -> StorageObject:
     """Decode one storage object given as a parsed JSON/YAML mapping, by its ``kind``."""
     kind = doc.get("kind")
-    if kind == "PersistentVolumeClaim":
-        return claim_from_k8s(k8s.decode(doc, k8s.PersistentVolumeClaim))
-    if kind == "PersistentVolume":
-        return volume_from_k8s(k8s.decode(doc, k8s.PersistentVolume))
-    if kind == "StorageClass":
-        return class_from_k8s(k8s.decode(doc, k8s.StorageClass))
-    if kind == "CSINode":
-        return csinode_from_k8s(k8s.decode(doc, k8s.CSINode))
-    if kind == "CSIDriver":
-        return csidriver_from_k8s(k8s.decode(doc, k8s.CSIDriver))
-    if kind == "CSIStorageCapacity":
-        return capacity_from_k8s(k8s.decode(doc, k8s.CSIStorageCapacity))
-    if kind == "VolumeAttachment":
-        return attachment_from_k8s(k8s.decode(doc, k8s.VolumeAttachment))
+    decoder = _DECODERS.get(str(kind))
+    if decoder is not None:
+        api_type, build = decoder
+        return build(k8s.decode(doc, api_type))
     raise InvalidObjectError(str(kind), "kind", f"not one of {', '.join(STORAGE_KINDS)}")
