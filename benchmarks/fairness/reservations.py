@@ -21,6 +21,12 @@ and the job still pending). ``expired_why`` counts expired reservations by wheth
 hold had ended (``hold_end``) or they were dropped earlier (``dropped_early``: their queue
 came up to its share while another was below).
 
+Across the whole cluster (``idle_gpus_pct_of_capacity``, :func:`idle_causes`): after each
+cycle, the whole idle GPUs on nodes some pending GPU pod may use (its load-independent
+filters), as % of the capacity-time of the run, by cause: ``reserved`` (the node is held for
+a job), ``shape`` (no such pod fits the node's idle GPUs), ``fits_not_placed`` (one would fit
+by GPU count; another rule held it).
+
 Usage: ``python benchmarks/fairness/reservations.py [--mix NAME ...] [--demo-seeds N ...]
 [--seed N] [--flood-scale F] [--ordering fair|kube-default]``; prints one JSON object per mix.
 """
@@ -69,6 +75,9 @@ class ReservationLog:
         self.why: dict[str, float] = {}  # GPU-seconds by reason (see the module docstring)
         self._why_now: dict[str, int] = {}
         self.expired_why: dict[str, int] = {"hold_end": 0, "dropped_early": 0}
+        self.idle: dict[str, float] = {}  # GPU-seconds idle on usable nodes, by cause
+        self._idle_now: dict[str, int] = {}
+        self.gpus = 0
 
     def after_cycle(
         self,
@@ -84,6 +93,8 @@ class ReservationLog:
                 h.idle_s += h.idle_gpus * (now - self.last)
             for why, gpus in self._why_now.items():
                 self.why[why] = self.why.get(why, 0.0) + gpus * (now - self.last)
+            for why, gpus in self._idle_now.items():
+                self.idle[why] = self.idle.get(why, 0.0) + gpus * (now - self.last)
         self.last = now
         started = {self._key(engine, b.pod) for b in res.binds}
         waiting = {self._key(engine, p) for p in pending} - started
@@ -110,6 +121,8 @@ class ReservationLog:
         bound = {b.pod.uid for b in res.binds}
         still = [p for p in pending if p.uid not in bound and p.gpu.count]
         self._why_now = idle_reasons(engine, cluster, still, now)
+        self._idle_now = idle_causes(engine, cluster, still)
+        self.gpus = int(cluster.gpu_count[: cluster.size][cluster.active[: cluster.size]].sum())
 
     @staticmethod
     def _key(engine: Engine, pod: PodInfo) -> str:
@@ -132,6 +145,7 @@ class ReservationLog:
             "idle_gpu_hours_total": round(sum(idle.values()), 2),
             "expired_why": dict(self.expired_why),
             "idle_with_pending_gpu_hours": {k: round(v / 3600.0, 2) for k, v in self.why.items()},
+            "idle_gpu_seconds_by_cause": {k: round(v, 1) for k, v in self.idle.items()},
         }
 
 
@@ -195,6 +209,30 @@ def idle_reasons(
     return out
 
 
+def idle_causes(engine: Engine, cluster: ClusterState, pending: list[PodInfo]) -> dict[str, int]:
+    """Whole idle GPUs after a cycle on nodes some of the ``pending`` GPU pods may use, by
+    cause (see the module docstring)."""
+    held = {int(i) for r in engine.reservations.values() for i in r.nodes if i < cluster.size}
+    masks: dict[object, np.ndarray] = {}
+    out: dict[str, int] = {}
+    for i, _ in cluster.active_nodes():
+        idle = int(cluster.idle_devices[i])
+        if not idle:
+            continue
+        usable = _fits(engine, cluster, pending, masks, i, 10**9)  # the node's pool, any size
+        if not usable:
+            continue
+        why = (
+            "reserved"
+            if i in held
+            else "fits_not_placed"
+            if _fits(engine, cluster, usable, masks, i, idle)
+            else "shape"
+        )
+        out[why] = out.get(why, 0) + idle
+    return out
+
+
 def _fits(
     engine: Engine, cluster: ClusterState, pods: list[PodInfo], masks: dict, node: int, idle: int
 ) -> list[PodInfo]:
@@ -255,6 +293,11 @@ def measure(mix: mixes.Mix, ordering: str, seed: int) -> dict[str, Any]:
     finally:
         mixes.Engine = base  # type: ignore[misc]
     out["reservations"] = log.summary()
+    capacity = sum(out["pools_gpus"].values()) * out["simulated_s"]
+    idle = out["reservations"].pop("idle_gpu_seconds_by_cause")
+    out["idle_gpus_pct_of_capacity"] = {
+        k: round(100.0 * v / capacity, 2) for k, v in sorted(idle.items()) if capacity > 0
+    }
     out.pop("ratios", None)
     return out
 
