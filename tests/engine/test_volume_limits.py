@@ -93,6 +93,103 @@ def test_inline_ebs_volume_ids_are_normalised() -> None:
     ]
 
 
+AZURE = "disk.csi.azure.com"
+CINDER = "cinder.csi.openstack.org"
+PX = "pxd.portworx.com"
+AZ_URI = "/subscriptions/s/resourceGroups/r/providers/Microsoft.Compute/disks/"
+
+
+def azure(disk: str, kind: str = "Managed") -> dict[str, Any]:
+    return {
+        "name": f"az-{disk}",
+        "azureDisk": {"diskName": disk, "diskURI": AZ_URI + disk, "kind": kind},
+    }
+
+
+def cinder(volume_id: str) -> dict[str, Any]:
+    return {"name": f"cinder-{volume_id}", "cinder": {"volumeID": volume_id}}
+
+
+def portworx(volume_id: str) -> dict[str, Any]:
+    return {"name": f"px-{volume_id}", "portworxVolume": {"volumeID": volume_id}}
+
+
+@pytest.mark.parametrize(
+    ("driver", "volume", "always"),
+    [(AZURE, azure, True), (CINDER, cinder, True), (PX, portworx, False)],
+)
+def test_inline_azure_cinder_and_portworx_volumes_count_as_their_drivers(
+    driver: str, volume: Any, always: bool
+) -> None:
+    state = limited(driver, 1, (volume("d1"), "a"))
+    if not always:  # Portworx: only where the CSINode lists the plugin as migrated
+        assert feasible(k8s_pod("new", volumes=[volume("d2")]), state) == ["a", "b", "c"]
+        for node in ("a", "b"):
+            doc = csinode_doc(node, driver, 1 if node == "a" else 0)
+            doc["metadata"]["annotations"] = {
+                "storage.alpha.kubernetes.io/migrated-plugins": "kubernetes.io/portworx-volume"
+            }
+            load(state, doc)
+    # a holds d1 at its limit of one, b allows none, c has no CSINode.
+    assert feasible(k8s_pod("new", volumes=[volume("d2")]), state) == ["c"]
+    assert feasible(k8s_pod("same", volumes=[volume("d1")]), state) == ["a", "c"]
+
+
+def test_azure_disks_count_only_when_managed() -> None:
+    # The API defaults an Azure disk's kind to Shared; the CSI translation refuses any kind but
+    # Managed, so kube-scheduler does not count such a disk.
+    state = limited(AZURE, 1, (azure("d1", kind="Shared"), "a"))
+    assert feasible(k8s_pod("new", volumes=[azure("d2")]), state) == ["a", "c"]
+    assert feasible(k8s_pod("shared", volumes=[azure("d3", kind="Dedicated")]), state) == [
+        "a",
+        "b",
+        "c",
+    ]
+
+
+def test_only_gce_ebs_iscsi_and_rbd_disks_conflict() -> None:
+    # kube-scheduler's VolumeRestrictions compares those four kinds; two pods may mount the same
+    # Azure disk, Cinder or Portworx volume as far as the scheduler is concerned.
+    state = cluster(k8s_node("a"))
+    for i, vol in enumerate((azure("d1"), cinder("c1"), portworx("p1"), gce("g1", False))):
+        state.assign(k8s_pod(f"holder{i}", volumes=[vol]), 0)
+    assert feasible(k8s_pod("az", volumes=[azure("d1")]), state) == ["a"]
+    assert feasible(k8s_pod("ci", volumes=[cinder("c1")]), state) == ["a"]
+    assert feasible(k8s_pod("px", volumes=[portworx("p1")]), state) == ["a"]
+    assert feasible(k8s_pod("pd", volumes=[gce("g1", False)]), state) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "driver"),
+    [
+        (
+            {"azureDisk": {"diskName": "d1", "diskURI": AZ_URI + "d1", "kind": "Managed"}},
+            AZURE,
+        ),
+        ({"cinder": {"volumeID": "c1"}}, CINDER),
+    ],
+)
+def test_persistent_azure_and_cinder_volumes_count_by_their_handles(
+    source: dict[str, Any], driver: str
+) -> None:
+    # The bound volume is the disk a pod on a already mounts inline (the same handle: the
+    # disk URI, the volume ID), so it is counted once there; another disk is one too many.
+    inline = azure("d1") if driver == AZURE else cinder("c1")
+    pv = pv_doc("pv", sc="", claim="default/data")
+    del pv["spec"]["hostPath"]
+    pv["spec"].update(source)
+    state = limited(driver, 1, (inline, "a"))
+    load(state, pv, pvc_doc("data", sc="", volume="pv"))
+    assert feasible(user("app", "data"), state) == ["a", "c"]
+    pv["spec"]["azureDisk" if driver == AZURE else "cinder"] = (
+        {"diskName": "d9", "diskURI": AZ_URI + "d9", "kind": "Managed"}
+        if driver == AZURE
+        else {"volumeID": "c9"}
+    )
+    load(state, pv)
+    assert feasible(user("app", "data"), state) == ["c"]
+
+
 @pytest.mark.parametrize(
     ("labels", "expected"),
     [
@@ -268,5 +365,52 @@ def test_bound_gce_volume_is_checked_as_translated_where_migrated(
     }
     state = load(cluster(*nodes), migrated, csinode_doc("b", GCE, 5))
     load(state, gce_pv(labels, affinity_zone), pvc_doc("data", sc="", volume="pv"))
+    mask, _ = scheduler(["VolumeBinding"]).filter(user("app", "data"), state)
+    assert [state.node(int(i)).name for i in np.flatnonzero(mask)] == expected
+
+
+def _migrated_on_a(driver: str, plugin: str) -> ClusterState:
+    """Nodes a, b, c in us-central1-a (c labelled for Cinder's zone key too); only a's
+    CSINode lists ``plugin`` as migrated."""
+    labels = {
+        "topology.kubernetes.io/zone": "us-central1-a",
+        "topology.cinder.csi.openstack.org/zone": "us-central1-a",
+    }
+    nodes = [k8s_node(n, labels=labels) for n in "abc"]
+    migrated = csinode_doc("a", driver, 5)
+    migrated["metadata"]["annotations"] = {"storage.alpha.kubernetes.io/migrated-plugins": plugin}
+    return load(cluster(*nodes), migrated, csinode_doc("b", driver, 5))
+
+
+@pytest.mark.parametrize(
+    ("zone", "expected"),
+    [("us-central1-b", ["b", "c"]), ("us-central1-a", ["a", "b", "c"])],
+)
+def test_bound_cinder_volume_is_checked_as_translated_where_migrated(
+    zone: str, expected: list[str]
+) -> None:
+    # The zone label becomes a requirement on topology.cinder.csi.openstack.org/zone, checked
+    # only on a (b and c check the volume's own affinity: none).
+    state = _migrated_on_a(CINDER, "kubernetes.io/cinder")
+    pv = pv_doc("pv", sc="", claim="default/data", labels={"topology.kubernetes.io/zone": zone})
+    del pv["spec"]["hostPath"]
+    pv["spec"]["cinder"] = {"volumeID": "c1"}
+    load(state, pv, pvc_doc("data", sc="", volume="pv"))
+    mask, _ = scheduler(["VolumeBinding"]).filter(user("app", "data"), state)
+    assert [state.node(int(i)).name for i in np.flatnonzero(mask)] == expected
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"), [("Managed", ["a", "b", "c"]), ("Shared", ["b", "c"])]
+)
+def test_bound_azure_disk_keeps_its_affinity_where_migrated(kind: str, expected: list[str]) -> None:
+    # Azure disk's translation leaves topology alone (its zone label is not read); a disk that
+    # is not Managed fails the translation, so no node listing the plugin fits.
+    state = _migrated_on_a(AZURE, "kubernetes.io/azure-disk")
+    labels = {"topology.kubernetes.io/zone": "us-central1-b"}
+    pv = pv_doc("pv", sc="", claim="default/data", labels=labels)
+    del pv["spec"]["hostPath"]
+    pv["spec"]["azureDisk"] = {"diskName": "d1", "diskURI": AZ_URI + "d1", "kind": kind}
+    load(state, pv, pvc_doc("data", sc="", volume="pv"))
     mask, _ = scheduler(["VolumeBinding"]).filter(user("app", "data"), state)
     assert [state.node(int(i)).name for i in np.flatnonzero(mask)] == expected

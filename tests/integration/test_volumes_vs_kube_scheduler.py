@@ -68,6 +68,7 @@ KINDS = (
     "capacity",
     "inline-csi",
     "migrated",
+    "migrated-more",
     "selected",
     "attached",
 )
@@ -140,9 +141,10 @@ def _pod(
     node: str = "",
     inline: list[str] | None = None,
     disks: list[str] | None = None,
+    sources: list[dict[str, Any]] | None = None,
 ) -> dict:
-    """A pod mounting ``claims``, for each driver in ``inline`` a CSI ephemeral volume, and
-    the GCE persistent ``disks`` (read-only)."""
+    """A pod mounting ``claims``, for each driver in ``inline`` a CSI ephemeral volume, the
+    GCE persistent ``disks`` (read-only) and the in-tree volume ``sources``."""
     spec: dict[str, Any] = {
         "containers": [
             {
@@ -160,7 +162,8 @@ def _pod(
         + [
             {"name": f"disk{i}", "gcePersistentDisk": {"pdName": d, "readOnly": True}}
             for i, d in enumerate(disks or ())
-        ],
+        ]
+        + [{"name": f"src{i}", **src} for i, src in enumerate(sources or ())],
     }
     if node:
         spec["nodeName"] = node
@@ -249,6 +252,8 @@ def build_case(index: int, rng: random.Random) -> Case:
         _inline_csi(case, rng, nodes)
     elif kind == "migrated":
         _migrated(case, rng, nodes)
+    elif kind == "migrated-more":
+        _migrated_more(case, rng, nodes)
     elif kind == "selected":
         _selected(case, rng, nodes)
     elif kind == "attached":
@@ -408,6 +413,70 @@ def _migrated(case: Case, rng: random.Random, nodes: list[str]) -> None:
             claims.append(case.name(f"{sc}-fresh"))
     mine = rng.sample(disks, rng.randint(0, 2))
     case.pod = _pod(case.name("pod"), case.index, claims, disks=mine)
+
+
+AZ_URI = "/subscriptions/s/resourceGroups/r/providers/Microsoft.Compute/disks/"
+CINDER_ZONE = "topology.cinder.csi.openstack.org/zone"
+MORE_DRIVERS = {
+    "azure-disk": "disk.csi.azure.com",
+    "cinder": "cinder.csi.openstack.org",
+    "portworx-volume": PX_DRIVER,
+}
+
+
+def _in_tree_source(plugin: str, ident: str) -> dict[str, Any]:
+    """An in-tree volume source (Azure disks of kind Managed: the CSI translation refuses
+    others, and kube-scheduler then fails the whole attempt)."""
+    if plugin == "azure-disk":
+        return {"azureDisk": {"diskName": ident, "diskURI": AZ_URI + ident, "kind": "Managed"}}
+    if plugin == "cinder":
+        return {"cinder": {"volumeID": ident}}
+    return {"portworxVolume": {"volumeID": ident}}
+
+
+def _migrated_more(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """Azure disk, Cinder and Portworx volumes migrated to CSI: inline volumes of a placed pod
+    and of the new one counted under their drivers' limits (Azure disk and Cinder on every
+    node with a CSINode, Portworx where it lists the plugin), and a bound persistent volume of
+    one of them whose affinity VolumeBinding translates where its CSINode lists the plugin
+    (Cinder's zone label to topology.cinder.csi.openstack.org/zone, which some nodes lack or
+    set to another zone; Azure disk and Portworx untouched)."""
+    for spec in case.nodes:
+        cinder_zone = rng.choice([spec.labels[ZONE], spec.labels[ZONE], "z2", None])
+        if cinder_zone is not None:
+            spec.labels[CINDER_ZONE] = cinder_zone
+    for name in nodes:
+        doc = csinode_doc(name, DRIVER, 5)
+        doc["spec"]["drivers"] = [
+            {"name": d, "nodeID": name, "allocatable": {"count": rng.randint(0, 2)}}
+            for d in MORE_DRIVERS.values()
+        ]
+        listed = [p for p in MORE_DRIVERS if rng.random() < 0.5]
+        if listed:
+            value = ",".join(f"kubernetes.io/{p}" for p in listed)
+            doc["metadata"]["annotations"] = {"storage.alpha.kubernetes.io/migrated-plugins": value}
+        case.objects.append(doc)
+    pool = [(p, case.name(f"{p[:2]}{k}")) for p in MORE_DRIVERS for k in range(2)]
+    for i in range(rng.randint(1, 2)):
+        held = [_in_tree_source(*v) for v in rng.sample(pool, rng.randint(1, 3))]
+        holder = _pod(case.name(f"holder{i}"), case.index, [], node=rng.choice(nodes), sources=held)
+        case.objects.append(holder)
+    claims = []
+    if rng.random() < 0.6:
+        plugin, ident = rng.choice(pool)
+        sc = case.name("it")
+        case.objects.append(sc_doc(sc, wffc=False, provisioner=f"kubernetes.io/{plugin}"))
+        pv = _pv(case.name("pv"), sc, labels={ZONE: rng.choice(["z0", "z1", "z0__z1"])})
+        del pv["spec"]["local"]
+        if rng.random() < 0.3:
+            term = {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["z1"]}]}
+            pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
+        else:
+            del pv["spec"]["nodeAffinity"]
+        pv["spec"].update(_in_tree_source(plugin, ident))
+        claims.append(_bound(case, sc, pv))
+    mine = [_in_tree_source(*v) for v in rng.sample(pool, rng.randint(0, 2))]
+    case.pod = _pod(case.name("pod"), case.index, claims, sources=mine)
 
 
 def _gce_volume(case: Case, rng: random.Random, disks: list[str], zones: list[str]) -> str:

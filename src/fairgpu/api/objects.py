@@ -160,6 +160,26 @@ class AWSElasticBlockStoreVolumeSource(_Base):
     read_only: bool = False
 
 
+class AzureDiskVolumeSource(_Base):
+    """In-tree Azure disk. The API defaults ``kind`` to ``Shared``; only ``Managed`` disks
+    translate to the CSI driver."""
+
+    disk_name: str = ""
+    disk_uri: str = msgspec.field(default="", name="diskURI")
+    kind: str = "Shared"
+    read_only: bool = False
+
+
+class CinderVolumeSource(_Base):
+    volume_id: str = msgspec.field(default="", name="volumeID")
+    read_only: bool = False
+
+
+class PortworxVolumeSource(_Base):
+    volume_id: str = msgspec.field(default="", name="volumeID")
+    read_only: bool = False
+
+
 class ISCSIVolumeSource(_Base):
     iqn: str = ""
     lun: int = 0
@@ -188,6 +208,9 @@ class Volume(_Base):
     ephemeral: dict[str, Any] | None = None
     gce_persistent_disk: GCEPersistentDiskVolumeSource | None = None
     aws_elastic_block_store: AWSElasticBlockStoreVolumeSource | None = None
+    azure_disk: AzureDiskVolumeSource | None = None
+    cinder: CinderVolumeSource | None = None
+    portworx_volume: PortworxVolumeSource | None = None
     iscsi: ISCSIVolumeSource | None = None
     rbd: RBDVolumeSource | None = None
 
@@ -328,6 +351,9 @@ class PersistentVolumeSpec(_Base):
     csi: CSIPersistentVolumeSource | None = None
     gce_persistent_disk: GCEPersistentDiskVolumeSource | None = None
     aws_elastic_block_store: AWSElasticBlockStoreVolumeSource | None = None
+    azure_disk: AzureDiskVolumeSource | None = None
+    cinder: CinderVolumeSource | None = None
+    portworx_volume: PortworxVolumeSource | None = None
     persistent_volume_reclaim_policy: str = ""
 
 

@@ -39,6 +39,9 @@ ANN_MIGRATED_PLUGINS = "storage.alpha.kubernetes.io/migrated-plugins"
 #: In-tree volume plugins whose persistent volumes are decoded (``VolumeInfo.in_tree``).
 GCE_PD = "kubernetes.io/gce-pd"
 AWS_EBS = "kubernetes.io/aws-ebs"
+AZURE_DISK = "kubernetes.io/azure-disk"
+CINDER = "kubernetes.io/cinder"
+PORTWORX = "kubernetes.io/portworx-volume"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,9 @@ class VolumeInfo:
     labels: tuple[tuple[str, str], ...] = ()
     csi_driver: str = ""
     csi_handle: str = ""
-    in_tree: tuple[str, str] | tuple[()] = ()  # (in-tree plugin, disk name or volume ID)
+    # (in-tree plugin, disk name, volume ID or disk URI); "" for an Azure disk whose kind is
+    # not Managed, which the CSI translation refuses.
+    in_tree: tuple[str, str] | tuple[()] = ()
     deleting: bool = False
     resource_version: str = ""
 
@@ -241,11 +246,6 @@ def volume_from_k8s(pv: k8s.PersistentVolume) -> VolumeInfo:
     ref = spec.claim_ref
     claim = f"{ref.namespace or 'default'}/{ref.name}" if ref is not None and ref.name else ""
     csi = spec.csi
-    in_tree: tuple[str, str] | tuple[()] = ()
-    if spec.gce_persistent_disk is not None:
-        in_tree = (GCE_PD, spec.gce_persistent_disk.pd_name)
-    elif spec.aws_elastic_block_store is not None:
-        in_tree = (AWS_EBS, spec.aws_elastic_block_store.volume_id)
     return VolumeInfo(
         name=meta.name,
         capacity=capacity,
@@ -259,7 +259,7 @@ def volume_from_k8s(pv: k8s.PersistentVolume) -> VolumeInfo:
         labels=tuple(sorted(meta.labels.items())),
         csi_driver=csi.driver if csi is not None else "",
         csi_handle=csi.volume_handle if csi is not None else "",
-        in_tree=in_tree,
+        in_tree=_in_tree(spec),
         deleting=meta.deletion_timestamp is not None,
         resource_version=meta.resource_version,
     )
@@ -341,6 +341,26 @@ def attachment_from_k8s(va: k8s.VolumeAttachment) -> AttachmentInfo:
     )
 
 
+def _azure_uri(disk: k8s.AzureDiskVolumeSource) -> str:
+    """The disk URI, or "" when the disk's kind is not Managed (no CSI translation)."""
+    return disk.disk_uri if disk.kind.lower() == "managed" else ""
+
+
+def _in_tree(spec: k8s.PersistentVolumeSpec) -> tuple[str, str] | tuple[()]:
+    """The in-tree plugin of a persistent volume migrated to CSI and its identity."""
+    if spec.gce_persistent_disk is not None:
+        return (GCE_PD, spec.gce_persistent_disk.pd_name)
+    if spec.aws_elastic_block_store is not None:
+        return (AWS_EBS, spec.aws_elastic_block_store.volume_id)
+    if spec.azure_disk is not None:
+        return (AZURE_DISK, _azure_uri(spec.azure_disk))
+    if spec.cinder is not None:
+        return (CINDER, spec.cinder.volume_id)
+    if spec.portworx_volume is not None:
+        return (PORTWORX, spec.portworx_volume.volume_id)
+    return ()
+
+
 def pod_volume_refs(
     spec: k8s.PodSpec, pod_name: str
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str, bool], ...]]:
@@ -359,6 +379,15 @@ def pod_volume_refs(
         elif vol.aws_elastic_block_store is not None:
             ebs = vol.aws_elastic_block_store
             disks.append(("aws-ebs", ebs.volume_id, False))  # EBS never shares, even read-only
+        elif vol.azure_disk is not None:
+            uri = _azure_uri(vol.azure_disk)
+            if uri:  # a disk of another kind has no CSI translation: never counted
+                disks.append(("azure-disk", uri, vol.azure_disk.read_only))
+        elif vol.cinder is not None:
+            disks.append(("cinder", vol.cinder.volume_id, vol.cinder.read_only))
+        elif vol.portworx_volume is not None:
+            px = vol.portworx_volume
+            disks.append(("portworx-volume", px.volume_id, px.read_only))
         elif vol.iscsi is not None:
             iscsi = vol.iscsi
             disks.append(("iscsi", iscsi.iqn, iscsi.read_only))

@@ -13,16 +13,22 @@ library gives them, wherever the node has a CSINode object (the only nodes with 
 * inline ``gcePersistentDisk`` volumes get the handle
   ``projects/UNSPECIFIED/zones/UNSPECIFIED/disks/<pdName>``, inline and persistent
   ``awsElasticBlockStore`` volumes their bare ``vol-...`` ID, persistent GCE disks a handle
-  naming the zone (or region) of their zone label.
+  naming the zone (or region) of their zone label;
+* inline and persistent ``azureDisk`` volumes their disk URI -- only disks of kind
+  ``Managed``: the translation refuses the others (the API's default kind is ``Shared``), so
+  they are not counted --, ``cinder`` and ``portworxVolume`` volumes their volume ID.
 
-CSI ephemeral inline volumes (``volumes[].csi``) are never counted. Not decoded here, so not
-counted: inline and persistent Azure disk, Cinder and Portworx volumes.
+CSI ephemeral inline volumes (``volumes[].csi``) are never counted. Where kube-scheduler fails
+the whole attempt with a translation error (an inline EBS ID that is malformed, an inline
+Azure disk not Managed, on a node with a CSINode), the volume is not counted here instead.
 
 VolumeBinding translates too: on a node whose CSINode annotation lists the plugin, a bound
 in-tree persistent volume's node affinity is checked as translated for its CSI driver, its
 zone key renamed to the driver's topology key (``topology.gke.io/zone``,
-``topology.ebs.csi.aws.com/zone``), or, without a zone in the affinity, the zones of its zone
-label added as that key (see :func:`translated_affinity`).
+``topology.ebs.csi.aws.com/zone``, ``topology.cinder.csi.openstack.org/zone``), or, without a
+zone in the affinity, the zones of its zone label added as that key (see
+:func:`translated_affinity`). Azure disk and Portworx volumes keep their affinity as it is
+(their translation does not touch topology); an Azure disk not Managed fails there.
 """
 
 from __future__ import annotations
@@ -31,30 +37,48 @@ import re
 from collections.abc import Mapping
 
 from fairgpu.model.selectors import NodeSelectorTerm, Requirement
-from fairgpu.model.volumes import AWS_EBS, GCE_PD, CSINodeInfo, VolumeInfo
+from fairgpu.model.volumes import (
+    AWS_EBS,
+    AZURE_DISK,
+    CINDER,
+    GCE_PD,
+    PORTWORX,
+    CSINodeInfo,
+    VolumeInfo,
+)
 
-PORTWORX = "kubernetes.io/portworx-volume"
 DRIVERS = {
     GCE_PD: "pd.csi.storage.gke.io",
     AWS_EBS: "ebs.csi.aws.com",
-    "kubernetes.io/azure-disk": "disk.csi.azure.com",
-    "kubernetes.io/cinder": "cinder.csi.openstack.org",
+    AZURE_DISK: "disk.csi.azure.com",
+    CINDER: "cinder.csi.openstack.org",
     PORTWORX: "pxd.portworx.com",
     "kubernetes.io/azure-file": "file.csi.azure.com",
     "kubernetes.io/vsphere-volume": "csi.vsphere.vmware.com",
 }
-ALWAYS_ON = frozenset({GCE_PD, AWS_EBS, "kubernetes.io/azure-disk", "kubernetes.io/cinder"})
+ALWAYS_ON = frozenset({GCE_PD, AWS_EBS, AZURE_DISK, CINDER})
 _WITH_PORTWORX = ALWAYS_ON | {PORTWORX}
 #: Every value :func:`migrated` returns.
 VARIANTS = (ALWAYS_ON, _WITH_PORTWORX)
-_DISK_PLUGINS = {"gce-pd": GCE_PD, "aws-ebs": AWS_EBS}  # PodInfo.disks kinds
+# PodInfo.disks kinds of in-tree plugins migrated to CSI.
+_DISK_PLUGINS = {
+    "gce-pd": GCE_PD,
+    "aws-ebs": AWS_EBS,
+    "azure-disk": AZURE_DISK,
+    "cinder": CINDER,
+    "portworx-volume": PORTWORX,
+}
 _EBS_ID = re.compile(r"^vol-[^/]*$")
 _UNSPECIFIED = "UNSPECIFIED"
 _BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
 _ZONE = "topology.kubernetes.io/zone"
 _BETA_REGION = "failure-domain.beta.kubernetes.io/region"
 _REGION = "topology.kubernetes.io/region"
-_TOPOLOGY_KEYS = {GCE_PD: "topology.gke.io/zone", AWS_EBS: "topology.ebs.csi.aws.com/zone"}
+_TOPOLOGY_KEYS = {
+    GCE_PD: "topology.gke.io/zone",
+    AWS_EBS: "topology.ebs.csi.aws.com/zone",
+    CINDER: "topology.cinder.csi.openstack.org/zone",
+}
 
 
 def migrated(node: CSINodeInfo) -> frozenset[str]:
@@ -93,15 +117,25 @@ def _gce_handle(pd_name: str, labels: Mapping[str, str]) -> str | None:
     return f"projects/{_UNSPECIFIED}/regions/{regions.pop()}/disks/{pd_name}"
 
 
+def _pv_handle(vol: VolumeInfo) -> str | None:
+    """The CSI volume handle of in-tree persistent volume ``vol`` (None: the translation
+    fails)."""
+    plugin, ident = vol.in_tree or ("", "")
+    if plugin == GCE_PD:
+        return _gce_handle(ident, dict(vol.labels))
+    if plugin == AWS_EBS:
+        return ebs_volume_id(ident)
+    return ident or None  # Azure disk URI ("" when not Managed), Cinder and Portworx IDs
+
+
 def volume_driver(vol: VolumeInfo, on: frozenset[str]) -> tuple[str, str] | None:
     """(driver, handle) a PersistentVolume counts as, or None."""
     if vol.csi_driver or vol.csi_handle:
         return (vol.csi_driver, vol.csi_handle) if vol.csi_driver and vol.csi_handle else None
     if not vol.in_tree or vol.in_tree[0] not in on:
         return None
-    plugin, ident = vol.in_tree
-    handle = _gce_handle(ident, dict(vol.labels)) if plugin == GCE_PD else ebs_volume_id(ident)
-    return (DRIVERS[plugin], handle) if handle else None
+    handle = _pv_handle(vol)
+    return (DRIVERS[vol.in_tree[0]], handle) if handle else None
 
 
 def inline_driver(kind: str, ident: str, on: frozenset[str]) -> tuple[str, str] | None:
@@ -110,9 +144,10 @@ def inline_driver(kind: str, ident: str, on: frozenset[str]) -> tuple[str, str] 
     plugin = _DISK_PLUGINS.get(kind)
     if plugin is None or plugin not in on:
         return None
+    handle: str | None = ident
     if plugin == GCE_PD:
-        handle: str | None = f"projects/{_UNSPECIFIED}/zones/{_UNSPECIFIED}/disks/{ident}"
-    else:
+        handle = f"projects/{_UNSPECIFIED}/zones/{_UNSPECIFIED}/disks/{ident}"
+    elif plugin == AWS_EBS:
         handle = ebs_volume_id(ident)
     return (DRIVERS[plugin], handle) if handle else None
 
@@ -140,11 +175,12 @@ def translated_affinity(vol: VolumeInfo) -> tuple[NodeSelectorTerm, ...] | None:
     VolumeBinding checks it on nodes where the plugin is migrated (None: every node). Raises
     ``ValueError`` where the translation fails (a malformed EBS ID, GCE zones of no one
     region), which fails the whole attempt in kube-scheduler."""
-    plugin, ident = vol.in_tree or ("", "")
+    plugin = vol.in_tree[0] if vol.in_tree else ""
     labels = dict(vol.labels)
-    handle = _gce_handle(ident, labels) if plugin == GCE_PD else ebs_volume_id(ident)
-    if plugin not in _TOPOLOGY_KEYS or handle is None:
+    if plugin not in DRIVERS or _pv_handle(vol) is None:
         raise ValueError(f"cannot translate volume {vol.name} to CSI")
+    if plugin not in _TOPOLOGY_KEYS:
+        return vol.node_terms  # Azure disk, Portworx: the topology is not translated
     terms = vol.node_terms or ()
     keys = {r.key for t in terms for r in t.expressions}
     # The zone key: the GA one, unless only the beta one is used (affinity first, then labels).

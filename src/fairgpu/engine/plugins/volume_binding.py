@@ -3,8 +3,8 @@
 kube-scheduler 1.34's rules:
 
 * a bound claim: its PersistentVolume must exist and its ``nodeAffinity`` must match the node
-  (for an in-tree GCE or EBS volume on a node where its plugin is migrated, as translated for
-  the CSI driver: see ``_csi_migration``);
+  (for an in-tree GCE, EBS, Azure disk, Cinder or Portworx volume on a node where its plugin is
+  migrated, as translated for the CSI driver: see ``_csi_migration``);
 * an unbound claim of a ``WaitForFirstConsumer`` class: on the node, either an available volume
   of the class matches it (capacity, access modes, volume mode, selector, node affinity; the
   smallest wins, a volume pre-bound to the claim first) or the class can provision there (a

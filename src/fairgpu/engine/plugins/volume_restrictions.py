@@ -45,9 +45,13 @@ def pvc_claims(pod: PodInfo) -> tuple[str, ...]:
     return tuple(c for c in pod.claims if c not in ephemeral) if ephemeral else pod.claims
 
 
+# The in-tree disks kube-scheduler's VolumeRestrictions compares (other kinds never conflict).
+_CONFLICTING = frozenset({"gce-pd", "aws-ebs", "iscsi", "rbd"})
+
+
 def _conflicts(mine: tuple[str, str, bool], theirs: tuple[str, str, bool]) -> bool:
     kind, ident, read_only = mine
-    if kind != theirs[0] or ident != theirs[1]:
+    if kind != theirs[0] or ident != theirs[1] or kind not in _CONFLICTING:
         return False
     # Two read-only mounts of one disk are fine, except EBS, which attaches to one node only.
     return kind == "aws-ebs" or not (read_only and theirs[2])
