@@ -19,6 +19,7 @@ from fairgpu.sim.workloads.nvidia_dra import (
     nvidia_slice,
 )
 from fairgpu.tenancy import parse_config
+from fairgpu.tenancy.config import DIM_GPU_MEMORY
 from tests.builders import k8s_node, k8s_pod
 from tests.engine.dra_builders import (
     claim_doc,
@@ -132,6 +133,32 @@ def test_mig_partition_counts_as_its_fraction_of_a_gpu() -> None:
     # 42 of 108 SMs.
     share = (4 + 40 / 80 + 42 / 108) / 10
     assert state.dra.asked_gpu_milli(p.uid, p.namespace, refs, state) == round(1000 * share)
+
+
+def test_gpu_memory_asked_and_held_through_claims_counts_in_the_dominant_share() -> None:
+    """GPU memory is one of the book's dimensions: a GPU asked through a claim brings its
+    memory capacity, a MIG partition its own; the slices' GPUs add theirs to the cluster's."""
+    workload = _workload(True, [], mig=True)
+    state = ClusterState()
+    for n in workload.nodes:
+        state.add_node(n)
+    for obj in workload.extra["dra"]:
+        state.dra.add(obj)
+    engine = Engine(tenancy=parse_config(TENANCY))
+    book = engine.book
+    book.sync(state)
+    gib = 1024  # MiB
+    assert book.capacity[DIM_GPU_MEMORY] == 4 * 80 * gib  # two nodes of two 80 GiB GPUs
+    whole, mig = _pod("w", "a", True), _pod("m", "b", True, mig=True)
+    for p in (whole, mig):
+        state.dra.create_pod_claims(p.uid, p.name, p.namespace, p.resource_claims)
+    assert book.pending_vector(whole)[DIM_GPU_MEMORY] == 80 * gib
+    assert book.pending_vector(mig)[DIM_GPU_MEMORY] == 40 * gib
+    assert place(scheduler(), state, mig).ok
+    book.sync(state)
+    assert book.used("b")[DIM_GPU_MEMORY] == 40 * gib
+    # Half a GPU's memory of the cluster's four: b's dominant share is its memory, 1/8.
+    assert book.dominant(book.used("b")) == pytest.approx(max(1 / 8, 489 / 4000))
 
 
 @pytest.mark.parametrize("shared", [False, True])

@@ -28,7 +28,7 @@ from fairgpu.model.dra import (
     RequestInfo,
     SliceInfo,
 )
-from fairgpu.model.dra_gpus import device_gpu_milli, selects
+from fairgpu.model.dra_gpus import MIB, device_gpu_memory_mib, device_gpu_milli, selects
 from fairgpu.model.dra_pins import NodePin
 from fairgpu.model.gpu import WHOLE
 
@@ -127,9 +127,9 @@ class DraStore:
     _counters: dict[CounterKey, dict[str, int]] = field(default_factory=dict)
     _devices_version: int = -1
     _allocated: tuple[int, InUse] | None = None
-    _asks: dict[tuple[str, Any], int] = field(default_factory=dict)
+    _asks: dict[tuple[str, Any], DeviceInfo | None] = field(default_factory=dict)
     _asks_version: int = -1
-    _capacity: int = 0
+    _capacity: tuple[int, int] = (0, 0)
     _capacity_version: int = -1
 
     # ---- updates (adapters) ------------------------------------------------------------
@@ -334,36 +334,57 @@ class DraStore:
         """How much of a GPU ``device`` is, milli-GPU (see :func:`device_gpu_milli`)."""
         return device_gpu_milli(device, self.counter_totals)
 
+    def _gpu(self, device: DeviceInfo) -> tuple[int, int]:
+        """(milli-GPU, GPU memory MiB) of ``device``; (0, 0) when it is no GPU."""
+        milli = self.gpu_milli(device)
+        return (milli, device_gpu_memory_mib(device)) if milli else (0, 0)
+
     def gpu_capacity_milli(self) -> int:
         """GPUs (milli) the slices publish: each device without counters at its size, and
         each counter set of a GPU driver as one GPU (its partitions share it)."""
+        return self._gpu_capacity()[0]
+
+    def gpu_memory_capacity_mib(self) -> int:
+        """GPU memory (MiB) the slices publish, counted as :meth:`gpu_capacity_milli` counts
+        GPUs: a counter set of a GPU driver once, at its ``memory`` counter (else the largest
+        memory of the devices that consume it)."""
+        return self._gpu_capacity()[1]
+
+    def _gpu_capacity(self) -> tuple[int, int]:
         if self._capacity_version != self.slice_version:
-            total = 0
-            sets: set[CounterKey] = set()
+            milli = memory = 0
+            sets: dict[CounterKey, int] = {}
             self._index()
             for device in self._devices.values():
+                gpu = self._gpu(device)
                 if not device.consumes:
-                    total += self.gpu_milli(device)
-                elif self.gpu_milli(device):
-                    sets.update((device.driver, device.pool, name) for name in device.consumes)
-            self._capacity = total + WHOLE * len(sets)
+                    milli, memory = milli + gpu[0], memory + gpu[1]
+                elif gpu[0]:
+                    for name in device.consumes:
+                        key = (device.driver, device.pool, name)
+                        sets[key] = max(sets.get(key, 0), gpu[1])
+            for key, largest in sets.items():
+                counted = self.counter_totals(key).get("memory")
+                memory += counted // MIB if counted else largest
+            self._capacity = (milli + WHOLE * len(sets), memory)
             self._capacity_version = self.slice_version
         return self._capacity
 
-    def _results_milli(self, results: Iterable[DeviceResult]) -> int:
-        total = 0
+    def _results_gpu(self, results: Iterable[DeviceResult]) -> tuple[int, int]:
+        milli = memory = 0
         for r in results:
             device = self.device(r.key)
             if device is not None and not r.admin:  # admin access takes nothing
-                total += self.gpu_milli(device)
-        return total
+                gpu = self._gpu(device)
+                milli, memory = milli + gpu[0], memory + gpu[1]
+        return milli, memory
 
-    def held_gpu_milli(
+    def held_gpu(
         self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
-    ) -> int:
-        """GPUs (milli) placed pod ``uid`` holds through its claims. A claim shared with a
-        pod placed before counts for that pod only."""
-        total = 0
+    ) -> tuple[int, int]:
+        """(milli-GPU, GPU memory MiB) placed pod ``uid`` holds through its claims. A claim
+        shared with a pod placed before counts for that pod only."""
+        milli = memory = 0
         for ref in refs:
             claim = self.pod_claim(uid, namespace, ref)
             if claim is None:
@@ -372,45 +393,64 @@ class DraStore:
                 continue
             alloc = self.effective(claim, cluster)
             if alloc is not None:
-                total += self._results_milli(alloc.results)
-        return total
+                gpu = self._results_gpu(alloc.results)
+                milli, memory = milli + gpu[0], memory + gpu[1]
+        return milli, memory
 
-    def asked_gpu_milli(
+    def held_gpu_milli(
         self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
     ) -> int:
-        """GPUs (milli) a pending pod asks for through its claims: a claim allocated already
-        (and held by no placed pod) counts its devices; one still to allocate counts each
-        request's devices (its first alternative; ``All`` as one) at the size of the first
-        device, in pool order, that its class and selectors select."""
-        total = 0
+        """The milli-GPU of :meth:`held_gpu`."""
+        return self.held_gpu(uid, namespace, refs, cluster)[0]
+
+    def asked_gpu(
+        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
+    ) -> tuple[int, int]:
+        """(milli-GPU, GPU memory MiB) a pending pod asks for through its claims: a claim
+        allocated already (and held by no placed pod) counts its devices; one still to
+        allocate counts each request's devices (its first alternative; ``All`` as one) at the
+        size of the first device, in pool order, that its class and selectors select."""
+        milli = memory = 0
         for ref in refs:
             claim = self.pod_claim(uid, namespace, ref)
             if claim is None or any(u in cluster.placements for u in claim.reserved_for):
                 continue
             if claim.allocation is not None:
-                total += self._results_milli(claim.allocation)
+                gpu = self._results_gpu(claim.allocation)
+                milli, memory = milli + gpu[0], memory + gpu[1]
                 continue
             for req in claim.spec.requests:
                 first = req.alternatives[0] if req.alternatives else req
-                total += max(1, first.count) * self._request_milli(first)
-        return total
+                device = self._first_selected(first)
+                if device is not None:
+                    gpu = self._gpu(device)
+                    n = max(1, first.count)
+                    milli, memory = milli + n * gpu[0], memory + n * gpu[1]
+        return milli, memory
 
-    def _request_milli(self, req: RequestInfo) -> int:
+    def asked_gpu_milli(
+        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
+    ) -> int:
+        """The milli-GPU of :meth:`asked_gpu`."""
+        return self.asked_gpu(uid, namespace, refs, cluster)[0]
+
+    def _first_selected(self, req: RequestInfo) -> DeviceInfo | None:
+        """The first device, in pool order, that ``req``'s class and selectors select."""
         key = (req.class_name, req.selectors)
         if self._asks_version != self.slice_version:
             self._asks = {}
             self._asks_version = self.slice_version
-        hit = self._asks.get(key)
-        if hit is None:
-            hit = 0
+        if key not in self._asks:
+            found = None
             cls = self.classes.get(req.class_name)
             self._index()
-            for device in sorted(self._devices.values(), key=lambda d: d.key):
-                if cls is not None and selects(cls.selectors + req.selectors, device):
-                    hit = self.gpu_milli(device)
-                    break
-            self._asks[key] = hit
-        return hit
+            if cls is not None:
+                for device in sorted(self._devices.values(), key=lambda d: d.key):
+                    if selects(cls.selectors + req.selectors, device):
+                        found = device
+                        break
+            self._asks[key] = found
+        return self._asks[key]
 
     # ---- decisions -------------------------------------------------------------------------
     def decision(self, uid: str, node: int) -> tuple[ClaimAllocation, ...]:

@@ -44,6 +44,7 @@ class Placement:
     bound: bool = True
     terminating: bool = False
     dra_milli: int = 0  # GPUs (milli) held through DRA claims (shares, quotas, metrics)
+    dra_memory: int = 0  # their GPU memory, MiB (shares)
 
 
 class ClusterState:
@@ -377,7 +378,7 @@ class ClusterState:
             self._take_devices(idx, placement, -1)
         self.placements[pod.uid] = placement
         if pod.resource_claims:
-            placement.dra_milli = self.dra.held_gpu_milli(
+            placement.dra_milli, placement.dra_memory = self.dra.held_gpu(
                 pod.uid, pod.namespace, pod.resource_claims, self
             )
             self.dra_allocated_milli += placement.dra_milli

@@ -42,6 +42,20 @@ def device_gpu_milli(device: DeviceInfo, counter_totals: CounterTotals) -> int:
     return round(WHOLE * min(1.0, sum(shares)))
 
 
+MIB = 2**20
+
+
+def device_gpu_memory_mib(device: DeviceInfo) -> int:
+    """GPU memory of ``device``, MiB: its ``memory`` capacity when it is a GPU or a partition
+    of one (:func:`device_gpu_milli` is not 0), else 0. A MIG 1g.10gb counts its 10 GiB, so
+    a tenant's dominant share sees GPU memory asked through claims as it sees memory asked
+    through ``nvidia.com/gpu``."""
+    typ = device.attributes.get(f"{device.driver}/type")
+    if device.driver not in GPU_DRIVERS or typ not in _GPU_TYPES:
+        return 0
+    return device.capacity.get(f"{device.driver}/memory", 0) // MIB
+
+
 def selects(selectors: Iterable[Any], device: DeviceInfo) -> bool:
     """All selectors select ``device`` (a CEL error counts as not selected)."""
     try:

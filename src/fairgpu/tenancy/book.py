@@ -59,7 +59,9 @@ def placed_vector(pod: PodInfo, placement: Placement) -> np.ndarray:
     if placement.devices:
         vec[DIM_GPU] = placement.device_milli * len(placement.devices)
         vec[DIM_GPU_MEMORY] = placement.device_memory * len(placement.devices)
-    vec[DIM_GPU] += placement.dra_milli  # GPUs through DRA claims count as GPUs
+    # GPUs through DRA claims count as GPUs, their memory as GPU memory.
+    vec[DIM_GPU] += placement.dra_milli
+    vec[DIM_GPU_MEMORY] += placement.dra_memory
     vec[DIM_CPU] = pod.requests.get(CPU, 0)
     vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
     return vec
@@ -200,9 +202,9 @@ class QueueBook:
             vec[DIM_GPU_MEMORY] = gpu.count * mem
         if pod.resource_claims and self._cluster is not None:  # GPUs through DRA claims
             refs = pod.resource_claims
-            vec[DIM_GPU] += self._cluster.dra.asked_gpu_milli(
-                pod.uid, pod.namespace, refs, self._cluster
-            )
+            milli, mib = self._cluster.dra.asked_gpu(pod.uid, pod.namespace, refs, self._cluster)
+            vec[DIM_GPU] += milli
+            vec[DIM_GPU_MEMORY] += mib
         vec[DIM_CPU] = pod.requests.get(CPU, 0)
         vec[DIM_MEMORY] = pod.requests.get(MEMORY, 0)
         return vec
@@ -259,7 +261,7 @@ class QueueBook:
         self.capacity = np.array(
             [
                 alloc[:, COL_GPU_MILLI].sum() + cluster.dra.gpu_capacity_milli(),
-                alloc[:, COL_GPU_MEMORY].sum(),
+                alloc[:, COL_GPU_MEMORY].sum() + cluster.dra.gpu_memory_capacity_mib(),
                 alloc[:, COL_CPU].sum(),
                 alloc[:, COL_MEMORY].sum(),
             ],
