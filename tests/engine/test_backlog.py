@@ -158,8 +158,42 @@ def test_kept_lanes_equal_a_fresh_grouping(steps: list[set[int]]) -> None:
         assert [j.key for j in line.line()] == [p.uid for p in kube_default_order(pending)]
 
 
-def _keys(lns: dict[str, dict[str, list[Any]]]) -> dict[tuple[str, str], list[str]]:
-    return {(q, u): [j.key for j in js] for q, users in lns.items() for u, js in users.items()}
+def _keys(lns: dict[str, dict[str, list[Any]]]) -> dict[tuple[str, str], list[Any]]:
+    """Each lane's jobs: key, members needed and member uids."""
+    return {
+        (q, u): [(j.key, j.need, [p.uid for p in j.pods]) for j in js]
+        for q, users in lns.items()
+        for u, js in users.items()
+    }
+
+
+def test_a_waiting_groups_job_is_kept_while_its_members_and_running_count_stay() -> None:
+    """The job of a pod group is built again only when its pending members, its running
+    members or its minMember change (so what it caches lasts while it waits)."""
+    engine = Engine()
+    engine.set_pod_group("a", "g", 3)
+    book, resolver, backlog = engine.book, engine.resolver, engine.backlog
+    annotation = engine.tenancy.gang.min_member_annotation
+    members = [pod_info(f"g-{i}", "a", group="g", created=i * 1e-3) for i in range(4)]
+    state = cluster(node_info("n0", gpus=8))
+
+    def job(pending: list[PodInfo]) -> Any:
+        backlog.sync(pending, resolver)
+        book.sync(state)
+        got, _, _ = backlog.cycle_lanes(resolver, book, annotation, CycleResult())
+        (only,) = [j for users in got.values() for js in users.values() for j in js]
+        return only
+
+    first = job(members[:3])
+    assert job(members[:3]) is first and first.need == 3
+    grown = job(members)  # a member arrived
+    assert grown is not first and len(grown.pods) == 4
+    state.assign(members[0], 0)  # one runs: two more are needed, from the three pending
+    fewer = job(members[1:])
+    assert fewer is not grown and (fewer.need, len(fewer.pods)) == (2, 3)
+    assert job(members[1:]) is fewer
+    engine.set_pod_group("a", "g", 4)  # a new minMember: the backlog starts afresh
+    assert job(members[1:]).need == 3
 
 
 def _workload(seed: int, flood_size: int, gangs: int, serve: int) -> Workload:

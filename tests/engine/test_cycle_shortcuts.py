@@ -10,6 +10,7 @@ state in a cycle.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -310,3 +311,15 @@ def test_lane_classes_follow_the_reservations_of_the_last_backfill_key() -> None
     assert memo.lane_classes(lane, 0.0) is both
     memo.backfill_key(lane[0].pods[0], {"q/late": late}, drain, 0.0, 2)
     assert memo.lane_classes(lane, 0.0).tolist() == [1, 1, 0, 1]
+
+
+def test_a_declared_run_time_is_parsed_once_per_pod_object() -> None:
+    """The parsed run time is kept on the pod object; a copy with other annotations
+    (``dataclasses.replace``) parses its own."""
+    pod = pod_info("p", duration=600.0)
+    assert declared_runtime(pod) == 600.0
+    pod.annotations["fairgpu.io/duration-seconds"] = "60"  # the kept value is the object's
+    assert declared_runtime(pod) == 600.0
+    assert declared_runtime(replace(pod, annotations={})) is None
+    assert declared_runtime(replace(pod, annotations={"fairgpu.io/duration-seconds": "x"})) is None
+    assert declared_runtime(replace(pod, annotations={"fairgpu.io/duration-seconds": "90"})) == 90.0

@@ -23,7 +23,8 @@ handed out as they are (cycles only read them).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import compress
 from operator import attrgetter
 
@@ -37,6 +38,27 @@ from fairgpu.tenancy.resolve import TenantResolver
 Lanes = dict[str, dict[str, list[Job]]]
 
 _sort_key = attrgetter("sort_key")
+
+
+class JobKeys(AbstractSet[str]):
+    """The keys of a cycle's jobs -- pods alone by uid (a view of the backlog's own index)
+    and the group jobs' keys --, not merged into one set: the cycle only asks membership."""
+
+    __slots__ = ("_alone", "_groups")
+
+    def __init__(self, alone: AbstractSet[str], groups: AbstractSet[str]) -> None:
+        self._alone = alone
+        self._groups = groups
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._alone or key in self._groups
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._alone
+        yield from (k for k in self._groups if k not in self._alone)
+
+    def __len__(self) -> int:
+        return len(self._alone) + sum(1 for k in self._groups if k not in self._alone)
 
 
 class Backlog:
@@ -59,6 +81,10 @@ class Backlog:
         self.lanes: Lanes = {}
         self.groups: dict[str, dict[int, PodInfo]] = {}
         self._group_of: dict[int, str] = {}
+        # A group's jobs as last built, with what they were built from: (its members' change
+        # count, running members, minMember) -> (members in pod order, jobs).
+        self._group_version: dict[str, int] = {}
+        self._group_jobs: dict[str, tuple[tuple[int, int, int | None], list[Job]]] = {}
         # uid -> pod of every pending pod (alone or in a group) and the uids of pods alone.
         self.pods: dict[str, PodInfo] = {}
         self.alone: dict[str, Job] = {}
@@ -87,6 +113,7 @@ class Backlog:
         if ref is not None:
             self.groups.setdefault(ref.key, {})[i] = pod
             self._group_of[i] = ref.key
+            self._group_version[ref.key] = self._group_version.get(ref.key, 0) + 1
             return
         tenant = resolver.resolve(pod)
         job = Job(pod.uid, [pod], tenant)
@@ -103,8 +130,11 @@ class Backlog:
         if key is not None:
             members = self.groups[key]
             del members[i]
+            self._group_version[key] += 1
             if not members:
                 del self.groups[key]
+                del self._group_version[key]
+                self._group_jobs.pop(key, None)
             return
         job = self._jobs.pop(i)
         if self.alone.get(pod.uid) is job:
@@ -123,7 +153,7 @@ class Backlog:
 
     def cycle_lanes(
         self, resolver: TenantResolver, book: QueueBook, annotation: str, out: CycleResult
-    ) -> tuple[Lanes, set[str], Mapping[str, PodInfo]]:
+    ) -> tuple[Lanes, Container[str], Mapping[str, PodInfo]]:
         """This cycle's lanes -- the kept lanes with the pod groups' jobs merged in (groups
         that cannot start yet are reported in ``out``) --, the keys of all its jobs and
         their pods by uid. Lanes and pods are shared with the backlog: callers must not
@@ -133,10 +163,9 @@ class Backlog:
         group_keys: set[str] = set()
         idle: list[str] = []  # members of groups that yield no job this cycle
         for key, members in self.groups.items():
-            pods = sorted(members.values(), key=pod_order)
-            jobs = group_jobs(key, pods, resolver, book, annotation, out)
+            jobs = self._jobs_of(key, members, resolver, book, annotation, out)
             if not jobs:
-                idle.extend(p.uid for p in pods)
+                idle.extend(p.uid for p in members.values())
             for job in jobs:
                 if lanes is self.lanes:
                     lanes = {q: dict(users) for q, users in self.lanes.items()}
@@ -152,8 +181,40 @@ class Backlog:
             pending = dict(self.pods)
             for uid in idle:
                 pending.pop(uid, None)
-        # The jobs' keys: pods alone by uid, group jobs by theirs (a set built at C level).
-        return lanes, self.alone.keys() | group_keys, pending
+        # The jobs' keys: pods alone by uid, group jobs by theirs (asked for membership only,
+        # so not merged into one set every cycle).
+        return lanes, JobKeys(self.alone.keys(), group_keys), pending
+
+    def _jobs_of(
+        self,
+        key: str,
+        members: dict[int, PodInfo],
+        resolver: TenantResolver,
+        book: QueueBook,
+        annotation: str,
+        out: CycleResult,
+    ) -> list[Job]:
+        """:func:`~fairgpu.engine.jobs.group_jobs` of group ``key``, the jobs of the last
+        cycle again while its members, its running members and its minMember are the same
+        (then so are its jobs: they depend on nothing else), so what a job caches about its
+        pods (asks, gang shape) lasts as long as they wait. Groups that yield no job report
+        why every cycle."""
+        ref = resolver.pod_group(next(iter(members.values())))
+        stamp = (
+            self._group_version[key],
+            len(book.group_running.get(key, ())),
+            ref.min_member if ref is not None else None,
+        )
+        hit = self._group_jobs.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        pods = sorted(members.values(), key=pod_order)
+        jobs = group_jobs(key, pods, resolver, book, annotation, out)
+        if jobs:
+            self._group_jobs[key] = (stamp, jobs)
+        else:
+            self._group_jobs.pop(key, None)
+        return jobs
 
     def line(self) -> list[Job]:
         """All jobs in one line (the single lane of an ungrouped backlog), shared: callers

@@ -29,8 +29,15 @@ from fairgpu.model.pod import ANN_DURATION, CPU, MEMORY, PodInfo
 
 
 def declared_runtime(pod: PodInfo) -> float | None:
-    """The run time a pod declares (``fairgpu.io/duration-seconds``), or None."""
-    text = pod.annotations.get(ANN_DURATION)
+    """The run time a pod declares (``fairgpu.io/duration-seconds``), or None. Parsed once
+    per pod object (backfill, drain and victim costs ask it for every pod in every cycle)."""
+    got = pod._declared
+    if got is None:
+        got = pod._declared = (_parse_runtime(pod.annotations.get(ANN_DURATION)),)
+    return got[0]
+
+
+def _parse_runtime(text: str | None) -> float | None:
     if text is None:
         return None
     try:

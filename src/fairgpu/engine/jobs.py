@@ -41,6 +41,12 @@ class Job:
     asked: tuple[tuple[tuple[object, ...], np.ndarray] | None] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    # A gang's static parts of its failure shape (allocate._gang_shape): whether all its
+    # members ask the same, by (labels matter, run times matter); its ask vector as a tuple.
+    same_ask: dict[tuple[bool, bool], bool] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    ask_tuple: tuple[float, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """``sort_key``: the order inside one user -- priority (high first), then its

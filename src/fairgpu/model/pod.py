@@ -280,6 +280,9 @@ class PodInfo:
     spread_constraints: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     owner_kind: str = ""
+    # The declared run time, parsed once (engine.gang.declared_runtime); not an init field, so
+    # a copy made with other annotations (dataclasses.replace) parses its own.
+    _declared: tuple[float | None] | None = field(default=None, init=False, repr=False)
 
     @property
     def key(self) -> str:

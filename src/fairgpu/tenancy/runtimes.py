@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Container, Iterable, Set
 
 WINDOW = 64
 MIN_RUNS = 5
@@ -40,7 +40,7 @@ class ObservedRuntimes:
         self,
         running: Set[str],
         watch: Callable[[str], tuple[str, float] | None],
-        pending: Set[str],
+        pending: Container[str],
         now: float,
     ) -> None:
         """A new snapshot at ``now`` of the ``running`` uids. ``watch`` gives a newly seen

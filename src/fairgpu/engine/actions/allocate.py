@@ -180,12 +180,25 @@ def _gang_shape(session: Session, job: Job, rules: Rules) -> tuple[object, ...] 
         return None
     head = job.pods[0]
     cluster, timed = session.cluster, bool(session.state.reservations)
-    if not all(memo_keys.same_ask(head, p, cluster, timed) for p in job.pods[1:]):
+    # Whether the members ask the same depends only on them and on which of labels and run
+    # times matter: computed once per job (a waiting group keeps its job between cycles).
+    flags = (bool(cluster.pods_with_affinity), timed)
+    same = job.same_ask.get(flags)
+    if same is None:
+        same = job.same_ask[flags] = all(
+            memo_keys.same_ask(head, p, cluster, timed) for p in job.pods[1:]
+        )
+    if not same:
         return None
     key = _ask_key(session, job, head, allowed(session, job, head))
     if key is None:
         return None
-    return (*rules.victims.memo_key(job, head), *key[0], tuple(key[1].tolist()))
+    vector = job.ask_tuple
+    if vector is None or flags[0]:  # the vector is the job's own while labels do not matter
+        vector = tuple(key[1].tolist())
+        if not flags[0]:
+            job.ask_tuple = vector
+    return (*rules.victims.memo_key(job, head), *key[0], vector)
 
 
 def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rules: Rules) -> Member:

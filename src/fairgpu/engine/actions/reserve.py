@@ -45,6 +45,7 @@ and pool mix useful down 1-10 points).
 from __future__ import annotations
 
 import math
+from collections.abc import Container
 
 import numpy as np
 
@@ -252,7 +253,7 @@ def _reserve(session: Session, job: Job, needed: list[PodInfo]) -> Reservation |
     )
 
 
-def expire_reservations(session: Session, pending_keys: set[str]) -> None:
+def expire_reservations(session: Session, pending_keys: Container[str]) -> None:
     """Drop reservations of jobs no longer pending, held past :func:`hold_end` or whose queue
     is no longer below its fair share (:func:`_sated`), starvation clocks of jobs no longer
     pending and protections that ended; learn run times."""
@@ -295,7 +296,7 @@ def drop_sated_reservations(session: Session) -> None:
         state.blocked_since[key] = session.now  # wait again before the next reservation
 
 
-def _observe_runtimes(session: Session, pending_keys: set[str]) -> None:
+def _observe_runtimes(session: Session, pending_keys: Container[str]) -> None:
     """Feed the running pods that declare no run time to the observed run times."""
     if not session.tenancy.starvation.enabled:
         return
