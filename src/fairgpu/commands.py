@@ -313,8 +313,9 @@ def queues(
     run: Run = None,
     at: At = None,
 ) -> None:
-    """One row per queue: weight, fair share, allocated, pending pods and GPUs, borrowed, and
-    when its backlog is predicted to drain. Live, or in a simulated run with --run."""
+    """One row per queue: weight, fair share, allocated, pending pods and GPUs, borrowed, its
+    pods preempted in the last hour, and when its backlog is predicted to drain. Live, or in a
+    simulated run with --run."""
     from fairgpu.kube.explain import queue_rows
 
     if run is not None:
@@ -344,19 +345,22 @@ QUEUE_COLUMNS = (
     ("PENDING-GPUS", "pending_gpus"),
     ("NOMINAL", "nominal_gpus"),
     ("BORROWED", "borrowed_gpus"),
+    ("PREEMPTED-1H", "preemptions_last_hour"),
     ("DRAINS", "drains_at"),
 )
 
 
 def queue_table(rows: list[dict[str, Any]]) -> list[str]:
-    """kubectl-style columns (GPU amounts in GPUs; NOMINAL '-' for no quota; DRAINS: when the
-    last pending pod is predicted to start, '-' with nothing pending)."""
+    """kubectl-style columns (GPU amounts in GPUs; NOMINAL '-' for no quota; PREEMPTED-1H:
+    its pods preempted in the last hour; DRAINS: when the last pending pod is predicted to
+    start, '-' with nothing pending)."""
     cells = [[h for h, _ in QUEUE_COLUMNS]]
     for row in rows:
         cells.append(
             [
                 "unknown"
-                if k == "drains_at" and not row["drain_known"]
+                if (k == "drains_at" and not row["drain_known"])
+                or (k == "preemptions_last_hour" and row[k] is None)
                 else "-"
                 if row[k] is None
                 else f"{row[k]:g}"

@@ -15,6 +15,7 @@ deletion at once.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 import uuid
@@ -34,7 +35,9 @@ from live_helpers import (
     scheduler,
     wait_for,
 )
+from typer.testing import CliRunner
 
+from fairgpu.cli import app
 from fairgpu.devcluster import (
     ControlPlane,
     FakeKubelet,
@@ -117,6 +120,12 @@ class World:
 
     def pods(self) -> list[dict[str, Any]]:
         return self.api.get(f"/api/v1/namespaces/{self.ns}/pods")["items"]
+
+    def preempted(self) -> list[dict[str, Any]]:
+        """The ``Preempted`` Events of this test's pods (events.k8s.io/v1)."""
+        path = f"/apis/events.k8s.io/v1/namespaces/{self.ns}/events"
+        items = self.api.get(f"{path}?labelSelector=fairgpu.io/preempted-queue")["items"]
+        return [e for e in items if e.get("reason") == "Preempted"]
 
     def describe(self) -> str:
         """One line per pod of the test (node, nomination, deletion, phase): what a failed
@@ -226,6 +235,22 @@ def test_reclaim_chain_never_evicts_a_waiting_preemptor(world: World, tmp_path: 
         with world.kubelet([a]):
             wait_for(lambda: all(world.node_of(n) == a for n in ("b0", "b1", "c0")), 20)
         assert s.metrics.evictions.labels("ok")._value.get() == 3
+        # Each victim got a Preempted Event naming its preemptor, labelled with its queue.
+        events = wait_for(lambda: len(world.preempted()) == 3 and world.preempted(), 15)
+        assert {e["metadata"]["labels"]["fairgpu.io/preempted-queue"] for e in events} == {"qa"}
+        assert {e["regarding"]["name"] for e in events} <= set(held)
+        assert all(e["type"] == "Normal" and e["reason"] == "Preempted" for e in events)
+        assert sorted(e["note"].split(" (")[0] for e in events) == [
+            f"preempted by {world.ns}/{p}" for p in ("b0", "b1", "c0")
+        ]
+        # `fairgpu queues` counts them for qa (in the last hour).
+        kubeconfig = str(world.cp.kubeconfig_path)
+        args = ["queues", "--kubeconfig", kubeconfig, "--config", str(tenancy), "-o", "json"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        rows = {r["queue"]: r for r in json.loads(result.output)}
+        assert rows["qa"]["preemptions_last_hour"] == 3
+        assert rows["qb"]["preemptions_last_hour"] == 0
     assert_clean(audit, s)
 
 

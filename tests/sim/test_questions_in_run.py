@@ -210,3 +210,29 @@ def test_what_if_in_a_run(run_dir: Path, tmp_path: Path) -> None:
     assert lines[1].startswith("  Predicted start: t=900 s (in 10m)")
     later = runner.invoke(app, ["what-if", "-f", str(job), "--run", str(run_dir), "--at", "950"])
     assert "team-b/probe (queue team-b, user team-b): would start on gpu-0 now" in later.output
+
+
+def test_queues_count_a_queues_pods_preempted_in_the_last_hour(tmp_path: Path) -> None:
+    """team-a fills the node with four long 2-GPU pods; team-b (below its share) reclaims one
+    at 100 s. ``queues`` counts that preemption for team-a for an hour, then no more."""
+    workload = tmp_path / "workload.yaml"
+    team_a = "".join(pod(f"long-{i}", 0, 20000, gpus=2) for i in range(4))
+    workload.write_text(NODE + team_a + pod("claim", 100, 600, gpus=2, namespace="team-b"))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    runs = (out / "runs.csv").read_text()
+    assert "preempted" in runs  # the run did reclaim
+
+    def counts(at: float) -> dict[str, int | None]:
+        got = runner.invoke(app, ["queues", "--run", str(out), "--at", str(at), "-o", "json"])
+        assert got.exit_code == 0, got.output
+        rows = json.loads(got.output)["queues"]
+        return {r["queue"]: r["preemptions_last_hour"] for r in rows}
+
+    assert counts(1000) == {"team-a": 1, "team-b": 0}
+    assert counts(5000) == {"team-a": 0, "team-b": 0}
+    text = runner.invoke(app, ["queues", "--run", str(out), "--at", "1000"]).output
+    header, team_a = text.splitlines()[1], text.splitlines()[2]
+    assert "PREEMPTED-1H" in header
+    assert team_a.split()[header.split().index("PREEMPTED-1H")] == "1"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from collections.abc import Callable
 
 from fairgpu.engine.engine import Evict
 from fairgpu.kube.cache import CacheChanges, SchedulerCache
@@ -31,6 +32,7 @@ class Evictor(LoopCalls):
         metrics: preemption and eviction counters.
         holds: the preemptors waiting for their victims.
         pdb_backoff: seconds a victim whose eviction a PodDisruptionBudget refused is spared.
+        on_evicted: called (loop thread) with each eviction the API server accepted.
     """
 
     def __init__(
@@ -41,10 +43,13 @@ class Evictor(LoopCalls):
         metrics: Metrics,
         holds: PreemptionHolds,
         pdb_backoff: float,
+        on_evicted: Callable[[Evict], None] | None = None,
     ) -> None:
         super().__init__(client, events, cache, metrics, 4, "evict")
         self.holds = holds
         self.pdb_backoff = pdb_backoff
+        self.on_evicted = on_evicted
+        self._posted: dict[str, Evict] = {}  # victim uid -> its eviction, until the result
 
     def evict(self, ev: Evict) -> None:
         """Post the eviction of one victim the engine chose (loop thread)."""
@@ -57,6 +62,7 @@ class Evictor(LoopCalls):
             return
         self.metrics.preemptions.labels(ev.kind or "unknown").inc()
         self.holds.evicting(victim, ev.preemptor.uid if ev.preemptor is not None else None)
+        self._posted[victim.uid] = ev
         log.info(
             "evicting",
             extra={
@@ -91,9 +97,12 @@ class Evictor(LoopCalls):
         """Apply an eviction's result (loop thread)."""
         status, message, victim = result.status, result.message, result.victim
         m = self.metrics
+        ev = self._posted.pop(victim.uid, None)
         # 404: already gone; 409: the uid precondition failed, i.e. a new pod of that name.
         if 200 <= status < 300 or status in (404, 409):
             m.evictions.labels("ok").inc()
+            if 200 <= status < 300 and ev is not None and self.on_evicted is not None:
+                self.on_evicted(ev)
             return
         blocked = status == 429
         m.evictions.labels("blocked" if blocked else "error").inc()

@@ -125,12 +125,28 @@ def _queue_state(
     return queues
 
 
+#: The window of ``queues``' preemption count, seconds.
+PREEMPTION_WINDOW = 3600.0
+
+
 def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
-    """One row per queue (see :func:`_queue_state`), sorted by name, with ``drains_at``:
-    when its last pending pod is predicted to start (None: nothing pending, or unknown --
-    ``drain_known`` tells which)."""
+    """One row per queue (see :func:`_queue_state`), sorted by name, with
+    ``preemptions_last_hour``: its pods preempted in the hour before the snapshot (None:
+    unknown, the scheduler's Events could not be read), and ``drains_at``: when its last
+    pending pod is predicted to start (None: nothing pending, or unknown -- ``drain_known``
+    tells which)."""
     cache, engine = snapshot.build()
     rows = _queue_state(engine, cache.cluster, cache.schedulable(), snapshot.now)
+    for name, row in rows.items():
+        row["preemptions_last_hour"] = (
+            None
+            if snapshot.preemptions is None
+            else sum(
+                1
+                for when, queue in snapshot.preemptions
+                if queue == name and snapshot.now - PREEMPTION_WINDOW < when <= snapshot.now
+            )
+        )
     predicted, pending, _ = forecast_snapshot(snapshot, None, FORECAST_BUDGET)
     by_queue: dict[str, list[str]] = {}
     for pod in pending:

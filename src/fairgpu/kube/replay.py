@@ -30,6 +30,10 @@ __all__ = ["ReplaySnapshot", "RunPod", "find_pod", "replay_snapshot", "sim_label
 SIM_SCHEDULER = "fairgpu"
 
 
+#: Outcomes of run attempts ended by a preemption (the victim, or a gang torn down with it).
+PREEMPTED_OUTCOMES = frozenset({"preempted", "gang-restart"})
+
+
 def sim_label(t: float) -> str:
     """A simulated instant for people: ``t=1234 s``."""
     return f"t={t:.0f} s"
@@ -118,7 +122,14 @@ def replay_snapshot(directory: Path, at: float) -> ReplaySnapshot:
         scheduler_name=SIM_SCHEDULER,
         seed=spec.seed,
     )
-    return ReplaySnapshot(settings, at, [], [], [], label=sim_label, sim=sim)
+    snapshot = ReplaySnapshot(settings, at, [], [], [], label=sim_label, sim=sim)
+    # The run's preemptions so far: run attempts ended to make room for another pod.
+    snapshot.preemptions = [
+        (a.end, sim.engine.tenant(sim.records[a.uid].pod).queue)
+        for a in sim.runs.attempts
+        if a.end is not None and a.outcome in PREEMPTED_OUTCOMES
+    ]
+    return snapshot
 
 
 def pod_object(snapshot: ReplaySnapshot, key: str) -> dict[str, Any]:

@@ -22,11 +22,13 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import CycleResult
 from fairgpu.kube.client import CONNECTION_ERRORS, STRATEGIC_MERGE_PATCH, RateLimiter, RestClient
 from fairgpu.kube.metrics import Metrics
+from fairgpu.model.pod import PodInfo
 
 __all__ = ["PREDICTED_START", "Report", "Reporter", "report_unschedulable"]
 
@@ -35,7 +37,9 @@ log = logging.getLogger("fairgpu.kube.reporter")
 
 @dataclass(slots=True)
 class Report:
-    """One pod's unschedulable reason, or (``kind`` ``Node``) a warning about a node."""
+    """One pod's unschedulable reason, (``kind`` ``Node``) a warning about a node, or
+    (``kind`` ``Preempted``) the eviction of a pod to make room for another. ``labels``: the
+    Event's own labels."""
 
     uid: str
     namespace: str
@@ -44,6 +48,14 @@ class Report:
     reason: str = "Unschedulable"
     kind: str = "Pod"
     event: bool = True
+    labels: dict[str, str] | None = None
+
+
+#: Label of a ``Preempted`` Event: the queue the evicted pod belonged to (``fairgpu queues``
+#: counts a queue's preemptions of the last hour from these Events).
+LABEL_PREEMPTED_QUEUE = "fairgpu.io/preempted-queue"
+#: Reason of the Event on a pod evicted to make room for another (kube-scheduler's).
+PREEMPTED_REASON = "Preempted"
 
 
 #: What precedes the predicted start in a PodScheduled condition message.
@@ -167,6 +179,22 @@ class Reporter:
                 self._queue.move_to_end(key)
                 self._cond.notify()
 
+    def preempted(self, victim: PodInfo, queue: str, note: str) -> None:
+        """Queue a Normal ``Preempted`` Event on ``victim`` (evicted to make room for another
+        pod, ``note`` says which), labelled with its queue (:data:`LABEL_PREEMPTED_QUEUE`)."""
+        rep = Report(
+            victim.uid,
+            victim.namespace,
+            victim.name,
+            note,
+            PREEMPTED_REASON,
+            "Preempted",
+            labels={LABEL_PREEMPTED_QUEUE: queue},
+        )
+        with self._cond:
+            self._queue[f"preempted/{victim.uid}"] = rep
+            self._cond.notify()
+
     def forget(self, uid: str) -> None:
         """The pod was bound or deleted: drop its history and any queued report."""
         self._last.pop(uid, None)
@@ -204,6 +232,9 @@ class Reporter:
         if rep.kind == "Node":
             self._post_event(rep, "Warning", rep.reason, "Decoding")
             return
+        if rep.kind == "Preempted":
+            self._post_event(rep, "Normal", rep.reason, "Preempting")
+            return
         ns, name = rep.namespace, rep.name
         self.limiter.acquire()
         status = {
@@ -240,19 +271,24 @@ class Reporter:
         """An events.k8s.io/v1 Event about ``rep``'s object (a Node's go to ``default``)."""
         ns, name = rep.namespace, rep.name
         self.limiter.acquire()
-        regarding = {"apiVersion": "v1", "kind": rep.kind, "name": name, "uid": rep.uid}
-        if rep.kind == "Pod":
+        kind = "Node" if rep.kind == "Node" else "Pod"
+        regarding = {"apiVersion": "v1", "kind": kind, "name": name, "uid": rep.uid}
+        if kind == "Pod":
             regarding["namespace"] = ns
+        metadata: dict[str, Any] = {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": ns}
+        if rep.labels:
+            metadata["labels"] = dict(rep.labels)
+        note = rep.message if rep.kind == "Preempted" else self.message(rep)
         event = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+            "metadata": metadata,
             "eventTime": _micro_now(),
             "reportingController": self.component,
             "reportingInstance": self.instance or self.component,
             "action": action,
             "reason": reason,
-            "note": self.message(rep)[:1024],
+            "note": note[:1024],
             "type": etype,
             "regarding": regarding,
         }

@@ -35,7 +35,7 @@ import uuid
 from types import FrameType
 from typing import Any
 
-from fairgpu.engine.engine import Bind, Engine
+from fairgpu.engine.engine import Bind, Engine, Evict
 from fairgpu.engine.policies import policy as named_policy
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.batching import batch
@@ -123,7 +123,13 @@ class LiveScheduler:
             self._stop,
         )
         self.evictor = Evictor(
-            self.client, self.events, self.cache, self.metrics, self.holds, config.pdb_backoff
+            self.client,
+            self.events,
+            self.cache,
+            self.metrics,
+            self.holds,
+            config.pdb_backoff,
+            on_evicted=self._preempted,
         )
         self.exporter = MetricsExporter(self.metrics)
         queue_of = lambda p: self.engine.tenant(p).queue  # noqa: E731
@@ -478,6 +484,14 @@ class LiveScheduler:
             )
 
     # ---- binding --------------------------------------------------------------------------------
+    def _preempted(self, ev: Evict) -> None:
+        """An eviction made to place another pod was accepted: say so on the victim, as
+        kube-scheduler does (a ``Preempted`` Event, labelled with the victim's queue)."""
+        if ev.preemptor is None:
+            return  # a gang timeout, not a preemption
+        note = ev.reason or f"preempted by {ev.preemptor.key}"
+        self.reporter.preempted(ev.pod, self.engine.tenant(ev.pod).queue, note)
+
     def _assumed(self, b: Bind, now: float) -> None:
         self.cache.assumed_by_engine(b.pod.uid, b.node_name)
         self.forecaster.started(b.pod, now)

@@ -25,10 +25,11 @@ from fairgpu.engine.policies import policy as named_policy
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.client import RestClient
-from fairgpu.kube.decode import NodeRecord, PodRecord, time_label
+from fairgpu.kube.decode import NodeRecord, PodRecord, parse_time, time_label
 from fairgpu.kube.dra_watch import DraWatch, read_dra
 from fairgpu.kube.namespaces import NamespaceStore, decode_namespace
 from fairgpu.kube.podgroups import PodGroupBook, decode_pod_group, served_pod_group_paths
+from fairgpu.kube.reporter import LABEL_PREEMPTED_QUEUE
 from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.node_pools import NodePoolConfig
 
@@ -99,6 +100,9 @@ class Snapshot:
     dra: list[tuple[str, list[Any]]] = field(default_factory=list)
     # How a point in time reads in answers (live: RFC 3339 UTC).
     label: Callable[[float], str] = time_label
+    # (when, queue) of each preemption seen: live, the scheduler's Preempted Events (kept an
+    # hour by the API server); None when they could not be read.
+    preemptions: list[tuple[float, str]] | None = field(default_factory=list)
 
     def build(self) -> tuple[SchedulerCache, Engine]:
         """A fresh cache and engine holding this snapshot, as the live scheduler would
@@ -162,4 +166,41 @@ def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
         for path in served_pod_group_paths(client)
     }
     dra = read_dra(client, lambda path, decode: list_objects(client, path, decode))
-    return Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra)
+    snapshot = Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra)
+    snapshot.preemptions = read_preemptions(client)
+    return snapshot
+
+
+class _EventMeta(msgspec.Struct, rename="camel"):
+    labels: dict[str, str] = {}
+    creation_timestamp: str = ""
+
+
+class _Event(msgspec.Struct, rename="camel"):
+    metadata: _EventMeta = msgspec.field(default_factory=_EventMeta)
+    event_time: str | None = None
+
+
+_event_decoder = msgspec.json.Decoder(_Event)
+
+
+def read_preemptions(client: RestClient) -> list[tuple[float, str]] | None:
+    """(when, queue) of every ``Preempted`` Event the scheduler wrote (labelled with the
+    victim's queue); None when Events cannot be listed (e.g. RBAC): the answer is then
+    unknown, not zero."""
+    try:
+        events = list_objects(
+            client,
+            "/apis/events.k8s.io/v1/events",
+            _event_decoder.decode,
+            {"labelSelector": LABEL_PREEMPTED_QUEUE},
+        )
+    except RuntimeError:
+        return None
+    out = []
+    for e in events:
+        when = parse_time(e.event_time or e.metadata.creation_timestamp)
+        queue = e.metadata.labels.get(LABEL_PREEMPTED_QUEUE, "")
+        if when is not None and queue:
+            out.append((when, queue))
+    return out
