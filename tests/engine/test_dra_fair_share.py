@@ -118,13 +118,19 @@ def test_namespace_cap_counts_gpus_asked_through_claims() -> None:
     assert all("namespace 'a' quota exceeded: requests.nvidia.com/gpu" in r.reason for r in waiting)
 
 
-def test_mig_partition_counts_as_its_fraction_of_a_gpu() -> None:
+def _mig_cluster() -> ClusterState:
+    """The two DRA nodes of :func:`_workload` with MIG partitions, no pod placed."""
     workload = _workload(True, [], mig=True)
     state = ClusterState()
     for n in workload.nodes:
         state.add_node(n)
     for obj in workload.extra["dra"]:
         state.dra.add(obj)
+    return state
+
+
+def test_mig_partition_counts_as_its_fraction_of_a_gpu() -> None:
+    state = _mig_cluster()
     assert state.gpu_capacity_milli() == 4000
     p = _pod("m", "a", True, mig=True)
     state.dra.create_pod_claims(p.uid, p.name, p.namespace, p.resource_claims)
@@ -138,12 +144,7 @@ def test_mig_partition_counts_as_its_fraction_of_a_gpu() -> None:
 def test_gpu_memory_asked_and_held_through_claims_counts_in_the_dominant_share() -> None:
     """GPU memory is one of the book's dimensions: a GPU asked through a claim brings its
     memory capacity, a MIG partition its own; the slices' GPUs add theirs to the cluster's."""
-    workload = _workload(True, [], mig=True)
-    state = ClusterState()
-    for n in workload.nodes:
-        state.add_node(n)
-    for obj in workload.extra["dra"]:
-        state.dra.add(obj)
+    state = _mig_cluster()
     engine = Engine(tenancy=parse_config(TENANCY))
     book = engine.book
     book.sync(state)

@@ -155,7 +155,10 @@ class GCEPersistentDiskVolumeSource(_Base):
     read_only: bool = False
 
 
-class AWSElasticBlockStoreVolumeSource(_Base):
+class VolumeIDSource(_Base):
+    """An in-tree volume source named by its ``volumeID``: AWS EBS, Cinder, Portworx (the
+    fields the scheduler reads are the same)."""
+
     volume_id: str = msgspec.field(default="", name="volumeID")
     read_only: bool = False
 
@@ -167,16 +170,6 @@ class AzureDiskVolumeSource(_Base):
     disk_name: str = ""
     disk_uri: str = msgspec.field(default="", name="diskURI")
     kind: str = "Shared"
-    read_only: bool = False
-
-
-class CinderVolumeSource(_Base):
-    volume_id: str = msgspec.field(default="", name="volumeID")
-    read_only: bool = False
-
-
-class PortworxVolumeSource(_Base):
-    volume_id: str = msgspec.field(default="", name="volumeID")
     read_only: bool = False
 
 
@@ -207,10 +200,10 @@ class Volume(_Base):
     persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None
     ephemeral: dict[str, Any] | None = None
     gce_persistent_disk: GCEPersistentDiskVolumeSource | None = None
-    aws_elastic_block_store: AWSElasticBlockStoreVolumeSource | None = None
+    aws_elastic_block_store: VolumeIDSource | None = None
     azure_disk: AzureDiskVolumeSource | None = None
-    cinder: CinderVolumeSource | None = None
-    portworx_volume: PortworxVolumeSource | None = None
+    cinder: VolumeIDSource | None = None
+    portworx_volume: VolumeIDSource | None = None
     iscsi: ISCSIVolumeSource | None = None
     rbd: RBDVolumeSource | None = None
 
@@ -350,10 +343,10 @@ class PersistentVolumeSpec(_Base):
     volume_mode: str = "Filesystem"
     csi: CSIPersistentVolumeSource | None = None
     gce_persistent_disk: GCEPersistentDiskVolumeSource | None = None
-    aws_elastic_block_store: AWSElasticBlockStoreVolumeSource | None = None
+    aws_elastic_block_store: VolumeIDSource | None = None
     azure_disk: AzureDiskVolumeSource | None = None
-    cinder: CinderVolumeSource | None = None
-    portworx_volume: PortworxVolumeSource | None = None
+    cinder: VolumeIDSource | None = None
+    portworx_volume: VolumeIDSource | None = None
     persistent_volume_reclaim_policy: str = ""
 
 
