@@ -50,10 +50,24 @@ At = Annotated[
     ),
 ]
 
+Budget = Annotated[
+    float,
+    typer.Option(
+        "--forecast-budget",
+        help="Wall seconds the start-time forecast may run; pods it has not reached by then "
+        "get no prediction.",
+    ),
+]
+
 
 def _fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=2)
+
+
+def _check_budget(seconds: float) -> None:
+    if not seconds > 0:
+        _fail(f"--forecast-budget must be > 0 seconds, not {seconds:g}")
 
 
 def _check_output(output: str) -> None:
@@ -138,6 +152,7 @@ def explain(
     node_pool_label: PoolLabel = "example.com/node.usage",
     run: Run = None,
     at: At = None,
+    forecast_budget: Budget = 3.0,
 ) -> None:
     """Why is this pod pending? Its queue, fair order, quota, node reasons and what would help.
     Live through the kubeconfig, or in a simulated run with --run."""
@@ -145,11 +160,12 @@ def explain(
 
     ns, _, name = target.rpartition("/")
     ns = ns or namespace
+    _check_budget(forecast_budget)
     if run is not None:
         from fairgpu.kube.replay import explain_in_run
 
         _check_output(output)
-        report = _in_run(lambda: explain_in_run(run, f"{ns}/{name}", at))
+        report = _in_run(lambda: explain_in_run(run, f"{ns}/{name}", at, forecast_budget))
         _echo(output, report, run_explain_lines(report))
         return
     client, snapshot = _read(
@@ -160,6 +176,7 @@ def explain(
         _fail(f"pod {ns}/{name} not found")
     if not resp.ok:
         _fail(f"get pod {ns}/{name}: HTTP {resp.status}: {resp.message}")
+    snapshot.forecast_budget = forecast_budget
     report = explain_pod(snapshot, ns, name, resp.body)
     if output == "json":
         typer.echo(json.dumps(report, indent=2))
@@ -312,23 +329,26 @@ def queues(
     node_pool_label: PoolLabel = "example.com/node.usage",
     run: Run = None,
     at: At = None,
+    forecast_budget: Budget = 3.0,
 ) -> None:
     """One row per queue: weight, fair share, allocated, pending pods and GPUs, borrowed, its
     pods preempted in the last hour, and when its backlog is predicted to drain. Live, or in a
     simulated run with --run."""
     from fairgpu.kube.explain import queue_rows
 
+    _check_budget(forecast_budget)
     if run is not None:
         from fairgpu.kube.replay import queues_in_run
 
         _check_output(output)
-        answer = _in_run(lambda: queues_in_run(run, at))
+        answer = _in_run(lambda: queues_in_run(run, at, forecast_budget))
         head = f"Simulated run {answer['simulated_run']} at {answer['at_label']}:"
         _echo(output, answer, [head, *queue_table(answer["queues"])])
         return
     _, snapshot = _read(
         kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
     )
+    snapshot.forecast_budget = forecast_budget
     rows = queue_rows(snapshot)
     if output == "json":
         typer.echo(json.dumps(rows, indent=2))
@@ -392,12 +412,14 @@ def what_if(
     node_pool_label: PoolLabel = "example.com/node.usage",
     run: Run = None,
     at: At = None,
+    forecast_budget: Budget = 3.0,
 ) -> None:
     """Where would these pods go now, or which rule stops them, and when would they start?
     Creates nothing. Live, or in a simulated run with --run (default --at: when the most
     pods waited)."""
     from fairgpu.kube.explain import what_if as answer
 
+    _check_budget(forecast_budget)
     if run is not None:
         from fairgpu.kube.replay import busiest_instant, replay_snapshot
 
@@ -408,6 +430,7 @@ def what_if(
         client, snapshot = _read(
             kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
         )
+    snapshot.forecast_budget = forecast_budget
     pods, groups = _load_pods(file, client, snapshot, node_pool_label, namespace)
     rows = answer(snapshot, pods, groups)
     for row, pod in zip(rows, pods, strict=True):

@@ -236,3 +236,17 @@ def test_queues_count_a_queues_pods_preempted_in_the_last_hour(tmp_path: Path) -
     header, team_a = text.splitlines()[1], text.splitlines()[2]
     assert "PREEMPTED-1H" in header
     assert team_a.split()[header.split().index("PREEMPTED-1H")] == "1"
+
+
+def test_the_forecast_budget_is_an_option(run_dir: Path) -> None:
+    """``--forecast-budget`` bounds the start-time forecast: one too short to simulate
+    anything says so instead of a time; zero is refused."""
+    args = ["explain", "team-a/second", "--run", str(run_dir), "--at", "200"]
+    assert "Predicted start: t=600 s" in runner.invoke(app, args).output
+    short = runner.invoke(app, [*args, "--forecast-budget", "1e-9"])
+    assert short.exit_code == 0, short.output
+    assert "Predicted start: unknown: the forecast ran out of time" in short.output
+    queues = runner.invoke(app, ["queues", "--run", str(run_dir), "--forecast-budget", "1e-9"])
+    assert queues.output.splitlines()[2].endswith("unknown")
+    refused = runner.invoke(app, [*args, "--forecast-budget", "0"])
+    assert refused.exit_code == 2 and "--forecast-budget must be > 0 seconds" in refused.output

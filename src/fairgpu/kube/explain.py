@@ -53,9 +53,6 @@ __all__ = ["explain_pod", "queue_rows", "what_if"]
 #: How many nodes "would fit if freed" lists at most (each costs a preemption search).
 MAX_FREED_NODES = 5
 
-#: Wall seconds a command's forecast may take.
-FORECAST_BUDGET = 3.0
-
 
 def _gpus(milli: float) -> float:
     """Milli-GPU as GPUs, rounded for people."""
@@ -147,7 +144,7 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
                 if queue == name and snapshot.now - PREEMPTION_WINDOW < when <= snapshot.now
             )
         )
-    predicted, pending, _ = forecast_snapshot(snapshot, None, FORECAST_BUDGET)
+    predicted, pending, _ = forecast_snapshot(snapshot, None, snapshot.forecast_budget)
     by_queue: dict[str, list[str]] = {}
     for pod in pending:
         by_queue.setdefault(engine.tenant(pod).queue, []).append(pod.uid)
@@ -407,7 +404,7 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
     report["scheduling_gates"] = list(pod.scheduling_gates)
     _pending_detail(report, snapshot, cache.schedulable(), engine, cluster, pod)
     report.update(_scheduler_notes(status))
-    predicted = forecast_snapshot(snapshot, None, FORECAST_BUDGET)[0]
+    predicted = forecast_snapshot(snapshot, None, snapshot.forecast_budget)[0]
     report.update(predicted_start(predicted, uid, snapshot.label))
     ann = meta.get("annotations") or {}
     report["scheduler_predicted_start"] = ann.get(ANN_PREDICTED_START)
@@ -514,5 +511,5 @@ def _forecast_with(
     pending = [*(p for p in cache.schedulable() if not p.scheduling_gates), *pods]
     runtimes = Runtimes(lambda p: engine.tenant(p).queue, None)
     return forecast(
-        cache.cluster, engine, pending, snapshot.now, runtimes, budget_s=FORECAST_BUDGET
+        cache.cluster, engine, pending, snapshot.now, runtimes, budget_s=snapshot.forecast_budget
     )

@@ -20,7 +20,7 @@ from typing import Any
 
 from fairgpu.engine.engine import Engine
 from fairgpu.kube.cache import SchedulerCache
-from fairgpu.kube.snapshot import ReadSettings, Snapshot
+from fairgpu.kube.snapshot import FORECAST_BUDGET, ReadSettings, Snapshot
 from fairgpu.sim.rerun import RunSpec, load_run, replay
 from fairgpu.sim.simulator import Simulation
 
@@ -110,8 +110,11 @@ def _check_instant(at: float) -> float:
     return at
 
 
-def replay_snapshot(directory: Path, at: float) -> ReplaySnapshot:
-    """The run recorded in ``directory`` at simulated second ``at``."""
+def replay_snapshot(
+    directory: Path, at: float, forecast_budget: float = FORECAST_BUDGET
+) -> ReplaySnapshot:
+    """The run recorded in ``directory`` at simulated second ``at`` (its forecasts may take
+    ``forecast_budget`` wall seconds)."""
     _check_instant(at)
     spec: RunSpec = load_run(directory)
     sim = replay(spec, at)
@@ -123,6 +126,7 @@ def replay_snapshot(directory: Path, at: float) -> ReplaySnapshot:
         seed=spec.seed,
     )
     snapshot = ReplaySnapshot(settings, at, [], [], [], label=sim_label, sim=sim)
+    snapshot.forecast_budget = forecast_budget
     # The run's preemptions so far: run attempts ended to make room for another pod.
     snapshot.preemptions = [
         (a.end, sim.engine.tenant(sim.records[a.uid].pod).queue)
@@ -161,7 +165,9 @@ def pod_object(snapshot: ReplaySnapshot, key: str) -> dict[str, Any]:
     return {"metadata": meta, "spec": spec, "status": status}
 
 
-def explain_in_run(directory: Path, key: str, at: float | None) -> dict[str, Any]:
+def explain_in_run(
+    directory: Path, key: str, at: float | None, forecast_budget: float = FORECAST_BUDGET
+) -> dict[str, Any]:
     """:func:`~fairgpu.kube.explain.explain_pod` for pod ``key`` of the run recorded in
     ``directory`` at simulated second ``at`` (default: :meth:`RunPod.default_instant`), with
     ``simulated_run``, ``at``, ``at_label`` and ``started_in_run`` (when the recorded run
@@ -173,7 +179,7 @@ def explain_in_run(directory: Path, key: str, at: float | None) -> dict[str, Any
     when = pod.default_instant() if at is None else _check_instant(at)
     if when < pod.arrival:
         raise ValueError(f"pod {key} arrives at {sim_label(pod.arrival)}, after --at {when:g}")
-    snapshot = replay_snapshot(directory, when)
+    snapshot = replay_snapshot(directory, when, forecast_budget)
     namespace, _, name = key.partition("/")
     report = explain_pod(snapshot, namespace, name, pod_object(snapshot, key))
     next_start = pod.next_start(when)
@@ -212,7 +218,9 @@ def busiest_instant(directory: Path) -> float:
     return at
 
 
-def queues_in_run(directory: Path, at: float | None) -> dict[str, Any]:
+def queues_in_run(
+    directory: Path, at: float | None, forecast_budget: float = FORECAST_BUDGET
+) -> dict[str, Any]:
     """:func:`~fairgpu.kube.explain.queue_rows` of the run recorded in ``directory`` at
     simulated second ``at`` (default: :func:`busiest_instant`): ``{"at", "at_label",
     "simulated_run", "queues"}``."""
@@ -221,7 +229,7 @@ def queues_in_run(directory: Path, at: float | None) -> dict[str, Any]:
     if not (directory / "pods.csv").is_file():
         raise ValueError(f"{directory / 'pods.csv'}: no such file")
     when = busiest_instant(directory) if at is None else at
-    rows = queue_rows(replay_snapshot(directory, when))
+    rows = queue_rows(replay_snapshot(directory, when, forecast_budget))
     return {
         "simulated_run": str(directory),
         "at": when,

@@ -33,7 +33,10 @@ from fairgpu.kube.reporter import LABEL_PREEMPTED_QUEUE
 from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.node_pools import NodePoolConfig
 
-__all__ = ["ReadSettings", "Snapshot", "list_objects", "read_cluster"]
+__all__ = ["FORECAST_BUDGET", "ReadSettings", "Snapshot", "list_objects", "read_cluster"]
+
+#: Wall seconds a command's forecast may take unless told otherwise (``--forecast-budget``).
+FORECAST_BUDGET = 3.0
 
 
 class _ListMeta(msgspec.Struct):
@@ -103,6 +106,8 @@ class Snapshot:
     # (when, queue) of each preemption seen: live, the scheduler's Preempted Events (kept an
     # hour by the API server); None when they could not be read.
     preemptions: list[tuple[float, str]] | None = field(default_factory=list)
+    # Wall seconds a start-time forecast over this snapshot may take.
+    forecast_budget: float = FORECAST_BUDGET
 
     def build(self) -> tuple[SchedulerCache, Engine]:
         """A fresh cache and engine holding this snapshot, as the live scheduler would
