@@ -335,6 +335,7 @@ def queues(
     pods preempted in the last hour, and when its backlog is predicted to drain. Live, or in a
     simulated run with --run."""
     from fairgpu.kube.explain import queue_rows
+    from fairgpu.kube.snapshot import read_preemptions
 
     _check_budget(forecast_budget)
     if run is not None:
@@ -345,10 +346,11 @@ def queues(
         head = f"Simulated run {answer['simulated_run']} at {answer['at_label']}:"
         _echo(output, answer, [head, *queue_table(answer["queues"])])
         return
-    _, snapshot = _read(
+    client, snapshot = _read(
         kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
     )
     snapshot.forecast_budget = forecast_budget
+    snapshot.preemptions = read_preemptions(client)
     rows = queue_rows(snapshot)
     if output == "json":
         typer.echo(json.dumps(rows, indent=2))

@@ -81,8 +81,8 @@ class Backlog:
         self.lanes: Lanes = {}
         self.groups: dict[str, dict[int, PodInfo]] = {}
         self._group_of: dict[int, str] = {}
-        # A group's jobs as last built, with what they were built from: (its members' change
-        # count, running members, minMember) -> (members in pod order, jobs).
+        # Per group, its jobs as last built and what they were built from: ((its members'
+        # change count, running members, minMember), jobs).
         self._group_version: dict[str, int] = {}
         self._group_jobs: dict[str, tuple[tuple[int, int, int | None], list[Job]]] = {}
         # uid -> pod of every pending pod (alone or in a group) and the uids of pods alone.

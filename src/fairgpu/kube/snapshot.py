@@ -33,7 +33,14 @@ from fairgpu.kube.reporter import LABEL_PREEMPTED_QUEUE
 from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.node_pools import NodePoolConfig
 
-__all__ = ["FORECAST_BUDGET", "ReadSettings", "Snapshot", "list_objects", "read_cluster"]
+__all__ = [
+    "FORECAST_BUDGET",
+    "ReadSettings",
+    "Snapshot",
+    "list_objects",
+    "read_cluster",
+    "read_preemptions",
+]
 
 #: Wall seconds a command's forecast may take unless told otherwise (``--forecast-budget``).
 FORECAST_BUDGET = 3.0
@@ -104,8 +111,9 @@ class Snapshot:
     # How a point in time reads in answers (live: RFC 3339 UTC).
     label: Callable[[float], str] = time_label
     # (when, queue) of each preemption seen: live, the scheduler's Preempted Events (kept an
-    # hour by the API server); None when they could not be read.
-    preemptions: list[tuple[float, str]] | None = field(default_factory=list)
+    # hour by the API server, read by `queues` only: :func:`read_preemptions`); None when
+    # they were not or could not be read.
+    preemptions: list[tuple[float, str]] | None = None
     # Wall seconds a start-time forecast over this snapshot may take.
     forecast_budget: float = FORECAST_BUDGET
 
@@ -171,9 +179,7 @@ def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
         for path in served_pod_group_paths(client)
     }
     dra = read_dra(client, lambda path, decode: list_objects(client, path, decode))
-    snapshot = Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra)
-    snapshot.preemptions = read_preemptions(client)
-    return snapshot
+    return Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra)
 
 
 class _EventMeta(msgspec.Struct, rename="camel"):

@@ -28,8 +28,7 @@ def device_gpu_milli(device: DeviceInfo, counter_totals: CounterTotals) -> int:
     mean over the set's counters of the share it consumes, so an A100 MIG 3g.40gb (4 of 8
     memory slices, half the memory, 42 of 108 SMs) counts 489 and a 1g.10gb 125; any other
     device 0. ``counter_totals`` gives a counter set's totals by (driver, pool, set)."""
-    typ = device.attributes.get(f"{device.driver}/type")
-    if device.driver not in GPU_DRIVERS or typ not in _GPU_TYPES:
+    if not _is_gpu(device):
         return 0
     if not device.consumes:
         return WHOLE
@@ -50,10 +49,15 @@ def device_gpu_memory_mib(device: DeviceInfo) -> int:
     of one (:func:`device_gpu_milli` is not 0), else 0. A MIG 1g.10gb counts its 10 GiB, so
     a tenant's dominant share sees GPU memory asked through claims as it sees memory asked
     through ``nvidia.com/gpu``."""
-    typ = device.attributes.get(f"{device.driver}/type")
-    if device.driver not in GPU_DRIVERS or typ not in _GPU_TYPES:
+    if not _is_gpu(device):
         return 0
     return device.capacity.get(f"{device.driver}/memory", 0) // MIB
+
+
+def _is_gpu(device: DeviceInfo) -> bool:
+    """Is ``device`` a GPU or a partition of one (a GPU driver's, of a GPU ``type``)?"""
+    typ = device.attributes.get(f"{device.driver}/type")
+    return device.driver in GPU_DRIVERS and typ in _GPU_TYPES
 
 
 def selects(selectors: Iterable[Any], device: DeviceInfo) -> bool:

@@ -193,11 +193,12 @@ def _gang_shape(session: Session, job: Job, rules: Rules) -> tuple[object, ...] 
     key = _ask_key(session, job, head, allowed(session, job, head))
     if key is None:
         return None
-    vector = job.ask_tuple
-    if vector is None or flags[0]:  # the vector is the job's own while labels do not matter
+    if flags[0]:  # labels matter: the ask is computed afresh each time
         vector = tuple(key[1].tolist())
-        if not flags[0]:
-            job.ask_tuple = vector
+    else:  # the ask is the job's own (Job.asked), so is its tuple
+        if job.ask_tuple is None:
+            job.ask_tuple = tuple(key[1].tolist())
+        vector = job.ask_tuple
     return (*rules.victims.memo_key(job, head), *key[0], vector)
 
 
