@@ -13,10 +13,20 @@ import pytest
 
 from fairgpu.api import objects as k8s
 from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.engine import Engine
+from fairgpu.engine.framework import Code
 from fairgpu.engine.plugins.node_volume_limits import NodeVolumeLimits
+from fairgpu.engine.profile import Profile
 from fairgpu.model.pod import PodInfo, pod_from_k8s
 from tests.builders import cluster, k8s_node, k8s_pod, pod_manifest
-from tests.engine.test_volumes import feasible, reason, scheduler, three_nodes, user
+from tests.engine.test_volumes import (
+    VOLUME_FILTERS,
+    feasible,
+    reason,
+    scheduler,
+    three_nodes,
+    user,
+)
 from tests.engine.volume_builders import csinode_doc, load, pv_doc, pvc_doc, sc_doc
 
 LIMITED = "csi.example.com"
@@ -83,14 +93,62 @@ def test_inline_gce_disks_count_as_the_pd_drivers() -> None:
 
 def test_inline_ebs_volume_ids_are_normalised() -> None:
     state = limited(EBS, 1, (ebs("aws://us-east-1a/vol-1"), "a"))
-    # The same volume whatever the form of its ID; a malformed one is not counted.
+    # The same volume whatever the form of its ID.
     assert feasible(k8s_pod("same", volumes=[ebs("vol-1")]), state) == ["a", "c"]
     assert feasible(k8s_pod("other", volumes=[ebs("vol-2")]), state) == ["c"]
-    assert feasible(k8s_pod("bad", volumes=[ebs("aws://zone/not-a-volume")]), state) == [
-        "a",
-        "b",
-        "c",
-    ]
+
+
+def attempt(p: PodInfo, state: ClusterState) -> tuple[Code, str, str | None]:
+    """A whole attempt with the node selector before the volume filters (as in the default
+    profile): what kube-scheduler's filters see."""
+    result = scheduler(["NodeAffinity", *VOLUME_FILTERS]).schedule(p, state)
+    return result.code, result.reason(), result.node_name or None
+
+
+BAD_EBS = (
+    'running "NodeVolumeLimits" filter plugin: converting volume(disk) from inline to csi: '
+    "failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume "
+    "(aws://zone/not-a-volume)"
+)
+
+
+def test_a_malformed_inline_ebs_id_fails_the_attempt_where_a_csinode_is_feasible() -> None:
+    # kube-scheduler translates the pod's inline volumes on every node with a CSINode, and a
+    # translation error there ends the whole attempt with an error (no node, no preemption).
+    state = limited(EBS, 1)
+    bad = ebs("aws://zone/not-a-volume")
+    assert k8s_pod("bad", volumes=[bad]).inline_errors == (BAD_EBS.partition(": ")[2],)
+    assert attempt(k8s_pod("bad", volumes=[bad]), state) == (Code.ERROR, BAD_EBS, None)
+    # Only where a node with a CSINode passes the filters before it: c has none.
+    on_c = k8s_pod("bad", volumes=[bad], nodeSelector={"kubernetes.io/hostname": "c"})
+    assert attempt(on_c, state) == (Code.SUCCESS, "", "c")
+
+
+def test_a_placed_pods_untranslatable_volume_fails_attempts_counted_on_its_node() -> None:
+    # A pod on a (limits) mounts an Azure disk of the API's default kind, Shared: a new pod
+    # with a volume counted on a fails with that pod's error, one with no counted volume or
+    # kept off a does not.
+    state = limited(AZURE, 1, (azure("d1", kind="Shared"), "a"))
+    code, why, _ = attempt(k8s_pod("new", volumes=[azure("d2")]), state)
+    assert (code, why) == (
+        Code.ERROR,
+        'running "NodeVolumeLimits" filter plugin: converting volume(az-d1) from inline to '
+        "csi: kind(Shared) is not supported in csi migration",
+    )
+    assert attempt(k8s_pod("plain"), state)[0] == Code.SUCCESS
+    elsewhere = {"kubernetes.io/hostname": "b"}
+    assert attempt(k8s_pod("new", volumes=[azure("d2")], nodeSelector=elsewhere), state)[:2] == (
+        Code.UNSCHEDULABLE,
+        "0/3 nodes are available: 1 node(s) exceed max volume count, "
+        "2 node(s) didn't match Pod's node affinity/selector.",
+    )
+    assert (
+        attempt(
+            k8s_pod("c", volumes=[azure("d2")], nodeSelector={"kubernetes.io/hostname": "c"}),
+            state,
+        )[0]
+        == Code.SUCCESS
+    )
 
 
 AZURE = "disk.csi.azure.com"
@@ -135,16 +193,13 @@ def test_inline_azure_cinder_and_portworx_volumes_count_as_their_drivers(
     assert feasible(k8s_pod("same", volumes=[volume("d1")]), state) == ["a", "c"]
 
 
-def test_azure_disks_count_only_when_managed() -> None:
-    # The API defaults an Azure disk's kind to Shared; the CSI translation refuses any kind but
-    # Managed, so kube-scheduler does not count such a disk.
-    state = limited(AZURE, 1, (azure("d1", kind="Shared"), "a"))
-    assert feasible(k8s_pod("new", volumes=[azure("d2")]), state) == ["a", "c"]
-    assert feasible(k8s_pod("shared", volumes=[azure("d3", kind="Dedicated")]), state) == [
-        "a",
-        "b",
-        "c",
-    ]
+def test_azure_disks_translate_only_when_managed() -> None:
+    # The CSI translation refuses any kind but Managed: the pod's attempt fails with an error
+    # wherever a node with a CSINode could take it (a and b here, limited or not).
+    state = limited(AZURE, 1)
+    code, why, _ = attempt(k8s_pod("shared", volumes=[azure("d3", kind="Dedicated")]), state)
+    assert code == Code.ERROR and why.endswith("kind(Dedicated) is not supported in csi migration")
+    assert k8s_pod("managed", volumes=[azure("d3")]).inline_errors == ()
 
 
 def test_only_gce_ebs_iscsi_and_rbd_disks_conflict() -> None:
@@ -414,3 +469,19 @@ def test_bound_azure_disk_keeps_its_affinity_where_migrated(kind: str, expected:
     load(state, pv, pvc_doc("data", sc="", volume="pv"))
     mask, _ = scheduler(["VolumeBinding"]).filter(user("app", "data"), state)
     assert [state.node(int(i)).name for i in np.flatnonzero(mask)] == expected
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_an_untranslatable_volume_neither_binds_nor_preempts(full: bool) -> None:
+    # Node a (a CSINode, no limits) runs a low-priority pod. A high-priority pod with a
+    # malformed EBS ID: where a has room the attempt fails with the error at once; where it
+    # is full (the CPU filter rejects a first), preemption's trial on a fails with the error,
+    # so nothing is evicted.
+    node = k8s_node("a", cpu="2")
+    low = k8s_pod("low", cpu="2" if full else "1", priority=0)
+    state = load(cluster(node, placed=[(low, "a")]), csinode_doc("a", EBS, 5))
+    high = k8s_pod("high", cpu="1", priority=100, volumes=[ebs("aws://zone/not-a-volume")])
+    out = Engine(Profile(), ordering="kube-default").cycle(state, [high], now=100.0)
+    assert not out.binds and not out.evictions
+    full_reason = "0/1 nodes are available: 1 Insufficient cpu."
+    assert [u.reason for u in out.unschedulable] == [full_reason if full else BAD_EBS]

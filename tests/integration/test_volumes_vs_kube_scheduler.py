@@ -32,6 +32,7 @@ import pytest
 from fairgpu.api import objects as k8s
 from fairgpu.cluster.state import ClusterState
 from fairgpu.devcluster import ControlPlane, KubeClient, NodeSpec, create_nodes, ensure_namespace
+from fairgpu.engine.framework import AttemptError
 from fairgpu.engine.profile import Profile
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.model.node import node_from_k8s
@@ -71,6 +72,7 @@ KINDS = (
     "migrated-more",
     "selected",
     "attached",
+    "untranslatable",
 )
 GCE_DRIVER = "pd.csi.storage.gke.io"
 PX_DRIVER = "pxd.portworx.com"
@@ -244,22 +246,8 @@ def build_case(index: int, rng: random.Random) -> Case:
         case.pod = _pod(case.name("pod"), index, [case.name("waiting")])
     elif kind == "missing":
         _missing(case, rng)
-    elif kind == "csi-limit":
-        _csi_limit(case, rng, nodes)
-    elif kind == "capacity":
-        _capacity(case, rng, nodes)
-    elif kind == "inline-csi":
-        _inline_csi(case, rng, nodes)
-    elif kind == "migrated":
-        _migrated(case, rng, nodes)
-    elif kind == "migrated-more":
-        _migrated_more(case, rng, nodes)
-    elif kind == "selected":
-        _selected(case, rng, nodes)
-    elif kind == "attached":
-        _attached(case, rng, nodes)
     else:
-        _rwop(case, rng, nodes)
+        BUILDERS[kind](case, rng, nodes)
     return case
 
 
@@ -479,6 +467,52 @@ def _migrated_more(case: Case, rng: random.Random, nodes: list[str]) -> None:
     case.pod = _pod(case.name("pod"), case.index, claims, sources=mine)
 
 
+EBS_DRIVER = "ebs.csi.aws.com"
+
+
+def _untranslatable(case: Case, rng: random.Random, nodes: list[str]) -> None:
+    """Inline volumes the CSI translation refuses (an EBS ID of the aws:// form naming no
+    vol- ID, an Azure disk of the API's default kind, Shared): kube-scheduler fails the whole
+    attempt with an error on a still-feasible node with a CSINode -- the new pod's anywhere
+    there, a placed pod's where the node has limits and the new pod has a counted volume.
+    Some nodes have no CSINode, some a CSINode without limits; the pod may be kept off some
+    nodes by a selector (the error only counts where the filters before it pass)."""
+    bad = [
+        {"awsElasticBlockStore": {"volumeID": "aws://zone-a/not-a-volume"}},
+        {"azureDisk": {"diskName": "s", "diskURI": "https://acct.blob.core.windows.net/v/s.vhd"}},
+    ]
+    good = [
+        {"awsElasticBlockStore": {"volumeID": f"vol-c{case.index}"}},
+        _in_tree_source("azure-disk", case.name("az")),
+    ]
+    for name in nodes:
+        shape = rng.choice(["none", "no-limits", "limits", "limits"])
+        if shape == "none":
+            continue
+        doc = csinode_doc(name, EBS_DRIVER, rng.randint(0, 2))
+        if shape == "no-limits":
+            doc["spec"]["drivers"] = [{"name": EBS_DRIVER, "nodeID": name}]
+        else:
+            doc["spec"]["drivers"].append(
+                {"name": MORE_DRIVERS["azure-disk"], "nodeID": name, "allocatable": {"count": 2}}
+            )
+        case.objects.append(doc)
+    if rng.random() < 0.6:
+        holder = _pod(
+            case.name("holder"), case.index, [], node=rng.choice(nodes), sources=[rng.choice(bad)]
+        )
+        case.objects.append(holder)
+    mine = [rng.choice(good)] if rng.random() < 0.7 else []
+    if rng.random() < 0.4:
+        mine.append(rng.choice(bad))
+    case.pod = _pod(case.name("pod"), case.index, [], sources=mine)
+    if rng.random() < 0.5:
+        fit = rng.sample(case.nodes, rng.randint(1, 2))
+        for spec in fit:
+            spec.labels["fit"] = "yes"
+        case.pod["spec"]["nodeSelector"]["fit"] = "yes"
+
+
 def _gce_volume(case: Case, rng: random.Random, disks: list[str], zones: list[str]) -> str:
     """A bound GCE persistent volume of one of ``disks``; returns its claim."""
     sc = case.name("pd")
@@ -577,6 +611,20 @@ _PATHS = {
     "PersistentVolume": "/api/v1/persistentvolumes",
     "PersistentVolumeClaim": f"/api/v1/namespaces/{NS}/persistentvolumeclaims",
     "Pod": f"/api/v1/namespaces/{NS}/pods",
+}
+
+
+# The kinds whose objects one function builds from the case's nodes.
+BUILDERS = {
+    "csi-limit": _csi_limit,
+    "capacity": _capacity,
+    "inline-csi": _inline_csi,
+    "migrated": _migrated,
+    "migrated-more": _migrated_more,
+    "selected": _selected,
+    "attached": _attached,
+    "untranslatable": _untranslatable,
+    "rwop": _rwop,
 }
 
 
@@ -757,7 +805,10 @@ def test_fairgpu_places_volumes_as_kube_scheduler_does(
     for case in cases:
         p = pod_from_k8s(k8s.decode(case.pod, k8s.Pod))
         result = sched.schedule(p, state)
-        mask, _ = sched.filter(p, state)
+        try:
+            mask, _ = sched.filter(p, state)
+        except AttemptError:  # the attempt fails (result says why): no node is feasible
+            mask = np.zeros(state.size, dtype=bool)
         names = {state.node(int(i)).name for i in np.flatnonzero(mask)}
         ours[p.name] = (result.ok, names, result.reason())
     for case in cases:

@@ -70,6 +70,15 @@ class Status:
 SUCCESS = Status()
 
 
+class AttemptError(Exception):
+    """Raised by a filter where kube-scheduler's Filter returns an Error status: the whole
+    attempt fails at once (on any node still feasible when the filter runs), with no
+    preemption, and the message is the pod's pending reason as written."""
+
+    def __init__(self, plugin: str, message: str) -> None:
+        super().__init__(f'running "{plugin}" filter plugin: {message}')
+
+
 @dataclass(slots=True)
 class FilterResult:
     """A filter's verdict over all node slots.

@@ -53,6 +53,7 @@ def memoisable(pod: PodInfo) -> bool:
         or pod.host_ports
         or pod.claims
         or pod.disks
+        or pod.inline_errors
         or pod.resource_claims
         or pod.error
     )

@@ -14,6 +14,7 @@ import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.framework import (
+    AttemptError,
     Code,
     CycleState,
     DevicePolicy,
@@ -295,6 +296,9 @@ class Scheduler:
                 return hit[3]
         try:
             result = self._attempt(pod, cluster, restrict)
+        except AttemptError as error:
+            status = Status(Code.ERROR, (str(error),))
+            result = ScheduleResult(pod, diagnosis=Diagnosis(status=status), code=Code.ERROR)
         except Exception as error:  # a broken plugin must fail only this pod, not the cycle
             status = Status(Code.ERROR, (f"plugin error: {type(error).__name__}: {error}",))
             return ScheduleResult(pod, diagnosis=Diagnosis(status=status), code=Code.ERROR)

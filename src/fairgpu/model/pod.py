@@ -263,6 +263,9 @@ class PodInfo:
     # read-only): what the volume plugins read; empty for most pods, which they then skip.
     claims: tuple[str, ...] = ()
     disks: tuple[tuple[str, str, bool], ...] = ()
+    # Why the CSI translation refuses inline in-tree volumes (a malformed EBS ID, an Azure
+    # disk not Managed): kube-scheduler's NodeVolumeLimits then fails the whole attempt.
+    inline_errors: tuple[str, ...] = ()
     # spec.resourceClaims (DRA) as (name, resourceClaimName, resourceClaimTemplateName).
     resource_claims: tuple[tuple[str, str, str], ...] = ()
     priority: int = 0
@@ -436,7 +439,7 @@ def pod_from_k8s(
     if priority is None:
         priority = (priority_classes or {}).get(spec.priority_class_name, 0)
     owner = next((o.uid or o.name for o in meta.owner_references if o.controller), "")
-    claims, disks = pod_volume_refs(spec, meta.name)
+    claims, disks, inline_errors = pod_volume_refs(spec, meta.name)
     return PodInfo(
         name=meta.name,
         namespace=meta.namespace or "default",
@@ -457,6 +460,7 @@ def pod_from_k8s(
         preferred_anti_affinity=ppaa,
         claims=claims,
         disks=disks,
+        inline_errors=inline_errors,
         resource_claims=pod_claim_refs(spec.resource_claims, obj),
         priority=priority,
         priority_class=spec.priority_class_name,

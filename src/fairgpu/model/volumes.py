@@ -10,6 +10,7 @@ object and the field at fault.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -346,6 +347,37 @@ def _azure_uri(disk: k8s.AzureDiskVolumeSource) -> str:
     return disk.disk_uri if disk.kind.lower() == "managed" else ""
 
 
+_EBS_ID = re.compile(r"^vol-[^/]*$")
+
+
+def ebs_volume_id(kubernetes_id: str) -> str | None:
+    """The bare EBS ID of ``vol-...`` or ``aws://<zone>/vol-...`` (None: malformed), as the
+    CSI translation library reads an EBS volume ID."""
+    if not kubernetes_id.startswith("aws://"):
+        return kubernetes_id
+    ident = kubernetes_id.removeprefix("aws://").partition("/")[2].strip("/")
+    return ident if _EBS_ID.match(ident) else None
+
+
+def _inline_translation_error(vol: k8s.Volume) -> str:
+    """Why the CSI translation refuses inline volume ``vol`` ("" when it does not): an EBS
+    volume ID of the ``aws://`` form that names no ``vol-`` ID, an Azure disk not Managed.
+    The messages are the translation library's, which kube-scheduler's NodeVolumeLimits shows
+    when it fails an attempt on them."""
+    if vol.aws_elastic_block_store is not None:
+        ident = vol.aws_elastic_block_store.volume_id
+        if ebs_volume_id(ident) is None:
+            why = f"Invalid format for AWS volume ({ident})"
+            return (
+                f"converting volume({vol.name}) from inline to csi: "
+                f"failed to translate Kubernetes ID to EBS Volume ID {why}"
+            )
+    elif vol.azure_disk is not None and not _azure_uri(vol.azure_disk):
+        why = f"kind({vol.azure_disk.kind}) is not supported in csi migration"
+        return f"converting volume({vol.name}) from inline to csi: {why}"
+    return ""
+
+
 def _in_tree(spec: k8s.PersistentVolumeSpec) -> tuple[str, str] | tuple[()]:
     """The in-tree plugin of a persistent volume migrated to CSI and its identity."""
     if spec.gce_persistent_disk is not None:
@@ -363,11 +395,14 @@ def _in_tree(spec: k8s.PersistentVolumeSpec) -> tuple[str, str] | tuple[()]:
 
 def pod_volume_refs(
     spec: k8s.PodSpec, pod_name: str
-) -> tuple[tuple[str, ...], tuple[tuple[str, str, bool], ...]]:
+) -> tuple[tuple[str, ...], tuple[tuple[str, str, bool], ...], tuple[str, ...]]:
     """A pod's claim names (generic ephemeral volumes as ``<pod>-<volume>``, the claim the
-    ephemeral controller creates) and its in-tree disks as (kind, identity, read-only)."""
+    ephemeral controller creates), its in-tree disks as (kind, identity, read-only), and why
+    the CSI translation refuses its inline in-tree volumes, in volume order (see
+    :func:`_inline_translation_error`)."""
     claims: list[str] = []
     disks: list[tuple[str, str, bool]] = []
+    errors = tuple(e for e in map(_inline_translation_error, spec.volumes) if e)
     for vol in spec.volumes:
         if vol.persistent_volume_claim is not None:
             claims.append(vol.persistent_volume_claim.claim_name)
@@ -395,7 +430,7 @@ def pod_volume_refs(
             rbd = vol.rbd
             ident = f"{','.join(sorted(rbd.monitors))}/{rbd.pool}/{rbd.image}"
             disks.append(("rbd", ident, rbd.read_only))
-    return tuple(dict.fromkeys(claims)), tuple(disks)
+    return tuple(dict.fromkeys(claims)), tuple(disks), errors
 
 
 def ephemeral_claims(pod: k8s.Pod | None) -> frozenset[str]:

@@ -219,7 +219,8 @@ def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rule
             stmt.assign(pod, result.node, result.devices)
             return Member(True)
         reason = result.reason()
-        if result.code == Code.UNRESOLVABLE:
+        if result.code in (Code.UNRESOLVABLE, Code.ERROR):
+            # An error ends the attempt as in kube-scheduler: no preemption is tried.
             return Member(False, reason, final=True)
         if key is not None:
             top = memo_keys.ceiling(session.scheduler, pod, session.cluster, key[1])

@@ -18,9 +18,9 @@ library gives them, wherever the node has a CSINode object (the only nodes with 
   ``Managed``: the translation refuses the others (the API's default kind is ``Shared``), so
   they are not counted --, ``cinder`` and ``portworxVolume`` volumes their volume ID.
 
-CSI ephemeral inline volumes (``volumes[].csi``) are never counted. Where kube-scheduler fails
-the whole attempt with a translation error (an inline EBS ID that is malformed, an inline
-Azure disk not Managed, on a node with a CSINode), the volume is not counted here instead.
+CSI ephemeral inline volumes (``volumes[].csi``) are never counted. An inline volume the
+translation refuses (an EBS ID that is malformed, an Azure disk not Managed) fails the whole
+attempt on a node with a CSINode, as kube-scheduler's does (see ``node_volume_limits``).
 
 VolumeBinding translates too: on a node whose CSINode annotation lists the plugin, a bound
 in-tree persistent volume's node affinity is checked as translated for its CSI driver, its
@@ -33,7 +33,6 @@ zone in the affinity, the zones of its zone label added as that key (see
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from fairgpu.model.selectors import NodeSelectorTerm, Requirement
@@ -45,6 +44,7 @@ from fairgpu.model.volumes import (
     PORTWORX,
     CSINodeInfo,
     VolumeInfo,
+    ebs_volume_id,
 )
 
 DRIVERS = {
@@ -68,7 +68,6 @@ _DISK_PLUGINS = {
     "cinder": CINDER,
     "portworx-volume": PORTWORX,
 }
-_EBS_ID = re.compile(r"^vol-[^/]*$")
 _UNSPECIFIED = "UNSPECIFIED"
 _BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
 _ZONE = "topology.kubernetes.io/zone"
@@ -92,14 +91,6 @@ def provisioner_driver(provisioner: str, on: frozenset[str]) -> str:
     if provisioner not in DRIVERS:
         return provisioner
     return DRIVERS[provisioner] if provisioner in on else ""
-
-
-def ebs_volume_id(kubernetes_id: str) -> str | None:
-    """The bare EBS ID of ``vol-...`` or ``aws://<zone>/vol-...`` (None: malformed)."""
-    if not kubernetes_id.startswith("aws://"):
-        return kubernetes_id
-    ident = kubernetes_id.removeprefix("aws://").partition("/")[2].strip("/")
-    return ident if _EBS_ID.match(ident) else None
 
 
 def _gce_handle(pd_name: str, labels: Mapping[str, str]) -> str | None:
@@ -139,8 +130,8 @@ def volume_driver(vol: VolumeInfo, on: frozenset[str]) -> tuple[str, str] | None
 
 
 def inline_driver(kind: str, ident: str, on: frozenset[str]) -> tuple[str, str] | None:
-    """(driver, handle) an inline in-tree disk of the pod counts as, or None. A malformed EBS
-    ID is not counted (kube-scheduler fails the whole attempt with an error instead)."""
+    """(driver, handle) an inline in-tree disk of the pod counts as, or None (a malformed EBS
+    ID, which fails the attempt instead: ``PodInfo.inline_errors``)."""
     plugin = _DISK_PLUGINS.get(kind)
     if plugin is None or plugin not in on:
         return None

@@ -10,6 +10,11 @@ driver's (see ``_csi_migration``). CSI ephemeral inline volumes (``volumes[].csi
 counted. The node's VolumeAttachments of CSI persistent volumes (as ``attacher/handle``) that
 no pod there uses count too, even when the new pod uses the volume (kube-scheduler then counts
 it twice). Drivers without a count, and nodes without a CSINode, have no limit.
+
+An inline in-tree volume the CSI translation refuses (a malformed EBS ID, an Azure disk not
+Managed) fails the whole attempt with kube-scheduler's error (no node, no preemption): the new
+pod's on any still-feasible node with a CSINode; a placed pod's on such a node that has limits
+when the new pod has volumes counted there -- kube-scheduler translates both there.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.cluster.volumes import VolumeStore
-from fairgpu.engine.framework import CycleState, FilterPlugin, FilterResult
+from fairgpu.engine.framework import AttemptError, CycleState, FilterPlugin, FilterResult
 from fairgpu.engine.plugins._csi_migration import (
     VARIANTS,
     inline_driver,
@@ -29,7 +34,8 @@ from fairgpu.engine.plugins._csi_migration import (
 from fairgpu.engine.plugins._volume_catalog import all_nodes
 from fairgpu.model.pod import PodInfo
 
-Attached = tuple[dict[str, str], dict[str, int]]  # pods' volumes; other attachments per driver
+# Pods' volumes; other attachments per driver; a placed pod's translation error ("" if none).
+Attached = tuple[dict[str, str], dict[str, int], str]
 
 MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 
@@ -91,22 +97,32 @@ class NodeVolumeLimits(FilterPlugin):
         if hit is not None and hit[0] == version and hit[1] == store.version:
             return hit[2]
         attached: dict[str, str] = {}
+        error = ""
         for other in cluster.node_pods[slot].values():
             if other.claims or other.disks:
                 attached.update(csi_volumes(other, store, on))
+            error = error or (other.inline_errors[0] if other.inline_errors else "")
         others: dict[str, int] = {}
         for unique, driver in self._attachments(store, cluster.node(slot).name).items():
             if unique not in attached:
                 others[driver] = others.get(driver, 0) + 1
-        self._attached[slot] = (version, store.version, (attached, others))
-        return attached, others
+        found = (attached, others, error)
+        self._attached[slot] = (version, store.version, found)
+        return found
 
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
-        """Only nodes whose CSINode limits one of the pod's drivers are looked at."""
-        if not pod.claims and not pod.disks:
+        """Only nodes with a CSINode are looked at; raises :class:`AttemptError` where
+        kube-scheduler's filter fails the attempt (see the module)."""
+        if not pod.claims and not pod.disks and not pod.inline_errors:
             return FilterResult(all_nodes(cluster.size))
         ok = np.ones(cluster.size, dtype=bool)
         store = cluster.volumes
+        feasible = cycle.data.get("candidates") if cycle is not None else None
+        if pod.inline_errors and any(
+            slot is not None and (feasible is None or feasible[slot])
+            for slot in map(cluster.node_index.get, store.csi_nodes)
+        ):
+            raise AttemptError(self.name, pod.inline_errors[0])
         # The migrated plugins differ between nodes only by their CSINode's annotation.
         variants = {on: csi_volumes(pod, store, on) for on in VARIANTS}
         drivers = {on: set(new.values()) for on, new in variants.items()}
@@ -114,12 +130,14 @@ class NodeVolumeLimits(FilterPlugin):
             return FilterResult(ok)
         for node_name, info in store.csi_nodes.items():
             on = migrated(info)
-            limits = [(d, c) for d, c in info.limits if d in drivers[on]]
-            slot = cluster.node_index.get(node_name)
-            if not limits or slot is None or pod.uid in cluster.node_pods[slot]:
-                continue
-            attached, others = self._attached_on(cluster, slot, on)
             new = variants[on]
+            slot = cluster.node_index.get(node_name)
+            if not new or not info.limits or slot is None or pod.uid in cluster.node_pods[slot]:
+                continue
+            attached, others, error = self._attached_on(cluster, slot, on)
+            if error and (feasible is None or feasible[slot]):
+                raise AttemptError(self.name, error)
+            limits = [(d, c) for d, c in info.limits if d in drivers[on]]
             for driver, limit in limits:
                 have = sum(1 for d in attached.values() if d == driver) + others.get(driver, 0)
                 extra = sum(1 for u, d in new.items() if d == driver and u not in attached)
