@@ -131,11 +131,11 @@ def scheduler(policy: str = "fragmentation-aware") -> Scheduler:
 def place(sched: Scheduler, state: ClusterState, p: PodInfo) -> ScheduleResult:
     """Schedule ``p``; if it fits, assign it and apply the pre-bind step (claims allocated)."""
     if p.resource_claims:
-        state.dra.create_pod_claims(p.uid, p.name, p.namespace, p.resource_claims)
+        state.dra.create_pod_claims(p)
     result = sched.schedule(p, state)
     if result.ok and result.node is not None:
         state.assign(p, result.node, result.devices)
-        state.dra.commit(p.uid, p.namespace, p.resource_claims, result.node)
+        state.dra.commit(p, result.node)
     return result
 
 

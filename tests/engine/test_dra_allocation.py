@@ -198,7 +198,9 @@ def test_missing_claim_class_and_template_claim_reasons() -> None:
         == "request gpu: device class missing does not exist"
     )
     lone = claim_pod("p3", templates=("absent",))
-    assert sched.schedule(lone, state).reason() == 'pod "default/p3": ResourceClaim not created yet'
+    assert sched.schedule(lone, state).reason() == (
+        'pod "default/p3": ResourceClaim not created yet (pod claim "t0" from template "absent")'
+    )
 
 
 def test_template_gives_each_pod_its_own_claim() -> None:

@@ -133,12 +133,11 @@ def test_mig_partition_counts_as_its_fraction_of_a_gpu() -> None:
     state = _mig_cluster()
     assert state.gpu_capacity_milli() == 4000
     p = _pod("m", "a", True, mig=True)
-    state.dra.create_pod_claims(p.uid, p.name, p.namespace, p.resource_claims)
-    refs = p.resource_claims
+    state.dra.create_pod_claims(p)
     # The mean of its shares of the GPU's counters: 4 of 8 memory slices, 40 of 80 GiB,
     # 42 of 108 SMs.
     share = (4 + 40 / 80 + 42 / 108) / 10
-    assert state.dra.asked_gpu_milli(p.uid, p.namespace, refs, state) == round(1000 * share)
+    assert state.dra.asked_gpu_milli(p, state) == round(1000 * share)
 
 
 def test_gpu_memory_asked_and_held_through_claims_counts_in_the_dominant_share() -> None:
@@ -152,7 +151,7 @@ def test_gpu_memory_asked_and_held_through_claims_counts_in_the_dominant_share()
     assert book.capacity[DIM_GPU_MEMORY] == 4 * 80 * gib  # two nodes of two 80 GiB GPUs
     whole, mig = _pod("w", "a", True), _pod("m", "b", True, mig=True)
     for p in (whole, mig):
-        state.dra.create_pod_claims(p.uid, p.name, p.namespace, p.resource_claims)
+        state.dra.create_pod_claims(p)
     assert book.pending_vector(whole)[DIM_GPU_MEMORY] == 80 * gib
     assert book.pending_vector(mig)[DIM_GPU_MEMORY] == 40 * gib
     assert place(scheduler(), state, mig).ok
@@ -198,7 +197,7 @@ def test_metrics_count_gpus_held_and_asked_through_claims() -> None:
         cache.cluster.dra.add(obj)
     running, waiting = _pod("run", "a", True), _pod("wait", "a", True)
     assert place(scheduler(), cache.cluster, running).ok
-    cache.cluster.dra.create_pod_claims(waiting.uid, waiting.name, "a", waiting.resource_claims)
+    cache.cluster.dra.create_pod_claims(waiting)
     cache.pending[waiting.uid] = waiting
     metrics = Metrics()
     MetricsExporter(metrics).export(cache, Engine())
@@ -221,6 +220,6 @@ def test_fair_shares_see_gpus_of_slices_published_after_the_nodes() -> None:
     assert engine.fair_shares(state, [waiting]) == {"a": 0.0}  # no GPUs published yet
     for obj in workload.extra["dra"]:  # the driver's slices arrive later (live: a watch)
         state.dra.add(obj)
-    state.dra.create_pod_claims(waiting.uid, waiting.name, "a", waiting.resource_claims)
+    state.dra.create_pod_claims(waiting)
     assert engine.fair_shares(state, [waiting]) == {"a": 1000.0}
     assert engine.book.capacity[0] == 4000

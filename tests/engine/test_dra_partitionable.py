@@ -107,6 +107,6 @@ def test_packing_score_sends_partitions_to_the_node_with_a_partitioned_gpu() -> 
     result = sched.schedule(first, state, restrict=other)
     assert result.node is not None and result.node != preferred
     state.assign(first, result.node)
-    state.dra.commit(first.uid, first.namespace, first.resource_claims, result.node)
+    state.dra.commit(first, result.node)
     # The next one follows it to the partitioned GPU instead of breaking the other node's.
     assert place(sched, state, claim_pod("p1", "s1")).node == result.node

@@ -241,11 +241,21 @@ class PodCondition(_Base):
     message: str = ""
 
 
+class PodResourceClaimStatus(_Base):
+    """One entry of ``status.resourceClaimStatuses``: the ResourceClaim the resourceclaim
+    controller made for the pod's ``spec.resourceClaims`` entry ``name`` (None: no claim
+    was needed for it)."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+
+
 class PodStatus(_Base):
     phase: str = ""
     nominated_node_name: str = ""
     conditions: list[PodCondition] = []
     start_time: str | None = None
+    resource_claim_statuses: list[PodResourceClaimStatus] = []
 
 
 class Pod(_Base):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fairgpu.model.dra import (
     ClaimInfo,
+    ClaimRef,
     ClaimTemplateInfo,
     DeviceClassInfo,
     DeviceInfo,
@@ -27,10 +28,14 @@ from fairgpu.model.dra import (
     DraObject,
     RequestInfo,
     SliceInfo,
+    being_deleted,
+    claim_not_found,
+    from_template,
 )
 from fairgpu.model.dra_gpus import MIB, device_gpu_memory_mib, device_gpu_milli, selects
 from fairgpu.model.dra_pins import NodePin
 from fairgpu.model.gpu import WHOLE
+from fairgpu.model.pod import PodInfo
 
 if TYPE_CHECKING:
     from fairgpu.cluster.state import ClusterState
@@ -121,7 +126,6 @@ class DraStore:
     released: set[str] = field(default_factory=set)
     version: int = 0
     slice_version: int = 0
-    _generated: dict[tuple[str, str], str] = field(default_factory=dict)
     _nodes: dict[str, tuple[int, NodeDevices, dict[str, str] | None]] = field(default_factory=dict)
     _devices: dict[DeviceKey, DeviceInfo] = field(default_factory=dict)
     _counters: dict[CounterKey, dict[str, int]] = field(default_factory=dict)
@@ -148,10 +152,8 @@ class DraStore:
         self.version += 1
 
     def set_claim(self, claim: ClaimInfo) -> None:
-        """Add or replace a claim (indexing claims generated for a pod from a template)."""
+        """Add or replace a claim."""
         self.claims[claim.key] = claim
-        if claim.owner_pod and claim.pod_claim:
-            self._generated[(claim.owner_pod, claim.pod_claim)] = claim.key
         self.version += 1
 
     def deallocate(self, key: str, uid: str) -> bool:
@@ -175,21 +177,50 @@ class DraStore:
         gone = table.pop(key, None)
         if gone is None:
             return
-        if isinstance(gone, ClaimInfo) and gone.owner_pod:
-            self._generated.pop((gone.owner_pod, gone.pod_claim), None)
         if kind == "slice":
             self.slice_version += 1
         self.version += 1
 
     # ---- queries (plugins) ---------------------------------------------------------------
-    def pod_claim(self, uid: str, namespace: str, ref: tuple[str, str, str]) -> ClaimInfo | None:
-        """The claim behind one ``spec.resourceClaims`` entry of pod ``uid`` (a template's
-        claim is the one generated for this pod), or None if it does not exist (yet)."""
-        name, claim_name, _template = ref
+    def resolve(self, pod: PodInfo, ref: ClaimRef) -> ClaimInfo | str | None:
+        """The claim behind one ``spec.resourceClaims`` entry of ``pod``, found as
+        kube-scheduler finds it (``resourceclaim.Name``, then ``IsForPod`` for a template's
+        claim): the claim; None when the entry needs no claim (its status entry names none);
+        or why the pod cannot use one yet, in kube-scheduler's words.
+
+        A claim being deleted is returned (a running pod still holds it): only scheduling
+        refuses it. It is refused here when it is not the pod's either, as kube-scheduler
+        reports the deletion first.
+        """
+        entry, claim_name, _template = ref
         if claim_name:
-            return self.claims.get(f"{namespace}/{claim_name}")
-        key = self._generated.get((uid, name))
-        return self.claims.get(key) if key is not None else None
+            claim = self.claims.get(f"{pod.namespace}/{claim_name}")
+            return claim if claim is not None else claim_not_found(claim_name)
+        # A template's claim is the one the pod's status names, never found by its name or
+        # annotation: the controller records it only once it created (and owns) the claim.
+        status = next((s for s in pod.claim_statuses if s[0] == entry), None)
+        if status is None:
+            return f'pod "{pod.key}": ResourceClaim not created yet' + from_template(ref)
+        generated = status[1]
+        if generated is None:
+            return None
+        claim = self.claims.get(f"{pod.namespace}/{generated}")
+        if claim is None:
+            return claim_not_found(generated) + from_template(ref)
+        if claim.owner_pod != pod.uid:
+            if claim.deleting:
+                return being_deleted(claim, ref)
+            return (
+                f"ResourceClaim {claim.key} was not created for pod {pod.key} (pod is not owner)"
+                + from_template(ref)
+            )
+        return claim
+
+    def pod_claim(self, pod: PodInfo, ref: ClaimRef) -> ClaimInfo | None:
+        """The claim :meth:`resolve` finds for the entry, or None (none needed, or none the
+        pod may use: it then holds nothing through this entry)."""
+        found = self.resolve(pod, ref)
+        return found if isinstance(found, ClaimInfo) else None
 
     def device(self, key: DeviceKey) -> DeviceInfo | None:
         """The device ``(driver, pool, name)`` in the newest generation of its pool."""
@@ -379,14 +410,13 @@ class DraStore:
                 milli, memory = milli + gpu[0], memory + gpu[1]
         return milli, memory
 
-    def held_gpu(
-        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
-    ) -> tuple[int, int]:
-        """(milli-GPU, GPU memory MiB) placed pod ``uid`` holds through its claims. A claim
+    def held_gpu(self, pod: PodInfo, cluster: ClusterState) -> tuple[int, int]:
+        """(milli-GPU, GPU memory MiB) placed ``pod`` holds through its claims. A claim
         shared with a pod placed before counts for that pod only."""
         milli = memory = 0
-        for ref in refs:
-            claim = self.pod_claim(uid, namespace, ref)
+        uid = pod.uid
+        for ref in pod.resource_claims:
+            claim = self.pod_claim(pod, ref)
             if claim is None:
                 continue
             if any(u != uid and u in cluster.placements for u in claim.reserved_for):
@@ -397,22 +427,18 @@ class DraStore:
                 milli, memory = milli + gpu[0], memory + gpu[1]
         return milli, memory
 
-    def held_gpu_milli(
-        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
-    ) -> int:
+    def held_gpu_milli(self, pod: PodInfo, cluster: ClusterState) -> int:
         """The milli-GPU of :meth:`held_gpu`."""
-        return self.held_gpu(uid, namespace, refs, cluster)[0]
+        return self.held_gpu(pod, cluster)[0]
 
-    def asked_gpu(
-        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
-    ) -> tuple[int, int]:
+    def asked_gpu(self, pod: PodInfo, cluster: ClusterState) -> tuple[int, int]:
         """(milli-GPU, GPU memory MiB) a pending pod asks for through its claims: a claim
         allocated already (and held by no placed pod) counts its devices; one still to
         allocate counts each request's devices (its first alternative; ``All`` as one) at the
         size of the first device, in pool order, that its class and selectors select."""
         milli = memory = 0
-        for ref in refs:
-            claim = self.pod_claim(uid, namespace, ref)
+        for ref in pod.resource_claims:
+            claim = self.pod_claim(pod, ref)
             if claim is None or any(u in cluster.placements for u in claim.reserved_for):
                 continue
             if claim.allocation is not None:
@@ -428,11 +454,9 @@ class DraStore:
                     milli, memory = milli + n * gpu[0], memory + n * gpu[1]
         return milli, memory
 
-    def asked_gpu_milli(
-        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], cluster: ClusterState
-    ) -> int:
+    def asked_gpu_milli(self, pod: PodInfo, cluster: ClusterState) -> int:
         """The milli-GPU of :meth:`asked_gpu`."""
-        return self.asked_gpu(uid, namespace, refs, cluster)[0]
+        return self.asked_gpu(pod, cluster)[0]
 
     def _first_selected(self, req: RequestInfo) -> DeviceInfo | None:
         """The first device, in pool order, that ``req``'s class and selectors select."""
@@ -459,16 +483,15 @@ class DraStore:
         choice = self.choices.get(uid)
         return choice.node.get(node, ()) if choice is not None else ()
 
-    def commit(
-        self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]], node: int
-    ) -> list[str]:
-        """Apply pod ``uid``'s choice on slot ``node`` as the pre-bind step does: write each
-        new allocation and add the pod to every claim's ``reservedFor``. Returns the claims
+    def commit(self, pod: PodInfo, node: int) -> list[str]:
+        """Apply ``pod``'s choice on slot ``node`` as the pre-bind step does: write each new
+        allocation and add the pod to every claim's ``reservedFor``. Returns the claims
         changed."""
+        uid = pod.uid
         allocs = {a.claim: a for a in self.decision(uid, node)}
         changed = []
-        for ref in refs:
-            claim = self.pod_claim(uid, namespace, ref)
+        for ref in pod.resource_claims:
+            claim = self.pod_claim(pod, ref)
             if claim is None:
                 continue
             alloc = allocs.get(claim.key)
@@ -481,14 +504,15 @@ class DraStore:
         self.choices.pop(uid, None)
         return changed
 
-    def release_pod(self, uid: str, namespace: str, refs: Iterable[tuple[str, str, str]]) -> None:
+    def release_pod(self, pod: PodInfo) -> None:
         """The pod is gone: drop it from ``reservedFor``; a claim nobody reserves any more is
         deallocated (kube-controller-manager's resourceclaim controller), and a claim
         generated for the pod is deleted with it."""
+        uid = pod.uid
         self.choices.pop(uid, None)
         self.released.discard(uid)
-        for ref in refs:
-            claim = self.pod_claim(uid, namespace, ref)
+        for ref in pod.resource_claims:
+            claim = self.pod_claim(pod, ref)
             if claim is None:
                 continue
             if claim.owner_pod == uid:
@@ -507,27 +531,44 @@ class DraStore:
                 )
             )
 
-    def create_pod_claims(
-        self, uid: str, pod_name: str, namespace: str, refs: Iterable[tuple[str, str, str]]
-    ) -> list[str]:
-        """Create the claims of a pod's template references, as kube-controller-manager's
-        resourceclaim controller does (named ``<pod>-<claim>``, owned by the pod). A missing
-        template creates nothing: the pod then waits. Returns the claims created."""
+    def create_pod_claims(self, pod: PodInfo) -> list[str]:
+        """Create the claims of the pod's template entries and record each in the pod's
+        status (``pod.claim_statuses``, updated in place), as kube-controller-manager's
+        resourceclaim controller does: for an entry whose status names no claim, or one that
+        is gone or not the pod's, a new claim owned by the pod (named ``<pod>-<entry>``, with
+        a suffix if that name is taken). A missing template creates nothing: the pod then
+        waits. Returns the claims created."""
         made = []
-        for name, _claim, template in refs:
-            if not template or (uid, name) in self._generated:
-                continue
-            tpl = self.templates.get(f"{namespace}/{template}")
+        for ref in pod.resource_claims:
+            template = ref[2]
+            if not template or not isinstance(self.resolve(pod, ref), str):
+                continue  # a claim by name, the pod's own claim, or no claim needed
+            tpl = self.templates.get(f"{pod.namespace}/{template}")
             if tpl is None:
                 continue
+            name = self._free_name(pod.namespace, f"{pod.name}-{ref[0]}")
             claim = ClaimInfo(
-                namespace,
-                f"{pod_name}-{name}",
-                f"{uid}-{name}",
-                tpl.spec,
-                owner_pod=uid,
-                pod_claim=name,
+                pod.namespace, name, f"{pod.uid}-{ref[0]}", tpl.spec, owner_pod=pod.uid
             )
             self.set_claim(claim)
+            pod.claim_statuses = _with_status(pod.claim_statuses, ref[0], name)
             made.append(claim.key)
         return made
+
+    def _free_name(self, namespace: str, base: str) -> str:
+        """``base``, or ``base-<n>`` when a claim of that name exists (the controller's
+        generateName never reuses a name)."""
+        name, n = base, 1
+        while f"{namespace}/{name}" in self.claims:
+            n += 1
+            name = f"{base}-{n}"
+        return name
+
+
+def _with_status(
+    statuses: tuple[tuple[str, str | None], ...], entry: str, claim: str
+) -> tuple[tuple[str, str | None], ...]:
+    """``statuses`` with ``entry`` naming ``claim`` (its entry replaced, else appended)."""
+    if any(name == entry for name, _ in statuses):
+        return tuple((name, claim if name == entry else c) for name, c in statuses)
+    return (*statuses, (entry, claim))

@@ -378,9 +378,7 @@ class ClusterState:
             self._take_devices(idx, placement, -1)
         self.placements[pod.uid] = placement
         if pod.resource_claims:
-            placement.dra_milli, placement.dra_memory = self.dra.held_gpu(
-                pod.uid, pod.namespace, pod.resource_claims, self
-            )
+            placement.dra_milli, placement.dra_memory = self.dra.held_gpu(pod, self)
             self.dra_allocated_milli += placement.dra_milli
         self.pods[pod.uid] = pod
         self.node_pods[idx][pod.uid] = pod

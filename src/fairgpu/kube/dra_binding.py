@@ -118,8 +118,10 @@ def plan_for(cluster: ClusterState, pod: PodInfo, node_name: str) -> DraPlan | N
     writes = []
     missing = []
     for ref in pod.resource_claims:
-        claim = store.pod_claim(pod.uid, pod.namespace, ref)
+        claim = store.resolve(pod, ref)
         if claim is None:
+            continue  # the entry needs no claim
+        if isinstance(claim, str):
             missing.append(ref[1] or f"of spec.resourceClaims {ref[0]}")
             continue
         alloc = chosen.get(claim.key)
@@ -380,7 +382,6 @@ class DraBinder:
         writes = tuple(
             ClaimWrite(c.namespace, c.name, c.uid)
             for ref in pod.resource_claims
-            if (c := store.pod_claim(pod.uid, pod.namespace, ref)) is not None
-            and pod.uid in c.reserved_for
+            if (c := store.pod_claim(pod, ref)) is not None and pod.uid in c.reserved_for
         )
         return DraPlan(pod.namespace, pod.name, pod.uid, "", writes) if writes else None

@@ -38,7 +38,7 @@ class MetricsExporter:
             q = engine.tenant(pod).queue
             pending[q] = pending.get(q, 0) + 1
             dra = cache.cluster.dra  # GPUs asked through DRA claims count as GPUs
-            claims = dra.asked_gpu_milli(pod.uid, pod.namespace, pod.resource_claims, cache.cluster)
+            claims = dra.asked_gpu_milli(pod, cache.cluster)
             asked[q] = asked.get(q, 0.0) + (pod.gpu.total_milli + claims) / WHOLE
         shares = engine.fair_shares(cache.cluster, waiting)
         gpus: dict[str, float] = {}

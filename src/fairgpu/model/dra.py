@@ -17,7 +17,7 @@ import msgspec
 
 from fairgpu.api import dra as api
 from fairgpu.api.errors import InvalidObjectError
-from fairgpu.api.objects import PodResourceClaim, decode
+from fairgpu.api.objects import PodResourceClaim, PodResourceClaimStatus, decode
 from fairgpu.api.quantity import QuantityError, to_int
 from fairgpu.model.dra_cel import Selector, compile_selector
 from fairgpu.model.dra_pins import NodePin, pin_from_k8s
@@ -29,7 +29,6 @@ MODE_ALL = "All"
 # resource.k8s.io/v1 limits kube-scheduler relies on.
 RESERVED_FOR_MAX = 256
 RESULTS_MAX = 32
-POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 
 AttrValue = int | bool | str
 
@@ -293,8 +292,9 @@ class ClaimInfo:
     pin: NodePin | None = None
     reserved_for: tuple[str, ...] = ()  # pod UIDs
     deleting: bool = False
-    owner_pod: str = ""  # UID of the pod that owns a claim generated from a template
-    pod_claim: str = ""  # that pod's entry in spec.resourceClaims
+    # UID of the claim's controller (its ownerReference with ``controller: true``): for a
+    # claim generated from a template, the pod it was made for.
+    owner_pod: str = ""
 
     @property
     def key(self) -> str:
@@ -416,7 +416,9 @@ def claim_from_k8s(c: api.ResourceClaim) -> ClaimInfo:
         node = _selector_node(alloc.node_selector)
         if not node and alloc.node_selector is not None:
             pin = pin_from_k8s(alloc.node_selector, obj)
-    owner = next((o.uid for o in meta.owner_references if o.controller and o.kind == "Pod"), "")
+    # metav1.GetControllerOf: the first controller reference, of any kind (IsForPod compares
+    # only its UID with the pod's).
+    owner = next((o.uid for o in meta.owner_references if o.controller), "")
     return ClaimInfo(
         namespace=ns,
         name=meta.name,
@@ -428,7 +430,6 @@ def claim_from_k8s(c: api.ResourceClaim) -> ClaimInfo:
         reserved_for=tuple(r.uid for r in c.status.reserved_for if r.resource == "pods"),
         deleting=meta.deletion_timestamp is not None,
         owner_pod=owner,
-        pod_claim=meta.annotations.get(POD_CLAIM_ANNOTATION, ""),
     )
 
 
@@ -472,7 +473,31 @@ def decode_dra(raw: Mapping[str, Any]) -> DraObject:
     return result
 
 
-def pod_claim_refs(claims: list[PodResourceClaim], obj: str) -> tuple[tuple[str, str, str], ...]:
+# ---- a pod's claims ------------------------------------------------------------------------
+#: One ``spec.resourceClaims`` entry: (name, resourceClaimName, resourceClaimTemplateName),
+#: exactly one of the last two non-empty.
+ClaimRef = tuple[str, str, str]
+
+
+def claim_not_found(name: str) -> str:
+    """kube-scheduler's reason for a claim its lister does not have."""
+    return f'resourceclaim.resource.k8s.io "{name}" not found'
+
+
+def from_template(ref: ClaimRef) -> str:
+    """What a reason about a template entry's claim adds: the pod's entry and template (a
+    generated claim's name alone does not say which entry of the pod waits); '' for an entry
+    naming its claim."""
+    entry, _claim, template = ref
+    return f' (pod claim "{entry}" from template "{template}")' if template else ""
+
+
+def being_deleted(claim: ClaimInfo, ref: ClaimRef) -> str:
+    """kube-scheduler's reason for a claim with a deletionTimestamp."""
+    return f'resourceclaim "{claim.name}" is being deleted' + from_template(ref)
+
+
+def pod_claim_refs(claims: list[PodResourceClaim], obj: str) -> tuple[ClaimRef, ...]:
     """A pod's ``spec.resourceClaims`` as (name, claim name, template name) triples."""
     out = []
     for i, c in enumerate(claims):
@@ -485,3 +510,12 @@ def pod_claim_refs(claims: list[PodResourceClaim], obj: str) -> tuple[tuple[str,
             )
         out.append((c.name, c.resource_claim_name or "", c.resource_claim_template_name or ""))
     return tuple(out)
+
+
+def pod_claim_statuses(
+    statuses: list[PodResourceClaimStatus],
+) -> tuple[tuple[str, str | None], ...]:
+    """A pod's ``status.resourceClaimStatuses`` as (entry name, claim name or None) pairs:
+    which claim the resourceclaim controller made for each template entry (None: none was
+    needed). The API server validates the entries; they are kept as written."""
+    return tuple((s.name, s.resource_claim_name) for s in statuses)

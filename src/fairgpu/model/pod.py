@@ -11,7 +11,7 @@ from typing import Any
 from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.api.quantity import QuantityError, parse_quantity
-from fairgpu.model.dra import pod_claim_refs
+from fairgpu.model.dra import ClaimRef, pod_claim_refs, pod_claim_statuses
 from fairgpu.model.gpu import DEFAULT_NAMES, NO_GPU, GpuRequest, GpuResourceNames, gpu_request_from
 from fairgpu.model.pod_constraints import (
     HostPort,
@@ -267,7 +267,12 @@ class PodInfo:
     # disk not Managed): kube-scheduler's NodeVolumeLimits then fails the whole attempt.
     inline_errors: tuple[str, ...] = ()
     # spec.resourceClaims (DRA) as (name, resourceClaimName, resourceClaimTemplateName).
-    resource_claims: tuple[tuple[str, str, str], ...] = ()
+    resource_claims: tuple[ClaimRef, ...] = ()
+    # status.resourceClaimStatuses as (entry name, claim name or None): the claim made for
+    # each template entry, written by the resourceclaim controller (the simulator's
+    # DraStore.create_pod_claims in a simulation). Status, not spec: it changes while the
+    # pod is pending.
+    claim_statuses: tuple[tuple[str, str | None], ...] = ()
     priority: int = 0
     priority_class: str = ""
     preemption_policy: str = "PreemptLowerPriority"
@@ -462,6 +467,7 @@ def pod_from_k8s(
         disks=disks,
         inline_errors=inline_errors,
         resource_claims=pod_claim_refs(spec.resource_claims, obj),
+        claim_statuses=pod_claim_statuses(pod.status.resource_claim_statuses),
         priority=priority,
         priority_class=spec.priority_class_name,
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",

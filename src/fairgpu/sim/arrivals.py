@@ -47,6 +47,7 @@ def future_copy(pod: PodInfo, tag: str, arrival: float) -> PodInfo:
         labels=labels,
         annotations=ann,
         node_name="",
+        claim_statuses=(),  # a new pod: the controller has made no claim for it yet
         created=arrival,
         source=None,
         _static_key=None,

@@ -166,8 +166,7 @@ class Simulation:
         )
         self._push(arrival.arrival, _ARRIVE, pod.uid)
         if pod.resource_claims:  # kube-controller-manager's resourceclaim controller
-            refs = pod.resource_claims
-            self.cluster.dra.create_pod_claims(pod.uid, pod.name, pod.namespace, refs)
+            self.cluster.dra.create_pod_claims(pod)
 
     def _group_key(self, pod: PodInfo) -> str:
         ref = self._group_of(pod)
@@ -203,7 +202,7 @@ class Simulation:
             milli = pl.dra_milli if pl is not None else 0
         else:
             dra = self.cluster.dra
-            milli = dra.asked_gpu_milli(pod.uid, pod.namespace, pod.resource_claims, self.cluster)
+            milli = dra.asked_gpu_milli(pod, self.cluster)
         self._claimed[key] = milli
         return milli
 
@@ -271,9 +270,8 @@ class Simulation:
             self._charge_tenant(rec, +1)
             self._bind_volumes(bind.pod, bind.node_name)
             if bind.pod.resource_claims:  # PreBind: status.allocation and reservedFor
-                p = bind.pod
                 slot = self.cluster.node_index[bind.node_name]
-                self.cluster.dra.commit(p.uid, p.namespace, p.resource_claims, slot)
+                self.cluster.dra.commit(bind.pod, slot)
             self.runs.start(rec, self.now, bind.node_name, bind.devices, self._group_key(bind.pod))
             self._join(rec)
         freed = [
@@ -388,9 +386,9 @@ class Simulation:
         reserves them); an evicted pod that waits again gets fresh claims from templates."""
         if pod.resource_claims:
             dra = self.cluster.dra
-            dra.release_pod(pod.uid, pod.namespace, pod.resource_claims)
+            dra.release_pod(pod)
             if requeue:
-                dra.create_pod_claims(pod.uid, pod.name, pod.namespace, pod.resource_claims)
+                dra.create_pod_claims(pod)
 
     def run(self) -> SimulationResult:
         """Run to the end of the workload (or ``until``) and return the result."""

@@ -201,8 +201,7 @@ class QueueBook:
                 mem = 0.0
             vec[DIM_GPU_MEMORY] = gpu.count * mem
         if pod.resource_claims and self._cluster is not None:  # GPUs through DRA claims
-            refs = pod.resource_claims
-            milli, mib = self._cluster.dra.asked_gpu(pod.uid, pod.namespace, refs, self._cluster)
+            milli, mib = self._cluster.dra.asked_gpu(pod, self._cluster)
             vec[DIM_GPU] += milli
             vec[DIM_GPU_MEMORY] += mib
         vec[DIM_CPU] = pod.requests.get(CPU, 0)
@@ -221,8 +220,7 @@ class QueueBook:
         """:meth:`ns_vector` of a pending pod, with the GPUs its claims ask for."""
         dra = 0.0
         if pod.resource_claims and self._cluster is not None:
-            refs = pod.resource_claims
-            dra = self._cluster.dra.asked_gpu_milli(pod.uid, pod.namespace, refs, self._cluster)
+            dra = self._cluster.dra.asked_gpu_milli(pod, self._cluster)
         return self.ns_vector(pod, dra)
 
     # ---- accounting -------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def stale_claim_to_free(pod: PodInfo, reason: str, cluster: ClusterState) -> Dea
     store = cluster.dra
     candidates = []
     for ref in pod.resource_claims:
-        claim = store.pod_claim(pod.uid, pod.namespace, ref)
+        claim = store.pod_claim(pod, ref)
         if claim is not None and _stale(claim, pod) and _pinned(claim, cluster):
             candidates.append(claim)
     if not candidates:
@@ -68,7 +68,7 @@ def _claims_of_placed_pods(cluster: ClusterState) -> set[str]:
     for uid in cluster.placements:
         pod = cluster.pods[uid]
         for ref in pod.resource_claims:
-            claim = store.pod_claim(uid, pod.namespace, ref)
+            claim = store.pod_claim(pod, ref)
             if claim is not None:
                 out.add(claim.key)
     return out

@@ -2,9 +2,11 @@
 
 kube-scheduler 1.34's plugin, with the device choice made by policy:
 
-* PreFilter: every ``spec.resourceClaims`` entry resolves to a claim (a template's claim is the
-  one generated for this pod), not being deleted, not reserved by the maximum number of other
-  pods; each request of a claim still to allocate names an existing DeviceClass.
+* PreFilter: every ``spec.resourceClaims`` entry resolves to a claim, not being deleted, not
+  reserved by the maximum number of other pods; each request of a claim still to allocate
+  names an existing DeviceClass. A template's claim is the one the pod's
+  ``status.resourceClaimStatuses`` names, and it must be controlled by the pod
+  (:meth:`DraStore.resolve`); an entry whose status names no claim needs none.
 * Filter: a claim already allocated (in its status, or chosen for a pod placed earlier in the
   cycle: the assume cache) admits only the node its allocation is pinned to ("resourceclaim
   not available on the node"); the claims still to allocate must all fit together on the
@@ -37,7 +39,7 @@ from fairgpu.engine.plugins.dra_allocator import (
     Allocator,
     MatchCache,
 )
-from fairgpu.model.dra import RESERVED_FOR_MAX, ClaimInfo, DeviceResult
+from fairgpu.model.dra import RESERVED_FOR_MAX, ClaimInfo, DeviceResult, being_deleted
 from fairgpu.model.dra_pins import NodePin, merge_pins
 from fairgpu.model.pod import PodInfo
 
@@ -56,17 +58,13 @@ def resolve_claims(
     pending: list[ClaimInfo] = []
     allocated: list[ClaimAllocation] = []
     for ref in pod.resource_claims:
-        claim = store.pod_claim(pod.uid, pod.namespace, ref)
+        claim = store.resolve(pod, ref)
         if claim is None:
-            if ref[1]:
-                return Status.unschedulable(
-                    _STATE, f'resourceclaim.resource.k8s.io "{ref[1]}" not found'
-                )
-            return Status.unschedulable(
-                _STATE, f'pod "{pod.namespace}/{pod.name}": ResourceClaim not created yet'
-            )
+            continue  # the entry needs no claim
+        if isinstance(claim, str):
+            return Status.unschedulable(_STATE, claim)
         if claim.deleting:
-            return Status.unschedulable(_STATE, f'resourceclaim "{claim.name}" is being deleted')
+            return Status.unschedulable(_STATE, being_deleted(claim, ref))
         alloc = store.effective(claim, cluster)
         if alloc is None:
             missing = _missing_class(claim, store)
