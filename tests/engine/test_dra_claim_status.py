@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from fairgpu.api.objects import Pod, decode
+from fairgpu.kube.cache import CacheChanges, PodRecord, SchedulerCache
 from fairgpu.model.pod import PodInfo, pod_from_k8s
 from fairgpu.sim.arrivals import future_copy
 from tests.builders import pod_manifest
@@ -142,3 +143,22 @@ def test_simulated_controller_records_the_claim_in_the_pod_status() -> None:
 def test_a_future_copy_of_a_pod_has_no_claim_statuses() -> None:
     p = template_pod([{"name": "gpu", "resourceClaimName": "p-gpu-x1"}])
     assert future_copy(p, "~1", 5.0).claim_statuses == ()
+
+
+def test_a_status_only_update_of_a_pending_pod_triggers_a_cycle() -> None:
+    """The controller names the claim in the pod's status after creating it: that update
+    alone must bring the pod back to the engine (kube-scheduler's
+    UpdatePodGeneratedResourceClaim event), not wait for the next periodic cycle."""
+    cache = SchedulerCache("default-scheduler")
+
+    def record(p: PodInfo) -> PodRecord:
+        return PodRecord(p.uid, p.namespace, p.name, "", p.scheduler_name, "Pending", False, p)
+
+    cache.apply_pod("ADDED", record(template_pod()), 0.0, CacheChanges())
+    same = CacheChanges()
+    cache.apply_pod("MODIFIED", record(template_pod()), 1.0, same)
+    assert not same.dirty  # nothing the engine reads changed
+    named = CacheChanges()
+    p = template_pod([{"name": "gpu", "resourceClaimName": "p-gpu-x1"}])
+    cache.apply_pod("MODIFIED", record(p), 2.0, named)
+    assert named.dirty and cache.pending[UID].claim_statuses == (("gpu", "p-gpu-x1"),)

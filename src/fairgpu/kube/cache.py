@@ -163,6 +163,10 @@ class SchedulerCache:
                 old.labels != rec.info.labels
                 or old.annotations != rec.info.annotations
                 or old.scheduling_gates != rec.info.scheduling_gates  # a gate was removed
+                # A status-only update: the resourceclaim controller names the claim it made
+                # from a template, which the pod waited for (kube-scheduler's
+                # UpdatePodGeneratedResourceClaim event).
+                or old.claim_statuses != rec.info.claim_statuses
             ):
                 out.dirty = True
         self.pending[uid] = rec.info
