@@ -355,6 +355,50 @@ def test_claim_template_per_pod(cp: ControlPlane, admin: KubeClient, ns: str) ->
         cp.stop_controller_manager()
 
 
+def test_template_claim_is_the_one_the_pod_status_names(admin: KubeClient, ns: str) -> None:
+    """No kube-controller-manager here: a claim made by hand exactly as its resourceclaim
+    controller makes one (the pod-claim-name annotation, the pod as controller) is used only
+    once the pod's ``status.resourceClaimStatuses`` names it, as kube-scheduler does; while
+    the status names nothing, or a claim that does not exist, the pod waits and says why."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-mig"},
+        "spec": {"spec": claim_spec(mig_profile="1g.10gb")},
+    }
+    admin.post(f"{DRA_API}/namespaces/{ns}/resourceclaimtemplates", template)
+    uid = create(admin, ns, dra_pod("t", ("gpu", "template:one-mig")))["metadata"]["uid"]
+    made = claim("t-gpu-1a2b3", mig="1g.10gb")
+    made["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    made["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": uid, "controller": True}
+    ]
+    make_claims(admin, ns, made)
+    entry = ' (pod claim "gpu" from template "one-mig")'
+
+    def waits_with(message: str) -> None:
+        def current() -> str:
+            p = admin.get(f"/api/v1/namespaces/{ns}/pods/t")
+            assert not p["spec"].get("nodeName"), "bound with a claim its status does not name"
+            c = condition(p)
+            return c["message"] if c and c["status"] == "False" else ""
+
+        wait_for(lambda: current() == message, 20)
+
+    waits_with(f'pod "{ns}/t": ResourceClaim not created yet{entry}')
+
+    def name_in_status(claim_name: str) -> None:
+        status = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": claim_name}]}
+        admin.patch(f"/api/v1/namespaces/{ns}/pods/t/status", {"status": status})
+
+    name_in_status("t-gpu-other")  # a status-only update the scheduler must see
+    waits_with(f'resourceclaim.resource.k8s.io "t-gpu-other" not found{entry}')
+    name_in_status("t-gpu-1a2b3")
+    wait_for(lambda: "t" in bound(admin, ns))
+    got = assert_consistent(admin, ns)
+    assert [c["metadata"]["name"] for c in got["t"]] == ["t-gpu-1a2b3"]
+
+
 def dra1_allocation(device: str) -> dict[str, Any]:
     """A claim allocation of the GPU ``device`` of node dra-1, as kube-scheduler writes it."""
     return {
