@@ -331,6 +331,45 @@ def test_inline_csi_volumes_do_not_count_against_the_csinode_limit(
     assert placed == {"inline": NODE}
 
 
+def test_an_untranslatable_inline_volume_is_a_scheduler_error(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    # An inline EBS volume whose ID the CSI translation refuses, on a pod that a node with a
+    # CSINode could take: kube-scheduler's NodeVolumeLimits fails the attempt with an error,
+    # so the pod stays pending with reason SchedulerError and the translation's message.
+    admin.post(
+        f"{STORAGE_API}/csinodes",
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {"name": NODE},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": NODE}]},
+        },
+    )
+    try:
+        m = pod("bad-ebs", pool="training", model="Tesla-T4")
+        m["spec"]["volumes"] = [
+            {"name": "data", "awsElasticBlockStore": {"volumeID": "aws://zone-a/data"}}
+        ]
+        create(admin, ns, m)
+        with scheduler(live_cp):
+
+            def pending() -> dict[str, Any] | None:
+                c = condition(admin.get(f"/api/v1/namespaces/{ns}/pods/bad-ebs"))
+                return c if c and c["status"] == "False" else None
+
+            cond = wait_for(pending)
+    finally:
+        admin.request("DELETE", f"{STORAGE_API}/csinodes/{NODE}")
+    assert not bound(admin, ns)
+    assert cond["reason"] == "SchedulerError"
+    assert cond["message"] == (
+        'running "NodeVolumeLimits" filter plugin: converting volume(data) from inline to csi: '
+        "failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume "
+        "(aws://zone-a/data)"
+    )
+
+
 def test_capacity_watch_events_fill_the_store_and_skip_invalid_objects() -> None:
     """No server needed: CSIDriver and CSIStorageCapacity decoding and apply, as wired."""
     import msgspec

@@ -76,7 +76,17 @@ class AttemptError(Exception):
     preemption, and the message is the pod's pending reason as written."""
 
     def __init__(self, plugin: str, message: str) -> None:
-        super().__init__(f'running "{plugin}" filter plugin: {message}')
+        super().__init__(f'{_ERROR_PREFIX}"{plugin}" filter plugin: {message}')
+
+
+_ERROR_PREFIX = "running "
+
+
+def is_attempt_error(reason: str) -> bool:
+    """Is ``reason`` the message of an attempt that failed with an error
+    (:class:`AttemptError`)? An adapter reports such a pod as kube-scheduler does, with the
+    condition reason ``SchedulerError`` instead of ``Unschedulable``."""
+    return reason.startswith(_ERROR_PREFIX + '"')
 
 
 @dataclass(slots=True)

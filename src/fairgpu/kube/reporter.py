@@ -26,6 +26,7 @@ from typing import Any
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import CycleResult
+from fairgpu.engine.framework import is_attempt_error
 from fairgpu.kube.client import CONNECTION_ERRORS, STRATEGIC_MERGE_PATCH, RateLimiter, RestClient
 from fairgpu.kube.metrics import Metrics
 from fairgpu.model.pod import PodInfo
@@ -313,14 +314,14 @@ def report_unschedulable(
         pod = u.pod
         if pod.uid in cluster.placements or pod.scheduling_gates:
             continue  # placed (a gang member) or gated: the API server's condition stands
-        if pod.error:
-            errors += 1
+        error = bool(pod.error) or is_attempt_error(u.reason)
+        errors += error
         failed[pod.uid] = Report(
             pod.uid,
             pod.namespace,
             pod.name,
             u.reason,
-            "SchedulerError" if pod.error else "Unschedulable",
+            "SchedulerError" if error else "Unschedulable",
         )
     for rep in failed.values():
         if reporter.report(rep, now):

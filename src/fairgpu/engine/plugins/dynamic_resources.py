@@ -25,6 +25,7 @@ from fairgpu.cluster.dra import ClaimAllocation, DraStore, InUse, NodeDevices, P
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.framework import (
     SUCCESS,
+    AttemptError,
     CycleState,
     FilterPlugin,
     FilterResult,
@@ -140,7 +141,7 @@ class DynamicResources(PreFilterPlugin, FilterPlugin):
                 try:
                     results = allocator.allocate(view, in_use) if view.devices else None
                 except AllocationError as error:
-                    raise AllocationError(f"pod {pod.key}: {error}") from None
+                    raise AttemptError(self.name, f"pod {pod.key}: {error}") from None
                 if results is None:
                     cannot[idx] = True
                     continue
