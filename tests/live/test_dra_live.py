@@ -323,18 +323,23 @@ def test_gang_of_pods_with_claims_all_or_nothing(admin: KubeClient, ns: str) -> 
             assert not c.get("status"), c  # nothing written for a gang that did not fit
 
 
+def one_mig_template(admin: KubeClient, ns: str) -> None:
+    """Create ResourceClaimTemplate ``one-mig``: one 1g.10gb MIG partition."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-mig"},
+        "spec": {"spec": claim_spec(mig_profile="1g.10gb")},
+    }
+    admin.post(f"{DRA_API}/namespaces/{ns}/resourceclaimtemplates", template)
+
+
 def test_claim_template_per_pod(cp: ControlPlane, admin: KubeClient, ns: str) -> None:
     if not (cp.bin_dir / KCM).exists():
         pytest.skip(f"{KCM} not built (tools/kube/build-control-plane.sh)")
     cp.start_controller_manager(feature_gates=DRA_FEATURE_GATES)
     try:
-        template = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "one-mig"},
-            "spec": {"spec": claim_spec(mig_profile="1g.10gb")},
-        }
-        admin.post(f"{DRA_API}/namespaces/{ns}/resourceclaimtemplates", template)
+        one_mig_template(admin, ns)
         for i in range(3):
             create(admin, ns, dra_pod(f"t{i}", ("gpu", "template:one-mig")))
         wait_for(lambda: len(bound(admin, ns)) == 3)
@@ -360,13 +365,7 @@ def test_template_claim_is_the_one_the_pod_status_names(admin: KubeClient, ns: s
     controller makes one (the pod-claim-name annotation, the pod as controller) is used only
     once the pod's ``status.resourceClaimStatuses`` names it, as kube-scheduler does; while
     the status names nothing, or a claim that does not exist, the pod waits and says why."""
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "one-mig"},
-        "spec": {"spec": claim_spec(mig_profile="1g.10gb")},
-    }
-    admin.post(f"{DRA_API}/namespaces/{ns}/resourceclaimtemplates", template)
+    one_mig_template(admin, ns)
     uid = create(admin, ns, dra_pod("t", ("gpu", "template:one-mig")))["metadata"]["uid"]
     made = claim("t-gpu-1a2b3", mig="1g.10gb")
     made["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
