@@ -36,6 +36,20 @@ class Evict:
 
 
 @dataclass(slots=True)
+class Displace:
+    """Take ``pod``'s place for ``preemptor``: ``pod`` is a preemptor the adapter holds on its
+    node, unbound, waiting for its own victims to go (one of the engine's ``displaceable``
+    pods). Nothing is evicted -- an Eviction of an unbound pod would delete it: the adapter
+    drops ``pod``'s hold, clears its nomination and requeues it, and ``preemptor`` (placed
+    on that node in the same cycle, ``pod``'s uid in its ``wait_for``) waits for the victims
+    ``pod`` was waiting for. Never decided in the simulator (nothing is held there)."""
+
+    pod: PodInfo
+    preemptor: PodInfo
+    reason: str = ""
+
+
+@dataclass(slots=True)
 class Unschedulable:
     """``pod`` stays pending for ``reason``; ``resolvable`` is False if no change can help."""
 
@@ -62,6 +76,7 @@ class CycleResult:
     """All decisions of one cycle, in the order they were made.
 
     ``deallocations``: stale ResourceClaim allocations to clear (:class:`Deallocate`).
+    ``displaced``: held preemptors whose place another pod took (:class:`Displace`).
     ``reserved`` maps a large job's key to the node names held for it after this cycle.
     ``retry_at``: the earliest later time at which a pod that a time rule kept from being a
     victim (the minimum run before a reclaim, the reclaim cooldown) becomes one; a cycle then
@@ -75,6 +90,7 @@ class CycleResult:
     reserved: dict[str, list[str]] = field(default_factory=dict)
     retry_at: float | None = None
     deallocations: list[Deallocate] = field(default_factory=list)
+    displaced: list[Displace] = field(default_factory=list)
 
     def retry_no_later_than(self, when: float) -> None:
         """Ask for a cycle at ``when`` (the earliest of all such requests wins)."""

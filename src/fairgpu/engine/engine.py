@@ -30,7 +30,7 @@ from fairgpu.engine.actions.preempt import MAX_PREEMPTION_ATTEMPTS, MAX_RECLAIM_
 from fairgpu.engine.actions.reclaim import ReclaimKey, reclaim_allowed, reclaim_key
 from fairgpu.engine.actions.reserve import publish_reservations
 from fairgpu.engine.backlog import Backlog
-from fairgpu.engine.decisions import Bind, CycleResult, Deallocate, Evict, Unschedulable
+from fairgpu.engine.decisions import Bind, CycleResult, Deallocate, Displace, Evict, Unschedulable
 from fairgpu.engine.gang import Reservation
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.orderings import CYCLES
@@ -55,6 +55,7 @@ __all__ = [
     "Bind",
     "CycleResult",
     "Deallocate",
+    "Displace",
     "Engine",
     "Evict",
     "Job",
@@ -108,6 +109,10 @@ class Engine:
         # Pods that may be placed but not preempt this cycle (the live adapter: preemptors whose
         # earlier victims still terminate on their nominated node). Empty in the simulator.
         self.no_preemption: frozenset[str] = frozenset()
+        # Unbound pods that may be victims this cycle, displaced rather than evicted (the live
+        # adapter: preemptors held while their victims go; see decisions.Displace). Empty in
+        # the simulator, which holds nobody.
+        self.displaceable: frozenset[str] = frozenset()
         # False: a pending pod's reason is reported only when it differs from the last one
         # reported for it (report_changes.py; for an adapter that keeps the last reason).
         self.report_unchanged = True
@@ -206,6 +211,7 @@ class Engine:
             self.state,
             self.time_label,
             no_preemption=self.no_preemption,
+            displaceable=self.displaceable,
         )
 
     def cycle(self, cluster: ClusterState, pending: Sequence[PodInfo], now: float) -> CycleResult:

@@ -80,17 +80,22 @@ class PreemptionPlan:
         return (len(self.victims), max(prios), sum(prios), qos, -newest)
 
 
-def victim_eligible(placement: Placement | None, now: float, min_runtime: float = 0.0) -> bool:
+def victim_eligible(
+    placement: Placement | None, now: float, min_runtime: float = 0.0, held: bool = False
+) -> bool:
     """May the pod placed at ``placement`` be chosen as a preemption victim?
 
     Only a pod the API reports bound, whose deletion has not begun, that has run at least
     ``min_runtime`` seconds. An Eviction of an unbound pod (assumed, or a preemptor waiting
     for its own victims) deletes it outright, and a terminating pod frees nothing sooner for
     being chosen again: it holds its node until it is gone, as kube-scheduler counts it.
+    ``held``: the pod is a preemptor held while its victims go (the session's
+    ``displaceable``): unbound, it is *displaced*, never evicted, under the same rules (its
+    run counted from when it was placed).
     """
     return (
         placement is not None
-        and placement.bound
+        and (placement.bound or held)
         and not placement.terminating
         and now - placement.started >= min_runtime
     )

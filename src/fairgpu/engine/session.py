@@ -73,7 +73,10 @@ class Session:
     pending pods as kept between cycles, synced to this cycle's (None: the cycle groups the
     pending pods it is given itself); ``report_unchanged`` False: reports that repeat a pod's
     last one may be left out (:mod:`~fairgpu.engine.report_changes`); ``pending_pods`` the
-    pods of the cycle's jobs by uid, when the backlog keeps them (None: read the lanes).
+    pods of the cycle's jobs by uid, when the backlog keeps them (None: read the lanes);
+    ``displaceable`` the placed but unbound pods that may nonetheless be victims: preemptors
+    the adapter holds while their own victims go, whose place a pod allowed to preempt them
+    may take without an eviction (:class:`~fairgpu.engine.decisions.Displace`).
     """
 
     cluster: ClusterState
@@ -93,6 +96,7 @@ class Session:
     backlog: Backlog | None = None
     report_unchanged: bool = True
     pending_pods: Mapping[str, PodInfo] | None = None
+    displaceable: frozenset[str] = frozenset()
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

@@ -4,7 +4,9 @@ After Volcano's ``Statement``. Every placement and eviction a cycle decides goes
 :meth:`Statement.assign` and :meth:`Statement.evict` apply it tentatively to both the
 :class:`~fairgpu.cluster.state.ClusterState` and the :class:`~fairgpu.tenancy.book.QueueBook`
 (so later attempts see it), then :meth:`Statement.commit` emits the :class:`Bind` and
-:class:`Evict` decisions, or :meth:`Statement.discard` rolls every step back, newest first.
+:class:`Evict` decisions (a :class:`Displace` for a victim that is a held preemptor, one of
+the session's ``displaceable``: it is unbound, so it is never evicted), or
+:meth:`Statement.discard` rolls every step back, newest first.
 Because cluster and book change only here, and always together, they cannot drift apart; and
 a pod group is placed all-or-nothing: a partial group is never bound.
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fairgpu.cluster.state import Placement
-from fairgpu.engine.decisions import Bind, Evict
+from fairgpu.engine.decisions import Bind, Displace, Evict
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import placed_vector
 
@@ -84,8 +86,12 @@ class Statement:
         """Emit the decisions: every eviction, then every bind, in the order they were made."""
         s = self.session
         out = s.out
+        held = s.displaceable
         for e in self.evicted:
-            out.evictions.append(Evict(e.victim, e.preemptor, e.reason, e.kind))
+            if e.victim.uid in held and e.preemptor is not None:
+                out.displaced.append(Displace(e.victim, e.preemptor, e.reason))
+            else:
+                out.evictions.append(Evict(e.victim, e.preemptor, e.reason, e.kind))
         for a in self.placed:
             name = s.cluster.node(a.placement.node).name
             out.binds.append(Bind(a.pod, name, a.placement.devices, a.wait_for))
@@ -103,6 +109,8 @@ class Statement:
             s.cluster.dra.released.discard(e.victim.uid)
             pl = e.placement
             placement = s.cluster.assign(e.victim, pl.node, pl.devices, started=pl.started)
+            # What the adapter recorded (a held preemptor is not bound) comes back too.
+            placement.bound, placement.terminating = pl.bound, pl.terminating
             s.book.add(
                 e.victim.uid, e.victim, placed_vector(e.victim, placement), placement.dra_milli
             )

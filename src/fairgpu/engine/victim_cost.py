@@ -55,11 +55,12 @@ def gpus_held(placement: Placement) -> float:
 
 
 def lost_work(uids: Iterable[str], cluster: ClusterState, now: float) -> float:
-    """GPU-seconds thrown away by evicting ``uids`` now: GPUs held x seconds run, summed."""
+    """GPU-seconds thrown away by evicting ``uids`` now: GPUs held x seconds run, summed.
+    A pod not bound yet (a held preemptor, displaced rather than evicted) has run nothing."""
     total = 0.0
     for uid in uids:
         pl = cluster.placements.get(uid)
-        if pl is not None:
+        if pl is not None and pl.bound:
             total += gpus_held(pl) * max(0.0, now - pl.started)
     return total
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairgpu.engine.actions.preempt import eligible_victim
+from fairgpu.engine.actions.preempt import eligible_victim, held_first
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption
 from fairgpu.engine.session import Session
@@ -62,6 +62,10 @@ class KubeDefaultVictims:
     def plan(
         self, session: Session, job: Job, pod: PodInfo, allowed: np.ndarray | None
     ) -> PreemptionPlan | None:
-        """The best plan among pods of strictly lower priority."""
-        victims = self._lower(pod)
-        return find_preemption(pod, session.cluster, session.scheduler, victims, allowed)
+        """The best plan among pods of strictly lower priority, taking only held
+        preemptors' places if that suffices (:func:`held_first`)."""
+        for victims in held_first(session, [self._lower(pod)]):
+            plan = find_preemption(pod, session.cluster, session.scheduler, victims, allowed)
+            if plan is not None:
+                return plan
+        return None

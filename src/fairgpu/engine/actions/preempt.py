@@ -62,11 +62,22 @@ MAX_PREEMPTION_ATTEMPTS = 32
 
 def eligible_victim(session: Session, uid: str, min_runtime: float) -> bool:
     """May the pod ``uid`` be a victim at all? Only if it was not placed in this cycle and
-    :func:`~fairgpu.engine.preemption.victim_eligible` holds (bound, not terminating, run at
-    least ``min_runtime`` seconds)."""
+    :func:`~fairgpu.engine.preemption.victim_eligible` holds (bound or held -- one of the
+    session's ``displaceable`` --, not terminating, run at least ``min_runtime`` seconds)."""
     return uid not in session.placed_now and victim_eligible(
-        session.cluster.placements.get(uid), session.now, min_runtime
+        session.cluster.placements.get(uid), session.now, min_runtime, uid in session.displaceable
     )
+
+
+def held_first(session: Session, sets: list[list[str]]) -> list[list[str]]:
+    """``sets`` with, in front, the displaceable pods among them: taking a held preemptor's
+    place loses no work, so it is tried before any plan evicting running pods (as
+    kube-scheduler ignores the nominations of lower priority when it places a pod)."""
+    held = session.displaceable
+    if not held:
+        return sets
+    first = sorted({u for pool in sets for u in pool if u in held})
+    return [first, *sets] if first else sets
 
 
 class VictimPolicy(Protocol):
@@ -221,7 +232,7 @@ class FairVictims:
         cost = VictimCost(session.cluster, self._gangs, session.now, self._tier(job))
         if np.isfinite(wait):
             cost.max_loss = gpus * wait
-        for eligible in sets:
+        for eligible in held_first(session, sets):
             plan = find_preemption(
                 pod, session.cluster, session.scheduler, eligible, allowed, accept, cost=cost
             )
@@ -353,6 +364,7 @@ class FairVictims:
         state, now, cooldown = s.state, s.now, cfg.reclaim_cooldown_seconds
         cluster = s.cluster
         placements, placed_now, changed = cluster.placements, s.placed_now, state.tenant_changed
+        held = s.displaceable
         hot = self._hot_gpus()
         ok: list[str] = []
         soonest = np.inf
@@ -360,7 +372,7 @@ class FairVictims:
             if u in placed_now:
                 continue
             pl = placements.get(u)
-            if pl is None or not pl.bound or pl.terminating:
+            if pl is None or pl.terminating or not (pl.bound or u in held):
                 continue
             when = pl.started + min_run
             if changed:
