@@ -58,6 +58,8 @@ class World:
         self.engine = Engine(ordering="kube-default")
         self.holds = PreemptionHolds(self.cache, WAIT)
         self.posted: list[Bind] = []
+        self.evictions_posted: list[str] = []  # every Eviction the loop would post
+        self.displaced: list[str] = []  # held preemptors displaced (nomination cleared)
 
     def pod(self, etype: str, raw: bytes, now: float = 1.0) -> CacheChanges:
         out = CacheChanges()
@@ -74,10 +76,14 @@ class World:
         'posted' at once, like the live scheduler's)."""
         pending = self.holds.ready(self.cache.schedulable(), now)
         self.engine.no_preemption = self.holds.no_preemption(pending)
+        self.engine.displaceable = self.holds.displaceable()
         result = self.engine.cycle(self.cache.cluster, pending, now)
         for ev in result.evictions:
             self.holds.evicting(ev.pod, ev.preemptor.uid if ev.preemptor else None)
-        for b in result.binds:
+            self.evictions_posted.append(ev.pod.name)
+        binds, displaced = self.holds.displaced(result.displaced, result.binds, now)
+        self.displaced += [p.name for p in displaced]
+        for b in binds:
             self.cache.assumed_by_engine(b.pod.uid, b.node_name)
             if not self.holds.hold(b, now):
                 self.posted.append(b)
@@ -120,18 +126,64 @@ def test_preemptor_binds_only_once_every_victim_is_gone() -> None:
     assert [b.pod.name for b in w.posted] == ["p"]  # posted once
 
 
-def test_a_chain_never_evicts_a_waiting_preemptor_or_a_terminating_victim() -> None:
+def test_a_chain_displaces_waiting_preemptors_and_never_evicts_them() -> None:
     w = full_world()
     w.pod("ADDED", pod_json("p1", priority=2))
     assert w.cycle(2.0) == ["v0"]
     w.pod("MODIFIED", pod_json("v0", node="n1", device=0, deleting=True))
-    # p1 (priority 2, waiting) would be the cheapest victim for p2 were it bound.
+    # p2 takes the waiting p1's place (no work lost) rather than evict a running pod.
     w.pod("ADDED", pod_json("p2", priority=10))
-    assert w.cycle(3.0) == ["v1"]
+    assert w.cycle(3.0) == []
     w.pod("ADDED", pod_json("p3", priority=20))
-    assert w.cycle(4.0) == ["w0"]  # not p1, p2 (waiting) nor v0, v1 (terminating)
-    assert {h.bind.pod.name for h in w.holds.held.values()} == {"p1", "p2", "p3"}
-    assert w.free_gpus("n1") == w.free_gpus("n2") == 0
+    assert w.cycle(4.0) == []  # and p3 takes p2's
+    assert w.displaced == ["p1", "p2"]
+    assert {h.bind.pod.name: h.waiting for h in w.holds.held.values()} == {"p3": {"uid-v0"}}
+    # p2, requeued and no longer nominated, may preempt again: v1 (priority 4) goes for it.
+    assert w.cycle(5.0) == ["v1"]
+    assert w.evictions_posted == ["v0", "v1"]  # never p1 nor p2 (unbound), nor v0 twice
+    assert {h.bind.pod.name for h in w.holds.held.values()} == {"p2", "p3"}
+    assert w.free_gpus("n1") == 0 and w.free_gpus("n2") == 0
+    assert w.posted == []
+
+
+def test_displacement_transfers_the_waiting_victims_and_requeues_the_preemptor() -> None:
+    w = p_waiting_for_v0()
+    assert w.cache.nominated["uid-p"] == "n1"
+    w.pod("ADDED", pod_json("q", priority=20))
+    assert w.cycle(3.0) == []  # w0 (priority 5) runs on: q takes p's place instead
+    assert w.displaced == ["p"] and w.evictions_posted == ["v0"]
+    assert list(w.holds.held) == ["uid-q"] and w.holds.held["uid-q"].waiting == {"uid-v0"}
+    assert w.holds.victims["uid-v0"][0] == "uid-q"  # v0 belongs to q alone now
+    assert "uid-p" not in w.cache.nominated and w.cache.nominated["uid-q"] == "n1"
+    assert "uid-p" not in w.cache.cluster.placements  # requeued, at once
+    assert [p.name for p in w.holds.ready(w.cache.schedulable(), 3.0)] == ["p"]
+    assert w.free_gpus("n1") == 0  # v0 still holds its GPU, through q's assumption
+    w.drain(w.pod("DELETED", pod_json("v0", node="n1", device=0, deleting=True)), 4.0)
+    assert [b.pod.name for b in w.posted] == ["q"]
+
+
+def test_displaced_preemptors_victims_the_new_one_does_not_need_keep_their_gpus() -> None:
+    # p (two GPUs, priority 5: below neither w0 nor w1) waits for v0 and v1; q needs one GPU
+    # and r, in the same cycle, another.
+    w = full_world()
+    w.pod("ADDED", pod_json("p", priority=5, gpus=2))
+    assert sorted(w.cycle(2.0)) == ["v0", "v1"]
+    w.pod("ADDED", pod_json("q", priority=20))
+    w.pod("ADDED", pod_json("r", priority=0))
+    assert w.cycle(3.0) == []
+    assert w.displaced == ["p"]
+    # One victim q waits for; the other holds its own GPU again, as terminating: r, which
+    # the engine put on it, is not bound over it (it is placed again next cycle).
+    (waiting,) = w.holds.held["uid-q"].waiting
+    other = ({"uid-v0", "uid-v1"} - {waiting}).pop()
+    placed = w.cache.cluster.placements
+    assert placed[other].terminating and "uid-r" not in placed
+    assert w.posted == [] and w.free_gpus("n1") == 0
+    assert w.cycle(4.0) == [] and w.posted == []  # p and r find nothing to evict
+    w.drain(w.pod("DELETED", pod_json(other[4:], node="n1", deleting=True)), 5.0)
+    assert w.posted == []  # q still waits for its victim
+    w.cycle(6.0)
+    assert [b.pod.name for b in w.posted] == ["r"]  # r gets the GPU that went
 
 
 def test_preemptor_deleted_while_waiting_is_never_bound_and_victims_keep_their_gpus() -> None:

@@ -336,6 +336,26 @@ class SchedulerCache:
         self._place_bound(pod, where[0], where[1], started)
         return uid in self.cluster.placements
 
+    def restore_if_room(self, uid: str, pod: PodInfo, started: float) -> bool:
+        """Put a released victim back as terminating (:meth:`restore`) only if its node has
+        room for it as the cluster stands, nothing over-committed; True if it was put back.
+
+        For the victims of a preemptor whose place another pod took: those whose room the
+        new preemptor does not use hold it themselves until they are gone."""
+        where = self.bound.get(uid)
+        cluster = self.cluster
+        idx = cluster.node_index.get(where[0]) if where is not None else None
+        if where is None or idx is None or uid in cluster.placements:
+            return False
+        cluster.assign(pod, idx, self._devices_for(pod, idx, where[1]), started=started)
+        room = bool(
+            (cluster.free()[idx] >= 0).all()
+            and (cluster.device_milli_free[idx] >= 0).all()
+            and (cluster.device_memory_free[idx] >= 0).all()
+        )
+        cluster.release(uid)  # tried only; restore() below accounts it for good
+        return room and self.restore(uid, pod, started, terminating=True)
+
     # ---- nodes --------------------------------------------------------------------------------
     def apply_node(self, etype: str, rec: NodeRecord, now: float, out: CacheChanges) -> None:
         """Apply one node event.

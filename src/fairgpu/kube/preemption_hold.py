@@ -13,7 +13,20 @@ A held preemptor leaves that state in one of these ways:
   engine placed it again — whatever no longer leaves it assumed on its node;
 * it is *abandoned*: its victims did not go in time, or an eviction was refused; it is forgotten
   and requeued after a backoff that doubles per failure (so a victim a PodDisruptionBudget
-  protects does not cause an eviction storm).
+  protects does not cause an eviction storm);
+* it is *displaced* (:meth:`PreemptionHolds.displaced`): a pod the engine's victim rules allow
+  to preempt it -- were it running: higher priority inside its queue, the reclaim rules across
+  queues -- took its place (kube-scheduler clears the nominations of lower priority on the
+  node it nominates a pod to). The engine offers every held preemptor as a victim
+  (:meth:`PreemptionHolds.displaceable`; it loses no work, so it goes before any running pod)
+  and reports a :class:`~fairgpu.engine.decisions.Displace`, never an Eviction: it is
+  unbound. Its hold is dropped, its assumption forgotten, its nomination cleared, and it is
+  requeued at once (no backoff, nothing failed). Its victims still terminate in the API: each
+  goes back in the cache as terminating if its node has room for it beside the new preemptor
+  (it holds its own room until gone); the others are *transferred*: the new preemptor, held
+  on that node, waits for them as well as for victims of its own. Other binds of that cycle
+  onto that node are forgotten first (placed again next cycle, as after a pod group's
+  timeout), so the room the displaced pod held is never handed out while its victims exist.
 
 Invariants (what :class:`PreemptionHolds` keeps true between two calls):
 
@@ -24,11 +37,15 @@ Invariants (what :class:`PreemptionHolds` keeps true between two calls):
    back in the cache as *terminating* (its eviction was posted), keeping its node until its
    deletion is observed and never chosen as a victim again. Only a refused eviction puts a
    victim back as running.
-3. Each victim belongs to at most one held preemptor, and is forgotten here once gone.
+3. Each victim belongs to at most one held preemptor, and is forgotten here once gone (a
+   transfer moves it from the displaced preemptor to the one that took its place).
 4. A preemptor that was nominated keeps its nomination after it is abandoned; while a
    lower-priority pod on that node is terminating it may be placed but may not preempt again
    (:meth:`PreemptionHolds.no_preemption`, kube-scheduler's ``PodEligibleToPreemptOthers``):
-   re-planning after a timeout never evicts more while earlier victims still terminate.
+   re-planning after a timeout never evicts more while earlier victims still terminate. A
+   displaced preemptor loses its nomination with its victims (they are no longer its own):
+   it may preempt again, as kube-scheduler's requeued pod may.
+5. No Eviction is ever posted for a held preemptor: it is only ever displaced.
 
 Pure bookkeeping over a :class:`~fairgpu.kube.cache.SchedulerCache`: no I/O, no clock (``now``
 is passed in), used by the scheduling loop thread only.
@@ -40,7 +57,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fairgpu.engine.engine import Bind
+from fairgpu.engine.engine import Bind, Displace
 from fairgpu.engine.preemption import may_preempt_again
 from fairgpu.kube.cache import SchedulerCache
 from fairgpu.model.pod import PodInfo
@@ -77,6 +94,8 @@ class PreemptionHolds:
         self.held: dict[str, Held] = {}
         self.victims: dict[str, tuple[str, PodInfo]] = {}  # victim -> (preemptor, victim pod)
         self.backoff: dict[str, tuple[float, int]] = {}  # preemptor -> (retry at, failures)
+        # Victims transferred to a preemptor placed in this cycle, until its hold begins.
+        self.transferred: dict[str, set[str]] = {}
 
     # ---- entering --------------------------------------------------------------------------
     def evicting(self, victim: PodInfo, preemptor: str | None) -> None:
@@ -92,7 +111,8 @@ class PreemptionHolds:
         if uid in self.held:
             self._drop(uid, now, forget=False)
         cache = self.cache
-        waiting = {v for v in bind.wait_for if v in cache.bound or v in cache.evicting}
+        mine = (*bind.wait_for, *self.transferred.pop(uid, ()))
+        waiting = {v for v in mine if v in cache.bound or v in cache.evicting}
         if not waiting:
             return False
         self.held[uid] = Held(bind, waiting, now + self.wait)
@@ -197,7 +217,70 @@ class PreemptionHolds:
             cache.restore(v.uid, v, now, terminating=True)
         return keep
 
+    def displaced(
+        self, displaced: list[Displace], binds: list[Bind], now: float
+    ) -> tuple[list[Bind], list[PodInfo]]:
+        """Apply the cycle's displacements (module docstring) before its ``binds`` are held
+        or posted; returns the binds that may go ahead and the displaced pods, whose
+        nominations the caller clears in the API (they are cleared here in the cache)."""
+        if not displaced:
+            return binds, []
+        cache = self.cache
+        taker: dict[str, str] = {}  # node -> the first pod of the cycle displacing there
+        released: dict[str, list[tuple[str, PodInfo]]] = {}  # node -> victims to place
+        gone: list[PodInfo] = []
+        for d in displaced:
+            held = self.held.pop(d.pod.uid, None)
+            if held is None:
+                continue  # not held any more (the engine is offered held pods only)
+            log.info(
+                "preemptor displaced; requeued without eviction",
+                extra={"pod": d.pod.key, "by": d.preemptor.key, "node": held.bind.node_name},
+            )
+            cache.forget(d.pod.uid)
+            cache.nominated.pop(d.pod.uid, None)
+            gone.append(d.pod)
+            node = held.bind.node_name
+            taker.setdefault(node, d.preemptor.uid)
+            for v in held.waiting:
+                entry = self.victims.pop(v, None)
+                if entry is not None:
+                    released.setdefault(node, []).append((v, entry[1]))
+        keep = [b for b in binds if taker.get(b.node_name, b.pod.uid) == b.pod.uid]
+        for b in binds:
+            if taker.get(b.node_name, b.pod.uid) != b.pod.uid:
+                self._unplace(b, now)
+        placed = {b.pod.uid for b in keep}
+        for node, victims in released.items():
+            self._transfer(taker[node], placed, victims, now)
+        return keep, gone
+
+    def _unplace(self, b: Bind, now: float) -> None:
+        """Forget ``b`` (placed again next cycle); its own victims go back as terminating."""
+        self.cache.forget(b.pod.uid)
+        for uid in b.wait_for:
+            entry = self.victims.pop(uid, None)
+            if entry is not None:
+                self.cache.restore(uid, entry[1], now, terminating=True)
+
+    def _transfer(
+        self, p_uid: str, placed: set[str], victims: list[tuple[str, PodInfo]], now: float
+    ) -> None:
+        """A displaced preemptor's ``victims``: back in the cache as terminating where there
+        is room beside ``p_uid``, the others ``p_uid``'s (or all back, if it was not kept)."""
+        cache = self.cache
+        for v, pod in victims:
+            if p_uid not in placed:
+                cache.restore(v, pod, now, terminating=True)
+            elif not cache.restore_if_room(v, pod, now):
+                self.victims[v] = (p_uid, pod)
+                self.transferred.setdefault(p_uid, set()).add(v)
+
     # ---- the engine's input ----------------------------------------------------------------
+    def displaceable(self) -> frozenset[str]:
+        """The held preemptors, which the engine may displace (never evict) this cycle."""
+        return frozenset(self.held)
+
     def ready(self, pending: Iterable[PodInfo], now: float) -> list[PodInfo]:
         """``pending`` without the abandoned preemptors still backing off."""
         pending = list(pending)

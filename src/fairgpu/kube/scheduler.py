@@ -444,6 +444,7 @@ class LiveScheduler:
         cache = self.cache
         pending = self.holds.ready(cache.schedulable(), now)
         self.engine.no_preemption = self.holds.no_preemption(pending)
+        self.engine.displaceable = self.holds.displaceable()
         self._dirty = False
         limit = self.config.max_batch
         if limit > 0 and len(pending) > limit:
@@ -463,8 +464,11 @@ class LiveScheduler:
             self.binder.dra.deallocate(d.claim, d.claim_uid, d.pod)
         timed_out = [ev.pod for ev in result.evictions if ev.preemptor is None]
         binds = self.holds.without_preemptor(timed_out, result.binds, now)
-        if len(binds) < len(result.binds):
-            self._dirty = True  # forgotten binds are placed again next cycle
+        binds, displaced = self.holds.displaced(result.displaced, binds, now)
+        if len(binds) < len(result.binds) or displaced:
+            self._dirty = True  # forgotten binds and displaced pods are placed again
+        for p in displaced:  # requeued, as kube-scheduler clears a lower-priority nomination
+            self.binder.nominate(p, None)
         for b in binds:
             self._assumed(b, now)
         self.sharing.check(cache.cluster, result.binds)
