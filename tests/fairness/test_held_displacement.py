@@ -93,3 +93,21 @@ def test_reclaim_min_runtime_protects_a_held_preemptor_as_a_running_pod() -> Non
     _held(state, p1, engine)
     out = engine.cycle(state, [pod_info("c0", "c", created=1.0)], 10.0)
     assert out.displaced == [] and out.evictions == []
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+def test_one_displacement_per_node_and_cycle(ordering: str) -> None:
+    # h1, h2 held on n1, h3 (a higher priority: the dearer place to take) on n2: two pods
+    # take places on both nodes, not two on n1 (the adapter hands a displaced pod's victims
+    # to the one pod that took its place).
+    held = [pod_info(f"h{i}", priority=2 if i < 3 else 5) for i in (1, 2, 3)]
+    nodes = (node_info("n1", gpus=2), node_info("n2", gpus=1))
+    state = cluster(*nodes, placed=[(held[0], "n1"), (held[1], "n1"), (held[2], "n2")])
+    engine = Engine(ordering=ordering)
+    for p in held:
+        state.placements[p.uid].bound = False
+    engine.displaceable = frozenset(p.uid for p in held)
+    pending = [pod_info(f"x{i}", priority=10, created=float(i)) for i in (1, 2)]
+    out = engine.cycle(state, pending, 10.0)
+    assert out.evictions == [] and len(out.displaced) == 2
+    assert sorted(b.node_name for b in out.binds) == ["n1", "n2"]

@@ -76,7 +76,9 @@ class Session:
     pods of the cycle's jobs by uid, when the backlog keeps them (None: read the lanes);
     ``displaceable`` the placed but unbound pods that may nonetheless be victims: preemptors
     the adapter holds while their own victims go, whose place a pod allowed to preempt them
-    may take without an eviction (:class:`~fairgpu.engine.decisions.Displace`).
+    may take without an eviction (:class:`~fairgpu.engine.decisions.Displace`);
+    ``displaced_nodes`` the node slots where one was displaced in this cycle (no second one
+    is there: the adapter hands a displaced pod's victims to the one pod that took its place).
     """
 
     cluster: ClusterState
@@ -97,6 +99,7 @@ class Session:
     report_unchanged: bool = True
     pending_pods: Mapping[str, PodInfo] | None = None
     displaceable: frozenset[str] = frozenset()
+    displaced_nodes: set[int] = field(default_factory=set)
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

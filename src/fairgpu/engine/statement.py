@@ -90,6 +90,7 @@ class Statement:
         for e in self.evicted:
             if e.victim.uid in held and e.preemptor is not None:
                 out.displaced.append(Displace(e.victim, e.preemptor, e.reason))
+                s.displaced_nodes.add(e.placement.node)
             else:
                 out.evictions.append(Evict(e.victim, e.preemptor, e.reason, e.kind))
         for a in self.placed:

@@ -63,9 +63,21 @@ MAX_PREEMPTION_ATTEMPTS = 32
 def eligible_victim(session: Session, uid: str, min_runtime: float) -> bool:
     """May the pod ``uid`` be a victim at all? Only if it was not placed in this cycle and
     :func:`~fairgpu.engine.preemption.victim_eligible` holds (bound or held -- one of the
-    session's ``displaceable`` --, not terminating, run at least ``min_runtime`` seconds)."""
+    session's ``displaceable`` on a node where none was displaced in this cycle --, not
+    terminating, run at least ``min_runtime`` seconds)."""
+    pl = session.cluster.placements.get(uid)
     return uid not in session.placed_now and victim_eligible(
-        session.cluster.placements.get(uid), session.now, min_runtime, uid in session.displaceable
+        pl, session.now, min_runtime, displaceable(session, uid, pl)
+    )
+
+
+def displaceable(session: Session, uid: str, placement: Placement | None) -> bool:
+    """Is ``uid`` a held preemptor whose place may be taken now: one of the session's
+    ``displaceable``, on a node where none was displaced yet in this cycle?"""
+    return (
+        uid in session.displaceable
+        and placement is not None
+        and placement.node not in session.displaced_nodes
     )
 
 
@@ -76,7 +88,7 @@ def held_first(session: Session, sets: list[list[str]]) -> list[list[str]]:
     held = session.displaceable
     if not held:
         return sets
-    first = sorted({u for pool in sets for u in pool if u in held})
+    first = sorted({u for pool in sets for u in pool if u in held})  # eligible ones only
     return [first, *sets] if first else sets
 
 
@@ -364,7 +376,7 @@ class FairVictims:
         state, now, cooldown = s.state, s.now, cfg.reclaim_cooldown_seconds
         cluster = s.cluster
         placements, placed_now, changed = cluster.placements, s.placed_now, state.tenant_changed
-        held = s.displaceable
+        held, displaced = s.displaceable, s.displaced_nodes
         hot = self._hot_gpus()
         ok: list[str] = []
         soonest = np.inf
@@ -372,7 +384,9 @@ class FairVictims:
             if u in placed_now:
                 continue
             pl = placements.get(u)
-            if pl is None or pl.terminating or not (pl.bound or u in held):
+            if pl is None or pl.terminating:
+                continue
+            if not (pl.bound or (u in held and pl.node not in displaced)):
                 continue
             when = pl.started + min_run
             if changed:
