@@ -3,8 +3,9 @@
 Queue ``qa`` floods one-GPU pods that fill the cluster; queue ``qb`` then asks for its share,
 which is taken back from ``qa`` (its victims stay terminating for a grace period, as a kubelet
 stopping containers leaves them), and while ``qb``'s pods wait for their victims to go, ``qb``
-adds a few pods of higher priority beyond its share: those may only evict ``qb`` pods that are
-bound, never the waiting ones (an Eviction of a pod never bound deletes it outright). Then every
+adds a few pods of higher priority beyond its share: those take the places of waiting ``qb``
+pods, which are requeued, never evicted (an Eviction of a pod never bound deletes it
+outright). Then every
 Node is deleted and created again under its name, its status written after the object (so it
 shows 0 GPUs first), while ``qa``'s first pods still run there; once ``qb``'s first pods have
 finished, the flood and the reclaim run again.
@@ -145,6 +146,15 @@ class Flood:
     def terminating(self, prefix: str) -> int:
         return sum(bool(p["metadata"].get("deletionTimestamp")) for p in self.pods(prefix))
 
+    def cancel_pending(self, prefix: str, expected: set[str]) -> None:
+        """Delete the pods of ``prefix`` not bound (as their user would), each added to
+        ``expected`` (the audit's expected deletes) first."""
+        for p in self.pods(prefix):
+            if not p["spec"].get("nodeName"):
+                name = p["metadata"]["name"]
+                expected.add(f"{self.ns}/{name}")
+                self.api.request("DELETE", f"/api/v1/namespaces/{self.ns}/pods/{name}")
+
     def finished(self, prefix: str) -> bool:
         return all(p["status"].get("phase") == "Succeeded" for p in self.pods(prefix))
 
@@ -168,8 +178,8 @@ class Evictions(logging.Handler):
 
 def flood_and_reclaim(flood: Flood, s: LiveScheduler, run: int, qa_submit: int) -> int:
     """qa floods ``qa_submit`` more pods and fills the cluster; qb takes its share back and
-    adds urgent pods while its reclaimers wait, which take the place of two of them once they
-    are bound. Returns how many qa pods were evicted."""
+    adds urgent pods while its reclaimers wait, which take the places of two of them (those
+    two are requeued). Returns how many qa pods were evicted."""
     total = NODES * GPUS
     qa, qb, urgent = f"qa{run}", f"qb{run}", f"qu{run}"
     flood.submit(qa, qa_submit, "qa", QA_SECONDS, "fl-low")
@@ -213,6 +223,10 @@ def test_flood_with_reclaim_twice_with_all_nodes_recreated(
             with kubelet, auditor.watching(), scheduler(cp, tenancy=tenancy) as s:
                 assert kubelet.wait_synced(20)
                 first = flood_and_reclaim(flood, s, 1, FLOOD)
+                # The reclaimers the urgent pods displaced are cancelled: left pending, they
+                # would start only once qb's others end, and the second run would meet older
+                # qa pods, whose eviction would lose more than waiting for qb's own to end.
+                flood.cancel_pending("qb1", auditor.expected_deletes)
                 running = flood.holding("qa1")
                 # Every node goes and comes back under its name while qa's first pods run.
                 flood.recreate_nodes()

@@ -200,18 +200,47 @@ def test_chain_never_evicts_a_waiting_preemptor_nor_binds_over_terminating_victi
         world.fill(a, {"low": "pc-low", "keep": "pc-keep"})
         world.create("mid", "pc-mid")  # evicts low, then waits: low never finishes
         wait_for(lambda: world.terminating("low") and world.nominated("mid") == a, 15)
-        # mid waits, unbound: were it a victim, the API would delete it outright, and high
-        # would bind at once over low, still terminating.
+        # mid waits, unbound: were it evicted, the API would delete it outright, and high
+        # would bind at once over low, still terminating. high takes its place instead.
         world.create("high", "pc-high")
-        wait_for(lambda: world.terminating("keep") and world.nominated("high") == a, 15)
-        world.create("high-2", "pc-high")  # nothing left to evict: all are going or waiting
-        assert _stays(lambda: not world.node_of("mid") and not world.node_of("high"), 2.0)
+        wait_for(lambda: world.nominated("high") == a and world.nominated("mid") == "", 15)
+        assert not world.terminating("keep")  # nothing running was evicted for high
+        world.create("high-2", "pc-high")  # keep goes for it: the only pod left to take
+        wait_for(lambda: world.terminating("keep") and world.nominated("high-2") == a, 15)
+        assert _stays(lambda: not any(world.node_of(n) for n in ("mid", "high", "high-2")), 2.0)
         assert s.metrics.evictions.labels("ok")._value.get() == 2
-        with world.kubelet([a]):  # the victims go; mid binds, and only then may high-2 take
-            # its place (a bound, running pod of lower priority).
+        with world.kubelet([a]):  # the victims go; the highs bind, mid never started
             wait_for(lambda: world.node_of("high") == a and world.node_of("high-2") == a, 20)
-        assert s.metrics.evictions.labels("ok")._value.get() == 3
+            assert _stays(lambda: not world.node_of("mid") and not world.terminating("mid"), 1.0)
+        assert s.metrics.evictions.labels("ok")._value.get() == 2
     assert_clean(audit, s)
+
+
+def test_higher_priority_pod_takes_a_waiting_preemptors_place_without_evicting_it(
+    world: World,
+) -> None:
+    """kube-scheduler's nomination takeover: mid waits on a for its victim; high needs
+    exactly a. high ends bound there, mid's nomination is cleared and mid is never evicted
+    or deleted -- and nothing binds over low while it terminates."""
+    a = world.node("a", gpus=1)
+    with world.audit() as audit, scheduler(world.cp) as s:
+        world.fill(a, {"low": "pc-low"})
+        world.create("mid", "pc-mid")
+        wait_for(lambda: world.terminating("low") and world.nominated("mid") == a, 15)
+        world.create("high", "pc-high")
+        wait_for(lambda: world.nominated("high") == a and world.nominated("mid") == "", 15)
+        # low still holds a's GPU: neither binds, and mid is still there, pending, unharmed.
+        assert _stays(lambda: not world.node_of("high") and not world.node_of("mid"), 1.5)
+        assert world.get("mid") is not None and not world.terminating("mid")
+        with world.kubelet([a]):
+            wait_for(lambda: world.node_of("high") == a, 20)
+            assert _stays(lambda: not world.node_of("mid") and world.nominated("mid") == "", 1.0)
+        assert world.get("mid") is not None and not world.terminating("mid")
+        assert s.metrics.evictions.labels("ok")._value.get() == 1  # low's, for mid, only
+        events = wait_for(lambda: world.preempted(), 10)
+        assert [e["regarding"]["name"] for e in events] == ["low"]
+    assert_clean(audit, s)
+    assert audit.unbound_deleted == []
 
 
 def test_reclaim_chain_never_evicts_a_waiting_preemptor(world: World, tmp_path: Path) -> None:
@@ -359,17 +388,21 @@ def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
                     world.create(name, "pc-low", group="ab")
                 wait_for(lambda: world.running(list(lows)), 30)
             # Eight preemptors, each evicting a low pod that never finishes, then four more
-            # of higher priority while those wait; the scheduler dies in the middle.
+            # of higher priority, which take the places of four of them (nothing is evicted
+            # for them: the mids are unbound); the scheduler dies in the middle.
             for i in range(8):
-                world.create(f"mid-{i}", "pc-mid")
+                world.create(f"mid-{i}", "pc-mid", group="ab")
             wait_for(lambda: sum(world.terminating(n) for n in lows) == 8, 20)
             for i in range(4):
-                world.create(f"high-{i}", "pc-high", group="ab")
+                world.create(f"high-{i}", "pc-high")
+            with _explained(world, first):
+                wait_for(lambda: all(world.nominated(f"high-{i}") for i in range(4)), 15)
             time.sleep(1.0)
         finally:
             first.kill9()
-        # While it is down, a pod of priority 2 starts on a new node: one the mids could
-        # evict, were they allowed to preempt again while their victims still terminate.
+        # While it is down, a pod of priority 2 starts on a new node: one the highs could
+        # evict, were they allowed to preempt again while their victims still terminate (the
+        # mids, of group ab, cannot go there).
         spare_node = world.node("c", gpus=1, group="c")
         spare = pod("spare", gpus=1, priority_class="pc-low-2", node_selector={"group": "c"})
         spare["spec"]["nodeName"] = spare_node
@@ -383,21 +416,22 @@ def test_kill_9_during_a_preemption_storm(world: World, tmp_path: Path) -> None:
             assert audit.unbound_deleted == []
             assert all(world.get(f"mid-{i}") is not None for i in range(8))
             assert not any(world.node_of(f"mid-{i}") for i in range(8))
-            # The restarted scheduler sees the mids nominated where their victims still
-            # terminate: they evict nobody more (spare runs on).
+            # The restarted scheduler sees the highs nominated where their victims (taken
+            # over from the mids) still terminate: they evict nobody more (spare runs on).
             assert not world.terminating("spare")
             assert second.metric("fairgpu_evictions_total") == 0
             with world.kubelet([*nodes, spare_node]), _explained(world, second):
                 wait_for(lambda: sum(bool(world.node_of(f"high-{i}")) for i in range(4)) == 4, 30)
-                wait_for(lambda: sum(bool(world.node_of(f"mid-{i}")) for i in range(8)) == 5, 30)
+                wait_for(lambda: sum(bool(world.node_of(f"mid-{i}")) for i in range(8)) == 4, 30)
                 time.sleep(1.0)
             assert second.metric('fairgpu_binds_total{result="conflict"}') == 0
             assert second.metric('fairgpu_evictions_total{result="skipped_unbound"}') == 0
         finally:
             second.terminate()
     assert_clean(audit)
-    # 4 highs and 4 mids on a and b; once nothing terminates there, one more mid takes c.
+    # 4 highs and 4 mids on a and b; spare on c, never evicted.
     assert sum(bool(p["spec"].get("nodeName")) for p in world.pods()) == 9
+    assert world.node_of("spare") == spare_node and not world.terminating("spare")
 
 
 def test_fake_kubelet_finishes_a_deletion_that_began_while_it_started_the_pod(

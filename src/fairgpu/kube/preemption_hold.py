@@ -24,9 +24,11 @@ A held preemptor leaves that state in one of these ways:
   requeued at once (no backoff, nothing failed). Its victims still terminate in the API: each
   goes back in the cache as terminating if its node has room for it beside the new preemptor
   (it holds its own room until gone); the others are *transferred*: the new preemptor, held
-  on that node, waits for them as well as for victims of its own. Other binds of that cycle
-  onto that node are forgotten first (placed again next cycle, as after a pod group's
-  timeout), so the room the displaced pod held is never handed out while its victims exist.
+  on that node, waits for them as well as for victims of its own. The engine displaces at
+  most one held preemptor per node in a cycle; other binds of that cycle onto that node
+  (another displacing pod included, should there be one) are forgotten first (placed again
+  next cycle, as after a pod group's timeout), so the room the displaced pod held is never
+  handed out while its victims exist.
 
 Invariants (what :class:`PreemptionHolds` keeps true between two calls):
 

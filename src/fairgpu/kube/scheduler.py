@@ -500,9 +500,10 @@ class LiveScheduler:
         self.cache.assumed_by_engine(b.pod.uid, b.node_name)
         self.forecaster.started(b.pod, now)
         if self.holds.hold(b, now):
+            waiting = sorted(self.holds.held[b.pod.uid].waiting)  # taken over ones included
             log.info(
                 "preemptor waits for victims",
-                extra={"pod": b.pod.key, "node": b.node_name, "victims": sorted(b.wait_for)},
+                extra={"pod": b.pod.key, "node": b.node_name, "victims": waiting},
             )
             # As kube-scheduler does: the pod's status names the node it waits for.
             self.binder.nominate(b.pod, b.node_name)
