@@ -216,6 +216,25 @@ def test_chain_never_evicts_a_waiting_preemptor_nor_binds_over_terminating_victi
     assert_clean(audit, s)
 
 
+def test_nothing_binds_onto_what_a_terminating_victim_holds_beyond_its_preemptor(
+    world: World,
+) -> None:
+    """wide (two GPUs) is evicted for mid (one GPU). While wide terminates it still holds
+    both GPUs: other, which fits a's second GPU, is not bound there until wide is gone."""
+    a = world.node("a", gpus=2)
+    with world.audit() as audit, scheduler(world.cp) as s:
+        with world.kubelet([a]):
+            world.create("wide", "pc-low", gpus=2)
+            wait_for(lambda: world.running(["wide"]), 20)
+        world.create("mid", "pc-mid")
+        wait_for(lambda: world.terminating("wide") and world.nominated("mid") == a, 15)
+        world.create("other", "pc-low")
+        assert _stays(lambda: not world.node_of("other") and not world.node_of("mid"), 2.0)
+        with world.kubelet([a]):  # wide goes: mid binds on its GPU, other on the second
+            wait_for(lambda: world.node_of("mid") == a and world.node_of("other") == a, 20)
+    assert_clean(audit, s)
+
+
 def test_higher_priority_pod_takes_a_waiting_preemptors_place_without_evicting_it(
     world: World,
 ) -> None:

@@ -56,6 +56,7 @@ class World:
             [decode_node(node_json(n)) for n in ("n1", "n2")], 0.0, CacheChanges()
         )
         self.engine = Engine(ordering="kube-default")
+        self.engine.victims_linger = True  # as the live scheduler runs it
         self.holds = PreemptionHolds(self.cache, WAIT)
         self.posted: list[Bind] = []
         self.evictions_posted: list[str] = []  # every Eviction the loop would post
@@ -264,4 +265,56 @@ def test_pod_group_timeout_victims_keep_their_node_and_same_cycle_binds_wait() -
     assert w.cycle(3.0) == [] and w.posted == []  # q waits while v0 terminates
     w.drain(w.pod("DELETED", pod_json("v0", node="n1", device=0)), 4.0)
     w.cycle(5.0)
+    assert [b.pod.name for b in w.posted] == ["q"]
+
+
+def big_victim_world() -> World:
+    """n1 runs b (two GPUs, priority 0), n2 runs w0 and w1 (priorities 5, 6)."""
+    world = World()
+    world.pod("ADDED", pod_json("b", node="n1", gpus=2))
+    for i in range(2):
+        world.pod("ADDED", pod_json(f"w{i}", priority=5 + i, node="n2", device=i))
+    return world
+
+
+def test_a_victims_gpu_its_preemptor_does_not_take_is_not_bound_over() -> None:
+    # p (one GPU) evicts b (two): b's second GPU stays b's while b terminates, so r, in the
+    # same cycle or the next, is not bound onto it; once b is gone, p binds and r follows.
+    w = big_victim_world()
+    w.pod("ADDED", pod_json("p", priority=10))
+    w.pod("ADDED", pod_json("r", priority=3))
+    assert w.cycle(2.0) == ["b"]
+    assert w.posted == [] and w.free_gpus("n1") == 0
+    rest = w.cache.cluster.placements["uid-b"]
+    assert rest.remainder and rest.terminating and len(rest.devices) == 1
+    assert w.cycle(3.0) == [] and w.posted == []
+    w.drain(w.pod("DELETED", pod_json("b", node="n1", gpus=2)), 4.0)
+    assert [b.pod.name for b in w.posted] == ["p"]
+    w.cycle(5.0)
+    assert [b.pod.name for b in w.posted] == ["p", "r"]
+
+
+def test_a_preemptor_that_gives_up_leaves_its_victim_holding_all_it_had() -> None:
+    w = big_victim_world()
+    w.pod("ADDED", pod_json("p", priority=10))
+    assert w.cycle(2.0) == ["b"]
+    assert w.holds.expire(2.0 + WAIT + 1)
+    placed = w.cache.cluster.placements["uid-b"]
+    assert not placed.remainder and placed.terminating and len(placed.devices) == 2
+    assert "uid-p" not in w.cache.cluster.placements and w.free_gpus("n1") == 0
+
+
+def test_a_smaller_pod_taking_a_preemptors_place_leaves_the_rest_held() -> None:
+    # p (two GPUs) waits for b; q (one GPU, higher priority) takes p's place: b's other GPU,
+    # which q does not take, stays b's until b is gone.
+    w = big_victim_world()
+    w.pod("ADDED", pod_json("p", priority=2, gpus=2))
+    assert w.cycle(2.0) == ["b"]
+    w.pod("ADDED", pod_json("q", priority=20))
+    assert w.cycle(3.0) == [] and w.displaced == ["p"]
+    assert w.holds.held["uid-q"].waiting == {"uid-b"}
+    rest = w.cache.cluster.placements["uid-b"]
+    assert rest.remainder and len(rest.devices) == 1 and w.free_gpus("n1") == 0
+    assert w.cycle(4.0) == [] and w.posted == []  # p finds nothing free, evicts nothing
+    w.drain(w.pod("DELETED", pod_json("b", node="n1", gpus=2)), 5.0)
     assert [b.pod.name for b in w.posted] == ["q"]

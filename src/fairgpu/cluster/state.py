@@ -43,6 +43,9 @@ class Placement:
     # non-terminating pods may be preemption victims (an Eviction deletes an unbound pod).
     bound: bool = True
     terminating: bool = False
+    # Live adapter only: an evicted pod's remainder, what it holds beyond what its preemptor
+    # takes while it terminates (engine/lingering.py); the whole pod is put back if needed.
+    remainder: bool = False
     dra_milli: int = 0  # GPUs (milli) held through DRA claims (shares, quotas, metrics)
     dra_memory: int = 0  # their GPU memory, MiB (shares)
 

@@ -113,6 +113,9 @@ class Engine:
         # adapter: preemptors held while their victims go; see decisions.Displace). Empty in
         # the simulator, which holds nobody.
         self.displaceable: frozenset[str] = frozenset()
+        # True where evicted pods terminate gracefully, holding their room meanwhile (the live
+        # adapter): what a victim holds beyond its preemptor's ask stays held (lingering.py).
+        self.victims_linger = False
         # False: a pending pod's reason is reported only when it differs from the last one
         # reported for it (report_changes.py; for an adapter that keeps the last reason).
         self.report_unchanged = True
@@ -212,6 +215,7 @@ class Engine:
             self.time_label,
             no_preemption=self.no_preemption,
             displaceable=self.displaceable,
+            victims_linger=self.victims_linger,
         )
 
     def cycle(self, cluster: ClusterState, pending: Sequence[PodInfo], now: float) -> CycleResult:

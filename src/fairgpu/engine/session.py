@@ -78,7 +78,9 @@ class Session:
     the adapter holds while their own victims go, whose place a pod allowed to preempt them
     may take without an eviction (:class:`~fairgpu.engine.decisions.Displace`);
     ``displaced_nodes`` the node slots where one was displaced in this cycle (no second one
-    is there: the adapter hands a displaced pod's victims to the one pod that took its place).
+    is there: the adapter hands a displaced pod's victims to the one pod that took its place);
+    ``victims_linger`` True where an evicted pod keeps what its preemptor does not take until
+    it is gone (:mod:`~fairgpu.engine.lingering`; the live adapter).
     """
 
     cluster: ClusterState
@@ -100,6 +102,7 @@ class Session:
     pending_pods: Mapping[str, PodInfo] | None = None
     displaceable: frozenset[str] = frozenset()
     displaced_nodes: set[int] = field(default_factory=set)
+    victims_linger: bool = False
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

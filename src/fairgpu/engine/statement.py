@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from fairgpu.cluster.state import Placement
 from fairgpu.engine.decisions import Bind, Displace, Evict
+from fairgpu.engine.lingering import hold_remainders
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import placed_vector
 
@@ -96,8 +97,25 @@ class Statement:
         for a in self.placed:
             name = s.cluster.node(a.placement.node).name
             out.binds.append(Bind(a.pod, name, a.placement.devices, a.wait_for))
+        if s.victims_linger:
+            self._linger()
         self.placed = []
         self.evicted = []
+
+    def _linger(self) -> None:
+        """Put back what each victim holds beyond its preemptor's room while it terminates
+        (:mod:`~fairgpu.engine.lingering`); a displaced held preemptor holds nothing."""
+        s = self.session
+        where = {a.pod.uid: a.placement for a in self.placed}
+        by_preemptor: dict[str, list[tuple[PodInfo, Placement]]] = {}
+        preemptors: dict[str, PodInfo] = {}
+        for e in self.evicted:
+            if e.preemptor is None or e.victim.uid in s.displaceable:
+                continue  # gang timeouts: the adapter forgets binds onto their nodes
+            by_preemptor.setdefault(e.preemptor.uid, []).append((e.victim, e.placement))
+            preemptors[e.preemptor.uid] = e.preemptor
+        for uid, victims in by_preemptor.items():
+            hold_remainders(s.cluster, victims, preemptors[uid], where.get(uid))
 
     def discard(self) -> None:
         """Undo everything, newest first, leaving cluster and book as before."""

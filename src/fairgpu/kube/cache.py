@@ -29,9 +29,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairgpu.cluster.state import ClusterState
+from fairgpu.cluster.state import ClusterState, Placement
+from fairgpu.engine.lingering import hold_remainders
 from fairgpu.kube.decode import NodeRecord, PodRecord, decode_node, decode_pod
 from fairgpu.kube.devices import annotation_fits, least_used, reapply_devices
+from fairgpu.model.gpu import WHOLE
 from fairgpu.model.node import NodeInfo, NodeProblem
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
@@ -330,11 +332,44 @@ class SchedulerCache:
             self.evicted.add(uid)
         else:
             self.evicted.discard(uid)
-        if uid in self.cluster.placements:
+        held = self.cluster.placements.get(uid)
+        if held is not None and held.remainder:
+            self.cluster.release(uid)  # the part its preemptor did not take: all of it now
+        elif held is not None:
             self._flag(uid)
             return False
         self._place_bound(pod, where[0], where[1], started)
         return uid in self.cluster.placements
+
+    def victim_placement(self, uid: str, pod: PodInfo) -> Placement | None:
+        """Where the released victim ``uid`` runs as the API reports it, whole (None: not
+        bound, or its node is unknown)."""
+        where = self.bound.get(uid)
+        cluster = self.cluster
+        idx = cluster.node_index.get(where[0]) if where is not None else None
+        if where is None or idx is None:
+            return None
+        devices = self._devices_for(pod, idx, where[1])
+        milli = (WHOLE if pod.gpu.is_whole else pod.gpu.milli) if devices else 0
+        memory = cluster.device_memory_for(pod, idx) if devices else 0
+        return Placement(idx, devices, milli, memory)
+
+    def linger(self, victims: list[tuple[str, PodInfo]], preemptor: PodInfo, now: float) -> None:
+        """Hold again what ``victims`` (released, still terminating) keep beyond what
+        ``preemptor``, assumed on their node, takes (:mod:`~fairgpu.engine.lingering`): after
+        another pod took the place of the one they were evicted for."""
+        cluster = self.cluster
+        whole: list[tuple[PodInfo, Placement]] = []
+        for uid, pod in victims:
+            held = cluster.placements.get(uid)
+            if held is not None and not held.remainder:
+                continue  # put back whole already
+            cluster.release(uid)
+            where = self.victim_placement(uid, pod)
+            if where is not None:
+                where.started = now if held is None else held.started
+                whole.append((pod, where))
+        hold_remainders(cluster, whole, preemptor, cluster.placements.get(preemptor.uid))
 
     def restore_if_room(self, uid: str, pod: PodInfo, started: float) -> bool:
         """Put a released victim back as terminating (:meth:`restore`) only if its node has
@@ -345,8 +380,10 @@ class SchedulerCache:
         where = self.bound.get(uid)
         cluster = self.cluster
         idx = cluster.node_index.get(where[0]) if where is not None else None
-        if where is None or idx is None or uid in cluster.placements:
+        held = cluster.placements.get(uid)
+        if where is None or idx is None or (held is not None and not held.remainder):
             return False
+        remainder = cluster.release(uid)  # tried whole below; held as it was if no room
         cluster.assign(pod, idx, self._devices_for(pod, idx, where[1]), started=started)
         room = bool(
             (cluster.free()[idx] >= 0).all()
@@ -354,6 +391,10 @@ class SchedulerCache:
             and (cluster.device_memory_free[idx] >= 0).all()
         )
         cluster.release(uid)  # tried only; restore() below accounts it for good
+        if not room and remainder is not None:
+            rest, pl = remainder
+            cluster.assign(rest, pl.node, pl.devices, started=pl.started).remainder = True
+            cluster.mark_terminating(uid, True)
         return room and self.restore(uid, pod, started, terminating=True)
 
     # ---- nodes --------------------------------------------------------------------------------

@@ -35,10 +35,12 @@ Invariants (what :class:`PreemptionHolds` keeps true between two calls):
 1. A waiting bind is never posted while one of its victims exists in the API, and never for a
    preemptor that is no longer assumed on that node (:meth:`PreemptionHolds.reconcile`).
 2. A victim's capacity is never handed out while it exists: while its preemptor is held, the
-   preemptor's assumption holds it; when the preemptor is dropped or abandoned the victim is put
-   back in the cache as *terminating* (its eviction was posted), keeping its node until its
-   deletion is observed and never chosen as a victim again. Only a refused eviction puts a
-   victim back as running.
+   preemptor's assumption holds what the preemptor takes and the victim's *remainder* the rest
+   (the engine puts it back at once, :mod:`~fairgpu.engine.lingering`; after a displacement
+   it is held again against the pod that took the place, :meth:`SchedulerCache.linger`); when
+   the preemptor is dropped or abandoned the whole victim is put back in the cache as
+   *terminating* (its eviction was posted), keeping its node until its deletion is observed
+   and never chosen as a victim again. Only a refused eviction puts a victim back as running.
 3. Each victim belongs to at most one held preemptor, and is forgotten here once gone (a
    transfer moves it from the displaced preemptor to the one that took its place).
 4. A preemptor that was nominated keeps its nomination after it is abandoned; while a
@@ -252,9 +254,9 @@ class PreemptionHolds:
         for b in binds:
             if taker.get(b.node_name, b.pod.uid) != b.pod.uid:
                 self._unplace(b, now)
-        placed = {b.pod.uid for b in keep}
+        placed = {b.pod.uid: b.pod for b in keep}
         for node, victims in released.items():
-            self._transfer(taker[node], placed, victims, now)
+            self._transfer(placed.get(taker[node]), victims, now)
         return keep, gone
 
     def _unplace(self, b: Bind, now: float) -> None:
@@ -266,17 +268,26 @@ class PreemptionHolds:
                 self.cache.restore(uid, entry[1], now, terminating=True)
 
     def _transfer(
-        self, p_uid: str, placed: set[str], victims: list[tuple[str, PodInfo]], now: float
+        self, taker: PodInfo | None, victims: list[tuple[str, PodInfo]], now: float
     ) -> None:
         """A displaced preemptor's ``victims``: back in the cache as terminating where there
-        is room beside ``p_uid``, the others ``p_uid``'s (or all back, if it was not kept)."""
+        is room beside ``taker`` (the pod that took its place), the others ``taker``'s (all
+        back, if it was not kept). What those hold beyond ``taker``'s room, and its own
+        victims' beyond it, is held again against ``taker`` (:meth:`SchedulerCache.linger`):
+        it may take less than the displaced pod did."""
         cache = self.cache
+        moved: list[tuple[str, PodInfo]] = []
         for v, pod in victims:
-            if p_uid not in placed:
+            if taker is None:
                 cache.restore(v, pod, now, terminating=True)
             elif not cache.restore_if_room(v, pod, now):
-                self.victims[v] = (p_uid, pod)
-                self.transferred.setdefault(p_uid, set()).add(v)
+                self.victims[v] = (taker.uid, pod)
+                self.transferred.setdefault(taker.uid, set()).add(v)
+                moved.append((v, pod))
+        if taker is not None and moved:
+            own = [(v, pod) for v, (p, pod) in self.victims.items() if p == taker.uid]
+            mine = {v for v, _ in moved}
+            cache.linger([*[o for o in own if o[0] not in mine], *moved], taker, now)
 
     # ---- the engine's input ----------------------------------------------------------------
     def displaceable(self) -> frozenset[str]:

@@ -97,6 +97,8 @@ class LiveScheduler:
             ordering=config.ordering,  # type: ignore[arg-type]
             time_label=time_label,
         )
+        # Evicted pods terminate gracefully and hold their room until they are gone.
+        self.engine.victims_linger = True
         conn = config.connection or load_connection(config.kubeconfig, config.context)
         limiter = RateLimiter(config.qps, config.burst)
         pool = config.bind_workers + 16

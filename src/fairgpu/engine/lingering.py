@@ -1,0 +1,118 @@
+"""Lingering victims: what an evicted pod still holds while it terminates.
+
+In the simulator an evicted pod is gone at once. On a real node it is not: its Eviction starts
+a graceful deletion, and until the kubelet reports it gone it keeps its CPU, memory and GPU
+devices (kube-scheduler counts a terminating pod in full). The engine releases a victim so that
+its preemptor fits, and the preemptor is assumed there at once, holding the room it takes
+until its victims are gone. Whatever the victims hold *beyond* what their preemptor takes --
+a 2-GPU victim for a 1-GPU preemptor, a gang member on another node, more CPU than the
+preemptor asks -- would look free to every pod placed afterwards, in the same cycle or the
+next, and a pod bound there would share a device with a pod still running on it.
+
+So, where victims linger (the live adapter sets ``Engine.victims_linger``), each victim is put
+back at once as its *remainder*: the same uid, bound and terminating (never a victim again),
+holding what its preemptor does not take. For node resources that is, victim by victim in
+eviction order, what the victims ask beyond what the preemptor asks; for each GPU device, the
+compute and memory the victims hold there beyond the preemptor's share of it. A new pod then
+fits only where it fits beside the victims now *and* beside the preemptor later. (One victim's
+devices all get its largest remainder: exact for whole GPUs, on the safe side otherwise.) The
+adapter forgets the remainder when the victim is gone, and puts the whole victim back when its
+preemptor gives up. Only node resources and GPU devices are held this way: GPUs a victim holds
+through DRA claims are released with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from fairgpu.cluster.state import ClusterState, Placement
+from fairgpu.model.gpu import NO_GPU, WHOLE, GpuRequest
+from fairgpu.model.pod import PodInfo
+
+__all__ = ["hold_remainders", "remainder_pod"]
+
+
+def remainder_pod(
+    victim: PodInfo, requests: dict[str, int], devices: int, milli: int, memory_mib: int
+) -> PodInfo:
+    """``victim`` as the part of it that lingers: ``requests`` of node resources and
+    ``devices`` GPUs of ``milli`` compute and ``memory_mib`` memory each (0: the whole
+    device's memory, for a whole GPU)."""
+    if devices and milli >= WHOLE and memory_mib == 0:
+        gpu = GpuRequest(devices)
+    elif devices:
+        gpu = GpuRequest(devices, milli, memory_mib)
+    else:
+        gpu = NO_GPU
+    return replace(
+        victim,
+        requests=requests,
+        scoring_requests=(requests.get("cpu", 0), requests.get("memory", 0)),
+        gpu=gpu,
+        resource_claims=(),
+        _static_key=None,
+    )
+
+
+def hold_remainders(
+    cluster: ClusterState,
+    victims: Sequence[tuple[PodInfo, Placement]],
+    preemptor: PodInfo | None,
+    placed: Placement | None,
+) -> None:
+    """Put back, as terminating remainders, what ``victims`` (each with the placement it had)
+    hold beyond what ``preemptor``, placed at ``placed`` (None: elsewhere, or not placed),
+    takes on their node (see the module docstring). Victims already placed are left alone."""
+    take = dict(preemptor.requests) if preemptor is not None and placed is not None else {}
+    node = placed.node if placed is not None else -1
+    milli: dict[int, int] = {}
+    memory: dict[int, int] = {}
+    if placed is not None:
+        for d in placed.devices:
+            milli[d] = placed.device_milli
+            memory[d] = placed.device_memory
+    for victim, where in victims:
+        if victim.uid in cluster.placements or not cluster.active[where.node]:
+            continue
+        mine = where.node == node
+        rest = {}
+        for name, amount in victim.requests.items():
+            covered = min(amount, take.get(name, 0)) if mine else 0
+            if mine:
+                take[name] = take.get(name, 0) - covered
+            rest[name] = amount - covered
+        devices, rest_milli, rest_memory = _device_remainder(
+            where, milli if mine else {}, memory if mine else {}
+        )
+        whole = rest_milli >= WHOLE and rest_memory >= _device_memory(cluster, where)
+        pod = remainder_pod(victim, rest, len(devices), rest_milli, 0 if whole else rest_memory)
+        held = cluster.assign(pod, where.node, devices, started=where.started)
+        held.remainder = True
+        cluster.mark_terminating(victim.uid, True)
+
+
+def _device_memory(cluster: ClusterState, where: Placement) -> int:
+    """The memory (MiB) of the victim's first device (0 without devices)."""
+    if not where.devices:
+        return 0
+    return int(cluster.device_memory_total[where.node, where.devices[0]])
+
+
+def _device_remainder(
+    where: Placement, milli: dict[int, int], memory: dict[int, int]
+) -> tuple[tuple[int, ...], int, int]:
+    """The victim's devices the preemptor does not wholly cover, with the largest compute
+    and memory left on any of them; ``milli``/``memory`` (the preemptor's per device) are
+    reduced by what this victim covered."""
+    left: list[int] = []
+    most_milli = most_memory = 0
+    for d in sorted(where.devices):
+        m = max(0, where.device_milli - milli.get(d, 0))
+        mem = max(0, where.device_memory - memory.get(d, 0))
+        milli[d] = max(0, milli.get(d, 0) - where.device_milli)
+        memory[d] = max(0, memory.get(d, 0) - where.device_memory)
+        if m or mem:
+            left.append(d)
+            most_milli, most_memory = max(most_milli, m), max(most_memory, mem)
+    return tuple(left), most_milli, most_memory
