@@ -10,8 +10,21 @@ import pytest
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.lingering import hold_remainders
+from fairgpu.model.dra import decode_dra
 from fairgpu.model.gpu import WHOLE
 from tests.builders import cluster, node_info, pod_info
+from tests.engine.dra_builders import (
+    claim_doc,
+    claim_pod,
+    device_class,
+    dra_cluster,
+    gpu,
+    place,
+    request,
+    scheduler,
+    slice_doc,
+)
+from tests.engine.engine_builders import pod
 
 ORDERINGS = ["fair", "kube-default"]
 
@@ -85,3 +98,24 @@ def test_a_shared_gpu_keeps_the_compute_its_preemptor_does_not_take() -> None:
     assert state.placements[victim.uid].device_milli == 350
     assert int(state.device_milli_free[0, 0]) == WHOLE - 600
     assert np.all(state.device_milli_free[0, :1] >= 0)
+
+
+@pytest.mark.parametrize("linger", [True, False])
+def test_a_victims_dra_devices_stay_held_while_it_lingers(linger: bool) -> None:
+    # victim holds both GPUs of n1 through one claim; high needs one through its own, other
+    # one more. While the victim terminates its claim keeps both devices: other waits.
+    state = dra_cluster(["n1"], device_class(), slice_doc("n1", gpu("g0"), gpu("g1")))
+    for name, count in (("low", 2), ("high", 1), ("more", 1)):
+        state.dra.add(decode_dra(claim_doc(name, request(count=count))))
+    assert place(scheduler(), state, claim_pod("victim", "low")).ok
+    engine = Engine(ordering="kube-default")
+    engine.victims_linger = linger
+    refs = [{"name": "c0", "resourceClaimName": "high"}]
+    high = pod("preemptor", requests={"cpu": "100m"}, priority=1000, resourceClaims=refs)
+    refs = [{"name": "c0", "resourceClaimName": "more"}]
+    other = pod("other", requests={"cpu": "100m"}, priority=1000, resourceClaims=refs)
+    other.created = 1.0
+    out = engine.cycle(state, [high, other], now=0.0)
+    assert [e.pod.name for e in out.evictions] == ["victim"]
+    placed = sorted(b.pod.name for b in out.binds)
+    assert placed == (["preemptor"] if linger else ["other", "preemptor"])

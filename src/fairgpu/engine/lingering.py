@@ -17,8 +17,9 @@ compute and memory the victims hold there beyond the preemptor's share of it. A 
 fits only where it fits beside the victims now *and* beside the preemptor later. (One victim's
 devices all get its largest remainder: exact for whole GPUs, on the safe side otherwise.) The
 adapter forgets the remainder when the victim is gone, and puts the whole victim back when its
-preemptor gives up. Only node resources and GPU devices are held this way: GPUs a victim holds
-through DRA claims are released with it.
+preemptor gives up. Devices a victim holds through DRA claims stay held too, whole: a claim is
+free only once every pod it is reserved for has left the cluster state, and the remainder
+keeps the victim's uid there.
 """
 
 from __future__ import annotations
