@@ -17,7 +17,8 @@ WAIT = 120.0
 
 def node_json(name: str, gpus: int = 2) -> bytes:
     alloc = {"cpu": "32", "memory": "128Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
-    return msgspec.json.encode({"metadata": {"name": name}, "status": {"allocatable": alloc}})
+    meta = {"name": name, "labels": {"kubernetes.io/hostname": name}}
+    return msgspec.json.encode({"metadata": meta, "status": {"allocatable": alloc}})
 
 
 def pod_json(
@@ -28,6 +29,7 @@ def pod_json(
     device: int | None = None,
     deleting: bool = False,
     gpus: int = 1,
+    host: str = "",
 ) -> bytes:
     meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
     if device is not None:
@@ -35,7 +37,7 @@ def pod_json(
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     limits = {"nvidia.com/gpu": str(gpus)}
-    spec = {
+    spec: dict[str, Any] = {
         "schedulerName": "fairgpu",
         "nodeName": node,
         "priority": priority,
@@ -43,6 +45,8 @@ def pod_json(
             {"name": "c", "resources": {"requests": {"cpu": "1", **limits}, "limits": limits}}
         ],
     }
+    if host:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": host}
     return msgspec.json.encode({"metadata": meta, "spec": spec, "status": {"phase": "Running"}})
 
 
@@ -318,3 +322,15 @@ def test_a_smaller_pod_taking_a_preemptors_place_leaves_the_rest_held() -> None:
     assert w.cycle(4.0) == [] and w.posted == []  # p finds nothing free, evicts nothing
     w.drain(w.pod("DELETED", pod_json("b", node="n1", gpus=2)), 5.0)
     assert [b.pod.name for b in w.posted] == ["q"]
+
+
+def test_other_binds_onto_a_displacements_node_go_ahead_in_the_same_cycle() -> None:
+    # q takes the waiting p's place on n1; g (no GPU) fits n1 beside everything that is
+    # there or will be: it is bound in the same cycle (a pod group's member there would
+    # otherwise be held back while its group's others bind).
+    w = p_waiting_for_v0()
+    w.pod("ADDED", pod_json("q", priority=20))
+    w.pod("ADDED", pod_json("g", gpus=0, host="n1"))
+    assert w.cycle(3.0) == [] and w.displaced == ["p"]
+    assert [(b.pod.name, b.node_name) for b in w.posted] == [("g", "n1")]
+    assert w.holds.held["uid-q"].waiting == {"uid-v0"} and w.free_gpus("n1") == 0

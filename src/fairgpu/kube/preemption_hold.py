@@ -25,10 +25,12 @@ A held preemptor leaves that state in one of these ways:
   goes back in the cache as terminating if its node has room for it beside the new preemptor
   (it holds its own room until gone); the others are *transferred*: the new preemptor, held
   on that node, waits for them as well as for victims of its own. The engine displaces at
-  most one held preemptor per node in a cycle; other binds of that cycle onto that node
-  (another displacing pod included, should there be one) are forgotten first (placed again
-  next cycle, as after a pod group's timeout), so the room the displaced pod held is never
-  handed out while its victims exist.
+  most one held preemptor per node in a cycle, and holds the room the displaced pod had
+  beyond what the pod taking its place takes for the rest of the cycle
+  (:mod:`~fairgpu.engine.lingering`); then its victims' remainders are held again against
+  the new pod (:meth:`SchedulerCache.linger`). So that room is never handed out while its
+  victims exist, and other binds of the cycle onto that node (a pod group's members
+  included) go ahead.
 
 Invariants (what :class:`PreemptionHolds` keeps true between two calls):
 
@@ -250,22 +252,10 @@ class PreemptionHolds:
                 entry = self.victims.pop(v, None)
                 if entry is not None:
                     released.setdefault(node, []).append((v, entry[1]))
-        keep = [b for b in binds if taker.get(b.node_name, b.pod.uid) == b.pod.uid]
-        for b in binds:
-            if taker.get(b.node_name, b.pod.uid) != b.pod.uid:
-                self._unplace(b, now)
-        placed = {b.pod.uid: b.pod for b in keep}
+        placed = {b.pod.uid: b.pod for b in binds}
         for node, victims in released.items():
             self._transfer(placed.get(taker[node]), victims, now)
-        return keep, gone
-
-    def _unplace(self, b: Bind, now: float) -> None:
-        """Forget ``b`` (placed again next cycle); its own victims go back as terminating."""
-        self.cache.forget(b.pod.uid)
-        for uid in b.wait_for:
-            entry = self.victims.pop(uid, None)
-            if entry is not None:
-                self.cache.restore(uid, entry[1], now, terminating=True)
+        return binds, gone
 
     def _transfer(
         self, taker: PodInfo | None, victims: list[tuple[str, PodInfo]], now: float
