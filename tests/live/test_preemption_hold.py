@@ -253,17 +253,21 @@ def test_replanned_preemptor_drops_its_earlier_hold() -> None:
     assert w.cache.cluster.placements["uid-v0"].terminating
 
 
-def test_pod_group_timeout_victims_keep_their_node_and_same_cycle_binds_wait() -> None:
+def test_pod_group_timeout_victims_keep_their_node_and_same_cycle_binds_go_ahead() -> None:
     w = full_world()
-    # What the engine's pod-group timeout does: release v0 and evict it, no preemptor.
+    # What the engine's pod-group timeout does: evict v0 for no preemptor, in a statement.
     v0 = w.cache.cluster.pods["uid-v0"]
-    w.cache.cluster.release("uid-v0")
+    session = w.engine.session(w.cache.cluster, 2.0)
+    stmt = session.statement()
+    assert stmt.evict(v0, None, "timed out", "gang-timeout")
+    stmt.commit()
     w.holds.evicting(v0, None)
+    # v0's GPU stays v0's for the rest of the cycle: q fits nowhere, r (no GPU) binds.
     w.pod("ADDED", pod_json("q", priority=0))
+    w.pod("ADDED", pod_json("r", gpus=0, host="n1"))
     result = w.engine.cycle(w.cache.cluster, w.cache.schedulable(), 2.0)
-    assert [(b.pod.name, b.node_name) for b in result.binds] == [("q", "n1")]
-    assert w.holds.without_preemptor([v0], result.binds, 2.0) == []
-    assert "uid-q" not in w.cache.cluster.placements  # placed again next cycle
+    assert [(b.pod.name, b.node_name) for b in result.binds] == [("r", "n1")]
+    assert w.holds.without_preemptor([v0], result.binds, 2.0) == result.binds
     assert w.cache.cluster.placements["uid-v0"].terminating
     assert w.free_gpus("n1") == 0
     assert w.cycle(3.0) == [] and w.posted == []  # q waits while v0 terminates

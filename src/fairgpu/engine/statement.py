@@ -104,23 +104,28 @@ class Statement:
 
     def _linger(self) -> None:
         """Put back what each victim holds beyond its preemptor's room while it terminates
-        (:mod:`~fairgpu.engine.lingering`). A displaced held preemptor's room is its own
-        victims': what the pod taking its place does not take is held for the rest of the
-        cycle under its uid (the adapter requeues it and holds its victims' remainders
-        again), covered before the new pod's own victims."""
+        (:mod:`~fairgpu.engine.lingering`; all of it for a victim of no preemptor). A
+        displaced held preemptor's room is its own victims': what the pod taking its place
+        does not take is held for the rest of the cycle under its uid (the adapter requeues
+        it and holds its victims' remainders again), covered before the new pod's own
+        victims."""
         s = self.session
         where = {a.pod.uid: a.placement for a in self.placed}
         by_preemptor: dict[str, list[tuple[PodInfo, Placement]]] = {}
         preemptors: dict[str, PodInfo] = {}
+        alone: list[tuple[PodInfo, Placement]] = []
         for e in self.evicted:
-            if e.preemptor is None:
-                continue  # gang timeouts: the adapter forgets binds onto their nodes
+            if e.preemptor is None:  # a pod group's timeout: nobody takes their room
+                if e.placement.bound:
+                    alone.append((e.victim, e.placement))
+                continue
             victims = by_preemptor.setdefault(e.preemptor.uid, [])
             first = e.victim.uid in s.displaceable
             victims.insert(0 if first else len(victims), (e.victim, e.placement))
             preemptors[e.preemptor.uid] = e.preemptor
         for uid, victims in by_preemptor.items():
             hold_remainders(s.cluster, victims, preemptors[uid], where.get(uid))
+        hold_remainders(s.cluster, alone, None, None)
 
     def discard(self) -> None:
         """Undo everything, newest first, leaving cluster and book as before."""

@@ -197,31 +197,12 @@ class PreemptionHolds:
         self, victims: list[PodInfo], binds: list[Bind], now: float
     ) -> list[Bind]:
         """Pods evicted for no preemptor (a pod group's timeout) keep their node until they
-        are gone, but the engine freed their capacity at once. Binds of the same cycle onto
-        their nodes are forgotten (placed again next cycle, with the victims counted) and the
-        victims put back as terminating; returns the binds that may go ahead."""
-        if not victims:
-            return binds
-        cache = self.cache
-        nodes = set()
+        are gone: the engine held their room for the rest of its cycle
+        (:mod:`~fairgpu.engine.lingering`), and they are recorded here as terminating, so the
+        cycle's ``binds`` all go ahead (returned)."""
         for v in victims:
-            where = cache.bound.get(v.uid)
-            node = where[0] if where is not None else cache.assumed.get(v.uid)
-            if node:
-                nodes.add(node)
-        keep: list[Bind] = []
-        for b in binds:
-            if b.node_name not in nodes:
-                keep.append(b)
-                continue
-            cache.forget(b.pod.uid)
-            for uid in b.wait_for:  # a preemptor's own victims keep their node too
-                entry = self.victims.pop(uid, None)
-                if entry is not None:
-                    cache.restore(uid, entry[1], now, terminating=True)
-        for v in victims:
-            cache.restore(v.uid, v, now, terminating=True)
-        return keep
+            self.cache.restore(v.uid, v, now, terminating=True)
+        return binds
 
     def displaced(
         self, displaced: list[Displace], binds: list[Bind], now: float
