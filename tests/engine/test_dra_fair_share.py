@@ -28,6 +28,7 @@ from tests.engine.dra_builders import (
     dra_cluster,
     gpu,
     place,
+    request,
     scheduler,
     slice_doc,
 )
@@ -182,6 +183,27 @@ def test_eviction_frees_the_claims_devices_unless_another_pod_shares_them(shared
         assert not result.binds and not result.evictions
         return
     assert victims == {"victim"} and [b.pod.name for b in result.binds] == ["preemptor"]
+
+
+@pytest.mark.parametrize("linger", [True, False])
+def test_a_victims_dra_devices_stay_held_while_it_lingers(linger: bool) -> None:
+    # victim holds both GPUs of n1 through one claim; high needs one through its own, other
+    # one more. While the victim terminates its claim keeps both devices: other waits.
+    state = dra_cluster(["n1"], device_class(), slice_doc("n1", gpu("g0"), gpu("g1")))
+    for name, count in (("low", 2), ("high", 1), ("more", 1)):
+        state.dra.add(decode_dra(claim_doc(name, request(count=count))))
+    assert place(scheduler(), state, claim_pod("victim", "low")).ok
+    engine = Engine(ordering="kube-default")
+    engine.victims_linger = linger
+    refs = [{"name": "c0", "resourceClaimName": "high"}]
+    high = pod("preemptor", requests={"cpu": "100m"}, priority=1000, resourceClaims=refs)
+    refs = [{"name": "c0", "resourceClaimName": "more"}]
+    other = pod("other", requests={"cpu": "100m"}, priority=1000, resourceClaims=refs)
+    other.created = 1.0
+    out = engine.cycle(state, [high, other], now=0.0)
+    assert [e.pod.name for e in out.evictions] == ["victim"]
+    placed = sorted(b.pod.name for b in out.binds)
+    assert placed == (["preemptor"] if linger else ["other", "preemptor"])
 
 
 def test_metrics_count_gpus_held_and_asked_through_claims() -> None:

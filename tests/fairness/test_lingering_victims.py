@@ -10,21 +10,9 @@ import pytest
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.lingering import hold_remainders
-from fairgpu.model.dra import decode_dra
 from fairgpu.model.gpu import WHOLE
+from fairgpu.model.pod import PodInfo
 from tests.builders import cluster, node_info, pod_info
-from tests.engine.dra_builders import (
-    claim_doc,
-    claim_pod,
-    device_class,
-    dra_cluster,
-    gpu,
-    place,
-    request,
-    scheduler,
-    slice_doc,
-)
-from tests.engine.engine_builders import pod
 
 ORDERINGS = ["fair", "kube-default"]
 
@@ -38,11 +26,18 @@ def _two_gpu_victim(linger: bool, ordering: str) -> tuple[Engine, ClusterState]:
     return engine, state
 
 
+def _one_gpu_pods() -> tuple[PodInfo, PodInfo]:
+    """high and other: one GPU each, priority 100, in that order."""
+    return (
+        pod_info("high", gpus=1, priority=100, created=1.0),
+        pod_info("other", gpus=1, priority=100, created=2.0),
+    )
+
+
 @pytest.mark.parametrize("ordering", ORDERINGS)
 def test_the_gpu_a_victim_keeps_is_not_given_to_another_pod(ordering: str) -> None:
     engine, state = _two_gpu_victim(True, ordering)
-    high = pod_info("high", gpus=1, priority=100, created=1.0)
-    other = pod_info("other", gpus=1, priority=100, created=2.0)
+    high, other = _one_gpu_pods()
     out = engine.cycle(state, [high, other], 100.0)
     assert [e.pod.name for e in out.evictions] == ["big"]
     assert [(b.pod.name, b.wait_for) for b in out.binds] == [("high", ("default/big",))]
@@ -61,9 +56,7 @@ def test_the_gpu_a_victim_keeps_is_not_given_to_another_pod(ordering: str) -> No
 def test_without_lingering_the_freed_gpu_is_used_at_once(ordering: str) -> None:
     # The simulator: an evicted pod is gone at once, so its other GPU is free.
     engine, state = _two_gpu_victim(False, ordering)
-    high = pod_info("high", gpus=1, priority=100, created=1.0)
-    other = pod_info("other", gpus=1, priority=100, created=2.0)
-    out = engine.cycle(state, [high, other], 100.0)
+    out = engine.cycle(state, list(_one_gpu_pods()), 100.0)
     assert sorted(b.pod.name for b in out.binds) == ["high", "other"]
     assert "default/big" not in state.placements
 
@@ -98,24 +91,3 @@ def test_a_shared_gpu_keeps_the_compute_its_preemptor_does_not_take() -> None:
     assert state.placements[victim.uid].device_milli == 350
     assert int(state.device_milli_free[0, 0]) == WHOLE - 600
     assert np.all(state.device_milli_free[0, :1] >= 0)
-
-
-@pytest.mark.parametrize("linger", [True, False])
-def test_a_victims_dra_devices_stay_held_while_it_lingers(linger: bool) -> None:
-    # victim holds both GPUs of n1 through one claim; high needs one through its own, other
-    # one more. While the victim terminates its claim keeps both devices: other waits.
-    state = dra_cluster(["n1"], device_class(), slice_doc("n1", gpu("g0"), gpu("g1")))
-    for name, count in (("low", 2), ("high", 1), ("more", 1)):
-        state.dra.add(decode_dra(claim_doc(name, request(count=count))))
-    assert place(scheduler(), state, claim_pod("victim", "low")).ok
-    engine = Engine(ordering="kube-default")
-    engine.victims_linger = linger
-    refs = [{"name": "c0", "resourceClaimName": "high"}]
-    high = pod("preemptor", requests={"cpu": "100m"}, priority=1000, resourceClaims=refs)
-    refs = [{"name": "c0", "resourceClaimName": "more"}]
-    other = pod("other", requests={"cpu": "100m"}, priority=1000, resourceClaims=refs)
-    other.created = 1.0
-    out = engine.cycle(state, [high, other], now=0.0)
-    assert [e.pod.name for e in out.evictions] == ["victim"]
-    placed = sorted(b.pod.name for b in out.binds)
-    assert placed == (["preemptor"] if linger else ["other", "preemptor"])
