@@ -485,3 +485,11 @@ def test_an_untranslatable_volume_neither_binds_nor_preempts(full: bool) -> None
     assert not out.binds and not out.evictions
     full_reason = "0/1 nodes are available: 1 Insufficient cpu."
     assert [u.reason for u in out.unschedulable] == [full_reason if full else BAD_EBS]
+
+
+def test_explain_reports_an_attempt_error_for_empty_nodes() -> None:
+    # `fairgpu explain` tries the pod on the nodes as if empty: the error is its answer there.
+    from fairgpu.kube.explain import fits_when_empty
+
+    bad = k8s_pod("bad", volumes=[ebs("aws://zone/not-a-volume")])
+    assert fits_when_empty(Engine(), bad, limited(EBS, 1)) == ([], BAD_EBS)

@@ -34,6 +34,7 @@ import pytest
 from fairgpu.api import objects as k8s
 from fairgpu.cluster.state import ClusterState
 from fairgpu.devcluster import ControlPlane, KubeClient, NodeSpec, create_nodes, ensure_namespace
+from fairgpu.engine.framework import AttemptError
 from fairgpu.engine.profile import Profile
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.model.dra import decode_dra
@@ -499,7 +500,7 @@ def fairgpu_decisions(state: ClusterState, cases: list[Case]) -> dict[str, tuple
         try:
             mask, _ = sched.filter(p, state)
             names = {state.node(int(i)).name for i in np.flatnonzero(mask)}
-        except ValueError:  # a CEL runtime error aborts the pod's attempt
+        except AttemptError:  # a CEL runtime error aborts the pod's attempt
             names = set()
         out[p.name] = (result.ok, names, result.reason())
     return out

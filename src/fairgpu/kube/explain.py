@@ -35,7 +35,7 @@ from fairgpu.engine.actions.reclaim import (
 )
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
-from fairgpu.engine.framework import CycleState
+from fairgpu.engine.framework import AttemptError, CycleState
 from fairgpu.engine.jobs import Job, build_jobs
 from fairgpu.engine.preemption import find_preemption, victim_eligible
 from fairgpu.engine.scheduler import Scheduler
@@ -293,7 +293,10 @@ def fits_when_empty(engine: Engine, pod: PodInfo, cluster: ClusterState) -> tupl
         status = plugin.pre_filter(cycle, pod, empty)
         if not status.ok:
             return [], "; ".join(status.reasons)
-    mask, results = scheduler.filter(pod, empty, cycle)
+    try:
+        mask, results = scheduler.filter(pod, empty, cycle)
+    except AttemptError as error:  # the attempt fails with an error wherever it is tried
+        return [], str(error)
     names = [empty.node(int(i)).name for i in np.flatnonzero(mask)]
     reason = "" if names else scheduler.diagnose(empty, results, None).message()
     return names, reason
