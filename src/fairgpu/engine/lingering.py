@@ -31,10 +31,10 @@ from fairgpu.cluster.state import ClusterState, Placement
 from fairgpu.model.gpu import NO_GPU, WHOLE, GpuRequest
 from fairgpu.model.pod import PodInfo
 
-__all__ = ["hold_remainders", "remainder_pod"]
+__all__ = ["hold_remainders"]
 
 
-def remainder_pod(
+def _remainder_pod(
     victim: PodInfo, requests: dict[str, int], devices: int, milli: int, memory_mib: int
 ) -> PodInfo:
     """``victim`` as the part of it that lingers: ``requests`` of node resources and
@@ -87,7 +87,7 @@ def hold_remainders(
             where, milli if mine else {}, memory if mine else {}
         )
         whole = rest_milli >= WHOLE and rest_memory >= _device_memory(cluster, where)
-        pod = remainder_pod(victim, rest, len(devices), rest_milli, 0 if whole else rest_memory)
+        pod = _remainder_pod(victim, rest, len(devices), rest_milli, 0 if whole else rest_memory)
         held = cluster.assign(pod, where.node, devices, started=where.started)
         held.remainder = True
         cluster.mark_terminating(victim.uid, True)
