@@ -30,6 +30,7 @@ def pod_json(
     deleting: bool = False,
     gpus: int = 1,
     host: str = "",
+    nominated: str = "",
 ) -> bytes:
     meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
     if device is not None:
@@ -47,7 +48,10 @@ def pod_json(
     }
     if host:
         spec["nodeSelector"] = {"kubernetes.io/hostname": host}
-    return msgspec.json.encode({"metadata": meta, "spec": spec, "status": {"phase": "Running"}})
+    status: dict[str, Any] = {"phase": "Running"}
+    if nominated:
+        status["nominatedNodeName"] = nominated
+    return msgspec.json.encode({"metadata": meta, "spec": spec, "status": status})
 
 
 class World:
@@ -338,3 +342,16 @@ def test_other_binds_onto_a_displacements_node_go_ahead_in_the_same_cycle() -> N
     assert w.cycle(3.0) == [] and w.displaced == ["p"]
     assert [(b.pod.name, b.node_name) for b in w.posted] == [("g", "n1")]
     assert w.holds.held["uid-q"].waiting == {"uid-v0"} and w.free_gpus("n1") == 0
+
+
+def test_a_nomination_the_api_reports_cleared_is_cleared_in_the_cache() -> None:
+    # q takes the waiting p's place: p's nomination is cleared here at once and in the API
+    # later. An event from before that write still shows it; the next one clears it again.
+    w = p_waiting_for_v0()
+    w.pod("ADDED", pod_json("q", priority=20))
+    assert w.cycle(3.0) == [] and w.displaced == ["p"]
+    assert "uid-p" not in w.cache.nominated
+    w.pod("MODIFIED", pod_json("p", priority=10, nominated="n1"))
+    assert w.cache.nominated["uid-p"] == "n1"
+    w.pod("MODIFIED", pod_json("p", priority=10))
+    assert "uid-p" not in w.cache.nominated

@@ -154,8 +154,12 @@ class SchedulerCache:
                 self.forget(uid)
                 out.dirty = True
             return
+        # The API's nomination, cleared ones included: a nomination this scheduler cleared
+        # (a displaced preemptor) that a late event showed again goes with the next one.
         if rec.nominated:
             self.nominated[uid] = rec.nominated
+        else:
+            self.nominated.pop(uid, None)
         if uid not in self.pending:
             out.dirty = True
             self.first_seen.setdefault(uid, now)
