@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from fairgpu.cluster.state import ClusterState
+from fairgpu.cluster.state import ClusterState, Placement
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.lingering import hold_remainders
 from fairgpu.model.gpu import WHOLE
@@ -91,3 +93,76 @@ def test_a_shared_gpu_keeps_the_compute_its_preemptor_does_not_take() -> None:
     assert state.placements[victim.uid].device_milli == 350
     assert int(state.device_milli_free[0, 0]) == WHOLE - 600
     assert np.all(state.device_milli_free[0, :1] >= 0)
+
+
+ASKS = st.one_of(
+    st.tuples(st.just("whole"), st.integers(1, 2), st.just(0)),
+    st.tuples(st.just("shared"), st.sampled_from([250, 500, 600]), st.sampled_from([0, 4096])),
+    st.tuples(st.just("none"), st.just(0), st.just(0)),
+)
+
+
+def _ask(name: str, ask: tuple[str, int, int], cpu: int) -> PodInfo:
+    kind, a, b = ask
+    if kind == "whole":
+        return pod_info(name, gpus=a, cpu=cpu)
+    if kind == "shared":
+        return pod_info(name, gpus=1, milli=a, gpu_memory_mib=b, cpu=cpu)
+    return pod_info(name, gpus=0, cpu=cpu)
+
+
+def _fit_devices(state: ClusterState, p: PodInfo) -> tuple[int, ...] | None:
+    """Devices of node 0 ``p`` fits on now (the first that do), or None."""
+    if not p.gpu.count:
+        return ()
+    need = WHOLE if p.gpu.is_whole else p.gpu.milli
+    mem = state.device_memory_for(p, 0)
+    free = [
+        d
+        for d in range(int(state.gpu_count[0]))
+        if state.device_milli_free[0, d] >= need and state.device_memory_free[0, d] >= mem
+    ]
+    return tuple(free[: p.gpu.count]) if len(free) >= p.gpu.count else None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    victims=st.lists(st.tuples(ASKS, st.integers(500, 8000)), min_size=1, max_size=3),
+    preemptor=st.tuples(ASKS, st.integers(500, 8000)),
+)
+def test_remainders_hold_what_victims_hold_now_and_the_preemptor_later(
+    victims: list[tuple[tuple[str, int, int], int]], preemptor: tuple[tuple[str, int, int], int]
+) -> None:
+    """Whatever the shapes: on every device and for the node's CPU, what the cluster state
+    counts after the preemption is at least what the victims hold now and at least what the
+    preemptor will hold, and no more than both together."""
+    state = cluster(node_info("n1", gpus=4))
+    placed: list[tuple[PodInfo, Placement]] = []
+    for i, (ask, cpu) in enumerate(victims):
+        v = _ask(f"v{i}", ask, cpu)
+        devices = _fit_devices(state, v)
+        if devices is not None:
+            placed.append((v, state.assign(v, 0, devices)))
+    assume(placed)
+    now_milli, now_mem = state.device_milli_free[0].copy(), state.device_memory_free[0].copy()
+    now_cpu = int(state.requested[0, state.resources.index("cpu")])
+    for v, _ in placed:
+        state.release(v.uid)
+    p = _ask("p", *preemptor)
+    devices = _fit_devices(state, p)
+    assume(devices is not None)
+    where = state.assign(p, 0, devices or ())
+    later_milli, later_mem = state.device_milli_free[0].copy(), state.device_memory_free[0].copy()
+    later_cpu = int(state.requested[0, state.resources.index("cpu")])
+    hold_remainders(state, placed, p, where)
+    mem_total = state.device_memory_total[0]
+    for free, now, later, total in (
+        (state.device_milli_free[0], now_milli, later_milli, WHOLE),
+        (state.device_memory_free[0], now_mem, later_mem, mem_total),
+    ):
+        used, used_now, used_later = total - free, total - now, total - later
+        assert (used >= np.maximum(used_now, used_later)).all(), (used, used_now, used_later)
+        assert (used <= used_now + used_later).all(), (used, used_now, used_later)
+    cpu = int(state.requested[0, state.resources.index("cpu")])
+    assert max(now_cpu, later_cpu) <= cpu <= now_cpu + later_cpu
+    assert all(state.placements[v.uid].terminating for v, _ in placed)
