@@ -193,25 +193,20 @@ class PreemptionHolds:
                 self.cache.restore(v, entry[1], now, terminating=True)
         return True
 
-    def without_preemptor(
-        self, victims: list[PodInfo], binds: list[Bind], now: float
-    ) -> list[Bind]:
+    def without_preemptor(self, victims: list[PodInfo], now: float) -> None:
         """Pods evicted for no preemptor (a pod group's timeout) keep their node until they
         are gone: the engine held their room for the rest of its cycle
-        (:mod:`~fairgpu.engine.lingering`), and they are recorded here as terminating, so the
-        cycle's ``binds`` all go ahead (returned)."""
+        (:mod:`~fairgpu.engine.lingering`), and they are recorded here as terminating (the
+        cycle's binds need not wait)."""
         for v in victims:
             self.cache.restore(v.uid, v, now, terminating=True)
-        return binds
 
-    def displaced(
-        self, displaced: list[Displace], binds: list[Bind], now: float
-    ) -> tuple[list[Bind], list[PodInfo]]:
+    def displaced(self, displaced: list[Displace], binds: list[Bind], now: float) -> list[PodInfo]:
         """Apply the cycle's displacements (module docstring) before its ``binds`` are held
-        or posted; returns the binds that may go ahead and the displaced pods, whose
-        nominations the caller clears in the API (they are cleared here in the cache)."""
+        or posted (all may go ahead); returns the displaced pods, whose nominations the
+        caller clears in the API (they are cleared here in the cache)."""
         if not displaced:
-            return binds, []
+            return []
         cache = self.cache
         taker: dict[str, str] = {}  # node -> the first pod of the cycle displacing there
         released: dict[str, list[tuple[str, PodInfo]]] = {}  # node -> victims to place
@@ -236,7 +231,7 @@ class PreemptionHolds:
         placed = {b.pod.uid: b.pod for b in binds}
         for node, victims in released.items():
             self._transfer(placed.get(taker[node]), victims, now)
-        return binds, gone
+        return gone
 
     def _transfer(
         self, taker: PodInfo | None, victims: list[tuple[str, PodInfo]], now: float

@@ -465,13 +465,13 @@ class LiveScheduler:
         for d in result.deallocations:
             self.binder.dra.deallocate(d.claim, d.claim_uid, d.pod)
         timed_out = [ev.pod for ev in result.evictions if ev.preemptor is None]
-        binds = self.holds.without_preemptor(timed_out, result.binds, now)
-        binds, displaced = self.holds.displaced(result.displaced, binds, now)
-        if len(binds) < len(result.binds) or displaced:
-            self._dirty = True  # forgotten binds and displaced pods are placed again
+        self.holds.without_preemptor(timed_out, now)
+        displaced = self.holds.displaced(result.displaced, result.binds, now)
+        if displaced:
+            self._dirty = True  # displaced pods are placed again
         for p in displaced:  # requeued, as kube-scheduler clears a lower-priority nomination
             self.binder.nominate(p, None)
-        for b in binds:
+        for b in result.binds:
             self._assumed(b, now)
         self.sharing.check(cache.cluster, result.binds)
         failed = report_unschedulable(self.reporter, self.metrics, cache.cluster, result, now)
