@@ -31,7 +31,7 @@ from fairgpu.cluster.state import ClusterState, Placement
 from fairgpu.model.gpu import NO_GPU, WHOLE, GpuRequest
 from fairgpu.model.pod import PodInfo
 
-__all__ = ["hold_remainders"]
+__all__ = ["hold_remainders", "put_back"]
 
 
 def _remainder_pod(
@@ -88,9 +88,15 @@ def hold_remainders(
         )
         whole = rest_milli >= WHOLE and rest_memory >= _device_memory(cluster, where)
         pod = _remainder_pod(victim, rest, len(devices), rest_milli, 0 if whole else rest_memory)
-        held = cluster.assign(pod, where.node, devices, started=where.started)
-        held.remainder = True
-        cluster.mark_terminating(victim.uid, True)
+        put_back(cluster, pod, replace(where, devices=devices))
+
+
+def put_back(cluster: ClusterState, remainder: PodInfo, where: Placement) -> None:
+    """Place ``remainder`` (what a victim holds beyond its preemptor's room) at ``where``'s
+    node and devices, from its start, as a terminating remainder."""
+    held = cluster.assign(remainder, where.node, where.devices, started=where.started)
+    held.remainder = True
+    cluster.mark_terminating(remainder.uid, True)
 
 
 def _device_memory(cluster: ClusterState, where: Placement) -> int:

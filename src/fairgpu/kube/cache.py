@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fairgpu.cluster.state import ClusterState, Placement
-from fairgpu.engine.lingering import hold_remainders
+from fairgpu.engine.lingering import hold_remainders, put_back
 from fairgpu.kube.decode import NodeRecord, PodRecord, decode_node, decode_pod
 from fairgpu.kube.devices import annotation_fits, least_used, reapply_devices
-from fairgpu.model.gpu import WHOLE
 from fairgpu.model.node import NodeInfo, NodeProblem
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
@@ -345,18 +344,24 @@ class SchedulerCache:
         self._place_bound(pod, where[0], where[1], started)
         return uid in self.cluster.placements
 
-    def victim_placement(self, uid: str, pod: PodInfo) -> Placement | None:
-        """Where the released victim ``uid`` runs as the API reports it, whole (None: not
-        bound, or its node is unknown)."""
+    def _tried_whole(self, uid: str, pod: PodInfo, started: float) -> tuple[Placement, bool] | None:
+        """Victim ``uid`` placed whole where the API reports it, as a trial (released again;
+        whatever is held for it must be released first): its placement and whether its node
+        had room for it as the cluster stands. None: not bound, or its node is unknown."""
         where = self.bound.get(uid)
         cluster = self.cluster
         idx = cluster.node_index.get(where[0]) if where is not None else None
         if where is None or idx is None:
             return None
-        devices = self._devices_for(pod, idx, where[1])
-        milli = (WHOLE if pod.gpu.is_whole else pod.gpu.milli) if devices else 0
-        memory = cluster.device_memory_for(pod, idx) if devices else 0
-        return Placement(idx, devices, milli, memory)
+        cluster.assign(pod, idx, self._devices_for(pod, idx, where[1]), started=started)
+        room = bool(
+            (cluster.free()[idx] >= 0).all()
+            and (cluster.device_milli_free[idx] >= 0).all()
+            and (cluster.device_memory_free[idx] >= 0).all()
+        )
+        released = cluster.release(uid)
+        assert released is not None
+        return released[1], room
 
     def linger(self, victims: list[tuple[str, PodInfo]], preemptor: PodInfo, now: float) -> None:
         """Hold again what ``victims`` (released, still terminating) keep beyond what
@@ -369,10 +374,9 @@ class SchedulerCache:
             if held is not None and not held.remainder:
                 continue  # put back whole already
             cluster.release(uid)
-            where = self.victim_placement(uid, pod)
-            if where is not None:
-                where.started = now if held is None else held.started
-                whole.append((pod, where))
+            tried = self._tried_whole(uid, pod, now if held is None else held.started)
+            if tried is not None:
+                whole.append((pod, tried[0]))
         hold_remainders(cluster, whole, preemptor, cluster.placements.get(preemptor.uid))
 
     def restore_if_room(self, uid: str, pod: PodInfo, started: float) -> bool:
@@ -381,25 +385,17 @@ class SchedulerCache:
 
         For the victims of a preemptor whose place another pod took: those whose room the
         new preemptor does not use hold it themselves until they are gone."""
-        where = self.bound.get(uid)
         cluster = self.cluster
-        idx = cluster.node_index.get(where[0]) if where is not None else None
         held = cluster.placements.get(uid)
-        if where is None or idx is None or (held is not None and not held.remainder):
+        if held is not None and not held.remainder:
             return False
         remainder = cluster.release(uid)  # tried whole below; held as it was if no room
-        cluster.assign(pod, idx, self._devices_for(pod, idx, where[1]), started=started)
-        room = bool(
-            (cluster.free()[idx] >= 0).all()
-            and (cluster.device_milli_free[idx] >= 0).all()
-            and (cluster.device_memory_free[idx] >= 0).all()
-        )
-        cluster.release(uid)  # tried only; restore() below accounts it for good
-        if not room and remainder is not None:
-            rest, pl = remainder
-            cluster.assign(rest, pl.node, pl.devices, started=pl.started).remainder = True
-            cluster.mark_terminating(uid, True)
-        return room and self.restore(uid, pod, started, terminating=True)
+        tried = self._tried_whole(uid, pod, started)
+        if tried is not None and tried[1]:
+            return self.restore(uid, pod, started, terminating=True)
+        if remainder is not None:
+            put_back(cluster, *remainder)
+        return False
 
     # ---- nodes --------------------------------------------------------------------------------
     def apply_node(self, etype: str, rec: NodeRecord, now: float, out: CacheChanges) -> None:
