@@ -376,7 +376,6 @@ class FairVictims:
         state, now, cooldown = s.state, s.now, cfg.reclaim_cooldown_seconds
         cluster = s.cluster
         placements, placed_now, changed = cluster.placements, s.placed_now, state.tenant_changed
-        held, displaced = s.displaceable, s.displaced_nodes
         hot = self._hot_gpus()
         ok: list[str] = []
         soonest = np.inf
@@ -386,7 +385,7 @@ class FairVictims:
             pl = placements.get(u)
             if pl is None or pl.terminating:
                 continue
-            if not (pl.bound or (u in held and pl.node not in displaced)):
+            if not (pl.bound or displaceable(s, u, pl)):
                 continue
             when = pl.started + min_run
             if changed:
