@@ -97,7 +97,7 @@ class Statement:
         for a in self.placed:
             name = s.cluster.node(a.placement.node).name
             out.binds.append(Bind(a.pod, name, a.placement.devices, a.wait_for))
-        if s.victims_linger:
+        if s.victims_linger and self.evicted:
             self._linger()
         self.placed = []
         self.evicted = []
