@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fairgpu.engine.engine import Engine
+from fairgpu.engine.policies import policy
 from fairgpu.model.order import pod_identity
 from fairgpu.sim.forecast import (
     carry_state,
@@ -12,7 +13,7 @@ from fairgpu.sim.forecast import (
 )
 from fairgpu.sim.learner import RuntimeLearner, Runtimes
 from fairgpu.sim.simulator import Simulation
-from fairgpu.sim.workload import Workload
+from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.synthetic import SyntheticSpec, generate
 from tests.builders import cluster, node_info, pod_info
 
@@ -153,3 +154,53 @@ def test_a_running_pod_preempted_in_the_forecast_runs_its_full_time_again() -> N
     # high preempts low at once; low starts over when high ends (110) and runs 1000 s more.
     assert got.start(high.uid) == 10.0
     assert got.start(after.uid) == 1110.0
+
+
+def test_a_forecast_told_the_real_future_reproduces_the_run() -> None:
+    """The engine's learning travels with its state: a forecast from a snapshot of the
+    built-in demo at T, told the arrivals that really came after T, predicts every pending
+    pod's real start. The fragmentation score weighs nodes by the typical pod shapes the
+    scheduler learned from every pod it saw; an engine that starts afresh learns them from
+    the snapshot alone, and at this instant places a pod on another node, from which the
+    runs part (three members of a gang then start 3 h early)."""
+    at = 21_600.0
+    whole = generate(SyntheticSpec(), seed=0)
+    truth = Simulation(whole, _engine(whole)).run()
+    workload = generate(SyntheticSpec(), seed=0)
+    upto = Simulation(workload, _engine(workload), until=at)
+    upto.run()
+    pending = sorted(upto.pending.values(), key=pod_identity)
+    assert len(pending) >= 5, "the instant should have a backlog"
+    engine = _engine(workload)
+    state = snapshot_cluster(upto.cluster)
+    engine.state = carry_state(upto.engine.state, state)
+    runtimes = _declared(engine)
+    later = [
+        PodArrival(a.pod, a.arrival, runtimes.duration(a.pod))
+        for a in generate(SyntheticSpec(), seed=0).arrivals
+        if a.arrival > at
+    ]
+    got = forecast(state, engine, pending, at, runtimes, budget_s=60.0, future=later)
+    first = {a.uid: a.start for a in sorted(truth.runs, key=lambda a: -a.start) if a.start >= at}
+    differ = {p.key: (got.start(p.uid), first.get(p.uid)) for p in pending}
+    differ = {k: v for k, v in differ.items() if v[0] != v[1]}
+    assert not differ, differ
+
+
+def test_carried_learning_is_a_copy_and_only_for_the_same_policy() -> None:
+    workload = generate(SyntheticSpec(jobs=60, mean_interarrival_s=20.0), seed=3)
+    source = Simulation(workload, _engine(workload), until=1200.0)
+    source.run()
+    learned = dict(source.engine.state.learned)["FragmentationAware"]
+    assert isinstance(learned, tuple) and learned[0].seen, "the scheduler learned shapes"
+    state = snapshot_cluster(source.cluster)
+    same = _engine(workload)
+    same.state = carry_state(source.engine.state, state)
+    mine = dict(same.state.learned)["FragmentationAware"]
+    assert isinstance(mine, tuple)
+    assert mine[0] is not learned[0] and mine[0].seen == learned[0].seen
+    assert same.scheduler.learned() == same.state.learned  # the plugins use the copy
+    other = Engine(policy("best-fit"), seed=0)
+    other.state = carry_state(source.engine.state, state)  # other plugins: nothing adopted
+    assert [n for n, _ in other.state.learned] == [p.name for p in other.scheduler.plugins]
+    assert all(x is None for _, x in other.state.learned)

@@ -120,6 +120,25 @@ class Engine:
         # reported for it (report_changes.py; for an adapter that keeps the last reason).
         self.report_unchanged = True
 
+    @property
+    def state(self) -> EngineState:
+        """What the engine keeps between cycles (:class:`~fairgpu.engine.session.EngineState`).
+
+        Setting it to a state carried over from another engine of the same policy (a
+        forecast's, :func:`~fairgpu.sim.forecast.carry_state`) also hands this engine's
+        plugins a copy of what that engine's plugins had learned (``EngineState.learned``):
+        without it the same cluster would be scored with other typical shapes, and the
+        forecast would place pods where the scheduler does not.
+        """
+        return self._state
+
+    @state.setter
+    def state(self, state: EngineState) -> None:
+        if state.learned:
+            self.scheduler.adopt(state.learned)
+        state.learned = self.scheduler.learned()
+        self._state = state
+
     # ---- configuration hooks for the adapters ------------------------------------------------
     def set_pod_group(self, namespace: str, name: str, min_member: int) -> None:
         """Register a PodGroup (coscheduling or Volcano) and its ``minMember``."""

@@ -126,6 +126,18 @@ class Plugin:
         """``pod`` is about to be scored: a plugin that learns from the workload (typical pod
         shapes) counts it here. Called once per scoring, so it must ignore repeats itself."""
 
+    def learned(self) -> object | None:
+        """What this plugin learned from the workload so far, as objects it keeps updating in
+        place (so a reference taken once stays current, and a copy of it carries the
+        learning to another instance of the same configuration); None when it learns
+        nothing. Decisions depend on it: an engine that starts afresh from the same cluster
+        but without it places pods differently."""
+        return None
+
+    def adopt(self, learned: object) -> None:
+        """Continue from ``learned``: a copy of another instance's :meth:`learned` (same
+        plugin, same arguments). Cached results that depended on the old learning go."""
+
 
 class PreFilterPlugin(Plugin):
     """Checks a pod before any node is looked at (e.g. an impossible GPU ask)."""

@@ -8,6 +8,7 @@ before the bind). Deterministic given the seed.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,6 +157,22 @@ class Scheduler:
         self._ranks = NodeRanks(seed)
         # uid -> (pod, release_version, static_version, result) of the last failed attempt.
         self._failures: dict[str, tuple[PodInfo, int, int, ScheduleResult]] = {}
+
+    def learned(self) -> list[tuple[str, object | None]]:
+        """Each plugin's name and :meth:`~fairgpu.engine.framework.Plugin.learned`, in plugin
+        order: references that stay current (copy them to carry the learning elsewhere)."""
+        return [(p.name, p.learned()) for p in self.plugins]
+
+    def adopt(self, learned: Sequence[tuple[str, object | None]]) -> None:
+        """Continue from a copy of another scheduler's :meth:`learned` -- only when its
+        plugins are these (the same policy); otherwise nothing is adopted. Every plugin
+        rebuilds its per-cluster tables at its next attempt."""
+        if [name for name, _ in learned] != [p.name for p in self.plugins]:
+            return
+        for plugin, (_, got) in zip(self.plugins, learned, strict=True):
+            if got is not None:
+                plugin.adopt(got)
+        self._cluster_id = -1  # on_cluster_change for every plugin before the next attempt
 
     @staticmethod
     def _typed(obj: object, kind: type, name: str):  # type: ignore[no-untyped-def]

@@ -46,7 +46,12 @@ class EngineState:
     ``protected``: until when a pod started from a reservation is no preemption victim;
     ``pool_demand``: GPU demand per queue and pool set (pool-aware fair shares);
     ``backfill``: backfill masks of GPU pods for the current reservations and drain times;
-    ``reclaimed``: when queue A last reclaimed from queue B on a node, by (node, A, B).
+    ``reclaimed``: when queue A last reclaimed from queue B on a node, by (node, A, B);
+    ``learned``: what the scheduler's plugins learned from the workload (typical pod shapes,
+    the packing plan; :meth:`~fairgpu.engine.scheduler.Scheduler.learned`), references to
+    the plugins' own objects, so that a copy of the state (a forecast's, pickled for the
+    forecasting process) carries it and an engine given that copy adopts it
+    (:attr:`~fairgpu.engine.engine.Engine.state`).
     """
 
     history: UsageHistory
@@ -60,6 +65,7 @@ class EngineState:
     pool_demand: PoolDemandIndex = field(default_factory=PoolDemandIndex)
     backfill: dict[tuple[str | None, float | None], np.ndarray] = field(default_factory=dict)
     reclaimed: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    learned: list[tuple[str, object | None]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -300,11 +300,14 @@ def _median(runs: list[Forecast], pending: Sequence[PodInfo], now: float, wall: 
 
 def carry_state(state: EngineState, cluster: ClusterState) -> EngineState:
     """A copy of an engine's between-cycle state (usage history, reservations, gang and
-    starvation timers, reclaim cooldowns) for a fresh engine over ``cluster``, a snapshot of
-    the same nodes: each reservation's node slots are found again by node name.
+    starvation timers, reclaim cooldowns, what its plugins learned: typical pod shapes, the
+    packing plan) for a fresh engine over ``cluster``, a snapshot of the same nodes: each
+    reservation's node slots are found again by node name. The engine that is given it
+    adopts the learning (:attr:`~fairgpu.engine.engine.Engine.state`).
 
-    Without it a forecast orders queues without their usage history and forgets the nodes
-    held for starving jobs, and predicts a different order than the scheduler will follow.
+    Without it a forecast orders queues without their usage history, forgets the nodes held
+    for starving jobs and scores nodes with shapes learned from the snapshot alone, and
+    predicts a different order and other nodes than the scheduler will choose.
     """
     out = copy.deepcopy(state)
     for res in out.reservations.values():

@@ -43,15 +43,23 @@ class DeviceFromOwnScore(DeviceFromScore):
 
     def __init__(self, **score_args: Any) -> None:
         self.score_args = score_args
-        self._scorer: ScorePlugin | None = None
+        # Built at once, not at first use: what it learns is part of the scheduler's learning
+        # (Scheduler.learned) from the start.
+        self._scorer: ScorePlugin = self.scorer(**score_args)
+
+    def learned(self) -> object | None:
+        """What the own scorer learned (it observes the pods it evaluates)."""
+        return self._scorer.learned()
+
+    def adopt(self, learned: object) -> None:
+        """The own scorer continues from ``learned``."""
+        self._scorer.adopt(learned)
 
     def choose(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
     ) -> tuple[int, ...] | None:
         """Scored device, or a fresh evaluation of the node."""
         if pod.gpu.is_shared and scored_device(cycle, node) is None:
-            if self._scorer is None:
-                self._scorer = self.scorer(**self.score_args)
             self._scorer.observe(pod)
             self._scorer.score(cycle, pod, cluster, np.array([node]))
         return super().choose(cycle, pod, cluster, node)

@@ -101,6 +101,20 @@ class FragmentationScore(FragmentationBase):
         self._lead_caches = {}
         self._plan.shapes_changed()
 
+    def learned(self) -> object | None:
+        """The shape learner and the packing plan tier: the plan is solved again only when
+        the shares move enough (:class:`~fairgpu.engine.plugins.plan_tier.PlanTier`), so
+        which plan is in use depends on the shapes seen before, not only on the last ones."""
+        return (self.learner, self._plan)
+
+    def adopt(self, learned: object) -> None:
+        """Continue with another instance's shape learner and plan (copies)."""
+        if not isinstance(learned, tuple) or not isinstance(learned[1], PlanTier):
+            raise TypeError(f"{self.name}: cannot adopt {type(learned).__name__}")
+        self._plan = learned[1]
+        self._plan.cluster_changed()  # its device contents describe the other cluster
+        super().adopt(learned[0])
+
     def on_cluster_change(self, cluster: ClusterState) -> None:
         """Also forget the devices' contents and gap counts (another cluster or node set)."""
         super().on_cluster_change(cluster)

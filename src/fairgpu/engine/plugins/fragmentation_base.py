@@ -97,6 +97,19 @@ class FragmentationBase(CachedNodeScore):
             self._full_access = None
             self.reset()
 
+    def learned(self) -> object | None:
+        """The shape learner (typical shapes given or learned, and the counts behind them)."""
+        return self.learner
+
+    def adopt(self, learned: object) -> None:
+        """Continue with another instance's shape learner (a copy)."""
+        if not isinstance(learned, ShapeLearner):
+            raise TypeError(f"{self.name}: cannot adopt {type(learned).__name__}")
+        self.learner = learned
+        self._access = None
+        self._full_access = None
+        self.reset()
+
     def on_cluster_change(self, cluster: ClusterState) -> None:
         """Rebuild the model-access tables."""
         self._access = None
