@@ -14,7 +14,7 @@ from fairgpu.engine.plugins.capacity_measure import capacity_fragmentation
 from fairgpu.engine.plugins.fgd_measure import fragmentation
 from fairgpu.engine.plugins.fgd_score import FgdScore
 from fairgpu.engine.plugins.fragmentation import FragmentationScore
-from fairgpu.engine.plugins.shape_learning import TypicalPods
+from fairgpu.engine.plugins.shape_learning import ShapeLearner, TypicalPods
 from fairgpu.model.pod import PodInfo
 from tests.builders import cluster, node_info, pod_info
 from tests.gpu.placement import scheduler
@@ -196,7 +196,9 @@ def test_the_scheduler_lets_each_score_observe_the_pod_it_scores() -> None:
     for i in range(5):
         assert sched.schedule(pod_info(f"p{i}", milli=230, uid=f"p{i}"), state).node is not None
     (plugin, _), *_ = sched.scores
-    assert isinstance(plugin, FgdScore) and plugin.learner.seen_uids == {f"p{i}" for i in range(5)}
+    assert isinstance(plugin, FgdScore) and set(plugin.learner.seen_uids) == {
+        f"p{i}" for i in range(5)
+    }
 
 
 _SHAPES_SCRIPT = """
@@ -226,3 +228,14 @@ def test_shape_arguments_and_distances_are_the_same_in_every_process() -> None:
         assert run.returncode == 0, run.stderr
         outputs.add(run.stdout)
     assert len(outputs) == 1
+
+
+def test_the_learner_remembers_only_the_latest_uids_and_counts_each_of_them_once() -> None:
+    learner = ShapeLearner("test", remember=3)
+    pods = [pod_info(f"p{i}", milli=230, uid=f"p{i}") for i in range(5)]
+    for pod in pods:
+        learner.observe(pod)
+    assert list(learner.seen_uids) == ["p2", "p3", "p4"]
+    counted = sum(learner.seen.values())
+    learner.observe(pods[4])  # scored again while it waits: not counted again
+    assert sum(learner.seen.values()) == counted == 5

@@ -25,6 +25,10 @@ Array = npt.NDArray[Any]
 Shape = tuple[int, int, int, frozenset[str] | None]
 
 
+# Uids a shape learner remembers to count each pod once (see ShapeLearner).
+REMEMBER_UIDS = 1 << 17
+
+
 @dataclass(frozen=True, slots=True)
 class TypicalPods:
     """The most frequent pod shapes of a workload with their renormalised weights.
@@ -221,7 +225,11 @@ class ShapeLearner:
 
     ``owner`` names the plugin in error messages. ``coverage``: the share of pods the most
     frequent shapes must cover; ``learn_every`` and ``relearn_threshold``: see
-    :meth:`observe`.
+    :meth:`observe`. ``remember``: how many of the most recently counted pods' uids are kept
+    so that a pod scored again is not counted again (:attr:`seen_uids`, oldest dropped
+    first). A scheduler that runs for months sees millions of pods; keeping every uid would
+    grow without end (and the forecasting process is sent this state every round). A pod
+    is scored only while it waits, so one counted ``remember`` pods ago has long left.
     """
 
     def __init__(
@@ -231,6 +239,7 @@ class ShapeLearner:
         coverage: float = 0.95,
         learn_every: int = 256,
         relearn_threshold: float = 0.2,
+        remember: int = REMEMBER_UIDS,
     ) -> None:
         if learn_every < 1:
             raise ValueError(f"{owner}.learn_every: must be >= 1 (got {learn_every})")
@@ -246,7 +255,9 @@ class ShapeLearner:
             TypicalPods.from_args(typical_pods) if typical_pods is not None else None
         )
         self.seen: Counter[Shape] = Counter()
-        self.seen_uids: set[str] = set()
+        # The uids of the last ``remember`` pods counted, oldest first (a dict keeps order).
+        self.seen_uids: dict[str, None] = {}
+        self.remember = remember
         self._since_learn = 0
         self._next_learn = 1
 
@@ -261,7 +272,9 @@ class ShapeLearner:
         """
         if self.fixed or pod.uid in self.seen_uids:
             return False
-        self.seen_uids.add(pod.uid)
+        self.seen_uids[pod.uid] = None
+        if len(self.seen_uids) > self.remember:
+            del self.seen_uids[next(iter(self.seen_uids))]
         self.seen[TypicalPods.shape_of(pod)] += 1
         self._since_learn += 1
         if self.typical is not None and self._since_learn < self._next_learn:
