@@ -43,6 +43,16 @@ class PlanTier:
         self.contents = DeviceContents()
         self._codes = NodeCache()
 
+    def __getstate__(self) -> dict[str, object]:
+        """A copy (another engine's, the forecasting process's) keeps the plan, not the
+        device contents of this cluster, which the copy rebuilds for its own."""
+        return {"_plan": self._plan, "_current": self._current}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__()  # type: ignore[misc]
+        self._plan = state["_plan"]  # type: ignore[assignment]
+        self._current = bool(state["_current"])
+
     def shapes_changed(self) -> None:
         """The typical shapes may have changed: check the plan against them on next use."""
         self._current = False
