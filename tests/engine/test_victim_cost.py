@@ -299,3 +299,13 @@ def test_a_pod_alone_never_kills_more_work_than_waiting_would_cost(
             for e in res.evictions
         )  # fmt: skip
         assert not waiting_is_cheaper(loss, want, wait), (loss, wait)
+
+
+def test_the_waiting_reason_names_when_room_frees_and_stays_the_same_while_it_waits() -> None:
+    """The time is absolute, so a pod that keeps waiting for the same room keeps the same
+    reason (an adapter reports a reason only when it changed)."""
+    small = pod_info("small", "b", gpus=1)
+    at_100 = engine().cycle(_one_victim(duration=150), [small], 100.0).unschedulable[0].reason
+    at_120 = engine().cycle(_one_victim(duration=150), [small], 120.0).unschedulable[0].reason
+    assert "than waiting until t=150 s, when declared run times free room" in at_100
+    assert at_120 == at_100

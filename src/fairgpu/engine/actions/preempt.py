@@ -237,7 +237,8 @@ class FairVictims:
                 return False
             loss = lost_work((v.uid for v in victims), session.cluster, session.now)
             if waiting_is_cheaper(loss, gpus, wait):
-                refused.append(_cheaper_wait(f"evicting would lose {hours(loss)}", gpus, wait))
+                lose = f"evicting would lose {hours(loss)} of work"
+                refused.append(_cheaper_wait(session, lose, wait))
                 return False
             return True
 
@@ -254,7 +255,7 @@ class FairVictims:
                 self._note_moves(job, pod, plan)
                 return plan
         if cost.pruned:
-            refused.append(_cheaper_wait("every plan would lose more", gpus, wait))
+            refused.append(_cheaper_wait(session, "every plan would lose more work", wait))
         if refused:
             self._refusal[pod.uid] = refused[0]
         return None
@@ -502,11 +503,14 @@ class FairVictims:
         return got
 
 
-def _cheaper_wait(loss: str, gpus: float, wait: float) -> str:
-    """The refusal of a kill that loses more than waiting ``wait`` seconds costs."""
+def _cheaper_wait(session: Session, loss: str, wait: float) -> str:
+    """The refusal of a kill that loses more than waiting ``wait`` seconds costs. The time
+    is absolute (as in a reservation's note): the room is expected at the same moment from
+    one cycle to the next, so the reason of a pod that keeps waiting for it stays the same
+    and is not reported again every cycle (thousands of waiting pods share it)."""
+    until = session.time_label(session.now + wait)
     return (
-        f"waiting is cheaper: {loss} of work, while declared run times free room within "
-        f"{wait:.0f}s ({hours(gpus * wait)})"
+        f"waiting is cheaper: {loss} than waiting until {until}, when declared run times free room"
     )
 
 
