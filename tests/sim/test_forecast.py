@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import policy
 from fairgpu.model.order import pod_identity
+from fairgpu.model.pod import PodInfo
 from fairgpu.sim.forecast import (
+    Forecast,
     carry_state,
     forecast,
     predicted_against_actual,
     snapshot_cluster,
 )
 from fairgpu.sim.learner import RuntimeLearner, Runtimes
-from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.simulator import Simulation, SimulationResult
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.synthetic import SyntheticSpec, generate
 from tests.builders import cluster, node_info, pod_info
@@ -27,6 +30,31 @@ def _engine(workload: Workload | None = None) -> Engine:
 
 def _declared(engine: Engine, learner: RuntimeLearner | None = None) -> Runtimes:
     return Runtimes(lambda p: engine.tenant(p).queue, learner)
+
+
+def _snapshot_at(workload: Workload, at: float) -> tuple[ClusterState, Engine, list[PodInfo]]:
+    """The replay of ``workload`` up to ``at`` as a forecast receives it: a snapshot of the
+    cluster, a fresh engine given the replay's state, and the pending pods in order."""
+    upto = Simulation(workload, _engine(workload), until=at)
+    upto.run()
+    pending = sorted(upto.pending.values(), key=pod_identity)
+    assert len(pending) >= 5, "the instant should have a backlog"
+    engine = _engine(workload)
+    state = snapshot_cluster(upto.cluster)
+    engine.state = carry_state(upto.engine.state, state)
+    return state, engine, pending
+
+
+def _differ(
+    got: Forecast, pending: list[PodInfo], truth: SimulationResult, at: float
+) -> dict[str, tuple[float | None, float | None]]:
+    """The pending pods whose predicted start is not their first real start after ``at``."""
+    first: dict[str, float] = {}
+    for attempt in truth.runs:
+        if attempt.start >= at:
+            first[attempt.uid] = min(first.get(attempt.uid, attempt.start), attempt.start)
+    differ = {p.key: (got.start(p.uid), first.get(p.uid)) for p in pending}
+    return {k: v for k, v in differ.items() if v[0] != v[1]}
 
 
 def test_running_pod_ends_then_pending_pods_start_in_order() -> None:
@@ -97,38 +125,21 @@ def test_forecast_from_a_snapshot_is_the_replay_without_later_arrivals() -> None
     spec = SyntheticSpec(jobs=80, mean_interarrival_s=20.0)
     at = 900.0
     # The replay up to T, and the state a snapshot of it holds.
-    workload = generate(spec, seed=5)
-    upto = Simulation(workload, _engine(workload), until=at)
-    upto.run()
-    pending = sorted(upto.pending.values(), key=pod_identity)
-    assert len(pending) >= 5, "the instant should have a backlog"
-    engine = _engine(workload)
-    state = snapshot_cluster(upto.cluster)
-    engine.state = carry_state(upto.engine.state, state)
+    state, engine, pending = _snapshot_at(generate(spec, seed=5), at)
     got = forecast(state, engine, pending, at, _declared(engine))
     assert got.complete
     # The same workload with nothing arriving after T, replayed to the end.
     cut = generate(spec, seed=5)
     cut.arrivals = [a for a in cut.arrivals if a.arrival <= at]
     truth = Simulation(cut, _engine(cut)).run()
-    first: dict[str, float] = {}
-    for attempt in truth.runs:
-        if attempt.start >= at:
-            first[attempt.uid] = min(first.get(attempt.uid, attempt.start), attempt.start)
-    differ = {p.key: (got.start(p.uid), first.get(p.uid)) for p in pending}
-    differ = {k: v for k, v in differ.items() if v[0] != v[1]}
+    differ = _differ(got, pending, truth, at)
     assert not differ, differ
 
 
 def test_budget_stops_the_forecast() -> None:
     workload = generate(SyntheticSpec(jobs=80, mean_interarrival_s=20.0), seed=5)
-    upto = Simulation(workload, _engine(workload), until=900.0)
-    upto.run()
-    pending = list(upto.pending.values())
-    engine = _engine(workload)
-    got = forecast(
-        snapshot_cluster(upto.cluster), engine, pending, 900.0, _declared(engine), budget_s=0.0
-    )
+    state, engine, pending = _snapshot_at(workload, 900.0)
+    got = forecast(state, engine, pending, 900.0, _declared(engine), budget_s=0.0)
     assert got.out_of_budget and not got.complete
     assert len(got.starts) < len(pending)
 
@@ -166,14 +177,7 @@ def test_a_forecast_told_the_real_future_reproduces_the_run() -> None:
     at = 21_600.0
     whole = generate(SyntheticSpec(), seed=0)
     truth = Simulation(whole, _engine(whole)).run()
-    workload = generate(SyntheticSpec(), seed=0)
-    upto = Simulation(workload, _engine(workload), until=at)
-    upto.run()
-    pending = sorted(upto.pending.values(), key=pod_identity)
-    assert len(pending) >= 5, "the instant should have a backlog"
-    engine = _engine(workload)
-    state = snapshot_cluster(upto.cluster)
-    engine.state = carry_state(upto.engine.state, state)
+    state, engine, pending = _snapshot_at(generate(SyntheticSpec(), seed=0), at)
     runtimes = _declared(engine)
     later = [
         PodArrival(a.pod, a.arrival, runtimes.duration(a.pod))
@@ -181,9 +185,7 @@ def test_a_forecast_told_the_real_future_reproduces_the_run() -> None:
         if a.arrival > at
     ]
     got = forecast(state, engine, pending, at, runtimes, budget_s=60.0, future=later)
-    first = {a.uid: a.start for a in sorted(truth.runs, key=lambda a: -a.start) if a.start >= at}
-    differ = {p.key: (got.start(p.uid), first.get(p.uid)) for p in pending}
-    differ = {k: v for k, v in differ.items() if v[0] != v[1]}
+    differ = _differ(got, pending, truth, at)
     assert not differ, differ
 
 
