@@ -23,8 +23,14 @@ coverage (share of such predictions the forecast could make) and the forecast's 
 beside a naive baseline measured in the same run: a pod's wait is the pods ahead of it in its
 queue (FIFO) times the queue's mean run time, divided by the pods the queue has running.
 
+Diagnostics, not forecasts anyone can make: ``--oracle`` tells the forecast the real
+arrivals after the instant; ``--draws K`` tells it ``K`` futures drawn from the scenario's
+own generator (other seeds) and scores quantiles of the ``K`` starts and their median blended
+with the plain forecast -- how well a forecast could do that knew the true distribution of
+future arrivals but not the arrivals themselves.
+
 Usage: ``python benchmarks/prediction/run.py [--every 3600] [--budget 10] [--only NAME]
-[--results FILE]``.
+[--oracle] [--draws K] [--results FILE]``.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from fairgpu.engine.gang import declared_runtime
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import ANN_DURATION, PodInfo
-from fairgpu.sim.arrivals import DEFAULT_WINDOW, ArrivalModel
+from fairgpu.sim.arrivals import DEFAULT_WINDOW, ArrivalModel, future_copy
 from fairgpu.sim.forecast import (
     DEFAULT_ARRIVALS_FOR,
     DEFAULT_SAMPLES,
@@ -65,12 +71,12 @@ MIN_WAIT = 60.0
 TARGET = {"p50": 0.10, "p90": 0.35}
 
 
-def demo() -> Workload:
-    """The built-in demo, as ``fairgpu simulate`` runs it."""
-    return generate(SyntheticSpec(), seed=0)
+def demo(seed: int = 0) -> Workload:
+    """The built-in demo, as ``fairgpu simulate`` runs it (seed 0)."""
+    return generate(SyntheticSpec(), seed=seed)
 
 
-def mixed() -> Workload:
+def mixed(seed: int = 1) -> Workload:
     """Five tenants, a third of training as gangs, more inference, a heavier load."""
     spec = SyntheticSpec(
         tenants={"ml": 0.3, "vision": 0.2, "speech": 0.2, "search": 0.15, "ads": 0.15},
@@ -82,10 +88,11 @@ def mixed() -> Workload:
         training_median_s=1500.0,
         inference_median_s=2400.0,
     )
-    return generate(spec, seed=1)
+    return generate(spec, seed=seed)
 
 
-SCENARIOS: dict[str, Callable[[], Workload]] = {"demo": demo, "mixed": mixed}
+# Each scenario's generator; called without a seed, the workload measured.
+SCENARIOS: dict[str, Callable[..., Workload]] = {"demo": demo, "mixed": mixed}
 
 
 def undeclared(workload: Workload) -> Workload:
@@ -116,6 +123,8 @@ class Probe:
     budget: float
     window: float
     oracle: bool = False
+    draws: int = 0
+    scenario: str = ""
     samples: int = DEFAULT_SAMPLES
     model_window: float = DEFAULT_WINDOW
     arrivals_for: float = DEFAULT_ARRIVALS_FOR
@@ -170,12 +179,15 @@ class Probe:
             self.walls_model.append(with_model.wall_seconds)
             modelled = with_model.starts
         told = self._oracle(pending, runtimes) if self.oracle else {}
+        drawn = self._drawn_futures(pending, runtimes) if self.draws else {}
+        plain = got.starts
         for pod in pending:
             cols = {
                 "forecast": got.start(pod.uid),
                 "arrival_model": modelled.get(pod.uid),
                 "baseline": base.get(pod.uid),
                 "oracle": told.get(pod.uid),
+                **_drawn_columns(plain.get(pod.uid), drawn.get(pod.uid)),
             }
             self.rows.append((sim.now, pod.uid, cols))
 
@@ -207,6 +219,30 @@ class Probe:
             cluster, engine, pending, self.sim.now, runtimes, budget_s=self.budget, future=future
         )
         return dict(got.starts)
+
+    def _drawn_futures(self, pending: list[PodInfo], runtimes: Runtimes) -> dict[str, list[float]]:
+        """DIAGNOSTIC ONLY: each pod's start in ``draws`` forecasts (inf: none), each told a
+        future drawn from the scenario's own generator (another seed: the same Poisson
+        arrivals and job mix, independent of the past) -- what a forecast that knew the true
+        distribution of future arrivals, but not the arrivals themselves, could work from
+        (see :func:`_drawn_columns`)."""
+        now = self.sim.now
+        runs = []
+        for k in range(1, self.draws + 1):
+            other = SCENARIOS[self.scenario](1000 + k)
+            if not self.declared:
+                other = undeclared(other)
+            copies = (
+                future_copy(a.pod, f"~d{k}", a.arrival) for a in other.arrivals if a.arrival > now
+            )
+            future = [PodArrival(c, c.created, runtimes.duration(c)) for c in copies]
+            cluster, engine = self._fresh()
+            runs.append(
+                forecast(
+                    cluster, engine, pending, now, runtimes, budget_s=self.budget, future=future
+                )
+            )
+        return {p.uid: [r.starts.get(p.uid, np.inf) for r in runs] for p in pending}
 
     def _learn(self) -> None:
         """Completions seen so far (what a live scheduler has observed by now)."""
@@ -241,6 +277,24 @@ class Probe:
             values = [d for p in pods if (d := declared_runtime(p)) is not None]
             return float(np.mean(values)) if values else None
         return self.learner.mean(queue)
+
+
+# Point estimates from the drawn futures' starts: quantiles, and the median blended half and
+# half with the plain forecast (nothing arriving), which no later arrival can make later.
+DRAWN_QUANTILES = (10, 25, 50)
+
+
+def _drawn_columns(plain: float | None, starts: list[float] | None) -> dict[str, float | None]:
+    """The drawn-futures diagnostic columns of one prediction (none without draws)."""
+    if starts is None:
+        return {}
+    out: dict[str, float | None] = {}
+    for q in DRAWN_QUANTILES:
+        value = float(np.percentile(starts, q))
+        out[f"drawn_q{q}"] = value if np.isfinite(value) else None
+    mid = out["drawn_q50"]
+    out["drawn_blend"] = None if plain is None or mid is None else (plain + mid) / 2
+    return out
 
 
 def fresh_engine(workload: Workload) -> Engine:
@@ -308,6 +362,7 @@ class Settings:
     budget: float = 10.0
     window: float = 0.0
     oracle: bool = False
+    draws: int = 0
     samples: int = DEFAULT_SAMPLES
     model_window: float = DEFAULT_WINDOW
     arrivals_for: float = DEFAULT_ARRIVALS_FOR
@@ -328,6 +383,7 @@ def measure(name: str, declared: bool, cfg: Settings) -> dict[str, Any]:
         workload = undeclared(workload)
     sim = Simulation(workload, fresh_engine(workload), track_fragmentation=False)
     probe = Probe(sim, workload, declared, cfg.every, cfg.budget, cfg.window, cfg.oracle)
+    probe.draws, probe.scenario = cfg.draws, name
     probe.samples, probe.model_window = cfg.samples, cfg.model_window
     probe.arrivals_for, probe.tile = cfg.arrivals_for, cfg.tile
     sim.on_progress = probe
@@ -376,6 +432,15 @@ def measure(name: str, declared: bool, cfg: Settings) -> dict[str, Any]:
     if cfg.oracle:
         # DIAGNOSTIC: told the real future arrivals; not a forecast anyone can make.
         entry["oracle_future_arrivals"] = errors(rows, attempts, arrival, "oracle")
+    if cfg.draws:
+        # DIAGNOSTIC: the true arrival process known, its realisation not (see Probe).
+        entry["drawn_futures"] = {
+            "draws": cfg.draws,
+            **{
+                column: errors(rows, attempts, arrival, column)
+                for column in [f"drawn_q{q}" for q in DRAWN_QUANTILES] + ["drawn_blend"]
+            },
+        }
     _verdict(entry, declared)
     return entry
 
@@ -429,6 +494,12 @@ def main() -> None:
         "--arrivals-for", type=float, default=DEFAULT_ARRIVALS_FOR, help="future arrivals (s)"
     )
     ap.add_argument("--tile", action="store_true", help="repeat the window (one future)")
+    ap.add_argument(
+        "--draws",
+        type=int,
+        default=0,
+        help="diagnostic: forecasts told this many futures drawn from the scenario's generator",
+    )
     ap.add_argument("--only", default="", help="one scenario name")
     ap.add_argument("--runtimes", default="declared,learned", help="which run-time sources")
     ap.add_argument("--results", type=Path, default=None, help="also write the JSON here")
@@ -443,6 +514,7 @@ def main() -> None:
                 args.budget,
                 args.window,
                 args.oracle,
+                args.draws,
                 args.samples,
                 args.model_window,
                 args.arrivals_for,
