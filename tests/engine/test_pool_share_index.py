@@ -72,3 +72,27 @@ def test_the_index_describes_each_pod_once_and_follows_removals() -> None:
     index.reset("v2", gpus, gpus * 1000)
     index.update(left, describe)
     assert len(described) == 52 + len(left)
+
+
+def test_a_draining_flood_above_what_its_pool_holds_keeps_the_cached_shares() -> None:
+    # Pool a holds 16 GPUs; x's 50 pending one-GPU pods ask more than that until 34 left.
+    index = PoolDemandIndex()
+    gpus = np.array([8, 8, 4])
+    index.reset("v1", gpus, gpus * 1000)
+    masks = {"a": np.array([True, True, False]), "b": np.array([False, False, True])}
+    pods = {f"x{i}": ("x", "a", 1000) for i in range(50)} | {"y0": ("y", "b", 4000)}
+
+    def describe(uid: str):  # type: ignore[no-untyped-def]
+        queue, pool, milli = pods[uid]
+        return queue, pool, lambda: masks[pool], milli
+
+    index.update(set(pods), describe)
+    first = index.shares({"x": 1.0, "y": 1.0})
+    assert first == {"x": 16000, "y": 4000}
+    for i in range(34):  # 16 left: still all pool a holds
+        del pods[f"x{i}"]
+        index.update(set(pods), describe)
+        assert index.shares({"x": 1.0, "y": 1.0}) is first  # the cached answer
+    del pods["x34"]
+    index.update(set(pods), describe)
+    assert index.shares({"x": 1.0, "y": 1.0}) == {"x": 15000, "y": 4000}
