@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import policy
@@ -206,3 +208,24 @@ def test_carried_learning_is_a_copy_and_only_for_the_same_policy() -> None:
     other.state = carry_state(source.engine.state, state)  # other plugins: nothing adopted
     assert [n for n, _ in other.state.learned] == [p.name for p in other.scheduler.plugins]
     assert all(x is None for _, x in other.state.learned)
+
+
+def test_learning_survives_the_trip_to_the_forecasting_process() -> None:
+    """Live, the scheduler pickles its engine's state for the forecasting process, which
+    gives it to a fresh engine: the typical shapes and the packing plan arrive, the plan
+    tier without the old cluster's device contents."""
+    workload = generate(SyntheticSpec(jobs=60, mean_interarrival_s=20.0), seed=3)
+    source = Simulation(workload, _engine(workload), until=1200.0)
+    source.run()
+    shipped = pickle.loads(pickle.dumps(source.engine.state))
+    state = snapshot_cluster(source.cluster)
+    engine = _engine(workload)
+    engine.state = carry_state(shipped, state)
+    theirs = dict(source.engine.state.learned)["FragmentationAware"]
+    mine = dict(engine.scheduler.learned())["FragmentationAware"]
+    assert isinstance(theirs, tuple) and isinstance(mine, tuple)
+    assert mine[0].seen == theirs[0].seen
+    assert mine[0].typical.to_args() == theirs[0].typical.to_args()
+    assert theirs[1]._plan is not None, "the workload's shares were planned"
+    assert mine[1]._plan is not None and mine[1]._plan.patterns == theirs[1]._plan.patterns
+    assert mine[1].contents.contents == [()]  # only the idle device's code
