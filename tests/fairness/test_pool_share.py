@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.policies import policy
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.sim.results import pool_eligibility
-from fairgpu.tenancy.pool_share import PoolDemand, node_pools, pool_fair_shares, usable_amount
+from fairgpu.tenancy.pool_share import PoolDemand, node_pools, pool_fair_shares
 from tests.sim.helpers import gpu_node, gpu_pod
 
 A, B = frozenset({"A"}), frozenset({"B"})
@@ -62,42 +60,3 @@ def test_eligibility_leaves_out_nodes_with_fewer_gpus_than_a_pod_asks() -> None:
         "default/wide": frozenset({"p0"}),
         "default/narrow": frozenset({"p0", "p1"}),
     }
-
-
-_POOLS = ("A", "B", "C")
-
-
-@st.composite
-def _pool_problems(
-    draw: st.DrawFn,
-) -> tuple[dict[str, int], list[PoolDemand], dict[str, float]]:
-    names = _POOLS[: draw(st.integers(1, 3))]
-    capacity = {p: draw(st.sampled_from([1000, 4000, 8000, 32000])) for p in names}
-    choices = [frozenset({p}) for p in names] + [frozenset(names)]
-    demands = [
-        PoolDemand(
-            tenant,
-            draw(st.sampled_from(choices)),
-            draw(st.sampled_from([500, 1000, 3000, 8000, 20000, 100000, 2_000_000])),
-        )
-        for tenant in draw(st.lists(st.sampled_from("wxyz"), min_size=1, max_size=6))
-    ]
-    weights = {t: draw(st.sampled_from([0.5, 1.0, 2.0, 3.0])) for t in "wxyz"}
-    return capacity, demands, weights
-
-
-@settings(max_examples=300, deadline=None)
-@given(_pool_problems())
-def test_demand_beyond_what_its_pools_hold_changes_no_share(
-    problem: tuple[dict[str, int], list[PoolDemand], dict[str, float]],
-) -> None:
-    """What the index hands the solver (each class's demand at most its pools' capacity, so
-    a draining flood leaves the cached shares alone) gives exactly the shares of the full
-    demands."""
-    capacity, demands, weights = problem
-    capped = [
-        PoolDemand(d.tenant, d.pools, usable_amount(d.amount, d.pools, capacity)) for d in demands
-    ]
-    assert pool_fair_shares(capacity, capped, weights) == pool_fair_shares(
-        capacity, demands, weights
-    )
