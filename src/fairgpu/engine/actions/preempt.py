@@ -376,8 +376,10 @@ class FairVictims:
         cfg = s.tenancy.preemption
         state, now, cooldown = s.state, s.now, cfg.reclaim_cooldown_seconds
         cluster = s.cluster
-        placements, placed_now, changed = cluster.placements, s.placed_now, state.tenant_changed
+        placements, placed_now = cluster.placements, s.placed_now
+        changed = self._changed_by_slot()
         hot = self._hot_gpus()
+        hot_nodes = {node for node, _ in hot}
         ok: list[str] = []
         soonest = np.inf
         for u in pool:
@@ -389,16 +391,16 @@ class FairVictims:
             if not (pl.bound or displaceable(s, u, pl)):
                 continue
             when = pl.started + min_run
-            if changed:
-                name = cluster.node(pl.node).name
-                cooled = max((changed.get((name, d), -np.inf) for d in pl.devices), default=-np.inf)
+            devices = changed.get(pl.node)
+            if devices is not None:
+                cooled = max((devices.get(d, -np.inf) for d in pl.devices), default=-np.inf)
                 when = max(when, cooled + cooldown)
             if now < when < soonest:
                 soonest = when
             # victim_eligible, inlined: this loop runs over every pod of the queue.
             if now - pl.started < min_run:
                 continue
-            if hot and any((pl.node, d) in hot for d in pl.devices):
+            if pl.node in hot_nodes and any((pl.node, d) in hot for d in pl.devices):
                 continue
             if state.reclaimed and reverses(state, self._node_of(u), other, queue, now, cfg):
                 continue
@@ -407,6 +409,18 @@ class FairVictims:
             ok.append(u)
         ok.sort()
         return ok, soonest
+
+    def _changed_by_slot(self) -> dict[int, dict[int, float]]:
+        """When each GPU last changed tenant (:attr:`EngineState.tenant_changed`), by node slot
+        and device: a pod's GPUs are looked up by its slot, without its node's name, and a
+        pod on a node where none changed is not looked up at all."""
+        index = self.s.cluster.node_index
+        out: dict[int, dict[int, float]] = {}
+        for (name, device), when in self.s.state.tenant_changed.items():
+            slot = index.get(name)
+            if slot is not None:
+                out.setdefault(slot, {})[device] = when
+        return out
 
     def _hot_gpus(self) -> set[tuple[int, int]]:
         """(node slot, device) of every GPU that changed tenant within the cooldown (a pod on
