@@ -217,13 +217,6 @@ def node_pools(
     return pools, usable
 
 
-def usable_amount(amount: int, pools: Set[str], capacity: Mapping[str, int]) -> int:
-    """``amount`` wanted on ``pools``, at most what those pools hold (unchanged when they
-    hold nothing known)."""
-    total = sum(capacity.get(p, 0) for p in pools)
-    return min(amount, total) if total > 0 else amount
-
-
 class PoolDemandIndex:
     """The GPU demand of every queue per set of pools it may use, kept across scheduling
     cycles so that a cycle pays only for the pods that arrived, started or left since the
@@ -294,20 +287,13 @@ class PoolDemandIndex:
             self._sums[(queue, mid)] = self._sums.get((queue, mid), 0) + milli
 
     def demands(self) -> list[PoolDemand]:
-        """Each queue's GPU demand per set of pools (pods no pool can run left out), each at
-        most what those pools hold: no allocation gives a class more, so the fair shares are
-        the same (tested), and a flood of pods whose demand stays above its pools' capacity
-        leaves the demands -- and the cached shares (:meth:`shares`) -- unchanged from one
-        cycle to the next while it drains."""
+        """Each queue's GPU demand per set of pools (pods no pool can run left out)."""
         merged: dict[tuple[str, frozenset[str]], int] = {}
         for (queue, mid), milli in self._sums.items():
             pools = self._usable.get(mid, frozenset())
             if milli > 0 and queue and pools:
                 merged[(queue, pools)] = merged.get((queue, pools), 0) + milli
-        return [
-            PoolDemand(q, p, usable_amount(a, p, self.capacity))
-            for (q, p), a in sorted(merged.items(), key=_class_key)
-        ]
+        return [PoolDemand(q, p, a) for (q, p), a in sorted(merged.items(), key=_class_key)]
 
     def shares(self, weight: Mapping[str, float]) -> dict[str, int]:
         """:func:`pool_fair_shares` of the current demands (the last few answers cached:
