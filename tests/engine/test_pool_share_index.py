@@ -72,3 +72,27 @@ def test_the_index_describes_each_pod_once_and_follows_removals() -> None:
     index.reset("v2", gpus, gpus * 1000)
     index.update(left, describe)
     assert len(described) == 52 + len(left)
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances())
+def test_no_tenant_below_its_demand_is_left_room_it_could_take_alone(
+    case: tuple[dict[str, int], list[PoolDemand], dict[str, float]],
+) -> None:
+    """Max-min fair shares leave no pool with room that a tenant still wanting more may use:
+    no such tenant could take more than the integer rounding alone (a unit per tenant)."""
+    capacity, demands, weight = case
+    shares = pool_fair_shares(capacity, demands, weight)
+    want: dict[str, int] = {}
+    classes: dict[tuple[str, frozenset[str]], int] = {}
+    for d in demands:
+        if d.amount > 0:
+            want[d.tenant] = want.get(d.tenant, 0) + d.amount
+            classes[(d.tenant, d.pools)] = classes.get((d.tenant, d.pools), 0) + d.amount
+    if not classes:
+        return
+    net = pool_share._Network(capacity, classes)
+    for tenant, wanted in want.items():
+        more = shares.get(tenant, 0) + len(want) + 1
+        if more <= wanted:
+            assert not net.fits({**shares, tenant: more}), (tenant, shares)

@@ -60,3 +60,21 @@ def test_eligibility_leaves_out_nodes_with_fewer_gpus_than_a_pod_asks() -> None:
         "default/wide": frozenset({"p0"}),
         "default/narrow": frozenset({"p0", "p1"}),
     }
+
+
+def test_tenants_sharing_a_full_pool_do_not_stop_those_with_room_elsewhere() -> None:
+    # y and w share P0 (17 000) and fill it; x and z may use all three pools. At the level
+    # where P0 is full, y and w could each still take the unit rounding left there alone,
+    # so neither counted as stopped -- and the solver used to stop everyone there, leaving
+    # x and z at 4 857 with 19 287 units free on P1 and P2.
+    every = frozenset({"P0", "P1", "P2"})
+    p0 = frozenset({"P0"})
+    capacity = {"P0": 17_000, "P1": 14_000, "P2": 15_000}
+    demands = [
+        PoolDemand("x", every, 117_000),
+        PoolDemand("y", p0, 37_000),
+        PoolDemand("z", every, 20_000),
+        PoolDemand("w", p0, 33_000),
+    ]
+    shares = pool_fair_shares(capacity, demands, {"x": 2.0, "y": 4.0, "z": 2.0, "w": 3.0})
+    assert shares == {"w": 7_285, "y": 9_714, "x": 14_500, "z": 14_500}

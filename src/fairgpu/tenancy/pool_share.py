@@ -150,13 +150,30 @@ def pool_fair_shares(
         w = {t: max(float(weight.get(t, 1.0)), 1e-9) for t in active}
         level = _highest_level(net, share, active, want, w, level)
         target = _targets(share, active, want, w, level)
-        frozen = [
-            t for t in active if target[t] >= want[t] or not net.fits({**target, t: target[t] + 1})
-        ]
-        for t in frozen or active:  # no one can grow: integer rounding, stop here
+        frozen = _frozen(net, target, active, want, 1)
+        if not frozen:
+            # Each could still grow by one unit alone, yet the level cannot rise: tenants
+            # sharing a full pool, each alone fitting the unit or so rounding left there.
+            # Those are frozen by a step as large as the tenants growing together; the others
+            # (pools with room) go on rising.
+            frozen = _frozen(net, target, active, want, len(active))
+        for t in frozen or active:  # no one can grow even so: integer rounding, stop here
             share[t] = target[t]
         active = [t for t in active if t not in share]
     return share
+
+
+def _frozen(
+    net: _Network | _Cuts,
+    target: Mapping[str, int],
+    active: Sequence[str],
+    want: Mapping[str, int],
+    step: int,
+) -> list[str]:
+    """The active tenants whose demand is met or that cannot grow by ``step`` units alone."""
+    return [
+        t for t in active if target[t] >= want[t] or not net.fits({**target, t: target[t] + step})
+    ]
 
 
 def _targets(
