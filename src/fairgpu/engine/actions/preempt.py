@@ -378,7 +378,7 @@ class FairVictims:
         cluster = s.cluster
         placements, placed_now = cluster.placements, s.placed_now
         changed = self._changed_by_slot()
-        hot = self._hot_gpus()
+        hot = self._hot_gpus(changed)
         hot_nodes = {node for node, _ in hot}
         ok: list[str] = []
         soonest = np.inf
@@ -422,19 +422,15 @@ class FairVictims:
                 out.setdefault(slot, {})[device] = when
         return out
 
-    def _hot_gpus(self) -> set[tuple[int, int]]:
+    def _hot_gpus(self, changed: dict[int, dict[int, float]]) -> set[tuple[int, int]]:
         """(node slot, device) of every GPU that changed tenant within the cooldown (a pod on
-        one is held back from reclaim), found once per pass instead of once per pod."""
-        s = self.s
-        changed = s.state.tenant_changed
-        if not changed:
-            return set()
-        now, cooldown = s.now, s.tenancy.preemption.reclaim_cooldown_seconds
-        index = s.cluster.node_index
+        one is held back from reclaim), from :meth:`_changed_by_slot`, once per pass."""
+        now, cooldown = self.s.now, self.s.tenancy.preemption.reclaim_cooldown_seconds
         return {
-            (index[name], d)
-            for (name, d), when in changed.items()
-            if now - when < cooldown and name in index
+            (slot, d)
+            for slot, devices in changed.items()
+            for d, when in devices.items()
+            if now - when < cooldown
         }
 
     def _node_of(self, uid: str) -> str:
