@@ -42,7 +42,6 @@ class DeviceFromOwnScore(DeviceFromScore):
     scorer: ClassVar[type[ScorePlugin]]
 
     def __init__(self, **score_args: Any) -> None:
-        self.score_args = score_args
         # Built at once, not at first use: what it learns is part of the scheduler's learning
         # (Scheduler.learned) from the start.
         self._scorer: ScorePlugin = self.scorer(**score_args)
