@@ -250,3 +250,33 @@ def test_kept_backlog_and_changed_reports_decide_as_a_fresh_grouping(
     kept = _outcome(ordering, _workload(seed, flood_size, gangs, serve), kept=True)
     fresh = _outcome(ordering, _workload(seed, flood_size, gangs, serve), kept=False)
     assert kept == fresh
+
+
+def test_followers_judged_from_the_cycles_class_table_decide_as_judged_one_by_one(
+    monkeypatch: Any,
+) -> None:
+    """Settled followers take their backfill mask and outcome key from a table kept per
+    cycle (signature, reservations, backfill class): every pod gets the same start, node,
+    preemptions and last reason as when each run of followers computes them afresh -- and
+    the table is actually read (runs of followers meet reservations here)."""
+    from fairgpu.engine.actions import settle
+
+    read = 0
+    kept = settle._Classes._class_keys
+
+    def counted(self: Any, other: Any, k: int) -> Any:
+        nonlocal read
+        read += (other.sig, self.s.memo.reservation_keys(), k) in self.s.memo.judged
+        return kept(self, other, k)
+
+    def afresh(self: Any, other: Any, k: int) -> Any:
+        mine = settle.allowed(self.s, other, other.pods[0])
+        return mine, self.admission.outcome_key(self.s, other)
+
+    for seed in (1, 2, 3):
+        wl = (seed, 60, 4, 6)
+        monkeypatch.setattr(settle._Classes, "_class_keys", counted)
+        table = _outcome("fair", _workload(*wl), kept=True)
+        monkeypatch.setattr(settle._Classes, "_class_keys", afresh)
+        assert table == _outcome("fair", _workload(*wl), kept=True)
+    assert read > 0

@@ -3,8 +3,8 @@
 Each test compares a shortcut with the rule written out plainly (the form it replaced), on
 random states (hypothesis): the backfill mask of a pod with GPUs built one value per
 reservation, the reclaimable pods of a queue and the retry time of those held back only by
-time found in one pass, and the room a victim pool frees computed once per pool and cluster
-state in a cycle.
+time found in one pass, the room a victim pool frees computed once per pool and cluster
+state in a cycle, and a job's needed vector kept on the job while what it reads stays.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.actions.admit import _needed
 from fairgpu.engine.actions.gang_screen import COLUMNS, _add_victims, members_bound
 from fairgpu.engine.actions.preempt import FairVictims, eligible_victim
 from fairgpu.engine.actions.reclaim import reverses
@@ -323,3 +324,28 @@ def test_a_declared_run_time_is_parsed_once_per_pod_object() -> None:
     assert declared_runtime(replace(pod, annotations={})) is None
     assert declared_runtime(replace(pod, annotations={"fairgpu.io/duration-seconds": "x"})) is None
     assert declared_runtime(replace(pod, annotations={"fairgpu.io/duration-seconds": "90"})) == 90.0
+
+
+# ---- a job's needed vector ------------------------------------------------------------------
+
+
+def test_a_jobs_needed_vector_is_kept_while_the_largest_device_memory_stays() -> None:
+    """Admission sums a job's needed members once and keeps the sum on the job; a whole GPU
+    is charged the largest device's memory, so a node with larger devices makes it sum
+    afresh."""
+    state = _nodes()
+    session = Engine().session(state, 0.0)
+    book = session.book
+    pods = [pod_info(f"m{i}", "a", gpus=2, group="g") for i in range(3)]
+    job = Job("a/g", pods, Tenant(queue="a", user="u"), need=2)
+
+    def fresh() -> np.ndarray:
+        return book.pending_vector(pods[0]) + book.pending_vector(pods[1])
+
+    first = _needed(book, job)
+    assert np.array_equal(first, fresh()) and _needed(book, job) is first
+    state.add_node(node_info("big", gpus=GPUS, gpu_memory_mib=81920))
+    book.sync(state)
+    again = _needed(book, job)
+    assert again is not first and np.array_equal(again, fresh())
+    assert not np.array_equal(again, first)  # 80 GiB per whole GPU now, 16 GiB before

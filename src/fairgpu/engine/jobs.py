@@ -47,6 +47,11 @@ class Job:
         default_factory=dict, init=False, repr=False, compare=False
     )
     ask_tuple: tuple[float, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    # What its needed members take together once placed (admit.FairAdmission), with the
+    # device memory it was summed at.
+    need_vec: tuple[float, np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         """``sort_key``: the order inside one user -- priority (high first), then its

@@ -333,7 +333,9 @@ class CycleMemo:
     """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
     failed gang shapes (how many identical members fit before one failed, and why), gang
     screen bounds per shape and cluster state, the room a victim pool would free, backfill
-    masks per reservation class, the declared run times of lanes."""
+    masks per reservation class, the declared run times of lanes, and per signature and
+    backfill class what a settled follower is judged by (its backfill mask and outcome
+    key)."""
 
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     front: Front = field(default_factory=Front)
@@ -346,6 +348,9 @@ class CycleMemo:
     runtimes: dict[int, tuple[list[Job], np.ndarray]] = field(default_factory=dict)
     lane_ks: dict[int, tuple[list[Job], list[float], np.ndarray]] = field(default_factory=dict)
     starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
+    judged: dict[tuple[object, ...], tuple[np.ndarray | None, tuple[object, ...] | None]] = field(
+        default_factory=dict
+    )
     _classes: tuple[tuple[Reservation, ...], tuple[str, ...], list[float]] | None = None
 
     def backfill_key(
@@ -377,6 +382,12 @@ class CycleMemo:
             starts = sorted(self._start(k, r, drain, size) for k, r in reservations.items())
             known = self._classes = (held, tuple(reservations), starts)
         return (known[1], self.ends_before(declared_runtime(pod), now))
+
+    def reservation_keys(self) -> tuple[str, ...]:
+        """The reservation keys of the last :meth:`backfill_key` call (which must come
+        first): with an :meth:`ends_before` count, a key of that call's form."""
+        assert self._classes is not None
+        return self._classes[1]
 
     def ends_before(self, runtime: float | None, now: float) -> int:
         """The count part of :meth:`backfill_key` for a pod declaring ``runtime``, over the

@@ -17,6 +17,7 @@ from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.decisions import Unschedulable
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.session import Session
+from fairgpu.tenancy.book import QueueBook
 
 
 class Admission(Protocol):
@@ -84,11 +85,7 @@ class FairAdmission:
         if any(p.error for p in pods):
             out.unschedulable.extend(Unschedulable(p, p.error, False) for p in pods if p.error)
             return False
-        vecs = [book.pending_vector(p) for p in pods[: job.need]]
-        # Summed from zero in member order, in place (one array, not one per member).
-        need_vec = np.zeros_like(vecs[0] if vecs else book.pending_vector(pods[0]))
-        for vec in vecs:
-            need_vec += vec
+        need_vec = _needed(book, job)
         queue = job.tenant.queue
         reason = book.never_fits(queue, need_vec) or book.namespace_never_fits(pods[0])
         if reason:
@@ -99,3 +96,22 @@ class FairAdmission:
             out.unschedulable.extend(Unschedulable(p, reason) for p in pods)
             return False
         return True
+
+
+def _needed(book: QueueBook, job: Job) -> np.ndarray:
+    """What ``job``'s needed members take together once placed, summed from zero in member
+    order. Kept on the job while the largest device's memory (a whole GPU's charge) stays
+    and no member asks through DRA claims (their charge reads the cluster): a job's pods
+    and ``need`` do not change, and a waiting job is handed out every cycle."""
+    known = job.need_vec
+    if known is not None and known[0] == book.device_memory:
+        return known[1]
+    pods = job.pods
+    vecs = [book.pending_vector(p) for p in pods[: job.need]]
+    # In place (one array, not one per member).
+    need_vec = np.zeros_like(vecs[0] if vecs else book.pending_vector(pods[0]))
+    for vec in vecs:
+        need_vec += vec
+    if not any(p.resource_claims for p in pods):
+        job.need_vec = (book.device_memory, need_vec)
+    return need_vec

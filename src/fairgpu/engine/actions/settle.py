@@ -146,17 +146,39 @@ class _Classes:
             return self._judge(other)
         k = self.s.memo.ends_before(other.runtime, self.s.now)
         if k not in by_class:
-            by_class[k] = self._judge(other)
+            by_class[k] = self._judge(other, k)
         return by_class[k]
 
-    def _judge(self, other: Job) -> Outcome | None:
+    def _judge(self, other: Job, k: int | None = None) -> Outcome | None:
         session, mask = self.s, self.mask
-        mine = allowed(session, other, other.pods[0])
+        if k is None:
+            mine = allowed(session, other, other.pods[0])
+        else:
+            mine, fast = self._class_keys(other, k)
         if mine is mask or (mine is not None and mask is not None and np.array_equal(mine, mask)):
             return self.lead
         # Other nodes left by reservations: settled only if that class's outcome is known.
-        fast = self.admission.outcome_key(session, other)
+        if k is None:
+            fast = self.admission.outcome_key(session, other)
         return session.memo.outcome.get(fast) if fast is not None else None
+
+    def _class_keys(
+        self, other: Job, k: int
+    ) -> tuple[np.ndarray | None, tuple[object, ...] | None]:
+        """The backfill mask and outcome key of ``other``, a follower of backfill class ``k``
+        (no reservation of its own). Both depend only on its signature, the reservations
+        and ``k`` -- the mask on the backfill key (reservations, ``k``), the outcome key on
+        the queue, ask and priority the signature holds plus that key (labels do not matter
+        here) --, so they are computed once per cycle for every run of followers and every
+        leader, not once per run."""
+        memo = self.s.memo
+        key = (other.sig, memo.reservation_keys(), k)
+        got = memo.judged.get(key)
+        if got is None:
+            session = self.s
+            mine = allowed(session, other, other.pods[0])
+            got = memo.judged[key] = (mine, self.admission.outcome_key(session, other))
+        return got
 
 
 class _RunJudge:
