@@ -1,5 +1,6 @@
-"""Pool-aware fair shares every cycle: the cut oracle agrees with the maximum flow, and the
-demand index pays only for pods that changed."""
+"""Pool-aware fair shares every cycle: the cut oracle agrees with the maximum flow (small
+cut tables read without numpy too), and the demand index pays only for pods that
+changed."""
 
 from __future__ import annotations
 
@@ -38,6 +39,19 @@ def test_the_cut_oracle_gives_the_shares_the_maximum_flow_gives(
         mp.setattr(pool_share, "CUT_POOLS", -1)  # always the maximum flow
         slow = pool_fair_shares(capacity, demands, weight)
     assert fast == slow
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances())
+def test_small_cut_tables_checked_without_numpy_give_the_same_shares(
+    case: tuple[dict[str, int], list[PoolDemand], dict[str, float]],
+) -> None:
+    capacity, demands, weight = case
+    small = pool_fair_shares(capacity, demands, weight)  # <= 4 pools x 4 tenants: small
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pool_share, "SMALL_CUTS", -1)  # always numpy
+        table = pool_fair_shares(capacity, demands, weight)
+    assert small == table
 
 
 def test_the_index_describes_each_pod_once_and_follows_removals() -> None:

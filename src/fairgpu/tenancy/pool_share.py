@@ -39,6 +39,8 @@ from scipy.sparse.csgraph import maximum_flow
 
 # Up to this many pools, feasibility is checked over the 2**pools cuts (see the docstring).
 CUT_POOLS = 10
+# Up to this many (cut, tenant) entries, the cuts are checked without numpy (_Cuts.fits).
+SMALL_CUTS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +107,27 @@ class _Cuts:
             mask = sum(bit[p] for p in ps if p in bit)
             out[(subsets & mask) != mask, tix[tenant]] += int(amount)
         self._cap, self._out = cap, out
+        # A small table (few pools and tenants: the usual case, checked about 30 times per
+        # solve) is read with Python integers -- numpy's per-call cost is most of a check
+        # there; the same sums, exact either way.
+        small = out.size <= SMALL_CUTS
+        self._rows = list(zip(cap.tolist(), out.tolist(), strict=True)) if small else None
 
     def fits(self, target: Mapping[str, int]) -> bool:
         """True when every tenant's target can be placed at once."""
+        if self._rows is not None:
+            wants = [int(target.get(t, 0)) for t in self.tenants]
+            for cap, outs in self._rows:
+                forced = 0
+                for w, o in zip(wants, outs, strict=True):
+                    if w > o:
+                        forced += w - o
+                if forced > cap:
+                    return False
+            return True
         want = np.array([int(target.get(t, 0)) for t in self.tenants], dtype=np.int64)
-        forced = np.maximum(want[None, :] - self._out, 0).sum(axis=1)
-        return bool((forced <= self._cap).all())
+        forced_all = np.maximum(want[None, :] - self._out, 0).sum(axis=1)
+        return bool((forced_all <= self._cap).all())
 
 
 def _class_key(item: tuple[tuple[str, frozenset[str]], int]) -> tuple[str, tuple[str, ...]]:
