@@ -380,6 +380,7 @@ class FairVictims:
         changed = self._changed_by_slot()
         hot = self._hot_gpus(changed)
         hot_nodes = {node for node, _ in hot}
+        recent, expired = self._reversals(other, queue) if state.reclaimed else ({}, {})
         ok: list[str] = []
         soonest = np.inf
         for u in pool:
@@ -402,13 +403,34 @@ class FairVictims:
                 continue
             if pl.node in hot_nodes and any((pl.node, d) in hot for d in pl.devices):
                 continue
-            if state.reclaimed and reverses(state, self._node_of(u), other, queue, now, cfg):
+            if pl.node in recent:
                 continue
+            if pl.node in expired:  # what reverses() forgets when a pod there asks
+                reverses(state, expired.pop(pl.node), other, queue, now, cfg)
             if state.protected and reservation_protected(s, u):
                 continue
             ok.append(u)
         ok.sort()
         return ok, soonest
+
+    def _reversals(self, victim: str, queue: str) -> tuple[dict[int, str], dict[int, str]]:
+        """Node slots (to names) where ``queue`` reclaiming pods of ``victim`` would reverse a
+        reclaim ``victim`` made from ``queue`` within the cooldown (:func:`reverses`), and
+        those where such a reclaim is recorded but expired -- one pass over the recorded
+        reclaims instead of one lookup per pod; the expired entry is forgotten, as
+        :func:`reverses` does, when a pod on its node reaches that rule."""
+        s = self.s
+        index, now = s.cluster.node_index, s.now
+        cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
+        recent: dict[int, str] = {}
+        expired: dict[int, str] = {}
+        for (node, by, of), when in s.state.reclaimed.items():
+            if by != victim or of != queue:
+                continue
+            slot = index.get(node)
+            if slot is not None:
+                (recent if now - when <= cooldown else expired)[slot] = node
+        return recent, expired
 
     def _changed_by_slot(self) -> dict[int, dict[int, float]]:
         """When each GPU last changed tenant (:attr:`EngineState.tenant_changed`), by node slot
