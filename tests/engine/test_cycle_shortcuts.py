@@ -252,6 +252,30 @@ def test_victim_room_is_shared_while_the_cluster_stands_and_redone_after_a_chang
     assert not np.array_equal(newest, room)  # node 5's GPUs are taken now
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), min_size=NODES, max_size=NODES),
+    st.lists(st.lists(st.booleans(), min_size=NODES, max_size=NODES), min_size=1, max_size=4),
+)
+def test_a_gang_screen_read_from_the_cycles_copies_table_is_the_bound_computed_afresh(
+    held: list[int], masks: list[list[bool]]
+) -> None:
+    """Members of several asks screened under several node masks in one cycle (the copies of
+    an ask a room holds are kept per room and ask) get the bound of a fresh session."""
+    state = _nodes()
+    running = [pod_info(f"v{i}", "b", gpus=g) for i, g in enumerate(held) if g]
+    for p in running:
+        state.assign(p, int(p.name[1:]), tuple(range(p.gpu.count)))
+    pool = {p.uid for p in running[::2]}
+    asks = [pod_info("g1", "a", gpus=1), pod_info("g4", "a", gpus=4, cpu=12_000)]
+    session = Engine().session(state, 10.0)
+    for mask in [None, *(np.array(m, dtype=bool) for m in masks)]:
+        for pod in asks:
+            kept = members_bound(session, pod, mask, pool)
+            assert kept == members_bound(Engine().session(state, 10.0), pod, mask, pool)
+    assert len(session.memo.copies) == len(asks)
+
+
 # ---- time to fit from the cluster's declared ends -------------------------------------------
 
 

@@ -332,7 +332,8 @@ class _Entries:
 class CycleMemo:
     """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
     failed gang shapes (how many identical members fit before one failed, and why), gang
-    screen bounds per shape and cluster state, the room a victim pool would free, backfill
+    screen bounds per shape and cluster state, the room a victim pool would free (and how
+    many copies of an ask it holds per node), backfill
     masks per reservation class, the declared run times of lanes, and per signature and
     backfill class what a settled follower is judged by (its backfill mask and outcome
     key)."""
@@ -345,6 +346,9 @@ class CycleMemo:
     gangs: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
     screens: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
     rooms: dict[tuple[object, ...], tuple[object, np.ndarray]] = field(default_factory=dict)
+    copies: dict[
+        tuple[object, ...], tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    ] = field(default_factory=dict)
     runtimes: dict[int, tuple[list[Job], np.ndarray]] = field(default_factory=dict)
     lane_ks: dict[int, tuple[list[Job], list[float], np.ndarray]] = field(default_factory=dict)
     starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)

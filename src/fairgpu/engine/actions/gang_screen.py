@@ -48,17 +48,34 @@ def members_bound(
     nodes = session.scheduler.static_mask(pod, cluster)
     if mask is not None:
         nodes = nodes & mask
-    room = _victim_room(session, victims)
-    ask = np.zeros(len(COLUMNS))
-    _add(ask[None, :], 0, *cluster.request_vector(pod))
-    ask[COLUMNS.index(COL_PODS)] = max(ask[COLUMNS.index(COL_PODS)], 1.0)
-    asked = np.flatnonzero(ask > 0)
+    asked, copies, most = _copies(session, pod, _victim_room(session, victims))
     if not nodes.any():
         return 0, ""
-    copies = np.floor(np.maximum(room[:, asked], 0.0) / ask[asked])
-    per_node = np.where(nodes, copies.min(axis=1), 0.0)
+    per_node = np.where(nodes, most, 0.0)
     limiting = asked[int(np.argmin(copies[nodes].sum(axis=0)))]
     return int(per_node.sum()), NAMES[limiting]
+
+
+def _copies(
+    session: Session, pod: PodInfo, room: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the columns ``pod`` asks, copies of it each node's ``room`` holds per such column,
+    and in all), once per room and ask in a cycle: gangs of one shape whose reservations
+    leave them different nodes screen against the same room."""
+    cols, amounts = session.cluster.request_vector(pod)
+    key = (id(room), cols.tobytes(), amounts.tobytes())
+    table = session.memo.copies
+    got = table.get(key)
+    if got is not None and got[0] is room:
+        return got[1]
+    ask = np.zeros(len(COLUMNS))
+    _add(ask[None, :], 0, cols, amounts)
+    ask[COLUMNS.index(COL_PODS)] = max(ask[COLUMNS.index(COL_PODS)], 1.0)
+    asked = np.flatnonzero(ask > 0)
+    copies = np.floor(np.maximum(room[:, asked], 0.0) / ask[asked])
+    out = (asked, copies, copies.min(axis=1))
+    table[key] = (room, out)
+    return out
 
 
 def _victim_room(session: Session, victims: Iterable[str]) -> np.ndarray:
