@@ -320,7 +320,8 @@ def test_time_to_fit_from_the_whole_cluster_ends_is_the_same(
 
 def test_lane_classes_follow_the_reservations_of_the_last_backfill_key() -> None:
     """A lane's classes are kept while the set of reservations stays, and computed afresh
-    for another set (a held job's own view leaves its reservation out)."""
+    for another set (a held job's own view leaves its reservation out); each set's sorted
+    starts are kept for the cycle, unless other reservations come under the same keys."""
     tenant = Tenant(queue="a", user="u")
     lane = [
         Job(p.uid, [p], tenant)
@@ -331,11 +332,20 @@ def test_lane_classes_follow_the_reservations_of_the_last_backfill_key() -> None
     drain = {0: 60.0, 1: 500.0}
     memo = CycleMemo()
     memo.backfill_key(lane[0].pods[0], {"q/early": early, "q/late": late}, drain, 0.0, 2)
+    keys = memo.reservation_keys()
     both = memo.lane_classes(lane, 0.0)
     assert both.tolist() == [2, 1, 0, 2]  # ends before both starts, the later one, neither
     assert memo.lane_classes(lane, 0.0) is both
     memo.backfill_key(lane[0].pods[0], {"q/late": late}, drain, 0.0, 2)
     assert memo.lane_classes(lane, 0.0).tolist() == [1, 1, 0, 1]
+    # Back to both (a held job's view and the others' alternate): that set's sorted starts
+    # are the ones kept, not sorted again; other reservations under the same keys are not.
+    memo.backfill_key(lane[0].pods[0], {"q/early": early, "q/late": late}, drain, 0.0, 2)
+    assert memo.reservation_keys() is keys
+    assert memo.lane_classes(lane, 0.0).tolist() == [2, 1, 0, 2]
+    other = Reservation("q/late", "q", np.array([1]), 5.0)
+    memo.backfill_key(lane[0].pods[0], {"q/early": early, "q/late": other}, drain, 0.0, 2)
+    assert memo.reservation_keys() is not keys
 
 
 def test_a_declared_run_time_is_parsed_once_per_pod_object() -> None:

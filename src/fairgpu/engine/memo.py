@@ -356,6 +356,9 @@ class CycleMemo:
         default_factory=dict
     )
     _classes: tuple[tuple[Reservation, ...], tuple[str, ...], list[float]] | None = None
+    _class_sets: dict[
+        tuple[str, ...], tuple[tuple[Reservation, ...], tuple[str, ...], list[float]]
+    ] = field(default_factory=dict)
 
     def backfill_key(
         self,
@@ -383,8 +386,14 @@ class CycleMemo:
         held = tuple(reservations.values())
         known = self._classes
         if known is None or len(known[0]) != len(held) or not all(map(is_, known[0], held)):
-            starts = sorted(self._start(k, r, drain, size) for k, r in reservations.items())
-            known = self._classes = (held, tuple(reservations), starts)
+            # Held jobs see every reservation but their own: a cycle alternates between a few
+            # sets, each sorted once (and its starts stay one object for lane_classes).
+            keys = tuple(reservations)
+            known = self._class_sets.get(keys)
+            if known is None or not all(map(is_, known[0], held)):
+                starts = sorted(self._start(k, r, drain, size) for k, r in reservations.items())
+                known = self._class_sets[keys] = (held, keys, starts)
+            self._classes = known
         return (known[1], self.ends_before(declared_runtime(pod), now))
 
     def reservation_keys(self) -> tuple[str, ...]:
