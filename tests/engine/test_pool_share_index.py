@@ -28,30 +28,25 @@ def instances(draw: st.DrawFn) -> tuple[dict[str, int], list[PoolDemand], dict[s
     return capacity, demands, weight
 
 
+@pytest.mark.parametrize(
+    "form",
+    [("CUT_POOLS", -1), ("SMALL_CUTS", -1)],
+    ids=["maximum flow", "cut table with numpy"],
+)
 @settings(max_examples=150, deadline=None)
-@given(instances())
-def test_the_cut_oracle_gives_the_shares_the_maximum_flow_gives(
+@given(case=instances())
+def test_the_cut_oracle_gives_the_shares_the_other_forms_give(
+    form: tuple[str, int],
     case: tuple[dict[str, int], list[PoolDemand], dict[str, float]],
 ) -> None:
+    """The default check (<= 4 pools x 4 tenants: a small cut table read without numpy)
+    against the maximum flow, and against the same table read with numpy."""
     capacity, demands, weight = case
     fast = pool_fair_shares(capacity, demands, weight)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pool_share, "CUT_POOLS", -1)  # always the maximum flow
-        slow = pool_fair_shares(capacity, demands, weight)
-    assert fast == slow
-
-
-@settings(max_examples=150, deadline=None)
-@given(instances())
-def test_small_cut_tables_checked_without_numpy_give_the_same_shares(
-    case: tuple[dict[str, int], list[PoolDemand], dict[str, float]],
-) -> None:
-    capacity, demands, weight = case
-    small = pool_fair_shares(capacity, demands, weight)  # <= 4 pools x 4 tenants: small
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pool_share, "SMALL_CUTS", -1)  # always numpy
-        table = pool_fair_shares(capacity, demands, weight)
-    assert small == table
+        mp.setattr(pool_share, *form)
+        other = pool_fair_shares(capacity, demands, weight)
+    assert fast == other
 
 
 def test_the_index_describes_each_pod_once_and_follows_removals() -> None:
