@@ -333,10 +333,10 @@ class CycleMemo:
     """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
     failed gang shapes (how many identical members fit before one failed, and why), gang
     screen bounds per shape and cluster state, the room a victim pool would free (and how
-    many copies of an ask it holds per node), backfill
-    masks per reservation class, the declared run times of lanes, and per signature and
-    backfill class what a settled follower is judged by (its backfill mask and outcome
-    key)."""
+    many copies of an ask it holds per node), backfill masks per reservation class, the
+    sorted starts of each set of reservations met, the declared run times of lanes, and per
+    signature and backfill class what a settled follower is judged by (its backfill mask
+    and outcome key)."""
 
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     front: Front = field(default_factory=Front)
@@ -387,7 +387,7 @@ class CycleMemo:
         known = self._classes
         if known is None or len(known[0]) != len(held) or not all(map(is_, known[0], held)):
             # Held jobs see every reservation but their own: a cycle alternates between a few
-            # sets, each sorted once (and its starts stay one object for lane_classes).
+            # sets, each sorted once.
             keys = tuple(reservations)
             known = self._class_sets.get(keys)
             if known is None or not all(map(is_, known[0], held)):

@@ -150,16 +150,16 @@ class _Classes:
         return by_class[k]
 
     def _judge(self, other: Job, k: int | None = None) -> Outcome | None:
+        """``other``'s outcome: the leader's when reservations leave it the leader's nodes,
+        else the one known for its backfill class (None: unknown). Given its class ``k``,
+        its mask and outcome key come from the cycle's table (:meth:`_class_keys`)."""
         session, mask = self.s, self.mask
-        if k is None:
-            mine = allowed(session, other, other.pods[0])
-        else:
-            mine, fast = self._class_keys(other, k)
+        known = None if k is None else self._class_keys(other, k)
+        mine = allowed(session, other, other.pods[0]) if known is None else known[0]
         if mine is mask or (mine is not None and mask is not None and np.array_equal(mine, mask)):
             return self.lead
         # Other nodes left by reservations: settled only if that class's outcome is known.
-        if k is None:
-            fast = self.admission.outcome_key(session, other)
+        fast = self.admission.outcome_key(session, other) if known is None else known[1]
         return session.memo.outcome.get(fast) if fast is not None else None
 
     def _class_keys(
