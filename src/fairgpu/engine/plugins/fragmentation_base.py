@@ -93,9 +93,7 @@ class FragmentationBase(CachedNodeScore):
         """Learn the workload's shape distribution from ``pod`` (online, see
         :meth:`ShapeLearner.observe`); a replaced distribution drops every cached score."""
         if self.learner.observe(pod):
-            self._access = None
-            self._full_access = None
-            self.reset()
+            self._shapes_replaced()
 
     def learned(self) -> object | None:
         """The shape learner (typical shapes given or learned, and the counts behind them)."""
@@ -106,6 +104,11 @@ class FragmentationBase(CachedNodeScore):
         if not isinstance(learned, ShapeLearner):
             raise TypeError(f"{self.name}: cannot adopt {type(learned).__name__}")
         self.learner = learned
+        self._shapes_replaced()
+
+    def _shapes_replaced(self) -> None:
+        """The typical shapes may be others now: the model-access tables (built for the
+        shapes) and every cached score go."""
         self._access = None
         self._full_access = None
         self.reset()
