@@ -380,7 +380,7 @@ class FairVictims:
         changed = self._changed_by_slot()
         hot = self._hot_gpus(changed)
         hot_nodes = {node for node, _ in hot}
-        recent, expired = self._reversals(other, queue) if state.reclaimed else ({}, {})
+        recent, expired = self._reversals(other, queue) if state.reclaimed else (set(), {})
         ok: list[str] = []
         soonest = np.inf
         for u in pool:
@@ -413,23 +413,25 @@ class FairVictims:
         ok.sort()
         return ok, soonest
 
-    def _reversals(self, victim: str, queue: str) -> tuple[dict[int, str], dict[int, str]]:
-        """Node slots (to names) where ``queue`` reclaiming pods of ``victim`` would reverse a
-        reclaim ``victim`` made from ``queue`` within the cooldown (:func:`reverses`), and
-        those where such a reclaim is recorded but expired -- one pass over the recorded
-        reclaims instead of one lookup per pod; the expired entry is forgotten, as
+    def _reversals(self, victim: str, queue: str) -> tuple[set[int], dict[int, str]]:
+        """Node slots where ``queue`` reclaiming pods of ``victim`` would reverse a reclaim
+        ``victim`` made from ``queue`` within the cooldown (:func:`reverses`), and those
+        (to node names) where such a reclaim is recorded but expired -- one pass over the
+        recorded reclaims instead of one lookup per pod; the expired entry is forgotten, as
         :func:`reverses` does, when a pod on its node reaches that rule."""
         s = self.s
         index, now = s.cluster.node_index, s.now
         cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
-        recent: dict[int, str] = {}
+        recent: set[int] = set()
         expired: dict[int, str] = {}
         for (node, by, of), when in s.state.reclaimed.items():
-            if by != victim or of != queue:
+            slot = index.get(node) if by == victim and of == queue else None
+            if slot is None:
                 continue
-            slot = index.get(node)
-            if slot is not None:
-                (recent if now - when <= cooldown else expired)[slot] = node
+            if now - when <= cooldown:
+                recent.add(slot)
+            else:
+                expired[slot] = node
         return recent, expired
 
     def _changed_by_slot(self) -> dict[int, dict[int, float]]:
