@@ -4,7 +4,8 @@ Each test compares a shortcut with the rule written out plainly (the form it rep
 random states (hypothesis): the backfill mask of a pod with GPUs built one value per
 reservation, the reclaimable pods of a queue and the retry time of those held back only by
 time found in one pass, the room a victim pool frees computed once per pool and cluster
-state in a cycle, and a job's needed vector kept on the job while what it reads stays.
+state in a cycle, the gang screen's bound as held-back victims come free computed for every
+moment at once, and a job's needed vector kept on the job while what it reads stays.
 """
 
 from __future__ import annotations
@@ -19,10 +20,15 @@ from hypothesis import strategies as st
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.actions.admit import _needed
-from fairgpu.engine.actions.gang_screen import COLUMNS, _add_victims, members_bound
+from fairgpu.engine.actions.gang_screen import (
+    COLUMNS,
+    _add_victims,
+    bound_over_time,
+    members_bound,
+)
 from fairgpu.engine.actions.preempt import FairVictims, eligible_victim
 from fairgpu.engine.actions.reclaim import reverses
-from fairgpu.engine.actions.reserve import reservation_protected
+from fairgpu.engine.actions.reserve import protected_until
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.gang import Reservation, backfill_mask, declared_runtime
 from fairgpu.engine.jobs import Job
@@ -177,6 +183,15 @@ def _cooling(session: Session, uid: str) -> bool:
     return any(session.now - changed.get((name, d), -np.inf) < cooldown for d in pl.devices)
 
 
+def _protected(session: Session, uid: str) -> bool:
+    """Is the pod protected by the reservation it started from? (A cycle is asked for when
+    the protection ends.)"""
+    until = protected_until(session, uid)
+    if until is not None:
+        session.out.retry_no_later_than(until)
+    return until is not None
+
+
 def _rules_as_written(
     session: Session, victims: FairVictims, pool: list[str], min_run: float
 ) -> list[str]:
@@ -189,7 +204,7 @@ def _rules_as_written(
         if eligible_victim(session, u, min_run)
         and not _cooling(session, u)
         and not reverses(session.state, victims._node_of(u), "a", "b", session.now, cfg)
-        and not reservation_protected(session, u)
+        and not _protected(session, u)
     )
     if len(ok) < len(pool):
         placements, changed = session.cluster.placements, session.state.tenant_changed
@@ -274,6 +289,55 @@ def test_a_gang_screen_read_from_the_cycles_copies_table_is_the_bound_computed_a
             kept = members_bound(session, pod, mask, pool)
             assert kept == members_bound(Engine().session(state, 10.0), pod, mask, pool)
     assert len(session.memo.copies) == len(asks)
+
+
+@st.composite
+def release_cases(draw: st.DrawFn) -> tuple[ClusterState, set[str], dict[str, float], Any]:
+    """Pods of 1-4 GPUs (and some CPU) on the nodes; some are victims now, some come free
+    at a moment (a few at the same one, some never), the rest stay."""
+    state = _nodes()
+    used = [0] * NODES
+    pool: set[str] = set()
+    later: dict[str, float] = {}
+    for i in range(draw(st.integers(0, 18))):
+        node = draw(st.integers(0, NODES - 1))
+        gpus = draw(st.integers(1, 4))
+        if used[node] + gpus > GPUS:
+            continue
+        p = pod_info(f"v{i}", "b", gpus=gpus, cpu=draw(st.sampled_from([1000, 6000])))
+        state.assign(p, node, tuple(range(used[node], used[node] + gpus)))
+        used[node] += gpus
+        kind = draw(st.sampled_from(["now", "later", "never", "stays"]))
+        if kind == "now":
+            pool.add(p.uid)
+        elif kind == "later":
+            later[p.uid] = float(draw(st.sampled_from([20, 30, 30, 45, 70])))
+        elif kind == "never":
+            later[p.uid] = math.inf
+    mask = draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=NODES, max_size=NODES)))
+    return state, pool, later, None if mask is None else np.array(mask, dtype=bool)
+
+
+@settings(max_examples=300, deadline=None)
+@given(release_cases(), st.sampled_from([1, 2, 4]))
+def test_the_bound_over_time_is_the_bound_computed_at_each_moment(
+    case: tuple[ClusterState, set[str], dict[str, float], Any], gpus: int
+) -> None:
+    """From each moment on, the screen's bound with the pods come free by then evicted
+    too is what :func:`members_bound` gives for that pool; before the first, the bound now."""
+    state, pool, later, mask = case
+    pod = pod_info("g", "a", gpus=gpus, cpu=4000)
+    times, bounds = bound_over_time(Engine().session(state, 10.0), pod, mask, pool, later)
+    assert list(times) == sorted(times)
+    assert all(math.isfinite(t) for t in times)
+    for t in sorted({*times, 0.0, 100.0}):
+        free = pool | {u for u, when in later.items() if when <= t}
+        want = members_bound(Engine().session(state, 10.0), pod, mask, free)[0]
+        upto = np.flatnonzero(times <= t)
+        if upto.size:
+            assert bounds[upto[-1]] == want
+        else:
+            assert want == members_bound(Engine().session(state, 10.0), pod, mask, pool)[0]
 
 
 # ---- time to fit from the cluster's declared ends -------------------------------------------

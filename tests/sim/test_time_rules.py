@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.tenancy import parse_config
-from tests.builders import k8s_node, k8s_pod
+from tests.builders import cluster, k8s_node, k8s_pod, node_info
 
 
 def _late_tenant(preemption: dict[str, object]) -> dict[str, float]:
@@ -34,3 +35,45 @@ def test_reclaim_waits_for_the_minimum_run_then_happens_at_once() -> None:
 
 def test_without_the_rule_reclaim_is_immediate() -> None:
     assert _late_tenant({"reclaimMinRuntimeSeconds": 0})["b0"] == 10.0
+
+
+# ---- when a held-back victim is worth a cycle -----------------------------------------------
+
+
+def _blocked_gang(members: int) -> CycleResult:
+    """Queue a fills two 4-GPU nodes with one-GPU pods, five of them younger than the 60 s
+    reclaim minimum at 100 s (n0: one coming of age at 140 s; n1: all four, at 110, 130, 150,
+    155 s). Queue b's gang of ``members`` x 2 GPUs arrives: one cycle at 100 s."""
+    config = parse_config(
+        {
+            "mode": "dynamic",
+            "preemption": {"enabled": True, "minRuntimeSeconds": 0, "reclaimMinRuntimeSeconds": 60},
+            "queues": [{"name": "a", "namespaces": ["a"]}, {"name": "b", "namespaces": ["b"]}],
+        }
+    )
+    state = cluster(node_info("n0", gpus=4), node_info("n1", gpus=4))
+    for node, starts in enumerate(([0.0, 0.0, 0.0, 80.0], [50.0, 70.0, 90.0, 95.0])):
+        for d, started in enumerate(starts):
+            state.assign(k8s_pod(f"a{node}{d}", "a", gpus="1", cpu="1"), node, (d,), started)
+    gang = [
+        k8s_pod(f"g{i}", "b", gpus="2", cpu="1", group="g", min_member=members)
+        for i in range(members)
+    ]
+    return Engine(tenancy=config).cycle(state, gang, 100.0)
+
+
+def test_a_blocked_gang_asks_for_a_cycle_when_enough_victims_come_of_age() -> None:
+    """Now only n0's three old pods may go (room for one member). At 110 s one more GPU of
+    n1 would come free -- still one member --; at 130 s n1 has two: then the screen lets a
+    gang of two through, and that is the cycle asked for."""
+    res = _blocked_gang(2)
+    assert not res.binds and not res.evictions
+    assert res.retry_at == 130.0
+
+
+def test_a_gang_that_cannot_fit_even_when_all_come_of_age_asks_for_no_cycle() -> None:
+    """Five members of two GPUs: the two nodes hold four at most, even with every pod of a
+    gone -- no moment helps, so no cycle is asked for."""
+    res = _blocked_gang(5)
+    assert not res.binds and not res.evictions
+    assert res.retry_at is None

@@ -332,11 +332,11 @@ class _Entries:
 class CycleMemo:
     """The memo tables of one cycle: job outcomes, failed asks, failed preemption asks,
     failed gang shapes (how many identical members fit before one failed, and why), gang
-    screen bounds per shape and cluster state, the room a victim pool would free (and how
-    many copies of an ask it holds per node), backfill masks per reservation class, the
-    sorted starts of each set of reservations met, the declared run times of lanes, and per
-    signature and backfill class what a settled follower is judged by (its backfill mask
-    and outcome key)."""
+    screen bounds per shape and cluster state (and as held-back victims come free, and when
+    and where those do), the room a victim pool would free (and how many copies of an ask
+    it holds per node), backfill masks per reservation class, the sorted starts of each set
+    of reservations met, the declared run times of lanes, and per signature and backfill
+    class what a settled follower is judged by (its backfill mask and outcome key)."""
 
     outcome: dict[tuple[object, ...], tuple[str, bool]] = field(default_factory=dict)
     front: Front = field(default_factory=Front)
@@ -345,7 +345,14 @@ class CycleMemo:
     allowed: dict[tuple[object, ...], np.ndarray | None] = field(default_factory=dict)
     gangs: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
     screens: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
+    screens_held: dict[
+        tuple[object, ...],
+        tuple[float, Mapping[str, float], tuple[np.ndarray, np.ndarray] | None],
+    ] = field(default_factory=dict)
     rooms: dict[tuple[object, ...], tuple[object, np.ndarray]] = field(default_factory=dict)
+    coming_free: dict[
+        tuple[object, ...], tuple[object, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    ] = field(default_factory=dict)
     copies: dict[
         tuple[object, ...], tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]
     ] = field(default_factory=dict)
@@ -468,3 +475,4 @@ class CycleMemo:
         self.preempt_front.clear()
         self.gangs.clear()
         self.screens.clear()
+        self.screens_held.clear()

@@ -23,7 +23,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.actions.admit import Admission
 from fairgpu.engine.actions.backfill import allowed, backfill_key
-from fairgpu.engine.actions.gang_screen import members_bound
+from fairgpu.engine.actions.gang_screen import bound_over_time, members_bound
 from fairgpu.engine.actions.order import QueueOrder
 from fairgpu.engine.actions.preempt import VictimPolicy, take_search
 from fairgpu.engine.actions.reserve import note_blocked, note_placed
@@ -168,7 +168,41 @@ def _screen(
             most,
             f"not enough {short or 'room'} on the nodes it may use, {what}",
         )
+    if may:
+        _wake_for_held_back(session, job, victims, key, bound[0])
     return None if bound[0] >= job.need else bound
+
+
+def _wake_for_held_back(
+    session: Session, job: Job, victims: VictimPolicy, key: tuple[object, ...], most: int
+) -> None:
+    """Ask for a cycle when candidates a time rule holds back (too young, cooling GPUs,
+    protected) become victims -- at the first moment the gang's screen, counting them as
+    evicted from then on, would let it through: between events only time rules change who
+    may be a victim, and the screen is an upper bound of what fits, so a cycle before that
+    moment cannot start it. (A gang let through now asks for the first such moment, as its
+    searches would.) Kept per screen ``key``, as the bound is."""
+    table = session.memo.screens_held
+    got = table.get(key)
+    if got is None:
+        held = victims.held_back(job, job.pods[0])
+        got = table[key] = (held.at, held.pods, None)
+    at, later, bounds = got
+    asked = session.out.retry_at
+    if not np.isfinite(at) or (asked is not None and asked <= at):
+        return  # nothing to ask, or a cycle no later than any it could ask for is asked
+    if most >= job.need:
+        session.out.retry_no_later_than(at)
+        return
+    if bounds is None:
+        head = job.pods[0]
+        pool = victims.freeable(job, head)
+        bounds = bound_over_time(session, head, allowed(session, job, head), pool, later)
+        table[key] = (at, later, bounds)
+    times, most_then = bounds
+    enough = np.flatnonzero(most_then >= job.need)
+    if enough.size:
+        session.out.retry_no_later_than(float(times[enough[0]]))
 
 
 def _gang_shape(session: Session, job: Job, rules: Rules) -> tuple[object, ...] | None:

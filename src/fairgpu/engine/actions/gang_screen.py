@@ -19,7 +19,8 @@ inter-pod constraints and the reclaim rule only refuse more.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -56,6 +57,73 @@ def members_bound(
     return int(per_node.sum()), NAMES[limiting]
 
 
+def bound_over_time(
+    session: Session,
+    pod: PodInfo,
+    mask: np.ndarray | None,
+    victims: Iterable[str],
+    later: Mapping[str, float],
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`members_bound` as time passes, if every pod of ``victims`` and each pod of
+    ``later`` (uid -> when) from its moment on were evicted: the moments, soonest first, and
+    the bound from each on. Pods of ``later`` at ``inf`` never count.
+
+    A pod coming free adds its requests to its node's row, and only that node's copies
+    change (a node holds as many copies as its scarcest asked resource allows; the bound is
+    the sum over the nodes): the bound at each moment is the bound now plus every change
+    so far, computed for all pods at once."""
+    cluster = session.cluster
+    nodes = session.scheduler.static_mask(pod, cluster)
+    if mask is not None:
+        nodes = nodes & mask
+    room = _victim_room(session, victims)
+    asked, _, most = _copies(session, pod, room)
+    base = float(np.where(nodes, most, 0.0).sum())
+    times, where, rows = _coming_free(session, later)
+    keep = nodes[where]
+    times, where, rows = times[keep], where[keep], rows[keep]
+    if not times.size:
+        return times, np.zeros(0)
+    # Each pod's node row with it and every earlier pod of its node added: group the pods
+    # by node (stable, so time order stays inside a group) and sum within the groups.
+    by_node = np.argsort(where, kind="stable")
+    grouped, added = where[by_node], rows[by_node]
+    sums = np.cumsum(added, axis=0)
+    first = np.r_[True, grouped[1:] != grouped[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(grouped.size), 0))
+    after = room[grouped] + sums - (sums[start] - added[start])
+    ask = _ask(session, pod)
+    copies = np.floor(np.maximum(after[:, asked], 0.0) / ask[asked]).min(axis=1)
+    previous = np.where(first, most[grouped], np.r_[0.0, copies[:-1]])
+    gain = np.empty(len(grouped))
+    gain[by_node] = copies - previous
+    return times, base + np.cumsum(gain)
+
+
+def _coming_free(
+    session: Session, later: Mapping[str, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The moments, nodes and requests (:func:`_rows`) of the placed pods of ``later`` with
+    a moment, soonest first (ties by uid); once per mapping and cluster state in a cycle
+    (gangs whose reservations leave them different nodes share it)."""
+    cluster = session.cluster
+    key = (id(later), cluster.load_version, cluster.static_version, cluster.size)
+    table = session.memo.coming_free
+    got = table.get(key)
+    if got is not None and got[0] is later:
+        return got[1]
+    placements, n = cluster.placements, cluster.size
+    timed = sorted(
+        (when, uid)
+        for uid, when in later.items()
+        if math.isfinite(when) and (pl := placements.get(uid)) is not None and pl.node < n
+    )
+    where, rows = _rows(cluster, [uid for _, uid in timed])
+    out = (np.array([when for when, _ in timed], dtype=float), where, rows)
+    table[key] = (later, out)
+    return out
+
+
 def _copies(
     session: Session, pod: PodInfo, room: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -68,14 +136,21 @@ def _copies(
     got = table.get(key)
     if got is not None and got[0] is room:
         return got[1]
-    ask = np.zeros(len(COLUMNS))
-    _add(ask[None, :], 0, cols, amounts)
-    ask[COLUMNS.index(COL_PODS)] = max(ask[COLUMNS.index(COL_PODS)], 1.0)
+    ask = _ask(session, pod)
     asked = np.flatnonzero(ask > 0)
     copies = np.floor(np.maximum(room[:, asked], 0.0) / ask[asked])
     out = (asked, copies, copies.min(axis=1))
     table[key] = (room, out)
     return out
+
+
+def _ask(session: Session, pod: PodInfo) -> np.ndarray:
+    """What one copy of ``pod`` takes of each of :data:`COLUMNS` (a pod slot at least)."""
+    cols, amounts = session.cluster.request_vector(pod)
+    ask = np.zeros(len(COLUMNS))
+    _add(ask[None, :], 0, cols, amounts)
+    ask[COLUMNS.index(COL_PODS)] = max(ask[COLUMNS.index(COL_PODS)], 1.0)
+    return ask
 
 
 def _victim_room(session: Session, victims: Iterable[str]) -> np.ndarray:
@@ -99,12 +174,20 @@ def _add_victims(room: np.ndarray, cluster: ClusterState, victims: Iterable[str]
     """Add every placed victim's requests (and a pod slot each) to its node's row of
     ``room``, at once: what :func:`_add` does per pod (integer amounts: the sums are exact
     in any order)."""
+    where, rows = _rows(cluster, victims)
+    if where.size:
+        np.add.at(room, where, rows)
+
+
+def _rows(cluster: ClusterState, uids: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The node and the requests (:data:`COLUMNS`, a pod slot each) of every placed pod of
+    ``uids``, in their order."""
     n = cluster.size
     placements, pods = cluster.placements, cluster.pods
     nodes: list[int] = []
     cols: list[np.ndarray] = []
     amounts: list[np.ndarray] = []
-    for uid in victims:
+    for uid in uids:
         pl = placements.get(uid)
         if pl is None or pl.node >= n:
             continue
@@ -112,17 +195,18 @@ def _add_victims(room: np.ndarray, cluster: ClusterState, victims: Iterable[str]
         nodes.append(pl.node)
         cols.append(c)
         amounts.append(a)
+    rows = np.zeros((len(nodes), len(COLUMNS)))
     if not nodes:
-        return
-    where = np.asarray(nodes, dtype=np.intp)
-    np.add.at(room[:, COLUMNS.index(COL_PODS)], where, 1.0)
+        return np.zeros(0, dtype=np.intp), rows
+    rows[:, COLUMNS.index(COL_PODS)] = 1.0
     col = np.concatenate(cols)
     amount = np.concatenate(amounts).astype(float)
-    row = np.repeat(where, [len(c) for c in cols])
+    row = np.repeat(np.arange(len(nodes)), [len(c) for c in cols])
     index = _COLUMN_INDEX[np.minimum(col, _COLUMN_INDEX.size - 1)]
     index[col >= _COLUMN_INDEX.size] = -1
     keep = index >= 0
-    np.add.at(room, (row[keep], index[keep]), amount[keep])
+    np.add.at(rows, (row[keep], index[keep]), amount[keep])
+    return np.asarray(nodes, dtype=np.intp), rows
 
 
 def _add(room: np.ndarray, node: int, cols: np.ndarray, amounts: np.ndarray) -> None:

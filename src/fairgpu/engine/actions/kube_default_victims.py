@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairgpu.engine.actions.preempt import eligible_victim, held_first
+from fairgpu.engine.actions.preempt import HeldBack, eligible_victim, held_first
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption
 from fairgpu.engine.session import Session
@@ -50,6 +50,10 @@ class KubeDefaultVictims:
     def freeable(self, job: Job, pod: PodInfo) -> set[str]:
         """Every placed pod of strictly lower priority that may be a victim."""
         return set(self._lower(pod))
+
+    def held_back(self, job: Job, pod: PodInfo) -> HeldBack:
+        """No time rule holds a victim back: none."""
+        return HeldBack()
 
     def _lower(self, pod: PodInfo) -> list[str]:
         s = self.s

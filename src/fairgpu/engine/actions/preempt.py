@@ -24,7 +24,9 @@ Whatever the policy, :func:`eligible_victim` must hold for every victim.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -38,7 +40,7 @@ from fairgpu.engine.actions.reclaim import (
     reclaim_refusal,
     reverses,
 )
-from fairgpu.engine.actions.reserve import reservation_protected
+from fairgpu.engine.actions.reserve import protected_until
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_eligible
 from fairgpu.engine.session import EngineState, Session
@@ -92,6 +94,29 @@ def held_first(session: Session, sets: list[list[str]]) -> list[list[str]]:
     return [first, *sets] if first else sets
 
 
+@dataclass(slots=True)
+class HeldBack:
+    """The candidates a time rule alone keeps from being victims now -- too young
+    (``minRuntimeSeconds``, ``reclaimMinRuntimeSeconds``), on GPUs that changed tenant within
+    the cooldown, on a node where a reclaim would reverse a recent one, started from a
+    reservation and still protected. Between two events only these rules change who may be
+    a victim.
+
+    ``at``: the moment a cycle is asked for -- the first at which one of them becomes a
+    victim by the rules that ask for cycles (the reclaim minimum run, the cooldown, the
+    protection; ``inf``: none). ``pods``: each one's uid and the moment those rules release
+    it (no earlier than it becomes a victim; ``inf`` for one no cycle is asked for: a
+    younger pod of the preemptor's own queue, one behind a recent reclaim)."""
+
+    at: float = math.inf
+    pods: dict[str, float] = field(default_factory=dict)
+
+    def add(self, uid: str, until: float = math.inf) -> None:
+        """``uid`` is held back until ``until``; a cycle is asked for then."""
+        self.pods[uid] = until
+        self.at = min(self.at, until)
+
+
 class VictimPolicy(Protocol):
     """Who a job's pod may evict, and what the eviction is called."""
 
@@ -111,6 +136,10 @@ class VictimPolicy(Protocol):
 
     def freeable(self, job: Job, pod: PodInfo) -> set[str]:
         """Every pod a search for ``pod`` could evict now (a superset of any plan's)."""
+
+    def held_back(self, job: Job, pod: PodInfo) -> HeldBack:
+        """The candidates of a search for ``pod`` that a time rule holds back, and when they
+        become victims (for the pods of :meth:`freeable`). Asks for no cycle."""
 
     def placed(self, pod: PodInfo) -> None:
         """``pod`` was placed in this cycle (its statement committed)."""
@@ -153,8 +182,8 @@ class FairVictims:
         self._refusal: dict[str, str] = {}
         self._gangs = running_gangs(session.book, session.resolver, session.cluster)
         self._collateral: frozenset[str] = frozenset()
-        self._freeable: tuple[tuple[object, ...], set[str]] | None = None
-        self._sets: dict[tuple[object, ...], tuple[list[list[str]], str | None]] = {}
+        self._freeable: tuple[tuple[object, ...], set[str], HeldBack] | None = None
+        self._sets: dict[tuple[object, ...], tuple[list[list[str]], str | None, HeldBack]] = {}
         self._waits: dict[tuple[object, ...], float] = {}
         self._ends: tuple[tuple[int, int, int], list[tuple[float, int, Placement]]] | None = None
 
@@ -204,13 +233,23 @@ class FairVictims:
 
     def freeable(self, job: Job, pod: PodInfo) -> set[str]:
         """The pods of every candidate pool (:meth:`candidate_sets`), computed once for the
-        same preemptor queue, user and ask while the cluster's load does not change."""
+        same preemptor queue, user and ask while the cluster's load does not change. Asks
+        for no cycle (see :meth:`held_back`)."""
+        return self._freeable_entry(job, pod)[1]
+
+    def held_back(self, job: Job, pod: PodInfo) -> HeldBack:
+        """See :meth:`VictimPolicy.held_back`."""
+        return self._freeable_entry(job, pod)[2]
+
+    def _freeable_entry(
+        self, job: Job, pod: PodInfo
+    ) -> tuple[tuple[object, ...], set[str], HeldBack]:
         t, req = job.tenant, tuple(sorted(pod.requests.items()))
         key = (t.queue, t.user, pod.priority, pod.gpu, req, self.s.cluster.load_version)
         if self._freeable is None or self._freeable[0] != key:
-            pools = self.candidate_sets(job, pod)
-            self._freeable = (key, {uid for pool in pools for uid in pool})
-        return self._freeable[1]
+            pools, held = self._pools(job, pod)
+            self._freeable = (key, {uid for pool in pools for uid in pool}, held)
+        return self._freeable
 
     def refusal(self, pod: PodInfo) -> str:
         """Why the last search for ``pod`` found no plan, when a rule refused ("" if none)."""
@@ -307,51 +346,61 @@ class FairVictims:
 
     def candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
         """Victim pools to try in order: each queue above the preemptor's (most above first),
-        then its own lower-priority pods, then all together. Shared; once per preemptor
-        tenant, ask and permission while the cluster does not change (nor then do shares,
-        run times, cooldowns; ``now`` is fixed): a hit names this pod the same refusal."""
+        then its own lower-priority pods, then all together. When a time rule holds back
+        candidates, a cycle is asked for when the first becomes a victim (:class:`HeldBack`):
+        then a search may find what this one did not."""
+        sets, held = self._pools(job, pod)
+        if math.isfinite(held.at):
+            self.s.out.retry_no_later_than(held.at)
+        return sets
+
+    def _pools(self, job: Job, pod: PodInfo) -> tuple[list[list[str]], HeldBack]:
+        """:meth:`candidate_sets` and the candidates held back by time. Shared; once per
+        preemptor tenant, ask and permission while the cluster does not change (nor then do
+        shares, run times, cooldowns; ``now`` is fixed): a hit names this pod the same
+        refusal."""
         c, t, req = self.s.cluster, job.tenant, tuple(sorted(pod.requests.items()))
         may, versions = self.may_preempt(pod), (c.load_version, c.static_version)
         key = (t.queue, t.user, pod.priority, pod.gpu, req, may, versions)
         self._refusal.pop(pod.uid, None)
         got = self._sets.get(key)
         if got is None:
-            sets = self._candidate_sets(job, pod)
-            got = self._sets[key] = (sets, self._refusal.get(pod.uid))
+            held = HeldBack()
+            sets = self._candidate_sets(job, pod, held)
+            got = self._sets[key] = (sets, self._refusal.get(pod.uid), held)
         elif got[1] is not None:
             self._refusal[pod.uid] = got[1]
-        return got[0]
+        return got[0], got[2]
 
-    def _candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
+    def _candidate_sets(self, job: Job, pod: PodInfo, held: HeldBack) -> list[list[str]]:
         if not self.may_preempt(pod):
             return []
         s = self.s
         lim = s.book.queue_limits(job.tenant.queue)
         sets: list[list[str]] = []
         if lim.preemption.reclaim:
-            sets.extend(self._reclaim_sets(job.tenant.queue, pod))
+            sets.extend(self._reclaim_sets(job.tenant.queue, pod, held))
         if lim.preemption.within_queue == "LowerPriority":
-            sets.append(self._lower_priority(job, pod))
+            sets.append(self._lower_priority(job, pod, held))
         sets = [x for x in sets if x]
         if len(sets) > 1:
             sets.append(sorted({u for x in sets for u in x}))
         return sets
 
-    def _reclaim_sets(self, queue: str, pod: PodInfo) -> list[list[str]]:
+    def _reclaim_sets(self, queue: str, pod: PodInfo, held: HeldBack) -> list[list[str]]:
         """Per reclaimable queue, its pods that ran long enough and whose GPUs are not
-        cooling down."""
+        cooling down; those held back by time go to ``held``."""
         s = self.s
         cfg = s.tenancy.preemption
         min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
         sets: list[list[str]] = []
         for other in self._reclaimable_queues(queue):
             pool = s.book.queue_pods[other]
-            ok, soonest = self._reclaimable(pool, other, queue, min_run)
+            ok, soonest = self._reclaimable(pool, other, queue, min_run, held)
             if len(ok) < len(pool) and soonest < np.inf:
                 # Pods held back only by time (too young to reclaim, or on GPUs cooling
-                # down) become victims later: ask the adapter for a cycle at the first such
-                # moment.
-                s.out.retry_no_later_than(float(soonest))
+                # down) become victims later: the first such moment.
+                held.at = min(held.at, float(soonest))
             sets.append(ok)
             if not ok:
                 self._refusal.setdefault(
@@ -363,15 +412,21 @@ class FairVictims:
         return sets
 
     def _reclaimable(
-        self, pool: Iterable[str], other: str, queue: str, min_run: float
+        self,
+        pool: Iterable[str],
+        other: str,
+        queue: str,
+        min_run: float,
+        held: HeldBack | None = None,
     ) -> tuple[list[str], float]:
         """The pods of ``pool`` (queue ``other``) that ``queue`` may reclaim, sorted: eligible
         victims (:func:`eligible_victim`) not on cooling GPUs, whose reclaim would not reverse
         one ``other`` made from ``queue`` there and not protected by a reservation they
         started from; and the first later moment at which a bound pod of ``pool`` has run
-        ``min_run`` and its GPUs have cooled down (``inf``: none). One pass with the cycle's
+        ``min_run`` and its GPUs have cooled down, or a protection ends (``inf``: none). The
+        pods only those time rules keep out go to ``held``. One pass with the cycle's
         constants bound once; each rule is asked only while the earlier ones hold, as they
-        have effects (a retry time, forgotten entries)."""
+        have effects (forgotten entries)."""
         s = self.s
         cfg = s.tenancy.preemption
         state, now, cooldown = s.state, s.now, cfg.reclaim_cooldown_seconds
@@ -383,6 +438,7 @@ class FairVictims:
         recent, expired = self._reversals(other, queue) if state.reclaimed else (set(), {})
         ok: list[str] = []
         soonest = np.inf
+        later = held.pods if held is not None else {}
         for u in pool:
             if u in placed_now:
                 continue
@@ -400,14 +456,20 @@ class FairVictims:
                 soonest = when
             # victim_eligible, inlined: this loop runs over every pod of the queue.
             if now - pl.started < min_run:
+                later[u] = when
                 continue
             if pl.node in hot_nodes and any((pl.node, d) in hot for d in pl.devices):
+                later[u] = when
                 continue
             if pl.node in recent:
+                later[u] = np.inf  # no cycle is asked for when a reversal window ends
                 continue
             if pl.node in expired:  # what reverses() forgets when a pod there asks
                 reverses(state, expired.pop(pl.node), other, queue, now, cfg)
-            if state.protected and reservation_protected(s, u):
+            until = protected_until(s, u) if state.protected else None
+            if until is not None:
+                later[u] = until
+                soonest = min(soonest, until)
                 continue
             ok.append(u)
         ok.sort()
@@ -473,9 +535,10 @@ class FairVictims:
                 above.append((reclaim_key(book, other), other))
         return [other for _, other in sorted(above, reverse=True)[:MAX_RECLAIM_QUEUES]]
 
-    def _lower_priority(self, job: Job, pod: PodInfo) -> list[str]:
+    def _lower_priority(self, job: Job, pod: PodInfo, held: HeldBack) -> list[str]:
         """The queue's pods of strictly lower priority that ran ``minRuntimeSeconds``; other
-        users' pods only while the preemptor's user stays within its share of the queue."""
+        users' pods only while the preemptor's user stays within its share of the queue.
+        Those too young or protected go to ``held``."""
         s = self.s
         queue, user = job.tenant.queue, job.tenant.user
         min_run = s.tenancy.preemption.min_runtime_seconds
@@ -483,9 +546,15 @@ class FairVictims:
         own = []
         for uid in s.book.queue_pods.get(queue, ()):
             p = s.cluster.pods.get(uid)
-            if p is None or p.priority >= pod.priority or not eligible_victim(s, uid, min_run):
+            if p is None or p.priority >= pod.priority:
                 continue
-            if reservation_protected(s, uid):
+            if not eligible_victim(s, uid, min_run):
+                if self._too_young(uid, min_run):
+                    held.pods[uid] = np.inf  # no cycle is asked for when it comes of age
+                continue
+            until = protected_until(s, uid)
+            if until is not None:
+                held.add(uid, until)
                 continue
             entry = s.book.entries.get(uid)
             if entry is not None and entry.tenant.user != user:
@@ -501,6 +570,18 @@ class FairVictims:
                 f"queue {queue!r}, so it may not preempt other users' pods",
             )
         return sorted(own)
+
+    def _too_young(self, uid: str, min_run: float) -> bool:
+        """Is a running pod refused as a victim only because it ran less than ``min_run``?"""
+        s = self.s
+        pl = s.cluster.placements.get(uid)
+        return (
+            pl is not None
+            and pl.bound
+            and not pl.terminating
+            and uid not in s.placed_now
+            and s.now - pl.started < min_run
+        )
 
     def _user_within_share(self, queue: str, user: str, pod: PodInfo) -> bool:
         """Would ``user`` hold at most its fair share of what ``queue`` holds with ``pod``

@@ -14,7 +14,7 @@ times of the pods there, else the run time observed for their queue
 ``gang.timeoutSeconds``, and only that long when no run time is known. It ends earlier when its
 job starts or leaves. A job started from its reservation is no preemption victim until it has
 run its declared run time, within ``reservedMinRuntimeSeconds`` and
-``reservedMaxRuntimeSeconds`` (:func:`reservation_protected`): evicting it sooner would waste
+``reservedMaxRuntimeSeconds`` (:func:`protected_until`): evicting it sooner would waste
 both its run and the idle GPU time its nodes spent draining for it.
 
 The reservation is also dropped as soon as its queue is no longer below its fair share while
@@ -174,15 +174,13 @@ def note_placed(session: Session, job: Job) -> None:
             state.protected[pod.uid] = session.now + span
 
 
-def reservation_protected(session: Session, uid: str) -> bool:
-    """Is ``uid`` a pod started from a reservation that is still protected from preemption
-    (reclaim, and priority inside its queue)? (Then a cycle is asked for when the protection
-    ends.)"""
+def protected_until(session: Session, uid: str) -> float | None:
+    """When the protection of ``uid`` -- a pod started from a reservation, protected from
+    preemption (reclaim, and priority inside its queue) -- ends; None when it is not
+    protected now. The victim policy asks for a cycle at that moment when it may matter
+    (:class:`~fairgpu.engine.actions.preempt.HeldBack`)."""
     until = session.state.protected.get(uid)
-    if until is None or session.now >= until:
-        return False
-    session.out.retry_no_later_than(until)
-    return True
+    return None if until is None or session.now >= until else until
 
 
 def _is_large(session: Session, job: Job, needed: list[PodInfo]) -> bool:
