@@ -116,3 +116,22 @@ def test_tenant_series_sum_to_allocated() -> None:
     tl = result.timeline
     total = np.sum([np.asarray(v) for v in tl.tenant_gpu_milli.values()], axis=0)
     assert np.array_equal(total, np.asarray(tl.gpu_allocated_milli))
+
+
+def test_the_end_a_preempted_run_would_have_had_is_no_instant_of_the_replay() -> None:
+    """``low`` is preempted at 10 s; the end its first run would have had (100 s) must not
+    move the clock nor run a cycle: nothing happens then. (A forecast started from a
+    snapshot has no such event, and must predict what the replay does.)"""
+    node = k8s_node("n0", gpus=2)
+    arrivals = [
+        PodArrival(k8s_pod("low", gpus=2, cpu="1"), arrival=0.0, duration=100.0),
+        PodArrival(k8s_pod("high", gpus=2, cpu="1", priority=1000), arrival=10.0, duration=50.0),
+        PodArrival(k8s_pod("wait", gpus=2, cpu="1"), arrival=20.0, duration=10.0),
+    ]
+    engine = Engine(ordering="kube-default")
+    result = Simulation(Workload("t", [node], arrivals), engine).run()
+    recs = {r.pod.name: r for r in result.records}
+    assert recs["low"].preempted == 1 and recs["low"].start == 60.0
+    assert recs["wait"].start == 160.0
+    assert 100.0 not in result.timeline.time
+    assert result.cycles == 5  # arrivals at 0, 10, 20; the ends at 60 and 160

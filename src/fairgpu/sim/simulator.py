@@ -331,11 +331,17 @@ class Simulation:
         if not working and deadline is not None and self.rendezvous.since[key] == self.now:
             self._push(deadline, _GIVE_UP, key)  # this member began the group's wait
 
-    def _stale_give_up(self, event: tuple[float, int, int, str]) -> bool:
-        """Is ``event`` a give-up deadline its group no longer has (it reached minMember, or
-        its waiting members left)? Such an event must not become an instant of the replay:
-        it would run no cycle but move the clock, and with it the end of the run."""
+    def _stale(self, event: tuple[float, int, int, str]) -> bool:
+        """Is ``event`` the end of a run that was cut short (preempted, its group restarted)
+        or a give-up deadline its group no longer has (it reached minMember, or its waiting
+        members left)? Such an event must not become an instant of the replay: it would move
+        the clock (and with it the end of the run) and run a cycle for nothing that
+        happened."""
         when, kind, _, key = event
+        if kind == _COMPLETE:
+            uid, _, run = key.rpartition("#")
+            # The pod was preempted (or its group restarted) after this end was scheduled.
+            return int(run) != self.records[uid].run or uid not in self.cluster.placements
         return kind == _GIVE_UP and self.rendezvous.deadline(key) != when
 
     def _give_up(self, key: str) -> bool:
@@ -370,10 +376,8 @@ class Simulation:
             store.forget_pod(pod.uid)
 
     def _complete(self, token: str) -> None:
-        uid, _, run = token.rpartition("#")
+        uid = token.rpartition("#")[0]
         rec = self.records[uid]
-        if int(run) != rec.run or uid not in self.cluster.placements:
-            return  # stale: the pod was preempted after this completion was scheduled
         self.cluster.release(uid)
         self._release_claims(rec.pod, requeue=False)
         self._leave_group(rec)
@@ -400,8 +404,8 @@ class Simulation:
         total = len(self.records)
         arrived = 0
         while self._events:
-            if self._stale_give_up(self._events[0]):
-                heapq.heappop(self._events)  # the group started or left: not an instant
+            if self._stale(self._events[0]):
+                heapq.heappop(self._events)  # not an instant (see _stale)
                 continue
             now = self._events[0][0]
             if self.until is not None and now > self.until:
@@ -410,6 +414,8 @@ class Simulation:
             changed = False
             while self._events and self._events[0][0] == now:
                 _, kind, _, uid = heapq.heappop(self._events)
+                if kind == _COMPLETE and self._stale((now, kind, 0, uid)):
+                    continue  # at the same instant as another event
                 if kind == _COMPLETE:
                     self._complete(uid)
                     changed = True
