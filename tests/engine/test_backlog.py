@@ -5,6 +5,7 @@ PodGroup is registered)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -280,3 +281,38 @@ def test_followers_judged_from_the_cycles_class_table_decide_as_judged_one_by_on
         monkeypatch.setattr(settle._Classes, "_class_keys", afresh)
         assert table == _outcome("fair", _workload(*wl), kept=True)
     assert read > 0
+
+
+def test_runs_of_followers_settled_at_once_decide_as_followers_judged_one_by_one(
+    monkeypatch: Any,
+) -> None:
+    """While reservations hold nodes, a run of followers is settled at once -- one outcome
+    repeated when the whole run is of one backfill class --: every pod gets the start, node,
+    preemptions and last reason it gets when each follower is judged by itself (and the
+    repeated outcome is actually used here)."""
+    from fairgpu.engine.actions import settle
+
+    repeated = 0
+    accept = settle._RunJudge.accept
+
+    def counted(self: Any, lane: Any, start: int, end: int) -> int:
+        nonlocal repeated
+        n = accept(self, lane, start, end)
+        repeated += n > 0 and isinstance(self.outcomes, itertools.repeat)
+        return n
+
+    make = settle._Classes.__init__
+
+    def one_by_one(self: Any, *args: Any) -> None:
+        make(self, *args)
+        self.by_class = None  # each follower judged by itself (_settle_one_by_one)
+
+    for seed in (1, 2, 3):
+        wl = (seed, 60, 4, 6)
+        with monkeypatch.context() as m:
+            m.setattr(settle._RunJudge, "accept", counted)
+            at_once = _outcome("fair", _workload(*wl), kept=True)
+        with monkeypatch.context() as m:
+            m.setattr(settle._Classes, "__init__", one_by_one)
+            assert at_once == _outcome("fair", _workload(*wl), kept=True)
+    assert repeated > 0

@@ -189,11 +189,12 @@ class _RunJudge:
 
     def __init__(self, session: Session, classes: _Classes, sig: object) -> None:
         self.s, self.classes, self.sig = session, classes, sig
-        self.outcomes: list[Outcome] = []
+        self.outcomes: list[Outcome] | repeat[Outcome] = []
 
     def accept(self, lane: list[Job], start: int, end: int) -> int:
         """How many of the run ``lane[start:end]`` (in order) are settled; their outcomes go
-        to :attr:`outcomes`. Reads the lane in place: the classes of the whole lane are
+        to :attr:`outcomes` (one outcome repeated when they are all of one class: no list as
+        long as the run). Reads the lane in place: the classes of the whole lane are
         computed once per lane and set of reservations in a cycle
         (:meth:`~fairgpu.engine.memo.CycleMemo.lane_classes`), not once per run."""
         limit = self._before_reserved(lane, start, end)
@@ -215,7 +216,11 @@ class _RunJudge:
         if stop.any():
             limit = int(np.argmax(stop))
         # Every class before ``limit`` is known (not None).
-        self.outcomes = cast(list[Outcome], list(map(by_class.__getitem__, ks[:limit].tolist())))
+        if limit and np.count_nonzero(seen) == 1:  # one class: one outcome for all
+            self.outcomes = repeat(cast(Outcome, by_class[int(ks[0])]))
+        else:
+            ids = ks[:limit].tolist()
+            self.outcomes = cast(list[Outcome], list(map(by_class.__getitem__, ids)))
         return limit
 
     def _before_reserved(self, lane: list[Job], start: int, end: int) -> int:
