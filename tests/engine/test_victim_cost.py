@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from fairgpu.cluster.state import ClusterState, Placement
 from fairgpu.engine.engine import CycleResult, Engine
+from fairgpu.engine.preemption import find_preemption
 from fairgpu.engine.victim_cost import (
     RunningGangs,
     VictimCost,
@@ -98,6 +99,26 @@ def test_floor_is_the_cheapest_fractional_cover_of_the_gpus_needed() -> None:
     assert cost.floor(pods, 0.0) == (-math.inf, 100.0)
     assert cost.floor(pods, 2.0) == (-math.inf, 100.0 + 500.0)
     assert cost.floor(pods, 4.0) == (-math.inf, 100.0 + 1000.0 + 1000.0)
+
+
+def test_a_search_leaves_every_kept_unit_cost_as_computed_afresh() -> None:
+    """A search releases and restores the pods it tries on each node; the unit costs it kept
+    on the way are what a fresh cost model gives after it (a group's, shared by members)."""
+    cheap = pod_info("cheap", gpus=1)
+    g0, g1 = member("g0", "g", 2, 2), member("g1", "g", 2, 2)
+    placed = [(cheap, "n1", 900.0), (g0, "n1", 500.0), (g1, "n2", 100.0)]
+    state = cluster(node_info("n1", gpus=4), node_info("n2", gpus=2), placed=placed)
+    gangs = _gangs({"a/g": {g0.uid, g1.uid}}, {"a/g": 2})
+    cost = VictimCost(state, gangs, 1000.0)
+    eligible = [cheap.uid, g0.uid, g1.uid]
+    plan = find_preemption(
+        pod_info("want", "b", gpus=4), state, Engine().scheduler, eligible, cost=cost
+    )
+    assert plan is not None and cost._units  # the search kept some
+    fresh = VictimCost(state, gangs, 1000.0)
+    for uid in eligible:
+        assert cost.unit_cost(uid) == fresh.unit_cost(uid)
+    assert cost.unit_cost(g0.uid) == 2 * 500.0 + 2 * 900.0  # the whole group's work
 
 
 def test_time_to_fit_follows_declared_ends() -> None:

@@ -147,13 +147,21 @@ class VictimCost:
         self.tier = tier
         self.max_loss = math.inf
         self.pruned = False
+        self._units: dict[str, float] = {}
 
     def unit_cost(self, uid: str) -> float:
-        """Lost work of evicting ``uid`` alone: its whole group's when that breaks it."""
-        key = self.gangs.key(uid)
-        if key and self.gangs.slack(key) < 1:
-            return lost_work(self.gangs.members.get(key, ()), self.cluster, self.now)
-        return lost_work((uid,), self.cluster, self.now)
+        """Lost work of evicting ``uid`` alone: its whole group's when that breaks it. Kept
+        per pod: a search releases and restores pods while it tries nodes, but what they
+        ran and which groups they belong to stay (``now`` is fixed)."""
+        got = self._units.get(uid)
+        if got is None:
+            key = self.gangs.key(uid)
+            if key and self.gangs.slack(key) < 1:
+                got = lost_work(self.gangs.members.get(key, ()), self.cluster, self.now)
+            else:
+                got = lost_work((uid,), self.cluster, self.now)
+            self._units[uid] = got
+        return got
 
     def admissible(self, uid: str, eligible: Collection[str]) -> bool:
         """May ``uid`` be a victim when only ``eligible`` pods may be evicted? A member whose
