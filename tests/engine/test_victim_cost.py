@@ -183,6 +183,35 @@ def test_reclaim_rule_is_judged_with_the_whole_gang_gone() -> None:
     assert "would pass 'a' in reclaim order after the move" in res.unschedulable[0].reason
 
 
+def test_a_move_the_reclaim_rule_refuses_whatever_the_victims_is_not_searched(
+    monkeypatch: Any,
+) -> None:
+    """b holds 3 of 8 GPUs (its share 4) and wants 2 more: whichever of a's pods went, b
+    would exceed its share, so no victim search runs -- and the reason names the rule, as
+    the search's refused plans would."""
+    from fairgpu.engine.actions import preempt
+
+    searches = 0
+    search = preempt.find_preemption
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        nonlocal searches
+        searches += 1
+        return search(*args, **kw)
+
+    monkeypatch.setattr(preempt, "find_preemption", counted)
+    placed: list[Any] = [(pod_info(f"a{i}", "a", gpus=1), "n1", 0.0) for i in range(4)]
+    placed.append((pod_info("a4", "a", gpus=1), "n2", 0.0))
+    placed.append((pod_info("b0", "b", gpus=3), "n2", 0.0))
+    state = cluster(node_info("n1", gpus=4), node_info("n2", gpus=4), placed=placed)
+    res = engine().cycle(state, [pod_info("want", "b", gpus=2)], 1000.0)
+    assert not res.evictions and not res.binds
+    assert "reclaim refused: queue 'b' would exceed its fair share after the move" in (
+        res.unschedulable[0].reason
+    )
+    assert searches == 0
+
+
 def test_an_elastic_group_loses_only_a_member_beyond_min_member() -> None:
     # Four 1-GPU members, minMember 2, one per node; b wants one GPU.
     placed: list[Any] = [(member(f"e{i}", "e", 2, 1), f"n{i}", 0.0) for i in range(4)]

@@ -38,6 +38,7 @@ from fairgpu.engine.actions.reclaim import (
     note_reclaims,
     reclaim_key,
     reclaim_refusal,
+    refused_whatever_the_victims,
     reverses,
 )
 from fairgpu.engine.actions.reserve import protected_until
@@ -92,6 +93,18 @@ def held_first(session: Session, sets: list[list[str]]) -> list[list[str]]:
         return sets
     first = sorted({u for pool in sets for u in pool if u in held})  # eligible ones only
     return [first, *sets] if first else sets
+
+
+@dataclass(slots=True)
+class _Pools:
+    """A search's candidate pools (:meth:`FairVictims.candidate_sets`), the refusal met
+    while finding them, the candidates held back by time, and the queues whose pods the
+    pools hold, sorted."""
+
+    held: HeldBack
+    sets: list[list[str]] = field(default_factory=list)
+    refusal: str | None = None
+    queues: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -183,7 +196,7 @@ class FairVictims:
         self._gangs = running_gangs(session.book, session.resolver, session.cluster)
         self._collateral: frozenset[str] = frozenset()
         self._freeable: tuple[tuple[object, ...], set[str], HeldBack] | None = None
-        self._sets: dict[tuple[object, ...], tuple[list[list[str]], str | None, HeldBack]] = {}
+        self._sets: dict[tuple[object, ...], _Pools] = {}
         self._waits: dict[tuple[object, ...], float] = {}
         self._ends: tuple[tuple[int, int, int], list[tuple[float, int, Placement]]] | None = None
 
@@ -247,8 +260,8 @@ class FairVictims:
         t, req = job.tenant, tuple(sorted(pod.requests.items()))
         key = (t.queue, t.user, pod.priority, pod.gpu, req, self.s.cluster.load_version)
         if self._freeable is None or self._freeable[0] != key:
-            pools, held = self._pools(job, pod)
-            self._freeable = (key, {uid for pool in pools for uid in pool}, held)
+            pools = self._entry(job, pod)
+            self._freeable = (key, {uid for pool in pools.sets for uid in pool}, pools.held)
         return self._freeable
 
     def refusal(self, pod: PodInfo) -> str:
@@ -266,7 +279,13 @@ class FairVictims:
         self._moves.pop(pod.uid, None)
         self._collateral = frozenset()
         refused: list[str] = []
-        sets = self.candidate_sets(job, pod)
+        pools = self._entry(job, pod)
+        self._retry_for(pools.held)
+        sets = pools.sets
+        rule = self._refused_whatever(job, vec, band, pools.queues) if sets else None
+        if rule is not None:
+            self._refusal[pod.uid] = f"reclaim refused: {rule}"
+            return None
         gpus, wait = self._wait_for_room(job, pod, allowed) if sets else (0.0, np.inf)
 
         def accept(victims: list[PodInfo]) -> bool:
@@ -298,6 +317,27 @@ class FairVictims:
         if refused:
             self._refusal[pod.uid] = refused[0]
         return None
+
+    def _refused_whatever(
+        self, job: Job, vec: np.ndarray, band: float, queues: tuple[str, ...]
+    ) -> str | None:
+        """The reclaim rule that refuses every plan, known before any search: all the
+        pools' pods belong to other queues (``queues``), and for each of them the rule
+        refuses the move whatever the victims
+        (:func:`~fairgpu.engine.actions.reclaim.refused_whatever_the_victims`). Named by the
+        first queue's reason, as :func:`~fairgpu.engine.actions.reclaim.reclaim_refusal`
+        names a plan's first victim queue's. None when some plan may pass."""
+        queue = job.tenant.queue
+        if not queues or queue in queues:
+            return None
+        book = self.s.book
+        first: str | None = None
+        for other in queues:
+            why = refused_whatever_the_victims(book, queue, vec, other, self.deserved, band)
+            if why is None:
+                return None
+            first = first or why
+        return first
 
     def _wait_for_room(
         self, job: Job, pod: PodInfo, allowed: np.ndarray | None
@@ -346,54 +386,63 @@ class FairVictims:
 
     def candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
         """Victim pools to try in order: each queue above the preemptor's (most above first),
-        then its own lower-priority pods, then all together. When a time rule holds back
-        candidates, a cycle is asked for when the first becomes a victim (:class:`HeldBack`):
-        then a search may find what this one did not."""
-        sets, held = self._pools(job, pod)
+        then its own lower-priority pods, then all together; a cycle is asked for when the
+        first candidate a time rule holds back becomes a victim (:class:`HeldBack`)."""
+        pools = self._entry(job, pod)
+        self._retry_for(pools.held)
+        return pools.sets
+
+    def _retry_for(self, held: HeldBack) -> None:
+        """Ask for a cycle when the first held-back candidate becomes a victim: then a search
+        may find what this one did not."""
         if math.isfinite(held.at):
             self.s.out.retry_no_later_than(held.at)
-        return sets
 
-    def _pools(self, job: Job, pod: PodInfo) -> tuple[list[list[str]], HeldBack]:
-        """:meth:`candidate_sets` and the candidates held back by time. Shared; once per
-        preemptor tenant, ask and permission while the cluster does not change (nor then do
-        shares, run times, cooldowns; ``now`` is fixed): a hit names this pod the same
-        refusal."""
+    def _entry(self, job: Job, pod: PodInfo) -> _Pools:
+        """The candidate pools of a search for ``pod``. Shared; once per preemptor tenant,
+        ask and permission while the cluster does not change (nor then do shares, run
+        times, cooldowns; ``now`` is fixed): a hit names this pod the same refusal."""
         c, t, req = self.s.cluster, job.tenant, tuple(sorted(pod.requests.items()))
         may, versions = self.may_preempt(pod), (c.load_version, c.static_version)
         key = (t.queue, t.user, pod.priority, pod.gpu, req, may, versions)
         self._refusal.pop(pod.uid, None)
         got = self._sets.get(key)
         if got is None:
-            held = HeldBack()
-            sets = self._candidate_sets(job, pod, held)
-            got = self._sets[key] = (sets, self._refusal.get(pod.uid), held)
-        elif got[1] is not None:
-            self._refusal[pod.uid] = got[1]
-        return got[0], got[2]
+            got = _Pools(held=HeldBack())
+            got.sets = self._candidate_sets(job, pod, got)
+            got.refusal = self._refusal.get(pod.uid)
+            self._sets[key] = got
+        elif got.refusal is not None:
+            self._refusal[pod.uid] = got.refusal
+        return got
 
-    def _candidate_sets(self, job: Job, pod: PodInfo, held: HeldBack) -> list[list[str]]:
+    def _candidate_sets(self, job: Job, pod: PodInfo, pools: _Pools) -> list[list[str]]:
         if not self.may_preempt(pod):
             return []
         s = self.s
-        lim = s.book.queue_limits(job.tenant.queue)
-        sets: list[list[str]] = []
+        queue = job.tenant.queue
+        lim = s.book.queue_limits(queue)
+        named: list[tuple[str, list[str]]] = []
         if lim.preemption.reclaim:
-            sets.extend(self._reclaim_sets(job.tenant.queue, pod, held))
+            named.extend(self._reclaim_sets(queue, pod, pools.held))
         if lim.preemption.within_queue == "LowerPriority":
-            sets.append(self._lower_priority(job, pod, held))
-        sets = [x for x in sets if x]
+            named.append((queue, self._lower_priority(job, pod, pools.held)))
+        named = [(q, x) for q, x in named if x]
+        pools.queues = tuple(sorted({q for q, _ in named}))
+        sets = [x for _, x in named]
         if len(sets) > 1:
             sets.append(sorted({u for x in sets for u in x}))
         return sets
 
-    def _reclaim_sets(self, queue: str, pod: PodInfo, held: HeldBack) -> list[list[str]]:
-        """Per reclaimable queue, its pods that ran long enough and whose GPUs are not
-        cooling down; those held back by time go to ``held``."""
+    def _reclaim_sets(
+        self, queue: str, pod: PodInfo, held: HeldBack
+    ) -> list[tuple[str, list[str]]]:
+        """Per reclaimable queue, its name and its pods that ran long enough and whose GPUs
+        are not cooling down; those held back by time go to ``held``."""
         s = self.s
         cfg = s.tenancy.preemption
         min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
-        sets: list[list[str]] = []
+        sets: list[tuple[str, list[str]]] = []
         for other in self._reclaimable_queues(queue):
             pool = s.book.queue_pods[other]
             ok, soonest = self._reclaimable(pool, other, queue, min_run, held)
@@ -401,7 +450,7 @@ class FairVictims:
                 # Pods held back only by time (too young to reclaim, or on GPUs cooling
                 # down) become victims later: the first such moment.
                 held.at = min(held.at, float(soonest))
-            sets.append(ok)
+            sets.append((other, ok))
             if not ok:
                 self._refusal.setdefault(
                     pod.uid,

@@ -183,6 +183,48 @@ def reclaim_refusal(
     return None
 
 
+def refused_whatever_the_victims(
+    book: QueueBook,
+    queue: str,
+    vec: np.ndarray,
+    other: str,
+    deserved: Mapping[str, float],
+    band: float = 0.0,
+) -> str | None:
+    """The rule that refuses ``queue`` taking ``vec`` by evicting any pods of ``other``,
+    when it does not depend on which pods: the quota rule does not apply and one of rules
+    1-3, or 4 before the move, fails (:func:`reclaim_refusal` names it so for every such
+    move); None when some victims might pass."""
+    if quota_guarantee(book, queue, vec, other):
+        return None
+    return _victims_aside(book, deserved, band, queue, other, vec)
+
+
+def _victims_aside(
+    book: QueueBook,
+    deserved: Mapping[str, float],
+    band: float,
+    queue: str,
+    other: str,
+    vec: np.ndarray,
+) -> str | None:
+    """Rules 1-3 of the fair-share reclaim for victims of ``other``, and 4 before the move:
+    none depends on which victims."""
+    if book.within_nominal(other):
+        return f"queue {other!r} is within its nominal quota"
+    if not above_band(book, deserved, other, band):
+        return f"queue {other!r} is not above its fair share by more than the band ({band:g})"
+    mine = held(book, deserved, queue)
+    after = held(book, deserved, queue, vec)
+    if not mine < deserved.get(queue, 0.0) - EPS:
+        return f"queue {queue!r} is not below its fair share"
+    if after > deserved.get(queue, 0.0) + EPS:
+        return f"queue {queue!r} would exceed its fair share after the move"
+    if not share_key(book, deserved, queue) < share_key(book, deserved, other):
+        return f"queue {queue!r} does not come before {other!r} in reclaim order"
+    return None
+
+
 def _fair_refusal(
     book: QueueBook,
     deserved: Mapping[str, float],
@@ -192,18 +234,9 @@ def _fair_refusal(
     deltas: dict[str, np.ndarray],
 ) -> str | None:
     """Rules 1-4 of the fair-share reclaim for victims of ``other``."""
-    if book.within_nominal(other):
-        return f"queue {other!r} is within its nominal quota"
-    if not above_band(book, deserved, other, band):
-        return f"queue {other!r} is not above its fair share by more than the band ({band:g})"
-    mine = held(book, deserved, queue)
-    after = held(book, deserved, queue, deltas[queue])
-    if not mine < deserved.get(queue, 0.0) - EPS:
-        return f"queue {queue!r} is not below its fair share"
-    if after > deserved.get(queue, 0.0) + EPS:
-        return f"queue {queue!r} would exceed its fair share after the move"
-    if not share_key(book, deserved, queue) < share_key(book, deserved, other):
-        return f"queue {queue!r} does not come before {other!r} in reclaim order"
+    why = _victims_aside(book, deserved, band, queue, other, deltas[queue])
+    if why is not None:
+        return why
     if not share_key(book, deserved, queue, deltas) <= share_key(book, deserved, other, deltas):
         return f"queue {queue!r} would pass {other!r} in reclaim order after the move"
     return None
