@@ -20,13 +20,16 @@ inter-pod constraints and the reclaim rule only refuse more.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 import numpy as np
 
 from fairgpu.cluster.state import COL_CPU, COL_GPU_MILLI, COL_MEMORY, COL_PODS, ClusterState
 from fairgpu.engine.session import Session
 from fairgpu.model.pod import PodInfo
+
+T = TypeVar("T")
 
 # The resources the bound counts, and how a shortage of each is named in a pending reason.
 COLUMNS = (COL_CPU, COL_MEMORY, COL_PODS, COL_GPU_MILLI)
@@ -107,20 +110,36 @@ def _coming_free(
     a moment, soonest first (ties by uid); once per mapping and cluster state in a cycle
     (gangs whose reservations leave them different nodes share it)."""
     cluster = session.cluster
-    key = (id(later), cluster.load_version, cluster.static_version, cluster.size)
-    table = session.memo.coming_free
+
+    def make() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        placements, n = cluster.placements, cluster.size
+        timed = sorted(
+            (when, uid)
+            for uid, when in later.items()
+            if math.isfinite(when) and (pl := placements.get(uid)) is not None and pl.node < n
+        )
+        where, rows = _rows(cluster, [uid for _, uid in timed])
+        return np.array([when for when, _ in timed], dtype=float), where, rows
+
+    return _kept(session, session.memo.coming_free, later, make)
+
+
+def _kept(
+    session: Session,
+    table: dict[tuple[object, ...], tuple[object, T]],
+    of: object,
+    make: Callable[[], T],
+) -> T:
+    """``make()``, computed once per object ``of`` and cluster state in a cycle and kept in
+    ``table`` -- by the object's identity, checked on a hit (an id is reused once its object
+    is gone)."""
+    cluster = session.cluster
+    key = (id(of), cluster.load_version, cluster.static_version, cluster.size)
     got = table.get(key)
-    if got is not None and got[0] is later:
+    if got is not None and got[0] is of:
         return got[1]
-    placements, n = cluster.placements, cluster.size
-    timed = sorted(
-        (when, uid)
-        for uid, when in later.items()
-        if math.isfinite(when) and (pl := placements.get(uid)) is not None and pl.node < n
-    )
-    where, rows = _rows(cluster, [uid for _, uid in timed])
-    out = (np.array([when for when, _ in timed], dtype=float), where, rows)
-    table[key] = (later, out)
+    out = make()
+    table[key] = (of, out)
     return out
 
 
@@ -159,15 +178,13 @@ def _victim_room(session: Session, victims: Iterable[str]) -> np.ndarray:
     screen against the same pool; the pool is not changed while the cycle holds it). The
     result is shared: callers only read it."""
     cluster = session.cluster
-    key = (id(victims), cluster.load_version, cluster.static_version, cluster.size)
-    rooms = session.memo.rooms
-    got = rooms.get(key)
-    if got is not None and got[0] is victims:
-        return got[1]
-    room = cluster.free()[:, COLUMNS].astype(float)
-    _add_victims(room, cluster, victims)
-    rooms[key] = (victims, room)
-    return room
+
+    def make() -> np.ndarray:
+        room = cluster.free()[:, COLUMNS].astype(float)
+        _add_victims(room, cluster, victims)
+        return room
+
+    return _kept(session, session.memo.rooms, victims, make)
 
 
 def _add_victims(room: np.ndarray, cluster: ClusterState, victims: Iterable[str]) -> None:
