@@ -177,11 +177,12 @@ def _wake_for_held_back(
     session: Session, job: Job, victims: VictimPolicy, key: tuple[object, ...], most: int
 ) -> None:
     """Ask for a cycle when candidates a time rule holds back (too young, cooling GPUs,
-    protected) become victims -- at the first moment the gang's screen, counting them as
-    evicted from then on, would let it through: between events only time rules change who
-    may be a victim, and the screen is an upper bound of what fits, so a cycle before that
-    moment cannot start it. (A gang let through now asks for the first such moment, as its
-    searches would.) Kept per screen ``key``, as the bound is."""
+    protected) become victims -- at the first moment the gang's screen, counting each as
+    evicted from when those rules release it (:class:`HeldBack`), would let it through:
+    between events only time rules change who may be a victim, and the screen is an upper
+    bound of what fits, so no earlier cycle those rules would ask for can start it. (A gang
+    let through now asks for the first such moment, as its searches would.) Kept per
+    screen ``key``, as the bound is."""
     table = session.memo.screens_held
     got = table.get(key)
     if got is None:

@@ -118,8 +118,9 @@ class HeldBack:
     ``at``: the moment a cycle is asked for -- the first at which one of them becomes a
     victim by the rules that ask for cycles (the reclaim minimum run, the cooldown, the
     protection; ``inf``: none). ``pods``: each one's uid and the moment those rules release
-    it (no earlier than it becomes a victim; ``inf`` for one no cycle is asked for: a
-    younger pod of the preemptor's own queue, one behind a recent reclaim)."""
+    it -- no later than it becomes a victim (one also held by another rule may still be held
+    then), or ``inf`` for one no cycle is ever asked for: a younger pod of the preemptor's
+    own queue, one held only behind a recent reclaim."""
 
     at: float = math.inf
     pods: dict[str, float] = field(default_factory=dict)
