@@ -69,7 +69,7 @@ def bound_over_time(
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`members_bound` as time passes, if every pod of ``victims`` and each pod of
     ``later`` (uid -> when) from its moment on were evicted: the moments, soonest first, and
-    the bound from each on. Pods of ``later`` at ``inf`` never count.
+    the bound from each on. A pod of ``later`` at ``inf`` never counts.
 
     A pod coming free adds its requests to its node's row, and only that node's copies
     change (a node holds as many copies as its scarcest asked resource allows; the bound is

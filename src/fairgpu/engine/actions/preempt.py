@@ -117,10 +117,10 @@ class HeldBack:
 
     ``at``: the moment a cycle is asked for -- the first at which one of them becomes a
     victim by the rules that ask for cycles (the reclaim minimum run, the cooldown, the
-    protection; ``inf``: none). ``pods``: each one's uid and the moment those rules release
-    it -- no later than it becomes a victim (one also held by another rule may still be held
-    then), or ``inf`` for one no cycle is ever asked for: a younger pod of the preemptor's
-    own queue, one held only behind a recent reclaim."""
+    protection; ``inf``: none). ``pods``: each such pod's uid and the moment those rules
+    release it -- no later than it becomes a victim (one also held by another rule may still
+    be held then). Pods no cycle is ever asked for (a younger pod of the preemptor's own
+    queue, one held only behind a recent reclaim) are not listed: no moment brings them."""
 
     at: float = math.inf
     pods: dict[str, float] = field(default_factory=dict)
@@ -511,8 +511,7 @@ class FairVictims:
             if pl.node in hot_nodes and any((pl.node, d) in hot for d in pl.devices):
                 later[u] = when
                 continue
-            if pl.node in recent:
-                later[u] = np.inf  # no cycle is asked for when a reversal window ends
+            if pl.node in recent:  # no cycle is asked for when a reversal window ends
                 continue
             if pl.node in expired:  # what reverses() forgets when a pod there asks
                 reverses(state, expired.pop(pl.node), other, queue, now, cfg)
@@ -588,7 +587,7 @@ class FairVictims:
     def _lower_priority(self, job: Job, pod: PodInfo, held: HeldBack) -> list[str]:
         """The queue's pods of strictly lower priority that ran ``minRuntimeSeconds``; other
         users' pods only while the preemptor's user stays within its share of the queue.
-        Those too young or protected go to ``held``."""
+        Those protected go to ``held``."""
         s = self.s
         queue, user = job.tenant.queue, job.tenant.user
         min_run = s.tenancy.preemption.min_runtime_seconds
@@ -596,11 +595,8 @@ class FairVictims:
         own = []
         for uid in s.book.queue_pods.get(queue, ()):
             p = s.cluster.pods.get(uid)
-            if p is None or p.priority >= pod.priority:
-                continue
-            if not eligible_victim(s, uid, min_run):
-                if self._too_young(uid, min_run):
-                    held.pods[uid] = np.inf  # no cycle is asked for when it comes of age
+            # No cycle is asked for when a younger one comes of age: it is not held back.
+            if p is None or p.priority >= pod.priority or not eligible_victim(s, uid, min_run):
                 continue
             until = protected_until(s, uid)
             if until is not None:
@@ -620,18 +616,6 @@ class FairVictims:
                 f"queue {queue!r}, so it may not preempt other users' pods",
             )
         return sorted(own)
-
-    def _too_young(self, uid: str, min_run: float) -> bool:
-        """Is a running pod refused as a victim only because it ran less than ``min_run``?"""
-        s = self.s
-        pl = s.cluster.placements.get(uid)
-        return (
-            pl is not None
-            and pl.bound
-            and not pl.terminating
-            and uid not in s.placed_now
-            and s.now - pl.started < min_run
-        )
 
     def _user_within_share(self, queue: str, user: str, pod: PodInfo) -> bool:
         """Would ``user`` hold at most its fair share of what ``queue`` holds with ``pod``
