@@ -95,7 +95,7 @@ def bound_over_time(
     first = np.r_[True, grouped[1:] != grouped[:-1]]
     start = np.maximum.accumulate(np.where(first, np.arange(grouped.size), 0))
     after = room[grouped] + sums - (sums[start] - added[start])
-    ask = _ask(session, pod)
+    ask = _ask(*cluster.request_vector(pod))
     copies = np.floor(np.maximum(after[:, asked], 0.0) / ask[asked]).min(axis=1)
     previous = np.where(first, most[grouped], np.r_[0.0, copies[:-1]])
     gain = np.empty(len(grouped))
@@ -155,7 +155,7 @@ def _copies(
     got = table.get(key)
     if got is not None and got[0] is room:
         return got[1]
-    ask = _ask(session, pod)
+    ask = _ask(cols, amounts)
     asked = np.flatnonzero(ask > 0)
     copies = np.floor(np.maximum(room[:, asked], 0.0) / ask[asked])
     out = (asked, copies, copies.min(axis=1))
@@ -163,9 +163,9 @@ def _copies(
     return out
 
 
-def _ask(session: Session, pod: PodInfo) -> np.ndarray:
-    """What one copy of ``pod`` takes of each of :data:`COLUMNS` (a pod slot at least)."""
-    cols, amounts = session.cluster.request_vector(pod)
+def _ask(cols: np.ndarray, amounts: np.ndarray) -> np.ndarray:
+    """What one copy of a pod requesting ``amounts`` of cluster columns ``cols`` takes of
+    each of :data:`COLUMNS` (a pod slot at least)."""
     ask = np.zeros(len(COLUMNS))
     _add(ask[None, :], 0, cols, amounts)
     ask[COLUMNS.index(COL_PODS)] = max(ask[COLUMNS.index(COL_PODS)], 1.0)
