@@ -250,3 +250,40 @@ def test_the_forecast_budget_is_an_option(run_dir: Path) -> None:
     assert queues.output.splitlines()[2].endswith("unknown")
     refused = runner.invoke(app, [*args, "--forecast-budget", "0"])
     assert refused.exit_code == 2 and "--forecast-budget must be > 0 seconds" in refused.output
+
+
+def test_explain_says_when_a_pod_may_go_alone_but_not_with_its_neighbours(
+    tmp_path: Path,
+) -> None:
+    """``team-c`` (weight 3, owed 8 GPUs) waits for 8 GPUs at 105 s. On ``gpu-0`` it would
+    need ``a1`` (queue ``team-a``, far above its share: allowed alone) and ``b1`` (queue
+    ``team-b``, at its share: refused) to leave together; ``gpu-1``'s pod is too young. The
+    line for ``a1`` says the move is refused because of what must go with it, not as if
+    ``team-a``'s own share were the reason."""
+    nodes = NODE + "---\n" + NODE.replace("gpu-0", "gpu-1")
+    workload = tmp_path / "w.yaml"
+    workload.write_text(
+        nodes
+        + pod("a1", 0, 5000, gpus=4)
+        + pod("b1", 0, 5000, gpus=4, namespace="team-b")
+        + pod("a2", 50, 5000)
+        + pod("c1", 100, 1000, namespace="team-c")
+    )
+    config = tmp_path / "tenancy.yaml"
+    config.write_text(
+        "queues:\n  - {name: team-a, weight: 1}\n  - {name: team-b, weight: 1}\n"
+        "  - {name: team-c, weight: 3}\n"
+    )
+    out = tmp_path / "out"
+    args = ["simulate", "--workload", str(workload), "--config", str(config), "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["explain", "team-c/c1", "--run", str(out), "--at", "105"])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.strip().startswith("gpu-0:"))
+    a1, b1 = line.split("team-b/b1")
+    assert (
+        "team-a/a1 (queue team-a, priority 0; no preemption: it may go alone, not with the "
+        "others that must leave here: queue 'team-b' is not above its fair share" in a1
+    )
+    assert "no preemption: queue team-b is not above its fair share by more than the band" in b1

@@ -341,8 +341,11 @@ def freed_nodes(
         gone = []
         for v in plan.victims:
             reason = rules.why_not(v.uid)
-            if reason is None and engine.tenant(v).queue != mine:
-                reason = veto
+            if reason is None and veto is not None and engine.tenant(v).queue != mine:
+                # The rules allow this pod by itself; the move is refused as a whole, maybe
+                # for another queue's pods that must leave the node with it -- say so, or the
+                # refusal reads as if it were about this pod's queue.
+                reason = f"it may go alone, not with the others that must leave here: {veto}"
             gone.append(_rules_may(_victim(engine, v), reason))
         out.append({"node": name, "would_have_to_go": gone, "terminating_pods": terminating})
         if len(out) >= MAX_FREED_NODES:
