@@ -260,30 +260,78 @@ def test_explain_says_when_a_pod_may_go_alone_but_not_with_its_neighbours(
     ``team-b``, at its share: refused) to leave together; ``gpu-1``'s pod is too young. The
     line for ``a1`` says the move is refused because of what must go with it, not as if
     ``team-a``'s own share were the reason."""
-    nodes = NODE + "---\n" + NODE.replace("gpu-0", "gpu-1")
-    workload = tmp_path / "w.yaml"
-    workload.write_text(
-        nodes
-        + pod("a1", 0, 5000, gpus=4)
-        + pod("b1", 0, 5000, gpus=4, namespace="team-b")
-        + pod("a2", 50, 5000)
-        + pod("c1", 100, 1000, namespace="team-c")
-    )
-    config = tmp_path / "tenancy.yaml"
-    config.write_text(
-        "queues:\n  - {name: team-a, weight: 1}\n  - {name: team-b, weight: 1}\n"
-        "  - {name: team-c, weight: 3}\n"
-    )
-    out = tmp_path / "out"
-    args = ["simulate", "--workload", str(workload), "--config", str(config), "--out", str(out)]
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["explain", "team-c/c1", "--run", str(out), "--at", "105"])
-    assert result.exit_code == 0, result.output
-    line = next(x for x in result.output.splitlines() if x.strip().startswith("gpu-0:"))
-    a1, b1 = line.split("team-b/b1")
+    pods = [
+        pod("a1", 0, 5000, gpus=4),
+        pod("b1", 0, 5000, gpus=4, namespace="team-b"),
+        pod("a2", 50, 5000),
+        pod("c1", 100, 1000, namespace="team-c"),
+    ]
+    weights = "queues:\n  - {name: team-a}\n  - {name: team-b}\n  - {name: team-c, weight: 3}\n"
+    lines = _if_freed(tmp_path, pods, weights, "team-c/c1", 105)
+    a1, b1 = lines["gpu-0"].split("team-b/b1")
     assert (
-        "team-a/a1 (queue team-a, priority 0; no preemption: it may go alone, not with the "
-        "others that must leave here: queue 'team-b' is not above its fair share" in a1
+        "team-a/a1 (queue team-a, priority 0; no preemption: the reclaim rule refuses this "
+        "node's move as a whole: queue 'team-b' is not above its fair share" in a1
     )
     assert "no preemption: queue team-b is not above its fair share by more than the band" in b1
+
+
+def test_explain_names_the_time_rule_that_holds_a_victim_back(tmp_path: Path) -> None:
+    """Pods a queue may reclaim from are held back by one of three time rules, and explain
+    names the one that applies. ``b2`` (queue ``team-b``, which may not reclaim) waits for
+    ``gpu-0``; the event at 400 s finds it waiting past ``reserveAfterSeconds``, so it gets a
+    reservation and starts from it at 1000 s, protected for its declared 5000 s. At 1600 s
+    ``team-c`` waits for a node: ``b2`` is protected; ``af`` is allowed alone but the move
+    would put ``team-c`` above its share."""
+    pods = [
+        pod("a1", 0, 1000),
+        pod("af", 0, 9000),
+        pod("b2", 10, 5000, namespace="team-b"),
+        pod("tick", 400, 10, gpus=0),
+        pod("c1", 1500, 600, namespace="team-c"),
+    ]
+    no_reclaim = "queues:\n  - {name: team-b, preemption: {reclaim: false}}\n"
+    lines = _if_freed(tmp_path / "protected", pods, no_reclaim, "team-c/c1", 1600)
+    assert (
+        "team-b/b2 (queue team-b, priority 0; no preemption: it started from a reservation "
+        "and is protected from preemption until t=6000 s" in lines["gpu-0"]
+    )
+    assert "the reclaim rule refuses this node's move as a whole" in lines["gpu-1"]
+    # ``team-b`` reclaims ``gpu-0`` from ``team-a`` at 100 s (``a1`` ran its minimum 60 s);
+    # at 300 s its GPUs are cooling down when ``team-c`` wants them.
+    pods = [
+        pod("a1", 0, 5000, model="m0"),
+        pod("af", 0, 9000, model="m1"),
+        pod("b1", 100, 5000, namespace="team-b", model="m0"),
+        pod("c1", 200, 600, namespace="team-c", model="m0"),
+    ]
+    lines = _if_freed(tmp_path / "cooling", pods, None, "team-c/c1", 300, models=True)
+    assert (
+        "team-b/b1 (queue team-b, priority 0; no preemption: it sits on GPUs that changed "
+        "tenant at t=100 s, within reclaimCooldownSeconds (600))" in lines["gpu-0"]
+    )
+
+
+def _if_freed(
+    tmp: Path, pods: list[str], config: str | None, key: str, at: float, models: bool = False
+) -> dict[str, str]:
+    """Simulate ``pods`` on two 8-GPU nodes (labelled ``gpu: m0``/``m1`` with ``models``)
+    with tenancy ``config``, then explain ``key`` at ``at``: its "fits if these left" line
+    per node."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    nodes = [NODE, NODE.replace("gpu-0", "gpu-1")]
+    if models:
+        nodes = [n.replace("labels: {", f"labels: {{gpu: m{i}, ") for i, n in enumerate(nodes)]
+    workload = tmp / "w.yaml"
+    workload.write_text("---\n".join(nodes) + "".join(pods))
+    out = tmp / "out"
+    args = ["simulate", "--workload", str(workload), "--out", str(out)]
+    if config is not None:
+        (tmp / "tenancy.yaml").write_text(config)
+        args += ["--config", str(tmp / "tenancy.yaml")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["explain", key, "--run", str(out), "--at", str(at)])
+    assert result.exit_code == 0, result.output
+    lines = [x.strip() for x in result.output.splitlines() if x.strip().startswith("gpu-")]
+    return {x.split(":")[0]: x for x in lines}

@@ -33,6 +33,7 @@ from fairgpu.engine.actions.reclaim import (
     may_reclaim_from,
     reclaim_refusal,
 )
+from fairgpu.engine.actions.reserve import protected_until
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.framework import AttemptError, CycleState
@@ -204,12 +205,14 @@ class _Rules:
             if s.book.queue_limits(mine).preemption.within_queue == "Never":
                 return f"queue {mine} never preempts its own pods"
             if victim.priority < pod.priority:
-                return "its user is not another user the pod's user may take from (users' shares)"
+                return self._protected(uid) or (
+                    "its user is not another user the pod's user may take from (users' shares)"
+                )
             return f"its priority {victim.priority} is not below {pod.priority}"
         cfg = s.tenancy.preemption
         if ran < cfg.reclaim_min_runtime_seconds:
             return f"it has run {ran:.0f} s, under reclaimMinRuntimeSeconds"
-        return self._reclaim_why_not(mine, theirs)
+        return self._reclaim_why_not(uid, mine, theirs)
 
     def veto(self, victims: list[PodInfo]) -> str | None:
         """The reclaim rule's verdict on evicting ``victims`` together (None: allowed): after
@@ -221,7 +224,42 @@ class _Rules:
         vec = book.pending_vector(self.pod)
         return reclaim_refusal(book, queue, vec, victims, self.deserved, band)
 
-    def _reclaim_why_not(self, mine: str, theirs: str) -> str:
+    def _cooling(self, uid: str, mine: str, theirs: str) -> str:
+        """Why a pod of a queue ``mine`` may reclaim from is held back all the same: its
+        GPUs changed tenant within the cooldown, or taking it would reverse a reclaim
+        ``theirs`` made from ``mine`` on its node (the two cooldown rules of
+        :mod:`~fairgpu.engine.actions.reclaim`; protection is asked before)."""
+        s = self.s
+        cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
+        pl = s.cluster.placements[uid]
+        node = s.cluster.node(pl.node).name
+        changed = [s.state.tenant_changed.get((node, d)) for d in pl.devices]
+        recent = [t for t in changed if t is not None and s.now - t < cooldown]
+        if recent:
+            return (
+                "it sits on GPUs that changed tenant at "
+                f"{s.time_label(max(recent))}, within reclaimCooldownSeconds ({cooldown:g})"
+            )
+        when = s.state.reclaimed.get((node, theirs, mine))
+        if when is not None and s.now - when <= cooldown:
+            return (
+                f"queue {theirs} reclaimed node {node} from queue {mine} at "
+                f"{s.time_label(when)}; taking it back within reclaimCooldownSeconds "
+                f"({cooldown:g}) would reverse that"
+            )
+        return "it is not bound yet, or is terminating"
+
+    def _protected(self, uid: str) -> str | None:
+        """The protection of a pod started from a reservation, while it lasts."""
+        until = protected_until(self.s, uid)
+        if until is None:
+            return None
+        return (
+            "it started from a reservation and is protected from preemption until "
+            f"{self.s.time_label(until)} (starvation.reservedMin/MaxRuntimeSeconds)"
+        )
+
+    def _reclaim_why_not(self, uid: str, mine: str, theirs: str) -> str:
         book = self.s.book
         if not book.queue_limits(mine).preemption.reclaim:
             return f"queue {mine} may not reclaim"
@@ -229,8 +267,7 @@ class _Rules:
             return f"queue {theirs} is not preemptible"
         band = self.s.tenancy.preemption.reclaim_tolerance_band
         if may_reclaim_from(book, self.deserved, mine, theirs, band):
-            # The queues may trade; the pod's GPUs changed tenant within the cooldown.
-            return "it sits on GPUs that changed tenant within reclaimCooldownSeconds"
+            return self._protected(uid) or self._cooling(uid, mine, theirs)
         used = held(book, self.deserved, theirs)
         fair = self.deserved.get(theirs, 0.0)
         if used <= fair * (1.0 + band) + 1e-9:
@@ -342,10 +379,10 @@ def freed_nodes(
         for v in plan.victims:
             reason = rules.why_not(v.uid)
             if reason is None and veto is not None and engine.tenant(v).queue != mine:
-                # The rules allow this pod by itself; the move is refused as a whole, maybe
-                # for another queue's pods that must leave the node with it -- say so, or the
+                # The rules allow this pod by itself; the node's move is refused as a whole
+                # (maybe for another queue's pods that must leave with it) -- say so, or the
                 # refusal reads as if it were about this pod's queue.
-                reason = f"it may go alone, not with the others that must leave here: {veto}"
+                reason = f"the reclaim rule refuses this node's move as a whole: {veto}"
             gone.append(_rules_may(_victim(engine, v), reason))
         out.append({"node": name, "would_have_to_go": gone, "terminating_pods": terminating})
         if len(out) >= MAX_FREED_NODES:
