@@ -78,10 +78,12 @@ class CycleResult:
     ``deallocations``: stale ResourceClaim allocations to clear (:class:`Deallocate`).
     ``displaced``: held preemptors whose place another pod took (:class:`Displace`).
     ``reserved`` maps a large job's key to the node names held for it after this cycle.
-    ``retry_at``: the earliest later time at which a pod that a time rule kept from being a
-    victim (the minimum run before a reclaim, the reclaim cooldown) becomes one; a cycle then
-    may decide differently although nothing else changed. An adapter that runs cycles only
-    on events (the simulator) schedules one for it; None when no such rule held anything back.
+    ``retry_at``: the earliest later time at which a time rule changes what a cycle may do
+    although nothing else changed -- a pod it kept from being a victim (the minimum run before
+    a reclaim, the reclaim cooldown, a reservation's protection) becomes one, a blocked large
+    job's reservation falls due or a reservation ends, a pod group below minMember times out.
+    An adapter that runs cycles only on events (the simulator) schedules one for it; the live
+    scheduler's periodic cycles need none. None when no such rule is pending.
     """
 
     binds: list[Bind] = field(default_factory=list)

@@ -201,7 +201,14 @@ def note_blocked(session: Session, job: Job) -> None:
     if not _is_large(session, job, needed):
         return
     since = state.blocked_since.setdefault(job.key, session.now)
-    if session.now - since < cfg.reserve_after_seconds or not _starving(session, job):
+    if not _starving(session, job):
+        return
+    due = since + cfg.reserve_after_seconds
+    if session.now < due:
+        # The live scheduler's periodic cycles reserve when it is due; a replay, which runs
+        # cycles on events, asks for one then (else the reservation waits for the next
+        # event, and the job may start without it -- unprotected -- or be backfilled past).
+        session.out.retry_no_later_than(due)
         return
     res = _reserve(session, job, needed)
     if res is None:
@@ -209,6 +216,13 @@ def note_blocked(session: Session, job: Job) -> None:
     track_drain(session, res)
     state.reservations[job.key] = res
     session.drain = reservation_drain(session)
+    _wake_at_end(session, res)
+
+
+def _wake_at_end(session: Session, res: Reservation) -> None:
+    """Ask for a cycle just after ``res`` is held past :func:`hold_end` (then it is dropped
+    and what it kept out may start) -- as the live scheduler's periodic cycles would."""
+    session.out.retry_no_later_than(math.nextafter(hold_end(session, res), math.inf))
 
 
 def _starving(session: Session, job: Job) -> bool:
@@ -275,6 +289,8 @@ def expire_reservations(session: Session, pending_keys: Container[str]) -> None:
             del state.reservations[key]
             if key in pending_keys:
                 state.blocked_since[key] = now  # wait again before the next reservation
+        else:
+            _wake_at_end(session, res)
     for key in list(state.blocked_since):
         if key not in pending_keys:
             del state.blocked_since[key]
