@@ -1,5 +1,6 @@
 """Reservations over simulated time: a large gang's reservation holds until its nodes drain,
-so the gang starts once, and a job started from its reservation is not reclaimed at once."""
+so the gang starts once, and a job started from its reservation -- or again after a preemption
+tore it down -- is not reclaimed at once."""
 
 from __future__ import annotations
 
@@ -108,3 +109,39 @@ def test_a_job_started_from_its_reservation_runs_its_declared_time() -> None:
     recs = _protected_run(1800.0, declared=3000.0)
     assert all(recs[f"big{m}"].start == 500.0 and recs[f"big{m}"].preempted == 0 for m in range(8))
     assert recs["urgent"].start == 3500.0
+
+
+def _restarted_gang() -> dict[str, Any]:
+    """Queue a runs ``fill`` (8 GPUs from 0 s) and a gang of 2 x 4 GPUs (from 50 s) on two
+    8-GPU nodes. Queue b's 8-GPU pod (150 s) reclaims the gang -- the cheaper victim, 100 s
+    run -- and ends at 250 s; the gang starts again. Queue c's 8-GPU pod arrives at 400 s:
+    the gang (150 s into its second run) is again cheaper than ``fill`` (400 s). Returns the
+    records and the run attempts' outcomes per pod name."""
+    # No reclaim cooldown: the gang's GPUs changed tenant at 150 s and would otherwise be
+    # held back at 400 s for that alone.
+    engine = Engine(tenancy=parse_config({"preemption": {"reclaimCooldownSeconds": 0}}))
+    arrivals = [PodArrival(_pod("fill", "a", 8, 5000.0), 0.0, 5000.0)]
+    arrivals += [
+        PodArrival(_pod(f"g{m}", "a", 4, 3000.0, group="g", min_member=2), 50.0, 3000.0)
+        for m in range(2)
+    ]
+    arrivals.append(PodArrival(_pod("b1", "b", 8, 100.0), 150.0, 100.0))
+    arrivals.append(PodArrival(_pod("c1", "c", 8, 100.0), 400.0, 100.0))
+    nodes = [k8s_node(f"n{i}", gpus=8) for i in range(2)]
+    workload = Workload("restart", nodes, arrivals, pod_groups={"a/g": 2})
+    result = Simulation(workload, engine).run()
+    outcomes: dict[str, list[str]] = {}
+    for a in result.runs:
+        outcomes.setdefault(a.name, []).append(a.outcome)
+    return {"records": {r.pod.name: r for r in result.records}, "outcomes": outcomes}
+
+
+def test_a_gang_torn_down_by_a_preemption_is_protected_when_it_starts_again() -> None:
+    run = _restarted_gang()
+    recs, outcomes = run["records"], run["outcomes"]
+    # Torn down once by b's reclaim, started again at 250 s and protected for its declared
+    # 3000 s: c takes fill instead (unprotected, the gang went again and started a third time).
+    assert outcomes["g0"] == outcomes["g1"] == ["preempted", "completed"]
+    assert recs["g0"].start == recs["g1"].start == 250.0
+    assert recs["c1"].start == 400.0
+    assert outcomes["fill"] == ["preempted", "completed"]

@@ -44,6 +44,8 @@ class EngineState:
     GPU (node name, device) last changed tenant through a reclaim (the reclaim cooldown);
     ``runtimes``: observed run times (drain estimates for pods that declare none);
     ``protected``: until when a pod started from a reservation is no preemption victim;
+    ``torn_down``: pod groups a preemption tore down since they last started (protected when
+    they start again);
     ``pool_demand``: GPU demand per queue and pool set (pool-aware fair shares);
     ``backfill``: backfill masks of GPU pods for the current reservations and drain times;
     ``reclaimed``: when queue A last reclaimed from queue B on a node, by (node, A, B);
@@ -62,6 +64,7 @@ class EngineState:
     preemptions: int = 0
     runtimes: ObservedRuntimes = field(default_factory=ObservedRuntimes)
     protected: dict[str, float] = field(default_factory=dict)
+    torn_down: set[str] = field(default_factory=set)
     pool_demand: PoolDemandIndex = field(default_factory=PoolDemandIndex)
     backfill: dict[tuple[str | None, float | None], np.ndarray] = field(default_factory=dict)
     reclaimed: dict[tuple[str, str, str], float] = field(default_factory=dict)

@@ -26,7 +26,7 @@ from fairgpu.engine.actions.backfill import allowed, backfill_key
 from fairgpu.engine.actions.gang_screen import bound_over_time, members_bound
 from fairgpu.engine.actions.order import QueueOrder
 from fairgpu.engine.actions.preempt import VictimPolicy, take_search
-from fairgpu.engine.actions.reserve import note_blocked, note_placed
+from fairgpu.engine.actions.reserve import note_blocked, note_placed, note_torn_down
 from fairgpu.engine.actions.settle import settle_followers
 from fairgpu.engine.decisions import Unschedulable
 from fairgpu.engine.framework import Code
@@ -367,6 +367,8 @@ def _commit(session: Session, job: Job, stmt: Statement, first: str, rules: Rule
     for e in stmt.evicted:
         changed.add(session.resolver.resolve(e.victim).queue)
     evicted = bool(stmt.evicted)
+    if evicted and rules.reserve:  # what ran and goes (a displaced held pod ran nothing)
+        note_torn_down(session, [e.victim for e in stmt.evicted if e.placement.bound])
     placed = {a.pod.uid for a in stmt.placed}
     for a in stmt.placed:
         rules.victims.placed(a.pod)
