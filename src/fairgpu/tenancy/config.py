@@ -233,7 +233,8 @@ class Starvation(_Model):
     ``reservedMinRuntimeSeconds`` (default 1800) and ``reservedMaxRuntimeSeconds`` (default
     14400): a job started from its reservation is no preemption victim -- neither of reclaim
     nor of priority inside its queue -- before it has run its declared run time, at least
-    the minimum and at most the maximum (the minimum when it declares none). Evicting it
+    the minimum and at most the maximum (the minimum when it declares none); so is a pod group
+    starting again after a preemption tore it down. Evicting it
     sooner throws away its run and the GPU time its nodes stood idle while draining for it.
     On the built-in demo (seed 0), half an hour of protection alone only postponed the loss:
     the reserved jobs were reclaimed at 1 800 s on the dot, and lost GPU time grew from 13%

@@ -15,7 +15,9 @@ times of the pods there, else the run time observed for their queue
 job starts or leaves. A job started from its reservation is no preemption victim until it has
 run its declared run time, within ``reservedMinRuntimeSeconds`` and
 ``reservedMaxRuntimeSeconds`` (:func:`protected_until`): evicting it sooner would waste
-both its run and the idle GPU time its nodes spent draining for it.
+both its run and the idle GPU time its nodes spent draining for it. So is a pod group that
+starts again after a preemption tore it down (:func:`note_torn_down`): a second teardown
+would waste a second run.
 
 The reservation is also dropped as soon as its queue is no longer below its fair share while
 another queue is (:func:`_sated`): a queue that made one while just below its share, then
