@@ -10,8 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from fairgpu.cli import app
+from fairgpu.engine.engine import Engine
+from fairgpu.kube.explain import _order
 from fairgpu.kube.replay import busiest_instant, find_pod
 from fairgpu.sim.rerun import RunSpec, load_run
+from tests.builders import cluster, k8s_pod, node_info
 
 runner = CliRunner()
 
@@ -335,3 +338,22 @@ def _if_freed(
     assert result.exit_code == 0, result.output
     lines = [x.strip() for x in result.output.splitlines() if x.strip().startswith("gpu-")]
     return {x.split(":")[0]: x for x in lines}
+
+
+def test_explain_names_a_reclaim_that_would_reverse_another() -> None:
+    """Queue b reclaimed node n0 from queue a at 900 s and holds all of it (8 GPUs, its fair
+    share 4). At 1 000 s a's pod may reclaim from b by the shares, but taking b's pods on n0
+    back within the cooldown would reverse that reclaim: explain names that rule (b's GPUs
+    did not change tenant through a reclaim: the cooling rule does not apply)."""
+    engine = Engine()
+    state = cluster(node_info("n0", gpus=8))
+    for i in range(2):
+        b = k8s_pod(f"b{i}", "b", gpus="4", cpu="1")
+        state.assign(b, 0, tuple(range(4 * i, 4 * i + 4)), 0.0).bound = True
+    engine.state.reclaimed[("n0", "b", "a")] = 900.0
+    a1 = k8s_pod("a1", "a", gpus="4", cpu="1")
+    _, rules = _order(engine, state, [a1], a1, 1000.0)
+    assert rules.why_not("b/b0") == (
+        "queue b reclaimed node n0 from queue a at t=900 s; taking it back within "
+        "reclaimCooldownSeconds (600) would reverse that"
+    )
