@@ -105,3 +105,55 @@ def test_no_tenant_below_its_demand_is_left_room_it_could_take_alone(
         more = shares.get(tenant, 0) + len(want) + 1
         if more <= wanted:
             assert not net.fits({**shares, tenant: more}), (tenant, shares)
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=instances(), scale=st.sampled_from([1, 1000]), grow=st.integers(-40, 60))
+def test_a_kept_answer_is_a_fresh_solve_up_to_its_rounding(
+    case: tuple[dict[str, int], list[PoolDemand], dict[str, float]], scale: int, grow: int
+) -> None:
+    """When only one tenant's demand moves, the answer kept for the old demands (if
+    ``_same_answer`` keeps it) is what a fresh solve gives, up to one unit of its rounding."""
+    capacity, demands, weight = case
+    capacity = {p: c * scale for p, c in capacity.items()}
+    demands = [PoolDemand(d.tenant, d.pools, d.amount * scale) for d in demands]
+    before = pool_fair_shares(capacity, demands, weight)
+    moved = demands[0]
+    now = [PoolDemand(moved.tenant, moved.pools, max(0, moved.amount + grow * scale))]
+    now += demands[1:]
+    kept = pool_share._same_answer(demands, now, before)
+    if kept is None:
+        return
+    fresh = pool_fair_shares(capacity, now, weight)
+    assert kept.keys() == fresh.keys()
+    assert all(abs(kept[t] - fresh[t]) <= 1 for t in kept)
+
+
+def test_the_index_solves_again_only_when_a_capped_demand_is_not_all_that_moved() -> None:
+    """Pool a (16 GPUs) is shared by x (a flood: one class, far above its share) and y; the
+    flood asking one pod fewer keeps the answer without a solve; y's demand moving (y is at
+    its demand) or x's falling near its share needs one."""
+    index = PoolDemandIndex()
+    gpus = np.array([8, 8])
+    index.reset("v1", gpus, gpus * 1000)
+    mask = np.array([True, True])
+    pods = {f"x{i}": ("x", 1000) for i in range(40)} | {"y0": ("y", 4000)}
+
+    def describe(uid: str) -> tuple[str, object, object, int]:
+        queue, milli = pods[uid]
+        return queue, "a", lambda: mask, milli
+
+    solves: list[int] = []
+    with pytest.MonkeyPatch.context() as mp:
+        real = pool_share.pool_fair_shares
+        mp.setattr(pool_share, "pool_fair_shares", lambda *a: solves.append(1) or real(*a))
+        index.update(pods.keys(), describe)
+        assert index.shares({}) == {"x": 12000, "y": 4000} and len(solves) == 1
+        index.update(pods.keys() - {"x0"}, describe)  # the flood: one pod fewer
+        assert index.shares({}) == {"x": 12000, "y": 4000} and len(solves) == 1
+        pods["y1"] = ("y", 2000)  # y asks more: its share moves
+        index.update(pods.keys() - {"x0"}, describe)
+        assert index.shares({}) == {"x": 10000, "y": 6000} and len(solves) == 2
+        left = {"y0", "y1"} | {f"x{i}" for i in range(30, 40)}  # x: 10 GPUs, its share
+        index.update(left, describe)
+        assert index.shares({}) == {"x": 10000, "y": 6000} and len(solves) == 3

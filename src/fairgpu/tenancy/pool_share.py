@@ -276,6 +276,7 @@ class PoolDemandIndex:
         self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> (queue, mask id, milli)
         self._sums: dict[tuple[str, int], int] = {}
         self._cache: dict[tuple[object, ...], dict[str, int]] = {}
+        self._last: tuple[list[PoolDemand], tuple[object, ...], dict[str, int]] | None = None
 
     def reset(self, version: object, gpus: np.ndarray, milli: np.ndarray) -> None:
         """Nodes as they are now: GPUs and GPU milli per node slot (0 where inactive). A new
@@ -297,6 +298,7 @@ class PoolDemandIndex:
     def _partition(self) -> None:
         pools, self._usable = node_pools(self._masks, self._gpus)
         self._cache.clear()
+        self._last = None
         self.capacity = {f"p{i}": int(self._milli[nodes].sum()) for i, nodes in enumerate(pools)}
 
     def update(
@@ -331,14 +333,19 @@ class PoolDemandIndex:
 
     def shares(self, weight: Mapping[str, float]) -> dict[str, int]:
         """:func:`pool_fair_shares` of the current demands (the last few answers cached:
-        between cycles the demands often come back to an earlier state)."""
+        between cycles the demands often come back to an earlier state), or the last answer
+        when only demands it capped below what they ask have moved (:func:`_same_answer`)."""
         demands = self.demands()
-        key = (tuple(demands), tuple(sorted(weight.items())))
+        weights = tuple(sorted(weight.items()))
+        key = (tuple(demands), weights)
         got = self._cache.get(key)
+        if got is None and self._last is not None and self._last[1] == weights:
+            got = _same_answer(self._last[0], demands, self._last[2])
         if got is None:
             if len(self._cache) >= 64:
                 self._cache.clear()
             got = self._cache[key] = pool_fair_shares(self.capacity, demands, weight)
+        self._last = (demands, weights, got)
         return got
 
     def queue_demand(self) -> dict[str, int]:
@@ -348,3 +355,37 @@ class PoolDemandIndex:
             if queue and milli > 0:
                 out[queue] = out.get(queue, 0) + milli
         return out
+
+
+#: How far (in units) a tenant's demand must stay above its share, before and after it
+#: moves, for :func:`_same_answer` to keep the share: more than the solve's rounding.
+CAPPED_MARGIN = 1000
+
+
+def _same_answer(
+    before: Sequence[PoolDemand], now: Sequence[PoolDemand], share: Mapping[str, int]
+) -> dict[str, int] | None:
+    """``share`` (the answer for ``before``) when it is also the answer for ``now``, else
+    None.
+
+    It is when the demands differ only in amounts of tenants that have one demand (one set
+    of pools) and ask more than their share, before and after, by :data:`CAPPED_MARGIN`:
+    such a tenant's share is set by the pools it shares, not by its demand, and the
+    max-min fair allocation depends on a demand only through the smaller of it and the
+    share (the allocation stays feasible and every tenant stays bottlenecked where it was).
+    A flood's queue asks for one pod fewer each cycle, far above its share: no solve. A
+    fresh solve can differ from the kept answer by its own rounding (one unit, the
+    bisection's step), never more."""
+    if len(before) != len(now):
+        return None
+    classes: dict[str, int] = {}
+    for d in now:
+        classes[d.tenant] = classes.get(d.tenant, 0) + 1
+    for old, new in zip(before, now, strict=True):
+        if old.tenant != new.tenant or old.pools != new.pools:
+            return None
+        if old.amount != new.amount:
+            got = share.get(new.tenant, 0)
+            if classes[new.tenant] != 1 or min(old.amount, new.amount) < got + CAPPED_MARGIN:
+                return None
+    return dict(share)
