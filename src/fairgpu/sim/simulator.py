@@ -147,9 +147,10 @@ class Simulation:
         self._seq += 1
 
     def _schedule_wake(self, when: float | None) -> None:
-        """A cycle at ``when``, when a pod held back by a time rule becomes a victim: the live
-        scheduler's periodic cycles would try again then; without it a replay waits for the
-        next arrival or completion."""
+        """A cycle at ``when``, when a time rule changes what a cycle may do (a held-back pod
+        becomes a victim, a reservation falls due or ends, a pod group times out:
+        :attr:`~fairgpu.engine.decisions.CycleResult.retry_at`): the live scheduler's periodic
+        cycles would act then; without it a replay waits for the next arrival or completion."""
         if when is None or when <= self.now:
             return
         if self._wake_at is not None and self._wake_at <= when:
