@@ -236,3 +236,27 @@ def test_queue_orders() -> None:
     second = fair.pop()
     assert second is not None and second.key == "a/a1"  # now b holds as much as a
     assert np.isclose(s.book.queue_share("a"), s.book.queue_share("b"))
+
+
+def test_a_queue_without_nominal_quota_is_unlimited_and_admits_anything() -> None:
+    """Dynamic mode: a queue without a nominal quota skips the quota checks (nothing caps
+    it: a borrowing limit bounds only what goes beyond a quota); one with a quota, or any
+    queue in static mode, is checked -- and refused when over."""
+    config = parse_config(
+        {
+            "queues": [
+                {"name": "free"},
+                {"name": "capped", "quota": {"gpu": 2}, "borrowingLimit": {"gpu": 0}},
+                {"name": "no-quota", "borrowingLimit": {"gpu": 1}},
+            ]
+        }
+    )
+    book = QueueBook(config, TenantResolver(config))
+    big = np.zeros_like(book.used("free"))
+    big[:] = 1e9
+    assert book.unlimited("free") and book.unlimited("unconfigured")
+    assert book.never_fits("free", big) is None and book.admit("free", big) is None
+    assert not book.unlimited("capped") and book.never_fits("capped", big) is not None
+    assert book.unlimited("no-quota") and book.admit("no-quota", big) is None
+    static = parse_config({"mode": "static", "queues": [{"name": "free"}]})
+    assert not QueueBook(static, TenantResolver(static)).unlimited("free")

@@ -133,6 +133,7 @@ class QueueBook:
         self.resolver = resolver
         self.static = config.mode == "static"
         self.limits: dict[str, QueueLimits] = {q.name: _limits(q) for q in config.queues}
+        self._unlimited: dict[str, bool] = {}
         self.entries: dict[str, Entry] = {}
         self.usage: dict[str, np.ndarray] = {}
         self.parent_usage: dict[str, np.ndarray] = {}
@@ -405,8 +406,23 @@ class QueueBook:
         top: np.ndarray = nominal + lim.borrowing  # inf where either is unset
         return top
 
+    def unlimited(self, queue: str) -> bool:
+        """May ``queue`` hold anything? (Dynamic mode and no nominal quota -- a borrowing
+        limit bounds only what goes beyond one --: :meth:`never_fits` and :meth:`admit`
+        always pass.) Known per queue for the book's life: its limits do not change."""
+        got = self._unlimited.get(queue)
+        if got is None:
+            lim = self.queue_limits(queue)
+            top = lim.nominal + lim.borrowing
+            got = self._unlimited[queue] = not (self.static or lim.has_quota) and bool(
+                np.isinf(top).all()
+            )
+        return got
+
     def never_fits(self, queue: str, vec: np.ndarray) -> str | None:
         """A reason if ``vec`` alone exceeds what ``queue`` may ever hold."""
+        if self.unlimited(queue):
+            return None
         top = self.max_usage(queue)
         over = np.flatnonzero(vec > top + 1e-6)
         if over.size == 0:
@@ -420,6 +436,8 @@ class QueueBook:
 
     def admit(self, queue: str, vec: np.ndarray) -> str | None:
         """None if ``queue`` may take ``vec`` more now; otherwise the reason it may not."""
+        if self.unlimited(queue):
+            return None
         lim = self.queue_limits(queue)
         after = self.used(queue) + vec
         top = self.max_usage(queue)
