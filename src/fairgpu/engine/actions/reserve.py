@@ -381,11 +381,17 @@ def _explain(session: Session) -> None:
     nodes. The time is absolute, so the reason stays the same from cycle to cycle."""
     notes: dict[str, str] = {}
     reservations = session.state.reservations
+    owner = _held_pods(session)
     for item in session.out.unschedulable:
-        group = session.resolver.pod_group(item.pod)
-        key = group.key if group is not None else item.pod.uid
-        if key not in reservations:
-            key = item.pod.uid  # a member of a group that already runs goes alone
+        if owner is not None:
+            key = owner.get(item.pod.uid)
+            if key is None:
+                continue
+        else:
+            group = session.resolver.pod_group(item.pod)
+            key = group.key if group is not None else item.pod.uid
+            if key not in reservations:
+                key = item.pod.uid  # a member of a group that already runs goes alone
         res = reservations.get(key)
         if res is None:
             continue
@@ -393,6 +399,25 @@ def _explain(session: Session) -> None:
         if note is None:
             note = notes[key] = _hold_note(session, res)
         item.reason += note
+
+
+def _held_pods(session: Session) -> dict[str, str] | None:
+    """The reservation key of each pending pod a reservation holds nodes for -- a group's
+    members by the group's key, a pod alone (or a member of a group that already runs) by
+    its uid --, from the backlog's groups; None without a backlog. A cycle reports many
+    pending pods and few are held for: each is looked up, not resolved to its group."""
+    backlog = session.backlog
+    if backlog is None:
+        return None
+    owner: dict[str, str] = {}
+    for key in session.state.reservations:
+        members = backlog.groups.get(key)
+        if members is None:
+            owner.setdefault(key, key)
+            continue
+        for pod in members.values():
+            owner[pod.uid] = key
+    return owner
 
 
 def _hold_note(session: Session, res: Reservation) -> str:
