@@ -260,3 +260,15 @@ def test_a_queue_without_nominal_quota_is_unlimited_and_admits_anything() -> Non
     assert book.unlimited("no-quota") and book.admit("no-quota", big) is None
     static = parse_config({"mode": "static", "queues": [{"name": "free"}]})
     assert not QueueBook(static, TenantResolver(static)).unlimited("free")
+
+
+def test_dominant_share_counts_only_resources_the_cluster_has_and_follows_its_capacity() -> None:
+    config = parse_config({})
+    book = QueueBook(config, TenantResolver(config))
+    vec = np.array([1.0, 8.0, 1.0, 0.0])
+    book.capacity = np.array([10.0, 0.0, 5.0, 0.0])  # no memory, no GPUs
+    assert book.dominant(vec) == 0.2
+    book.capacity = np.array([10.0, 10.0, 5.0, 1.0])  # nodes joined: a new capacity
+    assert book.dominant(vec) == 0.8
+    book.capacity = np.zeros(4)
+    assert book.dominant(vec) == 0.0

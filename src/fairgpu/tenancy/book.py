@@ -134,6 +134,7 @@ class QueueBook:
         self.static = config.mode == "static"
         self.limits: dict[str, QueueLimits] = {q.name: _limits(q) for q in config.queues}
         self._unlimited: dict[str, bool] = {}
+        self._dominant_by: tuple[np.ndarray, np.ndarray | None, np.ndarray, bool] | None = None
         self.entries: dict[str, Entry] = {}
         self.usage: dict[str, np.ndarray] = {}
         self.parent_usage: dict[str, np.ndarray] = {}
@@ -314,10 +315,16 @@ class QueueBook:
     def dominant(self, vec: np.ndarray) -> float:
         """Dominant resource share of ``vec`` against cluster capacity."""
         cap = self.capacity
-        ok = cap > 0
-        if not ok.any():
+        known = self._dominant_by
+        if known is None or known[0] is not cap:
+            # Which resources the cluster has, once per capacity (a new array when it
+            # changes): the same quotients as before, fewer array operations per call.
+            has = cap > 0
+            known = self._dominant_by = (cap, None if has.all() else has, cap[has], bool(has.any()))
+        _, which, positive, some = known
+        if not some:
             return 0.0
-        return float((vec[ok] / cap[ok]).max(initial=0.0))
+        return float(((vec if which is None else vec[which]) / positive).max(initial=0.0))
 
     def queue_share(self, queue: str, delta: np.ndarray | None = None) -> float:
         """Weighted dominant share of ``queue`` (optionally with ``delta`` added)."""
