@@ -17,11 +17,14 @@ from fairgpu.engine.preemption import find_preemption
 from fairgpu.engine.victim_cost import (
     RunningGangs,
     VictimCost,
+    _copies_per_node,
+    copies_on_node,
     lost_work,
     remaining,
     time_to_fit,
     waiting_is_cheaper,
 )
+from fairgpu.model.gpu import GpuRequest
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy import parse_config
 from fairgpu.tenancy.resolve import LABEL_POD_GROUP
@@ -359,3 +362,39 @@ def test_the_waiting_reason_names_when_room_frees_and_stays_the_same_while_it_wa
     at_120 = engine().cycle(_one_victim(duration=150), [small], 120.0).unschedulable[0].reason
     assert "than waiting until t=150 s, when declared run times free room" in at_100
     assert at_120 == at_100
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    nodes=st.integers(1, 5),
+    devices=st.integers(1, 8),
+    gpu=st.builds(
+        GpuRequest,
+        count=st.integers(1, 4),
+        milli=st.sampled_from([250, 500, 1000]),
+        memory_mib=st.sampled_from([0, 0, 4096, 20000]),
+    ),
+)
+def test_copies_of_all_nodes_at_once_are_each_nodes_copies(
+    data: st.DataObject, nodes: int, devices: int, gpu: GpuRequest
+) -> None:
+    """The vectorised count :func:`time_to_fit` starts from equals :func:`copies_on_node`
+    row by row, whole and shared asks alike, with and without memory per copy."""
+    cells = st.lists(st.integers(-100, 1000), min_size=devices, max_size=devices)
+    milli = np.array(data.draw(st.lists(cells, min_size=nodes, max_size=nodes)), dtype=np.int64)
+    memory = np.array(
+        data.draw(
+            st.lists(
+                st.lists(st.integers(0, 81920), min_size=devices, max_size=devices),
+                min_size=nodes,
+                max_size=nodes,
+            )
+        ),
+        dtype=np.int64,
+    )
+    need = data.draw(st.lists(st.sampled_from([0, 4096, 81920]), min_size=nodes, max_size=nodes))
+    pod = pod_info("p", gpus=gpu.count)
+    pod.gpu = gpu
+    rows = _copies_per_node(pod, milli, memory, need)
+    assert rows == [copies_on_node(pod, milli[i], memory[i], need[i]) for i in range(nodes)]

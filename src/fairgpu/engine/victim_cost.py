@@ -265,33 +265,55 @@ def time_to_fit(
     if pod.gpu.count == 0:
         return math.inf
     nodes = np.flatnonzero(mask[: cluster.size])
-    milli = {int(n): cluster.device_milli_free[n].astype(np.int64) for n in nodes}
-    memory = {int(n): cluster.device_memory_free[n].copy() for n in nodes}
-    for n in milli:
-        gone = ~cluster.device_exists[n]
-        milli[n][gone] = 0
-        memory[n][gone] = 0
-    need = {n: cluster.device_memory_for(pod, n) for n in milli}
-    fit = {n: copies_on_node(pod, milli[n], memory[n], need[n]) for n in milli}
-    total = sum(fit.values())
+    row = {int(n): i for i, n in enumerate(nodes.tolist())}
+    # One row per node of the mask (free device milli and memory; absent devices hold none).
+    milli = cluster.device_milli_free[nodes].astype(np.int64)
+    memory = cluster.device_memory_free[nodes].copy()
+    gone = ~cluster.device_exists[nodes]
+    milli[gone] = 0
+    memory[gone] = 0
+    need = [cluster.device_memory_for(pod, n) for n in row]
+    fit = _copies_per_node(pod, milli, memory, need)
+    total = sum(fit)
     if total >= copies:
         return math.inf
     soonest = (
-        _declared_ends(cluster, milli, now)
-        if ends is None
-        else (e for e in ends() if e[1] in milli)
+        _declared_ends(cluster, row, now) if ends is None else (e for e in ends() if e[1] in row)
     )
+    width = milli.shape[1]
     for end, n, pl in soonest:
+        i = row[n]
         for d in pl.devices:
-            if 0 <= d < milli[n].size:
-                milli[n][d] += pl.device_milli
-                memory[n][d] += pl.device_memory
-        again = copies_on_node(pod, milli[n], memory[n], need[n])
-        total += again - fit[n]
-        fit[n] = again
+            if 0 <= d < width:
+                milli[i, d] += pl.device_milli
+                memory[i, d] += pl.device_memory
+        again = copies_on_node(pod, milli[i], memory[i], need[i])
+        total += again - fit[i]
+        fit[i] = again
         if total >= copies:
             return max(0.0, end - now)
     return math.inf
+
+
+def _copies_per_node(
+    pod: PodInfo, milli: np.ndarray, memory: np.ndarray, need: list[int]
+) -> list[int]:
+    """:func:`copies_on_node` of every row of ``milli``/``memory`` (one node each, ``need``
+    its device memory per copy), computed for all rows at once."""
+    gpu = pod.gpu
+    count = max(1, gpu.count)
+    if gpu.is_whole:
+        whole: list[int] = (np.count_nonzero(milli >= WHOLE, axis=1) // count).tolist()
+        return whole
+    per = milli // max(1, gpu.milli)
+    mem = np.asarray(need, dtype=np.int64)
+    some = mem > 0
+    if some.any():
+        # memory // need where a copy needs memory; rows that need none keep ``per``.
+        by_memory = memory // np.where(some, mem, 1)[:, None]
+        per = np.where(some[:, None], np.minimum(per, by_memory), per)
+    shared: list[int] = (per.clip(min=0).sum(axis=1) // count).tolist()
+    return shared
 
 
 def declared_ends(cluster: ClusterState, now: float) -> list[tuple[float, int, Placement]]:
