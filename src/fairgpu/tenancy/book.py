@@ -141,6 +141,9 @@ class QueueBook:
         self.user_usage: dict[tuple[str, str], np.ndarray] = {}
         self.ns_usage: dict[str, np.ndarray] = {}
         self.queue_pods: dict[str, set[str]] = {}
+        # How often each queue's pods were added or removed (never reset): a queue whose
+        # count is the same holds the same pods.
+        self.queue_changes: dict[str, int] = {}
         self.group_running: dict[str, set[str]] = {}
         self.ns_caps: dict[str, np.ndarray] = {}
         for ns, caps in config.namespace_quotas.items():
@@ -280,6 +283,7 @@ class QueueBook:
         self.entries[uid] = entry
         self._apply(entry, +1)
         self.queue_pods.setdefault(tenant.queue, set()).add(uid)
+        self.queue_changes[tenant.queue] = self.queue_changes.get(tenant.queue, 0) + 1
         if entry.group:
             self.group_running.setdefault(entry.group, set()).add(uid)
 
@@ -289,6 +293,8 @@ class QueueBook:
         if entry is not None:
             self._apply(entry, -1)
             self.queue_pods.get(entry.tenant.queue, set()).discard(uid)
+            queue = entry.tenant.queue
+            self.queue_changes[queue] = self.queue_changes.get(queue, 0) + 1
             if entry.group:
                 self.group_running.get(entry.group, set()).discard(uid)
         return entry

@@ -200,6 +200,8 @@ class FairVictims:
         self._sets: dict[tuple[object, ...], _Pools] = {}
         self._waits: dict[tuple[object, ...], float] = {}
         self._ends: tuple[tuple[int, int, int], list[tuple[float, int, Placement]]] | None = None
+        self._kept: dict[tuple[object, ...], tuple[list[str], float, dict[str, float]]] = {}
+        self._noted = 0  # reclaims committed in this cycle (they change cooldowns)
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -237,6 +239,7 @@ class FairVictims:
         moved = self._moves.pop(pod.uid, None)
         if moved is None:
             return
+        self._noted += 1
         s = self.s
         note_reclaims(s.state, s.resolver.resolve(pod).queue, self._flows.pop(pod.uid), s.now)
         pl = s.cluster.placements.get(pod.uid)
@@ -445,9 +448,8 @@ class FairVictims:
         min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
         sets: list[tuple[str, list[str]]] = []
         for other in self._reclaimable_queues(queue):
-            pool = s.book.queue_pods[other]
-            ok, soonest = self._reclaimable(pool, other, queue, min_run, held)
-            if len(ok) < len(pool) and soonest < np.inf:
+            ok, soonest = self._reclaimable_kept(other, queue, min_run, held)
+            if len(ok) < len(s.book.queue_pods[other]) and soonest < np.inf:
                 # Pods held back only by time (too young to reclaim, or on GPUs cooling
                 # down) become victims later: the first such moment.
                 held.at = min(held.at, float(soonest))
@@ -460,6 +462,32 @@ class FairVictims:
                     f"tenant within reclaimCooldownSeconds ({cfg.reclaim_cooldown_seconds:g})",
                 )
         return sets
+
+    def _reclaimable_kept(
+        self, other: str, queue: str, min_run: float, held: HeldBack
+    ) -> tuple[list[str], float]:
+        """:meth:`_reclaimable` of ``other``'s pods, computed again only when what it reads
+        may have changed since the last time in this cycle (``now`` is fixed): ``other``'s
+        pods (the book counts their changes; a pod placed or evicted in this cycle is one),
+        a committed reclaim (cooldowns, reversals -- a GPU shared with a victim changes
+        tenant too), a displaced held pod. Between, a cycle places pods of other queues,
+        which it does not read. The pods it holds back go to ``held`` either way."""
+        s = self.s
+        key = (
+            other,
+            queue,
+            min_run,
+            s.book.queue_changes.get(other, 0),
+            self._noted,
+            len(s.displaced_nodes),
+        )
+        got = self._kept.get(key)
+        if got is None:
+            later = HeldBack()
+            ok, soonest = self._reclaimable(s.book.queue_pods[other], other, queue, min_run, later)
+            got = self._kept[key] = (ok, soonest, later.pods)
+        held.pods.update(got[2])
+        return got[0], got[1]
 
     def _reclaimable(
         self,
