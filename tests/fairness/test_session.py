@@ -14,6 +14,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.actions.kube_default_victims import KubeDefaultVictims
 from fairgpu.engine.actions.order import FairOrder, KubeDefaultOrder, lanes
 from fairgpu.engine.actions.preempt import FairVictims, HeldBack, eligible_victim
+from fairgpu.engine.actions.reserve import note_torn_down
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.session import Session
@@ -299,3 +300,20 @@ def test_reclaimable_pods_are_worked_out_again_when_a_reclaim_or_the_queue_chang
     stmt = session.statement()
     stmt.evict(state.pods["a/a0"], None, "test", "reclaim")
     assert victims._reclaimable_kept("a", "b", 60.0, HeldBack())[0] == ["a/a2"]
+
+
+def test_only_a_group_left_with_no_member_running_counts_as_torn_down() -> None:
+    """An elastic group (3 members, minMember 2) that loses one member still runs: no
+    restart protection is owed; evicting every member tears it down."""
+    members = [pod_info(f"g{i}", "a", group="g", min_member=2) for i in range(3)]
+    state = cluster(node_info("n1", gpus=4), placed=[(p, "n1", 0.0) for p in members])
+    engine = Engine()
+    session = engine.session(state, 100.0)
+    stmt = session.statement()
+    stmt.evict(members[0], None, "test", "reclaim")
+    note_torn_down(session, [members[0]])
+    assert session.state.torn_down == set()
+    for p in members[1:]:
+        stmt.evict(p, None, "test", "reclaim")
+    note_torn_down(session, members[1:])
+    assert session.state.torn_down == {"a/g"}

@@ -189,9 +189,11 @@ def note_torn_down(session: Session, victims: Iterable[PodInfo]) -> None:
     again 1 017 s after its restart, by another queue). Kept by group key, which a job
     controller's new pods share, until the group starts again or is gone
     (:func:`expire_reservations`)."""
+    running = session.book.group_running  # the statement's evictions already show here
     for pod in victims:
         ref = session.resolver.pod_group(pod)
-        if ref is not None:
+        # A member beyond minMember of an elastic group goes alone: the group still runs.
+        if ref is not None and not running.get(ref.key):
             session.state.torn_down.add(ref.key)
 
 
