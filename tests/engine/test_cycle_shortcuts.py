@@ -230,7 +230,7 @@ def test_reclaimable_pods_in_one_pass_are_the_rules_per_pod(case: dict[str, Any]
     plain, uids = _session(case)
     want = _rules_as_written(plain, FairVictims(plain, {}), uids, min_run)
     fast, _ = _session(case)
-    got, soonest = FairVictims(fast, {})._reclaimable(uids, "a", "b", min_run)
+    got, soonest = FairVictims(fast, {})._reclaimable(uids, "a", "b", min_run, {})
     if len(got) < len(uids) and soonest < np.inf:
         fast.out.retry_no_later_than(float(soonest))  # as _reclaim_sets asks for it
     assert got == want

@@ -133,7 +133,6 @@ class QueueBook:
         self.resolver = resolver
         self.static = config.mode == "static"
         self.limits: dict[str, QueueLimits] = {q.name: _limits(q) for q in config.queues}
-        self._unlimited: dict[str, bool] = {}
         self._dominant_by: tuple[np.ndarray, np.ndarray | None, np.ndarray, bool] | None = None
         self.entries: dict[str, Entry] = {}
         self.usage: dict[str, np.ndarray] = {}
@@ -420,17 +419,10 @@ class QueueBook:
         return top
 
     def unlimited(self, queue: str) -> bool:
-        """May ``queue`` hold anything? (Dynamic mode and no nominal quota -- a borrowing
-        limit bounds only what goes beyond one --: :meth:`never_fits` and :meth:`admit`
-        always pass.) Known per queue for the book's life: its limits do not change."""
-        got = self._unlimited.get(queue)
-        if got is None:
-            lim = self.queue_limits(queue)
-            top = lim.nominal + lim.borrowing
-            got = self._unlimited[queue] = not (self.static or lim.has_quota) and bool(
-                np.isinf(top).all()
-            )
-        return got
+        """May ``queue`` hold anything? (Dynamic mode and no nominal quota -- every
+        resource of :meth:`max_usage` is then ``inf``, whatever the borrowing limit --:
+        :meth:`never_fits` and :meth:`admit` always pass.)"""
+        return not (self.static or self.queue_limits(queue).has_quota)
 
     def never_fits(self, queue: str, vec: np.ndarray) -> str | None:
         """A reason if ``vec`` alone exceeds what ``queue`` may ever hold."""

@@ -483,9 +483,9 @@ class FairVictims:
         )
         got = self._kept.get(key)
         if got is None:
-            later = HeldBack()
+            later: dict[str, float] = {}
             ok, soonest = self._reclaimable(s.book.queue_pods[other], other, queue, min_run, later)
-            got = self._kept[key] = (ok, soonest, later.pods)
+            got = self._kept[key] = (ok, soonest, later)
         held.pods.update(got[2])
         return got[0], got[1]
 
@@ -495,14 +495,14 @@ class FairVictims:
         other: str,
         queue: str,
         min_run: float,
-        held: HeldBack | None = None,
+        later: dict[str, float],
     ) -> tuple[list[str], float]:
         """The pods of ``pool`` (queue ``other``) that ``queue`` may reclaim, sorted: eligible
         victims (:func:`eligible_victim`) not on cooling GPUs, whose reclaim would not reverse
         one ``other`` made from ``queue`` there and not protected by a reservation they
         started from; and the first later moment at which a bound pod of ``pool`` has run
         ``min_run`` and its GPUs have cooled down, or a protection ends (``inf``: none). The
-        pods only those time rules keep out go to ``held``. One pass with the cycle's
+        pods only those time rules keep out go to ``later`` (uid -> when). One pass with the cycle's
         constants bound once; each rule is asked only while the earlier ones hold, as they
         have effects (forgotten entries)."""
         s = self.s
@@ -516,7 +516,6 @@ class FairVictims:
         recent, expired = self._reversals(other, queue) if state.reclaimed else (set(), {})
         ok: list[str] = []
         soonest = np.inf
-        later = held.pods if held is not None else {}
         for u in pool:
             if u in placed_now:
                 continue
