@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fairgpu.engine.engine import Engine
+from fairgpu.model.pod import LABEL_USER
 from fairgpu.sim.results import gang_qualification, pool_eligibility
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import PodArrival, Workload
@@ -41,3 +42,38 @@ def test_a_gang_qualifies_when_its_tenant_plus_the_gang_is_within_its_fair_share
     assert b["qualified"] and b["wait_s"] == pytest.approx(0.0, abs=1.0)
     assert (a["tenant"], a["gpus"], a["held_gpus"], a["fair_gpus"]) == ("a", 2.0, 6.0, 6.0)
     assert not a["qualified"] and a["wait_s"] == pytest.approx(90.0, abs=1.0)
+
+
+def _user_gang(name: str, user: str, at: float, gpus: str) -> list[PodArrival]:
+    out = []
+    for i in range(2):
+        labels = {"fairgpu.io/pod-group": name, LABEL_USER: user}
+        pod = gpu_pod(f"{name}-{i}", namespace="a", gpus=gpus, labels=labels)
+        pod.annotations["fairgpu.io/min-member"] = "2"
+        out.append(PodArrival(pod, at, 100.0))
+    return out
+
+
+def test_work_its_user_queued_first_takes_the_share_before_a_gang() -> None:
+    """8 GPUs. Queue b runs 6 one-GPU pods from t=0 for 300 s. At 10 s queue a's user u
+    queues a 2 x 2-GPU gang (a's fair share 4 of 8, a holds 0: qualified, waits for b). At
+    20 s u queues a 2 x 1-GPU gang: a holds 0, but u's first gang (4 GPUs) is ahead of it
+    and a's share is 4 -- not qualified, though 0 + 2 alone would fit. Another user's gang
+    at the same instant has nothing of its own user ahead: qualified."""
+    nodes = [gpu_node("n0", gpus=4), gpu_node("n1", gpus=4)]
+    arrivals = [PodArrival(gpu_pod(f"b{i}", namespace="b"), 0.0, 300.0) for i in range(6)]
+    arrivals += _user_gang("first", "u", 10.0, "2") + _user_gang("second", "u", 20.0, "1")
+    arrivals += _user_gang("other", "v", 20.0, "1")
+    engine = Engine()
+    sim = Simulation(Workload("t", nodes, arrivals), engine, until=3000.0)
+    result = sim.run()
+    capacity, eligible = pool_eligibility(
+        sim.cluster, engine.scheduler, [r.pod for r in result.records]
+    )
+    gangs = {g["group"]: g for g in gang_qualification(result, capacity, eligible, {})}
+    first, second, other = gangs["a/first"], gangs["a/second"], gangs["a/other"]
+    assert (first["held_gpus"], first["ahead_gpus"], first["qualified"]) == (0.0, 0.0, True)
+    assert second["held_gpus"] == 0.0 and second["ahead_gpus"] == 4.0
+    assert second["fair_gpus"] == pytest.approx(4.0, abs=0.01)
+    assert not second["qualified"]
+    assert other["ahead_gpus"] == 0.0 and other["qualified"]

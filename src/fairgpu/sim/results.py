@@ -6,6 +6,7 @@ import csv
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ import numpy as np
 from fairgpu.cluster.state import COL_GPU_MILLI
 from fairgpu.model.gpu import GpuRequest
 from fairgpu.sim.accounting import RunAttempt, gang_stats, reversals, work_totals
-from fairgpu.sim.simulator import SimulationResult, percentile, time_average
+from fairgpu.sim.simulator import PodRecord, SimulationResult, percentile, time_average
 from fairgpu.tenancy.pool_share import PoolDemand, node_pools, pool_fair_shares
 
 if TYPE_CHECKING:
@@ -367,11 +368,13 @@ def gang_qualification(
     """Per pod group that started: its tenant, arrival (first member), GPUs (its members'
     asks together), wait (:func:`~fairgpu.sim.accounting.gang_stats`), and whether its share
     allowed it at arrival: ``qualified`` when the tenant's allocation then (every run
-    attempt it held) plus the gang's GPUs is within the tenant's pool-aware fair share then
-    (the computation of :func:`share_timeline`, evaluated at the arrival instant, with the
-    gang's own demand counted). A gang larger than what its tenant lacks must wait for the
-    tenant's other work to end, whatever the scheduler does; the gang-wait target is about
-    the others."""
+    attempt it held) plus the work of the gang's user queued ahead of it then
+    (``ahead_gpus``, :func:`_queued_ahead`) plus the gang's GPUs is within the tenant's
+    pool-aware fair share then (the computation of :func:`share_timeline`, evaluated at the
+    arrival instant, with the gang's own demand counted). A gang larger than what its tenant
+    lacks must wait for the tenant's other work to end, and a gang behind its own user's
+    older work for that work to start, whatever the scheduler does; the gang-wait target is
+    about the others."""
     arrival = {r.pod.uid: r.arrival for r in result.records}
     members: dict[str, dict[str, RunAttempt]] = defaultdict(dict)
     attempts: dict[str, list[RunAttempt]] = defaultdict(list)
@@ -390,6 +393,8 @@ def gang_qualification(
     order = np.argsort(at, kind="stable")
     grid = at[order]
     fair, _, held, _ = _share_series(result, capacity, eligible, weight, grid)
+    by_uid = {r.pod.uid: r for r in result.records}
+    queued = _queued_ahead(result, eligible)
     out: list[dict[str, Any]] = []
     for k, i in enumerate(order):
         g = gangs[int(i)]
@@ -400,6 +405,7 @@ def gang_qualification(
         own = sum(a.gpu_milli for a in attempts[g] if a.start <= t < a.until)
         have = float(held.get(tenant, np.zeros(grid.size))[k]) - own  # not its own members
         share = float(fair.get(tenant, np.zeros(grid.size))[k])
+        ahead = queued([by_uid[u] for u in runs if u in by_uid], t)
         out.append(
             {
                 "group": g,
@@ -407,12 +413,51 @@ def gang_qualification(
                 "arrival": t,
                 "gpus": gpus / 1000.0,
                 "held_gpus": have / 1000.0,
+                "ahead_gpus": ahead / 1000.0,
                 "fair_gpus": share / 1000.0,
-                "qualified": have + gpus <= share + 1,
+                "qualified": have + ahead + gpus <= share + 1,
                 "wait_s": waits[g],
             }
         )
     return out
+
+
+def _queued_ahead(
+    result: SimulationResult, eligible: dict[str, frozenset[str]]
+) -> Callable[[list[PodRecord], float], float]:
+    """``ahead(gang, t)``: milli-GPUs that the gang's user (of its tenant) had queued ahead
+    of it at ``t`` -- pods that arrived before ``t``, were waiting then (not running, not
+    ended) and come first in the user's own order (priority at least the gang's, then
+    arrival), on pools the gang can use. Fair order serves a user's work in that order, so
+    what its tenant's share has room for goes to them first. (A smaller gang may still
+    start before them where they do not fit: that is backfill, not its share.)"""
+    running: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for a in result.runs:
+        running[a.uid].append((a.start, math.inf if a.end is None else a.end))
+    by_user: dict[tuple[str, str], list[PodRecord]] = defaultdict(list)
+    for rec in result.records:
+        if eligible.get(rec.pod.uid):
+            by_user[(rec.tenant, rec.user)].append(rec)
+
+    def ahead(members: list[PodRecord], t: float) -> float:
+        if not members:
+            return 0.0
+        head = members[0]
+        mine = {r.pod.uid for r in members}
+        pools = frozenset().union(*(eligible.get(u, frozenset()) for u in mine))
+        total = 0.0
+        for rec in by_user[(head.tenant, head.user)]:
+            if rec.pod.uid in mine or rec.arrival >= t or rec.pod.priority < head.pod.priority:
+                continue
+            ended = min(x for x in (rec.end, rec.failed_at, math.inf) if x is not None)
+            if ended <= t or not eligible[rec.pod.uid] & pools:
+                continue
+            if any(s <= t < e for s, e in running[rec.pod.uid]):
+                continue
+            total += rec.pod.gpu.total_milli
+        return total
+
+    return ahead
 
 
 def share_ratios(tl: ShareTimeline, capacity_milli: int) -> dict[str, dict[str, Any]]:
