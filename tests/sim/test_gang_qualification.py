@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from fairgpu.engine.engine import Engine
@@ -12,13 +14,28 @@ from fairgpu.sim.workload import PodArrival, Workload
 from tests.sim.helpers import gpu_node, gpu_pod
 
 
-def _gang(name: str, namespace: str, at: float, duration: float) -> list[PodArrival]:
+def _gang(
+    name: str, namespace: str, at: float, duration: float, gpus: str = "1", user: str = ""
+) -> list[PodArrival]:
     out = []
     for i in range(2):
-        pod = gpu_pod(f"{name}-{i}", namespace=namespace, labels={"fairgpu.io/pod-group": name})
+        labels = {"fairgpu.io/pod-group": name} | ({LABEL_USER: user} if user else {})
+        pod = gpu_pod(f"{name}-{i}", namespace=namespace, gpus=gpus, labels=labels)
         pod.annotations["fairgpu.io/min-member"] = "2"
         out.append(PodArrival(pod, at, duration))
     return out
+
+
+def _qualified(arrivals: list[PodArrival]) -> dict[str, dict[str, Any]]:
+    """Two 4-GPU nodes: simulate ``arrivals``, then each started gang's qualification."""
+    nodes = [gpu_node("n0", gpus=4), gpu_node("n1", gpus=4)]
+    engine = Engine()
+    sim = Simulation(Workload("t", nodes, arrivals), engine, until=3000.0)
+    result = sim.run()
+    capacity, eligible = pool_eligibility(
+        sim.cluster, engine.scheduler, [r.pod for r in result.records]
+    )
+    return {g["group"]: g for g in gang_qualification(result, capacity, eligible, {})}
 
 
 def test_a_gang_qualifies_when_its_tenant_plus_the_gang_is_within_its_fair_share() -> None:
@@ -26,16 +43,8 @@ def test_a_gang_qualifies_when_its_tenant_plus_the_gang_is_within_its_fair_share
     b holds 0 of a fair share of 2 (demands a 6, b 2): qualified, starts at once. At 20 s a's
     2-GPU gang arrives: a holds 6 of a fair share of 6 (demands a 8, b 2): not qualified; it
     starts when b's gang ends at 110 s."""
-    nodes = [gpu_node("n0", gpus=4), gpu_node("n1", gpus=4)]
     arrivals = [PodArrival(gpu_pod(f"a{i}", namespace="a"), 0.0, 1000.0) for i in range(6)]
-    arrivals += _gang("gb", "b", 10.0, 100.0) + _gang("ga", "a", 20.0, 100.0)
-    engine = Engine()
-    sim = Simulation(Workload("t", nodes, arrivals), engine, until=2000.0)
-    result = sim.run()
-    capacity, eligible = pool_eligibility(
-        sim.cluster, engine.scheduler, [r.pod for r in result.records]
-    )
-    gangs = {g["group"]: g for g in gang_qualification(result, capacity, eligible, {})}
+    gangs = _qualified(arrivals + _gang("gb", "b", 10.0, 100.0) + _gang("ga", "a", 20.0, 100.0))
     assert set(gangs) == {"b/gb", "a/ga"}
     b, a = gangs["b/gb"], gangs["a/ga"]
     assert (b["tenant"], b["gpus"], b["held_gpus"], b["fair_gpus"]) == ("b", 2.0, 0.0, 2.0)
@@ -44,33 +53,17 @@ def test_a_gang_qualifies_when_its_tenant_plus_the_gang_is_within_its_fair_share
     assert not a["qualified"] and a["wait_s"] == pytest.approx(90.0, abs=1.0)
 
 
-def _user_gang(name: str, user: str, at: float, gpus: str) -> list[PodArrival]:
-    out = []
-    for i in range(2):
-        labels = {"fairgpu.io/pod-group": name, LABEL_USER: user}
-        pod = gpu_pod(f"{name}-{i}", namespace="a", gpus=gpus, labels=labels)
-        pod.annotations["fairgpu.io/min-member"] = "2"
-        out.append(PodArrival(pod, at, 100.0))
-    return out
-
-
 def test_work_its_user_queued_first_takes_the_share_before_a_gang() -> None:
     """8 GPUs. Queue b runs 6 one-GPU pods from t=0 for 300 s. At 10 s queue a's user u
     queues a 2 x 2-GPU gang (a's fair share 4 of 8, a holds 0: qualified, waits for b). At
     20 s u queues a 2 x 1-GPU gang: a holds 0, but u's first gang (4 GPUs) is ahead of it
     and a's share is 4 -- not qualified, though 0 + 2 alone would fit. Another user's gang
     at the same instant has nothing of its own user ahead: qualified."""
-    nodes = [gpu_node("n0", gpus=4), gpu_node("n1", gpus=4)]
     arrivals = [PodArrival(gpu_pod(f"b{i}", namespace="b"), 0.0, 300.0) for i in range(6)]
-    arrivals += _user_gang("first", "u", 10.0, "2") + _user_gang("second", "u", 20.0, "1")
-    arrivals += _user_gang("other", "v", 20.0, "1")
-    engine = Engine()
-    sim = Simulation(Workload("t", nodes, arrivals), engine, until=3000.0)
-    result = sim.run()
-    capacity, eligible = pool_eligibility(
-        sim.cluster, engine.scheduler, [r.pod for r in result.records]
-    )
-    gangs = {g["group"]: g for g in gang_qualification(result, capacity, eligible, {})}
+    arrivals += _gang("first", "a", 10.0, 100.0, gpus="2", user="u")
+    arrivals += _gang("second", "a", 20.0, 100.0, user="u")
+    arrivals += _gang("other", "a", 20.0, 100.0, user="v")
+    gangs = _qualified(arrivals)
     first, second, other = gangs["a/first"], gangs["a/second"], gangs["a/other"]
     assert (first["held_gpus"], first["ahead_gpus"], first["qualified"]) == (0.0, 0.0, True)
     assert second["held_gpus"] == 0.0 and second["ahead_gpus"] == 4.0
