@@ -22,7 +22,12 @@ placement policy, the one ``fairgpu simulate`` uses by default; same seed). Per 
   how the GPUs in use were divided, and how many stood idle while work waited (reserved nodes
   draining for a gang, fragments no pending pod fits). An in-use ratio near 1.0 with a low
   ratio means the tenant got its part of what ran and lost the rest to idle GPUs; a low
-  in-use ratio means the division itself was off. The targets stay judged on the ratios;
+  in-use ratio means the division itself was off. And ``deficit_locked_pct`` per tenant
+  ("min locked %": the tenant with the lowest ratio), the % of its deficit that fell at
+  instants when every job it had waiting was larger than the deficit
+  (:func:`fairgpu.sim.results.locked_deficit`): the reclaim rule keeps a queue at or below
+  its share after a move, so no reclaim could start such a job and no scheduler keeping that
+  rule closes that part of the gap. The targets stay judged on the ratios;
 - reversals within 10 minutes (:func:`fairgpu.sim.accounting.reversals`), the most starts of
   any gang, gang wait p50/p99 (first arrival to the last member's final start) over every gang
   that started, wall seconds;
@@ -75,6 +80,7 @@ from fairgpu.sim.results import (
     accounting_summary,
     division_ratios,
     gang_qualification,
+    locked_deficit,
     pool_layout,
     share_ratios,
     share_timeline,
@@ -257,6 +263,7 @@ def measure(mix: Mix, ordering: str, seed: int) -> dict[str, Any]:
     timeline = share_timeline(result, capacity, eligible, weights)
     shares = share_ratios(timeline, result.gpu_capacity_milli)
     division = division_ratios(result, timeline, eligible, weights, node_pool)
+    locked = locked_deficit(result, timeline, eligible)
     ratios = {
         t: r["useful_over_fair"] for t, r in shares.items() if r["useful_over_fair"] is not None
     }
@@ -274,6 +281,10 @@ def measure(mix: Mix, ordering: str, seed: int) -> dict[str, Any]:
         "division_ratio_max": division["max"],
         "division_ratios": division["ratios"],
         "idle_pct_while_backlogged": division["idle_pct_while_backlogged"],
+        "deficit_locked_pct": locked,
+        "lowest_ratio_locked_pct": locked.get(min(ratios, key=ratios.__getitem__), 0.0)
+        if ratios
+        else None,
         "fair_share_pct": {t: r["fair_share_pct"] for t, r in shares.items()},
         "reversals_10min": acc["reversals"]["10min"],
         "reversals": acc["reversals"],
@@ -331,6 +342,7 @@ COLUMNS = (
     ("diag: inuse min", "division_ratio_min"),
     ("inuse max", "division_ratio_max"),
     ("idle bklg %", "idle_pct_while_backlogged"),
+    ("min locked %", "lowest_ratio_locked_pct"),
     ("Jain", "jain_ratios"),
     ("rev 10m", "reversals_10min"),
     ("gang starts", "max_gang_starts"),

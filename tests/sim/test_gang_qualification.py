@@ -1,4 +1,5 @@
-"""The gang-wait target judges gangs their share allows: qualification at arrival."""
+"""What the fairness targets are judged beside: gangs their share allows (qualification at
+arrival) and deficits no reclaim could close (locked)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ import pytest
 
 from fairgpu.engine.engine import Engine
 from fairgpu.model.pod import LABEL_USER
-from fairgpu.sim.results import gang_qualification, pool_eligibility
-from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.results import (
+    gang_qualification,
+    locked_deficit,
+    pool_eligibility,
+    share_ratios,
+    share_timeline,
+)
+from fairgpu.sim.simulator import Simulation, SimulationResult
 from fairgpu.sim.workload import PodArrival, Workload
 from tests.sim.helpers import gpu_node, gpu_pod
+
+Eligible = dict[str, frozenset[str]]
 
 
 def _gang(
@@ -26,8 +35,8 @@ def _gang(
     return out
 
 
-def _qualified(arrivals: list[PodArrival]) -> dict[str, dict[str, Any]]:
-    """Two 4-GPU nodes: simulate ``arrivals``, then each started gang's qualification."""
+def _run(arrivals: list[PodArrival]) -> tuple[SimulationResult, dict[str, int], Eligible]:
+    """Two 4-GPU nodes: simulate ``arrivals``; the result, pools and eligibility."""
     nodes = [gpu_node("n0", gpus=4), gpu_node("n1", gpus=4)]
     engine = Engine()
     sim = Simulation(Workload("t", nodes, arrivals), engine, until=3000.0)
@@ -35,7 +44,12 @@ def _qualified(arrivals: list[PodArrival]) -> dict[str, dict[str, Any]]:
     capacity, eligible = pool_eligibility(
         sim.cluster, engine.scheduler, [r.pod for r in result.records]
     )
-    return {g["group"]: g for g in gang_qualification(result, capacity, eligible, {})}
+    return result, capacity, eligible
+
+
+def _qualified(arrivals: list[PodArrival]) -> dict[str, dict[str, Any]]:
+    """Each started gang's qualification."""
+    return {g["group"]: g for g in gang_qualification(*_run(arrivals), {})}
 
 
 def test_a_gang_qualifies_when_its_tenant_plus_the_gang_is_within_its_fair_share() -> None:
@@ -70,3 +84,22 @@ def test_work_its_user_queued_first_takes_the_share_before_a_gang() -> None:
     assert second["fair_gpus"] == pytest.approx(4.0, abs=0.01)
     assert not second["qualified"]
     assert other["ahead_gpus"] == 0.0 and other["qualified"]
+
+
+def _locked(arrivals: list[PodArrival]) -> tuple[dict[str, float], dict[str, Any]]:
+    """Each tenant's locked deficit and share row."""
+    result, capacity, eligible = _run(arrivals)
+    tl = share_timeline(result, capacity, eligible, {})
+    return locked_deficit(result, tl, eligible), share_ratios(tl, result.gpu_capacity_milli)
+
+
+def test_a_deficit_smaller_than_every_waiting_job_is_locked() -> None:
+    """Queue a fills the 8 GPUs with one-GPU pods for 1000 s; at 10 s queue b asks a 2 x
+    4-GPU gang: b's share is 4 of 8, its only job is 8 -- all of its deficit is locked (no
+    reclaim may take b above its share). Asked as four one-GPU pods instead, none of it is."""
+    fill = [PodArrival(gpu_pod(f"a{i}", namespace="a"), 0.0, 1000.0) for i in range(8)]
+    locked, shares = _locked(fill + _gang("g", "b", 10.0, 100.0, gpus="4"))
+    assert shares["b"]["deficit_gpus"] > 0 and locked["b"] == 100.0
+    alone = [PodArrival(gpu_pod(f"b{i}", namespace="b"), 10.0, 100.0) for i in range(4)]
+    locked, shares = _locked(fill + alone)
+    assert shares["b"]["deficit_gpus"] > 0 and locked["b"] == 0.0

@@ -529,6 +529,51 @@ def division_ratios(
     }
 
 
+def locked_deficit(
+    result: SimulationResult, tl: ShareTimeline, eligible: dict[str, frozenset[str]]
+) -> dict[str, float]:
+    """A diagnostic: per tenant, the % of its deficit (fair share less the GPUs its run
+    attempts held, summed over the instants of ``tl`` when it was backlogged and below its
+    share) that fell at instants when every job it had waiting -- a pod alone, or a pod
+    group's waiting members together -- was larger than that deficit.
+
+    No reclaim could close that part: the fair-share reclaim rule lets a queue take GPUs
+    only while it stays at or below its share after the move
+    (:mod:`~fairgpu.engine.actions.reclaim`, rule 3), so only others' work ending (or idle
+    GPUs) could start such a job, and starting it puts the tenant above its share. A tenant
+    whose jobs are coarse next to its share -- gangs of 16-32 GPUs against a share of 20 --
+    sits below it at such instants under any scheduler that keeps that rule. Targets stay
+    judged on :func:`share_ratios`."""
+    group_of = {a.uid: a.group for a in result.runs if a.group}
+    jobs: dict[tuple[str, str], list[tuple[str, float, float, int]]] = defaultdict(list)
+    by_uid = {r.pod.uid: r for r in result.records}
+    for uid, since, until in _waiting_spans(result):
+        rec = by_uid[uid]
+        if not eligible.get(uid) or not rec.pod.gpu.total_milli:
+            continue
+        job = group_of.get(uid) or uid
+        jobs[(rec.tenant, job)].append((uid, since, until, rec.pod.gpu.total_milli))
+    grid = tl.times
+    smallest = {t: np.full(grid.size, np.inf) for t in tl.fair}
+    for (tenant, _), spans in jobs.items():
+        size = _steps(grid, [(a, b, m) for _, a, b, m in spans])
+        waiting = size > 0
+        if tenant in smallest:
+            smallest[tenant] = np.where(
+                waiting, np.minimum(smallest[tenant], size), smallest[tenant]
+            )
+    held, _ = _run_spans(result)
+    out: dict[str, float] = {}
+    for t, fair in tl.fair.items():
+        deficit = np.where(tl.backlogged[t], fair - _steps(grid, held.get(t, [])), 0.0)
+        deficit = np.maximum(deficit, 0.0)
+        total = float(deficit.sum())
+        if total > 0:
+            locked = float(deficit[smallest[t] > deficit + 1].sum())
+            out[t] = round(100.0 * locked / total, 1)
+    return out
+
+
 def _idle_while_backlogged(
     result: SimulationResult,
     tl: ShareTimeline,
