@@ -34,7 +34,8 @@ placement policy, the one ``fairgpu simulate`` uses by default; same seed). Per 
 - the same gang wait p50/p99 over the *qualified* gangs and their count ("gangs q/all"): a
   gang qualifies when, at its arrival, its tenant's allocation (every run attempt it held
   then, the gang's own members not counted) plus what the gang's user had queued ahead of it
-  (waiting then, priority at least the gang's, arrived earlier, on pools the gang can use)
+  (waiting then, priority at least the gang's, arrived earlier, on pools the gang can use,
+  and started before the gang: older work that never went first took nothing from it)
   plus the gang's GPUs is within the tenant's pool-aware fair share at that instant -- the
   share of the same computation as the ratios, evaluated at the arrival
   (:func:`fairgpu.sim.results.gang_qualification`). A gang larger than what its tenant lacks

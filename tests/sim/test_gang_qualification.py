@@ -68,12 +68,13 @@ def test_a_gang_qualifies_when_its_tenant_plus_the_gang_is_within_its_fair_share
 
 
 def test_work_its_user_queued_first_takes_the_share_before_a_gang() -> None:
-    """8 GPUs. Queue b runs 6 one-GPU pods from t=0 for 300 s. At 10 s queue a's user u
-    queues a 2 x 2-GPU gang (a's fair share 4 of 8, a holds 0: qualified, waits for b). At
-    20 s u queues a 2 x 1-GPU gang: a holds 0, but u's first gang (4 GPUs) is ahead of it
-    and a's share is 4 -- not qualified, though 0 + 2 alone would fit. Another user's gang
-    at the same instant has nothing of its own user ahead: qualified."""
-    arrivals = [PodArrival(gpu_pod(f"b{i}", namespace="b"), 0.0, 300.0) for i in range(6)]
+    """8 GPUs, all held by queue b's one-GPU pods until 300 s. At 10 s queue a's user u
+    queues a 2 x 2-GPU gang (a's fair share 4 of 8, a holds 0: qualified). At 20 s u queues a
+    2 x 1-GPU gang: a holds 0, but u's first gang (4 GPUs) is ahead of it, goes first (both
+    start at 300 s, the older first) and a's share is 4 -- not qualified, though 0 + 2 alone
+    would fit. Another user's gang at the same instant has nothing of its own user ahead:
+    qualified."""
+    arrivals = [PodArrival(gpu_pod(f"b{i}", namespace="b"), 0.0, 300.0) for i in range(8)]
     arrivals += _gang("first", "a", 10.0, 100.0, gpus="2", user="u")
     arrivals += _gang("second", "a", 20.0, 100.0, user="u")
     arrivals += _gang("other", "a", 20.0, 100.0, user="v")
@@ -84,6 +85,17 @@ def test_work_its_user_queued_first_takes_the_share_before_a_gang() -> None:
     assert second["fair_gpus"] == pytest.approx(4.0, abs=0.01)
     assert not second["qualified"]
     assert other["ahead_gpus"] == 0.0 and other["qualified"]
+
+
+def test_older_work_that_did_not_go_first_is_not_counted() -> None:
+    """As above, but b holds only 6 GPUs: u's 2 x 1-GPU gang starts at once on the 2 free
+    GPUs, before u's older 4-GPU gang. That older gang took nothing from it: qualified."""
+    arrivals = [PodArrival(gpu_pod(f"b{i}", namespace="b"), 0.0, 300.0) for i in range(6)]
+    arrivals += _gang("first", "a", 10.0, 100.0, gpus="2", user="u")
+    arrivals += _gang("second", "a", 20.0, 100.0, user="u")
+    second = _qualified(arrivals)["a/second"]
+    assert second["wait_s"] == pytest.approx(0.0, abs=1.0)
+    assert second["ahead_gpus"] == 0.0 and second["qualified"]
 
 
 def _locked(arrivals: list[PodArrival]) -> tuple[dict[str, float], dict[str, Any]]:

@@ -368,8 +368,8 @@ def gang_qualification(
     """Per pod group that started: its tenant, arrival (first member), GPUs (its members'
     asks together), wait (:func:`~fairgpu.sim.accounting.gang_stats`), and whether its share
     allowed it at arrival: ``qualified`` when the tenant's allocation then (every run
-    attempt it held) plus the work of the gang's user queued ahead of it then
-    (``ahead_gpus``, :func:`_queued_ahead`) plus the gang's GPUs is within the tenant's
+    attempt it held) plus the work of the gang's user queued ahead of it then that started
+    before it (``ahead_gpus``, :func:`_queued_ahead`) plus the gang's GPUs is within the tenant's
     pool-aware fair share then (the computation of :func:`share_timeline`, evaluated at the
     arrival instant, with the gang's own demand counted). A gang larger than what its tenant
     lacks must wait for the tenant's other work to end, and a gang behind its own user's
@@ -405,7 +405,7 @@ def gang_qualification(
         own = sum(a.gpu_milli for a in attempts[g] if a.start <= t < a.until)
         have = float(held.get(tenant, np.zeros(grid.size))[k]) - own  # not its own members
         share = float(fair.get(tenant, np.zeros(grid.size))[k])
-        ahead = queued([by_uid[u] for u in runs if u in by_uid], t)
+        ahead = queued([by_uid[u] for u in runs if u in by_uid], t, t + waits[g])
         out.append(
             {
                 "group": g,
@@ -424,13 +424,14 @@ def gang_qualification(
 
 def _queued_ahead(
     result: SimulationResult, eligible: dict[str, frozenset[str]]
-) -> Callable[[list[PodRecord], float], float]:
-    """``ahead(gang, t)``: milli-GPUs that the gang's user (of its tenant) had queued ahead
-    of it at ``t`` -- pods that arrived before ``t``, were waiting then (not running, not
-    ended) and come first in the user's own order (priority at least the gang's, then
-    arrival), on pools the gang can use. Fair order serves a user's work in that order, so
-    what its tenant's share has room for goes to them first. (A smaller gang may still
-    start before them where they do not fit: that is backfill, not its share.)"""
+) -> Callable[[list[PodRecord], float, float], float]:
+    """``ahead(gang, t, started)``: milli-GPUs that the gang's user (of its tenant) had
+    queued ahead of it at ``t`` -- pods that arrived before ``t``, were waiting then (not
+    running, not ended) and come first in the user's own order (priority at least the
+    gang's, then arrival), on pools the gang can use -- and that started before the gang did
+    (at ``started``). Fair order serves a user's work in that order, so what its tenant's
+    share has room for goes to them first; older work that never went first (it did not
+    fit, or never ran) took nothing from the gang and is not counted."""
     running: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for a in result.runs:
         running[a.uid].append((a.start, math.inf if a.end is None else a.end))
@@ -439,7 +440,7 @@ def _queued_ahead(
         if eligible.get(rec.pod.uid):
             by_user[(rec.tenant, rec.user)].append(rec)
 
-    def ahead(members: list[PodRecord], t: float) -> float:
+    def ahead(members: list[PodRecord], t: float, started: float) -> float:
         if not members:
             return 0.0
         head = members[0]
@@ -452,8 +453,11 @@ def _queued_ahead(
             ended = min(x for x in (rec.end, rec.failed_at, math.inf) if x is not None)
             if ended <= t or not eligible[rec.pod.uid] & pools:
                 continue
-            if any(s <= t < e for s, e in running[rec.pod.uid]):
+            spans = running[rec.pod.uid]
+            if any(s <= t < e for s, e in spans):
                 continue
+            if min((s for s, _ in spans if s >= t), default=math.inf) > started:
+                continue  # it did not go first (at the same instant, fair order put it first)
             total += rec.pod.gpu.total_milli
         return total
 
