@@ -549,18 +549,18 @@ def locked_deficit(
     sits below it at such instants under any scheduler that keeps that rule. Targets stay
     judged on :func:`share_ratios`."""
     group_of = {a.uid: a.group for a in result.runs if a.group}
-    jobs: dict[tuple[str, str], list[tuple[str, float, float, int]]] = defaultdict(list)
+    jobs: dict[tuple[str, str], list[tuple[float, float, int]]] = defaultdict(list)
     by_uid = {r.pod.uid: r for r in result.records}
     for uid, since, until in _waiting_spans(result):
         rec = by_uid[uid]
         if not eligible.get(uid) or not rec.pod.gpu.total_milli:
             continue
         job = group_of.get(uid) or uid
-        jobs[(rec.tenant, job)].append((uid, since, until, rec.pod.gpu.total_milli))
+        jobs[(rec.tenant, job)].append((since, until, rec.pod.gpu.total_milli))
     grid = tl.times
     smallest = {t: np.full(grid.size, np.inf) for t in tl.fair}
     for (tenant, _), spans in jobs.items():
-        size = _steps(grid, [(a, b, m) for _, a, b, m in spans])
+        size = _steps(grid, spans)  # the job's waiting GPUs at each instant
         waiting = size > 0
         if tenant in smallest:
             smallest[tenant] = np.where(
