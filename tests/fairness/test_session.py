@@ -317,3 +317,19 @@ def test_only_a_group_left_with_no_member_running_counts_as_torn_down() -> None:
         stmt.evict(p, None, "test", "reclaim")
     note_torn_down(session, members[1:])
     assert session.state.torn_down == {"a/g"}
+
+
+@pytest.mark.parametrize("keep_backlog", [True, False])
+def test_a_torn_down_group_that_is_gone_is_forgotten(keep_backlog: bool) -> None:
+    """A torn-down group is remembered while a pod of it is pending; once none is pending
+    and none runs (deleted), it is forgotten -- with or without the engine's kept backlog --,
+    so a group re-created under the same name later is not protected at its first start."""
+    state = cluster(node_info("n1", gpus=4))
+    engine = Engine()
+    engine.keep_backlog = keep_backlog
+    engine.state.torn_down = {"a/g"}
+    member = pod_info("g0", "a", gpus=8, group="g", min_member=1)  # fits nowhere: stays pending
+    engine.cycle(state, [member], 100.0)
+    assert engine.state.torn_down == {"a/g"}
+    engine.cycle(state, [], 200.0)
+    assert engine.state.torn_down == set()

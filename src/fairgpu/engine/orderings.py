@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Protocol
 
 from fairgpu.engine.actions.admit import FairAdmission, KubeDefaultAdmission
@@ -63,17 +63,21 @@ class FairCycle:
         history.advance(session.now, history_shares(book))
         annotation = session.tenancy.gang.min_member_annotation
         backlog = session.backlog
+        groups: Container[str]
         if backlog is not None:
             queues, pending_keys, session.pending_pods = backlog.cycle_lanes(
                 session.resolver, book, annotation, session.out
             )
+            groups = backlog.groups
         else:
             jobs = build_jobs(pending, session.resolver, book, annotation, session.out)
             queues = lanes(jobs)
             pending_keys = {j.key for j in jobs}
+            refs = map(session.resolver.pod_group, pending)
+            groups = {ref.key for ref in refs if ref is not None}
         deserved = session.deserved = deserved_shares(book, queues, session)
         expire_partial_groups(session)
-        expire_reservations(session, pending_keys)
+        expire_reservations(session, pending_keys, groups)
         order = FairOrder(session, queues)
         session.drain = reservation_drain(session)
         rules = Rules(FairAdmission(), FairVictims(session, deserved, queues), reserve=True)

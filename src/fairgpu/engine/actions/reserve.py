@@ -298,10 +298,14 @@ def _reserve(session: Session, job: Job, needed: list[PodInfo]) -> Reservation |
     )
 
 
-def expire_reservations(session: Session, pending_keys: Container[str]) -> None:
+def expire_reservations(
+    session: Session, pending_keys: Container[str], pending_groups: Container[str]
+) -> None:
     """Drop reservations of jobs no longer pending, held past :func:`hold_end` or whose queue
     is no longer below its fair share (:func:`_sated`), starvation clocks of jobs no longer
-    pending and protections that ended; learn run times."""
+    pending, protections that ended and torn-down groups that are gone (no pod pending --
+    ``pending_groups``: the keys of the groups with a pod pending -- and none running);
+    learn run times."""
     state = session.state
     now = session.now
     _observe_runtimes(session, pending_keys)
@@ -320,11 +324,11 @@ def expire_reservations(session: Session, pending_keys: Container[str]) -> None:
     placements = session.cluster.placements
     for uid in [u for u, t in state.protected.items() if t <= now or u not in placements]:
         del state.protected[uid]
-    backlog = session.backlog
-    if state.torn_down and backlog is not None:
-        # Groups with no pod pending and none running are gone (deleted, or finished).
+    if state.torn_down:
+        # Groups with no pod pending and none running are gone (deleted, or finished): one
+        # re-created under the same name later starts afresh, unprotected.
         running = session.book.group_running
-        state.torn_down = {k for k in state.torn_down if k in backlog.groups or running.get(k)}
+        state.torn_down = {k for k in state.torn_down if k in pending_groups or running.get(k)}
 
 
 def drop_sated_reservations(session: Session) -> None:
