@@ -137,5 +137,9 @@ def test_simulate_out_writes_runs_csv_consistent_with_the_summary(tmp_path: Path
     # pool-aware fair shares never add up to more than the cluster.
     assert summary["pools_gpus"] == {"p0": 80.0, "p1": 24.0}
     assert sum(t["fair_share_pct"] for t in summary["tenants"].values()) <= 100.0
+    # Each tenant with a shortfall says how much of it no reclaim could close.
+    short = [t for t in summary["tenants"].values() if (t["deficit_gpus"] or 0) > 0]
+    assert short and all(0.0 <= t["deficit_locked_pct"] <= 100.0 for t in short)
     page = report.read_text()
     assert "useful GPUs against its pool-aware fair share" in page and "Lost work" in page
+    assert "shortfall locked by job size" in page

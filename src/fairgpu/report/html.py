@@ -192,6 +192,11 @@ def _cards(summary: dict[str, Any]) -> str:
     )
 
 
+def _blank(value: object) -> object:
+    """``value``, or an empty cell for None."""
+    return "" if value is None else value
+
+
 def _tenant_rows(summary: dict[str, Any]) -> str:
     rows = []
     for tenant, t in summary.get("tenants", {}).items():
@@ -208,6 +213,7 @@ def _tenant_rows(summary: dict[str, Any]) -> str:
                     "" if fair is None else fair,
                     t.get("useful_share_pct", ""),
                     t.get("useful_over_fair", ""),
+                    _blank(t.get("deficit_locked_pct")),
                     t.get("wait_p50_s"),
                     t.get("wait_p99_s"),
                 )
@@ -411,7 +417,10 @@ def write_report(
 <h2>Tenants</h2>
 <table><thead><tr><th>tenant</th><th>pods</th><th>started</th><th>GPU share (% of cluster,
 time avg)</th><th>pool-aware fair share (%)</th><th>useful share (%)</th>
-<th>useful ÷ fair, backlogged</th><th>wait p50 (s)</th><th>wait p99 (s)</th></tr></thead>
+<th>useful ÷ fair, backlogged</th><th title="the part of its shortfall that fell while
+every job it had waiting was larger than the shortfall: reclaim may not take a tenant above
+its share, so only others' work ending could start those jobs">shortfall locked by job size
+(%)</th><th>wait p50 (s)</th><th>wait p99 (s)</th></tr></thead>
 <tbody>{_tenant_rows(summary)}</tbody></table>
 <h2>Over time</h2>
 {figures}

@@ -631,7 +631,8 @@ def add_accounting(
 
     ``summary["accounting"]`` gets :func:`accounting_summary`; each tenant row gets its
     pool-aware ``fair_share_pct`` (replacing any whole-cluster figure), ``useful_share_pct``,
-    ``useful_over_fair`` and ``deficit_gpus`` (:func:`share_ratios`). ``cluster`` is the
+    ``useful_over_fair`` and ``deficit_gpus`` (:func:`share_ratios`), and
+    ``deficit_locked_pct`` (:func:`locked_deficit`; None without a shortfall). ``cluster`` is the
     simulated cluster (for the nodes) and ``engine`` supplies the scheduler's static filters
     and the queue weights.
     """
@@ -641,6 +642,8 @@ def add_accounting(
     capacity, eligible = pool_eligibility(cluster, engine.scheduler, pods)
     timeline = share_timeline(result, capacity, eligible, weight)
     summary["pools_gpus"] = {p: c / 1000.0 for p, c in capacity.items()}
+    locked = locked_deficit(result, timeline, eligible)
     for tenant, row in share_ratios(timeline, result.gpu_capacity_milli).items():
+        row["deficit_locked_pct"] = locked.get(tenant)
         summary["tenants"].setdefault(tenant, {}).update(row)
     return timeline
