@@ -200,7 +200,6 @@ def _blank(value: object) -> object:
 def _tenant_rows(summary: dict[str, Any]) -> str:
     rows = []
     for tenant, t in summary.get("tenants", {}).items():
-        fair = t.get("fair_share_pct")
         rows.append(
             "<tr>"
             + "".join(
@@ -210,7 +209,7 @@ def _tenant_rows(summary: dict[str, Any]) -> str:
                     t.get("pods"),
                     t.get("started"),
                     t.get("gpu_share_of_capacity_pct"),
-                    "" if fair is None else fair,
+                    _blank(t.get("fair_share_pct")),
                     t.get("useful_share_pct", ""),
                     t.get("useful_over_fair", ""),
                     _blank(t.get("deficit_locked_pct")),

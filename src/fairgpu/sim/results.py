@@ -432,9 +432,10 @@ def _queued_ahead(
     (at ``started``). Fair order serves a user's work in that order, so what its tenant's
     share has room for goes to them first; older work that never went first (it did not
     fit, or never ran) took nothing from the gang and is not counted."""
-    running: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for a in result.runs:
-        running[a.uid].append((a.start, math.inf if a.end is None else a.end))
+    # A span ends at the pod's next start (inf: never; its failure: then).
+    waits: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for uid, since, until in _waiting_spans(result):
+        waits[uid].append((since, until))
     by_user: dict[tuple[str, str], list[PodRecord]] = defaultdict(list)
     for rec in result.records:
         if eligible.get(rec.pod.uid):
@@ -450,15 +451,12 @@ def _queued_ahead(
         for rec in by_user[(head.tenant, head.user)]:
             if rec.pod.uid in mine or rec.arrival >= t or rec.pod.priority < head.pod.priority:
                 continue
-            ended = min(x for x in (rec.end, rec.failed_at, math.inf) if x is not None)
-            if ended <= t or not eligible[rec.pod.uid] & pools:
+            if not eligible[rec.pod.uid] & pools:
                 continue
-            spans = running[rec.pod.uid]
-            if any(s <= t < e for s, e in spans):
-                continue
-            if min((s for s, _ in spans if s >= t), default=math.inf) > started:
-                continue  # it did not go first (at the same instant, fair order put it first)
-            total += rec.pod.gpu.total_milli
+            # Waiting at t and started no later than the gang (at the same instant, fair
+            # order put the older first).
+            if any(a <= t < b <= started for a, b in waits[rec.pod.uid]):
+                total += rec.pod.gpu.total_milli
         return total
 
     return ahead
