@@ -546,6 +546,8 @@ def locked_deficit(
     whose jobs are coarse next to its share -- gangs of 16-32 GPUs against a share of 20 --
     sits below it at such instants under any scheduler that keeps that rule. Targets stay
     judged on :func:`share_ratios`."""
+    # Groups as the run attempts name them: members of a group that never started count as
+    # pods alone -- smaller jobs, so that group's shortfall is never called locked wrongly.
     group_of = {a.uid: a.group for a in result.runs if a.group}
     jobs: dict[tuple[str, str], list[tuple[float, float, int]]] = defaultdict(list)
     by_uid = {r.pod.uid: r for r in result.records}
