@@ -71,6 +71,38 @@ def test_gang_reclaims_as_a_unit_or_not_at_all() -> None:
     assert not res.binds and not res.evictions and len(state.placements) == 16
 
 
+def test_a_gang_reclaims_only_if_its_queue_stays_within_its_share_with_every_member() -> None:
+    """A gang starts whole, so the reclaim rule judges its queue holding all its members:
+    a first member alone within the share is not enough when the victims' torn-down group
+    leaves room for the rest, which would land there without a rule of their own."""
+    # 24 GPUs; a (weight 3) deserves 18 and holds all 24: a 2 x 4-GPU group on n1-n2 and
+    # sixteen one-GPU pods on n3-n6. g (weight 1) deserves 6 and asks a 2 x 4-GPU gang.
+    nodes = [node_info(f"n{i}", gpus=4) for i in range(1, 7)]
+    # The group started last: it is the cheapest victim, and its teardown frees two nodes.
+    placed = [
+        (pod_info(f"ag{j}", "a", group="ag", min_member=2, gpus=4), f"n{j + 1}", 90.0)
+        for j in range(2)
+    ]
+    placed += [(pod_info(f"s{j}", "a"), f"n{3 + j // 4}", 0.0) for j in range(16)]
+    gang = [member(i, min_member=2, gpus=4) for i in range(2)]
+    config = {
+        "queues": [{"name": "a", "weight": 3}, {"name": "g", "weight": 1}],
+        "preemption": {"reclaimMinRuntimeSeconds": 0, "minRuntimeSeconds": 0},
+    }
+    state = cluster(*nodes, placed=placed)
+    res = Engine(tenancy=parse_config(config)).cycle(state, gang, 100.0)
+    # Its first member alone (4 of 6) would pass; the gang (8 of 6) does not.
+    assert not res.binds and not res.evictions
+    assert "would exceed its fair share after the move" in res.unschedulable[0].reason
+    assert gpus_by_namespace(state) == {"a": 24}
+    # Deserving 8 (weights 2:1 over 24), the same gang reclaims and starts.
+    config["queues"] = [{"name": "a", "weight": 2}, {"name": "g", "weight": 1}]
+    state = cluster(*nodes, placed=placed)
+    res = Engine(tenancy=parse_config(config)).cycle(state, gang, 100.0)
+    assert len(res.binds) == 2 and {e.pod.name for e in res.evictions} == {"ag0", "ag1"}
+    assert gpus_by_namespace(state) == {"a": 16, "g": 8}
+
+
 def starving(reserve: bool) -> tuple[int | None, list[Any]]:
     """A stream of 1-GPU pods against an 8-GPU gang, preemption off."""
     config = {

@@ -164,9 +164,11 @@ def _screen(
             if pool
             else "and it may not preempt any pod there"
         )
+        refused = victims.refusal(head) if may else ""
         bound = screens[key] = (
             most,
-            f"not enough {short or 'room'} on the nodes it may use, {what}",
+            f"not enough {short or 'room'} on the nodes it may use, {what}"
+            + (f"; {refused}" if refused else ""),
         )
     if may:
         _wake_for_held_back(session, job, victims, key, bound[0])

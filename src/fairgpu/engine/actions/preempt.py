@@ -105,6 +105,18 @@ class _Pools:
     sets: list[list[str]] = field(default_factory=list)
     refusal: str | None = None
     queues: tuple[str, ...] = ()
+    named: list[tuple[str, list[str]]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Freeable:
+    """What every search of one ask may evict in one cycle state (:meth:`FairVictims.freeable`):
+    the pods, those a time rule holds back, and the rule that refused a queue's pods ("")."""
+
+    key: tuple[object, ...]
+    pods: set[str]
+    held: HeldBack
+    refusal: str
 
 
 @dataclass(slots=True)
@@ -196,7 +208,7 @@ class FairVictims:
         self._refusal: dict[str, str] = {}
         self._gangs = running_gangs(session.book, session.resolver, session.cluster)
         self._collateral: frozenset[str] = frozenset()
-        self._freeable: tuple[tuple[object, ...], set[str], HeldBack] | None = None
+        self._freeable: _Freeable | None = None
         self._sets: dict[tuple[object, ...], _Pools] = {}
         self._waits: dict[tuple[object, ...], float] = {}
         self._ends: tuple[tuple[int, int, int], list[tuple[float, int, Placement]]] | None = None
@@ -214,8 +226,11 @@ class FairVictims:
         )
 
     def memo_key(self, job: Job, pod: PodInfo) -> tuple[object, ...]:
-        """Same queue, same user (users' shares gate priority preemption), same priority."""
-        return (job.tenant.queue, job.tenant.user, pod.priority)
+        """Same queue, same user (users' shares gate priority preemption), same priority,
+        and for a gang member the members the gang needs (the reclaim rule judges the end
+        state with all of them running: :meth:`_end_vector`)."""
+        need = job.need if job.group is not None else 1
+        return (job.tenant.queue, job.tenant.user, pod.priority, need)
 
     def kind(self, job: Job, victim: PodInfo) -> str:
         """``priority`` inside the preemptor's queue, ``reclaim`` across queues;
@@ -252,21 +267,51 @@ class FairVictims:
         """The pods of every candidate pool (:meth:`candidate_sets`), computed once for the
         same preemptor queue, user and ask while the cluster's load does not change. Asks
         for no cycle (see :meth:`held_back`)."""
-        return self._freeable_entry(job, pod)[1]
+        return self._freeable_entry(job, pod).pods
 
     def held_back(self, job: Job, pod: PodInfo) -> HeldBack:
         """See :meth:`VictimPolicy.held_back`."""
-        return self._freeable_entry(job, pod)[2]
+        return self._freeable_entry(job, pod).held
 
-    def _freeable_entry(
-        self, job: Job, pod: PodInfo
-    ) -> tuple[tuple[object, ...], set[str], HeldBack]:
+    def _freeable_entry(self, job: Job, pod: PodInfo) -> _Freeable:
         t, req = job.tenant, tuple(sorted(pod.requests.items()))
-        key = (t.queue, t.user, pod.priority, pod.gpu, req, self.s.cluster.load_version)
-        if self._freeable is None or self._freeable[0] != key:
+        need = job.need if job.group is not None else 1
+        key = (t.queue, t.user, pod.priority, pod.gpu, req, need, self.s.cluster.load_version)
+        got = self._freeable
+        if got is None or got.key != key:
             pools = self._entry(job, pod)
-            self._freeable = (key, {uid for pool in pools.sets for uid in pool}, pools.held)
-        return self._freeable
+            kept, why = self._not_refused(job, pod, pools.named)
+            got = _Freeable(key, {uid for _, pool in kept for uid in pool}, pools.held, why)
+            self._freeable = got
+        if got.refusal:
+            self._refusal.setdefault(pod.uid, got.refusal)
+        return got
+
+    def _not_refused(
+        self, job: Job, pod: PodInfo, named: list[tuple[str, list[str]]]
+    ) -> tuple[list[tuple[str, list[str]]], str]:
+        """The pools of ``named`` whose queue a search for ``pod`` may take victims from, and
+        the rule that refuses the first one it may not (""). A queue the reclaim rule
+        refuses whatever the victims, for the preemptor's end state (:meth:`_end_vector`),
+        gives no victim to any search of this ask in this cycle state -- and a gang's
+        members landing one by one bring only more refusals (its queue holds more, its
+        victims' queues less) --, so its pods are not freeable."""
+        queue = job.tenant.queue
+        vec = self._end_vector(job, pod)
+        band = self.s.tenancy.preemption.reclaim_tolerance_band
+        kept: list[tuple[str, list[str]]] = []
+        first = ""
+        for other, pool in named:
+            why = None
+            if other != queue:
+                why = refused_whatever_the_victims(
+                    self.s.book, queue, vec, other, self.deserved, band
+                )
+            if why is None:
+                kept.append((other, pool))
+            elif not first:
+                first = f"reclaim refused: {why}"
+        return kept, first
 
     def refusal(self, pod: PodInfo) -> str:
         """Why the last search for ``pod`` found no plan, when a rule refused ("" if none)."""
@@ -278,7 +323,7 @@ class FairVictims:
         """The first candidate pool that yields a plan the reclaim rule accepts."""
         queue = job.tenant.queue
         book = session.book
-        vec = book.pending_vector(pod)
+        vec = self._end_vector(job, pod)
         band = session.tenancy.preemption.reclaim_tolerance_band
         self._moves.pop(pod.uid, None)
         self._collateral = frozenset()
@@ -321,6 +366,24 @@ class FairVictims:
         if refused:
             self._refusal[pod.uid] = refused[0]
         return None
+
+    def _end_vector(self, job: Job, pod: PodInfo) -> np.ndarray:
+        """What the preemptor's queue takes with ``pod``'s placement, as the reclaim rule
+        judges it: ``pod`` alone, or for a gang member, it and the members the gang still
+        needs after those placed in this cycle -- a gang starts whole or not at all, so its
+        queue's end state holds all of them (a member that alone would keep the queue
+        within its share does not, once its siblings land, on free GPUs or its victims'
+        leftovers). Every member of one attempt is so judged against the same end state."""
+        book = self.s.book
+        vec = book.pending_vector(pod)
+        if job.group is None:
+            return vec
+        placed_now = self.s.placed_now
+        placed = sum(1 for p in job.pods if p.uid in placed_now)
+        rest = [p for p in job.pods if p is not pod and p.uid not in placed_now]
+        for other in rest[: max(0, job.need - placed - 1)]:
+            vec = vec + book.pending_vector(other)
+        return vec
 
     def _refused_whatever(
         self, job: Job, vec: np.ndarray, band: float, queues: tuple[str, ...]
@@ -432,6 +495,7 @@ class FairVictims:
         if lim.preemption.within_queue == "LowerPriority":
             named.append((queue, self._lower_priority(job, pod, pools.held)))
         named = [(q, x) for q, x in named if x]
+        pools.named = named
         pools.queues = tuple(sorted({q for q, _ in named}))
         sets = [x for _, x in named]
         if len(sets) > 1:

@@ -19,6 +19,14 @@ the victim search (:func:`~fairgpu.engine.preemption.find_preemption`) picks the
    preemptor added), where ``key`` is :func:`reclaim_key` -- (borrowing beyond nominal
    quota?, department share, queue share), instantaneous, without history.
 
+**A gang is one preemptor.** ``vec`` is everything Q holds more once the move is done: for a
+member of a pod group, the members the group still needs, not the member alone
+(:meth:`~fairgpu.engine.actions.preempt.FairVictims._end_vector`). The group starts whole or
+not at all; judged alone, a member could keep Q within its share while its siblings, landing
+on free GPUs or on the room its victims' torn-down group leaves, take Q above it -- on the
+built-in demo (seed 2) two gangs started by reclaim took their queues to 1.17x and 1.49x
+their share that way, before this rule.
+
 **Pool-aware shares.** In the fair cycle the shares come from :func:`deserved_shares` with the
 session: a queue with GPU work is judged by the GPUs it holds against its pool-aware fair share
 (:func:`~fairgpu.tenancy.pool_share.pool_fair_shares`: weighted max-min over the pools its held
