@@ -266,6 +266,17 @@ def test_a_user_below_its_share_may_preempt_another_users_pods() -> None:
     assert [(e.pod.labels[LABEL_USER], e.kind) for e in res.evictions] == [("bob", "priority")]
 
 
+def test_a_users_gang_is_judged_with_every_member_it_needs() -> None:
+    # q holds 2 GPUs, bob's one pod; alice asks a gang of two 1-GPU pods: half each. One
+    # member alone would keep alice within her half, and evicting bob's pod would leave room
+    # for the other -- which would take her to all of it. So bob's pod stays.
+    state = cluster(node("n1", gpus=2), placed=[(user_pod("bob0", "bob", gpus=2), "n1", 0.0)])
+    gang = [user_pod(f"al{i}", "alice", 100, group="ag", min_member=2) for i in range(2)]
+    res = engine().cycle(state, gang, 10.0)
+    assert not res.evictions and not res.binds
+    assert "user 'alice' would be above its share of queue 'q'" in res.unschedulable[0].reason
+
+
 def test_a_user_may_always_preempt_its_own_lower_priority_pods() -> None:
     # alice holds 3 of 4 at priority 0 and is above her share: her own pods are fair game.
     placed = [(user_pod(f"al{j}", "alice"), "n1", 0.0) for j in range(3)]

@@ -471,7 +471,8 @@ class FairVictims:
         times, cooldowns; ``now`` is fixed): a hit names this pod the same refusal."""
         c, t, req = self.s.cluster, job.tenant, tuple(sorted(pod.requests.items()))
         may, versions = self.may_preempt(pod), (c.load_version, c.static_version)
-        key = (t.queue, t.user, pod.priority, pod.gpu, req, may, versions)
+        need = job.need if job.group is not None else 1  # the user's end state (below)
+        key = (t.queue, t.user, pod.priority, pod.gpu, req, need, may, versions)
         self._refusal.pop(pod.uid, None)
         got = self._sets.get(key)
         if got is None:
@@ -696,7 +697,7 @@ class FairVictims:
             entry = s.book.entries.get(uid)
             if entry is not None and entry.tenant.user != user:
                 if others_ok is None:
-                    others_ok = self._user_within_share(queue, user, pod)
+                    others_ok = self._user_within_share(queue, user, self._end_vector(job, pod))
                 if not others_ok:
                     continue
             own.append(uid)
@@ -708,9 +709,10 @@ class FairVictims:
             )
         return sorted(own)
 
-    def _user_within_share(self, queue: str, user: str, pod: PodInfo) -> bool:
-        """Would ``user`` hold at most its fair share of what ``queue`` holds with ``pod``
-        added? Shares: weighted max-min over the queue's users, each capped by its demand
+    def _user_within_share(self, queue: str, user: str, ask: np.ndarray) -> bool:
+        """Would ``user`` hold at most its fair share of what ``queue`` holds with ``ask``
+        added (the preemptor's end state, :meth:`_end_vector`: a gang's remaining members
+        with it)? Shares: weighted max-min over the queue's users, each capped by its demand
         (what it holds plus what it had pending when the cycle began)."""
         book = self.s.book
         pending = self._user_pending(queue)
@@ -721,8 +723,7 @@ class FairVictims:
         for u, vec in pending.items():
             demand.setdefault(u, book.dominant(vec))
         mine = book.user_usage.get((queue, user))
-        vec = book.pending_vector(pod)
-        after = book.dominant(vec if mine is None else mine + vec)
+        after = book.dominant(ask if mine is None else mine + ask)
         demand[user] = max(demand.get(user, 0.0), after)
         weights = {u: book.user_weight(queue, u) for u in demand}
         shares = weighted_max_min(book.dominant(book.used(queue)), demand, weights)
