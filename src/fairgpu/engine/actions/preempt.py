@@ -12,7 +12,8 @@ smallest victim set on the best node. Two policies:
     queue, then both pools together. Inside a queue, users are treated as queues are between
     them: a pod may take another user's lower-priority pods only while its own user stays at
     or below its fair share of what the queue holds (weighted max-min over the queue's users,
-    capped by demand); its own user's lower-priority pods it may always take, as
+    capped by demand), a gang member judged with every member its gang still needs, as in
+    reclaim; its own user's lower-priority pods it may always take, as
     kube-scheduler would. Victims are chosen by the work they lose, a pod group as one
     victim (:mod:`~fairgpu.engine.victim_cost`), and a pod alone asking GPUs preempts only
     while waiting for declared run times to free room would cost more than the kill loses.
