@@ -93,7 +93,10 @@ def test_a_gang_reclaims_only_if_its_queue_stays_within_its_share_with_every_mem
     res = Engine(tenancy=parse_config(config)).cycle(state, gang, 100.0)
     # Its first member alone (4 of 6) would pass; the gang (8 of 6) does not.
     assert not res.binds and not res.evictions
-    assert "would exceed its fair share after the move" in res.unschedulable[0].reason
+    assert (
+        "reclaim refused: queue 'g' would exceed its fair share after the move, "
+        "counting the 2 members g/job still needs"
+    ) in res.unschedulable[0].reason
     assert gpus_by_namespace(state) == {"a": 24}
     # Deserving 8 (weights 2:1 over 24), the same gang reclaims and starts.
     config["queues"] = [{"name": "a", "weight": 2}, {"name": "g", "weight": 1}]

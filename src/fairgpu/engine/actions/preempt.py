@@ -311,7 +311,7 @@ class FairVictims:
             if why is None:
                 kept.append((other, pool))
             elif not first:
-                first = f"reclaim refused: {why}"
+                first = self._reclaim_refused(job, pod, why)
         return kept, first
 
     def refusal(self, pod: PodInfo) -> str:
@@ -334,14 +334,14 @@ class FairVictims:
         sets = pools.sets
         rule = self._refused_whatever(job, vec, band, pools.queues) if sets else None
         if rule is not None:
-            self._refusal[pod.uid] = f"reclaim refused: {rule}"
+            self._refusal[pod.uid] = self._reclaim_refused(job, pod, rule)
             return None
         gpus, wait = self._wait_for_room(job, pod, allowed) if sets else (0.0, np.inf)
 
         def accept(victims: list[PodInfo]) -> bool:
             why = reclaim_refusal(book, queue, vec, victims, self.deserved, band)
             if why is not None:
-                refused.append(f"reclaim refused: {why}")
+                refused.append(self._reclaim_refused(job, pod, why))
                 return False
             loss = lost_work((v.uid for v in victims), session.cluster, session.now)
             if waiting_is_cheaper(loss, gpus, wait):
@@ -371,20 +371,34 @@ class FairVictims:
     def _end_vector(self, job: Job, pod: PodInfo) -> np.ndarray:
         """What the preemptor's queue takes with ``pod``'s placement, as the reclaim rule
         judges it: ``pod`` alone, or for a gang member, it and the members the gang still
-        needs after those placed in this cycle -- a gang starts whole or not at all, so its
-        queue's end state holds all of them (a member that alone would keep the queue
-        within its share does not, once its siblings land, on free GPUs or its victims'
-        leftovers). Every member of one attempt is so judged against the same end state."""
+        needs after those placed in this cycle (:meth:`_end_members`) -- a gang starts whole
+        or not at all, so its queue's end state holds all of them (a member that alone would
+        keep the queue within its share does not, once its siblings land, on free GPUs or
+        its victims' leftovers). Every member of one attempt is so judged against the same
+        end state."""
         book = self.s.book
         vec = book.pending_vector(pod)
+        for other in self._end_members(job, pod)[1:]:
+            vec = vec + book.pending_vector(other)
+        return vec
+
+    def _end_members(self, job: Job, pod: PodInfo) -> list[PodInfo]:
+        """``pod`` and, for a gang member, the other members its gang still needs after
+        those placed in this cycle."""
         if job.group is None:
-            return vec
+            return [pod]
         placed_now = self.s.placed_now
         placed = sum(1 for p in job.pods if p.uid in placed_now)
         rest = [p for p in job.pods if p is not pod and p.uid not in placed_now]
-        for other in rest[: max(0, job.need - placed - 1)]:
-            vec = vec + book.pending_vector(other)
-        return vec
+        return [pod, *rest[: max(0, job.need - placed - 1)]]
+
+    def _reclaim_refused(self, job: Job, pod: PodInfo, why: str) -> str:
+        """A reclaim refusal as a pending reason: the rule, and for a gang member judged
+        with its siblings, how many members the move counted."""
+        counted = len(self._end_members(job, pod))
+        if counted < 2:
+            return f"reclaim refused: {why}"
+        return f"reclaim refused: {why}, counting the {counted} members {job.key} still needs"
 
     def _refused_whatever(
         self, job: Job, vec: np.ndarray, band: float, queues: tuple[str, ...]
