@@ -48,10 +48,13 @@ flood mix; mean useful allocation and mean lowest share ratio, 71.8% and 0.753 w
 rules above): at most one or two reservations at a time (71.0% / 0.698, 71.7% / 0.728);
 ``reserveAfterSeconds`` 60 instead of 300 (72.5% / 0.733); reserving at once for a large job
 whose preemption was refused because waiting is cheaper (71.5% / 0.761, within the spread);
-and, on seeds 0-2 and the pool mix, running another cycle at once after a reservation is
-dropped here, so the freed nodes are filled without waiting for the next event (useful
-allocation down 1.3-8.5 points: what fills them first is often long work that then holds
-them from the next gang).
+holding reservations for a queue only while the jobs it has reservations for are smaller
+than what it lacks (demo useful 68.8/76.1/75.8% -> 67.0/77.1/75.1%, lowest share ratio up
+0.09 on seed 0 but down 0.02-0.14 on seeds 1-2 and the flood mix, pool mix useful 50.5 ->
+54.6% but its lowest ratio 0.84 -> 0.66); and, on seeds 0-2 and the pool mix, running
+another cycle at once after a reservation is dropped here, so the freed nodes are filled
+without waiting for the next event (useful allocation down 1.3-8.5 points: what fills them
+first is often long work that then holds them from the next gang).
 """
 
 from __future__ import annotations
