@@ -172,7 +172,15 @@ class VictimPolicy(Protocol):
         """``pod`` was placed in this cycle (its statement committed)."""
 
     def refusal(self, pod: PodInfo) -> str:
-        """The rule that refused the last search for ``pod`` ("" if none did)."""
+        """The rule that refused the last search for ``pod``, or a queue's pods when
+        :meth:`freeable` was last asked for it ("" if none did)."""
+
+
+def _members_needed(job: Job) -> int:
+    """How many members the preemptor's end state holds in a committed-state search: 1 for
+    a pod alone, the gang's need for a member (:meth:`FairVictims._end_vector`), so what
+    the reclaim and user-share rules answer is kept per need."""
+    return job.need if job.group is not None else 1
 
 
 def take_search(session: Session) -> bool:
@@ -230,8 +238,7 @@ class FairVictims:
         """Same queue, same user (users' shares gate priority preemption), same priority,
         and for a gang member the members the gang needs (the reclaim rule judges the end
         state with all of them running: :meth:`_end_vector`)."""
-        need = job.need if job.group is not None else 1
-        return (job.tenant.queue, job.tenant.user, pod.priority, need)
+        return (job.tenant.queue, job.tenant.user, pod.priority, _members_needed(job))
 
     def kind(self, job: Job, victim: PodInfo) -> str:
         """``priority`` inside the preemptor's queue, ``reclaim`` across queues;
@@ -276,7 +283,7 @@ class FairVictims:
 
     def _freeable_entry(self, job: Job, pod: PodInfo) -> _Freeable:
         t, req = job.tenant, tuple(sorted(pod.requests.items()))
-        need = job.need if job.group is not None else 1
+        need = _members_needed(job)
         key = (t.queue, t.user, pod.priority, pod.gpu, req, need, self.s.cluster.load_version)
         got = self._freeable
         if got is None or got.key != key:
@@ -315,7 +322,8 @@ class FairVictims:
         return kept, first
 
     def refusal(self, pod: PodInfo) -> str:
-        """Why the last search for ``pod`` found no plan, when a rule refused ("" if none)."""
+        """Why the last search for ``pod`` found no plan, or why :meth:`freeable` left a
+        queue's pods out for it, when a rule refused ("" if none)."""
         return self._refusal.get(pod.uid, "")
 
     def plan(
@@ -490,7 +498,7 @@ class FairVictims:
         times, cooldowns; ``now`` is fixed): a hit names this pod the same refusal."""
         c, t, req = self.s.cluster, job.tenant, tuple(sorted(pod.requests.items()))
         may, versions = self.may_preempt(pod), (c.load_version, c.static_version)
-        need = job.need if job.group is not None else 1  # the user's end state (below)
+        need = _members_needed(job)  # the user's end state (_lower_priority)
         key = (t.queue, t.user, pod.priority, pod.gpu, req, need, may, versions)
         self._refusal.pop(pod.uid, None)
         got = self._sets.get(key)
