@@ -95,7 +95,7 @@ def test_a_gang_reclaims_only_if_its_queue_stays_within_its_share_with_every_mem
     assert not res.binds and not res.evictions
     assert (
         "reclaim refused: queue 'g' would exceed its fair share after the move, "
-        "counting the 2 members g/job still needs"
+        "counting the 2 members its pod group still needs"
     ) in res.unschedulable[0].reason
     assert gpus_by_namespace(state) == {"a": 24}
     # Deserving 8 (weights 2:1 over 24), the same gang reclaims and starts.
@@ -104,6 +104,33 @@ def test_a_gang_reclaims_only_if_its_queue_stays_within_its_share_with_every_mem
     res = Engine(tenancy=parse_config(config)).cycle(state, gang, 100.0)
     assert len(res.binds) == 2 and {e.pod.name for e in res.evictions} == {"ag0", "ag1"}
     assert gpus_by_namespace(state) == {"a": 16, "g": 8}
+
+
+def test_two_gangs_of_one_shape_are_each_told_their_own_reclaim_refusal() -> None:
+    """The gang memo hands a refusal to every gang of the same shape: no reason may name
+    another group (it once said "counting the 2 members g/first still needs" to g/second)."""
+    nodes = [node_info(f"n{i}", gpus=4) for i in range(1, 7)]
+    placed = [(pod_info(f"s{j}", "a"), f"n{1 + j // 4}", 0.0) for j in range(24)]
+    gangs = [
+        pod_info(f"{g}{i}", "g", group=g, min_member=2, gpus=4, created=float(k))
+        for k, g in enumerate(("first", "second"))
+        for i in range(2)
+    ]
+    config = {
+        "queues": [{"name": "a", "weight": 3}, {"name": "g", "weight": 1}],
+        "preemption": {"reclaimMinRuntimeSeconds": 0, "minRuntimeSeconds": 0},
+    }
+    state = cluster(*nodes, placed=placed)
+    res = Engine(tenancy=parse_config(config)).cycle(state, gangs, 100.0)
+    assert not res.binds and not res.evictions
+    reasons = {u.pod.name: u.reason for u in res.unschedulable}
+    assert set(reasons) == {"first0", "first1", "second0", "second1"}
+    for name, reason in sorted(reasons.items(), reverse=True):  # the second gang first
+        group = name.rstrip("01")
+        other = "second" if group == "first" else "first"
+        assert reason.startswith(f"pod group g/{group}:"), reason
+        assert f"g/{other}" not in reason, reason
+        assert "counting the 2 members its pod group still needs" in reason
 
 
 def starving(reserve: bool) -> tuple[int | None, list[Any]]:

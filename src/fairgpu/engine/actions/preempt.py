@@ -402,11 +402,13 @@ class FairVictims:
 
     def _reclaim_refused(self, job: Job, pod: PodInfo, why: str) -> str:
         """A reclaim refusal as a pending reason: the rule, and for a gang member judged
-        with its siblings, how many members the move counted."""
+        with its siblings, how many members the move counted. It names no group: memos
+        hand the same text to every gang of the same shape (each reason already starts
+        with its own group's name)."""
         counted = len(self._end_members(job, pod))
         if counted < 2:
             return f"reclaim refused: {why}"
-        return f"reclaim refused: {why}, counting the {counted} members {job.key} still needs"
+        return f"reclaim refused: {why}, counting the {counted} members its pod group still needs"
 
     def _refused_whatever(
         self, job: Job, vec: np.ndarray, band: float, queues: tuple[str, ...]
