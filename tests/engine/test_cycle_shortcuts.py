@@ -26,7 +26,7 @@ from fairgpu.engine.actions.gang_screen import (
     bound_over_time,
     members_bound,
 )
-from fairgpu.engine.actions.preempt import FairVictims, eligible_victim
+from fairgpu.engine.actions.preempt import FairVictims, HeldCauses, eligible_victim
 from fairgpu.engine.actions.reclaim import reverses
 from fairgpu.engine.actions.reserve import protected_until
 from fairgpu.engine.engine import Engine
@@ -230,12 +230,41 @@ def test_reclaimable_pods_in_one_pass_are_the_rules_per_pod(case: dict[str, Any]
     plain, uids = _session(case)
     want = _rules_as_written(plain, FairVictims(plain, {}), uids, min_run)
     fast, _ = _session(case)
-    got, soonest = FairVictims(fast, {})._reclaimable(uids, "a", "b", min_run, {})
+    causes = HeldCauses()
+    got, soonest = FairVictims(fast, {})._reclaimable(uids, "a", "b", min_run, {}, causes)
     if len(got) < len(uids) and soonest < np.inf:
         fast.out.retry_no_later_than(float(soonest))  # as _reclaim_sets asks for it
     assert got == want
     assert fast.out.retry_at == plain.out.retry_at
     assert fast.state.reclaimed == plain.state.reclaimed
+    # Each pod held back is counted under the first rule that holds it (the reason's tally).
+    checked, _ = _session(case)
+    assert causes.counts == _causes_as_written(checked, FairVictims(checked, {}), uids, min_run)
+
+
+def _causes_as_written(
+    session: Session, victims: FairVictims, pool: list[str], min_run: float
+) -> dict[str, int]:
+    """Per rule, the pods it is the first to hold back: victims by kind (bound, not
+    terminating, not placed in this cycle) that some time rule keeps out."""
+    cfg = session.tenancy.preemption
+    counts: dict[str, int] = {}
+    for u in pool:
+        pl = session.cluster.placements.get(u)
+        if pl is None or not pl.bound or pl.terminating or u in session.placed_now:
+            continue
+        if session.now - pl.started < min_run:
+            cause = "young"
+        elif _cooling(session, u):
+            cause = "cooling"
+        elif reverses(session.state, victims._node_of(u), "a", "b", session.now, cfg):
+            cause = "reversal"
+        elif _protected(session, u):
+            cause = "protected"
+        else:
+            continue
+        counts[cause] = counts.get(cause, 0) + 1
+    return counts
 
 
 # ---- the room a victim pool frees -----------------------------------------------------------

@@ -39,6 +39,7 @@ def test_reclaim_waits_for_the_minimum_runtime_priority_does_not() -> None:
     res = engine().cycle(state, [pod("b0", "b")], 30.0)
     assert not res.evictions
     assert "reclaimMinRuntimeSeconds (60)" in res.unschedulable[0].reason
+    assert "every pod of queue 'a' is held back: 8 ran less than" in res.unschedulable[0].reason
     # 100 s in, they may go.
     state = cluster(node("n1"), placed=held)
     res = engine().cycle(state, [pod("b0", "b")], 100.0)
@@ -47,6 +48,28 @@ def test_reclaim_waits_for_the_minimum_runtime_priority_does_not() -> None:
     state = cluster(node("n1"), placed=held)
     res = engine().cycle(state, [pod("urgent", "a", priority=100)], 10.0)
     assert [(e.pod.namespace, e.kind) for e in res.evictions] == [("a", "priority")]
+
+
+def test_a_reclaim_held_back_names_each_rule_that_holds_the_pods() -> None:
+    """Pods protected after starting from a reservation are not called too young: the
+    reason counts the pods each rule holds and says when the first protection ends."""
+    held = [(pod(f"a{j}", "a"), "n1", 0.0 if j < 5 else 90.0) for j in range(8)]
+    state = cluster(node("n1"), placed=held)
+    eng = engine()
+    eng.state.protected.update({f"a/a{j}": 700.0 + 100 * j for j in range(5)})
+    res = eng.cycle(state, [pod("b0", "b")], 100.0)
+    assert not res.evictions
+    assert res.unschedulable[0].reason.endswith(
+        "reclaim refused: every pod of queue 'a' is held back: 3 ran less than "
+        "reclaimMinRuntimeSeconds (60), 5 protected after starting from a reservation "
+        "(or again after a teardown), the first until t=700 s"
+    ), res.unschedulable[0].reason
+    # One of them unprotected and old enough: it goes.
+    state = cluster(node("n1"), placed=held)
+    eng = engine()
+    eng.state.protected.update({f"a/a{j}": 700.0 + 100 * j for j in range(4)})
+    res = eng.cycle(state, [pod("b0", "b")], 100.0)
+    assert [e.pod.name for e in res.evictions] == ["a4"]
 
 
 # ---- tolerance band ---------------------------------------------------------------------------

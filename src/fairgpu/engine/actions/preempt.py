@@ -110,6 +110,30 @@ class _Pools:
 
 
 @dataclass(slots=True)
+class HeldCauses:
+    """Why a queue's pods are held back from reclaim: pods per rule ("young",
+    "cooling", "reversal", "protected"), and the first end of a
+    protection among them (when the first protected pod may become a victim; a cycle is
+    asked for then)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    protected_until: float = math.inf
+
+    def add(self, cause: str, until: float = math.inf) -> None:
+        """One more pod held back by ``cause`` (a protection: until ``until``)."""
+        self.counts[cause] = self.counts.get(cause, 0) + 1
+        self.protected_until = min(self.protected_until, until)
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+
+# A queue's reclaimable pods, the first moment a held one frees, the held ones (uid ->
+# when), and why they are held (FairVictims._reclaimable_kept).
+_Kept = tuple[list[str], float, dict[str, float], HeldCauses]
+
+
+@dataclass(slots=True)
 class _Freeable:
     """What every search of one ask may evict in one cycle state (:meth:`FairVictims.freeable`):
     the pods, those a time rule holds back, and the rule that refused a queue's pods ("")."""
@@ -221,7 +245,7 @@ class FairVictims:
         self._sets: dict[tuple[object, ...], _Pools] = {}
         self._waits: dict[tuple[object, ...], float] = {}
         self._ends: tuple[tuple[int, int, int], list[tuple[float, int, Placement]]] | None = None
-        self._kept: dict[tuple[object, ...], tuple[list[str], float, dict[str, float]]] = {}
+        self._kept: dict[tuple[object, ...], _Kept] = {}
         self._noted = 0  # reclaims committed in this cycle (they change cooldowns)
 
     def may_preempt(self, pod: PodInfo) -> bool:
@@ -542,24 +566,50 @@ class FairVictims:
         min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
         sets: list[tuple[str, list[str]]] = []
         for other in self._reclaimable_queues(queue):
-            ok, soonest = self._reclaimable_kept(other, queue, min_run, held)
+            ok, soonest, causes = self._reclaimable_kept(other, queue, min_run, held)
             if len(ok) < len(s.book.queue_pods[other]) and soonest < np.inf:
                 # Pods held back only by time (too young to reclaim, or on GPUs cooling
                 # down) become victims later: the first such moment.
                 held.at = min(held.at, float(soonest))
             sets.append((other, ok))
-            if not ok:
+            if not ok and causes:
                 self._refusal.setdefault(
                     pod.uid,
-                    f"reclaim refused: every pod of queue {other!r} ran less than "
-                    f"reclaimMinRuntimeSeconds ({min_run:g}) or sits on GPUs that changed "
-                    f"tenant within reclaimCooldownSeconds ({cfg.reclaim_cooldown_seconds:g})",
+                    f"reclaim refused: every pod of queue {other!r} is held back: "
+                    + self._held_back_text(causes, min_run),
                 )
         return sets
 
+    def _held_back_text(self, causes: HeldCauses, min_run: float) -> str:
+        """What holds a queue's pods back from reclaim, rule by rule, with how many pods
+        each holds (:meth:`_reclaimable`): the rules differ in what a user can expect --
+        a young pod or a cooling GPU comes free within minutes, a protected run at its
+        declared end."""
+        s = self.s
+        cfg = s.tenancy.preemption
+        setting = (
+            "minRuntimeSeconds"
+            if cfg.min_runtime_seconds > cfg.reclaim_min_runtime_seconds
+            else "reclaimMinRuntimeSeconds"
+        )
+        cooldown = f"{cfg.reclaim_cooldown_seconds:g}"
+        texts = {
+            "young": f"ran less than {setting} ({min_run:g})",
+            "cooling": f"on GPUs that changed tenant within reclaimCooldownSeconds ({cooldown})",
+            "reversal": "on a node where it would undo a reclaim made within "
+            f"reclaimCooldownSeconds ({cooldown})",
+            "protected": "protected after starting from a reservation (or again after a teardown)",
+        }
+        parts = [f"{causes.counts[c]} {text}" for c, text in texts.items() if c in causes.counts]
+        n = causes.counts.get("protected", 0)
+        if n:  # the last part
+            parts[-1] += f", {'' if n == 1 else 'the first '}until "
+            parts[-1] += s.time_label(causes.protected_until)
+        return ", ".join(parts)
+
     def _reclaimable_kept(
         self, other: str, queue: str, min_run: float, held: HeldBack
-    ) -> tuple[list[str], float]:
+    ) -> tuple[list[str], float, HeldCauses]:
         """:meth:`_reclaimable` of ``other``'s pods, computed again only when what it reads
         may have changed since the last time in this cycle (``now`` is fixed): ``other``'s
         pods (the book counts their changes; a pod placed or evicted in this cycle is one),
@@ -578,10 +628,12 @@ class FairVictims:
         got = self._kept.get(key)
         if got is None:
             later: dict[str, float] = {}
-            ok, soonest = self._reclaimable(s.book.queue_pods[other], other, queue, min_run, later)
-            got = self._kept[key] = (ok, soonest, later)
+            causes = HeldCauses()
+            pool = s.book.queue_pods[other]
+            ok, soonest = self._reclaimable(pool, other, queue, min_run, later, causes)
+            got = self._kept[key] = (ok, soonest, later, causes)
         held.pods.update(got[2])
-        return got[0], got[1]
+        return got[0], got[1], got[3]
 
     def _reclaimable(
         self,
@@ -590,15 +642,17 @@ class FairVictims:
         queue: str,
         min_run: float,
         later: dict[str, float],
+        causes: HeldCauses,
     ) -> tuple[list[str], float]:
         """The pods of ``pool`` (queue ``other``) that ``queue`` may reclaim, sorted: eligible
         victims (:func:`eligible_victim`) not on cooling GPUs, whose reclaim would not reverse
         one ``other`` made from ``queue`` there and not protected by a reservation they
         started from; and the first later moment at which a bound pod of ``pool`` has run
         ``min_run`` and its GPUs have cooled down, or a protection ends (``inf``: none). The
-        pods only those time rules keep out go to ``later`` (uid -> when). One pass with the cycle's
-        constants bound once; each rule is asked only while the earlier ones hold, as they
-        have effects (forgotten entries)."""
+        pods only those time rules keep out go to ``later`` (uid -> when), and each pod those
+        rules keep out is counted in ``causes`` under the first rule that holds it. One pass
+        with the cycle's constants bound once; each rule is asked only while the earlier ones
+        hold, as they have effects (forgotten entries)."""
         s = self.s
         cfg = s.tenancy.preemption
         state, now, cooldown = s.state, s.now, cfg.reclaim_cooldown_seconds
@@ -628,11 +682,14 @@ class FairVictims:
             # victim_eligible, inlined: this loop runs over every pod of the queue.
             if now - pl.started < min_run:
                 later[u] = when
+                causes.add("young")
                 continue
             if pl.node in hot_nodes and any((pl.node, d) in hot for d in pl.devices):
                 later[u] = when
+                causes.add("cooling")
                 continue
             if pl.node in recent:  # no cycle is asked for when a reversal window ends
+                causes.add("reversal")
                 continue
             if pl.node in expired:  # what reverses() forgets when a pod there asks
                 reverses(state, expired.pop(pl.node), other, queue, now, cfg)
@@ -640,6 +697,7 @@ class FairVictims:
             if until is not None:
                 later[u] = until
                 soonest = min(soonest, until)
+                causes.add("protected", until)
                 continue
             ok.append(u)
         ok.sort()
