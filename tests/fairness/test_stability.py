@@ -64,6 +64,18 @@ def test_a_reclaim_held_back_names_each_rule_that_holds_the_pods() -> None:
         "reclaimMinRuntimeSeconds (60), 5 protected after starting from a reservation "
         "(or again after a teardown), the first until t=700 s"
     ), res.unschedulable[0].reason
+    # Asking 4 GPUs, where the two pods that may go free only 2: no plan, and the reason
+    # says what holds the others back -- the room may come from them, at that time.
+    state = cluster(node("n1"), placed=held)
+    eng = engine()
+    eng.state.protected.update({f"a/a{j}": 700.0 + 100 * j for j in range(3)})
+    res = eng.cycle(state, [pod("b0", "b", gpus=4)], 100.0)
+    assert not res.evictions
+    assert res.unschedulable[0].reason.endswith(
+        "; queue 'a' has pods held back from reclaim: 3 ran less than reclaimMinRuntimeSeconds "
+        "(60), 3 protected after starting from a reservation (or again after a teardown), the "
+        "first until t=700 s"
+    ), res.unschedulable[0].reason
     # One of them unprotected and old enough: it goes.
     state = cluster(node("n1"), placed=held)
     eng = engine()

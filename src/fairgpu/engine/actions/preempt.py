@@ -99,12 +99,14 @@ def held_first(session: Session, sets: list[list[str]]) -> list[list[str]]:
 @dataclass(slots=True)
 class _Pools:
     """A search's candidate pools (:meth:`FairVictims.candidate_sets`), the refusal met
-    while finding them, the candidates held back by time, and the queues whose pods the
-    pools hold, sorted."""
+    while finding them, the candidates held back by time and, per queue some of whose pods
+    they are, what holds them (a reason's text), and the queues whose pods the pools hold,
+    sorted."""
 
     held: HeldBack
     sets: list[list[str]] = field(default_factory=list)
     refusal: str | None = None
+    held_back: list[str] = field(default_factory=list)
     queues: tuple[str, ...] = ()
     named: list[tuple[str, list[str]]] = field(default_factory=list)
 
@@ -398,6 +400,10 @@ class FairVictims:
             refused.append(_cheaper_wait(session, "every plan would lose more work", wait))
         if refused:
             self._refusal[pod.uid] = refused[0]
+        if pools.held_back:
+            # Name what the time rules kept out too: the pods that may free the room, when.
+            first = self._refusal.get(pod.uid)
+            self._refusal[pod.uid] = "; ".join([*([first] if first else []), *pools.held_back])
         return None
 
     def _end_vector(self, job: Job, pod: PodInfo) -> np.ndarray:
@@ -545,7 +551,7 @@ class FairVictims:
         lim = s.book.queue_limits(queue)
         named: list[tuple[str, list[str]]] = []
         if lim.preemption.reclaim:
-            named.extend(self._reclaim_sets(queue, pod, pools.held))
+            named.extend(self._reclaim_sets(queue, pod, pools))
         if lim.preemption.within_queue == "LowerPriority":
             named.append((queue, self._lower_priority(job, pod, pools.held)))
         named = [(q, x) for q, x in named if x]
@@ -556,11 +562,12 @@ class FairVictims:
             sets.append(sorted({u for x in sets for u in x}))
         return sets
 
-    def _reclaim_sets(
-        self, queue: str, pod: PodInfo, held: HeldBack
-    ) -> list[tuple[str, list[str]]]:
+    def _reclaim_sets(self, queue: str, pod: PodInfo, pools: _Pools) -> list[tuple[str, list[str]]]:
         """Per reclaimable queue, its name and its pods that ran long enough and whose GPUs
-        are not cooling down; those held back by time go to ``held``."""
+        are not cooling down; those held back by time go to ``pools.held``, and what holds
+        back some of a queue's pods to ``pools.held_back`` (for a search that finds no
+        plan; when all are held back, it is the refusal)."""
+        held = pools.held
         s = self.s
         cfg = s.tenancy.preemption
         min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
@@ -577,6 +584,11 @@ class FairVictims:
                     pod.uid,
                     f"reclaim refused: every pod of queue {other!r} is held back: "
                     + self._held_back_text(causes, min_run),
+                )
+            elif causes:
+                pools.held_back.append(
+                    f"queue {other!r} has pods held back from reclaim: "
+                    + self._held_back_text(causes, min_run)
                 )
         return sets
 
