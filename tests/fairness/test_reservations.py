@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.engine.gang import Reservation, backfill_mask, choose_reservation, drain_estimate
+from fairgpu.engine.victim_cost import room_times
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy import parse_config
 from tests.builders import cluster, node_info, pod_info
@@ -43,7 +45,7 @@ def test_reservation_holds_the_node_that_drains_first() -> None:
         job, state, lambda _: everywhere, np.zeros(state.size, dtype=bool), rank
     )
     # n1 has the most idle GPUs, but n2 is empty at 50 s: the job can start there first.
-    assert chosen is not None and chosen.tolist() == [1]
+    assert chosen is not None and [x.tolist() for x in chosen] == [[1], [1]]
 
 
 def test_backfill_may_use_a_held_node_until_the_last_one_drains() -> None:
@@ -90,6 +92,48 @@ def test_a_held_job_on_nodes_without_run_times_is_told_the_end_is_unknown() -> N
         "; GPUs are held for it on n3, "
         "when they free up is unknown (pods there declare no run time)"
     )
+
+
+def test_room_for_members_comes_before_the_node_is_empty() -> None:
+    """A 4-GPU member needs half an 8-GPU node: room for one comes when the short pods
+    end, for two only when the half-GPU replica beside them ends too."""
+    short = [(_running(f"s{i}", 100), "n1", 0.0) for i in range(6)]
+    serve = pod_info("serve", "busy", milli=500, duration=5000)
+    state = cluster(node_info("n1", gpus=8), placed=[*short, (serve, "n1", 0.0)])
+    member = pod_info("m", "wait", gpus=4)
+    ends = [(100.0, f"busy/s{i}") for i in range(6)] + [(5000.0, "busy/serve")]
+    assert room_times(member, state, 0, ends, 2) == [100.0, 5000.0]
+    assert drain_estimate(state, 0) == 5000.0  # what the reservation used to wait for
+    # A pod whose end is unknown keeps the room it holds unknown too.
+    assert room_times(member, state, 0, [(math.inf, "busy/s0")], 2) == [math.inf, math.inf]
+
+
+def test_a_gang_is_held_until_its_members_have_room_not_until_the_nodes_are_empty() -> None:
+    """Two 4-GPU members: n2 has room for one at 200 s, n1 at 300 s; each node is empty
+    only at 4 000 and 5 000 s. The gang waits for 300 s, and only pods that end by then
+    may use the held nodes."""
+    placed = [
+        *((_running(f"a{i}", 300), "n1", 0.0) for i in range(7)),
+        (pod_info("serve", "busy", milli=500, duration=5000), "n1", 0.0),
+        *((_running(f"b{i}", 200), "n2", 0.0) for i in range(4)),
+        *((_running(f"c{i}", 4000), "n2", 0.0) for i in range(4)),
+    ]
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), placed=placed)
+    config = parse_config(
+        {"preemption": {"enabled": False}, "starvation": {"reserveAfterSeconds": 0}}
+    )
+    eng = Engine(tenancy=config)
+    gang = [pod_info(f"g{i}", "wait", gpus=4, group="g", min_member=2) for i in range(2)]
+    res = eng.cycle(state, gang, 10.0)
+    assert not res.binds and sorted(res.reserved["wait/g"]) == ["n1", "n2"]
+    reason = next(u.reason for u in res.unschedulable if u.pod is gang[0])
+    assert reason.endswith("expected free by t=300 s (the declared run times there)"), reason
+    # Backfill: a 250 s pod ends by then, a 400 s pod does not.
+    held = list(eng.reservations.values())
+    drain = {0: 300.0, 1: 200.0}
+    for runtime, may in ((250, True), (400, False)):
+        fill = pod_info("fill", "other", duration=runtime)
+        assert backfill_mask(fill, state, held, drain, 10.0).tolist() == [may, may]
 
 
 def _nodes() -> list:  # type: ignore[type-arg]

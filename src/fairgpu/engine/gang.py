@@ -6,7 +6,8 @@ when reservations are made and dropped is :mod:`fairgpu.engine.actions.reserve`.
 :class:`Reservation` holds nodes for a large job (many whole GPUs, or a big gang) that has
 waited too long at the head of fair order: while it exists, other pods may use those nodes only
 if they cannot delay the job (backfill): pods without GPUs that leave the job's CPU and memory
-free, or pods whose declared run time ends before the node is expected to drain.
+free, or pods whose declared run time ends before the job is expected to start (when the last
+of its nodes has room for the members it is to hold).
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ class Reservation:
     memory: float = 0.0
     node_names: list[str] = field(default_factory=list)
     drain: float = 0.0
+    # The job's member and how many members each of ``nodes`` is to hold: a node is then
+    # waited for until it has room for those (:func:`~fairgpu.engine.victim_cost.room_times`),
+    # not until its last pod ends. None: until it is empty.
+    member: PodInfo | None = None
+    slots: np.ndarray | None = None
 
 
 def members_per_node(pod: PodInfo, cluster: ClusterState, mask: np.ndarray) -> np.ndarray:
@@ -92,11 +98,15 @@ def choose_reservation(
     static_mask: Callable[[PodInfo], np.ndarray],
     taken: np.ndarray,
     rank: np.ndarray,
-) -> np.ndarray | None:
-    """Node slots to hold for ``pods`` (members of one job, placed on empty nodes), preferring
-    the nodes that drain first: by the declared end of their last pod (:func:`drain_estimate`;
-    nodes running pods without a declared run time last), then the most idle GPUs and free
-    CPU. None if they cannot fit even on an empty cluster outside ``taken``."""
+    room: Callable[[int, int], list[float]] | None = None,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Node slots to hold for ``pods`` (members of one job, alike) and how many members each
+    is to hold: the members' places that come free first. ``room(node, most)``: when the node
+    has room for 1 .. ``most`` members (:func:`~fairgpu.engine.victim_cost.room_times`);
+    without it, all of them when the node drains (:func:`drain_estimate`; nodes running pods
+    without a declared run time last). Ties go to the node with the most idle GPUs and free
+    CPU, and a node is filled before the next. None if they cannot fit even on an empty
+    cluster outside ``taken``."""
     if not pods:
         return None
     head = pods[0]
@@ -105,23 +115,19 @@ def choose_reservation(
     n = cluster.size
     free = cluster.free()
     idle = cluster.idle_devices[:n]
-    drain = np.full(n, math.inf)
-    for idx in np.flatnonzero(per_node[:n] > 0):
-        drain[idx] = drain_estimate(cluster, int(idx))
-    order = np.lexsort((rank[:n], -free[:, COL_CPU], -idle, drain))
-    chosen: list[int] = []
-    left = len(pods)
-    for idx in order:
-        if left <= 0:
-            break
-        k = int(per_node[idx])
-        if k <= 0:
-            continue
-        chosen.append(int(idx))
-        left -= k
-    if left > 0:
+    places: list[tuple[float, int, float, int, int, int]] = []
+    for idx in np.flatnonzero(per_node[:n] > 0).tolist():
+        most = int(per_node[idx])
+        times = room(idx, most) if room is not None else [drain_estimate(cluster, idx)] * most
+        pref = (-int(idle[idx]), -float(free[idx, COL_CPU]), int(rank[idx]))
+        places.extend((t, *pref, idx, k) for k, t in enumerate(times))
+    if len(places) < len(pods):
         return None
-    return np.array(chosen, dtype=np.int64)
+    places.sort()
+    counts: dict[int, int] = {}
+    for place in places[: len(pods)]:
+        counts[place[4]] = counts.get(place[4], 0) + 1
+    return np.array(list(counts), dtype=np.int64), np.array(list(counts.values()), dtype=np.int64)
 
 
 def drain_estimate(cluster: ClusterState, node: int) -> float:
@@ -152,8 +158,8 @@ def backfill_mask(
         nodes = res.nodes[res.nodes < n]
         if nodes.size == 0:
             continue
-        # The held job starts once its last node drains: work that ends by then, on any of
-        # its nodes, does not delay it (EASY backfilling).
+        # The held job starts once its last node drains (has room for its members): work
+        # that ends by then, on any of its nodes, does not delay it (EASY backfilling).
         ends_first = runtime is not None and now + runtime <= max(
             map(drain.get, nodes.tolist(), repeat(math.inf))
         )

@@ -39,10 +39,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 
 import numpy as np
 
-from fairgpu.cluster.state import ClusterState, Placement
+from fairgpu.cluster.state import COL_CPU, COL_MEMORY, ClusterState, Placement
 from fairgpu.engine.gang import declared_runtime
 from fairgpu.model.gpu import WHOLE
-from fairgpu.model.pod import PodInfo
+from fairgpu.model.pod import CPU, MEMORY, PodInfo
 from fairgpu.tenancy.book import QueueBook
 from fairgpu.tenancy.resolve import TenantResolver
 
@@ -293,6 +293,56 @@ def time_to_fit(
         if total >= copies:
             return max(0.0, end - now)
     return math.inf
+
+
+def room_times(
+    pod: PodInfo,
+    cluster: ClusterState,
+    node: int,
+    ends: Iterable[tuple[float, str]],
+    most: int,
+) -> list[float]:
+    """For ``k`` = 1 .. ``most``: when node slot ``node`` has room for ``k`` copies of
+    ``pod`` (GPUs, CPU and memory), if the pods there end at ``ends`` -- ``(end, uid)``,
+    soonest first, ``inf`` for a pod whose end is not known --, every other pod staying.
+    ``-inf`` for copies that fit now, ``inf`` for those no known end makes room for.
+
+    What a reservation for a job of such copies waits for on that node: not its last pod
+    (a 4-GPU member needs half of an 8-GPU node, and a fractional inference replica that
+    runs for hours beside it need not leave)."""
+    width = cluster.device_milli_free.shape[1]
+    milli = cluster.device_milli_free[node].astype(np.int64)
+    memory = cluster.device_memory_free[node].astype(np.int64)
+    gone = ~cluster.device_exists[node]
+    milli[gone] = 0
+    memory[gone] = 0
+    free = cluster.allocatable[node].astype(np.int64) - cluster.requested[node]
+    asks = [(COL_CPU, CPU), (COL_MEMORY, MEMORY)]
+    need_mem = cluster.device_memory_for(pod, node)
+
+    def copies() -> int:
+        have = copies_on_node(pod, milli, memory, need_mem) if pod.gpu.count else most
+        for col, name in asks:
+            ask = int(pod.requests.get(name, 0))
+            if ask > 0:
+                have = min(have, int(free[col]) // ask)
+        return have
+
+    out = [-math.inf] * min(max(copies(), 0), most)
+    for end, uid in ends:
+        if len(out) >= most or not math.isfinite(end):
+            break
+        pl = cluster.placements[uid]
+        for d in pl.devices:
+            if 0 <= d < width:
+                milli[d] += pl.device_milli
+                memory[d] += pl.device_memory
+        left = cluster.pods.get(uid)
+        if left is not None:
+            for col, name in asks:
+                free[col] += int(left.requests.get(name, 0))
+        out.extend([end] * (min(copies(), most) - len(out)))
+    return out + [math.inf] * (most - len(out))
 
 
 def _copies_per_node(
