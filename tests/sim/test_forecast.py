@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
+
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
+from fairgpu.engine.gang import Reservation
 from fairgpu.engine.policies import policy
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
@@ -229,3 +232,21 @@ def test_learning_survives_the_trip_to_the_forecasting_process() -> None:
     assert theirs[1]._plan is not None, "the workload's shares were planned"
     assert mine[1]._plan is not None and mine[1]._plan.patterns == theirs[1]._plan.patterns
     assert mine[1].contents.contents == [()]  # only the idle device's code
+
+
+def test_a_carried_reservation_keeps_each_node_with_its_members() -> None:
+    """A reservation's nodes are found again by name in the snapshot; the members each is
+    to hold (``slots``, beside ``nodes``) stay with their node when one is gone."""
+    source = _engine()
+    source.state.reservations["q/job"] = Reservation(
+        "q/job",
+        "q",
+        np.array([0, 1]),
+        0.0,
+        node_names=["n1", "n2"],
+        member=pod_info("m", "q", gpus=4),
+        slots=np.array([2, 1]),
+    )
+    snapshot = cluster(node_info("n0", gpus=8), node_info("n2", gpus=8))
+    res = carry_state(source.state, snapshot).reservations["q/job"]
+    assert res.nodes.tolist() == [1] and res.slots is not None and res.slots.tolist() == [1]

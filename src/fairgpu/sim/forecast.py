@@ -311,8 +311,16 @@ def carry_state(state: EngineState, cluster: ClusterState) -> EngineState:
     """
     out = copy.deepcopy(state)
     for res in out.reservations.values():
-        slots = [cluster.node_index[n] for n in res.node_names if n in cluster.node_index]
-        res.nodes = np.asarray(slots, dtype=res.nodes.dtype)
+        # ``slots`` (members per node) runs beside ``nodes``: a node not found drops both.
+        counts = res.slots.tolist() if res.slots is not None else [0] * len(res.node_names)
+        found = [
+            (cluster.node_index[n], k)
+            for n, k in zip(res.node_names, counts, strict=True)
+            if n in cluster.node_index
+        ]
+        res.nodes = np.asarray([i for i, _ in found], dtype=res.nodes.dtype)
+        if res.slots is not None:
+            res.slots = np.asarray([k for _, k in found], dtype=res.slots.dtype)
     return out
 
 
