@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.actions.reserve import nodes_drain
 from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.engine.gang import Reservation, backfill_mask, choose_reservation, drain_estimate
 from fairgpu.engine.victim_cost import room_times
@@ -134,6 +135,12 @@ def test_a_gang_is_held_until_its_members_have_room_not_until_the_nodes_are_empt
     for runtime, may in ((250, True), (400, False)):
         fill = pod_info("fill", "other", duration=runtime)
         assert backfill_mask(fill, state, held, drain, 10.0).tolist() == [may, may]
+    # Asked again (a cycle asks three times), the answer follows the node: n1's short pods
+    # gone, the gang waits only for n2's (200 s).
+    assert nodes_drain(eng.session(state, 20.0), held[0]) == 300.0
+    for i in range(7):
+        state.release(f"busy/a{i}")
+    assert nodes_drain(eng.session(state, 20.0), held[0]) == 200.0
 
 
 def _nodes() -> list:  # type: ignore[type-arg]

@@ -69,6 +69,10 @@ class Reservation:
     # not until its last pod ends. None: until it is empty.
     member: PodInfo | None = None
     slots: np.ndarray | None = None
+    # When each node has that room, by what it was computed from (node and its version,
+    # members, learned run times, cluster): a cycle asks it three times, and most nodes
+    # do not change from one cycle to the next.
+    room: dict[tuple[int, ...], float] = field(default_factory=dict, repr=False, compare=False)
 
 
 def members_per_node(pod: PodInfo, cluster: ClusterState, mask: np.ndarray) -> np.ndarray:

@@ -321,6 +321,7 @@ def carry_state(state: EngineState, cluster: ClusterState) -> EngineState:
         res.nodes = np.asarray([i for i, _ in found], dtype=res.nodes.dtype)
         if res.slots is not None:
             res.slots = np.asarray([k for _, k in found], dtype=res.slots.dtype)
+        res.room = {}  # computed on the other cluster
     return out
 
 

@@ -31,6 +31,7 @@ class ObservedRuntimes:
         self._runs: dict[str, deque[float]] = {}
         self._all: deque[float] = deque(maxlen=WINDOW)
         self._evicted: set[str] = set()
+        self.version = 0  # bumped with every run learned: what expected() says may change
 
     def evicted(self, uids: Iterable[str]) -> None:
         """The engine evicted ``uids``: their end is no completion."""
@@ -62,6 +63,7 @@ class ObservedRuntimes:
     def _add(self, queue: str, runtime: float) -> None:
         self._runs.setdefault(queue, deque(maxlen=WINDOW)).append(runtime)
         self._all.append(runtime)
+        self.version += 1
 
     def expected(self, queue: str) -> float | None:
         """The run time expected of a pod of ``queue`` that declares none (None: unknown)."""

@@ -159,13 +159,22 @@ def expected_room(
     (:func:`~fairgpu.engine.victim_cost.room_times`; 0 when it has now), or without a
     member noted, to be empty (:func:`expected_drain`); inf: unknown."""
     node = int(res.nodes[at])
+    cluster = session.cluster
     if res.member is None or res.slots is None:
         if declared_only:
-            return drain_estimate(session.cluster, node)
+            return drain_estimate(cluster, node)
         return expected_drain(session, node)
     k = int(res.slots[at])
-    ends = expected_ends(session, node, declared_only)
-    return max(0.0, room_times(res.member, session.cluster, node, ends, k)[k - 1])
+    version = int(cluster.node_version[node])
+    key = (node, version, k, session.state.runtimes.version, declared_only, id(cluster))
+    got = res.room.get(key)
+    if got is None:
+        ends = expected_ends(session, node, declared_only)
+        got = max(0.0, room_times(res.member, cluster, node, ends, k)[k - 1])
+        if len(res.room) > 256:  # old versions: forget them
+            res.room.clear()
+        res.room[key] = got
+    return got
 
 
 def nodes_drain(session: Session, res: Reservation, declared_only: bool = False) -> float:
