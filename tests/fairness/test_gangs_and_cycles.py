@@ -71,6 +71,17 @@ def test_gang_reclaims_as_a_unit_or_not_at_all() -> None:
     assert not res.binds and not res.evictions and len(state.placements) == 16
 
 
+def _a_and_g(weight_a: int) -> Any:
+    """Queues a (``weight_a``) and g (1); reclaim's time rules off (the rule here is the
+    share's)."""
+    return parse_config(
+        {
+            "queues": [{"name": "a", "weight": weight_a}, {"name": "g", "weight": 1}],
+            "preemption": {"reclaimMinRuntimeSeconds": 0, "minRuntimeSeconds": 0},
+        }
+    )
+
+
 def test_a_gang_reclaims_only_if_its_queue_stays_within_its_share_with_every_member() -> None:
     """A gang starts whole, so the reclaim rule judges its queue holding all its members:
     a first member alone within the share is not enough when the victims' torn-down group
@@ -85,12 +96,8 @@ def test_a_gang_reclaims_only_if_its_queue_stays_within_its_share_with_every_mem
     ]
     placed += [(pod_info(f"s{j}", "a"), f"n{3 + j // 4}", 0.0) for j in range(16)]
     gang = [member(i, min_member=2, gpus=4) for i in range(2)]
-    config = {
-        "queues": [{"name": "a", "weight": 3}, {"name": "g", "weight": 1}],
-        "preemption": {"reclaimMinRuntimeSeconds": 0, "minRuntimeSeconds": 0},
-    }
     state = cluster(*nodes, placed=placed)
-    res = Engine(tenancy=parse_config(config)).cycle(state, gang, 100.0)
+    res = Engine(tenancy=_a_and_g(3)).cycle(state, gang, 100.0)
     # Its first member alone (4 of 6) would pass; the gang (8 of 6) does not.
     assert not res.binds and not res.evictions
     assert (
@@ -99,9 +106,8 @@ def test_a_gang_reclaims_only_if_its_queue_stays_within_its_share_with_every_mem
     ) in res.unschedulable[0].reason
     assert gpus_by_namespace(state) == {"a": 24}
     # Deserving 8 (weights 2:1 over 24), the same gang reclaims and starts.
-    config["queues"] = [{"name": "a", "weight": 2}, {"name": "g", "weight": 1}]
     state = cluster(*nodes, placed=placed)
-    res = Engine(tenancy=parse_config(config)).cycle(state, gang, 100.0)
+    res = Engine(tenancy=_a_and_g(2)).cycle(state, gang, 100.0)
     assert len(res.binds) == 2 and {e.pod.name for e in res.evictions} == {"ag0", "ag1"}
     assert gpus_by_namespace(state) == {"a": 16, "g": 8}
 
@@ -116,12 +122,8 @@ def test_two_gangs_of_one_shape_are_each_told_their_own_reclaim_refusal() -> Non
         for k, g in enumerate(("first", "second"))
         for i in range(2)
     ]
-    config = {
-        "queues": [{"name": "a", "weight": 3}, {"name": "g", "weight": 1}],
-        "preemption": {"reclaimMinRuntimeSeconds": 0, "minRuntimeSeconds": 0},
-    }
     state = cluster(*nodes, placed=placed)
-    res = Engine(tenancy=parse_config(config)).cycle(state, gangs, 100.0)
+    res = Engine(tenancy=_a_and_g(3)).cycle(state, gangs, 100.0)
     assert not res.binds and not res.evictions
     reasons = {u.pod.name: u.reason for u in res.unschedulable}
     assert set(reasons) == {"first0", "first1", "second0", "second1"}

@@ -50,37 +50,36 @@ def test_reclaim_waits_for_the_minimum_runtime_priority_does_not() -> None:
     assert [(e.pod.namespace, e.kind) for e in res.evictions] == [("a", "priority")]
 
 
+def _eight_pods_some_protected(protected: int, ask_gpus: int) -> CycleResult:
+    """Queue a's eight pods on n1 at t=100: a0-a4 ran 100 s, a5-a7 10 s; the first
+    ``protected`` of them protected after starting from a reservation (until 700 s, 800 s,
+    ...). Queue b asks ``ask_gpus``."""
+    held = [(pod(f"a{j}", "a"), "n1", 0.0 if j < 5 else 90.0) for j in range(8)]
+    eng = engine()
+    eng.state.protected.update({f"a/a{j}": 700.0 + 100 * j for j in range(protected)})
+    return eng.cycle(cluster(node("n1"), placed=held), [pod("b0", "b", gpus=ask_gpus)], 100.0)
+
+
 def test_a_reclaim_held_back_names_each_rule_that_holds_the_pods() -> None:
     """Pods protected after starting from a reservation are not called too young: the
     reason counts the pods each rule holds and says when the first protection ends."""
-    held = [(pod(f"a{j}", "a"), "n1", 0.0 if j < 5 else 90.0) for j in range(8)]
-    state = cluster(node("n1"), placed=held)
-    eng = engine()
-    eng.state.protected.update({f"a/a{j}": 700.0 + 100 * j for j in range(5)})
-    res = eng.cycle(state, [pod("b0", "b")], 100.0)
-    assert not res.evictions
-    assert res.unschedulable[0].reason.endswith(
-        "reclaim refused: every pod of queue 'a' is held back: 3 ran less than "
+    # Five protected, three young: every pod is held back. Three protected and asking 4 GPUs,
+    # where the two pods that may go free only 2: no plan, and the reason says what holds
+    # the others back -- the room may come from them, at that time.
+    cases = {
+        (5, 1): "reclaim refused: every pod of queue 'a' is held back: 3 ran less than "
         "reclaimMinRuntimeSeconds (60), 5 protected after starting from a reservation "
-        "(or again after a teardown), the first until t=700 s"
-    ), res.unschedulable[0].reason
-    # Asking 4 GPUs, where the two pods that may go free only 2: no plan, and the reason
-    # says what holds the others back -- the room may come from them, at that time.
-    state = cluster(node("n1"), placed=held)
-    eng = engine()
-    eng.state.protected.update({f"a/a{j}": 700.0 + 100 * j for j in range(3)})
-    res = eng.cycle(state, [pod("b0", "b", gpus=4)], 100.0)
-    assert not res.evictions
-    assert res.unschedulable[0].reason.endswith(
-        "; queue 'a' has pods held back from reclaim: 3 ran less than reclaimMinRuntimeSeconds "
-        "(60), 3 protected after starting from a reservation (or again after a teardown), the "
-        "first until t=700 s"
-    ), res.unschedulable[0].reason
+        "(or again after a teardown), the first until t=700 s",
+        (3, 4): "; queue 'a' has pods held back from reclaim: 3 ran less than "
+        "reclaimMinRuntimeSeconds (60), 3 protected after starting from a reservation "
+        "(or again after a teardown), the first until t=700 s",
+    }
+    for (protected, gpus), tail in cases.items():
+        res = _eight_pods_some_protected(protected, gpus)
+        assert not res.evictions
+        assert res.unschedulable[0].reason.endswith(tail), res.unschedulable[0].reason
     # One of them unprotected and old enough: it goes.
-    state = cluster(node("n1"), placed=held)
-    eng = engine()
-    eng.state.protected.update({f"a/a{j}": 700.0 + 100 * j for j in range(4)})
-    res = eng.cycle(state, [pod("b0", "b")], 100.0)
+    res = _eight_pods_some_protected(4, 1)
     assert [e.pod.name for e in res.evictions] == ["a4"]
 
 
