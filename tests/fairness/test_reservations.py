@@ -135,6 +135,11 @@ def test_a_gang_is_held_until_its_members_have_room_not_until_the_nodes_are_empt
     for runtime, may in ((250, True), (400, False)):
         fill = pod_info("fill", "other", duration=runtime)
         assert backfill_mask(fill, state, held, drain, 10.0).tolist() == [may, may]
+    # A pod that would outlast the start is told why the held nodes are not for it.
+    late = pod_info("late", "other", duration=400)
+    res = eng.cycle(state, [*gang, late], 20.0)
+    reason = next(u.reason for u in res.unschedulable if u.pod is late)
+    assert reason.startswith("0/2 nodes are available: 2 node(s) held for other jobs"), reason
     # Asked again (a cycle asks three times), the answer follows the node: n1's short pods
     # gone, the gang waits only for n2's (200 s).
     assert nodes_drain(eng.session(state, 20.0), held[0]) == 300.0

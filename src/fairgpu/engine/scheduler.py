@@ -31,6 +31,9 @@ from fairgpu.engine.registry import Registry, default_registry
 from fairgpu.engine.tie_break import NodeRanks
 from fairgpu.model.pod import PodInfo
 
+# What a failure calls the nodes a caller's ``restrict`` left out, unless it names them.
+EXCLUDED = "node(s) excluded by the scheduling decision"
+
 
 class Diagnosis:
     """Why a pod fits nowhere: per reason, how many nodes failed for it (first failing filter).
@@ -242,9 +245,13 @@ class Scheduler:
 
     @staticmethod
     def diagnose(
-        cluster: ClusterState, results: list[tuple[str, FilterResult]], restrict: np.ndarray | None
+        cluster: ClusterState,
+        results: list[tuple[str, FilterResult]],
+        restrict: np.ndarray | None,
+        restricted: str = EXCLUDED,
     ) -> Diagnosis:
-        """Attribute each failing node to the first filter that rejected it (lazily)."""
+        """Attribute each failing node to the first filter that rejected it (lazily); the
+        nodes ``restrict`` leaves out to ``restricted``."""
         n = cluster.size
         alive = cluster.active[:n].copy()
         total = int(alive.sum())
@@ -252,7 +259,7 @@ class Scheduler:
             outside = alive & ~restrict
             if outside.any():
                 reasons: Counter[str] = Counter()
-                reasons["node(s) excluded by the scheduling decision"] += int(outside.sum())
+                reasons[restricted] += int(outside.sum())
                 alive &= restrict
                 _count_reasons(reasons, alive, results)
                 return Diagnosis(total, reasons)
@@ -291,10 +298,12 @@ class Scheduler:
         pod: PodInfo,
         cluster: ClusterState,
         restrict: np.ndarray | None = None,
+        restricted: str = EXCLUDED,
     ) -> ScheduleResult:
         """Choose a node and devices for ``pod`` without changing ``cluster``.
 
-        ``restrict`` optionally limits the candidates (e.g. a nominated node after preemption).
+        ``restrict`` optionally limits the candidates (e.g. a nominated node after preemption);
+        a failure counts the nodes it leaves out as ``restricted`` ("N node(s) ...").
         """
         if pod.error:
             diag = Diagnosis(status=Status.unresolvable("Decode", pod.error))
@@ -312,7 +321,7 @@ class Scheduler:
             ):
                 return hit[3]
         try:
-            result = self._attempt(pod, cluster, restrict)
+            result = self._attempt(pod, cluster, restrict, restricted)
         except AttemptError as error:
             status = Status(Code.ERROR, (str(error),))
             result = ScheduleResult(pod, diagnosis=Diagnosis(status=status), code=Code.ERROR)
@@ -334,7 +343,11 @@ class Scheduler:
         return result
 
     def _attempt(
-        self, pod: PodInfo, cluster: ClusterState, restrict: np.ndarray | None
+        self,
+        pod: PodInfo,
+        cluster: ClusterState,
+        restrict: np.ndarray | None,
+        restricted: str = EXCLUDED,
     ) -> ScheduleResult:
         cycle = CycleState(rng=self.rng)
         for plugin in self.pre_filters:
@@ -345,7 +358,9 @@ class Scheduler:
         nodes = np.flatnonzero(mask)
         if nodes.size == 0:
             return ScheduleResult(
-                pod, diagnosis=self.diagnose(cluster, results, restrict), code=Code.UNSCHEDULABLE
+                pod,
+                diagnosis=self.diagnose(cluster, results, restrict, restricted),
+                code=Code.UNSCHEDULABLE,
             )
         if nodes.size == 1 and self.profile.skip_scoring_single_node:
             chosen, score = int(nodes[0]), 0.0

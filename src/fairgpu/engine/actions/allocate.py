@@ -26,7 +26,12 @@ from fairgpu.engine.actions.backfill import allowed, backfill_key
 from fairgpu.engine.actions.gang_screen import bound_over_time, members_bound
 from fairgpu.engine.actions.order import QueueOrder
 from fairgpu.engine.actions.preempt import VictimPolicy, take_search
-from fairgpu.engine.actions.reserve import note_blocked, note_placed, note_torn_down
+from fairgpu.engine.actions.reserve import (
+    HELD_FOR_OTHERS,
+    note_blocked,
+    note_placed,
+    note_torn_down,
+)
 from fairgpu.engine.actions.settle import settle_followers
 from fairgpu.engine.decisions import Unschedulable
 from fairgpu.engine.framework import Code
@@ -251,7 +256,7 @@ def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rule
     if known is not None:
         reason = known
     else:
-        result = session.scheduler.schedule(pod, session.cluster, restrict=mask)
+        result = session.scheduler.schedule(pod, session.cluster, mask, HELD_FOR_OTHERS)
         if result.ok and result.node is not None:
             stmt.assign(pod, result.node, result.devices)
             return Member(True)

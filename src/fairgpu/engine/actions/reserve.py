@@ -91,6 +91,9 @@ from fairgpu.engine.session import Session
 from fairgpu.engine.victim_cost import room_times
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
+# What a pending reason calls the nodes other jobs' reservations keep from a pod.
+HELD_FOR_OTHERS = "node(s) held for other jobs"
+
 
 def allowed_nodes(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None:
     """Nodes ``pod`` of ``job`` may use given other jobs' reservations (None: all).
