@@ -8,9 +8,9 @@ from collections.abc import Callable
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine.actions.reserve import nodes_drain
+from fairgpu.engine.actions.reserve import expected_drain, expected_ends, nodes_drain
 from fairgpu.engine.engine import CycleResult, Engine
-from fairgpu.engine.gang import Reservation, backfill_mask, choose_reservation, drain_estimate
+from fairgpu.engine.gang import Reservation, backfill_mask, choose_reservation
 from fairgpu.engine.victim_cost import room_times
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy import parse_config
@@ -38,12 +38,17 @@ def _state():  # type: ignore[no-untyped-def]
 
 def test_reservation_holds_the_node_that_drains_first() -> None:
     state = _state()
-    assert [drain_estimate(state, i) for i in range(3)] == [1000, 50, np.inf]
+    session = Engine().session(state, 0.0)
+    assert [expected_drain(session, i) for i in range(3)] == [1000, 50, np.inf]
     job = [pod_info("big", "wait", gpus=8)]
     everywhere = np.ones(state.size, dtype=bool)
     rank = np.arange(state.size)
+
+    def room(node: int, most: int) -> list[float]:
+        return room_times(job[0], state, node, expected_ends(session, node), most)
+
     chosen = choose_reservation(
-        job, state, lambda _: everywhere, np.zeros(state.size, dtype=bool), rank
+        job, state, lambda _: everywhere, np.zeros(state.size, dtype=bool), rank, room
     )
     # n1 has the most idle GPUs, but n2 is empty at 50 s: the job can start there first.
     assert chosen is not None and [x.tolist() for x in chosen] == [[1], [1]]
@@ -104,7 +109,8 @@ def test_room_for_members_comes_before_the_node_is_empty() -> None:
     member = pod_info("m", "wait", gpus=4)
     ends = [(100.0, f"busy/s{i}") for i in range(6)] + [(5000.0, "busy/serve")]
     assert room_times(member, state, 0, ends, 2) == [100.0, 5000.0]
-    assert drain_estimate(state, 0) == 5000.0  # what the reservation used to wait for
+    # What the reservation used to wait for: the node empty.
+    assert expected_drain(Engine().session(state, 0.0), 0) == 5000.0
     # A pod whose end is unknown keeps the room it holds unknown too.
     assert room_times(member, state, 0, [(math.inf, "busy/s0")], 2) == [math.inf, math.inf]
 

@@ -102,13 +102,12 @@ def choose_reservation(
     static_mask: Callable[[PodInfo], np.ndarray],
     taken: np.ndarray,
     rank: np.ndarray,
-    room: Callable[[int, int], list[float]] | None = None,
+    room: Callable[[int, int], list[float]],
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Node slots to hold for ``pods`` (members of one job, alike) and how many members each
     is to hold: the members' places that come free first. ``room(node, most)``: when the node
-    has room for 1 .. ``most`` members (:func:`~fairgpu.engine.victim_cost.room_times`);
-    without it, all of them when the node drains (:func:`drain_estimate`; nodes running pods
-    without a declared run time last). Ties go to the node with the most idle GPUs and free
+    has room for 1 .. ``most`` members (:func:`~fairgpu.engine.victim_cost.room_times`; inf
+    where no known end makes room). Ties go to the node with the most idle GPUs and free
     CPU, and a node is filled before the next. None if they cannot fit even on an empty
     cluster outside ``taken``."""
     if not pods:
@@ -122,7 +121,7 @@ def choose_reservation(
     places: list[tuple[float, int, float, int, int, int]] = []
     for idx in np.flatnonzero(per_node[:n] > 0).tolist():
         most = int(per_node[idx])
-        times = room(idx, most) if room is not None else [drain_estimate(cluster, idx)] * most
+        times = room(idx, most)
         pref = (-int(idle[idx]), -float(free[idx, COL_CPU]), int(rank[idx]))
         places.extend((t, *pref, idx, k) for k, t in enumerate(times))
     if len(places) < len(pods):
@@ -132,17 +131,6 @@ def choose_reservation(
     for place in places[: len(pods)]:
         counts[place[4]] = counts.get(place[4], 0) + 1
     return np.array(list(counts), dtype=np.int64), np.array(list(counts.values()), dtype=np.int64)
-
-
-def drain_estimate(cluster: ClusterState, node: int) -> float:
-    """When node ``node`` will be empty if every pod on it declares its run time, else inf."""
-    latest = 0.0
-    for uid, pod in cluster.node_pods[node].items():
-        runtime = declared_runtime(pod)
-        if runtime is None:
-            return math.inf
-        latest = max(latest, cluster.placements[uid].started + runtime)
-    return latest
 
 
 def backfill_mask(

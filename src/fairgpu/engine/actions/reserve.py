@@ -83,7 +83,6 @@ from fairgpu.engine.gang import (
     backfill_mask,
     choose_reservation,
     declared_runtime,
-    drain_estimate,
     whole_gpus,
 )
 from fairgpu.engine.jobs import Job
@@ -119,21 +118,10 @@ def allowed_nodes(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None
     return mask
 
 
-def expected_drain(session: Session, node: int) -> float:
-    """When node slot ``node`` is expected to be empty: the latest end of its pods, each
-    from its declared run time, else the run time observed for its queue; inf if a pod has
-    neither."""
-    cluster = session.cluster
-    runtimes = session.state.runtimes
-    latest = 0.0
-    for uid, pod in cluster.node_pods[node].items():
-        runtime = declared_runtime(pod)
-        if runtime is None:
-            runtime = runtimes.expected(session.resolver.resolve(pod).queue)
-            if runtime is None:
-                return math.inf
-        latest = max(latest, cluster.placements[uid].started + runtime)
-    return latest
+def expected_drain(session: Session, node: int, declared_only: bool = False) -> float:
+    """When node slot ``node`` is expected to be empty: the latest of its pods' ends
+    (:func:`expected_ends`; 0 for an empty node, inf if a pod's end is not known)."""
+    return max((end for end, _ in expected_ends(session, node, declared_only)), default=0.0)
 
 
 def expected_ends(
@@ -164,9 +152,7 @@ def expected_room(
     node = int(res.nodes[at])
     cluster = session.cluster
     if res.member is None or res.slots is None:
-        if declared_only:
-            return drain_estimate(cluster, node)
-        return expected_drain(session, node)
+        return expected_drain(session, node, declared_only)
     k = int(res.slots[at])
     version = int(cluster.node_version[node])
     key = (node, version, k, session.state.runtimes.version, declared_only, id(cluster))
