@@ -97,6 +97,27 @@ def test_a_queue_within_the_band_of_its_share_is_left_alone() -> None:
     assert [e.pod.namespace for e in run(0.0).evictions] == ["a"]  # exactly to 12 / 12
 
 
+def test_a_queue_below_its_share_is_told_why_it_may_not_reclaim() -> None:
+    """No queue passes the reclaim pre-screen: the reason names the rule that keeps out the
+    queue furthest above its share, with what it holds -- not only what the nodes lack."""
+    # 8 GPUs, a holds all 8; b asks 1 GPU (share 1/8 with a's 8 pending): a is 1 GPU, 14%,
+    # above its share. With a band of 0.2 it is left alone.
+    placed = [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(8)]
+    pending = [pod(f"a{j}", "a") for j in range(8, 16)] + [pod("b0", "b")]
+    config = {"preemption": {"reclaimToleranceBand": 0.2}}
+    res = engine(config).cycle(cluster(node("n1"), placed=placed), pending, 1000.0)
+    assert not res.evictions
+    reason = next(u.reason for u in res.unschedulable if u.pod.name == "b0")
+    assert reason.endswith(
+        "; reclaim refused: queue 'a' is not above its fair share by more than the band (0.2): "
+        "it holds 100.0% of the cluster, its fair share is 87.5%"
+    ), reason
+    # A queue at or above its own share is told nothing about reclaim (it may not reclaim).
+    pending = [pod(f"a{j}", "a") for j in range(8, 16)]
+    res = engine(config).cycle(cluster(node("n1"), placed=placed), pending, 1000.0)
+    assert all("reclaim" not in u.reason for u in res.unschedulable)
+
+
 def test_reclaim_never_takes_the_preemptor_above_its_share() -> None:
     # 8 GPUs, 4 each. b holds 2: a 4-GPU pod would take it to 6, a 2-GPU pod to exactly 4.
     placed = [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(6)]

@@ -35,6 +35,7 @@ import numpy as np
 from fairgpu.cluster.state import Placement
 from fairgpu.engine.actions.order import Lanes
 from fairgpu.engine.actions.reclaim import (
+    below_share,
     may_reclaim_from,
     note_reclaims,
     reclaim_key,
@@ -42,6 +43,7 @@ from fairgpu.engine.actions.reclaim import (
     refused_whatever_the_victims,
     reverses,
 )
+from fairgpu.engine.actions.reclaim import held as held_share
 from fairgpu.engine.actions.reserve import protected_until
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_eligible
@@ -551,7 +553,7 @@ class FairVictims:
         lim = s.book.queue_limits(queue)
         named: list[tuple[str, list[str]]] = []
         if lim.preemption.reclaim:
-            named.extend(self._reclaim_sets(queue, pod, pools))
+            named.extend(self._reclaim_sets(job, pod, pools))
         if lim.preemption.within_queue == "LowerPriority":
             named.append((queue, self._lower_priority(job, pod, pools.held)))
         named = [(q, x) for q, x in named if x]
@@ -562,7 +564,7 @@ class FairVictims:
             sets.append(sorted({u for x in sets for u in x}))
         return sets
 
-    def _reclaim_sets(self, queue: str, pod: PodInfo, pools: _Pools) -> list[tuple[str, list[str]]]:
+    def _reclaim_sets(self, job: Job, pod: PodInfo, pools: _Pools) -> list[tuple[str, list[str]]]:
         """Per reclaimable queue, its name and its pods that ran long enough and whose GPUs
         are not cooling down; those held back by time go to ``pools.held``, and what holds
         back some of a queue's pods to ``pools.held_back`` (for a search that finds no
@@ -571,8 +573,12 @@ class FairVictims:
         s = self.s
         cfg = s.tenancy.preemption
         min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
+        queue = job.tenant.queue
         sets: list[tuple[str, list[str]]] = []
-        for other in self._reclaimable_queues(queue):
+        others = self._reclaimable_queues(queue)
+        if not others:
+            self._no_reclaimable_queue(job, pod)
+        for other in others:
             ok, soonest, causes = self._reclaimable_kept(other, queue, min_run, held)
             if len(ok) < len(s.book.queue_pods[other]) and soonest < np.inf:
                 # Pods held back only by time (too young to reclaim, or on GPUs cooling
@@ -591,6 +597,30 @@ class FairVictims:
                     + self._held_back_text(causes, min_run)
                 )
         return sets
+
+    def _no_reclaimable_queue(self, job: Job, pod: PodInfo) -> None:
+        """When ``queue`` is below its fair share yet no queue passes the reclaim pre-screen
+        (:meth:`_reclaimable_queues`), the refusal names the rule that keeps out the queue
+        holding the most above its own share (the first victim queue were it allowed) -- a
+        tenant that waits with nothing is otherwise told only what the nodes lack. Nothing
+        is said while ``queue`` is at or above its share (it may not reclaim at all) or no
+        other queue holds more than its share."""
+        book, deserved, queue = self.s.book, self.deserved, job.tenant.queue
+        if not below_share(book, deserved, queue):
+            return
+        band = self.s.tenancy.preemption.reclaim_tolerance_band
+        above = [
+            (held_share(book, deserved, other) - deserved.get(other, 0.0), other)
+            for other, uids in book.queue_pods.items()
+            if other != queue and uids and book.queue_limits(other).preemption.preemptible
+        ]
+        excess, other = max(above, default=(0.0, ""))
+        if excess <= 0.0:
+            return
+        vec = self._end_vector(job, pod)
+        why = refused_whatever_the_victims(book, queue, vec, other, deserved, band)
+        if why is not None:
+            self._refusal.setdefault(pod.uid, self._reclaim_refused(job, pod, why))
 
     def _held_back_text(self, causes: HeldCauses, min_run: float) -> str:
         """What holds a queue's pods back from reclaim, rule by rule, with how many pods

@@ -221,7 +221,11 @@ def _victims_aside(
     if book.within_nominal(other):
         return f"queue {other!r} is within its nominal quota"
     if not above_band(book, deserved, other, band):
-        return f"queue {other!r} is not above its fair share by more than the band ({band:g})"
+        return (
+            f"queue {other!r} is not above its fair share by more than the band ({band:g}): "
+            f"it holds {held(book, deserved, other):.1%} of the cluster, its fair share is "
+            f"{deserved.get(other, 0.0):.1%}"
+        )
     mine = held(book, deserved, queue)
     after = held(book, deserved, queue, vec)
     if not mine < deserved.get(queue, 0.0) - EPS:
