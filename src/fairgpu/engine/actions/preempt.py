@@ -381,7 +381,7 @@ class FairVictims:
                 return False
             loss = lost_work((v.uid for v in victims), session.cluster, session.now)
             if waiting_is_cheaper(loss, gpus, wait):
-                lose = f"evicting would lose {hours(loss)} of work"
+                lose = f"evicting would lose {hours(loss)} of work, more than that wait costs"
                 refused.append(_cheaper_wait(session, lose, wait))
                 return False
             return True
@@ -399,7 +399,8 @@ class FairVictims:
                 self._note_moves(job, pod, plan)
                 return plan
         if cost.pruned:
-            refused.append(_cheaper_wait(session, "every plan would lose more work", wait))
+            lose = "every plan would lose more work than that wait costs"
+            refused.append(_cheaper_wait(session, lose, wait))
         if refused:
             self._refusal[pod.uid] = refused[0]
         if pools.held_back:
@@ -874,14 +875,13 @@ class FairVictims:
 
 
 def _cheaper_wait(session: Session, loss: str, wait: float) -> str:
-    """The refusal of a kill that loses more than waiting ``wait`` seconds costs. The time
-    is absolute (as in a reservation's note): the room is expected at the same moment from
-    one cycle to the next, so the reason of a pod that keeps waiting for it stays the same
-    and is not reported again every cycle (thousands of waiting pods share it)."""
+    """The refusal of a kill that loses more than waiting ``wait`` seconds costs (``loss``
+    says what the kill would lose, compared with that wait). The time is absolute (as in a
+    reservation's note): the room is expected at the same moment from one cycle to the
+    next, so the reason of a pod that keeps waiting for it stays the same and is not
+    reported again every cycle (thousands of waiting pods share it)."""
     until = session.time_label(session.now + wait)
-    return (
-        f"waiting is cheaper: {loss} than waiting until {until}, when declared run times free room"
-    )
+    return f"waiting is cheaper: declared run times free room by {until}, and {loss}"
 
 
 def record_tenant_change(
