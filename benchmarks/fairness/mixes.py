@@ -76,7 +76,10 @@ from builders import gpu_node, gpu_pod
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.model.gpu import GpuRequest
-from fairgpu.model.pod import ANN_DURATION, LABEL_USER, PodInfo
+from fairgpu.model.node import NodeInfo
+from fairgpu.model.node_pools import derive_placement
+from fairgpu.model.pod import ANN_DURATION, LABEL_USER, LABEL_WORKLOAD, PodInfo
+from fairgpu.model.selectors import Taint, Toleration
 from fairgpu.sim.results import (
     accounting_summary,
     division_ratios,
@@ -212,6 +215,59 @@ def pool_mix(seed: int) -> Mix:
         "it); tenants trainers (training only), servers (inference only), mixed; 80 jobs each, "
         "one every ~90 s per tenant",
         Workload("pool-mix", nodes, arrivals, pod_groups=groups),
+    )
+
+
+USAGE = "example.com/node.usage"
+
+
+def _pool_node(name: str, usage: str) -> NodeInfo:
+    """An 8-GPU node of pool ``usage``, labelled and tainted as node pools are."""
+    node = gpu_node(name)
+    node.labels = {**node.labels, USAGE: usage}
+    node.taints = (Taint(USAGE, usage, "NoSchedule"),)
+    return node
+
+
+def flexible_and_confined(seed: int) -> Mix:
+    """Tenant ``batch`` submits 24 long one-GPU jobs that tolerate every taint, so they may
+    run on any node, at t=0 -- the training nodes are empty then, and take them; ``train``
+    submits 8-GPU jobs confined to the training pool from t=300 s, ``serve`` one-GPU
+    replicas confined to the inference pool over the first hour. ``batch`` then holds about
+    its fair share (it may use every pool) on the nodes ``train`` needs while inference GPUs
+    stand idle: no reclaim rule lets ``train`` in, only a relocation
+    (:mod:`fairgpu.engine.actions.relocate`)."""
+    rng = np.random.default_rng(seed)
+    nodes = [_pool_node(f"train-{i}", "training") for i in range(4)]
+    nodes += [_pool_node(f"infer-{i}", "inference") for i in range(2)]
+    anywhere = (Toleration("", "Exists", "", ""),)
+    arrivals: list[PodArrival] = []
+    for j in range(24):
+        d = float(rng.lognormal(np.log(7200), 0.3))
+        pod = gpu_pod(f"b-{j:02d}", "batch", j * 1e-3, annotations={ANN_DURATION: f"{d:.1f}"})
+        pod.tolerations = anywhere
+        arrivals.append(PodArrival(pod, 0.0, d))
+    at = 300.0
+    for j in range(12):
+        d = float(rng.lognormal(np.log(2400), 0.4))
+        pod = gpu_pod(f"t-{j:02d}", "train", at, gpus=8, annotations={ANN_DURATION: f"{d:.1f}"})
+        pod.labels[LABEL_WORKLOAD] = "training"
+        arrivals.append(PodArrival(derive_placement(pod), at, d))
+        at += float(rng.exponential(600))
+    for j in range(8):
+        t = float(rng.uniform(0, 3600))
+        d = float(rng.lognormal(np.log(3600), 0.4))
+        pod = gpu_pod(f"s-{j:02d}", "serve", t, annotations={ANN_DURATION: f"{d:.1f}"})
+        pod.labels[LABEL_WORKLOAD] = "inference"
+        arrivals.append(PodArrival(derive_placement(pod), t, d))
+    return Mix(
+        "flexible-and-confined",
+        "training pool 4x8 GPUs, inference pool 2x8 (both tainted); batch: 24 one-GPU jobs "
+        "that tolerate every taint at t=0 (median 2 h); train: 12 eight-GPU jobs confined to "
+        "the training pool from t=300 s, one every ~10 min (median 40 min); serve: 8 one-GPU "
+        "replicas confined to the inference pool over the first hour (median 1 h); until 3 h",
+        Workload("flexible-and-confined", nodes, arrivals),
+        until=3 * 3600.0,
     )
 
 
@@ -392,5 +448,6 @@ MIXES: dict[str, Callable[..., Mix]] = {
     "demo": demo,
     "flood-gangs-inference": flood_gangs_inference,
     "pool-mix": pool_mix,
+    "flexible-and-confined": flexible_and_confined,
     "priority-abuse-in-tenant": priority_abuse_in_tenant,
 }

@@ -179,9 +179,10 @@ class _Rules:
     def __init__(self, engine: Engine, session: Any, deserved: dict, job: Any, pod: PodInfo):
         self.engine, self.s, self.deserved, self.job, self.pod = engine, session, deserved, job, pod
         self.allowed: set[str] = set()
+        self.victims: FairVictims | None = None
         if job is not None and engine.ordering == "fair":
-            victims = FairVictims(session, deserved)
-            self.allowed = {u for uids in victims.candidate_sets(job, pod) for u in uids}
+            self.victims = FairVictims(session, deserved)
+            self.allowed = {u for uids in self.victims.candidate_sets(job, pod) for u in uids}
 
     def why_not(self, uid: str) -> str | None:
         """None if ``uid`` may be a victim of the pod; otherwise the rule that forbids it."""
@@ -216,13 +217,15 @@ class _Rules:
 
     def veto(self, victims: list[PodInfo]) -> str | None:
         """The reclaim rule's verdict on evicting ``victims`` together (None: allowed): after
-        the move the preemptor's queue must not rank above a queue it took from."""
-        if self.job is None or self.engine.ordering != "fair":
+        the move the preemptor's queue must not rank above a queue it took from (victims
+        that would run elsewhere at once leave their queue what it held)."""
+        if self.job is None or self.victims is None:
             return None
         queue, book = self.job.tenant.queue, self.s.book
         band = self.s.tenancy.preemption.reclaim_tolerance_band
         vec = book.pending_vector(self.pod)
-        return reclaim_refusal(book, queue, vec, victims, self.deserved, band)
+        moved = self.victims.moved(self.job, self.pod, victims)
+        return reclaim_refusal(book, queue, vec, victims, self.deserved, band, moved)
 
     def _cooling(self, uid: str, mine: str, theirs: str) -> str:
         """Why a pod of a queue ``mine`` may reclaim from is held back all the same: its

@@ -8,15 +8,17 @@ smallest victim set on the best node. Two policies:
     reclaim from queues above the preemptor's (:mod:`~fairgpu.engine.actions.reclaim`, at most
     :data:`MAX_RECLAIM_QUEUES` queues, those furthest above first; victims ran at least
     ``reclaimMinRuntimeSeconds`` and sit on no GPU that changed tenant within
-    ``reclaimCooldownSeconds``), then strictly lower priority inside the preemptor's own
-    queue, then both pools together. Inside a queue, users are treated as queues are between
-    them: a pod may take another user's lower-priority pods only while its own user stays at
-    or below its fair share of what the queue holds (weighted max-min over the queue's users,
-    capped by demand), a gang member judged with every member its gang still needs, as in
-    reclaim; its own user's lower-priority pods it may always take, as
-    kube-scheduler would. Victims are chosen by the work they lose, a pod group as one
-    victim (:mod:`~fairgpu.engine.victim_cost`), and a pod alone asking GPUs preempts only
-    while waiting for declared run times to free room would cost more than the kill loses.
+    ``reclaimCooldownSeconds``), then the pods of other queues that could run at once on
+    nodes the preemptor may not use (:mod:`~fairgpu.engine.actions.relocate`), then
+    strictly lower priority inside the preemptor's own queue, then all pools together.
+    Inside a queue, users are treated as queues are between them: a pod may take another
+    user's lower-priority pods only while its own user stays at or below its fair share of
+    what the queue holds (weighted max-min over the queue's users, capped by demand), a
+    gang member judged with every member its gang still needs, as in reclaim; its own
+    user's lower-priority pods it may always take, as kube-scheduler would. Victims are
+    chosen by the work they lose, a pod group as one victim
+    (:mod:`~fairgpu.engine.victim_cost`), and a pod alone asking GPUs preempts only while
+    waiting for declared run times to free room would cost more than the kill loses.
 :class:`KubeDefaultVictims`
     kube-scheduler's priority preemption: any pod of strictly lower priority.
 
@@ -33,6 +35,7 @@ from typing import Protocol
 import numpy as np
 
 from fairgpu.cluster.state import Placement
+from fairgpu.engine.actions import relocate
 from fairgpu.engine.actions.order import Lanes
 from fairgpu.engine.actions.reclaim import (
     below_share,
@@ -42,6 +45,7 @@ from fairgpu.engine.actions.reclaim import (
     reclaim_refusal,
     refused_whatever_the_victims,
     reverses,
+    share_key,
 )
 from fairgpu.engine.actions.reclaim import held as held_share
 from fairgpu.engine.actions.reserve import protected_until
@@ -111,6 +115,11 @@ class _Pools:
     held_back: list[str] = field(default_factory=list)
     queues: tuple[str, ...] = ()
     named: list[tuple[str, list[str]]] = field(default_factory=list)
+    # Relocation (:mod:`~fairgpu.engine.actions.relocate`): the queues whose pools hold pods
+    # that may run elsewhere, those pods, and the nodes where they would go.
+    relocating: frozenset[str] = frozenset()
+    movable: set[str] = field(default_factory=set)
+    where: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -316,7 +325,7 @@ class FairVictims:
         got = self._freeable
         if got is None or got.key != key:
             pools = self._entry(job, pod)
-            kept, why = self._not_refused(job, pod, pools.named)
+            kept, why = self._not_refused(job, pod, pools)
             got = _Freeable(key, {uid for _, pool in kept for uid in pool}, pools.held, why)
             self._freeable = got
         if got.refusal:
@@ -324,7 +333,7 @@ class FairVictims:
         return got
 
     def _not_refused(
-        self, job: Job, pod: PodInfo, named: list[tuple[str, list[str]]]
+        self, job: Job, pod: PodInfo, pools: _Pools
     ) -> tuple[list[tuple[str, list[str]]], str]:
         """The pools of ``named`` whose queue a search for ``pod`` may take victims from, and
         the rule that refuses the first one it may not (""). A queue the reclaim rule
@@ -337,17 +346,22 @@ class FairVictims:
         band = self.s.tenancy.preemption.reclaim_tolerance_band
         kept: list[tuple[str, list[str]]] = []
         first = ""
-        for other, pool in named:
+        for other, pool in pools.named:
             why = None
             if other != queue:
                 why = refused_whatever_the_victims(
-                    self.s.book, queue, vec, other, self.deserved, band
+                    self.s.book, queue, vec, other, self.deserved, band, other in pools.relocating
                 )
             if why is None:
                 kept.append((other, pool))
             elif not first:
                 first = self._reclaim_refused(job, pod, why)
         return kept, first
+
+    def moved(self, job: Job, pod: PodInfo, victims: list[PodInfo]) -> frozenset[str]:
+        """The ``victims`` a search for ``pod`` would evict as a relocation: they run at once
+        on nodes the pod may not use (:mod:`~fairgpu.engine.actions.relocate`)."""
+        return _moved(self.s, self._entry(job, pod), victims)
 
     def refusal(self, pod: PodInfo) -> str:
         """Why the last search for ``pod`` found no plan, or why :meth:`freeable` left a
@@ -368,14 +382,15 @@ class FairVictims:
         pools = self._entry(job, pod)
         self._retry_for(pools.held)
         sets = pools.sets
-        rule = self._refused_whatever(job, vec, band, pools.queues) if sets else None
+        rule = self._refused_whatever(job, vec, band, pools) if sets else None
         if rule is not None:
             self._refusal[pod.uid] = self._reclaim_refused(job, pod, rule)
             return None
         gpus, wait = self._wait_for_room(job, pod, allowed) if sets else (0.0, np.inf)
 
         def accept(victims: list[PodInfo]) -> bool:
-            why = reclaim_refusal(book, queue, vec, victims, self.deserved, band)
+            moved = _moved(session, pools, victims)
+            why = reclaim_refusal(book, queue, vec, victims, self.deserved, band, moved)
             if why is not None:
                 refused.append(self._reclaim_refused(job, pod, why))
                 return False
@@ -444,21 +459,23 @@ class FairVictims:
         return f"reclaim refused: {why}, counting the {counted} members its pod group still needs"
 
     def _refused_whatever(
-        self, job: Job, vec: np.ndarray, band: float, queues: tuple[str, ...]
+        self, job: Job, vec: np.ndarray, band: float, pools: _Pools
     ) -> str | None:
         """The reclaim rule that refuses every plan, known before any search: all the
-        pools' pods belong to other queues (``queues``), and for each of them the rule
+        pools' pods belong to other queues (``pools.queues``), and for each of them the rule
         refuses the move whatever the victims
-        (:func:`~fairgpu.engine.actions.reclaim.refused_whatever_the_victims`). Named by the
-        first queue's reason, as :func:`~fairgpu.engine.actions.reclaim.reclaim_refusal`
-        names a plan's first victim queue's. None when some plan may pass."""
-        queue = job.tenant.queue
+        (:func:`~fairgpu.engine.actions.reclaim.refused_whatever_the_victims`; for a queue
+        whose pods would run elsewhere, the relocation rule). Named by the first queue's
+        reason, as :func:`~fairgpu.engine.actions.reclaim.reclaim_refusal` names a plan's
+        first victim queue's. None when some plan may pass."""
+        queue, queues = job.tenant.queue, pools.queues
         if not queues or queue in queues:
             return None
         book = self.s.book
         first: str | None = None
         for other in queues:
-            why = refused_whatever_the_victims(book, queue, vec, other, self.deserved, band)
+            moving = other in pools.relocating
+            why = refused_whatever_the_victims(book, queue, vec, other, self.deserved, band, moving)
             if why is None:
                 return None
             first = first or why
@@ -555,6 +572,7 @@ class FairVictims:
         named: list[tuple[str, list[str]]] = []
         if lim.preemption.reclaim:
             named.extend(self._reclaim_sets(job, pod, pools))
+            named.extend(self._relocation_sets(job, pod, pools))
         if lim.preemption.within_queue == "LowerPriority":
             named.append((queue, self._lower_priority(job, pod, pools.held)))
         named = [(q, x) for q, x in named if x]
@@ -598,6 +616,70 @@ class FairVictims:
                     + self._held_back_text(causes, min_run)
                 )
         return sets
+
+    def _relocation_sets(
+        self, job: Job, pod: PodInfo, pools: _Pools
+    ) -> list[tuple[str, list[str]]]:
+        """Per queue the preemptor may not reclaim from but comes before in reclaim order,
+        its pods that the time rules let go and that could run now on nodes the preemptor
+        may not use (:mod:`~fairgpu.engine.actions.relocate`); only while the preemptor's
+        queue is below its share and such nodes have free GPUs. Those pods go to
+        ``pools.movable``, their queues to ``pools.relocating``."""
+        s = self.s
+        book, deserved, queue = s.book, self.deserved, job.tenant.queue
+        if not below_share(book, deserved, queue):
+            return []
+        where = relocate.elsewhere(s, pod)
+        if where is not None:
+            where = relocate.unwanted(s, where, self._waiting_below_share(queue))
+        if where is None:
+            return []
+        cfg = s.tenancy.preemption
+        min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
+        skip = set(self._reclaimable_queues(queue))
+        mine = share_key(book, deserved, queue)
+        found: list[tuple[str, list[str]]] = []
+        for other, uids in sorted(book.queue_pods.items()):
+            if other == queue or other in skip or not uids:
+                continue
+            if not book.queue_limits(other).preemption.preemptible:
+                continue
+            if not mine < share_key(book, deserved, other):
+                continue
+            ok, soonest, causes = self._reclaimable_kept(other, queue, min_run, pools.held)
+            pods = relocate.movable(s, ok, where)
+            if pods:
+                found.append((other, pods))
+                continue
+            kept = set(ok)
+            if causes and relocate.movable(s, (u for u in uids if u not in kept), where):
+                # Pods that could run elsewhere, all held back by the time rules: a cycle
+                # when the first comes free, and the refusal says what holds them.
+                pools.held.at = min(pools.held.at, float(soonest))
+                self._refusal.setdefault(
+                    pod.uid,
+                    f"reclaim refused: every pod of queue {other!r} that could run elsewhere "
+                    "is held back: " + self._held_back_text(causes, min_run),
+                )
+        found = found[:MAX_RECLAIM_QUEUES]
+        if found:
+            pools.where = where
+            pools.relocating = frozenset(q for q, _ in found)
+            pools.movable = {u for _, x in found for u in x}
+        return found
+
+    def _waiting_below_share(self, queue: str) -> list[PodInfo]:
+        """The first GPU pod of each user's next job in every other queue below its fair
+        share: the work a relocation must not take room from."""
+        book, out = self.s.book, []
+        for other, users in self.queues.items():
+            if other == queue or not below_share(book, self.deserved, other):
+                continue
+            for jobs in users.values():
+                head = next((p for j in jobs[:1] for p in j.pods if p.gpu.count), None)
+                if head is not None:
+                    out.append(head)
+        return out
 
     def _no_reclaimable_queue(self, job: Job, pod: PodInfo) -> None:
         """When ``queue`` is below its fair share yet no queue passes the reclaim pre-screen
@@ -872,6 +954,18 @@ class FairVictims:
                 got[u] = vec
             self._pending_users[queue] = got
         return got
+
+
+def _moved(session: Session, pools: _Pools, victims: list[PodInfo]) -> frozenset[str]:
+    """The ``victims`` that run elsewhere at once (:mod:`~fairgpu.engine.actions.relocate`):
+    those of the relocation pools, if they all fit there together (else none: the plan is
+    judged as a plain reclaim)."""
+    moving = [v for v in victims if v.uid in pools.movable]
+    if not moving or pools.where is None:
+        return frozenset()
+    if not relocate.fits_elsewhere(session, moving, pools.where):
+        return frozenset()
+    return frozenset(v.uid for v in moving)
 
 
 def _cheaper_wait(session: Session, loss: str, wait: float) -> str:

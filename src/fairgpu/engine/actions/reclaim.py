@@ -19,6 +19,11 @@ the victim search (:func:`~fairgpu.engine.preemption.find_preemption`) picks the
    preemptor added), where ``key`` is :func:`reclaim_key` -- (borrowing beyond nominal
    quota?, department share, queue share), instantaneous, without history.
 
+**Relocation.** Victims that run elsewhere at once (:mod:`~fairgpu.engine.actions.relocate`:
+pods of a queue Q may not reclaim from, which fit now on nodes Q's pod may not use) leave their
+queue holding what it held: such a move is judged by rules 3-4 alone
+(:func:`reclaim_refusal`'s ``moved``).
+
 **A gang is one preemptor.** ``vec`` is everything Q holds more once the move is done: for a
 member of a pod group, the members the group still needs, not the member alone
 (:meth:`~fairgpu.engine.actions.preempt.FairVictims._end_vector`). The group starts whole or
@@ -66,7 +71,7 @@ queue took four GPUs of a node, 572 s later the other took back a fifth).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 
 import numpy as np
 
@@ -161,13 +166,16 @@ def reclaim_refusal(
     victims: list[PodInfo],
     deserved: Mapping[str, float] | None = None,
     band: float = 0.0,
+    moved: Container[str] = (),
 ) -> str | None:
     """None if ``queue`` may take ``vec`` by evicting ``victims`` (the rules of the module
     docstring; victims of ``queue`` itself are not judged here), else the rule that refuses.
     ``victims`` is everything that goes: the fair victim search hands in every member of a
     pod group the move breaks, so the rule sees the real end state.
     Without ``deserved``, fair shares are computed from usage alone (``vec`` as ``queue``'s
-    only pending demand)."""
+    only pending demand). ``moved``: victims that run elsewhere at once
+    (:mod:`~fairgpu.engine.actions.relocate`): their queue keeps what they hold, and a queue
+    all of whose victims move is judged by the relocation rule."""
     by_queue: dict[str, np.ndarray] = {}
     for v in victims:
         entry = book.entries.get(v.uid)
@@ -175,7 +183,8 @@ def reclaim_refusal(
             return f"victim {v.key} is not accounted to any queue"
         q = entry.tenant.queue
         if q != queue:
-            by_queue[q] = by_queue.get(q, np.zeros_like(vec)) - entry.vec
+            kept = by_queue.get(q, np.zeros_like(vec))
+            by_queue[q] = kept if v.uid in moved else kept - entry.vec
     if not by_queue:
         return None
     if deserved is None:
@@ -185,7 +194,10 @@ def reclaim_refusal(
     for v_queue in sorted(by_queue):
         if quota_guarantee(book, queue, vec, v_queue):
             continue
-        why = _fair_refusal(book, deserved, band, queue, v_queue, deltas)
+        if by_queue[v_queue].any():
+            why = _fair_refusal(book, deserved, band, queue, v_queue, deltas)
+        else:  # every victim of v_queue runs elsewhere
+            why = _relocation_refusal(book, deserved, queue, v_queue, deltas)
         if why is not None:
             return why
     return None
@@ -198,13 +210,17 @@ def refused_whatever_the_victims(
     other: str,
     deserved: Mapping[str, float],
     band: float = 0.0,
+    relocating: bool = False,
 ) -> str | None:
     """The rule that refuses ``queue`` taking ``vec`` by evicting any pods of ``other``,
     when it does not depend on which pods: the quota rule does not apply and one of rules
     1-3, or 4 before the move, fails (:func:`reclaim_refusal` names it so for every such
-    move); None when some victims might pass."""
+    move); None when some victims might pass. ``relocating``: the victims run elsewhere
+    (:mod:`~fairgpu.engine.actions.relocate`), so only the preemptor's rules apply."""
     if quota_guarantee(book, queue, vec, other):
         return None
+    if relocating:
+        return _preemptor_aside(book, deserved, queue, other, vec)
     return _victims_aside(book, deserved, band, queue, other, vec)
 
 
@@ -226,6 +242,18 @@ def _victims_aside(
             f"it holds {held(book, deserved, other):.1%} of the cluster, its fair share is "
             f"{deserved.get(other, 0.0):.1%}"
         )
+    return _preemptor_aside(book, deserved, queue, other, vec)
+
+
+def _preemptor_aside(
+    book: QueueBook,
+    deserved: Mapping[str, float],
+    queue: str,
+    other: str,
+    vec: np.ndarray,
+) -> str | None:
+    """Rule 3 of the fair-share reclaim, and 4 before the move: what the preemptor's queue
+    must meet whoever the victims are."""
     mine = held(book, deserved, queue)
     after = held(book, deserved, queue, vec)
     if not mine < deserved.get(queue, 0.0) - EPS:
@@ -247,8 +275,30 @@ def _fair_refusal(
 ) -> str | None:
     """Rules 1-4 of the fair-share reclaim for victims of ``other``."""
     why = _victims_aside(book, deserved, band, queue, other, deltas[queue])
-    if why is not None:
-        return why
+    return why if why is not None else _order_after(book, deserved, queue, other, deltas)
+
+
+def _relocation_refusal(
+    book: QueueBook,
+    deserved: Mapping[str, float],
+    queue: str,
+    other: str,
+    deltas: dict[str, np.ndarray],
+) -> str | None:
+    """The relocation rule (:mod:`~fairgpu.engine.actions.relocate`) for victims of
+    ``other`` that all run elsewhere: rules 3-4 only, ``other`` keeping what it holds."""
+    why = _preemptor_aside(book, deserved, queue, other, deltas[queue])
+    return why if why is not None else _order_after(book, deserved, queue, other, deltas)
+
+
+def _order_after(
+    book: QueueBook,
+    deserved: Mapping[str, float],
+    queue: str,
+    other: str,
+    deltas: dict[str, np.ndarray],
+) -> str | None:
+    """Rule 4 after the move: ``queue`` does not pass ``other`` in reclaim order."""
     if not share_key(book, deserved, queue, deltas) <= share_key(book, deserved, other, deltas):
         return f"queue {queue!r} would pass {other!r} in reclaim order after the move"
     return None

@@ -1,0 +1,120 @@
+"""Relocation: a queue below its fair share takes the place of another queue's pods that can
+run elsewhere right now.
+
+Pool-aware fair shares (:func:`~fairgpu.tenancy.pool_share.pool_fair_shares`) count every
+pool a queue's pods may use. A queue whose pods may run anywhere can then hold exactly its
+share while sitting on the nodes a queue confined to one pool needs, with nodes it could use
+instead standing free: four 8-GPU nodes, one of them an inference node that team-a's training
+pod may not use; team-b's three pods, which tolerate every taint, fill the other three.
+team-b's share is 24 GPUs (it may use all four nodes), team-a's 8: team-b is *at* its share,
+so the reclaim rule (:mod:`~fairgpu.engine.actions.reclaim`) gives team-a nothing, and team-a
+waits with no GPU while the inference node stands empty -- for as long as team-b's pods run.
+
+A relocation ends that: queue Q, below its share, may evict pods of a queue V that it could
+not reclaim from, when
+
+1. ``key(Q) < key(V)`` before the move (:func:`~fairgpu.engine.actions.reclaim.share_key`:
+   Q is further below its share), and Q stays at or below its share after it;
+2. every victim fits *now*, all of them together, on nodes Q's pod may not use (its
+   load-independent filters), no reservation holds and no waiting pod of another queue
+   below its share may use (:func:`elsewhere`, :func:`unwanted`, :func:`fits_elsewhere`)
+   -- so V's evicted pods, pending again, start there, V ends the move holding what it
+   held, and the room goes to no one else who waits for it;
+3. the victims pass the same time rules as reclaim victims (``reclaimMinRuntimeSeconds``,
+   the cooldown, protection after a reserved start) and the move loses less work than
+   waiting for declared run times costs (:func:`~fairgpu.engine.victim_cost.waiting_is_cheaper`).
+
+No cycle: V's share position is unchanged by the move and Q ends at or below its share, so
+neither the reclaim rule (V would need Q above its share by the band) nor a relocation back
+(V's pods would have to fit on nodes V cannot use, where Q's pod is not) undoes it within the
+cooldown. What it costs is the victims' work so far, counted as for any reclaim.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+import numpy as np
+
+from fairgpu.cluster.state import COL_GPU_MILLI
+from fairgpu.engine.memo import memoisable
+from fairgpu.engine.session import Session
+from fairgpu.model.pod import PodInfo
+
+# Suffix of the uid of a victim's stand-in while :func:`fits_elsewhere` places it.
+_PROBE = "\x00elsewhere"
+
+
+def elsewhere(session: Session, preemptor: PodInfo) -> np.ndarray | None:
+    """The nodes ``preemptor`` may not use (its load-independent filters) that have free
+    GPU capacity and are held by no reservation -- where another queue's pods could go
+    instead; None when there are none (the common case: no node pools, or all full)."""
+    cluster = session.cluster
+    n = cluster.size
+    if not n:
+        return None
+    other = cluster.active[:n] & ~session.scheduler.static_mask(preemptor, cluster)
+    if not other.any():
+        return None
+    other &= cluster.free()[:, COL_GPU_MILLI] > 0
+    for reservation in session.state.reservations.values():
+        other[reservation.nodes[reservation.nodes < n]] = False
+    return other if other.any() else None
+
+
+def unwanted(session: Session, where: np.ndarray, waiting: Iterable[PodInfo]) -> np.ndarray | None:
+    """The nodes of ``where`` that none of ``waiting`` (the next pods of other queues below
+    their share) may use: a relocation must not move a pod onto room someone else below
+    its share waits for. None when none is left."""
+    cluster, scheduler = session.cluster, session.scheduler
+    out = where.copy()
+    for pod in waiting:
+        out &= ~scheduler.static_mask(pod, cluster)
+        if not out.any():
+            return None
+    return out
+
+
+def movable(session: Session, uids: Iterable[str], where: np.ndarray) -> list[str]:
+    """The placed pods of ``uids`` asking GPUs that pass every filter on some node of
+    ``where`` as the cluster stands (each alone; :func:`fits_elsewhere` judges a set).
+    Pods of one shape are judged once."""
+    cluster, scheduler = session.cluster, session.scheduler
+    seen: dict[tuple[object, ...], bool] = {}
+    out = []
+    for uid in uids:
+        pod = cluster.pods.get(uid)
+        # Pods whose fit depends on other pods or on claims and volumes stay where they are.
+        if pod is None or not pod.gpu.count or not memoisable(pod):
+            continue
+        key = (pod.static_key(), tuple(sorted(pod.requests.items())), pod.gpu)
+        fits = seen.get(key)
+        if fits is None:
+            mask, _ = scheduler.filter(pod, cluster, restrict=where)
+            fits = seen[key] = bool(mask.any())
+        if fits:
+            out.append(uid)
+    return out
+
+
+def fits_elsewhere(session: Session, victims: list[PodInfo], where: np.ndarray) -> bool:
+    """Can ``victims`` all run now on nodes of ``where``, together? Each is scheduled in
+    turn, largest first, on a stand-in placed for the next ones to see (kube-scheduler's
+    own filters and scoring); the stand-ins are removed before returning, leaving the
+    cluster's pods as they were."""
+    cluster, scheduler = session.cluster, session.scheduler
+    probes: list[str] = []
+    try:
+        for victim in sorted(victims, key=lambda v: -v.gpu.total_milli):
+            probe = copy.copy(victim)
+            probe.uid = f"{victim.uid}{_PROBE}"
+            got = scheduler.schedule(probe, cluster, restrict=where)
+            if not got.ok or got.node is None:
+                return False
+            cluster.assign(probe, got.node, got.devices)
+            probes.append(probe.uid)
+        return True
+    finally:
+        for uid in probes:
+            cluster.release(uid)

@@ -1,0 +1,147 @@
+"""Relocation: a queue below its share takes the place of another queue's pods that can run,
+right now, on nodes it cannot use (:mod:`fairgpu.engine.actions.relocate`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.engine import CycleResult, Engine
+from fairgpu.model.node import NodeInfo
+from fairgpu.model.node_pools import derive_placement
+from fairgpu.model.pod import LABEL_WORKLOAD, PodInfo
+from fairgpu.model.selectors import Taint, Toleration
+from fairgpu.tenancy import parse_config
+from tests.builders import cluster, node_info, pod_info
+
+USAGE = "example.com/node.usage"
+
+
+def pool_node(name: str, usage: str) -> NodeInfo:
+    """An 8-GPU node of pool ``usage``, labelled and tainted as node pools are."""
+    n = node_info(name, gpus=8, model="A100", gpu_memory_mib=81920)
+    return dataclasses.replace(
+        n, labels={**n.labels, USAGE: usage}, taints=(Taint(USAGE, usage, "NoSchedule"),)
+    )
+
+
+def training(name: str, ns: str, gpus: int = 8) -> PodInfo:
+    """A training pod: training and hybrid nodes only."""
+    return derive_placement(pod_info(name, ns, gpus=gpus, labels={LABEL_WORKLOAD: "training"}))
+
+
+def anywhere(name: str, ns: str, gpus: int = 8) -> PodInfo:
+    """A pod that tolerates every taint: it may run on any node."""
+    return pod_info(name, ns, gpus=gpus, tolerations=(Toleration("", "Exists", "", ""),))
+
+
+def inference(name: str) -> PodInfo:
+    """A one-GPU replica of team-c: inference and hybrid nodes only."""
+    return derive_placement(pod_info(name, "team-c", gpus=1, labels={LABEL_WORKLOAD: "inference"}))
+
+
+def four_nodes(*extra: tuple[PodInfo, str, float]) -> ClusterState:
+    """Two training nodes, an inference node and a hybrid node; team-b's three pods that may
+    run anywhere fill the training and hybrid nodes (running since t=0)."""
+    nodes = [pool_node(n, u) for n, u in (("t0", "training"), ("t1", "training"))]
+    nodes += [pool_node("inf", "inference"), pool_node("hyb", "hybrid")]
+    placed = [(anywhere(f"b{i}", "team-b"), n, 0.0) for i, n in enumerate(("t0", "t1", "hyb"))]
+    return cluster(*nodes, placed=[*placed, *extra])
+
+
+def moved(res: CycleResult) -> tuple[list[str], list[tuple[str, str]]]:
+    return [e.pod.name for e in res.evictions], [(b.pod.name, b.node_name) for b in res.binds]
+
+
+def test_a_confined_queue_takes_the_place_of_pods_that_can_run_elsewhere() -> None:
+    """team-b is at its share (24 of 32 GPUs: it may use every node), so no reclaim rule
+    lets team-a in, yet team-a's training pod may use only the nodes team-b fills while the
+    inference node stands empty. One of team-b's pods goes, and starts on the inference node
+    in the next cycle: team-b ends holding what it held, team-a its share."""
+    state, eng = four_nodes(), Engine()
+    res = eng.cycle(state, [training("a1", "team-a")], 1000.0)
+    assert moved(res) == (["b0"], [("a1", "t0")])
+    assert [e.kind for e in res.evictions] == ["reclaim"]
+    state.release(res.evictions[0].pod.uid)
+    res = eng.cycle(state, [anywhere("b0", "team-b")], 1001.0)
+    assert moved(res) == ([], [("b0", "inf")])
+
+
+def test_no_relocation_onto_room_another_queue_below_its_share_waits_for() -> None:
+    """A second inference node where team-c runs one replica and waits with another:
+    moving team-b's pod onto the inference nodes would take room team-c (below its share)
+    waits for, so team-a waits too; without team-c's pending replica the move goes ahead."""
+
+    def run(c_waits: bool) -> CycleResult:
+        state = four_nodes()
+        state.add_node(pool_node("inf1", "inference"))
+        state.assign(inference("c0"), state.node_index["inf1"], (0,), started=0.0)
+        pending = [training("a1", "team-a"), *([inference("c1")] if c_waits else [])]
+        return Engine().cycle(state, pending, 1000.0)
+
+    res = run(c_waits=True)
+    assert not res.evictions and ("a1", "t0") not in moved(res)[1]
+    assert moved(run(c_waits=False))[0] == ["b0"]
+
+
+def test_what_was_relocated_is_not_taken_back() -> None:
+    """team-c's inference pod takes the inference node before team-b's evicted pod is back:
+    team-b, now below its share, may neither reclaim from team-a (at its share) nor relocate
+    team-a's pod (it may run nowhere team-b may not) -- it waits."""
+    state, eng = four_nodes(), Engine()
+    res = eng.cycle(state, [training("a1", "team-a")], 1000.0)
+    state.release(res.evictions[0].pod.uid)
+    c0 = derive_placement(pod_info("c0", "team-c", gpus=8, labels={LABEL_WORKLOAD: "inference"}))
+    res = eng.cycle(state, [c0], 1001.0)
+    assert moved(res) == ([], [("c0", "inf")])
+    for t in (1002.0, 5000.0):  # within the cooldown and long after it
+        res = eng.cycle(state, [anywhere("b0", "team-b")], t)
+        assert moved(res) == ([], [])
+
+
+def test_no_relocation_without_room_elsewhere_or_before_the_minimum_run() -> None:
+    # The inference node's CPUs are taken (a CPU-only pod of team-c): its GPUs are free but
+    # team-b's pods do not fit there. team-a waits, nothing is evicted.
+    cpu_only = pod_info(
+        "c0", "team-c", gpus=0, cpu=64_000, tolerations=anywhere("x", "").tolerations
+    )
+    res = Engine().cycle(four_nodes((cpu_only, "inf", 0.0)), [training("a1", "team-a")], 1000.0)
+    assert moved(res) == ([], [])
+    # team-b's pods ran 30 s: too young to go (reclaimMinRuntimeSeconds, 60 s).
+    res = Engine().cycle(four_nodes(), [training("a1", "team-a")], 30.0)
+    assert moved(res) == ([], [])
+    assert "ran less than reclaimMinRuntimeSeconds (60)" in res.unschedulable[0].reason
+
+
+def test_the_victims_must_fit_elsewhere_together() -> None:
+    """team-b's one-GPU pods fill t0: team-a's 8-GPU pod would evict eight of them. With 8
+    GPUs free on the inference node they all fit there; with 4 they do not, and nothing
+    goes (four would be left without a place, and team-b is not above its share)."""
+
+    def run(free_on_inf: int) -> CycleResult:
+        nodes = [pool_node(n, u) for n, u in (("t0", "training"), ("inf", "inference"))]
+        placed = [(anywhere(f"b{j}", "team-b", gpus=1), "t0", 0.0) for j in range(8)]
+        placed += [
+            (anywhere(f"b{8 + j}", "team-b", gpus=1), "inf", 0.0) for j in range(8 - free_on_inf)
+        ]
+        return Engine().cycle(cluster(*nodes, placed=placed), [training("a1", "team-a")], 1000.0)
+
+    evicted, binds = moved(run(8))
+    assert len(evicted) == 8 and binds == [("a1", "t0")]
+    assert moved(run(4)) == ([], [])
+
+
+def test_relocation_never_takes_the_preemptor_above_its_share() -> None:
+    # team-a holds 8 on the hybrid node and asks 8 more: its share is 8 (team-b may use the
+    # inference node), so moving team-b's pod would take it to 16.
+    nodes = [pool_node(n, u) for n, u in (("t0", "training"), ("inf", "inference"))]
+    nodes.append(pool_node("hyb", "hybrid"))
+    placed = [(anywhere("b0", "team-b"), "t0", 0.0), (training("a0", "team-a"), "hyb", 0.0)]
+    res = Engine().cycle(cluster(*nodes, placed=placed), [training("a1", "team-a")], 1000.0)
+    assert moved(res) == ([], [])
+
+
+def test_reclaim_off_means_no_relocation_either() -> None:
+    config = parse_config({"queues": [{"name": "team-a", "preemption": {"reclaim": False}}]})
+    res = Engine(tenancy=config).cycle(four_nodes(), [training("a1", "team-a")], 1000.0)
+    assert moved(res) == ([], [])
