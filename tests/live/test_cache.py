@@ -6,7 +6,9 @@ from typing import Any
 
 import msgspec
 
+from fairgpu.engine.engine import Engine
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
+from fairgpu.model.node_pools import NodePoolConfig
 
 
 def node_json(name: str, gpus: int = 8, labels: dict[str, str] | None = None) -> bytes:
@@ -171,3 +173,70 @@ def test_malformed_pods_carry_the_error_naming_the_field() -> None:
         b'{"metadata": {"name": "x", "namespace": "ns", "uid": "u"}, "spec": 5}', "fairgpu"
     )
     assert not_json.info is not None and "spec" in (not_json.info.error or "")
+
+
+def _pool_node(name: str, usage: str) -> bytes:
+    return msgspec.json.encode(
+        {
+            "metadata": {"name": name, "labels": {USAGE: usage}},
+            "spec": {"taints": [{"key": USAGE, "value": usage, "effect": "NoSchedule"}]},
+            "status": {
+                "allocatable": {
+                    "cpu": "32",
+                    "memory": "128Gi",
+                    "pods": "110",
+                    "nvidia.com/gpu": "8",
+                }
+            },
+        }
+    )
+
+
+def _training_pod(name: str, namespace: str, node: str = "") -> bytes:
+    limits = {"nvidia.com/gpu": "8"}
+    return msgspec.json.encode(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": f"uid-{namespace}-{name}",
+                "labels": {"fairgpu.io/workload-type": "training"},
+            },
+            "spec": {
+                "schedulerName": "fairgpu",
+                "nodeName": node,
+                "containers": [{"name": "c", "resources": {"requests": limits, "limits": limits}}],
+            },
+            "status": {"phase": "Running" if node else "Pending"},
+        }
+    )
+
+
+USAGE = "example.com/node.usage"
+
+
+def test_running_pods_keep_their_node_pool_placement_for_fair_shares() -> None:
+    """A bound pod labelled with a workload type is decoded with the affinity and
+    tolerations derived from it, as a pending one: its queue's pool-aware share counts the
+    pools it may use. Without them a running training pod could run nowhere and its queue's
+    share fell to what it had pending: here team-a's and team-b's to 0, and team-c, whose
+    8-GPU pod exceeds its third of the 16 training GPUs, was judged against those."""
+    pools = NodePoolConfig()
+    rec = decode_pod(_training_pod("a0", "team-a", node="t0"), "fairgpu", pools=pools)
+    assert rec.info is not None and rec.info.required_terms is not None
+    assert any(t.key == USAGE and t.value == "training" for t in rec.info.tolerations)
+
+    cache = SchedulerCache("fairgpu")
+    out = CacheChanges()
+    cache.sync_nodes([decode_node(_pool_node(n, "training")) for n in ("t0", "t1")], 0.0, out)
+    for name, ns, node in (("a0", "team-a", "t0"), ("b0", "team-b", "t1")):
+        cache.apply_pod(
+            "ADDED", decode_pod(_training_pod(name, ns, node), "fairgpu", pools=pools), 0.0, out
+        )
+    pending = decode_pod(_training_pod("c0", "team-c"), "fairgpu", pools=pools).info
+    assert pending is not None
+    res = Engine().cycle(cache.cluster, [pending], 1000.0)
+    assert not res.evictions and not res.binds
+    assert (
+        "reclaim refused: queue 'team-c' would exceed its fair share" in res.unschedulable[0].reason
+    )

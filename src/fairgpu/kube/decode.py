@@ -168,7 +168,12 @@ def decode_pod(
         info = invalid_pod(msgspec.json.decode(raw), error)
     else:
         info.source = None  # keep the cache lean: the scheduler never reads the raw object
-        if not spec.node_name and pools is not None:
+        if pools is not None:
+            # Bound pods too: the nodes a pod may use are read after it is placed -- its
+            # queue's pool-aware fair share counts the pools its running pods may use, and a
+            # relocation asks where a victim could run instead. Without the derived affinity
+            # a running training pod could run nowhere, and its queue's share dropped to
+            # what it had pending (0 with nothing pending).
             info = derive_placement(info, pools)
     rec.info = info
     text = meta.annotations.get(ANN_GPU_DEVICES)
