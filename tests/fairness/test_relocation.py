@@ -61,7 +61,8 @@ def test_a_confined_queue_takes_the_place_of_pods_that_can_run_elsewhere() -> No
     state, eng = four_nodes(), Engine()
     res = eng.cycle(state, [training("a1", "team-a")], 1000.0)
     assert moved(res) == (["b0"], [("a1", "t0")])
-    assert [e.kind for e in res.evictions] == ["reclaim"]
+    assert [e.kind for e in res.evictions] == ["relocate"]
+    assert res.evictions[0].reason == "preempted by team-a/a1 (relocate) on t0"
     state.release(res.evictions[0].pod.uid)
     res = eng.cycle(state, [anywhere("b0", "team-b")], 1001.0)
     assert moved(res) == ([], [("b0", "inf")])

@@ -64,7 +64,7 @@ def test_a_confined_queue_takes_the_node_of_a_pod_that_can_run_elsewhere(
         wait_for(lambda: bound(admin, ns).get("conf") == "lv-training-a100", timeout=30)
         moved = next(n for n, node in where.items() if node == "lv-training-a100")
         wait_for(lambda: moved not in bound(admin, ns))
-        assert s.metrics.preemptions.labels("reclaim")._value.get() == 1
+        assert s.metrics.preemptions.labels("relocate")._value.get() == 1
         # Its controller would create it again: it starts on the inference node.
         create(admin, ns, _anywhere(f"{moved}-again"))
         wait_for(lambda: bound(admin, ns).get(f"{moved}-again") == "lv-inference-a100")

@@ -5,7 +5,7 @@ simulated clock stops. Its ``outcome`` says why it ended:
 
 - ``completed``: the pod finished its work;
 - ``preempted``: the engine chose it as a victim (``cause`` ``reclaim`` between queues,
-  ``priority`` inside one);
+  ``relocate`` to run on nodes its preemptor may not use, ``priority`` inside a queue);
 - ``gang-restart``: a sibling of its pod group was evicted, so the whole group restarts (as a job
   controller restarts a distributed job that lost a worker); ``preemptor`` is the sibling's;
 - ``gang-timeout``: its pod group stayed below minMember too long and was released;
@@ -142,15 +142,15 @@ class RunLog:
 
     def stop(self, uid: str, now: float, kind: str, preemptor: PodInfo | None = None) -> None:
         """Close ``uid``'s open attempt: ``kind`` is ``completed``, ``deleted``, an eviction
-        kind of the engine (``reclaim``/``priority`` -> outcome ``preempted``) or one of
-        ``gang-restart``/``gang-timeout``."""
+        kind of the engine (``reclaim``/``relocate``/``priority`` -> outcome ``preempted``) or
+        one of ``gang-restart``/``gang-timeout``."""
         attempt = self._open.pop(uid, None)
         if attempt is None:
             return
         attempt.end = now
         attempt.seq = self._ended
         self._ended += 1
-        attempt.outcome = "preempted" if kind in ("reclaim", "priority", "") else kind
+        attempt.outcome = "preempted" if kind in ("reclaim", "relocate", "priority", "") else kind
         attempt.cause = kind if attempt.outcome == "preempted" else ""
         if preemptor is not None:
             attempt.preemptor = f"{preemptor.namespace}/{preemptor.name}"

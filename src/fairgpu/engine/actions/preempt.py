@@ -254,6 +254,7 @@ class FairVictims:
         self._refusal: dict[str, str] = {}
         self._gangs = running_gangs(session.book, session.resolver, session.cluster)
         self._collateral: frozenset[str] = frozenset()
+        self._relocated: frozenset[str] = frozenset()  # of the last plan
         self._freeable: _Freeable | None = None
         self._sets: dict[tuple[object, ...], _Pools] = {}
         self._waits: dict[tuple[object, ...], float] = {}
@@ -278,11 +279,14 @@ class FairVictims:
         return (job.tenant.queue, job.tenant.user, pod.priority, _members_needed(job))
 
     def kind(self, job: Job, victim: PodInfo) -> str:
-        """``priority`` inside the preemptor's queue, ``reclaim`` across queues;
-        ``gang-restart`` for a member of the last plan that goes only because its group
-        breaks."""
+        """``priority`` inside the preemptor's queue, ``reclaim`` across queues, ``relocate``
+        for a pod of the last plan that may run at once on nodes the preemptor may not use
+        (:mod:`~fairgpu.engine.actions.relocate`); ``gang-restart`` for a member of the last
+        plan that goes only because its group breaks."""
         if victim.uid in self._collateral:
             return "gang-restart"
+        if victim.uid in self._relocated:
+            return "relocate"
         return "priority" if self._same_queue(job, victim) else "reclaim"
 
     def _same_queue(self, job: Job, victim: PodInfo) -> bool:
@@ -377,7 +381,7 @@ class FairVictims:
         vec = self._end_vector(job, pod)
         band = session.tenancy.preemption.reclaim_tolerance_band
         self._moves.pop(pod.uid, None)
-        self._collateral = frozenset()
+        self._collateral = self._relocated = frozenset()
         refused: list[str] = []
         pools = self._entry(job, pod)
         self._retry_for(pools.held)
@@ -411,6 +415,7 @@ class FairVictims:
             if plan is not None:
                 self._refusal.pop(pod.uid, None)
                 self._collateral = plan.collateral
+                self._relocated = _moved(session, pools, plan.victims)
                 self._note_moves(job, pod, plan)
                 return plan
         if cost.pruned:
