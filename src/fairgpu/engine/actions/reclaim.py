@@ -194,10 +194,9 @@ def reclaim_refusal(
     for v_queue in sorted(by_queue):
         if quota_guarantee(book, queue, vec, v_queue):
             continue
-        if by_queue[v_queue].any():
-            why = _fair_refusal(book, deserved, band, queue, v_queue, deltas)
-        else:  # every victim of v_queue runs elsewhere
-            why = _relocation_refusal(book, deserved, queue, v_queue, deltas)
+        # No change to v_queue's holding: every victim of it runs elsewhere.
+        moving = not by_queue[v_queue].any()
+        why = _fair_refusal(book, deserved, band, queue, v_queue, deltas, moving)
         if why is not None:
             return why
     return None
@@ -272,22 +271,16 @@ def _fair_refusal(
     queue: str,
     other: str,
     deltas: dict[str, np.ndarray],
+    relocating: bool = False,
 ) -> str | None:
-    """Rules 1-4 of the fair-share reclaim for victims of ``other``."""
-    why = _victims_aside(book, deserved, band, queue, other, deltas[queue])
-    return why if why is not None else _order_after(book, deserved, queue, other, deltas)
-
-
-def _relocation_refusal(
-    book: QueueBook,
-    deserved: Mapping[str, float],
-    queue: str,
-    other: str,
-    deltas: dict[str, np.ndarray],
-) -> str | None:
-    """The relocation rule (:mod:`~fairgpu.engine.actions.relocate`) for victims of
-    ``other`` that all run elsewhere: rules 3-4 only, ``other`` keeping what it holds."""
-    why = _preemptor_aside(book, deserved, queue, other, deltas[queue])
+    """Rules 1-4 of the fair-share reclaim for victims of ``other``; rules 3-4 only when
+    they all run elsewhere (``relocating``: :mod:`~fairgpu.engine.actions.relocate`),
+    ``other`` keeping what it holds."""
+    vec = deltas[queue]
+    if relocating:
+        why = _preemptor_aside(book, deserved, queue, other, vec)
+    else:
+        why = _victims_aside(book, deserved, band, queue, other, vec)
     return why if why is not None else _order_after(book, deserved, queue, other, deltas)
 
 
