@@ -66,6 +66,17 @@ def test_a_confined_queue_takes_the_place_of_pods_that_can_run_elsewhere() -> No
     state.release(res.evictions[0].pod.uid)
     res = eng.cycle(state, [anywhere("b0", "team-b")], 1001.0)
     assert moved(res) == ([], [("b0", "inf")])
+    _no_stand_ins_left(eng, state)
+
+
+def _no_stand_ins_left(eng: Engine, state: ClusterState) -> None:
+    """Judging where victims could go placed stand-ins for a moment: none is left, and the
+    placement score learned no pod shape from them (it learns from the pods it scores)."""
+    assert all("elsewhere" not in uid for uid in state.pods)
+    learned = eng.scheduler.learned()
+    parts = [x for _, got in learned for x in (got if isinstance(got, tuple) else [got])]
+    learners = [x for x in parts if hasattr(x, "seen_uids")]
+    assert learners and all("elsewhere" not in u for x in learners for u in x.seen_uids)
 
 
 def test_no_relocation_onto_room_another_queue_below_its_share_waits_for() -> None:
@@ -83,6 +94,18 @@ def test_no_relocation_onto_room_another_queue_below_its_share_waits_for() -> No
     res = run(c_waits=True)
     assert not res.evictions and ("a1", "t0") not in moved(res)[1]
     assert moved(run(c_waits=False))[0] == ["b0"]
+
+
+def test_judging_where_victims_could_go_leaves_nothing_behind() -> None:
+    """Two free inference nodes: the victim's stand-in has a choice of nodes (which the
+    placement score, learning shapes from the pods it scores, would be asked to make)."""
+    nodes = [pool_node("t0", "training"), pool_node("inf0", "inference")]
+    nodes.append(pool_node("inf1", "inference"))
+    state = cluster(*nodes, placed=[(anywhere("b0", "team-b"), "t0", 0.0)])
+    eng = Engine()
+    res = eng.cycle(state, [training("a1", "team-a")], 1000.0)
+    assert moved(res) == (["b0"], [("a1", "t0")])
+    _no_stand_ins_left(eng, state)
 
 
 def test_what_was_relocated_is_not_taken_back() -> None:

@@ -37,8 +37,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from fairgpu.cluster.state import COL_GPU_MILLI
+from fairgpu.cluster.state import COL_GPU_MILLI, ClusterState
 from fairgpu.engine.memo import memoisable
+from fairgpu.engine.plugins.gpu import idle_mask, shared_fit
 from fairgpu.engine.session import Session
 from fairgpu.model.pod import PodInfo
 
@@ -99,22 +100,44 @@ def movable(session: Session, uids: Iterable[str], where: np.ndarray) -> list[st
 
 
 def fits_elsewhere(session: Session, victims: list[PodInfo], where: np.ndarray) -> bool:
-    """Can ``victims`` all run now on nodes of ``where``, together? Each is scheduled in
-    turn, largest first, on a stand-in placed for the next ones to see (kube-scheduler's
-    own filters and scoring); the stand-ins are removed before returning, leaving the
-    cluster's pods as they were."""
+    """Can ``victims`` all run now on nodes of ``where``, together? Each in turn, largest
+    first, passes every filter on some node (the first such) and takes devices there (the
+    lowest idle ones, or the first device with room for a share), through a stand-in the next
+    ones see; the stand-ins are removed before returning. Nothing is scored, so nothing is
+    learned from them (the placement score learns pod shapes from the pods it scores).
+    First fit finds a placement only where one exists: a set it refuses might fit by a
+    smarter choice, a set it accepts does."""
     cluster, scheduler = session.cluster, session.scheduler
     probes: list[str] = []
     try:
         for victim in sorted(victims, key=lambda v: -v.gpu.total_milli):
             probe = copy.copy(victim)
             probe.uid = f"{victim.uid}{_PROBE}"
-            got = scheduler.schedule(probe, cluster, restrict=where)
-            if not got.ok or got.node is None:
+            mask, _ = scheduler.filter(probe, cluster, restrict=where)
+            placed = _first_fit(probe, cluster, np.flatnonzero(mask))
+            if placed is None:
                 return False
-            cluster.assign(probe, got.node, got.devices)
+            cluster.assign(probe, *placed)
             probes.append(probe.uid)
         return True
     finally:
         for uid in probes:
             cluster.release(uid)
+
+
+def _first_fit(
+    pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
+) -> tuple[int, tuple[int, ...]] | None:
+    """The first of ``nodes`` (that passed the filters) with devices for ``pod``, and those
+    devices; None if none has them."""
+    gpu = pod.gpu
+    for node in nodes.tolist():
+        if gpu.is_whole:
+            idle = np.flatnonzero(idle_mask(cluster, node))
+            if idle.size >= gpu.count:
+                return node, tuple(int(d) for d in idle[: gpu.count])
+        else:
+            room = np.flatnonzero(shared_fit(pod, cluster, node))
+            if room.size:
+                return node, (int(room[0]),)
+    return None
