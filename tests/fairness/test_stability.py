@@ -13,8 +13,12 @@ from hypothesis import strategies as st
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.model.node import NodeInfo
-from fairgpu.model.pod import LABEL_USER, PodInfo
+from fairgpu.model.node_pools import derive_placement
+from fairgpu.model.pod import LABEL_USER, LABEL_WORKLOAD, PodInfo
+from fairgpu.model.selectors import Taint, Toleration
 from fairgpu.tenancy import parse_config
+
+USAGE = "example.com/node.usage"
 
 
 def engine(config: dict[str, Any] | None = None) -> Engine:
@@ -185,7 +189,8 @@ def test_a_queue_does_not_take_back_other_gpus_of_a_node_it_just_lost() -> None:
 
 @dataclass(frozen=True)
 class Move:
-    """One reclaim eviction: GPUs of queue ``src``'s victim went to queue ``dst`` at ``t``."""
+    """One reclaim (or relocation) eviction: GPUs of queue ``src``'s victim went to queue
+    ``dst`` at ``t``."""
 
     t: float
     src: str
@@ -220,7 +225,7 @@ def replay(
         res = eng.cycle(state, list(pending.values()), t)
         binds = {b.pod.uid: frozenset((b.node_name, d) for d in b.devices) for b in res.binds}
         for ev in res.evictions:
-            if ev.kind == "reclaim" and ev.preemptor is not None:
+            if ev.kind in ("reclaim", "relocate") and ev.preemptor is not None:
                 gpus = before[ev.pod.uid]
                 taken = binds.get(ev.preemptor.uid, frozenset())
                 moves.append(Move(t, ev.pod.namespace, ev.preemptor.namespace, gpus, gpus | taken))
@@ -292,6 +297,66 @@ def test_no_reclaim_reverses_over_the_same_gpus_within_the_cooldown(
             p = pod(f"p{i}", names[q], created=float(i))
             arrivals.append((at * step, p, duration * step))
     moves = replay(engine(config), [node("n1", gpus=4), node("n2", gpus=4)], arrivals, step)
+    for i, one in enumerate(moves):
+        for later in moves[i + 1 :]:
+            if later.t - one.t >= cooldown or later.t == one.t:
+                continue
+            reverse = (later.src, later.dst) == (one.dst, one.src)
+            assert not (reverse and later.victim_gpus & one.moved), (one, later)
+
+
+def _pool_node(name: str, usage: str) -> NodeInfo:
+    """A 4-GPU node of pool ``usage``, labelled and tainted as node pools are."""
+    n = node(name, gpus=4)
+    n.labels = {**n.labels, USAGE: usage}
+    n.taints = (Taint(USAGE, usage, "NoSchedule"),)
+    return n
+
+
+def _kind_pod(name: str, queue: str, kind: str, created: float) -> PodInfo:
+    """A one-GPU pod that may run on any node (``anywhere``) or only in pool ``kind``."""
+    if kind == "anywhere":
+        return pod(name, queue, created=created, tolerations=(Toleration("", "Exists", "", ""),))
+    return derive_placement(pod(name, queue, created=created, labels={LABEL_WORKLOAD: kind}))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(["anywhere", "training", "inference"]), min_size=3, max_size=3),
+    first=st.tuples(st.integers(5, 8), st.integers(5, 15)),
+    second=st.tuples(st.integers(1, 4), st.integers(3, 8), st.integers(40, 80)),
+    back=st.tuples(st.integers(1, 15), st.integers(3, 8), st.integers(5, 40)),
+    extra=st.lists(burst, max_size=3),
+    cooldown=st.sampled_from([300.0, 600.0]),
+)
+def test_no_move_reverses_over_the_same_gpus_within_the_cooldown_across_node_pools(
+    kinds: list[str],
+    first: tuple[int, int],
+    second: tuple[int, int, int],
+    back: tuple[int, int, int],
+    extra: list[tuple[int, int, int, int]],
+    cooldown: float,
+) -> None:
+    """As above, with a training and an inference node and queues whose pods may run
+    anywhere or in one pool only: relocations (a queue taking the node of pods that could run
+    on the other pool, which restart there) are moves too, and none is reversed over the same
+    GPUs within the cooldown, by a reclaim or another relocation."""
+    names = ["q0", "q1", "q2"]
+    config = {
+        "queues": [{"name": n} for n in names],
+        "preemption": {"reclaimMinRuntimeSeconds": 0, "reclaimCooldownSeconds": cooldown},
+    }
+    bursts = [(0, 0, *first), (second[0], 1, second[1], second[2])]
+    bursts += [(first[1] + back[0], 0, back[1], back[2]), *extra]
+    step = 30.0
+    arrivals = []
+    for at, q, count, duration in bursts:
+        for _ in range(count):
+            i = len(arrivals)
+            p = _kind_pod(f"p{i}", names[q], kinds[q], float(i))
+            arrivals.append((at * step, p, duration * step))
+    nodes = [_pool_node("train", "training"), _pool_node("infer", "inference")]
+    moves = replay(engine(config), nodes, arrivals, step)
     for i, one in enumerate(moves):
         for later in moves[i + 1 :]:
             if later.t - one.t >= cooldown or later.t == one.t:
