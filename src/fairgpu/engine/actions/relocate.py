@@ -13,8 +13,9 @@ waits with no GPU while the inference node stands empty -- for as long as team-b
 A relocation ends that: queue Q, below its share, may evict pods of a queue V that it could
 not reclaim from, when
 
-1. ``key(Q) < key(V)`` before the move (:func:`~fairgpu.engine.actions.reclaim.share_key`:
-   Q is further below its share), and Q stays at or below its share after it;
+1. Q comes before V in reclaim order (:func:`~fairgpu.engine.actions.reclaim.share_key`:
+   it holds less for its weight) before the move and does not pass it after, and Q stays at
+   or below its share;
 2. every victim fits *now*, all of them together, on nodes Q's pod may not use (its
    load-independent filters), no reservation holds and no waiting pod of another queue
    below its share may use (:func:`elsewhere`, :func:`unwanted`, :func:`fits_elsewhere`)
@@ -24,10 +25,13 @@ not reclaim from, when
    the cooldown, protection after a reserved start) and the move loses less work than
    waiting for declared run times costs (:func:`~fairgpu.engine.victim_cost.waiting_is_cheaper`).
 
-No cycle: V's share position is unchanged by the move and Q ends at or below its share, so
-neither the reclaim rule (V would need Q above its share by the band) nor a relocation back
-(V's pods would have to fit on nodes V cannot use, where Q's pod is not) undoes it within the
-cooldown. What it costs is the victims' work so far, counted as for any reclaim.
+No cycle: once V's pods run again elsewhere V holds what it held and Q at most its share, so
+the reclaim rule gives V nothing back (Q would have to be above its share by the band), and a
+relocation back would need V below its share and Q's pods able to run on nodes V may not
+use; either way the GPUs the move freed and took changed tenant, and for
+``reclaimCooldownSeconds`` no pod on them is a victim (the property test in
+``tests/fairness/test_stability.py`` replays random arrivals across two pools). What a move
+costs is the victims' work so far, counted as for any reclaim.
 """
 
 from __future__ import annotations
