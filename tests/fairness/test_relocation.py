@@ -7,6 +7,7 @@ import dataclasses
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import CycleResult, Engine
+from fairgpu.kube.explain import _order
 from fairgpu.model.node import NodeInfo
 from fairgpu.model.node_pools import derive_placement
 from fairgpu.model.pod import LABEL_WORKLOAD, PodInfo
@@ -94,6 +95,19 @@ def test_no_relocation_onto_room_another_queue_below_its_share_waits_for() -> No
     res = run(c_waits=True)
     assert not res.evictions and ("a1", "t0") not in moved(res)[1]
     assert moved(run(c_waits=False))[0] == ["b0"]
+
+
+def test_explain_judges_a_relocation_with_the_pending_work_the_cycle_sees() -> None:
+    """``fairgpu explain``'s per-node answer asks the same victim policy as the cycle, with
+    the same pending jobs: team-c's waiting replica keeps team-b's pod off the inference
+    nodes there too, so the pod is not offered as one that may go."""
+    state = four_nodes()
+    state.add_node(pool_node("inf1", "inference"))
+    state.assign(inference("c0"), state.node_index["inf1"], (0,), started=0.0)
+    a1 = training("a1", "team-a")
+    for pending, may_go in (([a1, inference("c1")], False), ([a1], True)):
+        _, rules = _order(Engine(), state, pending, a1, 1000.0)
+        assert (rules.why_not("team-b/b0") is None) is may_go
 
 
 def test_judging_where_victims_could_go_leaves_nothing_behind() -> None:

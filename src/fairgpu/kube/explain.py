@@ -176,12 +176,22 @@ class _Rules:
     """Why the engine's victim policy would not let ``pod`` evict a running pod: the same
     conditions :class:`~fairgpu.engine.actions.preempt.FairVictims` checks, in words."""
 
-    def __init__(self, engine: Engine, session: Any, deserved: dict, job: Any, pod: PodInfo):
+    def __init__(
+        self,
+        engine: Engine,
+        session: Any,
+        deserved: dict,
+        job: Any,
+        pod: PodInfo,
+        queues: Lanes | None = None,
+    ):
         self.engine, self.s, self.deserved, self.job, self.pod = engine, session, deserved, job, pod
         self.allowed: set[str] = set()
         self.victims: FairVictims | None = None
         if job is not None and engine.ordering == "fair":
-            self.victims = FairVictims(session, deserved)
+            # The pending jobs as the cycle's victim policy has them (a relocation must not
+            # take room a waiting queue below its share may use).
+            self.victims = FairVictims(session, deserved, queues)
             self.allowed = {u for uids in self.victims.candidate_sets(job, pod) for u in uids}
 
     def why_not(self, uid: str) -> str | None:
@@ -290,7 +300,7 @@ def _order(
     todo = [p for p in pending if not p.scheduling_gates]
     session, jobs, queues, deserved = _deserved(engine, cluster, todo, now)
     job = next((j for j in jobs if any(p.uid == pod.uid for p in j.pods)), None)
-    rules = _Rules(engine, session, deserved, job, pod)
+    rules = _Rules(engine, session, deserved, job, pod, queues)
     if engine.ordering != "fair":
         lower = {u for u, p in cluster.pods.items() if p.priority < pod.priority}
         rules.allowed = lower if engine.tenancy.preemption.enabled else set()
