@@ -261,6 +261,7 @@ class FairVictims:
         self._ends: tuple[tuple[int, int, int], list[tuple[float, int, Placement]]] | None = None
         self._kept: dict[tuple[object, ...], _Kept] = {}
         self._noted = 0  # reclaims committed in this cycle (they change cooldowns)
+        self._room: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, set[str]] | None] = {}
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -634,11 +635,10 @@ class FairVictims:
         book, deserved, queue = s.book, self.deserved, job.tenant.queue
         if not below_share(book, deserved, queue):
             return []
-        where = relocate.elsewhere(s, pod)
-        if where is not None:
-            where = relocate.unwanted(s, where, self._waiting_below_share(queue))
-        if where is None:
+        room = self._room_elsewhere(queue, pod)
+        if room is None:
             return []
+        where, usable, flexible = room
         cfg = s.tenancy.preemption
         min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
         skip = set(self._reclaimable_queues(queue))
@@ -649,15 +649,16 @@ class FairVictims:
                 continue
             if not book.queue_limits(other).preemption.preemptible:
                 continue
-            if not mine < share_key(book, deserved, other):
+            if not mine < share_key(book, deserved, other) or flexible.isdisjoint(uids):
                 continue
             ok, soonest, causes = self._reclaimable_kept(other, queue, min_run, pools.held)
-            pods = relocate.movable(s, ok, where)
+            pods = relocate.movable(s, (u for u in ok if u in flexible), where, usable)
             if pods:
                 found.append((other, pods))
                 continue
             kept = set(ok)
-            if causes and relocate.movable(s, (u for u in uids if u not in kept), where):
+            held = (u for u in uids if u in flexible and u not in kept)
+            if causes and relocate.movable(s, held, where, usable):
                 # Pods that could run elsewhere, all held back by the time rules: a cycle
                 # when the first comes free, and the refusal says what holds them.
                 pools.held.at = min(pools.held.at, float(soonest))
@@ -672,6 +673,31 @@ class FairVictims:
             pools.relocating = frozenset(q for q, _ in found)
             pools.movable = {u for _, x in found for u in x}
         return found
+
+    def _room_elsewhere(
+        self, queue: str, pod: PodInfo
+    ) -> tuple[np.ndarray, np.ndarray, set[str]] | None:
+        """Where victims of a relocation for ``pod`` of ``queue`` could go
+        (:func:`~fairgpu.engine.actions.relocate.elsewhere` less what waiting queues below
+        their share may use), the nodes ``pod`` may use, and the placed pods that could go
+        there (:func:`~fairgpu.engine.actions.relocate.could_go`); None when there is no such
+        pod. Kept while the cluster's pods and the reservations stay the same: the many
+        preemptors of one shape in a cycle ask alike."""
+        s = self.s
+        c = s.cluster
+        key = (c.load_version, c.static_version, pod.static_key(), queue, *s.state.reservations)
+        if key in self._room:
+            return self._room[key]
+        got = None
+        where = relocate.elsewhere(s, pod)
+        if where is not None:
+            where = relocate.unwanted(s, where, self._waiting_below_share(queue))
+        if where is not None:
+            usable = s.scheduler.static_mask(pod, c)
+            flexible = relocate.could_go(s, where, usable)
+            got = (where, usable, flexible) if flexible else None
+        self._room[key] = got
+        return got
 
     def _waiting_below_share(self, queue: str) -> list[PodInfo]:
         """The first GPU pod of each user's next job in every other queue below its fair

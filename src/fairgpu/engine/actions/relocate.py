@@ -81,23 +81,52 @@ def unwanted(session: Session, where: np.ndarray, waiting: Iterable[PodInfo]) ->
     return out
 
 
-def movable(session: Session, uids: Iterable[str], where: np.ndarray) -> list[str]:
-    """The placed pods of ``uids`` asking GPUs that pass every filter on some node of
-    ``where`` as the cluster stands (each alone; :func:`fits_elsewhere` judges a set).
-    Pods of one shape are judged once."""
+def could_go(session: Session, where: np.ndarray, usable: np.ndarray) -> set[str]:
+    """The placed GPU pods on nodes of ``usable`` whose load-independent filters pass some
+    node of ``where``: the only candidates :func:`movable` may keep. One lookup per pod shape
+    (the filters' cache), so a cluster whose pods are all confined to their pools answers
+    with an empty set at the cost of a pass over its placed pods."""
     cluster, scheduler = session.cluster, session.scheduler
+    placements = cluster.placements
+    fits: dict[object, bool] = {}
+    out = set()
+    for uid, pod in cluster.pods.items():
+        if not pod.gpu.count or not usable[placements[uid].node]:
+            continue
+        key = pod.static_key()
+        ok = fits.get(key)
+        if ok is None:
+            ok = fits[key] = bool((scheduler.static_mask(pod, cluster) & where).any())
+        if ok:
+            out.add(uid)
+    return out
+
+
+def movable(
+    session: Session, uids: Iterable[str], where: np.ndarray, usable: np.ndarray
+) -> list[str]:
+    """The placed pods of ``uids`` asking GPUs, on nodes of ``usable`` (where the preemptor
+    may run: only there does a victim make room for it), that pass every filter on some node
+    of ``where`` as the cluster stands (each alone; :func:`fits_elsewhere` judges a set).
+    Pods of one shape are judged once; the load-independent filters are asked first (cached
+    per shape), so pods confined to the preemptor's own pools cost one lookup."""
+    cluster, scheduler = session.cluster, session.scheduler
+    placements = cluster.placements
     seen: dict[tuple[object, ...], bool] = {}
     out = []
     for uid in uids:
-        pod = cluster.pods.get(uid)
+        pod, pl = cluster.pods.get(uid), placements.get(uid)
         # Pods whose fit depends on other pods or on claims and volumes stay where they are.
-        if pod is None or not pod.gpu.count or not memoisable(pod):
+        if pod is None or pl is None or not usable[pl.node] or not pod.gpu.count:
             continue
         key = (pod.static_key(), tuple(sorted(pod.requests.items())), pod.gpu)
         fits = seen.get(key)
         if fits is None:
-            mask, _ = scheduler.filter(pod, cluster, restrict=where)
-            fits = seen[key] = bool(mask.any())
+            fits = memoisable(pod) and bool((scheduler.static_mask(pod, cluster) & where).any())
+            if fits:
+                mask, _ = scheduler.filter(pod, cluster, restrict=where)
+                fits = bool(mask.any())
+            seen[key] = fits
         if fits:
             out.append(uid)
     return out
