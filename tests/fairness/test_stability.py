@@ -3,6 +3,7 @@ GPU (no flip-flop), users' shares inside a queue, and nominal quota as a guarant
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,16 +288,37 @@ def test_no_reclaim_reverses_over_the_same_gpus_within_the_cooldown(
             "reclaimToleranceBand": band,
         },
     }
+    arrivals = _flip_arrivals(first, second, back, extra, lambda n, q, t: pod(n, q, created=t))
+    moves = replay(engine(config), [node("n1", gpus=4), node("n2", gpus=4)], arrivals, STEP)
+    _assert_no_reversal(moves, cooldown)
+
+
+STEP = 30.0  # seconds per replayed cycle
+
+
+def _flip_arrivals(
+    first: tuple[int, int],
+    second: tuple[int, int, int],
+    back: tuple[int, int, int],
+    extra: list[tuple[int, int, int, int]],
+    make: Callable[[str, str, float], PodInfo],
+) -> list[tuple[float, PodInfo, float]]:
+    """q0 fills the cluster (``first``: pods, duration in steps), q1 arrives (``second``: at,
+    pods, duration), q0 comes back after its first wave (``back``), plus ``extra`` bursts
+    (at, queue index, pods, duration); ``make(name, queue, created)`` builds each pod."""
     bursts = [(0, 0, *first), (second[0], 1, second[1], second[2])]
     bursts += [(first[1] + back[0], 0, back[1], back[2]), *extra]
-    step = 30.0
     arrivals = []
     for at, q, count, duration in bursts:
         for _ in range(count):
             i = len(arrivals)
-            p = pod(f"p{i}", names[q], created=float(i))
-            arrivals.append((at * step, p, duration * step))
-    moves = replay(engine(config), [node("n1", gpus=4), node("n2", gpus=4)], arrivals, step)
+            arrivals.append((at * STEP, make(f"p{i}", f"q{q}", float(i)), duration * STEP))
+    return arrivals
+
+
+def _assert_no_reversal(moves: list[Move], cooldown: float) -> None:
+    """No move from V to Q is followed within ``cooldown`` by one from Q to V whose victims
+    sit on GPUs the first freed or took."""
     for i, one in enumerate(moves):
         for later in moves[i + 1 :]:
             if later.t - one.t >= cooldown or later.t == one.t:
@@ -346,23 +368,12 @@ def test_no_move_reverses_over_the_same_gpus_within_the_cooldown_across_node_poo
         "queues": [{"name": n} for n in names],
         "preemption": {"reclaimMinRuntimeSeconds": 0, "reclaimCooldownSeconds": cooldown},
     }
-    bursts = [(0, 0, *first), (second[0], 1, second[1], second[2])]
-    bursts += [(first[1] + back[0], 0, back[1], back[2]), *extra]
-    step = 30.0
-    arrivals = []
-    for at, q, count, duration in bursts:
-        for _ in range(count):
-            i = len(arrivals)
-            p = _kind_pod(f"p{i}", names[q], kinds[q], float(i))
-            arrivals.append((at * step, p, duration * step))
+    kind = dict(zip(names, kinds, strict=True))
+    arrivals = _flip_arrivals(
+        first, second, back, extra, lambda n, q, t: _kind_pod(n, q, kind[q], t)
+    )
     nodes = [_pool_node("train", "training"), _pool_node("infer", "inference")]
-    moves = replay(engine(config), nodes, arrivals, step)
-    for i, one in enumerate(moves):
-        for later in moves[i + 1 :]:
-            if later.t - one.t >= cooldown or later.t == one.t:
-                continue
-            reverse = (later.src, later.dst) == (one.dst, one.src)
-            assert not (reverse and later.victim_gpus & one.moved), (one, later)
+    _assert_no_reversal(replay(engine(config), nodes, arrivals, STEP), cooldown)
 
 
 # ---- users inside a queue -----------------------------------------------------------------------
