@@ -297,7 +297,7 @@ def _freed_lines(r: dict[str, Any]) -> list[str]:
         gone = ", ".join(
             f"{v['pod']} (queue {v['queue']}, priority {v['priority']}"
             + (
-                ""
+                ("; it may run elsewhere now: relocation" if v.get("runs_elsewhere") else "")
                 if v["preemptible_by_rules"]
                 else f"; no preemption: {v['not_preemptible_because']}"
             )

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from fairgpu.cluster.state import ClusterState
+from fairgpu.commands import _freed_lines
 from fairgpu.engine.engine import CycleResult, Engine
-from fairgpu.kube.explain import _order
+from fairgpu.kube.explain import _order, freed_nodes
 from fairgpu.model.node import NodeInfo
 from fairgpu.model.node_pools import derive_placement
 from fairgpu.model.pod import LABEL_WORKLOAD, PodInfo
@@ -108,6 +109,24 @@ def test_explain_judges_a_relocation_with_the_pending_work_the_cycle_sees() -> N
     for pending, may_go in (([a1, inference("c1")], False), ([a1], True)):
         _, rules = _order(Engine(), state, pending, a1, 1000.0)
         assert (rules.why_not("team-b/b0") is None) is may_go
+
+
+def test_explain_says_which_pods_would_run_elsewhere() -> None:
+    """``fairgpu explain``'s "fits if these left" names a pod a relocation would move as
+    such -- not as a reclaim from a queue that is at its share."""
+    state, a1 = four_nodes(), training("a1", "team-a")
+    eng = Engine()
+    _, rules = _order(eng, state, [a1], a1, 1000.0)
+    freed = freed_nodes(eng, a1, state, ["t0"], 1000.0, rules)
+    [victim] = freed[0]["would_have_to_go"]
+    assert victim["preemptible_by_rules"] and victim["runs_elsewhere"]
+    report = {"fits_now": False, "state": "pending", "fits_on_empty_nodes": ["t0"]}
+    report |= {"nodes_total": 4, "fair_order": {"job_pods": 1}}
+    lines = _freed_lines(report | {"if_freed": freed})
+    assert lines[1] == (
+        "  t0: fits if these left: team-b/b0 (queue team-b, priority 0; "
+        "it may run elsewhere now: relocation)"
+    )
 
 
 def test_judging_where_victims_could_go_leaves_nothing_behind() -> None:

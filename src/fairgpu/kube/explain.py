@@ -234,8 +234,14 @@ class _Rules:
         queue, book = self.job.tenant.queue, self.s.book
         band = self.s.tenancy.preemption.reclaim_tolerance_band
         vec = book.pending_vector(self.pod)
-        moved = self.victims.moved(self.job, self.pod, victims)
-        return reclaim_refusal(book, queue, vec, victims, self.deserved, band, moved)
+        return reclaim_refusal(book, queue, vec, victims, self.deserved, band, self.moved(victims))
+
+    def moved(self, victims: list[PodInfo]) -> frozenset[str]:
+        """The ``victims`` that would run at once on nodes the pod may not use (a relocation,
+        :mod:`~fairgpu.engine.actions.relocate`)."""
+        if self.job is None or self.victims is None:
+            return frozenset()
+        return self.victims.moved(self.job, self.pod, victims)
 
     def _cooling(self, uid: str, mine: str, theirs: str) -> str:
         """Why a pod of a queue ``mine`` may reclaim from is held back all the same: its
@@ -387,6 +393,7 @@ def freed_nodes(
         if plan is None:
             continue
         veto = rules.veto(plan.victims)
+        moved = rules.moved(plan.victims)
         mine = rules.job.tenant.queue if rules.job is not None else ""
         gone = []
         for v in plan.victims:
@@ -396,7 +403,9 @@ def freed_nodes(
                 # (maybe for another queue's pods that must leave with it) -- say so, or the
                 # refusal reads as if it were about this pod's queue.
                 reason = f"the reclaim rule refuses this node's move as a whole: {veto}"
-            gone.append(_rules_may(_victim(engine, v), reason))
+            victim = _rules_may(_victim(engine, v), reason)
+            victim["runs_elsewhere"] = v.uid in moved
+            gone.append(victim)
         out.append({"node": name, "would_have_to_go": gone, "terminating_pods": terminating})
         if len(out) >= MAX_FREED_NODES:
             break
