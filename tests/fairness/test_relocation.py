@@ -189,13 +189,25 @@ def test_the_victims_must_fit_elsewhere_together() -> None:
 
 
 def test_relocation_never_takes_the_preemptor_above_its_share() -> None:
-    # team-a holds 8 on the hybrid node and asks 8 more: its share is 8 (team-b may use the
-    # inference node), so moving team-b's pod would take it to 16.
-    nodes = [pool_node(n, u) for n, u in (("t0", "training"), ("inf", "inference"))]
-    nodes.append(pool_node("hyb", "hybrid"))
-    placed = [(anywhere("b0", "team-b"), "t0", 0.0), (training("a0", "team-a"), "hyb", 0.0)]
-    res = Engine().cycle(cluster(*nodes, placed=placed), [training("a1", "team-a")], 1000.0)
+    """team-c (weight 2) holds one training node and wants the other; team-b's pod on it
+    could run on the inference node. team-a's share of the 16 training GPUs is a third (5.3):
+    its 8-GPU pod would take it above, so team-b's pod stays -- however free the inference
+    node."""
+    nodes = [pool_node(n, u) for n, u in (("t0", "training"), ("t1", "training"))]
+    nodes.append(pool_node("inf", "inference"))
+    placed = [(anywhere("b0", "team-b"), "t0", 0.0), (training("c0", "team-c"), "t1", 0.0)]
+
+    def run(c_weight: float) -> CycleResult:
+        config = parse_config({"queues": [{"name": "team-c", "weight": c_weight}]})
+        pending = [training("a1", "team-a"), training("c1", "team-c")]
+        return Engine(tenancy=config).cycle(cluster(*nodes, placed=placed), pending, 1000.0)
+
+    res = run(2.0)
     assert moved(res) == ([], [])
+    reason = next(u.reason for u in res.unschedulable if u.pod.name == "a1")
+    assert "reclaim refused: queue 'team-a' would exceed its fair share after the move" in reason
+    # With team-c of weight 1 team-a's share is 8: the move goes ahead.
+    assert moved(run(1.0)) == (["b0"], [("a1", "t0")])
 
 
 def test_reclaim_off_means_no_relocation_either() -> None:
