@@ -210,6 +210,20 @@ def test_relocation_never_takes_the_preemptor_above_its_share() -> None:
     assert moved(run(1.0)) == (["b0"], [("a1", "t0")])
 
 
+def test_a_relocation_refused_by_the_order_rule_says_so() -> None:
+    """team-a holds 8 GPUs on the hybrid node, its share 16 (team-b may use the inference
+    node); team-b holds 8, its share. Both hold as much for their weight: team-a does not come
+    before team-b, so team-b's pod stays -- and team-a is told why."""
+    nodes = [pool_node(n, u) for n, u in (("t0", "training"), ("inf", "inference"))]
+    nodes.append(pool_node("hyb", "hybrid"))
+    placed = [(anywhere("b0", "team-b"), "t0", 0.0), (training("a0", "team-a"), "hyb", 0.0)]
+    res = Engine().cycle(cluster(*nodes, placed=placed), [training("a1", "team-a")], 1000.0)
+    assert moved(res) == ([], [])
+    assert res.unschedulable[0].reason.endswith(
+        "; relocation refused: queue 'team-a' does not come before 'team-b' in reclaim order"
+    ), res.unschedulable[0].reason
+
+
 def test_reclaim_off_means_no_relocation_either() -> None:
     config = parse_config({"queues": [{"name": "team-a", "preemption": {"reclaim": False}}]})
     res = Engine(tenancy=config).cycle(four_nodes(), [training("a1", "team-a")], 1000.0)

@@ -649,7 +649,15 @@ class FairVictims:
                 continue
             if not book.queue_limits(other).preemption.preemptible:
                 continue
-            if not mine < share_key(book, deserved, other) or flexible.isdisjoint(uids):
+            if flexible.isdisjoint(uids):
+                continue
+            if not mine < share_key(book, deserved, other):
+                # Its pods could make room by moving, but the order rule keeps them.
+                self._refusal.setdefault(
+                    pod.uid,
+                    f"relocation refused: queue {queue!r} does not come before {other!r} "
+                    "in reclaim order",
+                )
                 continue
             ok, soonest, causes = self._reclaimable_kept(other, queue, min_run, pools.held)
             pods = relocate.movable(s, (u for u in ok if u in flexible), where, usable)
