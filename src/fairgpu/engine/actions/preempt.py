@@ -261,6 +261,9 @@ class FairVictims:
         self._ends: tuple[tuple[int, int, int], list[tuple[float, int, Placement]]] | None = None
         self._kept: dict[tuple[object, ...], _Kept] = {}
         self._noted = 0  # reclaims committed in this cycle (they change cooldowns)
+        cfg = session.tenancy.preemption
+        # How long a pod of another queue must have run to be a reclaim victim.
+        self._min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
         self._room: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, set[str]] | None] = {}
 
     def may_preempt(self, pod: PodInfo) -> bool:
@@ -577,8 +580,9 @@ class FairVictims:
         lim = s.book.queue_limits(queue)
         named: list[tuple[str, list[str]]] = []
         if lim.preemption.reclaim:
-            named.extend(self._reclaim_sets(job, pod, pools))
-            named.extend(self._relocation_sets(job, pod, pools))
+            others = self._reclaimable_queues(queue)
+            named.extend(self._reclaim_sets(job, pod, pools, others))
+            named.extend(self._relocation_sets(job, pod, pools, set(others)))
         if lim.preemption.within_queue == "LowerPriority":
             named.append((queue, self._lower_priority(job, pod, pools.held)))
         named = [(q, x) for q, x in named if x]
@@ -589,18 +593,19 @@ class FairVictims:
             sets.append(sorted({u for x in sets for u in x}))
         return sets
 
-    def _reclaim_sets(self, job: Job, pod: PodInfo, pools: _Pools) -> list[tuple[str, list[str]]]:
-        """Per reclaimable queue, its name and its pods that ran long enough and whose GPUs
-        are not cooling down; those held back by time go to ``pools.held``, and what holds
-        back some of a queue's pods to ``pools.held_back`` (for a search that finds no
-        plan; when all are held back, it is the refusal)."""
+    def _reclaim_sets(
+        self, job: Job, pod: PodInfo, pools: _Pools, others: list[str]
+    ) -> list[tuple[str, list[str]]]:
+        """Per reclaimable queue (``others``, :meth:`_reclaimable_queues`), its name and its
+        pods that ran long enough and whose GPUs are not cooling down; those held back by
+        time go to ``pools.held``, and what holds back some of a queue's pods to
+        ``pools.held_back`` (for a search that finds no plan; when all are held back, it is
+        the refusal)."""
         held = pools.held
         s = self.s
-        cfg = s.tenancy.preemption
-        min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
+        min_run = self._min_run
         queue = job.tenant.queue
         sets: list[tuple[str, list[str]]] = []
-        others = self._reclaimable_queues(queue)
         if not others:
             self._no_reclaimable_queue(job, pod)
         for other in others:
@@ -624,9 +629,10 @@ class FairVictims:
         return sets
 
     def _relocation_sets(
-        self, job: Job, pod: PodInfo, pools: _Pools
+        self, job: Job, pod: PodInfo, pools: _Pools, skip: set[str]
     ) -> list[tuple[str, list[str]]]:
-        """Per queue the preemptor may not reclaim from but comes before in reclaim order,
+        """Per queue the preemptor may not reclaim from (not in ``skip``, the reclaimable
+        queues) but comes before in reclaim order,
         its pods that the time rules let go and that could run now on nodes the preemptor
         may not use (:mod:`~fairgpu.engine.actions.relocate`); only while the preemptor's
         queue is below its share and such nodes have free GPUs. Those pods go to
@@ -639,17 +645,11 @@ class FairVictims:
         if room is None:
             return []
         where, usable, flexible = room
-        cfg = s.tenancy.preemption
-        min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
-        skip = set(self._reclaimable_queues(queue))
+        min_run = self._min_run
         mine = share_key(book, deserved, queue)
         found: list[tuple[str, list[str]]] = []
-        for other, uids in sorted(book.queue_pods.items()):
-            if other == queue or other in skip or not uids:
-                continue
-            if not book.queue_limits(other).preemption.preemptible:
-                continue
-            if flexible.isdisjoint(uids):
+        for other, uids in sorted(self._preemptible_others(queue)):
+            if other in skip or flexible.isdisjoint(uids):
                 continue
             if not mine < share_key(book, deserved, other):
                 # Its pods could make room by moving, but the order rule keeps them.
@@ -697,11 +697,11 @@ class FairVictims:
         if key in self._room:
             return self._room[key]
         got = None
-        where = relocate.elsewhere(s, pod)
+        usable = s.scheduler.static_mask(pod, c)
+        where = relocate.elsewhere(s, usable)
         if where is not None:
             where = relocate.unwanted(s, where, self._waiting_below_share(queue))
         if where is not None:
-            usable = s.scheduler.static_mask(pod, c)
             flexible = relocate.could_go(s, where, usable)
             got = (where, usable, flexible) if flexible else None
         self._room[key] = got
@@ -733,8 +733,7 @@ class FairVictims:
         band = self.s.tenancy.preemption.reclaim_tolerance_band
         above = [
             (held_share(book, deserved, other) - deserved.get(other, 0.0), other)
-            for other, uids in book.queue_pods.items()
-            if other != queue and uids and book.queue_limits(other).preemption.preemptible
+            for other, _ in self._preemptible_others(queue)
         ]
         excess, other = max(above, default=(0.0, ""))
         if excess <= 0.0:
@@ -914,17 +913,26 @@ class FairVictims:
     def _node_of(self, uid: str) -> str:
         return self.s.cluster.node(self.s.cluster.placements[uid].node).name
 
+    def _preemptible_others(self, queue: str) -> list[tuple[str, set[str]]]:
+        """The other queues holding pods that may be preempted, with those pods' uids."""
+        book = self.s.book
+        return [
+            (other, uids)
+            for other, uids in book.queue_pods.items()
+            if other != queue and uids and book.queue_limits(other).preemption.preemptible
+        ]
+
     def _reclaimable_queues(self, queue: str) -> list[str]:
+        """The queues ``queue`` may reclaim from (the pre-screen,
+        :func:`~fairgpu.engine.actions.reclaim.may_reclaim_from`), those furthest above
+        first, at most :data:`MAX_RECLAIM_QUEUES`."""
         book = self.s.book
         band = self.s.tenancy.preemption.reclaim_tolerance_band
-        above = []
-        for other, uids in book.queue_pods.items():
-            if other == queue or not uids:
-                continue
-            if not book.queue_limits(other).preemption.preemptible:
-                continue
-            if may_reclaim_from(book, self.deserved, queue, other, band):
-                above.append((reclaim_key(book, other), other))
+        above = [
+            (reclaim_key(book, other), other)
+            for other, _ in self._preemptible_others(queue)
+            if may_reclaim_from(book, self.deserved, queue, other, band)
+        ]
         return [other for _, other in sorted(above, reverse=True)[:MAX_RECLAIM_QUEUES]]
 
     def _lower_priority(self, job: Job, pod: PodInfo, held: HeldBack) -> list[str]:

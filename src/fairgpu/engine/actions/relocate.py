@@ -51,15 +51,16 @@ from fairgpu.model.pod import PodInfo
 _PROBE = "\x00elsewhere"
 
 
-def elsewhere(session: Session, preemptor: PodInfo) -> np.ndarray | None:
-    """The nodes ``preemptor`` may not use (its load-independent filters) that have free
-    GPU capacity and are held by no reservation -- where another queue's pods could go
-    instead; None when there are none (the common case: no node pools, or all full)."""
+def elsewhere(session: Session, usable: np.ndarray) -> np.ndarray | None:
+    """The nodes outside ``usable`` (those the preemptor's load-independent filters pass)
+    that have free GPU capacity and are held by no reservation -- where another queue's pods
+    could go instead; None when there are none (the common case: no node pools, or all
+    full)."""
     cluster = session.cluster
     n = cluster.size
     if not n:
         return None
-    other = cluster.active[:n] & ~session.scheduler.static_mask(preemptor, cluster)
+    other = cluster.active[:n] & ~usable
     if not other.any():
         return None
     other &= cluster.free()[:, COL_GPU_MILLI] > 0
