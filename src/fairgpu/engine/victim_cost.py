@@ -266,12 +266,7 @@ def time_to_fit(
         return math.inf
     nodes = np.flatnonzero(mask[: cluster.size])
     row = {int(n): i for i, n in enumerate(nodes.tolist())}
-    # One row per node of the mask (free device milli and memory; absent devices hold none).
-    milli = cluster.device_milli_free[nodes].astype(np.int64)
-    memory = cluster.device_memory_free[nodes].copy()
-    gone = ~cluster.device_exists[nodes]
-    milli[gone] = 0
-    memory[gone] = 0
+    milli, memory = _device_room(cluster, nodes)  # one row per node of the mask
     need = [cluster.device_memory_for(pod, n) for n in row]
     fit = _copies_per_node(pod, milli, memory, need)
     total = sum(fit)
@@ -280,13 +275,9 @@ def time_to_fit(
     soonest = (
         _declared_ends(cluster, row, now) if ends is None else (e for e in ends() if e[1] in row)
     )
-    width = milli.shape[1]
     for end, n, pl in soonest:
         i = row[n]
-        for d in pl.devices:
-            if 0 <= d < width:
-                milli[i, d] += pl.device_milli
-                memory[i, d] += pl.device_memory
+        _give_back(milli[i], memory[i], pl)
         again = copies_on_node(pod, milli[i], memory[i], need[i])
         total += again - fit[i]
         fit[i] = again
@@ -310,12 +301,7 @@ def room_times(
     What a reservation for a job of such copies waits for on that node: not its last pod
     (a 4-GPU member needs half of an 8-GPU node, and a fractional inference replica that
     runs for hours beside it need not leave)."""
-    width = cluster.device_milli_free.shape[1]
-    milli = cluster.device_milli_free[node].astype(np.int64)
-    memory = cluster.device_memory_free[node].astype(np.int64)
-    gone = ~cluster.device_exists[node]
-    milli[gone] = 0
-    memory[gone] = 0
+    milli, memory = _device_room(cluster, node)
     free = cluster.allocatable[node].astype(np.int64) - cluster.requested[node]
     asks = [(COL_CPU, CPU), (COL_MEMORY, MEMORY)]
     need_mem = cluster.device_memory_for(pod, node)
@@ -332,17 +318,34 @@ def room_times(
     for end, uid in ends:
         if len(out) >= most or not math.isfinite(end):
             break
-        pl = cluster.placements[uid]
-        for d in pl.devices:
-            if 0 <= d < width:
-                milli[d] += pl.device_milli
-                memory[d] += pl.device_memory
+        _give_back(milli, memory, cluster.placements[uid])
         left = cluster.pods.get(uid)
         if left is not None:
             for col, name in asks:
                 free[col] += int(left.requests.get(name, 0))
         out.extend([end] * (min(copies(), most) - len(out)))
     return out + [math.inf] * (most - len(out))
+
+
+def _device_room(cluster: ClusterState, nodes: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    """Free milli and memory of the devices of ``nodes`` (a row per node; one row for a
+    single slot), as copies to count down from; devices a node does not have hold none."""
+    milli = cluster.device_milli_free[nodes].astype(np.int64)
+    memory = cluster.device_memory_free[nodes].astype(np.int64)
+    gone = ~cluster.device_exists[nodes]
+    milli[gone] = 0
+    memory[gone] = 0
+    return milli, memory
+
+
+def _give_back(milli: np.ndarray, memory: np.ndarray, pl: Placement) -> None:
+    """Add what placement ``pl`` holds on its devices to one node's ``milli``/``memory``
+    rows (:func:`_device_room`): the room it leaves when it ends."""
+    width = milli.shape[-1]
+    for d in pl.devices:
+        if 0 <= d < width:
+            milli[d] += pl.device_milli
+            memory[d] += pl.device_memory
 
 
 def _copies_per_node(
