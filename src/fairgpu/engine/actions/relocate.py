@@ -43,7 +43,7 @@ import numpy as np
 
 from fairgpu.cluster.state import COL_GPU_MILLI, ClusterState
 from fairgpu.engine.memo import memoisable
-from fairgpu.engine.plugins.gpu import idle_mask, shared_fit
+from fairgpu.engine.plugins.gpu import shared_fit, whole_devices
 from fairgpu.engine.session import Session
 from fairgpu.model.pod import PodInfo
 
@@ -164,12 +164,11 @@ def _first_fit(
 ) -> tuple[int, tuple[int, ...]] | None:
     """The first of ``nodes`` (that passed the filters) with devices for ``pod``, and those
     devices; None if none has them."""
-    gpu = pod.gpu
     for node in nodes.tolist():
-        if gpu.is_whole:
-            idle = np.flatnonzero(idle_mask(cluster, node))
-            if idle.size >= gpu.count:
-                return node, tuple(int(d) for d in idle[: gpu.count])
+        if pod.gpu.is_whole:
+            devices = whole_devices(pod, cluster, node)
+            if devices is not None:
+                return node, devices
         else:
             room = np.flatnonzero(shared_fit(pod, cluster, node))
             if room.size:

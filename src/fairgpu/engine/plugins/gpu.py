@@ -59,6 +59,14 @@ def idle_mask(cluster: ClusterState, nodes: np.ndarray | slice | int) -> np.ndar
     )
 
 
+def whole_devices(pod: PodInfo, cluster: ClusterState, node: int) -> tuple[int, ...] | None:
+    """The lowest-index idle devices of node slot ``node`` for a whole-GPU ``pod``, or None
+    if it has too few."""
+    idle = np.flatnonzero(idle_mask(cluster, node))
+    count = pod.gpu.count
+    return tuple(int(d) for d in idle[:count]) if idle.size >= count else None
+
+
 class GpuRequestCheck(PreFilterPlugin):
     """Reject GPU asks no node in the cluster could ever satisfy, with a clear reason.
 
@@ -177,8 +185,7 @@ class _SharedDevicePolicy(DevicePolicy):
         if gpu.count == 0:
             return ()
         if gpu.is_whole:
-            idle = np.flatnonzero(idle_mask(cluster, node))
-            return tuple(int(d) for d in idle[: gpu.count]) if idle.size >= gpu.count else None
+            return whole_devices(pod, cluster, node)
         fits = np.flatnonzero(shared_fit(pod, cluster, node))
         if fits.size == 0:
             return None
