@@ -225,16 +225,17 @@ class _Rules:
             return f"it has run {ran:.0f} s, under reclaimMinRuntimeSeconds"
         return self._reclaim_why_not(uid, mine, theirs)
 
-    def veto(self, victims: list[PodInfo]) -> str | None:
+    def veto(self, victims: list[PodInfo], moved: frozenset[str]) -> str | None:
         """The reclaim rule's verdict on evicting ``victims`` together (None: allowed): after
-        the move the preemptor's queue must not rank above a queue it took from (victims
-        that would run elsewhere at once leave their queue what it held)."""
+        the move the preemptor's queue must not rank above a queue it took from (``moved``,
+        :meth:`moved`: victims that would run elsewhere at once leave their queue what it
+        held)."""
         if self.job is None or self.victims is None:
             return None
         queue, book = self.job.tenant.queue, self.s.book
         band = self.s.tenancy.preemption.reclaim_tolerance_band
         vec = book.pending_vector(self.pod)
-        return reclaim_refusal(book, queue, vec, victims, self.deserved, band, self.moved(victims))
+        return reclaim_refusal(book, queue, vec, victims, self.deserved, band, moved)
 
     def moved(self, victims: list[PodInfo]) -> frozenset[str]:
         """The ``victims`` that would run at once on nodes the pod may not use (a relocation,
@@ -392,8 +393,8 @@ def freed_nodes(
         plan = find_preemption(pod, cluster, engine.scheduler, uids, only) if uids else None
         if plan is None:
             continue
-        veto = rules.veto(plan.victims)
         moved = rules.moved(plan.victims)
+        veto = rules.veto(plan.victims, moved)
         mine = rules.job.tenant.queue if rules.job is not None else ""
         gone = []
         for v in plan.victims:
