@@ -40,9 +40,11 @@ from fairgpu.model.pod import (
     PodInfo,
     pod_from_k8s,
 )
+from fairgpu.model.selectors import Taint
 from fairgpu.tenancy.resolve import LABEL_POD_GROUP
 
 GI = 1 << 30
+USAGE_KEY = "example.com/node.usage"  # the node-pool label and taint key
 GPU = "nvidia.com/gpu"
 GPU_PRODUCT = "nvidia.com/gpu.product"
 HOSTNAME = "kubernetes.io/hostname"
@@ -260,6 +262,15 @@ def node_info(
         gpu_memory_mib=gpu_memory_mib,
         gpu_model=model if gpus else "",
     )
+
+
+def pool_node(name: str, usage: str, *, gpus: int = 8, key: str = USAGE_KEY) -> NodeInfo:
+    """A node of ``gpus`` 80 GiB A100s in node pool ``usage``: labelled and tainted
+    (``NoSchedule``) with ``key`` = ``usage``, as the node-pool convention does."""
+    n = node_info(name, gpus=gpus, model="A100", gpu_memory_mib=81920)
+    n.labels = {**n.labels, key: usage}
+    n.taints = (Taint(key, usage, "NoSchedule"),)
+    return n
 
 
 def cluster(

@@ -3,28 +3,15 @@ right now, on nodes it cannot use (:mod:`fairgpu.engine.actions.relocate`)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from fairgpu.cluster.state import ClusterState
 from fairgpu.commands import _freed_lines
 from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.kube.explain import _order, freed_nodes
-from fairgpu.model.node import NodeInfo
 from fairgpu.model.node_pools import derive_placement
 from fairgpu.model.pod import LABEL_WORKLOAD, PodInfo
-from fairgpu.model.selectors import Taint, Toleration
+from fairgpu.model.selectors import Toleration
 from fairgpu.tenancy import parse_config
-from tests.builders import cluster, node_info, pod_info
-
-USAGE = "example.com/node.usage"
-
-
-def pool_node(name: str, usage: str) -> NodeInfo:
-    """An 8-GPU node of pool ``usage``, labelled and tainted as node pools are."""
-    n = node_info(name, gpus=8, model="A100", gpu_memory_mib=81920)
-    return dataclasses.replace(
-        n, labels={**n.labels, USAGE: usage}, taints=(Taint(USAGE, usage, "NoSchedule"),)
-    )
+from tests.builders import cluster, pod_info, pool_node
 
 
 def training(name: str, ns: str, gpus: int = 8) -> PodInfo:

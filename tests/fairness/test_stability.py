@@ -16,10 +16,9 @@ from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.model.node import NodeInfo
 from fairgpu.model.node_pools import derive_placement
 from fairgpu.model.pod import LABEL_USER, LABEL_WORKLOAD, PodInfo
-from fairgpu.model.selectors import Taint, Toleration
+from fairgpu.model.selectors import Toleration
 from fairgpu.tenancy import parse_config
-
-USAGE = "example.com/node.usage"
+from tests.builders import pool_node
 
 
 def engine(config: dict[str, Any] | None = None) -> Engine:
@@ -327,14 +326,6 @@ def _assert_no_reversal(moves: list[Move], cooldown: float) -> None:
             assert not (reverse and later.victim_gpus & one.moved), (one, later)
 
 
-def _pool_node(name: str, usage: str) -> NodeInfo:
-    """A 4-GPU node of pool ``usage``, labelled and tainted as node pools are."""
-    n = node(name, gpus=4)
-    n.labels = {**n.labels, USAGE: usage}
-    n.taints = (Taint(USAGE, usage, "NoSchedule"),)
-    return n
-
-
 def _kind_pod(name: str, queue: str, kind: str, created: float) -> PodInfo:
     """A one-GPU pod that may run on any node (``anywhere``) or only in pool ``kind``."""
     if kind == "anywhere":
@@ -372,7 +363,7 @@ def test_no_move_reverses_over_the_same_gpus_within_the_cooldown_across_node_poo
     arrivals = _flip_arrivals(
         first, second, back, extra, lambda n, q, t: _kind_pod(n, q, kind[q], t)
     )
-    nodes = [_pool_node("train", "training"), _pool_node("infer", "inference")]
+    nodes = [pool_node("train", "training", gpus=4), pool_node("infer", "inference", gpus=4)]
     _assert_no_reversal(replay(engine(config), nodes, arrivals, STEP), cooldown)
 
 
