@@ -264,7 +264,7 @@ class FairVictims:
         cfg = session.tenancy.preemption
         # How long a pod of another queue must have run to be a reclaim victim.
         self._min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
-        self._room: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, set[str]] | None] = {}
+        self._room: dict[tuple[object, ...], tuple[np.ndarray, set[str]] | None] = {}
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -644,7 +644,7 @@ class FairVictims:
         room = self._room_elsewhere(queue, pod)
         if room is None:
             return []
-        where, usable, flexible = room
+        where, flexible = room
         min_run = self._min_run
         mine = share_key(book, deserved, queue)
         found: list[tuple[str, list[str]]] = []
@@ -660,13 +660,13 @@ class FairVictims:
                 )
                 continue
             ok, soonest, causes = self._reclaimable_kept(other, queue, min_run, pools.held)
-            pods = relocate.movable(s, (u for u in ok if u in flexible), where, usable)
+            pods = relocate.movable(s, (u for u in ok if u in flexible), where)
             if pods:
                 found.append((other, pods))
                 continue
             kept = set(ok)
             held = (u for u in uids if u in flexible and u not in kept)
-            if causes and relocate.movable(s, held, where, usable):
+            if causes and relocate.movable(s, held, where):
                 # Pods that could run elsewhere, all held back by the time rules: a cycle
                 # when the first comes free, and the refusal says what holds them.
                 pools.held.at = min(pools.held.at, float(soonest))
@@ -682,12 +682,10 @@ class FairVictims:
             pools.movable = {u for _, x in found for u in x}
         return found
 
-    def _room_elsewhere(
-        self, queue: str, pod: PodInfo
-    ) -> tuple[np.ndarray, np.ndarray, set[str]] | None:
+    def _room_elsewhere(self, queue: str, pod: PodInfo) -> tuple[np.ndarray, set[str]] | None:
         """Where victims of a relocation for ``pod`` of ``queue`` could go
         (:func:`~fairgpu.engine.actions.relocate.elsewhere` less what waiting queues below
-        their share may use), the nodes ``pod`` may use, and the placed pods that could go
+        their share may use), and the placed pods on nodes ``pod`` may use that could go
         there (:func:`~fairgpu.engine.actions.relocate.could_go`); None when there is no such
         pod. Kept while the cluster's pods and the reservations stay the same: the many
         preemptors of one shape in a cycle ask alike."""
@@ -703,7 +701,7 @@ class FairVictims:
             where = relocate.unwanted(s, where, self._waiting_below_share(queue))
         if where is not None:
             flexible = relocate.could_go(s, where, usable)
-            got = (where, usable, flexible) if flexible else None
+            got = (where, flexible) if flexible else None
         self._room[key] = got
         return got
 

@@ -103,30 +103,21 @@ def could_go(session: Session, where: np.ndarray, usable: np.ndarray) -> set[str
     return out
 
 
-def movable(
-    session: Session, uids: Iterable[str], where: np.ndarray, usable: np.ndarray
-) -> list[str]:
-    """The placed pods of ``uids`` asking GPUs, on nodes of ``usable`` (where the preemptor
-    may run: only there does a victim make room for it), that pass every filter on some node
-    of ``where`` as the cluster stands (each alone; :func:`fits_elsewhere` judges a set).
-    Pods of one shape are judged once; the load-independent filters are asked first (cached
-    per shape), so pods confined to the preemptor's own pools cost one lookup."""
+def movable(session: Session, uids: Iterable[str], where: np.ndarray) -> list[str]:
+    """Those of ``uids`` -- candidates of :func:`could_go`: placed GPU pods on nodes the
+    preemptor may use whose load-independent filters reach ``where`` -- that pass every
+    filter on some node of ``where`` as the cluster stands (each alone;
+    :func:`fits_elsewhere` judges a set). Pods of one shape are judged once."""
     cluster, scheduler = session.cluster, session.scheduler
-    placements = cluster.placements
     seen: dict[tuple[object, ...], bool] = {}
     out = []
     for uid in uids:
-        pod, pl = cluster.pods.get(uid), placements.get(uid)
-        # Pods whose fit depends on other pods or on claims and volumes stay where they are.
-        if pod is None or pl is None or not usable[pl.node] or not pod.gpu.count:
-            continue
+        pod = cluster.pods[uid]
         key = (pod.static_key(), tuple(sorted(pod.requests.items())), pod.gpu)
         fits = seen.get(key)
         if fits is None:
-            fits = memoisable(pod) and bool((scheduler.static_mask(pod, cluster) & where).any())
-            if fits:
-                mask, _ = scheduler.filter(pod, cluster, restrict=where)
-                fits = bool(mask.any())
+            # Pods whose fit depends on other pods or on claims and volumes stay put.
+            fits = memoisable(pod) and bool(scheduler.filter(pod, cluster, restrict=where)[0].any())
             seen[key] = fits
         if fits:
             out.append(uid)
