@@ -14,6 +14,7 @@ from fairgpu.engine.engine import Engine
 from fairgpu.engine.lingering import hold_remainders
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import PodInfo
+from fairgpu.tenancy import parse_config
 from tests.builders import cluster, node_info, pod_info
 
 ORDERINGS = ["fair", "kube-default"]
@@ -74,7 +75,7 @@ def test_node_room_beyond_the_preemptors_ask_stays_held() -> None:
         state.assign(p, node)
     placed = {p.uid: state.release(p.uid)[1] for p in (near, far)}  # type: ignore[index]
     where = state.assign(took, 0)
-    hold_remainders(state, [(near, placed[near.uid]), (far, placed[far.uid])], took, where)
+    hold_remainders(state, [(near, placed[near.uid]), (far, placed[far.uid])], [(took, where)])
     assert state.pods[near.uid].requests["cpu"] == 4000
     assert state.pods[far.uid].requests["cpu"] == 3000
     assert state.placements[near.uid].terminating and state.placements[far.uid].terminating
@@ -89,7 +90,7 @@ def test_a_shared_gpu_keeps_the_compute_its_preemptor_does_not_take() -> None:
     taker = pod_info("t", gpus=1, milli=250)
     state.assign(victim, 0, (0,))
     _, where = state.release(victim.uid)  # type: ignore[misc]
-    hold_remainders(state, [(victim, where)], taker, state.assign(taker, 0, (0,)))
+    hold_remainders(state, [(victim, where)], [(taker, state.assign(taker, 0, (0,)))])
     assert state.placements[victim.uid].device_milli == 350
     assert int(state.device_milli_free[0, 0]) == WHOLE - 600
     assert np.all(state.device_milli_free[0, :1] >= 0)
@@ -128,14 +129,16 @@ def _fit_devices(state: ClusterState, p: PodInfo) -> tuple[int, ...] | None:
 @settings(max_examples=150, deadline=None)
 @given(
     victims=st.lists(st.tuples(ASKS, st.integers(500, 8000)), min_size=1, max_size=3),
-    preemptor=st.tuples(ASKS, st.integers(500, 8000)),
+    takers=st.lists(st.tuples(ASKS, st.integers(500, 8000)), min_size=1, max_size=2),
 )
-def test_remainders_hold_what_victims_hold_now_and_the_preemptor_later(
-    victims: list[tuple[tuple[str, int, int], int]], preemptor: tuple[tuple[str, int, int], int]
+def test_remainders_hold_what_victims_hold_now_and_the_preemptors_later(
+    victims: list[tuple[tuple[str, int, int], int]],
+    takers: list[tuple[tuple[str, int, int], int]],
 ) -> None:
     """Whatever the shapes: on every device and for the node's CPU, what the cluster state
     counts after the preemption is at least what the victims hold now and at least what the
-    preemptor will hold, and no more than both together."""
+    pods placed in their room (a preemptor, and a pod group's other members) will hold, and
+    no more than both together."""
     state = cluster(node_info("n1", gpus=4))
     placed: list[tuple[PodInfo, Placement]] = []
     for i, (ask, cpu) in enumerate(victims):
@@ -148,13 +151,15 @@ def test_remainders_hold_what_victims_hold_now_and_the_preemptor_later(
     now_cpu = int(state.requested[0, state.resources.index("cpu")])
     for v, _ in placed:
         state.release(v.uid)
-    p = _ask("p", *preemptor)
-    devices = _fit_devices(state, p)
-    assume(devices is not None)
-    where = state.assign(p, 0, devices or ())
+    taken: list[tuple[PodInfo, Placement]] = []
+    for i, (ask, cpu) in enumerate(takers):
+        p = _ask(f"p{i}", ask, cpu)
+        devices = _fit_devices(state, p)
+        assume(devices is not None)
+        taken.append((p, state.assign(p, 0, devices or ())))
     later_milli, later_mem = state.device_milli_free[0].copy(), state.device_memory_free[0].copy()
     later_cpu = int(state.requested[0, state.resources.index("cpu")])
-    hold_remainders(state, placed, p, where)
+    hold_remainders(state, placed, taken)
     mem_total = state.device_memory_total[0]
     for free, now, later, total in (
         (state.device_milli_free[0], now_milli, later_milli, WHOLE),
@@ -166,3 +171,30 @@ def test_remainders_hold_what_victims_hold_now_and_the_preemptor_later(
     cpu = int(state.requested[0, state.resources.index("cpu")])
     assert max(now_cpu, later_cpu) <= cpu <= now_cpu + later_cpu
     assert all(state.placements[v.uid].terminating for v, _ in placed)
+
+
+def test_every_pod_a_preemption_places_on_a_victims_node_waits_for_it() -> None:
+    # Queue a holds both 8-GPU nodes: a gang of two 4-GPU members on n1 (the cheapest
+    # victims: it started last) and eight 1-GPU pods on n2. Queue b's gang of two 4-GPU
+    # members reclaims its share: b0's plan evicts a0 and tears a1 down with its group, and
+    # b1 is placed on the GPUs a1 holds while it terminates -- so b1 waits for it too (its
+    # bind posted at once would share those GPUs with a1, still running on the node).
+    ga = [pod_info(f"a{i}", "a", gpus=4, group="ga", min_member=2) for i in range(2)]
+    ones = [pod_info(f"o{i}", "a") for i in range(8)]
+    placed = [(p, "n1", 50.0) for p in ga] + [(p, "n2", 0.0) for p in ones]
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), placed=placed)
+    guards = {"preemption": {"reclaimMinRuntimeSeconds": 0, "minRuntimeSeconds": 0}}
+    engine = Engine(tenancy=parse_config(guards))
+    engine.victims_linger = True
+    gb = [pod_info(f"b{i}", "b", gpus=4, group="gb", min_member=2) for i in range(2)]
+    out = engine.cycle(state, gb, 100.0)
+    assert sorted(e.pod.name for e in out.evictions) == ["a0", "a1"]
+    assert sorted(b.pod.name for b in out.binds) == ["b0", "b1"]
+    for bind in out.binds:
+        assert {"a/a0", "a/a1"} <= set(bind.wait_for), bind
+    # No device is counted twice: the new members hold what they take, the victims' remainders
+    # nothing beyond (both terminate on exactly the GPUs and room b's members take).
+    assert (state.device_milli_free[0, :8] == 0).all()
+    rest = [state.placements[u] for u in ("a/a0", "a/a1")]
+    assert all(r.remainder and r.terminating and not r.devices for r in rest)
+    assert not any(state.pods[u].requests.get("cpu") for u in ("a/a0", "a/a1"))

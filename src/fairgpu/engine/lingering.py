@@ -11,15 +11,19 @@ next, and a pod bound there would share a device with a pod still running on it.
 
 So, where victims linger (the live adapter sets ``Engine.victims_linger``), each victim is put
 back at once as its *remainder*: the same uid, bound and terminating (never a victim again),
-holding what its preemptor does not take. For node resources that is, victim by victim in
-eviction order, what the victims ask beyond what the preemptor asks; for each GPU device, the
-compute and memory the victims hold there beyond the preemptor's share of it. A new pod then
-fits only where it fits beside the victims now *and* beside the preemptor later. (One victim's
-devices all get its largest remainder: exact for whole GPUs, on the safe side otherwise.) The
-adapter forgets the remainder when the victim is gone, and puts the whole victim back when its
-preemptor gives up. Devices a victim holds through DRA claims stay held too, whole: a claim is
-free only once every pod it is reserved for has left the cluster state, and the remainder
-keeps the victim's uid there.
+holding what the pods placed in its room do not take. Those are every pod the preemption's
+statement placed on the victim's node -- the preemptor, and a pod group's other members, which
+may land on GPUs a torn-down group's member still holds -- and each of them waits for the
+statement's victims on its node before its bind is posted
+(:meth:`~fairgpu.engine.statement.Statement.commit`). For node resources the remainder is,
+victim by victim in eviction order, what the victims ask beyond what those pods ask; for each
+GPU device, the compute and memory the victims hold there beyond those pods' share of it. A
+new pod then fits only where it fits beside the victims now *and* beside those pods later.
+(One victim's devices all get its largest remainder: exact for whole GPUs, on the safe side
+otherwise.) The adapter forgets the remainder when the victim is gone, and puts the whole
+victim back when its preemptor gives up. Devices a victim holds through DRA claims stay held
+too, whole: a claim is free only once every pod it is reserved for has left the cluster
+state, and the remainder keeps the victim's uid there.
 """
 
 from __future__ import annotations
@@ -59,32 +63,35 @@ def _remainder_pod(
 def hold_remainders(
     cluster: ClusterState,
     victims: Sequence[tuple[PodInfo, Placement]],
-    preemptor: PodInfo | None,
-    placed: Placement | None,
+    taken: Sequence[tuple[PodInfo, Placement]],
 ) -> None:
     """Put back, as terminating remainders, what ``victims`` (each with the placement it had)
-    hold beyond what ``preemptor``, placed at ``placed`` (None: elsewhere, or not placed),
-    takes on their node (see the module docstring). Victims already placed are left alone."""
-    take = dict(preemptor.requests) if preemptor is not None and placed is not None else {}
-    node = placed.node if placed is not None else -1
-    milli: dict[int, int] = {}
-    memory: dict[int, int] = {}
-    if placed is not None:
+    hold beyond what the pods of ``taken`` -- placed where their placements say, waiting for
+    the victims on their nodes -- take there (see the module docstring). Victims already
+    placed are left alone."""
+    take: dict[int, dict[str, int]] = {}
+    milli: dict[int, dict[int, int]] = {}
+    memory: dict[int, dict[int, int]] = {}
+    for pod, placed in taken:
+        asks = take.setdefault(placed.node, {})
+        for name, amount in pod.requests.items():
+            asks[name] = asks.get(name, 0) + amount
+        on_milli = milli.setdefault(placed.node, {})
+        on_memory = memory.setdefault(placed.node, {})
         for d in placed.devices:
-            milli[d] = placed.device_milli
-            memory[d] = placed.device_memory
+            on_milli[d] = on_milli.get(d, 0) + placed.device_milli
+            on_memory[d] = on_memory.get(d, 0) + placed.device_memory
     for victim, where in victims:
         if victim.uid in cluster.placements or not cluster.active[where.node]:
             continue
-        mine = where.node == node
+        asks = take.setdefault(where.node, {})
         rest = {}
         for name, amount in victim.requests.items():
-            covered = min(amount, take.get(name, 0)) if mine else 0
-            if mine:
-                take[name] = take.get(name, 0) - covered
+            covered = min(amount, asks.get(name, 0))
+            asks[name] = asks.get(name, 0) - covered
             rest[name] = amount - covered
         devices, rest_milli, rest_memory = _device_remainder(
-            where, milli if mine else {}, memory if mine else {}
+            where, milli.setdefault(where.node, {}), memory.setdefault(where.node, {})
         )
         whole = rest_milli >= WHOLE and rest_memory >= _device_memory(cluster, where)
         pod = _remainder_pod(victim, rest, len(devices), rest_milli, 0 if whole else rest_memory)

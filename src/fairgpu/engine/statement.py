@@ -84,48 +84,55 @@ class Statement:
         return tuple(e.victim.uid for e in self.evicted[mark:])
 
     def commit(self) -> None:
-        """Emit the decisions: every eviction, then every bind, in the order they were made."""
+        """Emit the decisions: every eviction, then every bind, in the order they were made.
+
+        A bind waits for the victims evicted for it and for every victim of this statement
+        on its node (:attr:`~fairgpu.engine.decisions.Bind.wait_for`): a pod group's member
+        placed on the GPUs a member of a torn-down group still holds, or beside its sibling
+        the preemption was planned for, takes room the victims keep until they are gone --
+        bound at once, it would share a device with a pod still running there."""
         s = self.session
         out = s.out
         held = s.displaceable
+        on_node: dict[int, list[str]] = {}
         for e in self.evicted:
             if e.victim.uid in held and e.preemptor is not None:
                 out.displaced.append(Displace(e.victim, e.preemptor, e.reason))
                 s.displaced_nodes.add(e.placement.node)
             else:
                 out.evictions.append(Evict(e.victim, e.preemptor, e.reason, e.kind))
+                on_node.setdefault(e.placement.node, []).append(e.victim.uid)
         for a in self.placed:
             name = s.cluster.node(a.placement.node).name
-            out.binds.append(Bind(a.pod, name, a.placement.devices, a.wait_for))
+            near = [u for u in on_node.get(a.placement.node, ()) if u not in a.wait_for]
+            out.binds.append(Bind(a.pod, name, a.placement.devices, (*a.wait_for, *near)))
         if s.victims_linger and self.evicted:
             self._linger()
         self.placed = []
         self.evicted = []
 
     def _linger(self) -> None:
-        """Put back what each victim holds beyond its preemptor's room while it terminates
-        (:mod:`~fairgpu.engine.lingering`; all of it for a victim of no preemptor). A
-        displaced held preemptor's room is its own victims': what the pod taking its place
-        does not take is held for the rest of the cycle under its uid (the adapter requeues
-        it and holds its victims' remainders again), covered before the new pod's own
-        victims."""
+        """Put back what the victims hold beyond the room this statement's pods take on their
+        nodes while they terminate (:mod:`~fairgpu.engine.lingering`; all of it for a victim
+        of no preemptor). A displaced held preemptor's room is its own victims': what the
+        pods taking its place do not take is held for the rest of the cycle under its uid
+        (the adapter requeues it and holds its victims' remainders again), covered before
+        the new pods' own victims."""
         s = self.session
-        where = {a.pod.uid: a.placement for a in self.placed}
-        by_preemptor: dict[str, list[tuple[PodInfo, Placement]]] = {}
-        preemptors: dict[str, PodInfo] = {}
+        taken = [(a.pod, a.placement) for a in self.placed]
+        displaced: list[tuple[PodInfo, Placement]] = []
+        evicted: list[tuple[PodInfo, Placement]] = []
         alone: list[tuple[PodInfo, Placement]] = []
         for e in self.evicted:
             if e.preemptor is None:  # a pod group's timeout: nobody takes their room
                 if e.placement.bound:
                     alone.append((e.victim, e.placement))
-                continue
-            victims = by_preemptor.setdefault(e.preemptor.uid, [])
-            first = e.victim.uid in s.displaceable
-            victims.insert(0 if first else len(victims), (e.victim, e.placement))
-            preemptors[e.preemptor.uid] = e.preemptor
-        for uid, victims in by_preemptor.items():
-            hold_remainders(s.cluster, victims, preemptors[uid], where.get(uid))
-        hold_remainders(s.cluster, alone, None, None)
+            elif e.victim.uid in s.displaceable:
+                displaced.append((e.victim, e.placement))
+            else:
+                evicted.append((e.victim, e.placement))
+        hold_remainders(s.cluster, [*displaced, *evicted], taken)
+        hold_remainders(s.cluster, alone, ())
 
     def discard(self) -> None:
         """Undo everything, newest first, leaving cluster and book as before."""

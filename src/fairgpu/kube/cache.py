@@ -377,7 +377,8 @@ class SchedulerCache:
             tried = self._tried_whole(uid, pod, now if held is None else held.started)
             if tried is not None:
                 whole.append((pod, tried[0]))
-        hold_remainders(cluster, whole, preemptor, cluster.placements.get(preemptor.uid))
+        placed = cluster.placements.get(preemptor.uid)
+        hold_remainders(cluster, whole, [(preemptor, placed)] if placed is not None else [])
 
     def restore_if_room(self, uid: str, pod: PodInfo, started: float) -> bool:
         """Put a released victim back as terminating (:meth:`restore`) only if its node has
