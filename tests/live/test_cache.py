@@ -240,3 +240,21 @@ def test_running_pods_keep_their_node_pool_placement_for_fair_shares() -> None:
     assert (
         "reclaim refused: queue 'team-c' would exceed its fair share" in res.unschedulable[0].reason
     )
+
+
+def test_a_victim_terminating_when_its_node_registers_again_keeps_its_gpus() -> None:
+    # A preemption released v (the engine held what its preemptor elsewhere does not take as
+    # its remainder: all of it), and its eviction was posted. Its node is deleted and created
+    # again under its name while v still terminates there: v holds its GPUs again, as the
+    # API has it, and is never a victim again; once it is gone they are free.
+    cache = make_cache("n1")
+    apply(cache, "ADDED", pod_json("v", gpus=4, node="n1", devices="4,5,6,7"))
+    cache.mark_evicting("uid-v")  # the engine's plan released it and put back its remainder
+    cache.cluster.mark_terminating("uid-v", True)
+    cache.apply_node("DELETED", decode_node(node_json("n1")), 2.0, CacheChanges())
+    assert "uid-v" not in cache.cluster.placements
+    cache.apply_node("ADDED", decode_node(node_json("n1")), 3.0, CacheChanges())
+    assert free_devices(cache, "n1") == [0, 1, 2, 3]
+    assert cache.cluster.placements["uid-v"].terminating
+    out = apply(cache, "DELETED", pod_json("v", gpus=4, node="n1", devices="4,5,6,7"))
+    assert out.gone == {"uid-v"} and free_devices(cache, "n1") == list(range(8))

@@ -440,9 +440,28 @@ class SchedulerCache:
                 )
         for uid, pod in self.orphans.pop(rec.name, {}).items():
             where = self.bound.get(uid)
-            placed = uid in self.cluster.placements or uid in self.evicting
-            if where is not None and not placed:
+            if where is None or uid in self.cluster.placements:
+                continue
+            if uid in self.evicting:
+                self._place_victim(uid, rec.name, where[1], now)
+            else:
                 self._place_bound(pod, where[0], where[1], now)
+
+    def _place_victim(
+        self, uid: str, node_name: str, devices: tuple[int, ...] | None, now: float
+    ) -> None:
+        """A preemption's victim, still terminating on node ``node_name`` when the node came
+        back under its name: held whole and terminating again, as the API has it.
+
+        What it held beside its preemptor (its remainder) went with the node, and so did the
+        preemptor's assumption when the preemptor was assumed there (its hold is dropped,
+        which puts the whole victim back anyway); left out, the GPUs it still holds would look
+        free to the next cycle while it runs on them."""
+        pod = self.bound_on.get(node_name, {}).get(uid)
+        if pod is None:
+            return
+        self._place_bound(pod, node_name, devices, now)
+        self.cluster.mark_terminating(uid, True)
 
     def _note_problems(self, info: NodeInfo, out: CacheChanges) -> None:
         """Log and pass on a Node object's GPU-detail problems, the first time it shows them."""
