@@ -297,6 +297,14 @@ def gpu_usage(client: KubeClient, ns: str) -> dict[str, list[int]]:
     return usage
 
 
+def set_gpus(admin: KubeClient, node: str, gpus: int) -> None:
+    """What a device plugin restart looks like: the node's GPU capacity changes."""
+    amount = {"nvidia.com/gpu": str(gpus)}
+    admin.patch(
+        f"/api/v1/nodes/{node}/status", {"status": {"capacity": amount, "allocatable": amount}}
+    )
+
+
 def create_many(client: KubeClient, ns: str, manifests: list[dict[str, Any]]) -> None:
     """Create many pods concurrently."""
     from concurrent.futures import ThreadPoolExecutor

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from auditor import Auditor
-from live_helpers import bound, condition, create, pod, pods, scheduler, wait_for
+from live_helpers import bound, condition, create, pod, pods, scheduler, set_gpus, wait_for
 
 from fairgpu.devcluster import ControlPlane, KubeClient, NodeSpec, create_nodes, delete_nodes
 
@@ -56,14 +56,6 @@ def held_devices(s: Any, node: str) -> list[int]:
         return [d for d in range(count) if cluster.device_milli_free[idx, d] < 1000]
     except (KeyError, IndexError):
         return []
-
-
-def set_gpus(admin: KubeClient, node: str, gpus: int) -> None:
-    """What a device plugin restart looks like: the node's GPU capacity changes."""
-    amount = {"nvidia.com/gpu": str(gpus)}
-    admin.patch(
-        f"/api/v1/nodes/{node}/status", {"status": {"capacity": amount, "allocatable": amount}}
-    )
 
 
 def test_a_node_recreated_under_its_name_never_books_its_gpus_twice(
