@@ -2,12 +2,14 @@
 scheduler, all at once.
 
 Jobs of three queues arrive (whole GPUs, GPU shares, gangs; two priorities), users delete
-pods and whole jobs, nodes are deleted and registered again under their names (the status,
-and so the GPUs, written after the object), device plugins restart (a node shows 0 GPUs for
-a moment), and the scheduler itself is restarted -- in the middle of whatever it was doing:
-binding, evicting, waiting for victims to go. Reclaim and priority preemption are on with
-their guards off, so victims are chosen all the time, and the fake kubelet finishes pods at
-their declared run times and keeps victims terminating for a grace period.
+pods and whole jobs, pods get stuck terminating (a finalizer nobody removes until the churn is
+over), PodDisruptionBudgets refuse evictions, nodes are deleted and registered again under
+their names (the status, and so the GPUs, written after the object), device plugins restart
+(a node shows 0 GPUs for a moment), and the scheduler itself is restarted -- in the middle of
+whatever it was doing: binding, evicting, waiting for victims to go; once by SIGKILL to its
+process. Reclaim and priority preemption are on with their guards off, so victims are chosen
+all the time, and the fake kubelet finishes pods at their declared run times and keeps
+victims terminating for a grace period.
 
 Safety, judged from the API server's own state after every Pod and Node event
 (:class:`~auditor.Auditor`): no device or node over capacity, terminating pods included; no
@@ -31,7 +33,16 @@ from typing import Any
 
 import pytest
 from auditor import Auditor
-from live_helpers import A100, control_plane, create_many, pod, scheduler, set_gpus, wait_for
+from live_helpers import (
+    A100,
+    SchedulerProcess,
+    control_plane,
+    create_many,
+    pod,
+    scheduler,
+    set_gpus,
+    wait_for,
+)
 
 from fairgpu.devcluster import (
     ControlPlane,
@@ -65,6 +76,7 @@ queues:
   - {name: qc, weight: 2}
 """
 PRIORITIES = {"ch-low": 1, "ch-high": 100}
+STUCK = "example.com/stuck"  # a finalizer nobody removes until the churn is over
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +97,8 @@ class Chaos:
             for i in range(NODES)
         ]
         self.jobs: list[list[str]] = []  # the pod names of each job submitted
+        self.stuck: list[str] = []  # pods deleted while a finalizer holds them
+        self.budgets: list[str] = []  # PodDisruptionBudgets created
         self.done: dict[str, int] = {}  # what was done, by action
         self.timeline: list[str] = []  # what was done when, printed with the audit
         self.seq = 0
@@ -101,7 +115,7 @@ class Chaos:
         self.seq += 1
         name = f"j{self.seq:03d}"
         kind = rng.choice(["whole", "whole", "share", "gang"])
-        labels = {"fairgpu.io/queue": rng.choice(["qa", "qb", "qc"])}
+        labels = {"fairgpu.io/queue": rng.choice(["qa", "qb", "qc"]), "chaos-job": name}
         annotations = {DURATION_ANNOTATION: str(rng.choice([2, 4, 8, 15]))}
         common: dict[str, Any] = {
             "node_selector": {"t": self.tag},
@@ -150,6 +164,60 @@ class Chaos:
         time.sleep(self.rng.uniform(0.0, 0.5))
         create_nodes(self.api, [spec])
 
+    def stick(self) -> None:
+        """A pod stuck terminating (its node lost, a finalizer nobody removes): deleted while
+        it runs, it keeps its node's room until the churn is over (:meth:`unstick`)."""
+        running = [
+            p["metadata"]["name"]
+            for p in self.pods()
+            if p["spec"].get("nodeName")
+            and p["status"].get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        if not running:
+            return
+        name = self.rng.choice(sorted(running))
+        path = f"/api/v1/namespaces/{self.ns}/pods/{name}"
+        self.note(f"deleting {name}, stuck terminating")
+        self.auditor.expected_deletes.add(f"{self.ns}/{name}")
+        self.api.patch(path, {"metadata": {"finalizers": [STUCK]}})
+        self.api.request("DELETE", path)
+        self.stuck.append(name)
+
+    def unstick(self) -> None:
+        """The stuck pods' finalizers removed: they go."""
+        for name in self.stuck:
+            path = f"/api/v1/namespaces/{self.ns}/pods/{name}"
+            if self.api.request("GET", path).ok:
+                self.api.patch(path, {"metadata": {"finalizers": None}})
+        self.note(f"{len(self.stuck)} stuck pods released")
+
+    def protect(self) -> None:
+        """A PodDisruptionBudget over a job's pods that never allows a disruption: every
+        eviction of them is refused (no disruption controller runs here, and the API refuses
+        evictions a budget it has not processed covers), so the victims run on and their
+        preemptor backs off and looks elsewhere."""
+        if not self.jobs:
+            return
+        job = self.rng.choice(self.jobs)[0].split("-")[0]
+        if job in self.budgets:
+            return
+        self.note(f"protecting {job} with a PodDisruptionBudget")
+        budget = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": job},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"chaos-job": job}}},
+        }
+        self.api.post(f"/apis/policy/v1/namespaces/{self.ns}/poddisruptionbudgets", budget)
+        self.budgets.append(job)
+
+    def unprotect(self) -> None:
+        """Every PodDisruptionBudget deleted."""
+        for job in self.budgets:
+            path = f"/apis/policy/v1/namespaces/{self.ns}/poddisruptionbudgets/{job}"
+            self.api.request("DELETE", path)
+
     def restart_device_plugin(self) -> None:
         """A device plugin restarts: the node's GPUs read 0 for a moment."""
         spec = self.rng.choice(self.specs)
@@ -165,8 +233,10 @@ class Chaos:
             "delete": self.delete_job,
             "reregister": self.reregister_node,
             "device-plugin": self.restart_device_plugin,
+            "stuck": self.stick,
+            "budget": self.protect,
         }
-        name = self.rng.choices(list(actions), weights=[6, 1.5, 1, 0.7])[0]
+        name = self.rng.choices(list(actions), weights=[6, 1.5, 1, 0.7, 0.4, 0.4])[0]
         actions[name]()
         self.done[name] = self.done.get(name, 0) + 1
         time.sleep(self.rng.uniform(0.05, 0.6))
@@ -204,8 +274,34 @@ class Tally:
                 value = metric.labels(result)._value.get()
                 self.counts[key] = self.counts.get(key, 0.0) + value
 
+    def add_scraped(self, text: str) -> None:
+        """The same counters from a scheduler process's ``/metrics`` page."""
+        for line in text.splitlines():
+            for metric in ("fairgpu_binds", "fairgpu_evictions"):
+                prefix = f'{metric}_total{{result="'
+                if line.startswith(prefix):
+                    result, value = line[len(prefix) :].split('"} ')
+                    key = f"{metric}:{result}"
+                    self.counts[key] = self.counts.get(key, 0.0) + float(value)
+
     def get(self, key: str) -> float:
         return self.counts.get(key, 0.0)
+
+
+def crash(cp: ControlPlane, tmp_path: Path, tenancy: Path, chaos: Chaos, tally: Tally) -> None:
+    """A third of the churn under ``fairgpu run`` as a process, then SIGKILL -- whatever it
+    was doing: binding, evicting, holding preemptors for their victims."""
+    chaos.note("scheduler process started")
+    args = ("--no-leader-elect", f"--config={tenancy}", "--forecast-seconds=0")
+    proc = SchedulerProcess(cp, tmp_path / "crashed.log", *args)
+    try:
+        proc.wait_ready()
+        for _ in range(STEPS // SEGMENTS):
+            chaos.step()
+        tally.add_scraped(proc.get("/metrics")[1])
+    finally:
+        proc.kill9()
+    chaos.note("scheduler process killed")
 
 
 def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
@@ -227,13 +323,19 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
         try:
             with kubelet, auditor.watching():
                 assert kubelet.wait_synced(20)
-                for _ in range(SEGMENTS):
+                for segment in range(SEGMENTS):
+                    if segment == 1:  # this run of the scheduler dies with SIGKILL
+                        crash(cp, tmp_path, tenancy, chaos, tally)
+                        continue
                     chaos.note("scheduler started")
                     with scheduler(cp, tenancy=tenancy) as s:
                         for _ in range(STEPS // SEGMENTS):
                             chaos.step()
                         tally.add(s)
-                # The churn is over (every node back with its GPUs): all that is left runs.
+                # The churn is over (every node back with its GPUs, the stuck pods let go):
+                # all that is left runs.
+                chaos.unstick()
+                chaos.unprotect()
                 chaos.note("churn over; scheduler started")
                 with scheduler(cp, tenancy=tenancy) as s:
                     try:
@@ -253,11 +355,11 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
     assert found == []
     assert left == []
     # Not vacuous: the audit followed the whole history, victims were chosen and evicted,
-    # and every kind of churn happened.
+    # and the churn happened (every kind of it on the default seed; printed above).
     assert auditor.checks > 300
     assert tally.get("fairgpu_evictions:ok") > 0
     assert tally.get("fairgpu_binds:ok") > 40
-    assert set(chaos.done) == {"submit", "delete", "reregister", "device-plugin"}
+    assert {"submit", "delete", "reregister", "device-plugin"} <= set(chaos.done)
     # A victim the scheduler chose was always bound (the eviction path's safety net, which
     # skips an unbound one, never had to act).
     assert tally.get("fairgpu_evictions:skipped_unbound") == 0
