@@ -31,10 +31,14 @@ def pod_json(
     gpus: int = 1,
     host: str = "",
     nominated: str = "",
+    group: str = "",
 ) -> bytes:
     meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
     if device is not None:
         meta["annotations"] = {"fairgpu.io/gpu-devices": str(device)}
+    if group:  # a pod group of two
+        meta["labels"] = {"fairgpu.io/pod-group": group}
+        meta["annotations"] = {**meta.get("annotations", {}), "fairgpu.io/min-member": "2"}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     limits = {"nvidia.com/gpu": str(gpus)}
@@ -58,12 +62,12 @@ class World:
     """A cache with nodes n1 and n2 (2 GPUs each), the engine, and the hold machine, wired
     as the live scheduler wires them (minus the API calls)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ordering: str = "kube-default") -> None:
         self.cache = SchedulerCache("fairgpu")
         self.cache.sync_nodes(
             [decode_node(node_json(n)) for n in ("n1", "n2")], 0.0, CacheChanges()
         )
-        self.engine = Engine(ordering="kube-default")
+        self.engine = Engine(ordering=ordering)
         self.engine.victims_linger = True  # as the live scheduler runs it
         self.holds = PreemptionHolds(self.cache, WAIT)
         self.posted: list[Bind] = []
@@ -281,9 +285,9 @@ def test_pod_group_timeout_victims_keep_their_node_and_same_cycle_binds_go_ahead
     assert [b.pod.name for b in w.posted] == ["q"]
 
 
-def big_victim_world() -> World:
+def big_victim_world(ordering: str = "kube-default") -> World:
     """n1 runs b (two GPUs, priority 0), n2 runs w0 and w1 (priorities 5, 6)."""
-    world = World()
+    world = World(ordering)
     world.pod("ADDED", pod_json("b", node="n1", gpus=2))
     for i in range(2):
         world.pod("ADDED", pod_json(f"w{i}", priority=5 + i, node="n2", device=i))
@@ -331,6 +335,26 @@ def test_a_smaller_pod_taking_a_preemptors_place_leaves_the_rest_held() -> None:
     assert w.cycle(4.0) == [] and w.posted == []  # p finds nothing free, evicts nothing
     w.drain(w.pod("DELETED", pod_json("b", node="n1", gpus=2)), 5.0)
     assert [b.pod.name for b in w.posted] == ["q"]
+
+
+def test_every_member_of_a_group_taking_a_preemptors_place_waits_for_its_victims() -> None:
+    # p (two GPUs) waits for b; a pod group of two one-GPU members of higher priority takes
+    # p's place on n1: its first member displaces p, the second lands on b's other GPU. Both
+    # wait for b, which still runs on both GPUs; none is bound before b is gone. (The fair
+    # ordering: kube-default's places a group's pods one by one.)
+    w = big_victim_world("fair")
+    w.pod("ADDED", pod_json("p", priority=2, gpus=2))
+    assert w.cycle(2.0) == ["b"]
+    for i in range(2):
+        w.pod("ADDED", pod_json(f"g{i}", priority=20, host="n1", group="g"))
+    assert w.cycle(3.0) == [] and w.displaced == ["p"]
+    assert {n: h.waiting for n, h in w.holds.held.items()} == {
+        "uid-g0": {"uid-b"},
+        "uid-g1": {"uid-b"},
+    }
+    assert w.posted == [] and w.free_gpus("n1") == 0
+    w.drain(w.pod("DELETED", pod_json("b", node="n1", gpus=2)), 4.0)
+    assert sorted(b.pod.name for b in w.posted) == ["g0", "g1"]
 
 
 def test_other_binds_onto_a_displacements_node_go_ahead_in_the_same_cycle() -> None:

@@ -90,7 +90,9 @@ class Statement:
         on its node (:attr:`~fairgpu.engine.decisions.Bind.wait_for`): a pod group's member
         placed on the GPUs a member of a torn-down group still holds, or beside its sibling
         the preemption was planned for, takes room the victims keep until they are gone --
-        bound at once, it would share a device with a pod still running there."""
+        bound at once, it would share a device with a pod still running there. A displaced
+        held preemptor on its node is named too: the adapter hands its victims to every pod
+        that names it (they took its place)."""
         s = self.session
         out = s.out
         held = s.displaceable
@@ -101,7 +103,7 @@ class Statement:
                 s.displaced_nodes.add(e.placement.node)
             else:
                 out.evictions.append(Evict(e.victim, e.preemptor, e.reason, e.kind))
-                on_node.setdefault(e.placement.node, []).append(e.victim.uid)
+            on_node.setdefault(e.placement.node, []).append(e.victim.uid)
         for a in self.placed:
             name = s.cluster.node(a.placement.node).name
             near = [u for u in on_node.get(a.placement.node, ()) if u not in a.wait_for]

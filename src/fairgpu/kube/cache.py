@@ -363,10 +363,10 @@ class SchedulerCache:
         assert released is not None
         return released[1], room
 
-    def linger(self, victims: list[tuple[str, PodInfo]], preemptor: PodInfo, now: float) -> None:
+    def linger(self, victims: list[tuple[str, PodInfo]], takers: list[PodInfo], now: float) -> None:
         """Hold again what ``victims`` (released, still terminating) keep beyond what
-        ``preemptor``, assumed on their node, takes (:mod:`~fairgpu.engine.lingering`): after
-        another pod took the place of the one they were evicted for."""
+        ``takers``, assumed on their node, take (:mod:`~fairgpu.engine.lingering`): after
+        other pods took the place of the one they were evicted for."""
         cluster = self.cluster
         whole: list[tuple[PodInfo, Placement]] = []
         for uid, pod in victims:
@@ -377,8 +377,8 @@ class SchedulerCache:
             tried = self._tried_whole(uid, pod, now if held is None else held.started)
             if tried is not None:
                 whole.append((pod, tried[0]))
-        placed = cluster.placements.get(preemptor.uid)
-        hold_remainders(cluster, whole, [(preemptor, placed)] if placed is not None else [])
+        taken = [(t, pl) for t in takers if (pl := cluster.placements.get(t.uid)) is not None]
+        hold_remainders(cluster, whole, taken)
 
     def restore_if_room(self, uid: str, pod: PodInfo, started: float) -> bool:
         """Put a released victim back as terminating (:meth:`restore`) only if its node has

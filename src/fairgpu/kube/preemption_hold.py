@@ -22,15 +22,16 @@ A held preemptor leaves that state in one of these ways:
   and reports a :class:`~fairgpu.engine.decisions.Displace`, never an Eviction: it is
   unbound. Its hold is dropped, its assumption forgotten, its nomination cleared, and it is
   requeued at once (no backoff, nothing failed). Its victims still terminate in the API: each
-  goes back in the cache as terminating if its node has room for it beside the new preemptor
-  (it holds its own room until gone); the others are *transferred*: the new preemptor, held
-  on that node, waits for them as well as for victims of its own. The engine displaces at
+  goes back in the cache as terminating if its node has room for it beside the pods taking
+  its place (it holds its own room until gone); the others are *transferred*: each pod taking
+  its place -- every pod the displacing job placed on that node, which names the displaced pod
+  in its ``wait_for`` (a pod group's members may take the place of one another's victims) --
+  is held there and waits for them as well as for victims of its own. The engine displaces at
   most one held preemptor per node in a cycle, and holds the room the displaced pod had
-  beyond what the pod taking its place takes for the rest of the cycle
+  beyond what the pods taking its place take for the rest of the cycle
   (:mod:`~fairgpu.engine.lingering`); then its victims' remainders are held again against
-  the new pod (:meth:`SchedulerCache.linger`). So that room is never handed out while its
-  victims exist, and other binds of the cycle onto that node (a pod group's members
-  included) go ahead.
+  those pods (:meth:`SchedulerCache.linger`). So that room is never handed out while its
+  victims exist, and other jobs' binds of the cycle onto that node go ahead.
 
 Invariants (what :class:`PreemptionHolds` keeps true between two calls):
 
@@ -44,7 +45,8 @@ Invariants (what :class:`PreemptionHolds` keeps true between two calls):
    *terminating* (its eviction was posted), keeping its node until its deletion is observed
    and never chosen as a victim again. Only a refused eviction puts a victim back as running.
 3. Each victim belongs to at most one held preemptor, and is forgotten here once gone (a
-   transfer moves it from the displaced preemptor to the one that took its place).
+   transfer moves it from the displaced preemptor to the first of the pods that took its
+   place; the others wait for it too, without owning it).
 4. A preemptor that was nominated keeps its nomination after it is abandoned; while a
    lower-priority pod on that node is terminating it may be placed but may not preempt again
    (:meth:`PreemptionHolds.no_preemption`, kube-scheduler's ``PodEligibleToPreemptOthers``):
@@ -208,7 +210,7 @@ class PreemptionHolds:
         if not displaced:
             return []
         cache = self.cache
-        taker: dict[str, str] = {}  # node -> the first pod of the cycle displacing there
+        takers: dict[str, dict[str, PodInfo]] = {}  # node -> the pods taking places there
         released: dict[str, list[tuple[str, PodInfo]]] = {}  # node -> victims to place
         gone: list[PodInfo] = []
         for d in displaced:
@@ -223,37 +225,39 @@ class PreemptionHolds:
             cache.nominated.pop(d.pod.uid, None)
             gone.append(d.pod)
             node = held.bind.node_name
-            taker.setdefault(node, d.preemptor.uid)
+            here = takers.setdefault(node, {})
+            here.update(_taking(d, node, binds))
             for v in held.waiting:
                 entry = self.victims.pop(v, None)
                 if entry is not None:
                     released.setdefault(node, []).append((v, entry[1]))
-        placed = {b.pod.uid: b.pod for b in binds}
         for node, victims in released.items():
-            self._transfer(placed.get(taker[node]), victims, now)
+            self._transfer(list(takers[node].values()), victims, now)
         return gone
 
     def _transfer(
-        self, taker: PodInfo | None, victims: list[tuple[str, PodInfo]], now: float
+        self, takers: list[PodInfo], victims: list[tuple[str, PodInfo]], now: float
     ) -> None:
         """A displaced preemptor's ``victims``: back in the cache as terminating where there
-        is room beside ``taker`` (the pod that took its place), the others ``taker``'s (all
-        back, if it was not kept). What those hold beyond ``taker``'s room, and its own
-        victims' beyond it, is held again against ``taker`` (:meth:`SchedulerCache.linger`):
-        it may take less than the displaced pod did."""
+        is room beside ``takers`` (the pods that took its place on its node), the others
+        theirs -- each of them waits for every one (all back, if none was kept). What those
+        hold beyond the takers' room, and their own victims' beyond it, is held again against
+        them (:meth:`SchedulerCache.linger`): they may take less than the displaced pod did."""
         cache = self.cache
         moved: list[tuple[str, PodInfo]] = []
         for v, pod in victims:
-            if taker is None:
+            if not takers:
                 cache.restore(v, pod, now, terminating=True)
             elif not cache.restore_if_room(v, pod, now):
-                self.victims[v] = (taker.uid, pod)
-                self.transferred.setdefault(taker.uid, set()).add(v)
+                self.victims[v] = (takers[0].uid, pod)
+                for t in takers:
+                    self.transferred.setdefault(t.uid, set()).add(v)
                 moved.append((v, pod))
-        if taker is not None and moved:
-            own = [(v, pod) for v, (p, pod) in self.victims.items() if p == taker.uid]
+        if takers and moved:
+            uids = {t.uid for t in takers}
+            own = [(v, pod) for v, (p, pod) in self.victims.items() if p in uids]
             mine = {v for v, _ in moved}
-            cache.linger([*[o for o in own if o[0] not in mine], *moved], taker, now)
+            cache.linger([*[o for o in own if o[0] not in mine], *moved], takers, now)
 
     # ---- the engine's input ----------------------------------------------------------------
     def displaceable(self) -> frozenset[str]:
@@ -298,3 +302,13 @@ class PreemptionHolds:
             for p in pending
             if (node := cache.nominated.get(p.uid)) and not may_preempt_again(p, cluster, node)
         )
+
+
+def _taking(d: Displace, node: str, binds: list[Bind]) -> dict[str, PodInfo]:
+    """The pods of this cycle that take displaced ``d``'s place on ``node``: the binds there
+    that wait for it (every pod its displacer's job placed on that node), else the displacer
+    itself if it was placed."""
+    here = {b.pod.uid: b.pod for b in binds if b.node_name == node and d.pod.uid in b.wait_for}
+    if here:
+        return here
+    return {b.pod.uid: b.pod for b in binds if b.pod.uid == d.preemptor.uid}
