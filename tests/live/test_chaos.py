@@ -193,15 +193,19 @@ class Chaos:
         self.note(f"{len(self.stuck)} stuck pods released")
 
     def protect(self) -> None:
-        """A PodDisruptionBudget over a job's pods that never allows a disruption: every
-        eviction of them is refused (no disruption controller runs here, and the API refuses
+        """A PodDisruptionBudget over a running job's pods that never allows a disruption:
+        every eviction of them is refused (no disruption controller runs here, and the API refuses
         evictions a budget it has not processed covers), so the victims run on and their
         preemptor backs off and looks elsewhere."""
-        if not self.jobs:
+        running = {
+            p["metadata"]["labels"]["chaos-job"]
+            for p in self.pods()
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        }
+        candidates = sorted(running - set(self.budgets))
+        if not candidates:
             return
-        job = self.rng.choice(self.jobs)[0].split("-")[0]
-        if job in self.budgets:
-            return
+        job = self.rng.choice(candidates)
         self.note(f"protecting {job} with a PodDisruptionBudget")
         budget = {
             "apiVersion": "policy/v1",
