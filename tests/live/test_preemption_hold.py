@@ -98,7 +98,8 @@ class World:
         self.displaced += [p.name for p in displaced]
         for b in result.binds:
             self.cache.assumed_by_engine(b.pod.uid, b.node_name)
-            if not self.holds.hold(b, now):
+            ref = self.engine.pod_group(b.pod)
+            if not self.holds.hold(b, now, ref.key if ref is not None else ""):
                 self.posted.append(b)
         return [e.pod.name for e in result.evictions]
 
@@ -355,6 +356,28 @@ def test_every_member_of_a_group_taking_a_preemptors_place_waits_for_its_victims
     assert w.posted == [] and w.free_gpus("n1") == 0
     w.drain(w.pod("DELETED", pod_json("b", node="n1", gpus=2)), 4.0)
     assert sorted(b.pod.name for b in w.posted) == ["g0", "g1"]
+
+
+def test_a_group_binds_together_and_leaves_its_hold_together() -> None:
+    # n1 runs b (two GPUs), n2 has one GPU free. A pod group of two one-GPU members of higher
+    # priority: one lands on n2's free GPU, the other evicts b on n1. The first waits for b
+    # too -- bound at once it would run alone -- and when n1 goes while b terminates, both
+    # leave the hold together: none is ever bound, both are pending again.
+    w = World("fair")
+    w.pod("ADDED", pod_json("b", node="n1", gpus=2))
+    w.pod("ADDED", pod_json("w0", priority=5, node="n2", device=0))
+    for i in range(2):
+        w.pod("ADDED", pod_json(f"g{i}", priority=20, group="g"))
+    assert w.cycle(2.0) == ["b"]
+    assert {n: h.waiting for n, h in w.holds.held.items()} == {
+        "uid-g0": {"uid-b"},
+        "uid-g1": {"uid-b"},
+    }
+    assert w.posted == []
+    w.cache.apply_node("DELETED", decode_node(node_json("n1")), 3.0, CacheChanges())
+    w.drain(CacheChanges(), 3.0)
+    assert w.holds.held == {} and w.posted == []
+    assert {p.name for p in w.cache.schedulable()} == {"g0", "g1"}
 
 
 def test_other_binds_onto_a_displacements_node_go_ahead_in_the_same_cycle() -> None:

@@ -92,7 +92,10 @@ class Statement:
         the preemption was planned for, takes room the victims keep until they are gone --
         bound at once, it would share a device with a pod still running there. A displaced
         held preemptor on its node is named too: the adapter hands its victims to every pod
-        that names it (they took its place)."""
+        that names it (they took its place). The members of a pod group wait for all of the
+        statement's victims: a member bound at once while its siblings wait could run alone,
+        or finish, before they start -- and if they are requeued (their victims did not go,
+        their node went), the group would be left below minMember."""
         s = self.session
         out = s.out
         held = s.displaceable
@@ -104,10 +107,12 @@ class Statement:
             else:
                 out.evictions.append(Evict(e.victim, e.preemptor, e.reason, e.kind))
             on_node.setdefault(e.placement.node, []).append(e.victim.uid)
+        # A pod group binds together: while one member waits for victims, all do.
+        together = [e.victim.uid for e in self.evicted] if len(self.placed) > 1 else []
         for a in self.placed:
             name = s.cluster.node(a.placement.node).name
-            near = [u for u in on_node.get(a.placement.node, ()) if u not in a.wait_for]
-            out.binds.append(Bind(a.pod, name, a.placement.devices, (*a.wait_for, *near)))
+            wait = (*a.wait_for, *on_node.get(a.placement.node, ()), *together)
+            out.binds.append(Bind(a.pod, name, a.placement.devices, tuple(dict.fromkeys(wait))))
         if s.victims_linger and self.evicted:
             self._linger()
         self.placed = []

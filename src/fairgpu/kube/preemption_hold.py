@@ -14,6 +14,10 @@ A held preemptor leaves that state in one of these ways:
 * it is *abandoned*: its victims did not go in time, or an eviction was refused; it is forgotten
   and requeued after a backoff that doubles per failure (so a victim a PodDisruptionBudget
   protects does not cause an eviction storm);
+* a member of a pod group leaves with its group: the engine has every member of a group wait
+  for all of its victims, and when one held member is dropped or abandoned the others are too
+  (one bound while its siblings are requeued would run alone -- and once it finished, the
+  group could never again reach minMember);
 * it is *displaced* (:meth:`PreemptionHolds.displaced`): a pod the engine's victim rules allow
   to preempt it -- were it running: higher priority inside its queue, the reclaim rules across
   queues -- took its place (kube-scheduler clears the nominations of lower priority on the
@@ -86,6 +90,7 @@ class Held:
     bind: Bind
     waiting: set[str]
     deadline: float
+    group: str = ""
 
 
 class PreemptionHolds:
@@ -112,9 +117,10 @@ class PreemptionHolds:
         if preemptor is not None:
             self.victims[victim.uid] = (preemptor, victim)
 
-    def hold(self, bind: Bind, now: float) -> bool:
+    def hold(self, bind: Bind, now: float, group: str = "") -> bool:
         """The engine assumed ``bind.pod``; True if its bind must wait (held), False if it can
-        be posted now. An earlier hold of the same pod (it was placed again) is dropped."""
+        be posted now. An earlier hold of the same pod (it was placed again) is dropped.
+        ``group``: the key of its pod group, whose held members leave the hold together."""
         uid = bind.pod.uid
         if uid in self.held:
             self._drop(uid, now, forget=False)
@@ -123,7 +129,7 @@ class PreemptionHolds:
         waiting = {v for v in mine if v in cache.bound or v in cache.evicting}
         if not waiting:
             return False
-        self.held[uid] = Held(bind, waiting, now + self.wait)
+        self.held[uid] = Held(bind, waiting, now + self.wait, group)
         cache.nominated[uid] = bind.node_name
         return True
 
@@ -151,6 +157,8 @@ class PreemptionHolds:
         changed = False
         for p_uid, held in list(self.held.items()):
             node = held.bind.node_name
+            if p_uid not in self.held:
+                continue  # dropped with its group
             if cache.assumed.get(p_uid) == node and cache.node_name_of(p_uid) == node:
                 continue
             log.info(
@@ -193,6 +201,9 @@ class PreemptionHolds:
             entry = self.victims.pop(v, None)
             if entry is not None:
                 self.cache.restore(v, entry[1], now, terminating=True)
+        if forget and held.group:  # its group's other held members leave with it
+            for other in [u for u, h in self.held.items() if h.group == held.group]:
+                self._drop(other, now, backoff=backoff)
         return True
 
     def without_preemptor(self, victims: list[PodInfo], now: float) -> None:

@@ -501,7 +501,8 @@ class LiveScheduler:
     def _assumed(self, b: Bind, now: float) -> None:
         self.cache.assumed_by_engine(b.pod.uid, b.node_name)
         self.forecaster.started(b.pod, now)
-        if self.holds.hold(b, now):
+        ref = self.engine.pod_group(b.pod)
+        if self.holds.hold(b, now, ref.key if ref is not None else ""):
             waiting = sorted(self.holds.held[b.pod.uid].waiting)  # taken over ones included
             log.info(
                 "preemptor waits for victims",
