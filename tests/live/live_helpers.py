@@ -41,6 +41,15 @@ def control_plane(
         cp.stop()
 
 
+#: The start of a churn test's tenancy YAML (its queues follow): dynamic shares without
+#: usage history, preemption on with its time guards off -- victims are seconds old, and the
+#: same GPUs change hands again within minutes.
+CHURN_TENANCY = """mode: dynamic
+history: {halfLifeSeconds: 0}
+preemption:
+  {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 0, reclaimCooldownSeconds: 0}
+"""
+
 DOMAIN = "example.com"
 USAGE = f"{DOMAIN}/node.usage"
 A100 = "NVIDIA-A100-SXM4-80GB"

@@ -35,6 +35,7 @@ import pytest
 from auditor import Auditor
 from live_helpers import (
     A100,
+    CHURN_TENANCY,
     SchedulerProcess,
     control_plane,
     create_many,
@@ -64,17 +65,14 @@ GRACE = 1.0  # seconds a deleted pod stays terminating
 SEED = int(os.environ.get("FAIRGPU_CHAOS_SEED", "2"))
 STEPS = int(os.environ.get("FAIRGPU_CHAOS_STEPS", "150"))
 SEGMENTS = 3  # the scheduler runs this many times during the churn (restarted in between)
-TENANCY = """
-mode: dynamic
-history: {halfLifeSeconds: 0}
-# The churn guards off: victims are seconds old, and the same GPUs change hands again and again.
-preemption:
-  {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 0, reclaimCooldownSeconds: 0}
-queues:
+TENANCY = (
+    CHURN_TENANCY
+    + """queues:
   - {name: qa}
   - {name: qb}
   - {name: qc, weight: 2}
 """
+)
 PRIORITIES = {"ch-low": 1, "ch-high": 100}
 STUCK = "example.com/stuck"  # a finalizer nobody removes until the churn is over
 

@@ -28,7 +28,16 @@ from typing import Any
 
 import pytest
 from auditor import Auditor
-from live_helpers import A100, DOMAIN, control_plane, create_many, pod, scheduler, wait_for
+from live_helpers import (
+    A100,
+    CHURN_TENANCY,
+    DOMAIN,
+    control_plane,
+    create_many,
+    pod,
+    scheduler,
+    wait_for,
+)
 
 from fairgpu.devcluster import (
     ControlPlane,
@@ -50,17 +59,15 @@ SHARE = (NODES * GPUS) // 2  # qb's fair share with two queues of equal weight
 URGENT = 2  # qb's pods of higher priority beyond its share, added while its reclaimers wait
 GRACE = 1.5  # seconds a victim stays terminating
 QA_SECONDS, QB_SECONDS = 120, 7  # qa runs through both rounds; qb's first pods end between
-TENANCY = """
-mode: dynamic
-history: {halfLifeSeconds: 0}
 # The churn guards off: the flood's pods are seconds old when reclaimed, and the second run
 # reclaims the same (re-created) nodes' GPUs again within minutes.
-preemption:
-  {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 0, reclaimCooldownSeconds: 0}
-queues:
+TENANCY = (
+    CHURN_TENANCY
+    + """queues:
   - {name: qa}
   - {name: qb}
 """
+)
 PRIORITIES = {"fl-low": 1, "fl-high": 100}
 
 
