@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from fairgpu.engine.engine import Engine
+from fairgpu.engine.lingering import hold_remainders
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
 from fairgpu.model.node_pools import NodePoolConfig
 
@@ -258,3 +259,23 @@ def test_a_victim_terminating_when_its_node_registers_again_keeps_its_gpus() -> 
     assert cache.cluster.placements["uid-v"].terminating
     out = apply(cache, "DELETED", pod_json("v", gpus=4, node="n1", devices="4,5,6,7"))
     assert out.gone == {"uid-v"} and free_devices(cache, "n1") == list(range(8))
+
+
+def test_a_device_plugin_restart_keeps_a_victims_remainder_on_its_own_devices() -> None:
+    # v (devices 4-7) is evicted for p, assumed on 4 and 5 while v terminates: v's remainder
+    # holds 6 and 7. The node's GPUs read 0 and come back: the remainder keeps 6 and 7 (read
+    # again from v's annotation, it would count 4 and 5 twice).
+    cache = make_cache("n1")
+    apply(cache, "ADDED", pod_json("v", gpus=4, node="n1", devices="4,5,6,7"))
+    apply(cache, "ADDED", pod_json("p", gpus=2))
+    victim = cache.cluster.pods["uid-v"]
+    _, where = cache.cluster.release("uid-v")  # type: ignore[misc]
+    cache.mark_evicting("uid-v")
+    taken = cache.cluster.assign(cache.pending["uid-p"], 0, (4, 5))
+    cache.assumed_by_engine("uid-p", "n1")
+    hold_remainders(cache.cluster, [(victim, where)], [(cache.pending["uid-p"], taken)])
+    for gpus in (0, 8):
+        cache.apply_node("MODIFIED", decode_node(node_json("n1", gpus=gpus)), 2.0, CacheChanges())
+    assert cache.cluster.placements["uid-v"].devices == (6, 7)
+    assert free_devices(cache, "n1") == [0, 1, 2, 3]
+    assert (cache.cluster.device_milli_free[0] >= 0).all()

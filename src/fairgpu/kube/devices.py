@@ -57,7 +57,9 @@ def reapply_devices(
     annotated devices)) after its GPUs changed; returns how many pods moved.
 
     Annotated pods go first, so the least-used choice for the others avoids the devices the
-    annotations name.
+    annotations name. A victim's remainder keeps its devices: they are the part of its
+    annotation its waiting preemptor does not take (:mod:`~fairgpu.engine.lingering`), and
+    read again from the annotation they would cover the preemptor's devices twice.
     """
     idx = cluster.node_index.get(name)
     if idx is None:
@@ -67,7 +69,7 @@ def reapply_devices(
     rest = []
     for uid, pod in list(cluster.node_pods[idx].items()):
         where = bound.get(uid)
-        if where is None or pod.gpu.count == 0:
+        if where is None or pod.gpu.count == 0 or cluster.placements[uid].remainder:
             continue
         want = where[1]
         if want is None or not annotation_fits(want, count):
