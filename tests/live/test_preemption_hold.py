@@ -380,6 +380,22 @@ def test_a_group_binds_together_and_leaves_its_hold_together() -> None:
     assert {p.name for p in w.cache.schedulable()} == {"g0", "g1"}
 
 
+def test_a_group_leaving_its_hold_forgets_every_member_before_its_victims_come_back() -> None:
+    # As above, but n2 goes -- the node of the member that evicted nothing: b comes back
+    # whole on n1 only once n1's member is forgotten too (never counted over it).
+    w = World("fair")
+    w.pod("ADDED", pod_json("b", node="n1", gpus=2))
+    w.pod("ADDED", pod_json("w0", priority=5, node="n2", device=0))
+    for i in range(2):
+        w.pod("ADDED", pod_json(f"g{i}", priority=20, group="g"))
+    assert w.cycle(2.0) == ["b"]
+    w.cache.apply_node("DELETED", decode_node(node_json("n2")), 3.0, CacheChanges())
+    w.drain(CacheChanges(), 3.0)
+    assert w.holds.held == {} and w.posted == []
+    assert w.cache.overcommits == 0
+    assert w.cache.cluster.placements["uid-b"].terminating and w.free_gpus("n1") == 0
+
+
 def test_other_binds_onto_a_displacements_node_go_ahead_in_the_same_cycle() -> None:
     # q takes the waiting p's place on n1; g (no GPU) fits n1 beside everything that is
     # there or will be: it is bound in the same cycle (a pod group's member there would

@@ -187,23 +187,28 @@ class PreemptionHolds:
         return self.cache.restore(victim.uid, victim, spare_until) or changed
 
     def _drop(self, p_uid: str, now: float, *, backoff: bool = False, forget: bool = True) -> bool:
-        """Stop holding ``p_uid``: forget its assumption (unless it was placed again) and put
-        its victims back as terminating; True if there was a hold."""
+        """Stop holding ``p_uid`` -- and, unless it was placed again, its pod group's other
+        held members: forget their assumptions, then put their victims back as terminating
+        (in that order, so a victim never comes back on room a member still holds); True if
+        there was a hold."""
         held = self.held.pop(p_uid, None)
         if held is None:
             return False
-        if forget:
-            self.cache.forget(p_uid)
-        if backoff:
-            _, failures = self.backoff.get(p_uid, (0.0, 0))
-            self.backoff[p_uid] = (now + min(MAX_BACKOFF, 2.0**failures), failures + 1)
-        for v in held.waiting:
-            entry = self.victims.pop(v, None)
-            if entry is not None:
-                self.cache.restore(v, entry[1], now, terminating=True)
-        if forget and held.group:  # its group's other held members leave with it
-            for other in [u for u, h in self.held.items() if h.group == held.group]:
-                self._drop(other, now, backoff=backoff)
+        leaving = [(p_uid, held)]
+        if forget and held.group:
+            group = [u for u, h in self.held.items() if h.group == held.group]
+            leaving += [(u, self.held.pop(u)) for u in group]
+        for uid, _ in leaving:
+            if forget:
+                self.cache.forget(uid)
+            if backoff:
+                _, failures = self.backoff.get(uid, (0.0, 0))
+                self.backoff[uid] = (now + min(MAX_BACKOFF, 2.0**failures), failures + 1)
+        for _, gone in leaving:
+            for v in gone.waiting:
+                entry = self.victims.pop(v, None)
+                if entry is not None:
+                    self.cache.restore(v, entry[1], now, terminating=True)
         return True
 
     def without_preemptor(self, victims: list[PodInfo], now: float) -> None:
