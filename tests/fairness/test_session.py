@@ -80,7 +80,7 @@ def test_commit_emits_evictions_then_binds_and_keeps_book_in_step() -> None:
     stmt = s.statement()
     x = pod_info("x", "c", gpus=2)
     stmt.evict(state.pods["b/b0"], x, "room for x", "reclaim")
-    stmt.assign(x, 1, (0, 1), wait_for=stmt.evicted_since(0))
+    stmt.assign(x, 1, (0, 1))
     stmt.commit()
     assert [(e.pod.uid, e.preemptor, e.reason, e.kind) for e in s.out.evictions] == [
         ("b/b0", x, "room for x", "reclaim")

@@ -11,9 +11,9 @@ from fairgpu.model.pod import PodInfo
 class Bind:
     """Bind ``pod`` to ``node_name`` using GPU ``devices``.
 
-    ``wait_for`` lists the uids of pods evicted to make room -- for the pod, and every pod
-    the same job evicted on ``node_name`` --: the live adapter posts the binding only once
-    they are gone (the simulator removes them at once).
+    ``wait_for`` lists the uids of the pods its job evicted to make room (for it, or for
+    another member of its pod group): the live adapter posts the binding only once they are
+    gone (the simulator removes them at once).
     """
 
     pod: PodInfo

@@ -14,7 +14,7 @@ back at once as its *remainder*: the same uid, bound and terminating (never a vi
 holding what the pods placed in its room do not take. Those are every pod the preemption's
 statement placed on the victim's node -- the preemptor, and a pod group's other members, which
 may land on GPUs a torn-down group's member still holds -- and each of them waits for the
-statement's victims on its node before its bind is posted
+statement's victims before its bind is posted
 (:meth:`~fairgpu.engine.statement.Statement.commit`). For node resources the remainder is,
 victim by victim in eviction order, what the victims ask beyond what those pods ask; for each
 GPU device, the compute and memory the victims hold there beyond those pods' share of it. A

@@ -39,11 +39,10 @@ class Eviction:
 
 @dataclass(slots=True)
 class Assignment:
-    """One tentative placement; ``wait_for``: uids of victims evicted for it."""
+    """One tentative placement."""
 
     pod: PodInfo
     placement: Placement
-    wait_for: tuple[str, ...]
 
 
 class Statement:
@@ -54,15 +53,13 @@ class Statement:
         self.placed: list[Assignment] = []
         self.evicted: list[Eviction] = []
 
-    def assign(
-        self, pod: PodInfo, node: int, devices: tuple[int, ...], wait_for: tuple[str, ...] = ()
-    ) -> Placement:
+    def assign(self, pod: PodInfo, node: int, devices: tuple[int, ...]) -> Placement:
         """Place ``pod`` on node slot ``node`` with ``devices`` and account it."""
         s = self.session
         placement = s.cluster.assign(pod, node, devices, started=s.now)
         s.book.add(pod.uid, pod, placed_vector(pod, placement), placement.dra_milli)
         s.placed_now.add(pod.uid)
-        self.placed.append(Assignment(pod, placement, wait_for))
+        self.placed.append(Assignment(pod, placement))
         return placement
 
     def evict(
@@ -79,40 +76,33 @@ class Statement:
         self.evicted.append(Eviction(victim, released[1], preemptor, reason, kind))
         return True
 
-    def evicted_since(self, mark: int) -> tuple[str, ...]:
-        """Uids of the victims evicted after the first ``mark`` evictions."""
-        return tuple(e.victim.uid for e in self.evicted[mark:])
-
     def commit(self) -> None:
         """Emit the decisions: every eviction, then every bind, in the order they were made.
 
-        A bind waits for the victims evicted for it and for every victim of this statement
-        on its node (:attr:`~fairgpu.engine.decisions.Bind.wait_for`): a pod group's member
-        placed on the GPUs a member of a torn-down group still holds, or beside its sibling
-        the preemption was planned for, takes room the victims keep until they are gone --
-        bound at once, it would share a device with a pod still running there. A displaced
-        held preemptor on its node is named too: the adapter hands its victims to every pod
-        that names it (they took its place). The members of a pod group wait for all of the
-        statement's victims: a member bound at once while its siblings wait could run alone,
-        or finish, before they start -- and if they are requeued (their victims did not go,
-        their node went), the group would be left below minMember."""
+        Every bind waits for every victim of the statement -- one job's
+        (:attr:`~fairgpu.engine.decisions.Bind.wait_for`): a pod alone for the victims of
+        its plan and the group members torn down with them; a pod group's member for all of
+        its group's, whichever member's plan evicted them. A member placed on the GPUs a
+        torn-down group's member still holds, or beside the sibling a preemption was planned
+        for, takes room the victims keep until they are gone -- bound at once, it would share
+        a device with a pod still running there; and a member bound at once while its
+        siblings wait could run alone, or finish, before they start -- if they were requeued
+        (their victims did not go, their node went), the group would be left below minMember.
+        A displaced held preemptor is named too: the adapter hands its victims to every pod
+        on its node that names it (they took its place)."""
         s = self.session
         out = s.out
         held = s.displaceable
-        on_node: dict[int, list[str]] = {}
         for e in self.evicted:
             if e.victim.uid in held and e.preemptor is not None:
                 out.displaced.append(Displace(e.victim, e.preemptor, e.reason))
                 s.displaced_nodes.add(e.placement.node)
             else:
                 out.evictions.append(Evict(e.victim, e.preemptor, e.reason, e.kind))
-            on_node.setdefault(e.placement.node, []).append(e.victim.uid)
-        # A pod group binds together: while one member waits for victims, all do.
-        together = [e.victim.uid for e in self.evicted] if len(self.placed) > 1 else []
+        victims = tuple(e.victim.uid for e in self.evicted)
         for a in self.placed:
             name = s.cluster.node(a.placement.node).name
-            wait = (*a.wait_for, *on_node.get(a.placement.node, ()), *together)
-            out.binds.append(Bind(a.pod, name, a.placement.devices, tuple(dict.fromkeys(wait))))
+            out.binds.append(Bind(a.pod, name, a.placement.devices, victims))
         if s.victims_linger and self.evicted:
             self._linger()
         self.placed = []

@@ -350,7 +350,6 @@ def _preempt(
         return None
     cluster = session.cluster
     node_name = cluster.node(plan.node).name
-    mark = len(stmt.evicted)
     for victim in plan.victims:
         kind = victims.kind(job, victim)
         stmt.evict(victim, pod, _eviction_reason(job, pod, kind, node_name), kind)
@@ -359,7 +358,7 @@ def _preempt(
     retry = session.scheduler.schedule(pod, cluster, restrict=only)
     if not retry.ok or retry.node is None:
         return False
-    stmt.assign(pod, retry.node, retry.devices, stmt.evicted_since(mark))
+    stmt.assign(pod, retry.node, retry.devices)
     return True
 
 
