@@ -358,11 +358,10 @@ def test_every_member_of_a_group_taking_a_preemptors_place_waits_for_its_victims
     assert sorted(b.pod.name for b in w.posted) == ["g0", "g1"]
 
 
-def test_a_group_binds_together_and_leaves_its_hold_together() -> None:
-    # n1 runs b (two GPUs), n2 has one GPU free. A pod group of two one-GPU members of higher
-    # priority: one lands on n2's free GPU, the other evicts b on n1. The first waits for b
-    # too -- bound at once it would run alone -- and when n1 goes while b terminates, both
-    # leave the hold together: none is ever bound, both are pending again.
+def group_waiting_for_b() -> World:
+    """n1 runs b (two GPUs), n2 has one GPU free; a pod group of two one-GPU members of
+    higher priority (the fair ordering) has placed one on n2's free GPU and the other on n1,
+    evicting b at time 2: both are held for b -- one bound at once would run alone."""
     w = World("fair")
     w.pod("ADDED", pod_json("b", node="n1", gpus=2))
     w.pod("ADDED", pod_json("w0", priority=5, node="n2", device=0))
@@ -374,6 +373,13 @@ def test_a_group_binds_together_and_leaves_its_hold_together() -> None:
         "uid-g1": {"uid-b"},
     }
     assert w.posted == []
+    return w
+
+
+def test_a_group_binds_together_and_leaves_its_hold_together() -> None:
+    # When n1 goes while b terminates, both members leave the hold together: none is ever
+    # bound, both are pending again.
+    w = group_waiting_for_b()
     w.cache.apply_node("DELETED", decode_node(node_json("n1")), 3.0, CacheChanges())
     w.drain(CacheChanges(), 3.0)
     assert w.holds.held == {} and w.posted == []
@@ -381,14 +387,9 @@ def test_a_group_binds_together_and_leaves_its_hold_together() -> None:
 
 
 def test_a_group_leaving_its_hold_forgets_every_member_before_its_victims_come_back() -> None:
-    # As above, but n2 goes -- the node of the member that evicted nothing: b comes back
-    # whole on n1 only once n1's member is forgotten too (never counted over it).
-    w = World("fair")
-    w.pod("ADDED", pod_json("b", node="n1", gpus=2))
-    w.pod("ADDED", pod_json("w0", priority=5, node="n2", device=0))
-    for i in range(2):
-        w.pod("ADDED", pod_json(f"g{i}", priority=20, group="g"))
-    assert w.cycle(2.0) == ["b"]
+    # n2 goes -- the node of the member that evicted nothing: b comes back whole on n1 only
+    # once n1's member is forgotten too (never counted over it).
+    w = group_waiting_for_b()
     w.cache.apply_node("DELETED", decode_node(node_json("n2")), 3.0, CacheChanges())
     w.drain(CacheChanges(), 3.0)
     assert w.holds.held == {} and w.posted == []
