@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from fairgpu.engine.engine import Bind, Engine
+from fairgpu.engine.engine import Bind, Engine, Ordering
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.preemption_hold import MAX_BACKOFF, PreemptionHolds
 
@@ -62,7 +62,7 @@ class World:
     """A cache with nodes n1 and n2 (2 GPUs each), the engine, and the hold machine, wired
     as the live scheduler wires them (minus the API calls)."""
 
-    def __init__(self, ordering: str = "kube-default") -> None:
+    def __init__(self, ordering: Ordering = "kube-default") -> None:
         self.cache = SchedulerCache("fairgpu")
         self.cache.sync_nodes(
             [decode_node(node_json(n)) for n in ("n1", "n2")], 0.0, CacheChanges()
@@ -286,7 +286,7 @@ def test_pod_group_timeout_victims_keep_their_node_and_same_cycle_binds_go_ahead
     assert [b.pod.name for b in w.posted] == ["q"]
 
 
-def big_victim_world(ordering: str = "kube-default") -> World:
+def big_victim_world(ordering: Ordering = "kube-default") -> World:
     """n1 runs b (two GPUs, priority 0), n2 runs w0 and w1 (priorities 5, 6)."""
     world = World(ordering)
     world.pod("ADDED", pod_json("b", node="n1", gpus=2))
