@@ -89,6 +89,21 @@ def test_a_rigid_group_is_one_victim_an_elastic_one_loses_members_beyond_min_mem
     assert cost.admissible("e0", {"e0"})  # it has slack: its siblings need not be eligible
 
 
+def test_members_that_ran_to_completion_count_toward_a_groups_slack() -> None:
+    # minMember 2: one member finished, two run -- one of them may go alone; a rigid group
+    # (minMember unknown) stays one victim whatever finished.
+    members = {"el": {"e1", "e2"}, "rigid": {"r1", "r2"}}
+    of = {u: k for k, us in members.items() for u in us}
+    done = {"el": {"e0"}, "rigid": {"r0"}}
+    gangs = RunningGangs(members, lambda u: of.get(u, ""), {"el": 2}.get, done)
+    assert gangs.slack("el") == 1 and gangs.slack("el", leaving=1) == 0
+    assert gangs.slack("rigid") == 0 and gangs.slack("rigid", leaving=1) == -1
+    cost = VictimCost(ClusterState(), gangs, 0.0)
+    assert cost.closure(["e1"]) == ["e1"]
+    assert cost.closure(["e1", "e2"]) == ["e1", "e2"]  # members of one group: both go
+    assert _gangs(members, {"el": 2}).slack("el") == 0  # without the finished one: none may
+
+
 def test_floor_is_the_cheapest_fractional_cover_of_the_gpus_needed() -> None:
     cheap = pod_info("cheap", gpus=1)  # 1 GPU x 100 s
     dear = pod_info("dear", gpus=2)  # 2 GPUs x 1 000 s: 1 000 per GPU

@@ -57,6 +57,38 @@ def test_gang_below_min_member_is_released_after_the_timeout() -> None:
     assert {e.kind for e in res.evictions} == {"gang-timeout"} and not state.placements
 
 
+def test_members_that_ran_to_completion_count_toward_min_member() -> None:
+    # Two of three members were bound (the scheduler stopped before the third's bind) and ran
+    # to completion: the group ran, so its last member starts alone instead of waiting for
+    # siblings that will never come back.
+    state = cluster(node_info("n1", gpus=4))
+    straggler = member(2, min_member=3)
+    res = Engine().cycle(state, [straggler], 0.0)
+    assert not res.binds and "1 pending < minMember 3" in res.unschedulable[0].reason
+    state.complete(member(0, min_member=3))
+    res = Engine().cycle(state, [straggler], 1.0)
+    assert not res.binds
+    assert "0 running + 1 completed + 1 pending < minMember 3" in res.unschedulable[0].reason
+    state.complete(member(1, min_member=3))
+    eng = Engine()
+    assert [b.pod.name for b in eng.cycle(state, [straggler], 2.0).binds] == ["m2"]
+    # Completed members whose objects are deleted no longer count.
+    state.release(straggler.uid)
+    state.forget_completed(member(1, min_member=3).uid)
+    res = eng.cycle(state, [straggler], 3.0)
+    assert not res.binds and "1 completed + 1 pending" in res.unschedulable[0].reason
+
+
+def test_a_group_whose_members_finish_one_by_one_is_not_timed_out() -> None:
+    eng = Engine(tenancy=parse_config({"gang": {"timeoutSeconds": 30}}))
+    placed = [(member(i, min_member=3), "n1", 0.0) for i in range(1, 3)]
+    state = cluster(node_info("n1", gpus=3), placed=placed)
+    state.complete(member(0, min_member=3))  # the first member finished early
+    assert not eng.cycle(state, [], 10.0).evictions
+    assert not eng.cycle(state, [], 100.0).evictions
+    assert len(state.placements) == 2
+
+
 def test_gang_reclaims_as_a_unit_or_not_at_all() -> None:
     placed = [(pod_info(f"a{j}", "a"), "n1" if j < 8 else "n2", 0.0) for j in range(16)]
     state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), placed=placed)

@@ -23,7 +23,10 @@ from live_helpers import (
 )
 
 from fairgpu.devcluster import ControlPlane, KubeClient
+from fairgpu.devcluster.kubelet import DURATION_ANNOTATION
 from fairgpu.kube.podgroups import PodGroupBook, PodGroupObject, decode_pod_group
+from fairgpu.model.gpu import ANN_GPU_DEVICES, WHOLE, encode_gpu_devices
+from fairgpu.tenancy.resolve import LABEL_POD_GROUP
 
 COSCHEDULING = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
@@ -118,3 +121,36 @@ def test_a_pod_group_crd_installed_later_is_picked_up(
         create_pod_group(admin, "scheduling.volcano.sh", "v1beta1", ns, "volc", 2)
         wait_for(lambda: {"volc-0", "volc-1"} <= set(bound(admin, ns)))
         assert VOLCANO in [r.path for r in s.pod_group_reflectors]
+
+
+@pytest.mark.integration
+def test_a_member_left_pending_starts_after_its_siblings_ran_to_completion(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    # A scheduler stopped between two binds of one gang (killed, or the API server went away
+    # mid-request): two of three members are bound, run and finish. The third must still
+    # start -- members that ran to completion count toward minMember -- not wait for good for
+    # siblings that will never run again.
+    ann = {"fairgpu.io/min-member": "3", DURATION_ANNOTATION: "1"}
+    for i in range(3):
+        create(admin, ns, pod(f"g-{i}", gpus=1, labels={LABEL_POD_GROUP: "g"}, annotations=ann))
+    for i in range(2):
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": f"g-{i}",
+                "annotations": {ANN_GPU_DEVICES: encode_gpu_devices((7 - i,), WHOLE, 0)},
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "lv-training-a100"},
+        }
+        admin.post(f"/api/v1/namespaces/{ns}/pods/g-{i}/binding", binding)
+
+    def succeeded() -> set[str]:
+        done = [p for p in pods(admin, ns) if p["status"].get("phase") == "Succeeded"]
+        return {p["metadata"]["name"] for p in done}
+
+    wait_for(lambda: succeeded() == {"g-0", "g-1"})
+    with scheduler(live_cp):
+        wait_for(lambda: "g-2" in bound(admin, ns), 20)
+        wait_for(lambda: succeeded() == {"g-0", "g-1", "g-2"}, 20)

@@ -97,6 +97,9 @@ class ClusterState:
         self.service_selectors: dict[str, list[dict[str, str]]] = {}
         self.dra = DraStore()  # DRA classes, slices, claims, templates (adapters fill it)
         self.dra_allocated_milli = 0  # sum of placements' dra_milli
+        # Pods of pod groups that ran to completion and still exist (:meth:`complete`).
+        self.completed: dict[str, PodInfo] = {}
+        self.completed_version = 0
 
     # ---- storage ------------------------------------------------------------------------
     def _grow(self, capacity: int) -> None:
@@ -402,6 +405,21 @@ class ClusterState:
         placement.terminating = terminating
         self.load_version += 1
         self.node_version[placement.node] += 1
+
+    def complete(self, pod: PodInfo) -> None:
+        """Record that ``pod``, a member of a pod group, ran to completion (phase Succeeded).
+        It holds nothing, but counts toward its group's minMember while it exists: a member
+        that did its part is not missing, so a sibling left pending (its bind failed, or the
+        scheduler stopped between two binds) can still start after the others finished --
+        as Volcano counts Succeeded tasks as ready."""
+        if pod.uid not in self.completed:
+            self.completed[pod.uid] = pod
+            self.completed_version += 1
+
+    def forget_completed(self, uid: str) -> None:
+        """A completed pod's object is gone (:meth:`complete`)."""
+        if self.completed.pop(uid, None) is not None:
+            self.completed_version += 1
 
     def release(self, uid: str) -> tuple[PodInfo, Placement] | None:
         """Remove a placed pod and give back what it held; returns it, or None if unknown."""

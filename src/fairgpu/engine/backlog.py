@@ -84,7 +84,7 @@ class Backlog:
         # Per group, its jobs as last built and what they were built from: ((its members'
         # change count, running members, minMember), jobs).
         self._group_version: dict[str, int] = {}
-        self._group_jobs: dict[str, tuple[tuple[int, int, int | None], list[Job]]] = {}
+        self._group_jobs: dict[str, tuple[tuple[int, int, int, int | None], list[Job]]] = {}
         # uid -> pod of every pending pod (alone or in a group) and the uids of pods alone.
         self.pods: dict[str, PodInfo] = {}
         self.alone: dict[str, Job] = {}
@@ -203,6 +203,7 @@ class Backlog:
         stamp = (
             self._group_version[key],
             len(book.group_running.get(key, ())),
+            book.members_toward_min(key),
             ref.min_member if ref is not None else None,
         )
         hit = self._group_jobs.get(key)

@@ -105,11 +105,13 @@ def group_jobs(
 ) -> list[Job]:
     """The jobs of pod group ``key``'s pending ``members`` (in :func:`pod_order`): one job
     of the members minMember still needs, or each member alone once the group runs with
-    minMember; none (reported in ``out``) while it cannot start."""
+    minMember; none (reported in ``out``) while it cannot start. Members that ran to
+    completion count as running (:meth:`~fairgpu.tenancy.book.QueueBook.members_toward_min`)."""
     ref = resolver.pod_group(members[0])
     assert ref is not None
     tenant = resolver.resolve(members[0])
     running = len(book.group_running.get(key, ()))
+    done = book.members_toward_min(key) - running  # members that ran to completion
     if ref.min_member is None:
         reason = resolver.pod_group_errors.get(key) or (
             f"pod group {key}: minMember unknown (no PodGroup registered and no "
@@ -117,13 +119,14 @@ def group_jobs(
         )
         out.unschedulable.extend(Unschedulable(p, reason) for p in members)
         return []
-    need = max(0, ref.min_member - running)
+    need = max(0, ref.min_member - running - done)
     if need == 0:
-        # The group already runs with minMember: further members go one by one.
+        # The group already runs (or ran) with minMember: further members go one by one.
         return [Job(p.uid, [p], tenant, ref) for p in members]
     if len(members) < need:
+        finished = f"{done} completed + " if done else ""
         reason = (
-            f"pod group {key}: waiting for members, {running} running + "
+            f"pod group {key}: waiting for members, {running} running + {finished}"
             f"{len(members)} pending < minMember {ref.min_member}"
         )
         out.unschedulable.extend(Unschedulable(p, reason) for p in members)

@@ -75,17 +75,20 @@ def remaining(pod: PodInfo, placement: Placement, now: float) -> float | None:
 
 class RunningGangs:
     """The running members of each pod group and its ``minMember``, read live from the queue
-    book's ``group_running`` (so a statement's evictions show at once)."""
+    book's ``group_running`` (so a statement's evictions show at once); ``completed``: the
+    members that ran to completion, which count toward minMember too."""
 
     def __init__(
         self,
         members: Mapping[str, set[str]],
         group_of: Callable[[str], str],
         min_member: Callable[[str], int | None],
+        completed: Mapping[str, set[str]] | None = None,
     ) -> None:
         self.members = members
         self.key = group_of
         self._min_member = min_member
+        self._completed = completed or {}
         self._need: dict[str, int | None] = {}
 
     def slack(self, key: str, leaving: int = 0) -> int:
@@ -94,8 +97,10 @@ class RunningGangs:
         if key not in self._need:
             self._need[key] = self._min_member(key)
         need = self._need[key]
-        running = len(self.members.get(key, ()))
-        return running - leaving - (running if need is None else need)
+        if need is None:
+            return -leaving
+        running = len(self.members.get(key, ())) + len(self._completed.get(key, ()))
+        return running - leaving - need
 
 
 def running_gangs(book: QueueBook, resolver: TenantResolver, cluster: ClusterState) -> RunningGangs:
@@ -113,7 +118,7 @@ def running_gangs(book: QueueBook, resolver: TenantResolver, cluster: ClusterSta
                 return ref.min_member
         return None
 
-    return RunningGangs(book.group_running, group_of, min_member)
+    return RunningGangs(book.group_running, group_of, min_member, book.group_completed)
 
 
 def no_tier(pod: PodInfo) -> float:

@@ -16,6 +16,7 @@ from fairgpu.model.pod import PodInfo
 
 __all__ = [
     "BindResult",
+    "CompletedEvent",
     "DraEvent",
     "EvictResult",
     "LoopEvent",
@@ -33,6 +34,15 @@ __all__ = [
 class PodEvent:
     """A Pod watch event: ``obj`` is a :class:`~fairgpu.kube.decode.PodRecord` (a list of
     them for ``SYNC``)."""
+
+    etype: str
+    obj: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedEvent:
+    """A watch event of Succeeded pods: ``obj`` is the pod group member it was, or None
+    (:func:`~fairgpu.kube.completed.decode_completed`; a list of them for ``SYNC``)."""
 
     etype: str
     obj: Any
@@ -119,6 +129,7 @@ class Wake:
 #: Everything the loop's queue carries.
 LoopEvent = (
     PodEvent
+    | CompletedEvent
     | NodeEvent
     | NamespaceEvent
     | ServiceEvent

@@ -42,12 +42,14 @@ from fairgpu.kube.batching import batch
 from fairgpu.kube.binder import ANN_SCHEDULED_BY, Binder
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.client import RateLimiter, RestClient, load_connection
+from fairgpu.kube.completed import apply_completed, completed_reflector
 from fairgpu.kube.config import RunConfig
 from fairgpu.kube.consistency import check as check_cache
 from fairgpu.kube.decode import time_label
 from fairgpu.kube.dra_watch import DraWatch
 from fairgpu.kube.events import (
     BindResult,
+    CompletedEvent,
     DraEvent,
     EvictResult,
     LoopEvent,
@@ -155,6 +157,10 @@ class LiveScheduler:
             lambda t, obj: self.events.put(PodEvent(t, obj)),
             params={"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
             name="pods",
+        )
+        # Pod group members that ran to completion still count toward minMember.
+        self.completed_reflector = completed_reflector(
+            self.client, lambda t, obj: self.events.put(CompletedEvent(t, obj))
         )
         self.node_reflector = Reflector(
             self.client,
@@ -267,6 +273,7 @@ class LiveScheduler:
         self.namespace_reflector.start()
         self.service_reflector.start()
         self.pod_reflector.start()
+        self.completed_reflector.start()
         self.volume_watch.start()
         self.dra_watch.start()
         self.pod_groups.start(cfg.podgroup_discovery_seconds)
@@ -291,6 +298,7 @@ class LiveScheduler:
             self.elector.stop(release=not self.lost_lease)
         self.metrics.leader.set(0)
         self.pod_reflector.stop()
+        self.completed_reflector.stop()
         self.node_reflector.stop()
         self.namespace_reflector.stop()
         self.service_reflector.stop()
@@ -307,6 +315,7 @@ class LiveScheduler:
     def _synced(self) -> bool:
         return (
             self.pod_reflector.synced.is_set()
+            and self.completed_reflector.synced.is_set()
             and self.node_reflector.synced.is_set()
             and self.namespace_reflector.synced.is_set()
             and self.service_reflector.synced.is_set()
@@ -409,6 +418,8 @@ class LiveScheduler:
             else:
                 self.forecaster.pod_event(event.etype, event.obj, now)
                 cache.apply_pod(event.etype, event.obj, now, out)
+        elif isinstance(event, CompletedEvent):
+            out.dirty |= apply_completed(cache.cluster, event.etype, event.obj)
         elif isinstance(event, NodeEvent):
             if event.etype == "SYNC":
                 cache.sync_nodes(event.obj, now, out)

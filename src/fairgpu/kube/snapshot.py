@@ -25,6 +25,12 @@ from fairgpu.engine.policies import policy as named_policy
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.client import RestClient
+from fairgpu.kube.completed import (
+    SUCCEEDED_PARAMS,
+    SUCCEEDED_PATH,
+    apply_completed,
+    decode_completed,
+)
 from fairgpu.kube.decode import NodeRecord, PodRecord, parse_time, time_label
 from fairgpu.kube.dra_watch import DraWatch, read_dra
 from fairgpu.kube.namespaces import NamespaceStore, decode_namespace
@@ -108,6 +114,8 @@ class Snapshot:
     volumes: list[tuple[str, list[Any]]] = field(default_factory=list)
     pod_groups: dict[str, list[Any]] = field(default_factory=dict)
     dra: list[tuple[str, list[Any]]] = field(default_factory=list)
+    # Pod group members that ran to completion (:mod:`~fairgpu.kube.completed`).
+    completed: list[Any] = field(default_factory=list)
     # How a point in time reads in answers (live: RFC 3339 UTC).
     label: Callable[[float], str] = time_label
     # (when, queue) of each preemption seen: live, the scheduler's Preempted Events (kept an
@@ -149,6 +157,7 @@ class Snapshot:
                     engine.set_pod_group_error(namespace, name, group.error)
                 else:
                     engine.set_pod_group(namespace, name, group.min_member)
+        apply_completed(cache.cluster, "SYNC", self.completed)
         cache.sync_pods(self.pods, self.now, out)
         return cache, engine
 
@@ -179,7 +188,8 @@ def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
         for path in served_pod_group_paths(client)
     }
     dra = read_dra(client, lambda path, decode: list_objects(client, path, decode))
-    return Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra)
+    done = list_objects(client, SUCCEEDED_PATH, decode_completed, SUCCEEDED_PARAMS)
+    return Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra, done)
 
 
 class _EventMeta(msgspec.Struct, rename="camel"):

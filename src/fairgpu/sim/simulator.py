@@ -382,6 +382,8 @@ class Simulation:
         self.cluster.release(uid)
         self._release_claims(rec.pod, requeue=False)
         self._leave_group(rec)
+        if self._group_key(rec.pod):  # counts toward its group's minMember from now on
+            self.cluster.complete(rec.pod)
         self._charge_tenant(rec, -1)
         self.runs.stop(uid, self.now, "completed")
         rec.end = self.now

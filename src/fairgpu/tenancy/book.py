@@ -144,6 +144,10 @@ class QueueBook:
         # count is the same holds the same pods.
         self.queue_changes: dict[str, int] = {}
         self.group_running: dict[str, set[str]] = {}
+        # Members of each pod group that ran to completion (ClusterState.complete): with the
+        # running ones, what a group has toward its minMember (members_toward_min).
+        self.group_completed: dict[str, set[str]] = {}
+        self._completed_of: tuple[ClusterState | None, int] = (None, -1)
         self.ns_caps: dict[str, np.ndarray] = {}
         for ns, caps in config.namespace_quotas.items():
             self.set_namespace_caps(ns, caps)
@@ -230,6 +234,7 @@ class QueueBook:
     # ---- accounting -------------------------------------------------------------------------
     def sync(self, cluster: ClusterState) -> None:
         """Bring the book in line with ``cluster``'s placements and capacity."""
+        self._sync_completed(cluster)
         static = (cluster.static_version, cluster.dra.slice_version)  # slices publish GPUs too
         if (
             cluster is self._cluster
@@ -248,6 +253,25 @@ class QueueBook:
         if self.static:
             self._static_nominal = self._weighted_nominal()
         self.mark_synced(cluster)
+
+    def _sync_completed(self, cluster: ClusterState) -> None:
+        """Group ``cluster``'s completed pods by pod group (when they changed)."""
+        seen, version = self._completed_of
+        if seen is cluster and version == cluster.completed_version:
+            return
+        self._completed_of = (cluster, cluster.completed_version)
+        groups: dict[str, set[str]] = {}
+        for uid, pod in cluster.completed.items():
+            ref = self.resolver.pod_group(pod)
+            if ref is not None:
+                groups.setdefault(ref.key, set()).add(uid)
+        self.group_completed = groups
+
+    def members_toward_min(self, group: str) -> int:
+        """Members of pod group ``group`` that count toward its minMember: those running
+        and those that ran to completion (a finished member is not missing)."""
+        done = self.group_completed.get(group)
+        return len(self.group_running.get(group, ())) + (len(done) if done else 0)
 
     def mark_synced(self, cluster: ClusterState) -> None:
         """Record that the book matches ``cluster`` as it is now (after the engine's own

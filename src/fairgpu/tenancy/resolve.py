@@ -26,6 +26,11 @@ LABEL_VOLCANO = "scheduling.k8s.io/group-name"
 GROUP_KEYS = (LABEL_POD_GROUP, LABEL_COSCHEDULING, LABEL_VOLCANO)
 
 
+def names_pod_group(pod: PodInfo) -> bool:
+    """Does ``pod`` name a pod group (a label or annotation of :data:`GROUP_KEYS`)?"""
+    return any(pod.labels.get(k) or pod.annotations.get(k) for k in GROUP_KEYS)
+
+
 @dataclass(frozen=True, slots=True)
 class Tenant:
     """Where a pod belongs: leaf ``queue``, its ``parent`` department ('' if none), ``user``.

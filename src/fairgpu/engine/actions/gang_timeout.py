@@ -1,6 +1,7 @@
 """Gang timeout: a pod group that runs below its minMember for longer than
-``gang.timeoutSeconds`` (members finished or were evicted) releases its remaining pods, so
-they stop holding GPUs a partial group cannot use."""
+``gang.timeoutSeconds`` (members evicted or failed) releases its remaining pods, so they stop
+holding GPUs a partial group cannot use. Members that ran to completion count toward
+minMember: the group ran whole, and its last members finishing later are not partial."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def expire_partial_groups(session: Session) -> None:
             continue
         some = session.cluster.pods.get(next(iter(uids)))
         ref = session.resolver.pod_group(some) if some is not None else None
-        if ref is None or ref.min_member is None or len(uids) >= ref.min_member:
+        if ref is None or ref.min_member is None or book.members_toward_min(key) >= ref.min_member:
             state.partial_since.pop(key, None)
             continue
         since = state.partial_since.setdefault(key, session.now)
