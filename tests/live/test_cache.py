@@ -279,3 +279,55 @@ def test_a_device_plugin_restart_keeps_a_victims_remainder_on_its_own_devices() 
     assert cache.cluster.placements["uid-v"].devices == (6, 7)
     assert free_devices(cache, "n1") == [0, 1, 2, 3]
     assert (cache.cluster.device_milli_free[0] >= 0).all()
+
+
+def test_a_pod_whose_bind_was_sent_keeps_its_gpus_while_its_node_registers_again() -> None:
+    # p's bind to n1 (devices 2 and 5) was sent; the watch lags, so the cache has not seen it
+    # bound. n1 is deleted and created again under its name meanwhile: the API accepts a
+    # Binding to a node that is gone, so p may well be bound there. It is not pending again,
+    # and holds devices 2 and 5 again when n1 returns; a failed bind lets go of them.
+    cache = make_cache("n1")
+    apply(cache, "ADDED", pod_json("p", gpus=2))
+    cache.cluster.assign(cache.pending["uid-p"], 0, (2, 5))
+    cache.assumed_by_engine("uid-p", "n1")
+    cache.bind_sent("uid-p", "n1", (2, 5))
+    cache.apply_node("DELETED", decode_node(node_json("n1")), 2.0, CacheChanges())
+    assert cache.schedulable() == []
+    cache.apply_node("ADDED", decode_node(node_json("n1")), 3.0, CacheChanges())
+    assert cache.cluster.placements["uid-p"].devices == (2, 5)
+    assert free_devices(cache, "n1") == [0, 1, 3, 4, 6, 7] and cache.schedulable() == []
+    apply(cache, "MODIFIED", pod_json("p", gpus=2, node="n1", devices="2,5"))  # the watch
+    assert not cache.binding and cache.overcommits == 0
+    assert free_devices(cache, "n1") == [0, 1, 3, 4, 6, 7]
+    # Another bind in flight when the node goes, which then fails: pending again.
+    apply(cache, "ADDED", pod_json("q", gpus=1))
+    cache.cluster.assign(cache.pending["uid-q"], cache.cluster.node_index["n1"], (0,))
+    cache.assumed_by_engine("uid-q", "n1")
+    cache.bind_sent("uid-q", "n1", (0,))
+    cache.apply_node("DELETED", decode_node(node_json("n1")), 4.0, CacheChanges())
+    cache.forget("uid-q")
+    assert [p.name for p in cache.schedulable()] == ["q"]
+    cache.apply_node("ADDED", decode_node(node_json("n1")), 5.0, CacheChanges())
+    assert "uid-q" not in cache.cluster.placements and free_devices(cache, "n1")[0] == 0
+
+
+def test_a_pod_its_bind_found_gone_stays_gone_while_the_watch_lags() -> None:
+    # The user deleted p; the watch has not said so yet. Its bind answers 404: p is gone now,
+    # and the events the lagging watch still delivers (p pending) do not bring it back --
+    # else every cycle until its DELETED event would place it, bind it and fail again.
+    cache = make_cache("n1")
+    apply(cache, "ADDED", pod_json("p", gpus=2))
+    cache.cluster.assign(cache.pending["uid-p"], 0, (2, 5))
+    cache.assumed_by_engine("uid-p", "n1")
+    cache.bind_sent("uid-p", "n1", (2, 5))
+    out = CacheChanges()
+    cache.gone_before_bound("uid-p", out)
+    assert out.gone == {"uid-p"} and cache.schedulable() == []
+    assert free_devices(cache, "n1") == list(range(8))
+    assert not apply(cache, "MODIFIED", pod_json("p", gpus=2)).dirty
+    assert cache.schedulable() == []
+    apply(cache, "DELETED", pod_json("p", gpus=2))
+    assert not cache.buried
+    # A pod of that name created again (another uid) is a new pod.
+    apply(cache, "ADDED", pod_json("p", gpus=2).replace(b"uid-p", b"uid-p2"))
+    assert [p.uid for p in cache.schedulable()] == ["uid-p2"]

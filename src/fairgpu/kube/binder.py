@@ -104,6 +104,7 @@ class Binder(LoopCalls):
                 mem = pl.device_memory
             annotations[ANN_GPU_DEVICES] = encode_gpu_devices(b.devices, milli, mem)
         self.inflight += 1
+        self.cache.bind_sent(b.pod.uid, b.node_name, b.devices or None)
         plan = storage.plan_for(cluster, b.pod.uid, b.node_name)  # volumes first, as PreBind does
         claims = self.dra.plan(cluster, b.pod, b.node_name)
         self.pool.submit(self._bind_call, b, annotations, plan, claims)
@@ -151,7 +152,7 @@ class Binder(LoopCalls):
         self.metrics.bind_seconds.observe(time.perf_counter() - t0)
         if claims is not None and not 200 <= status < 300:
             dra_binding.release(self.client, claims)
-        self.events.put(BindResult(status, message, b))
+        self.events.put(BindResult(status, message, b, pod_gone=status == 404))
 
     def _bound_where(self, ns: str, name: str, uid: str, node: str) -> int:
         """After a lost reply: 201 if the pod is bound to ``node``, 409 if bound elsewhere,
@@ -200,5 +201,9 @@ class Binder(LoopCalls):
             extra={"pod": b.pod.key, "node": b.node_name, "status": status, "error": message},
         )
         self.dra.failed(uid)
-        if self.cache.forget(uid):
+        if result.pod_gone:
+            # Gone for sure: not pending again until a lagging watch says so (each cycle in
+            # between would place it, bind it and fail again).
+            self.cache.gone_before_bound(uid, out)
+        elif self.cache.forget(uid):
             out.dirty = True

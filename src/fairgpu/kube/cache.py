@@ -16,6 +16,13 @@ is merely assumed) and whether its deletion has begun (``Placement.terminating``
 engine never chooses an unbound or terminating pod as a victim. A terminating pod keeps its
 capacity until its deletion is observed, as kube-scheduler counts it.
 
+A pod whose bind was sent (``binding``) is bound as far as the cache is concerned until the
+bind fails or the API shows it bound -- the watch may lag behind the reply. When its node is
+deleted meanwhile (a kubelet registering again), it waits for the node's return with its
+devices, as a bound pod does, and is not pending again: the API accepts a Binding to a node
+that does not exist, so the bind may well succeed, and its GPUs handed to others in the
+meantime would be booked twice once the node is back.
+
 Devices of bound pods come from their ``fairgpu.io/gpu-devices`` annotation, validated against
 the node when it shows GPUs, and are kept while it shows none (a Node re-created under the same
 name, or a device plugin restarting, reports 0 GPUs for a moment): they count again as soon as
@@ -102,6 +109,10 @@ class SchedulerCache:
         self.first_seen: dict[str, float] = {}
         self.bound: dict[str, tuple[str, tuple[int, ...] | None]] = {}
         self.assumed: dict[str, str] = {}
+        # Binds sent and not yet failed or seen bound: uid -> (node name, devices).
+        self.binding: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+        # Pods a bind found gone before the watch said so: their late events are ignored.
+        self.buried: set[str] = set()
         self.evicting: set[str] = set()
         # Bound pods whose deletion has begun: as the API reports it (deletionTimestamp), or
         # as this scheduler knows it (an eviction posted for a preemptor that gave up).
@@ -122,8 +133,10 @@ class SchedulerCache:
         """Pending pods not currently assumed (bind in flight) — the engine's input — by
         creation time, then namespace/name: never in watch order, which the simulator cannot
         know, so a replay of this snapshot sees the same order."""
-        placements = self.cluster.placements
-        pods = [p for uid, p in self.pending.items() if uid not in placements]
+        placements, binding = self.cluster.placements, self.binding
+        pods = [
+            p for uid, p in self.pending.items() if uid not in placements and uid not in binding
+        ]
         pods.sort(key=pod_identity)
         return pods
 
@@ -139,6 +152,10 @@ class SchedulerCache:
     def apply_pod(self, etype: str, rec: PodRecord, now: float, out: CacheChanges) -> None:
         """Apply one pod event (``ADDED``/``MODIFIED``/``DELETED``)."""
         uid = rec.uid
+        if uid in self.buried:
+            if etype == "DELETED":
+                self.buried.discard(uid)
+            return
         if etype == "DELETED" or rec.phase in TERMINAL_PHASES:
             self._gone(uid, out)
             return
@@ -185,6 +202,7 @@ class SchedulerCache:
                 out.gone_pods[uid] = last
             self._unindex(uid, where[0])
         self.assumed.pop(uid, None)
+        self.binding.pop(uid, None)
         self.evicting.discard(uid)
         self.deleting.discard(uid)
         self.evicted.discard(uid)
@@ -206,6 +224,7 @@ class SchedulerCache:
             self.deleting.add(uid)  # a deletion is never undone
         self._index(rec, old)
         out.nodes.add(rec.node_name)
+        self.binding.pop(uid, None)
         if uid in self.evicting or rec.info is None:
             return  # released by a preemption plan; stays released until it is gone
         self.assumed.pop(uid, None)
@@ -283,6 +302,7 @@ class SchedulerCache:
     def sync_pods(self, records: list[PodRecord], now: float, out: CacheChanges) -> None:
         """Replace the pod view with a full list (after a relist)."""
         seen = {r.uid for r in records}
+        self.buried &= seen  # the list shows them gone: no event of theirs is to come
         known = set(self.pending) | set(self.bound) | set(self.cluster.placements)
         for pods in self.orphans.values():
             known |= set(pods)
@@ -305,12 +325,30 @@ class SchedulerCache:
             pl.bound = uid in self.bound
             self.cluster.mark_terminating(uid, uid in self.deleting or uid in self.evicted)
 
+    def bind_sent(self, uid: str, node_name: str, devices: tuple[int, ...] | None) -> None:
+        """The bind of ``uid`` to ``node_name`` (with ``devices``) was sent: until it fails
+        (:meth:`forget`) or the API shows the pod bound, it is bound here, even if its node
+        goes and comes back meanwhile."""
+        self.binding[uid] = (node_name, devices)
+
+    def gone_before_bound(self, uid: str, out: CacheChanges) -> None:
+        """The bind of ``uid`` found no such pod (deleted, perhaps re-created under its
+        name): it is gone, as its DELETED event, which a lagging watch has not delivered
+        yet, will say; events of it until then are ignored."""
+        self.forget(uid)
+        if uid in self.pending:
+            self._gone(uid, out)
+            self.buried.add(uid)
+
     def forget(self, uid: str) -> bool:
         """Undo an assumption (bind failed or abandoned); True if capacity was released.
 
         A pod the API already reports bound is kept: the watch is the truth.
         """
         self.assumed.pop(uid, None)
+        where = self.binding.pop(uid, None)
+        if where is not None:  # waiting for its node's return: it no longer does
+            self.orphans.get(where[0], {}).pop(uid, None)
         if uid in self.bound:
             return False
         return self.cluster.release(uid) is not None
@@ -439,7 +477,7 @@ class SchedulerCache:
                     extra={"node": rec.name, "gpus": info.gpu_count, "pods_moved": moved},
                 )
         for uid, pod in self.orphans.pop(rec.name, {}).items():
-            where = self.bound.get(uid)
+            where = self.bound.get(uid) or self.binding.get(uid)
             if where is None or uid in self.cluster.placements:
                 continue
             if uid in self.evicting:
@@ -485,7 +523,7 @@ class SchedulerCache:
         if name not in self.cluster.node_index:
             return
         for pod in self.cluster.remove_node(name):
-            if pod.uid in self.bound:
+            if pod.uid in self.bound or pod.uid in self.binding:
                 self.orphans.setdefault(name, {})[pod.uid] = pod
             self.assumed.pop(pod.uid, None)
         out.dirty = True

@@ -105,11 +105,14 @@ class DraEvent:
 
 @dataclass(frozen=True, slots=True)
 class BindResult:
-    """The outcome of one bind: HTTP ``status`` (0: the API stayed unreachable) and message."""
+    """The outcome of one bind: HTTP ``status`` (0: the API stayed unreachable) and message;
+    ``pod_gone``: the Binding itself found no pod of that name and uid (not a volume's or
+    claim's pre-bind step failing with 404)."""
 
     status: int
     message: str
     bind: Bind
+    pod_gone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
