@@ -9,11 +9,13 @@ names (the status, and so the GPUs, written after the object), device plugins re
 shows 0 GPUs for a moment), kube-apiserver restarts (every watch resumes with 410 Gone, a
 request in flight may or may not have been applied), the scheduler's watches fall behind for a
 while (everything the API server sends it arrives 0.2-2 s late, :mod:`lag_proxy`, while the
-kubelet, users and nodes move on), and the scheduler itself is restarted --
-in the middle of whatever it was doing: binding, evicting, waiting for victims to go; once by
-SIGKILL to its process. Reclaim and priority preemption are on with their guards off, so
-victims are chosen all the time, and the fake kubelet finishes pods at their declared run
-times and keeps victims terminating for a grace period.
+kubelet, users and nodes move on), and the scheduler itself is restarted -- in the middle of
+whatever it was doing: binding, evicting, waiting for victims to go. For a third of the churn
+it runs as the Deployment runs it: two ``fairgpu run`` processes under leader election, the
+leader killed by SIGKILL and the standby taking over, a replica that loses its lease (the API
+server down past its renew deadline) replaced. Reclaim and priority preemption are on with
+their guards off, so victims are chosen all the time, and the fake kubelet finishes pods at
+their declared run times and keeps victims terminating for a grace period.
 
 Safety, judged from the API server's own state after every Pod and Node event
 (:class:`~auditor.Auditor`): no device or node over capacity, terminating pods included; no
@@ -29,6 +31,7 @@ already ran, would leave pods pending for good.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -61,6 +64,7 @@ from fairgpu.devcluster import (
     delete_nodes,
     ensure_namespace,
 )
+from fairgpu.devcluster.client import MERGE_PATCH
 from fairgpu.devcluster.kubelet import DURATION_ANNOTATION
 from fairgpu.kube import LiveScheduler
 from fairgpu.kube.client import Connection
@@ -234,8 +238,10 @@ class Chaos:
             return
         name = self.rng.choice(sorted(running))
         path = f"/api/v1/namespaces/{self.ns}/pods/{name}"
+        patch = {"metadata": {"finalizers": [STUCK]}}
+        if not self.api.request("PATCH", path, patch, content_type=MERGE_PATCH).ok:
+            return  # evicted or deleted since it was listed
         self.note(f"deleting {name}, stuck terminating")
-        self.api.patch(path, {"metadata": {"finalizers": [STUCK]}})
         self.delete([p for p in self.pods() if p["metadata"]["name"] == name])
         self.stuck.append(name)
 
@@ -333,6 +339,19 @@ class Chaos:
         return out
 
 
+class CacheWarnings(logging.Handler):
+    """The in-process scheduler's cache warnings (a GPU over-commit it observed, with the
+    node, pod and devices) go into the timeline, where they read in order with the churn."""
+
+    def __init__(self, chaos: Chaos) -> None:
+        super().__init__(logging.WARNING)
+        self.chaos = chaos
+
+    def emit(self, record: logging.LogRecord) -> None:
+        where = {k: getattr(record, k, None) for k in ("node", "pod", "devices")}
+        self.chaos.note(f"scheduler cache: {record.getMessage()} {where}")
+
+
 class Tally:
     """Bind and eviction results summed over the scheduler's runs."""
 
@@ -365,21 +384,79 @@ class Tally:
         return self.counts.get(key, 0.0)
 
 
-def crash(cp: ControlPlane, tmp_path: Path, tenancy: Path, chaos: Chaos, tally: Tally) -> None:
-    """A third of the churn under ``fairgpu run`` as a process, then SIGKILL -- whatever it
-    was doing: binding, evicting, holding preemptors for their victims."""
-    chaos.note("scheduler process started")
-    args = ("--no-leader-elect", f"--config={tenancy}", "--forecast-seconds=0")
-    proc = SchedulerProcess(cp, tmp_path / "crashed.log", *args)
+class Replicas:
+    """``fairgpu run`` processes under leader election, two at a time as the Deployment runs
+    them: one schedules, the other stands by; one that exits (it lost its lease, say while
+    the API server was down past its renew deadline) is replaced, as its ReplicaSet would."""
+
+    LEASE = ("--lease-duration=4", "--renew-deadline=3", "--retry-period=0.5")
+
+    def __init__(self, cp: ControlPlane, tmp_path: Path, tenancy: Path, chaos: Chaos) -> None:
+        self.cp, self.tmp_path, self.chaos = cp, tmp_path, chaos
+        self.args = (
+            *self.LEASE,
+            f"--lease-name=chaos-{chaos.tag}",
+            f"--config={tenancy}",
+            "--forecast-seconds=0",
+        )
+        self.running: list[SchedulerProcess] = []
+        self.logs: list[Path] = []
+        self.started = 0
+
+    def start(self) -> SchedulerProcess:
+        self.started += 1
+        log = self.tmp_path / f"replica-{self.started}.log"
+        proc = SchedulerProcess(self.cp, log, *self.args, f"--identity=replica-{self.started}")
+        self.running.append(proc)
+        self.logs.append(log)
+        self.chaos.note(f"scheduler replica-{self.started} started")
+        return proc
+
+    def tend(self) -> None:
+        """Replace the replicas that exited."""
+        for proc in [p for p in self.running if p.proc.poll() is not None]:
+            self.running.remove(proc)
+            self.chaos.note(f"a scheduler replica exited ({proc.proc.returncode}); replaced")
+            self.start().wait_ready()
+
+    def kill_leader(self) -> None:
+        """SIGKILL the replica holding the lease -- whatever it was doing: binding, evicting,
+        holding preemptors for their victims; the standby takes over, a new one stands by."""
+        leader = next((p for p in self.running if p.metric("fairgpu_leader") == 1), None)
+        if leader is None:
+            return
+        self.running.remove(leader)
+        leader.kill9()
+        self.chaos.note("the leading scheduler replica killed (SIGKILL)")
+        self.start().wait_ready()
+
+    def kill_all(self, tally: Tally) -> None:
+        for proc in self.running:
+            tally.add_scraped(proc.get("/metrics")[1])
+            proc.kill9()
+        self.chaos.note("every scheduler replica killed")
+        for log in self.logs:
+            logged = log.read_text(errors="replace").count("GPU over-commit observed")
+            tally.counts["cache_overcommits"] = tally.get("cache_overcommits") + logged
+
+
+def replicated(cp: ControlPlane, tmp_path: Path, tenancy: Path, chaos: Chaos, tally: Tally) -> None:
+    """A third of the churn under two ``fairgpu run`` replicas with leader election: the
+    leader killed by SIGKILL a third of the way, the API server restarted half way (past
+    the leases' renew deadline when its downtime and start add up to 3 s or more)."""
+    replicas = Replicas(cp, tmp_path, tenancy, chaos)
     try:
-        proc.wait_ready()
-        chaos.churn(STEPS // SEGMENTS)
-        tally.add_scraped(proc.get("/metrics")[1])
+        for proc in (replicas.start(), replicas.start()):
+            proc.wait_ready()
+        steps = STEPS // SEGMENTS
+        for i in range(steps):
+            chaos.step("apiserver" if i == steps // 2 else None)
+            if i == steps // 3:
+                replicas.kill_leader()
+            replicas.tend()
     finally:
-        proc.kill9()
-    chaos.note("scheduler process killed")
-    logged = proc.log_path.read_text(errors="replace").count("GPU over-commit observed")
-    tally.counts["cache_overcommits"] = tally.get("cache_overcommits") + logged
+        replicas.kill_all(tally)
+    assert replicas.started >= 3
 
 
 def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
@@ -400,6 +477,8 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
         auditor = Auditor(api, namespace=ns)
         auditor.gaps_allowed = True  # every watch resumes with 410 after a restart
         chaos = Chaos(cp, api, ns, tag, auditor, proxy)
+        warnings = CacheWarnings(chaos)
+        logging.getLogger("fairgpu.kube.cache").addHandler(warnings)
         create_nodes(api, chaos.specs)
         kubelet = FakeKubelet(kubelet_api, namespace=ns, workers=4, grace_seconds=GRACE)
         left: list[str] = []
@@ -408,8 +487,8 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
             with kubelet, auditor.watching():
                 assert kubelet.wait_synced(20)
                 for segment in range(SEGMENTS):
-                    if segment == 1:  # this run of the scheduler dies with SIGKILL
-                        crash(cp, tmp_path, tenancy, chaos, tally)
+                    if segment == 1:  # replicas under leader election, the leader killed
+                        replicated(cp, tmp_path, tenancy, chaos, tally)
                         continue
                     chaos.note("scheduler started")
                     with scheduler(cp, tenancy=tenancy, connection=lagging) as s:
@@ -428,13 +507,14 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
                         tally.add(s)
                 time.sleep(GRACE + 0.5)  # the last events reach the audit
         finally:  # what the audit saw, whatever failed
+            logging.getLogger("fairgpu.kube.cache").removeHandler(warnings)
             found = auditor.problems()
             print(f"seed {SEED}: {chaos.done} in {time.monotonic() - t0:.1f} s")
             print(f"{len(chaos.jobs)} jobs; {auditor.checks} states audited; {tally.counts}")
             print(f"{auditor.gaps} watch gaps; pods gone in one while unbound:", auditor.unjudged)
             print(f"{len(found)} problems:", *found, sep="\n")
             print(f"{len(left)} pods left unfinished:", *left, sep="\n")
-            if found or left:
+            if found or left or tally.get("cache_overcommits"):
                 print("what was done:", *chaos.timeline, sep="\n")
     assert found == []
     assert left == []
