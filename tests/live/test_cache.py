@@ -281,16 +281,22 @@ def test_a_device_plugin_restart_keeps_a_victims_remainder_on_its_own_devices() 
     assert (cache.cluster.device_milli_free[0] >= 0).all()
 
 
+def bind_sent(cache: SchedulerCache, name: str, gpus: int, devices: tuple[int, ...]) -> None:
+    """Pending pod ``name`` placed on n1's ``devices`` by the engine, its bind sent."""
+    apply(cache, "ADDED", pod_json(name, gpus=gpus))
+    uid = f"uid-{name}"
+    cache.cluster.assign(cache.pending[uid], cache.cluster.node_index["n1"], devices)
+    cache.assumed_by_engine(uid, "n1")
+    cache.bind_sent(uid, "n1", devices)
+
+
 def test_a_pod_whose_bind_was_sent_keeps_its_gpus_while_its_node_registers_again() -> None:
     # p's bind to n1 (devices 2 and 5) was sent; the watch lags, so the cache has not seen it
     # bound. n1 is deleted and created again under its name meanwhile: the API accepts a
     # Binding to a node that is gone, so p may well be bound there. It is not pending again,
     # and holds devices 2 and 5 again when n1 returns; a failed bind lets go of them.
     cache = make_cache("n1")
-    apply(cache, "ADDED", pod_json("p", gpus=2))
-    cache.cluster.assign(cache.pending["uid-p"], 0, (2, 5))
-    cache.assumed_by_engine("uid-p", "n1")
-    cache.bind_sent("uid-p", "n1", (2, 5))
+    bind_sent(cache, "p", 2, (2, 5))
     cache.apply_node("DELETED", decode_node(node_json("n1")), 2.0, CacheChanges())
     assert cache.schedulable() == []
     cache.apply_node("ADDED", decode_node(node_json("n1")), 3.0, CacheChanges())
@@ -300,10 +306,7 @@ def test_a_pod_whose_bind_was_sent_keeps_its_gpus_while_its_node_registers_again
     assert not cache.binding and cache.overcommits == 0
     assert free_devices(cache, "n1") == [0, 1, 3, 4, 6, 7]
     # Another bind in flight when the node goes, which then fails: pending again.
-    apply(cache, "ADDED", pod_json("q", gpus=1))
-    cache.cluster.assign(cache.pending["uid-q"], cache.cluster.node_index["n1"], (0,))
-    cache.assumed_by_engine("uid-q", "n1")
-    cache.bind_sent("uid-q", "n1", (0,))
+    bind_sent(cache, "q", 1, (0,))
     cache.apply_node("DELETED", decode_node(node_json("n1")), 4.0, CacheChanges())
     cache.forget("uid-q")
     assert [p.name for p in cache.schedulable()] == ["q"]
@@ -316,10 +319,7 @@ def test_a_pod_its_bind_found_gone_stays_gone_while_the_watch_lags() -> None:
     # and the events the lagging watch still delivers (p pending) do not bring it back --
     # else every cycle until its DELETED event would place it, bind it and fail again.
     cache = make_cache("n1")
-    apply(cache, "ADDED", pod_json("p", gpus=2))
-    cache.cluster.assign(cache.pending["uid-p"], 0, (2, 5))
-    cache.assumed_by_engine("uid-p", "n1")
-    cache.bind_sent("uid-p", "n1", (2, 5))
+    bind_sent(cache, "p", 2, (2, 5))
     out = CacheChanges()
     cache.gone_before_bound("uid-p", out)
     assert out.gone == {"uid-p"} and cache.schedulable() == []
