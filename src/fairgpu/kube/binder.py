@@ -18,12 +18,14 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from fairgpu.engine.engine import Bind
 from fairgpu.kube import dra_binding
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, SchedulerCache
 from fairgpu.kube.client import CONNECTION_ERRORS, STRATEGIC_MERGE_PATCH, RestClient
+from fairgpu.kube.decode import PodRecord
 from fairgpu.kube.events import BindResult, LoopEvent
 from fairgpu.kube.loop_calls import LoopCalls
 from fairgpu.kube.metrics import Metrics
@@ -50,6 +52,7 @@ class Binder(LoopCalls):
         identity: this replica's id, written to ``fairgpu.io/scheduled-by``.
         workers: concurrent bind calls.
         stop: set when the scheduler stops (ends the wait for a lost reply's outcome).
+        decode: the pod watch's decoder, for a pod a 409 says is bound already.
     """
 
     def __init__(
@@ -62,9 +65,11 @@ class Binder(LoopCalls):
         identity: str,
         workers: int,
         stop: threading.Event,
+        decode: Callable[[bytes], PodRecord] | None = None,
     ) -> None:
         super().__init__(client, events, cache, metrics, workers, "bind")
         self.reporter = reporter
+        self.decode = decode
         self.identity = identity
         self.stop = stop
         self.inflight = 0  # binds posted whose result the loop has not applied yet
@@ -152,7 +157,17 @@ class Binder(LoopCalls):
         self.metrics.bind_seconds.observe(time.perf_counter() - t0)
         if claims is not None and not 200 <= status < 300:
             dra_binding.release(self.client, claims)
-        self.events.put(BindResult(status, message, b, pod_gone=status == 404))
+        current = self._read(pod) if status == 409 else None
+        self.events.put(BindResult(status, message, b, pod_gone=status == 404, current=current))
+
+    def _read(self, pod: PodInfo) -> bytes | None:
+        """The pod as the API has it now (raw JSON), or None if it cannot be read."""
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+        try:
+            r = self.client.request("GET", path, limited=False, raw=True)
+        except CONNECTION_ERRORS:
+            return None
+        return bytes(r.body) if r.ok and isinstance(r.body, bytes | bytearray) else None
 
     def _bound_where(self, ns: str, name: str, uid: str, node: str) -> int:
         """After a lost reply: 201 if the pod is bound to ``node``, 409 if bound elsewhere,
@@ -179,7 +194,7 @@ class Binder(LoopCalls):
             return 201 if where == node else 409
         return 0
 
-    def done(self, result: BindResult, out: CacheChanges) -> None:
+    def done(self, result: BindResult, out: CacheChanges, now: float) -> None:
         """Apply a bind's result (loop thread): count it, or forget the failed placement."""
         status, message, b = result.status, result.message, result.bind
         self.inflight -= 1
@@ -205,5 +220,19 @@ class Binder(LoopCalls):
             # Gone for sure: not pending again until a lagging watch says so (each cycle in
             # between would place it, bind it and fail again).
             self.cache.gone_before_bound(uid, out)
-        elif self.cache.forget(uid):
+            return
+        if self.cache.forget(uid):
             out.dirty = True
+        if result.current is not None:
+            self._bound_elsewhere(result.current, uid, now, out)
+
+    def _bound_elsewhere(self, raw: bytes, uid: str, now: float, out: CacheChanges) -> None:
+        """A 409: the pod is bound already -- by an earlier run of this scheduler, another
+        replica, or a bind whose reply was lost. Where it is, as read after the 409, is
+        applied at once, as the watch will apply it: until the watch does, its GPUs there
+        would look free. A pod is never unbound, so this is never staler than the pending
+        pod the cache holds; a pod the cache no longer holds pending (the watch showed it
+        bound, or gone, meanwhile) is left to the watch."""
+        rec = self.decode(raw) if self.decode is not None else None
+        if rec is not None and rec.uid == uid and rec.node_name and uid in self.cache.pending:
+            self.cache.apply_pod("MODIFIED", rec, now, out)

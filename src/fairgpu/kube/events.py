@@ -107,12 +107,14 @@ class DraEvent:
 class BindResult:
     """The outcome of one bind: HTTP ``status`` (0: the API stayed unreachable) and message;
     ``pod_gone``: the Binding itself found no pod of that name and uid (not a volume's or
-    claim's pre-bind step failing with 404)."""
+    claim's pre-bind step failing with 404); ``current``: after a 409, the pod as the API
+    then had it (raw JSON), when it could be read."""
 
     status: int
     message: str
     bind: Bind
     pod_gone: bool = False
+    current: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

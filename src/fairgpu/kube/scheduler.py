@@ -125,6 +125,7 @@ class LiveScheduler:
             self.identity,
             config.bind_workers,
             self._stop,
+            lambda raw: decode_pod(raw, config.scheduler_name, DEFAULT_NAMES, self.pools),
         )
         self.evictor = Evictor(
             self.client,
@@ -438,7 +439,7 @@ class LiveScheduler:
         elif isinstance(event, DraEvent):
             out.dirty |= DraWatch.apply(cache.cluster, event.etype, event.obj)
         elif isinstance(event, BindResult):
-            self.binder.done(event, out)
+            self.binder.done(event, out, now)
         elif isinstance(event, EvictResult):
             self.evictor.done(event, now, out)
 
