@@ -420,3 +420,31 @@ def test_a_nomination_the_api_reports_cleared_is_cleared_in_the_cache() -> None:
     assert w.cache.nominated["uid-p"] == "n1"
     w.pod("MODIFIED", pod_json("p", priority=10))
     assert "uid-p" not in w.cache.nominated
+
+
+def test_a_group_displacing_a_group_across_nodes_waits_on_every_node() -> None:
+    # Group g (two members of two GPUs) evicted b1 on n1 and b2 on n2; both members wait for
+    # both. Group h, of higher priority, takes both places. The member on each node waits
+    # for the victim still terminating there -- each gets all of g's victims, not only the
+    # member on the node of the first displaced pod handled (the other was bound at once, on
+    # GPUs its node's victim still ran on).
+    w = World("fair")
+    for i, node in ((1, "n1"), (2, "n2")):
+        w.pod("ADDED", pod_json(f"b{i}", node=node, gpus=2))
+    for i in range(2):
+        w.pod("ADDED", pod_json(f"g{i}", priority=10, gpus=2, group="g"))
+    assert sorted(w.cycle(2.0)) == ["b1", "b2"]
+    assert [h.waiting for h in w.holds.held.values()] == [{"uid-b1", "uid-b2"}] * 2
+    for i in range(2):
+        w.pod("ADDED", pod_json(f"h{i}", priority=20, gpus=2, group="h"))
+    assert w.cycle(3.0) == [] and sorted(w.displaced) == ["g0", "g1"]
+    assert w.posted == []
+    assert {n: h.waiting for n, h in w.holds.held.items()} == {
+        "uid-h0": {"uid-b1", "uid-b2"},
+        "uid-h1": {"uid-b1", "uid-b2"},
+    }
+    assert w.cache.overcommits == 0 and w.free_gpus("n1") == w.free_gpus("n2") == 0
+    w.drain(w.pod("DELETED", pod_json("b1", node="n1", gpus=2)), 4.0)
+    assert w.posted == []
+    w.drain(w.pod("DELETED", pod_json("b2", node="n2", gpus=2)), 5.0)
+    assert sorted(b.pod.name for b in w.posted) == ["h0", "h1"]

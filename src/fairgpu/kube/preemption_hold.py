@@ -28,9 +28,10 @@ A held preemptor leaves that state in one of these ways:
   requeued at once (no backoff, nothing failed). Its victims still terminate in the API: each
   goes back in the cache as terminating if its node has room for it beside the pods taking
   its place (it holds its own room until gone); the others are *transferred*: each pod taking
-  its place -- every pod the displacing job placed on that node, which names the displaced pod
-  in its ``wait_for`` (a pod group's members may take the place of one another's victims) --
-  is held there and waits for them as well as for victims of its own. The engine displaces at
+  its place -- every pod the displacing job placed, on any node, which names the displaced pod
+  in its ``wait_for`` (a pod group's members may take the place of one another's victims, and
+  the victims of a displaced group's members are all of its victims, on every node) -- is
+  held and waits for them as well as for victims of its own. The engine displaces at
   most one held preemptor per node in a cycle, and holds the room the displaced pod had
   beyond what the pods taking its place take for the rest of the cycle
   (:mod:`~fairgpu.engine.lingering`); then its victims' remainders are held again against
@@ -222,12 +223,19 @@ class PreemptionHolds:
     def displaced(self, displaced: list[Displace], binds: list[Bind], now: float) -> list[PodInfo]:
         """Apply the cycle's displacements (module docstring) before its ``binds`` are held
         or posted (all may go ahead); returns the displaced pods, whose nominations the
-        caller clears in the API (they are cleared here in the cache)."""
+        caller clears in the API (they are cleared here in the cache).
+
+        The victims a displaced preemptor waited for are those of its whole statement, on
+        every node (a pod group's members wait for all of them), so they go to every pod
+        that took the place of any member of it, whatever its node: handed only to the pods
+        on one member's node, the pods on another's were bound at once, on GPUs a victim
+        there still ran on."""
         if not displaced:
             return []
         cache = self.cache
-        takers: dict[str, dict[str, PodInfo]] = {}  # node -> the pods taking places there
-        released: dict[str, list[tuple[str, PodInfo]]] = {}  # node -> victims to place
+        # Per displaced statement (its pod group, or the pod alone): the pods taking its
+        # places and the victims it waited for.
+        batches: dict[str, tuple[dict[str, PodInfo], list[tuple[str, PodInfo]]]] = {}
         gone: list[PodInfo] = []
         for d in displaced:
             held = self.held.pop(d.pod.uid, None)
@@ -240,15 +248,15 @@ class PreemptionHolds:
             cache.forget(d.pod.uid)
             cache.nominated.pop(d.pod.uid, None)
             gone.append(d.pod)
-            node = held.bind.node_name
-            here = takers.setdefault(node, {})
-            here.update(_taking(d, node, binds))
+            takers, victims = batches.setdefault(held.group or d.pod.uid, ({}, []))
+            takers.update(_taking(d, binds))
             for v in held.waiting:
                 entry = self.victims.pop(v, None)
                 if entry is not None:
-                    released.setdefault(node, []).append((v, entry[1]))
-        for node, victims in released.items():
-            self._transfer(list(takers[node].values()), victims, now)
+                    victims.append((v, entry[1]))
+        for takers, victims in batches.values():
+            if victims:
+                self._transfer(list(takers.values()), victims, now)
         return gone
 
     def _transfer(
@@ -320,11 +328,11 @@ class PreemptionHolds:
         )
 
 
-def _taking(d: Displace, node: str, binds: list[Bind]) -> dict[str, PodInfo]:
-    """The pods of this cycle that take displaced ``d``'s place on ``node``: the binds there
-    that wait for it (every pod its displacer's job placed on that node), else the displacer
-    itself if it was placed."""
-    here = {b.pod.uid: b.pod for b in binds if b.node_name == node and d.pod.uid in b.wait_for}
+def _taking(d: Displace, binds: list[Bind]) -> dict[str, PodInfo]:
+    """The pods of this cycle that take displaced ``d``'s place: the binds that wait for it
+    (every pod its displacer's statement placed, on any node), else the displacer itself
+    if it was placed."""
+    here = {b.pod.uid: b.pod for b in binds if d.pod.uid in b.wait_for}
     if here:
         return here
     return {b.pod.uid: b.pod for b in binds if b.pod.uid == d.preemptor.uid}
