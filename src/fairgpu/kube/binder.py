@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from fairgpu.engine.engine import Bind
 from fairgpu.kube import dra_binding
 from fairgpu.kube import volumes as storage
@@ -34,6 +36,17 @@ from fairgpu.model.gpu import ANN_GPU_DEVICES, WHOLE, encode_gpu_devices
 from fairgpu.model.pod import PodInfo
 
 __all__ = ["ANN_SCHEDULED_BY", "Binder"]
+
+
+class _Meta(msgspec.Struct):
+    uid: str = ""
+
+
+class _Object(msgspec.Struct):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+
+
+_uid_decoder = msgspec.json.Decoder(_Object)
 
 log = logging.getLogger("fairgpu.kube")
 
@@ -157,17 +170,30 @@ class Binder(LoopCalls):
         self.metrics.bind_seconds.observe(time.perf_counter() - t0)
         if claims is not None and not 200 <= status < 300:
             dra_binding.release(self.client, claims)
-        current = self._read(pod) if status == 409 else None
-        self.events.put(BindResult(status, message, b, pod_gone=status == 404, current=current))
+        gone, current = status == 404, None
+        if status == 409:  # bound already -- or the name is another pod's now
+            gone, current = self._read(pod)
+        self.events.put(BindResult(status, message, b, pod_gone=gone, current=current))
 
-    def _read(self, pod: PodInfo) -> bytes | None:
-        """The pod as the API has it now (raw JSON), or None if it cannot be read."""
+    def _read(self, pod: PodInfo) -> tuple[bool, bytes | None]:
+        """After a 409: (gone, the pod as the API has it now). Gone when no pod of that
+        name exists or the one there has another uid (deleted and created again under its
+        name: the uid precondition fails with 409 too); the raw JSON when it is the same
+        pod; (False, None) when it cannot be read."""
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
         try:
             r = self.client.request("GET", path, limited=False, raw=True)
         except CONNECTION_ERRORS:
-            return None
-        return bytes(r.body) if r.ok and isinstance(r.body, bytes | bytearray) else None
+            return False, None
+        if r.status == 404:
+            return True, None
+        if not r.ok or not isinstance(r.body, bytes | bytearray):
+            return False, None
+        try:
+            uid = _uid_decoder.decode(r.body).metadata.uid
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False, None
+        return (False, bytes(r.body)) if uid == pod.uid else (True, None)
 
     def _bound_where(self, ns: str, name: str, uid: str, node: str) -> int:
         """After a lost reply: 201 if the pod is bound to ``node``, 409 if bound elsewhere,
@@ -209,7 +235,9 @@ class Binder(LoopCalls):
             self.reporter.forget(uid)
             log.debug("bound", extra={"pod": b.pod.key, "node": b.node_name})
             return
-        gone = status == 404  # deleted before its bind (watch lag): expected, not a fault
+        # Deleted before its bind (watch lag; perhaps created again under its name):
+        # expected, not a fault.
+        gone = status == 404 or result.pod_gone
         m.binds.labels("gone" if gone else "conflict" if status == 409 else "error").inc()
         (log.info if gone else log.warning)(
             "bind failed; forgetting the assumed placement",
