@@ -322,7 +322,7 @@ def test_a_pod_its_bind_found_gone_stays_gone_while_the_watch_lags() -> None:
     bind_sent(cache, "p", 2, (2, 5))
     out = CacheChanges()
     cache.gone_before_bound("uid-p", out)
-    assert out.gone == {"uid-p"} and cache.schedulable() == []
+    assert out.gone == {"uid-p"} and out.dirty and cache.schedulable() == []
     assert free_devices(cache, "n1") == list(range(8))
     assert not apply(cache, "MODIFIED", pod_json("p", gpus=2)).dirty
     assert cache.schedulable() == []

@@ -335,7 +335,8 @@ class SchedulerCache:
         """The bind of ``uid`` found no such pod (deleted, perhaps re-created under its
         name): it is gone, as its DELETED event, which a lagging watch has not delivered
         yet, will say; events of it until then are ignored."""
-        self.forget(uid)
+        if self.forget(uid):
+            out.dirty = True  # its room is free for the next cycle
         if uid in self.pending:
             self._gone(uid, out)
             self.buried.add(uid)
