@@ -45,7 +45,7 @@ from fairgpu.kube.client import RateLimiter, RestClient, load_connection
 from fairgpu.kube.completed import apply_completed, completed_reflector
 from fairgpu.kube.config import RunConfig
 from fairgpu.kube.consistency import check as check_cache
-from fairgpu.kube.decode import time_label
+from fairgpu.kube.decode import PodRecord, time_label
 from fairgpu.kube.dra_watch import DraWatch
 from fairgpu.kube.events import (
     BindResult,
@@ -125,7 +125,7 @@ class LiveScheduler:
             self.identity,
             config.bind_workers,
             self._stop,
-            lambda raw: decode_pod(raw, config.scheduler_name, DEFAULT_NAMES, self.pools),
+            self._decode_pod,
         )
         self.evictor = Evictor(
             self.client,
@@ -147,14 +147,17 @@ class LiveScheduler:
         self._last_cycle = 0.0
         self._last_metrics = 0.0
 
+    def _decode_pod(self, raw: bytes) -> PodRecord:
+        """A pod's JSON as the pod watch decodes it (the binder reads a pod after a 409)."""
+        return decode_pod(raw, self.config.scheduler_name, DEFAULT_NAMES, self.pools)
+
     def _make_watches(self) -> None:
         """The reflectors of pods, nodes and storage (PodGroups are found in :meth:`run`)."""
         names = DEFAULT_NAMES
-        sched = self.config.scheduler_name
         self.pod_reflector = Reflector(
             self.client,
             "/api/v1/pods",
-            lambda raw: decode_pod(raw, sched, names, self.pools),
+            self._decode_pod,
             lambda t, obj: self.events.put(PodEvent(t, obj)),
             params={"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
             name="pods",
