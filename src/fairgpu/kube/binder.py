@@ -20,8 +20,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import msgspec
-
 from fairgpu.engine.engine import Bind
 from fairgpu.kube import dra_binding
 from fairgpu.kube import volumes as storage
@@ -36,17 +34,6 @@ from fairgpu.model.gpu import ANN_GPU_DEVICES, WHOLE, encode_gpu_devices
 from fairgpu.model.pod import PodInfo
 
 __all__ = ["ANN_SCHEDULED_BY", "Binder"]
-
-
-class _Meta(msgspec.Struct):
-    uid: str = ""
-
-
-class _Object(msgspec.Struct):
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
-
-
-_uid_decoder = msgspec.json.Decoder(_Object)
 
 log = logging.getLogger("fairgpu.kube")
 
@@ -78,7 +65,7 @@ class Binder(LoopCalls):
         identity: str,
         workers: int,
         stop: threading.Event,
-        decode: Callable[[bytes], PodRecord] | None = None,
+        decode: Callable[[bytes], PodRecord],
     ) -> None:
         super().__init__(client, events, cache, metrics, workers, "bind")
         self.reporter = reporter
@@ -175,11 +162,11 @@ class Binder(LoopCalls):
             gone, current = self._read(pod)
         self.events.put(BindResult(status, message, b, pod_gone=gone, current=current))
 
-    def _read(self, pod: PodInfo) -> tuple[bool, bytes | None]:
-        """After a 409: (gone, the pod as the API has it now). Gone when no pod of that
-        name exists or the one there has another uid (deleted and created again under its
-        name: the uid precondition fails with 409 too); the raw JSON when it is the same
-        pod; (False, None) when it cannot be read."""
+    def _read(self, pod: PodInfo) -> tuple[bool, PodRecord | None]:
+        """After a 409: (gone, the pod as the API has it now, decoded as the watch decodes
+        it). Gone when no pod of that name exists or the one there has another uid (deleted
+        and created again under its name: the uid precondition fails with 409 too); the pod
+        when it is the same one; (False, None) when it cannot be read."""
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
         try:
             r = self.client.request("GET", path, limited=False, raw=True)
@@ -189,11 +176,8 @@ class Binder(LoopCalls):
             return True, None
         if not r.ok or not isinstance(r.body, bytes | bytearray):
             return False, None
-        try:
-            uid = _uid_decoder.decode(r.body).metadata.uid
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return False, None
-        return (False, bytes(r.body)) if uid == pod.uid else (True, None)
+        rec = self.decode(bytes(r.body))
+        return (False, rec) if rec.uid == pod.uid else (True, None)
 
     def _bound_where(self, ns: str, name: str, uid: str, node: str) -> int:
         """After a lost reply: 201 if the pod is bound to ``node``, 409 if bound elsewhere,
@@ -254,13 +238,12 @@ class Binder(LoopCalls):
         if result.current is not None:
             self._bound_elsewhere(result.current, uid, now, out)
 
-    def _bound_elsewhere(self, raw: bytes, uid: str, now: float, out: CacheChanges) -> None:
+    def _bound_elsewhere(self, rec: PodRecord, uid: str, now: float, out: CacheChanges) -> None:
         """A 409: the pod is bound already -- by an earlier run of this scheduler, another
         replica, or a bind whose reply was lost. Where it is, as read after the 409, is
         applied at once, as the watch will apply it: until the watch does, its GPUs there
         would look free. A pod is never unbound, so this is never staler than the pending
         pod the cache holds; a pod the cache no longer holds pending (the watch showed it
         bound, or gone, meanwhile) is left to the watch."""
-        rec = self.decode(raw) if self.decode is not None else None
-        if rec is not None and rec.uid == uid and rec.node_name and uid in self.cache.pending:
+        if rec.node_name and uid in self.cache.pending:
             self.cache.apply_pod("MODIFIED", rec, now, out)

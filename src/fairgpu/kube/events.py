@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairgpu.engine.engine import Bind
+from fairgpu.kube.decode import PodRecord
 from fairgpu.model.pod import PodInfo
 
 __all__ = [
@@ -108,13 +109,13 @@ class BindResult:
     """The outcome of one bind: HTTP ``status`` (0: the API stayed unreachable) and message;
     ``pod_gone``: the Binding itself found no pod of that name and uid (not a volume's or
     claim's pre-bind step failing with 404); ``current``: after a 409, the pod as the API
-    then had it (raw JSON), when it could be read."""
+    then had it (decoded as the pod watch decodes it), when it could be read."""
 
     status: int
     message: str
     bind: Bind
     pod_gone: bool = False
-    current: bytes | None = None
+    current: PodRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
