@@ -21,7 +21,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.kube.client import RestClient
 from fairgpu.kube.reflector import Reflector, Sink
 from fairgpu.model.pod import PodInfo
-from fairgpu.tenancy.resolve import names_pod_group
+from fairgpu.tenancy.resolve import group_label
 
 SUCCEEDED_PATH = "/api/v1/pods"
 SUCCEEDED_PARAMS = {"fieldSelector": "status.phase=Succeeded"}
@@ -56,7 +56,7 @@ def decode_completed(raw: bytes) -> PodInfo | None:
         labels=meta.labels or {},
         annotations=meta.annotations or {},
     )
-    return pod if names_pod_group(pod) else None
+    return pod if group_label(pod) is not None else None
 
 
 def apply_completed(cluster: ClusterState, etype: str, payload: Any) -> bool:

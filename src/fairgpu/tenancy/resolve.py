@@ -26,9 +26,14 @@ LABEL_VOLCANO = "scheduling.k8s.io/group-name"
 GROUP_KEYS = (LABEL_POD_GROUP, LABEL_COSCHEDULING, LABEL_VOLCANO)
 
 
-def names_pod_group(pod: PodInfo) -> bool:
-    """Does ``pod`` name a pod group (a label or annotation of :data:`GROUP_KEYS`)?"""
-    return any(pod.labels.get(k) or pod.annotations.get(k) for k in GROUP_KEYS)
+def group_label(pod: PodInfo) -> tuple[str, str] | None:
+    """(label, group name) of the first pod group label or annotation (:data:`GROUP_KEYS`)
+    ``pod`` sets; None when it names no pod group."""
+    for label in GROUP_KEYS:
+        name = pod.labels.get(label) or pod.annotations.get(label)
+        if name:
+            return label, name
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +99,7 @@ class TenantResolver:
 
     def _resolve(self, pod: PodInfo) -> Tenant:
         tenant = self._resolve_queue(pod)
-        if tenant.error is None and self._group_label(pod) is not None:
+        if tenant.error is None and group_label(pod) is not None:
             error = self._min_member_annotation(pod)[1]
             if error is not None:
                 return replace(tenant, error=error)
@@ -179,15 +184,6 @@ class TenantResolver:
         self._group_cache[key] = ref
         return ref
 
-    @staticmethod
-    def _group_label(pod: PodInfo) -> tuple[str, str] | None:
-        """(label, group name) of the first group label or annotation the pod sets."""
-        for label in GROUP_KEYS:
-            name = pod.labels.get(label) or pod.annotations.get(label)
-            if name:
-                return label, name
-        return None
-
     def _min_member_annotation(self, pod: PodInfo) -> tuple[int | None, str | None]:
         """(minMember, None) from the pod's annotation, (None, None) if it has none, or
         (None, what is wrong) naming the pod and the annotation."""
@@ -205,7 +201,7 @@ class TenantResolver:
         return value, None
 
     def _pod_group(self, pod: PodInfo) -> PodGroupRef | None:
-        found = self._group_label(pod)
+        found = group_label(pod)
         if found is None:
             return None
         label, name = found
