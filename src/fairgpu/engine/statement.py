@@ -89,7 +89,7 @@ class Statement:
         siblings wait could run alone, or finish, before they start -- if they were requeued
         (their victims did not go, their node went), the group would be left below minMember.
         A displaced held preemptor is named too: the adapter hands its victims to every pod
-        on its node that names it (they took its place)."""
+        that names it, on any node (they took its place)."""
         s = self.session
         out = s.out
         held = s.displaceable

@@ -157,9 +157,9 @@ class PreemptionHolds:
         cache = self.cache
         changed = False
         for p_uid, held in list(self.held.items()):
-            node = held.bind.node_name
             if p_uid not in self.held:
                 continue  # dropped with its group
+            node = held.bind.node_name
             if cache.assumed.get(p_uid) == node and cache.node_name_of(p_uid) == node:
                 continue
             log.info(
@@ -263,7 +263,7 @@ class PreemptionHolds:
         self, takers: list[PodInfo], victims: list[tuple[str, PodInfo]], now: float
     ) -> None:
         """A displaced preemptor's ``victims``: back in the cache as terminating where there
-        is room beside ``takers`` (the pods that took its place on its node), the others
+        is room beside ``takers`` (the pods that took its place, on any node), the others
         theirs -- each of them waits for every one (all back, if none was kept). What those
         hold beyond the takers' room, and their own victims' beyond it, is held again against
         them (:meth:`SchedulerCache.linger`): they may take less than the displaced pod did."""
