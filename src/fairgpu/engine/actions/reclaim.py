@@ -58,6 +58,14 @@ most the victim's before it, 71.88%, 1.39%, 0.731; the leximin step alone took t
 lowest ratio from 0.841 to 0.640 and the demo's (seed 2) useful allocation from 76.1 to 66.4%.
 A queue that overshoots holds the extra for a training job's hours, and the queues it took
 from are the ones then locked below their shares.
+Paying for the overshoot in advance does not change that (deficit round robin: a queue earns
+credit, its shortfall x time, while below its share -- or only while every waiting job of it
+is larger than its gap --, may end above its share when the credit covers the excess x the
+job's declared run time, spends it, and its job is protected from reclaim for that time):
+demo seeds 0/1/2 lowest ratio .704/.721/.740 -> .770/.603/.702 (the largest queue, 0.92x
+its share, spent its credit and took seed 1's lowest to 0.60x), lost GPU time on seed 0 1.31
+-> 3.41%, flexible-and-confined useful 76.1 -> 78.3% but lost 0.9 -> 4.0%, pool mix unchanged
+within 0.02; capping the credit at 180 or 720 share-seconds changed none of that.
 
 No preemption cycles (under the same state: the victims pending again, nothing else
 changed). After a quota-guarantee move Q is within its nominal quota, so V can take nothing
