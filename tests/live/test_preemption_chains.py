@@ -302,6 +302,43 @@ def test_reclaim_chain_never_evicts_a_waiting_preemptor(world: World, tmp_path: 
     assert_clean(audit, s)
 
 
+def test_priority_at_the_quota_cap_evicts_once_per_pod_while_victims_terminate(
+    world: World, tmp_path: Path
+) -> None:
+    """qcap may hold 3 GPUs and holds them with low pods; the node has room to spare. Each
+    high pod takes one low pod's place in the quota and waits, unbound, while its victim
+    terminates (the kubelet is stopped): two highs, two evictions, never a third while the
+    first victim is still there; once the victims are gone the queue holds its quota, never
+    more."""
+    a = world.node("a", gpus=6)
+    tenancy = tmp_path / "tenancy.yaml"
+    tenancy.write_text("queues:\n- {name: qcap, quota: {gpu: 3}, borrowingLimit: {gpu: 0}}\n")
+    lows = ["low0", "low1", "low2"]
+
+    def in_quota() -> int:
+        return sum(
+            1
+            for p in world.pods()
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+        )
+
+    with world.audit() as audit, scheduler(world.cp, tenancy=tenancy) as s:
+        world.fill(a, dict.fromkeys(lows, "pc-low"), queue="qcap")
+        world.create("high", "pc-high", queue="qcap")
+        wait_for(lambda: sum(world.terminating(n) for n in lows) == 1, 15)
+        world.create("high-2", "pc-high", queue="qcap")
+        wait_for(lambda: sum(world.terminating(n) for n in lows) == 2, 15)
+        assert _stays(lambda: sum(world.terminating(n) for n in lows) == 2, 2.0)
+        assert in_quota() <= 3
+        with world.kubelet([a]):
+            wait_for(lambda: world.node_of("high") == a and world.node_of("high-2") == a, 20)
+        assert s.metrics.evictions.labels("ok")._value.get() == 2
+        assert in_quota() == 3
+        events = wait_for(lambda: len(world.preempted()) == 2 and world.preempted(), 15)
+        assert all("make room in its queue's quota" in e["note"] for e in events)
+    assert_clean(audit, s)
+
+
 def test_victims_that_never_terminate_time_out_without_more_evictions(
     world: World, tmp_path: Path
 ) -> None:

@@ -463,12 +463,15 @@ class QueueBook:
             f"{_fmt(d, top[d])} ({how})"
         )
 
-    def admit(self, queue: str, vec: np.ndarray) -> str | None:
-        """None if ``queue`` may take ``vec`` more now; otherwise the reason it may not."""
+    def admit(self, queue: str, vec: np.ndarray, freed: np.ndarray | None = None) -> str | None:
+        """None if ``queue`` may take ``vec`` more now; otherwise the reason it may not.
+        ``freed``: what the queue would hold less first (pods of its own it would evict)."""
         if self.unlimited(queue):
             return None
         lim = self.queue_limits(queue)
         after = self.used(queue) + vec
+        if freed is not None:
+            after = after - freed
         top = self.max_usage(queue)
         over = np.flatnonzero((after > top + 1e-6) & (vec > 0))
         if over.size:

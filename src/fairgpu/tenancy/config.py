@@ -128,7 +128,8 @@ class Resources(_Model):
 class QueuePreemption(_Model):
     """Preemption rules of one queue.
 
-    ``withinQueue``: ``LowerPriority`` lets a pod preempt lower-priority pods of its own queue,
+    ``withinQueue``: ``LowerPriority`` lets a pod preempt lower-priority pods of its own queue
+    -- for node room, and for room in the queue's quota when the quota is used up --,
     ``Never`` forbids it. ``reclaim``: may this queue take back capacity from queues above their
     fair share or borrowing beyond their quota. ``preemptible``: may this queue's pods be
     preempted at all (False = non-preemptive queue).

@@ -9,6 +9,7 @@ would. Per-pod namespace caps are checked again for each member at placement
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -20,6 +21,17 @@ from fairgpu.engine.session import Session
 from fairgpu.tenancy.book import QueueBook
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaFull:
+    """Admission's answer for a job refused only because its queue's quota is used up now:
+    the job's needed members' ask together (``need``) and the refusal (``reason``), not yet
+    reported -- lower-priority pods of the queue may make room
+    (:mod:`~fairgpu.engine.actions.quota_room`)."""
+
+    need: np.ndarray
+    reason: str
+
+
 class Admission(Protocol):
     """Checks before placement."""
 
@@ -29,8 +41,9 @@ class Admission(Protocol):
     def outcome_key(self, session: Session, job: Job) -> tuple[object, ...] | None:
         """A key under which the job's failure may be remembered for the cycle, or None."""
 
-    def admit(self, session: Session, job: Job) -> bool:
-        """False (after reporting) if quotas or caps refuse the job."""
+    def admit(self, session: Session, job: Job) -> bool | QuotaFull:
+        """True to place the job; False (after reporting) if quotas or caps refuse it;
+        :class:`QuotaFull` (not reported) if only its queue's quota refuses it now."""
 
 
 class KubeDefaultAdmission:
@@ -77,8 +90,9 @@ class FairAdmission:
             )
         return memo_keys.outcome_key(job, session.cluster, bool(held), backfill)
 
-    def admit(self, session: Session, job: Job) -> bool:
-        """Decode errors, quotas that can never fit, then quotas that do not fit now."""
+    def admit(self, session: Session, job: Job) -> bool | QuotaFull:
+        """Decode errors, quotas that can never fit, then quotas that do not fit now (a
+        :class:`QuotaFull`, reported by the caller)."""
         out = session.out
         book = session.book
         pods = job.pods
@@ -93,8 +107,7 @@ class FairAdmission:
             return False
         reason = book.admit(queue, need_vec)
         if reason:
-            out.unschedulable.extend(Unschedulable(p, reason) for p in pods)
-            return False
+            return QuotaFull(need_vec, reason)
         return True
 
 

@@ -15,17 +15,19 @@ memo (:class:`~fairgpu.engine.memo.Front`) and the preemption gate
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine import memo as memo_keys
-from fairgpu.engine.actions.admit import Admission
+from fairgpu.engine.actions.admit import Admission, QuotaFull
 from fairgpu.engine.actions.backfill import allowed, backfill_key
 from fairgpu.engine.actions.gang_screen import bound_over_time, members_bound
 from fairgpu.engine.actions.order import QueueOrder
 from fairgpu.engine.actions.preempt import VictimPolicy, take_search
+from fairgpu.engine.actions.quota_room import quota_room
 from fairgpu.engine.actions.reserve import (
     HELD_FOR_OTHERS,
     note_blocked,
@@ -98,15 +100,37 @@ def try_job(session: Session, job: Job, rules: Rules) -> set[str]:
                 note_blocked(session, job)
             return set()
     n_before = len(out.unschedulable)
-    changed = place_job(session, job, rules) if admission.admit(session, job) else set()
+    verdict = admission.admit(session, job)
+    if isinstance(verdict, QuotaFull):
+        changed = _within_quota(session, job, rules, verdict)
+    else:
+        changed = place_job(session, job, rules) if verdict else set()
     if fast is not None and not changed and len(out.unschedulable) > n_before:
         last = out.unschedulable[-1]
         session.memo.outcome[fast] = (last.reason, last.resolvable)
     return changed
 
 
-def place_job(session: Session, job: Job, rules: Rules) -> set[str]:
-    """Place at least ``job.need`` members together, or none.
+def _within_quota(session: Session, job: Job, rules: Rules, full: QuotaFull) -> set[str]:
+    """A job its queue's quota refuses now: placed in the place of lower-priority pods of
+    its queue when evicting some makes room in the quota
+    (:mod:`~fairgpu.engine.actions.quota_room`), else reported with the quota's reason."""
+    room = quota_room(session, job, rules.victims, full)
+    if room is not None:
+        n_before = len(session.out.unschedulable)
+        changed = place_job(session, job, rules, room)
+        if changed or len(session.out.unschedulable) > n_before:
+            return changed
+    refused = rules.victims.refusal(job.pods[0])  # a rule that kept candidates out
+    reason = f"{full.reason}; {refused}" if refused else full.reason
+    session.out.unschedulable.extend(Unschedulable(p, reason) for p in job.pods)
+    return set()
+
+
+def place_job(session: Session, job: Job, rules: Rules, room: Sequence[PodInfo] = ()) -> set[str]:
+    """Place at least ``job.need`` members together, or none; ``room``: pods of the job's
+    own queue to evict first, whose place in its quota the job takes
+    (:mod:`~fairgpu.engine.actions.quota_room`).
 
     A gang of identical members whose failure shape (:func:`_gang_shape`) already failed
     in this cycle after ``k`` members fails again without an attempt when it needs more
@@ -115,7 +139,8 @@ def place_job(session: Session, job: Job, rules: Rules) -> set[str]:
     most ``k`` of them fit, up to tie-breaks among equally scored nodes. A gang that keeps
     failing costs one attempt per shape and cycle, not one per pending gang.
     """
-    gang = _gang_shape(session, job, rules)
+    # The gang memo and screen judge the committed state, which room changes.
+    gang = None if room else _gang_shape(session, job, rules)
     seen = session.memo.gangs.get(gang) if gang is not None else None
     if seen is None and gang is not None:
         seen = _screen(session, job, rules, gang)
@@ -123,6 +148,9 @@ def place_job(session: Session, job: Job, rules: Rules) -> set[str]:
         _report_failure(session, job, seen[0], [Member(False, seen[1])], rules)
         return set()
     stmt = session.statement()
+    for victim in room:
+        reason = f"preempted by {_preemptor(job)} (priority) to make room in its queue's quota"
+        stmt.evict(victim, job.pods[0], reason, "priority")
     placed = 0
     results: list[Member] = []
     for pod in job.pods:
@@ -360,6 +388,10 @@ def _preempt(
         return False
     stmt.assign(pod, retry.node, retry.devices)
     return True
+
+
+def _preemptor(job: Job) -> str:
+    return job.pods[0].key if job.group is None else f"pod group {job.key}"
 
 
 def _eviction_reason(job: Job, pod: PodInfo, kind: str, node_name: str) -> str:

@@ -47,6 +47,10 @@ class KubeDefaultVictims:
         """No rule beyond priority: nothing to name."""
         return ""
 
+    def quota_candidates(self, job: Job, pod: PodInfo) -> list[str]:
+        """No queues, no quotas: none."""
+        return []
+
     def freeable(self, job: Job, pod: PodInfo) -> set[str]:
         """Every placed pod of strictly lower priority that may be a victim."""
         return set(self._lower(pod))

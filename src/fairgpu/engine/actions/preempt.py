@@ -212,6 +212,11 @@ class VictimPolicy(Protocol):
         """The rule that refused the last search for ``pod``, or a queue's pods when
         :meth:`freeable` was last asked for it ("" if none did)."""
 
+    def quota_candidates(self, job: Job, pod: PodInfo) -> list[str]:
+        """The pods of ``job``'s own queue that ``pod`` may preempt to make room in the
+        queue's quota (:mod:`~fairgpu.engine.actions.quota_room`); [] where queues have no
+        quotas."""
+
 
 def _members_needed(job: Job) -> int:
     """How many members the preemptor's end state holds in a committed-state search: 1 for
@@ -932,6 +937,14 @@ class FairVictims:
             if may_reclaim_from(book, self.deserved, queue, other, band)
         ]
         return [other for _, other in sorted(above, reverse=True)[:MAX_RECLAIM_QUEUES]]
+
+    def quota_candidates(self, job: Job, pod: PodInfo) -> list[str]:
+        """:meth:`_lower_priority`'s pods, when ``pod`` may preempt and its queue preempts
+        inside itself (``withinQueue: LowerPriority``)."""
+        lim = self.s.book.queue_limits(job.tenant.queue)
+        if lim.preemption.within_queue != "LowerPriority" or not self.may_preempt(pod):
+            return []
+        return self._lower_priority(job, pod, HeldBack())
 
     def _lower_priority(self, job: Job, pod: PodInfo, held: HeldBack) -> list[str]:
         """The queue's pods of strictly lower priority that ran ``minRuntimeSeconds``; other
