@@ -264,8 +264,8 @@ class Recorder:
         self.moves: list[tuple[int, str, str]] = []
         inner = engine.cycle
 
-        def cycle(cluster: Any, pending: Any, now: float) -> CycleResult:
-            res = inner(cluster, pending, now)
+        def cycle(cluster: Any, pending: Any, now: float, changes: Any = None) -> CycleResult:
+            res = inner(cluster, pending, now, changes)
             for e in res.evictions:
                 if e.preemptor is not None:
                     p = engine.tenant(e.preemptor).queue

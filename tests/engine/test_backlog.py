@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fairgpu.engine.actions.order import kube_default_order, lanes
-from fairgpu.engine.backlog import Backlog
+from fairgpu.engine.backlog import Backlog, PendingChanges
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.jobs import build_jobs
@@ -316,3 +316,80 @@ def test_runs_of_followers_settled_at_once_decide_as_followers_judged_one_by_one
             m.setattr(settle._Classes, "__init__", one_by_one)
             assert at_once == _outcome("fair", _workload(*wl), kept=True)
     assert repeated > 0
+
+
+# ---- an adapter that hands in what changed decides as one that hands in everything ---------
+
+GATED = [
+    pod_info(f"gated{i}", "a", created=float(i), scheduling_gates=("example.com/wait",))
+    for i in range(2)
+]
+
+
+def _changes(source: object, before: list[PodInfo], after: list[PodInfo]) -> PendingChanges:
+    """What changed from ``before`` to ``after``, by object."""
+    was, now = {id(p): p for p in before}, {id(p): p for p in after}
+    added = [p for i, p in now.items() if i not in was]
+    removed = [p for i, p in was.items() if i not in now]
+    return PendingChanges(source, added, removed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sets(st.integers(0, len(POOL) + len(GATED) - 1)), min_size=1, max_size=8),
+    st.sampled_from(["fair", "kube-default"]),
+    st.integers(0, 3),
+)
+def test_engine_fed_changes_decides_as_one_fed_every_pod(
+    steps: list[set[int]], ordering: str, reset_at: int
+) -> None:
+    """Two engines see the same pending pods (gated pods and pod group members among them)
+    and the same cluster: one is told what changed since its last call, the other is not.
+    As the simulator does, a pod placed leaves the pending pods and an evicted one comes
+    back. Every cycle both place, evict and report alike -- also after the backlog is
+    dropped (a PodGroup registered) between two calls."""
+    pool = POOL + GATED
+    fed, full = Engine(ordering=ordering), Engine(ordering=ordering)  # type: ignore[arg-type]
+    fed.report_unchanged = full.report_unchanged = False
+    nodes = [node_info("n0", gpus=4), node_info("n1", gpus=2)]
+    state_fed, state_full = cluster(*nodes), cluster(*nodes)
+    source = object()
+    before: list[PodInfo] = []
+    for k, step in enumerate(steps):
+        if k == reset_at:
+            for engine in (fed, full):
+                engine.set_pod_group("b", "late", 2)
+        pending = [p for p in (pool[i] for i in sorted(step)) if p.uid not in state_full.placements]
+        got = fed.cycle(state_fed, pending, float(k), _changes(source, before, pending))
+        want = full.cycle(state_full, pending, float(k))
+        assert _decisions(got) == _decisions(want)
+        before = pending
+
+
+def _decisions(res: CycleResult) -> tuple[Any, ...]:
+    return (
+        [(b.pod.uid, b.node_name, b.devices) for b in res.binds],
+        sorted((e.pod.uid, e.kind) for e in res.evictions),
+        sorted((u.pod.uid, u.reason) for u in res.unschedulable),
+    )
+
+
+def test_the_simulator_hands_in_changes_and_the_backlog_follows_them(monkeypatch: Any) -> None:
+    """After its first cycle the simulator's engine compares no full pending list: every
+    later cycle updates the backlog from what changed (pods that arrived, started, were
+    evicted) -- and decides as the test above shows."""
+    calls: list[int] = []
+    real = Backlog.sync
+
+    def counting(self: Backlog, pending: Any, resolver: Any) -> None:
+        calls.append(len(pending))
+        real(self, pending, resolver)
+
+    monkeypatch.setattr(Backlog, "sync", counting)
+    wl = _workload(3, 40, 2, 6)
+    engine = Engine()
+    engine.register_pod_groups(wl.pod_groups)
+    sim = Simulation(wl, engine, until=2500.0, track_fragmentation=False)
+    result = sim.run()
+    assert sim.cycles > 20 and sum(r.start is not None for r in result.records) > 40
+    assert len(calls) == 1

@@ -22,8 +22,8 @@ def _held(engine: Engine) -> set[tuple[str, float]]:
     seen: set[tuple[str, float]] = set()
     inner = engine.cycle
 
-    def cycle(cluster: Any, pending: Any, now: float) -> CycleResult:
-        out = inner(cluster, pending, now)
+    def cycle(cluster: Any, pending: Any, now: float, changes: Any = None) -> CycleResult:
+        out = inner(cluster, pending, now, changes)
         seen.update((k, r.since) for k, r in engine.reservations.items())
         return out
 

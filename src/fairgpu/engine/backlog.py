@@ -25,6 +25,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Container, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
 
@@ -61,6 +62,18 @@ class JobKeys(AbstractSet[str]):
         return len(self._alone) + sum(1 for k in self._groups if k not in self._alone)
 
 
+@dataclass(frozen=True, slots=True)
+class PendingChanges:
+    """What changed in an adapter's pending pods since its previous cycle call, by object:
+    ``added`` pods handed in anew, ``removed`` pods no longer handed in (net: a pod added and
+    removed in between is in neither). ``source`` names whose pending pods these are: the
+    changes are relative to the pods that source handed in last time."""
+
+    source: object
+    added: Sequence[PodInfo]
+    removed: Sequence[PodInfo]
+
+
 class Backlog:
     """Pending pods of an engine, grouped into sorted lanes and kept between cycles.
 
@@ -88,6 +101,10 @@ class Backlog:
         # uid -> pod of every pending pod (alone or in a group) and the uids of pods alone.
         self.pods: dict[str, PodInfo] = {}
         self.alone: dict[str, Job] = {}
+        # The source whose changes the backlog follows (:meth:`follow`), and the gated pods
+        # it was handed (kept out of the lanes), by id.
+        self.following: object = None
+        self.gated: dict[int, PodInfo] = {}
 
     def sync(self, pending: Sequence[PodInfo], resolver: TenantResolver) -> None:
         """Make the backlog hold exactly ``pending`` (no gated or placed pods)."""
@@ -105,6 +122,28 @@ class Backlog:
                 if id(pod) not in seen:
                     seen[id(pod)] = pod
                     self._add(pod, resolver)
+
+    def follow(self, changes: PendingChanges, resolver: TenantResolver) -> bool:
+        """Update the backlog by ``changes`` alone -- a cycle then costs nothing per pod that
+        did not change -- when it holds what ``changes.source`` handed in last time
+        (:meth:`sync` was given exactly those pods, less the gated ones in ``gated``, and
+        every change since came through here); False, changing nothing, otherwise."""
+        if self.following is None or self.following is not changes.source:
+            return False
+        seen, gated = self._seen, self.gated
+        for pod in changes.removed:
+            i = id(pod)
+            if gated.pop(i, None) is None and seen.get(i) is pod:
+                del seen[i]
+                self._remove(i, pod)
+        for pod in changes.added:
+            i = id(pod)
+            if pod.scheduling_gates:
+                gated[i] = pod
+            elif i not in seen:
+                seen[i] = pod
+                self._add(pod, resolver)
+        return True
 
     def _add(self, pod: PodInfo, resolver: TenantResolver) -> None:
         i = id(pod)

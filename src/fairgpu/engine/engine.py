@@ -29,7 +29,7 @@ from fairgpu.engine.actions.order import kube_default_order
 from fairgpu.engine.actions.preempt import MAX_PREEMPTION_ATTEMPTS, MAX_RECLAIM_QUEUES
 from fairgpu.engine.actions.reclaim import ReclaimKey, reclaim_allowed, reclaim_key
 from fairgpu.engine.actions.reserve import publish_reservations
-from fairgpu.engine.backlog import Backlog
+from fairgpu.engine.backlog import Backlog, PendingChanges
 from fairgpu.engine.decisions import Bind, CycleResult, Deallocate, Displace, Evict, Unschedulable
 from fairgpu.engine.gang import Reservation
 from fairgpu.engine.jobs import Job
@@ -237,7 +237,13 @@ class Engine:
             victims_linger=self.victims_linger,
         )
 
-    def cycle(self, cluster: ClusterState, pending: Sequence[PodInfo], now: float) -> CycleResult:
+    def cycle(
+        self,
+        cluster: ClusterState,
+        pending: Sequence[PodInfo],
+        now: float,
+        changes: PendingChanges | None = None,
+    ) -> CycleResult:
         """Try every pending pod (or pod group) once, in this engine's order.
 
         Pods whose exact shape already failed in this cycle are not retried until something is
@@ -246,23 +252,44 @@ class Engine:
         (:class:`~fairgpu.engine.backlog.Backlog`, updated by what changed in ``pending``,
         pod objects compared by identity); with :attr:`report_unchanged` off, a reason is
         reported only when it changed (:mod:`~fairgpu.engine.report_changes`).
+
+        ``changes``: an adapter that knows what changed in ``pending`` since its previous
+        call (:class:`~fairgpu.engine.backlog.PendingChanges`) hands it in, and the backlog
+        is updated from it alone, not compared with all of ``pending`` -- a cycle that starts
+        one pod of a backlog of thousands then costs as much as one with a short backlog.
+        Such an adapter hands in no placed pod, as the simulator does (a bound pod leaves
+        its pending pods, an evicted one comes back as a change). The first call with a
+        source, and any call after the backlog was dropped or with an added pod already
+        placed, compares all of ``pending`` as without it.
         """
         session = self.session(cluster, now)
         todo = pending
         placements = cluster.placements
-        if not placements.keys().isdisjoint(map(_UID, pending)):
-            todo = [p for p in pending if p.uid not in placements]
-        # Gated pods are not pending work yet: no attempt, no share of the queue's demand.
-        if any(map(_GATES, todo)):
-            gated = [p for p in todo if p.scheduling_gates]
-            session.out.unschedulable.extend(Unschedulable(p, gated_reason(p)) for p in gated)
-            todo = [p for p in todo if not p.scheduling_gates]
-        kept = self.keep_backlog
-        if kept:
-            self.backlog.sync(todo, self.resolver)
-            session.backlog = self.backlog
+        kept, backlog = self.keep_backlog, self.backlog
+        if (
+            kept
+            and changes is not None
+            and placements.keys().isdisjoint(map(_UID, changes.added))
+            and backlog.follow(changes, self.resolver)
+        ):
+            gated = list(backlog.gated.values())
         else:
-            self.backlog.reset()
+            if not placements.keys().isdisjoint(map(_UID, pending)):
+                todo = [p for p in pending if p.uid not in placements]
+            # Gated pods are not pending work yet: no attempt, no share of the queue's demand.
+            gated = [p for p in todo if p.scheduling_gates] if any(map(_GATES, todo)) else []
+            if gated:
+                todo = [p for p in todo if not p.scheduling_gates]
+            if kept:
+                backlog.sync(todo, self.resolver)
+                backlog.gated = {id(p): p for p in gated}
+                backlog.following = None if changes is None else changes.source
+            else:
+                backlog.reset()
+        if gated:
+            session.out.unschedulable.extend(Unschedulable(p, gated_reason(p)) for p in gated)
+        if kept:
+            session.backlog = backlog
         session.report_unchanged = self.report_unchanged or not kept
         self._cycle.run(session, todo)
         self.book.mark_synced(cluster)

@@ -16,6 +16,7 @@ import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.cluster.volumes import apply_decision, settle
+from fairgpu.engine.backlog import PendingChanges
 from fairgpu.engine.engine import Engine
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
@@ -49,6 +50,47 @@ class PodRecord:
     def wait(self) -> float | None:
         """Seconds from arrival to (last) start, or None if it never started."""
         return None if self.start is None else self.start - self.arrival
+
+
+class PendingPods(dict[str, PodInfo]):
+    """The simulator's pending pods by uid, which also note what changed since the last
+    :meth:`changes` (pods set and popped, by object): the engine then updates its backlog
+    by those alone (:class:`~fairgpu.engine.backlog.PendingChanges`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._added: dict[int, PodInfo] = {}
+        self._removed: dict[int, PodInfo] = {}
+
+    def __setitem__(self, uid: str, pod: PodInfo) -> None:
+        old = self.get(uid)
+        if old is pod:
+            return
+        if old is not None:
+            self._gone(old)
+        super().__setitem__(uid, pod)
+        if self._removed.pop(id(pod), None) is None:
+            self._added[id(pod)] = pod
+
+    def __delitem__(self, uid: str) -> None:
+        self._gone(self[uid])
+        super().__delitem__(uid)
+
+    def pop(self, uid: str, *default: PodInfo | None) -> PodInfo | None:  # type: ignore[override]
+        """:meth:`dict.pop`, noted."""
+        if uid in self:
+            self._gone(self[uid])
+        return super().pop(uid, *default)
+
+    def _gone(self, pod: PodInfo) -> None:
+        if self._added.pop(id(pod), None) is None:
+            self._removed[id(pod)] = pod
+
+    def changes(self) -> PendingChanges:
+        """What changed since the last call (net), and start noting afresh."""
+        out = PendingChanges(self, list(self._added.values()), list(self._removed.values()))
+        self._added, self._removed = {}, {}
+        return out
 
 
 @dataclass(slots=True)
@@ -132,7 +174,7 @@ class Simulation:
         self._events: list[tuple[float, int, int, str]] = []
         self._seq = 0
         self.records: dict[str, PodRecord] = {}
-        self.pending: dict[str, PodInfo] = {}
+        self.pending = PendingPods()
         self.tenant_milli: dict[str, int] = {}
         self._claimed: dict[tuple[str, str], int] = {}  # DRA GPU milli counted per pod
         self.timeline = Timeline()
@@ -233,7 +275,10 @@ class Simulation:
 
     def _cycle(self) -> None:
         self.cycles += 1
-        result = self.engine.cycle(self.cluster, list(self.pending.values()), self.now)
+        pending = self.pending
+        result = self.engine.cycle(
+            self.cluster, list(pending.values()), self.now, pending.changes()
+        )
         self._schedule_wake(result.retry_at)
         evicted = [e.pod for e in result.evictions]
         seen = {p.uid for p in evicted}
