@@ -393,3 +393,29 @@ def test_the_simulator_hands_in_changes_and_the_backlog_follows_them(monkeypatch
     result = sim.run()
     assert sim.cycles > 20 and sum(r.start is not None for r in result.records) > 40
     assert len(calls) == 1
+
+
+def test_what_is_derived_from_a_kept_lane_lasts_until_the_lane_changes() -> None:
+    """Arrays a cycle derives from a lane (run ends, declared run times) are kept with the
+    backlog's own lanes across cycles and computed again once the lane changed; a list
+    that is not one of its lanes is never served from the store."""
+    engine = Engine()
+    backlog, resolver = engine.backlog, engine.resolver
+    pods = flood(5)
+    calls: list[int] = []
+
+    def size(lane: list[Any]) -> int:
+        calls.append(len(lane))
+        return len(lane)
+
+    backlog.sync(pods, resolver)
+    (lane,) = [lst for users in backlog.lanes.values() for lst in users.values()]
+    assert backlog.derived(lane, "size", size) == 5
+    assert backlog.derived(lane, "size", size) == 5 and calls == [5]
+    backlog.sync(pods[:4], resolver)  # one left: the same list, changed
+    assert backlog.derived(lane, "size", size) == 4 and calls == [5, 4]
+    assert backlog.derived(list(lane), "size", size) == 4 and calls == [5, 4, 4]
+    backlog.sync([], resolver)
+    backlog.sync(pods[:2], resolver)  # a new lane, perhaps at the old one's address
+    (again,) = [lst for users in backlog.lanes.values() for lst in users.values()]
+    assert backlog.derived(again, "size", size) == 2 and calls[-1] == 2

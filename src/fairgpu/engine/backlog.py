@@ -23,11 +23,12 @@ handed out as they are (cycles only read them).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
+from typing import Any, TypeVar, cast
 
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.jobs import Job, group_jobs, pod_order
@@ -39,6 +40,7 @@ from fairgpu.tenancy.resolve import TenantResolver
 Lanes = dict[str, dict[str, list[Job]]]
 
 _sort_key = attrgetter("sort_key")
+T = TypeVar("T")
 
 
 class JobKeys(AbstractSet[str]):
@@ -105,6 +107,11 @@ class Backlog:
         # it was handed (kept out of the lanes), by id.
         self.following: object = None
         self.gated: dict[int, PodInfo] = {}
+        # Arrays derived from a kept lane's jobs (:meth:`derived`), by the lane's object and
+        # the stamp of its contents: every change of a lane gives it a new stamp.
+        self._stamp = 0
+        self._lane_stamp: dict[int, int] = {}
+        self._derived: dict[tuple[int, str], tuple[int, Any]] = {}
 
     def sync(self, pending: Sequence[PodInfo], resolver: TenantResolver) -> None:
         """Make the backlog hold exactly ``pending`` (no gated or placed pods)."""
@@ -160,7 +167,9 @@ class Backlog:
         self._jobs[i] = job
         self._lane_of[i] = lane
         self.alone[pod.uid] = job
-        insort(self.lanes.setdefault(lane[0], {}).setdefault(lane[1], []), job, key=_sort_key)
+        lst = self.lanes.setdefault(lane[0], {}).setdefault(lane[1], [])
+        insort(lst, job, key=_sort_key)
+        self._touch(lst)
 
     def _remove(self, i: int, pod: PodInfo) -> None:
         if self.pods.get(pod.uid) is pod:
@@ -185,10 +194,37 @@ class Backlog:
         while lst[at] is not job:
             at += 1
         del lst[at]
+        self._touch(lst)
         if not lst:
+            self._forget_lane(lst)
             del users[user]
             if not users:
                 del self.lanes[queue]
+
+    def derived(self, lane: list[Job], name: str, compute: Callable[[list[Job]], T]) -> T:
+        """``compute(lane)``, kept while ``lane`` -- one of the backlog's own lanes -- does
+        not change (between cycles too: a lane of thousands of waiting pods changes by a pod
+        or two per cycle, if at all); computed afresh for any other list (a lane a cycle
+        merged its pod groups' jobs into). ``name`` tells what is derived."""
+        stamp = self._lane_stamp.get(id(lane))
+        if stamp is None:
+            return compute(lane)
+        got = self._derived.get((id(lane), name))
+        if got is not None and got[0] == stamp:
+            return cast(T, got[1])
+        value = compute(lane)
+        self._derived[(id(lane), name)] = (stamp, value)
+        return value
+
+    def _touch(self, lane: list[Job]) -> None:
+        self._stamp += 1
+        self._lane_stamp[id(lane)] = self._stamp
+
+    def _forget_lane(self, lane: list[Job]) -> None:
+        i = id(lane)
+        del self._lane_stamp[i]
+        for key in [k for k in self._derived if k[0] == i]:
+            del self._derived[key]
 
     def cycle_lanes(
         self, resolver: TenantResolver, book: QueueBook, annotation: str, out: CycleResult

@@ -289,7 +289,7 @@ class Engine:
         if gated:
             session.out.unschedulable.extend(Unschedulable(p, gated_reason(p)) for p in gated)
         if kept:
-            session.backlog = backlog
+            session.backlog = session.memo.kept = backlog
         session.report_unchanged = self.report_unchanged or not kept
         self._cycle.run(session, todo)
         self.book.mark_synced(cluster)

@@ -22,10 +22,16 @@ from fairgpu.engine.gang import Reservation, declared_runtime
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
 if TYPE_CHECKING:
+    from fairgpu.engine.backlog import Backlog
     from fairgpu.engine.jobs import Job
     from fairgpu.engine.scheduler import Scheduler
 
 _RUNTIME = attrgetter("runtime")
+
+
+def _runtimes(lane: list[Job]) -> np.ndarray:
+    return np.array(list(map(_RUNTIME, lane)), dtype=float)
+
 
 # At most this many failed request vectors are kept per ask group.
 MAX_FRONT = 256
@@ -357,6 +363,8 @@ class CycleMemo:
         tuple[object, ...], tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]
     ] = field(default_factory=dict)
     runtimes: dict[int, tuple[list[Job], np.ndarray]] = field(default_factory=dict)
+    # The engine's kept backlog, whose lanes keep what is derived from them across cycles.
+    kept: Backlog | None = None
     lane_ks: dict[int, tuple[list[Job], list[float], np.ndarray]] = field(default_factory=dict)
     starts: dict[str, tuple[Reservation, float]] = field(default_factory=dict)
     judged: dict[tuple[object, ...], tuple[np.ndarray | None, tuple[object, ...] | None]] = field(
@@ -418,10 +426,12 @@ class CycleMemo:
 
     def lane_runtimes(self, lane: list[Job]) -> np.ndarray:
         """The declared run times of ``lane``'s jobs (nan: none), once per lane and cycle
-        (lanes do not change during a cycle)."""
+        (lanes do not change during a cycle), and for a lane of the kept backlog once while
+        it does not change (:meth:`~fairgpu.engine.backlog.Backlog.derived`)."""
         got = self.runtimes.get(id(lane))
         if got is None or got[0] is not lane:
-            times = np.array(list(map(_RUNTIME, lane)), dtype=float)
+            kept = self.kept
+            times = _runtimes(lane) if kept is None else kept.derived(lane, "runtimes", _runtimes)
             got = self.runtimes[id(lane)] = (lane, times)
         return got[1]
 

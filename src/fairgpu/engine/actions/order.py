@@ -61,7 +61,7 @@ class KubeDefaultOrder:
         if line is None:
             resolve = session.resolver.resolve
             line = [Job(p.uid, [p], resolve(p)) for p in kube_default_order(pending)]
-        self._line = _Cursor(line)
+        self._line = _Cursor(line, kept_run_ends(session))
 
     def pop(self) -> Job | None:
         """Highest priority, then oldest."""
@@ -86,12 +86,15 @@ class _Cursor:
     jobs with ``jobs[i]``'s signature that starts at ``i`` ends -- computed at the first
     :meth:`take_run`, at C level, so settling a run costs nothing per job."""
 
-    __slots__ = ("ends", "jobs", "pos")
+    __slots__ = ("ends", "jobs", "pos", "run_ends")
 
-    def __init__(self, jobs: list[Job]) -> None:
+    def __init__(
+        self, jobs: list[Job], ends: Callable[[list[Job]], np.ndarray] | None = None
+    ) -> None:
         self.jobs = jobs
         self.pos = 0
         self.ends: np.ndarray | None = None
+        self.run_ends = ends or run_ends
 
     def __bool__(self) -> bool:
         return self.pos < len(self.jobs)
@@ -115,7 +118,7 @@ class _Cursor:
         if start >= len(jobs) or jobs[start].sig is not sig:
             return []
         if self.ends is None:
-            self.ends = run_ends(jobs)
+            self.ends = self.run_ends(jobs)
         end = int(self.ends[start])
         if accept is not None:
             end = start + accept(jobs, start, end)
@@ -134,6 +137,15 @@ def run_ends(jobs: list[Job]) -> np.ndarray:
 
 
 _SIG = attrgetter("sig")
+
+
+def kept_run_ends(session: Session) -> Callable[[list[Job]], np.ndarray]:
+    """:func:`run_ends`, kept by the session's backlog for its own lanes while they do not
+    change (:meth:`~fairgpu.engine.backlog.Backlog.derived`)."""
+    backlog = session.backlog
+    if backlog is None:
+        return run_ends
+    return lambda lane: backlog.derived(lane, "run_ends", run_ends)
 
 
 def lanes(jobs: Iterable[Job]) -> Lanes:
@@ -156,8 +168,9 @@ class FairOrder:
 
     def __init__(self, session: Session, queues: Lanes) -> None:
         self.s = session
+        ends = kept_run_ends(session)
         self._cursors = {
-            q: {u: _Cursor(lst) for u, lst in users.items()} for q, users in queues.items()
+            q: {u: _Cursor(lst, ends) for u, lst in users.items()} for q, users in queues.items()
         }
         self._keys = {q: self._order_key(q) for q in self._cursors}
         self._user_keys: dict[tuple[str, str], tuple[float, str]] = {}
