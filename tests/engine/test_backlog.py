@@ -257,7 +257,7 @@ def test_followers_judged_from_the_cycles_class_table_decide_as_judged_one_by_on
     monkeypatch: Any,
 ) -> None:
     """Settled followers take their backfill mask and outcome key from a table kept per
-    cycle (signature, reservations, backfill class): every pod gets the same start, node,
+    cycle (signature, user, reservations, backfill class): every pod gets the same start, node,
     preemptions and last reason as when each run of followers computes them afresh -- and
     the table is actually read (runs of followers meet reservations here)."""
     from fairgpu.engine.actions import settle
@@ -267,7 +267,8 @@ def test_followers_judged_from_the_cycles_class_table_decide_as_judged_one_by_on
 
     def counted(self: Any, other: Any, k: int) -> Any:
         nonlocal read
-        read += (other.sig, self.s.memo.reservation_keys(), k) in self.s.memo.judged
+        key = (other.sig, other.tenant.user, self.s.memo.reservation_keys(), k)
+        read += key in self.s.memo.judged
         return kept(self, other, k)
 
     def afresh(self: Any, other: Any, k: int) -> Any:

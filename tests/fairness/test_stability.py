@@ -409,6 +409,25 @@ def test_a_user_may_always_preempt_its_own_lower_priority_pods() -> None:
     assert res.binds and res.binds[0].pod.name == "al-new"
 
 
+def test_one_users_refusal_is_not_another_users_answer() -> None:
+    """alice may not take bob's lower-priority pod (she would be above her share); bob's
+    identical pod, tried next in the same cycle, takes his own -- the cycle's memo of
+    outcomes does not hand him hers."""
+    placed = [(user_pod("al0", "alice", 90), "n1", 0.0), (user_pod("bob0", "bob", 0), "n1", 0.0)]
+    state = cluster(node("n1", gpus=2), placed=placed)
+    pending = [
+        user_pod("al-new", "alice", 50, created=1),
+        user_pod("bob-new", "bob", 50, created=2),
+    ]
+    res = engine().cycle(state, pending, 10.0)
+    assert [b.pod.name for b in res.binds] == ["bob-new"]
+    assert [e.pod.name for e in res.evictions] == ["bob0"]
+    (refused,) = res.unschedulable
+    assert (
+        refused.pod.name == "al-new" and "user 'alice' would be above its share" in refused.reason
+    )
+
+
 # ---- nominal quota is a guarantee ---------------------------------------------------------------
 QUOTAS = {"queues": [{"name": "a", "quota": {"gpu": 4}}, {"name": "b", "quota": {"gpu": 4}}]}
 

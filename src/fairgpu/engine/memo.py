@@ -98,9 +98,14 @@ def outcome_key(
     cluster: ClusterState,
     reservations: bool,
     backfill: tuple[object, ...] | None = None,
+    by_user: bool = False,
 ) -> tuple[object, ...] | None:
     """The fast-path key of a job of one pod: the same ask from the same queue at the same
-    priority gets the same answer (None for gangs and pods :func:`shape` cannot judge).
+    priority gets the same answer (None for gangs and pods :func:`shape` cannot judge) --
+    from the same user too when ``by_user``: where the queue holds pods of lower priority,
+    whom a pod may preempt there depends on its user's share (another user's pods only
+    while it stays within its share, its own always), so one user's refusal says nothing
+    of another's pod.
 
     While reservations exist, the declared run time matters only through the nodes
     backfill leaves the pod: ``backfill`` (:meth:`CycleMemo.backfill_key`) stands for it
@@ -111,11 +116,15 @@ def outcome_key(
     head = job.pods[0]
     if reservations and backfill is not None:
         memo = shape(head, cluster)
-        return None if memo is None else (job.tenant.queue, memo, head.priority, backfill)
+        return None if memo is None else (*_tenant(job, by_user), memo, head.priority, backfill)
     memo = memo_key(head, cluster, reservations)
     if memo is None:
         return None
-    return (job.tenant.queue, memo, head.priority)
+    return (*_tenant(job, by_user), memo, head.priority)
+
+
+def _tenant(job: Job, by_user: bool) -> tuple[str, str]:
+    return job.tenant.queue, job.tenant.user if by_user else ""
 
 
 def same_outcome(
@@ -124,8 +133,8 @@ def same_outcome(
     """Does ``job``, tried right after ``leader`` failed with nothing committed in between,
     fail the same way, for the same reason?
 
-    Both are pods alone of one queue (as in :func:`outcome_key`) with no decode or tenant
-    error and no reservation of
+    Both are pods alone of one queue (as in :func:`outcome_key`; a fair cycle settles only
+    followers of one user's lane) with no decode or tenant error and no reservation of
     their own, and they ask for the same thing (:func:`memo_key`: the same static key,
     requests, GPU ask, namespace, preemption policy, labels while they matter, and declared
     run time while reservations exist) at the same priority, and either both or neither is

@@ -81,6 +81,7 @@ class Entry:
     vec: np.ndarray
     ns_vec: np.ndarray
     group: str = ""
+    priority: int = 0
 
 
 @dataclass(slots=True)
@@ -143,6 +144,8 @@ class QueueBook:
         # How often each queue's pods were added or removed (never reset): a queue whose
         # count is the same holds the same pods.
         self.queue_changes: dict[str, int] = {}
+        # How many placed pods of each priority each queue holds.
+        self.queue_priorities: dict[str, dict[int, int]] = {}
         self.group_running: dict[str, set[str]] = {}
         # Members of each pod group that ran to completion (ClusterState.complete): with the
         # running ones, what a group has toward its minMember (members_toward_min).
@@ -302,10 +305,12 @@ class QueueBook:
         tenant = self.resolver.resolve(pod)
         ref = self.resolver.pod_group(pod)
         ns_vec = self.ns_vector(pod, dra_milli)
-        entry = Entry(tenant, pod.namespace, vec, ns_vec, ref.key if ref else "")
+        entry = Entry(tenant, pod.namespace, vec, ns_vec, ref.key if ref else "", pod.priority)
         self.entries[uid] = entry
         self._apply(entry, +1)
         self.queue_pods.setdefault(tenant.queue, set()).add(uid)
+        counts = self.queue_priorities.setdefault(tenant.queue, {})
+        counts[pod.priority] = counts.get(pod.priority, 0) + 1
         self.queue_changes[tenant.queue] = self.queue_changes.get(tenant.queue, 0) + 1
         if entry.group:
             self.group_running.setdefault(entry.group, set()).add(uid)
@@ -317,10 +322,19 @@ class QueueBook:
             self._apply(entry, -1)
             self.queue_pods.get(entry.tenant.queue, set()).discard(uid)
             queue = entry.tenant.queue
+            counts = self.queue_priorities[queue]
+            counts[entry.priority] -= 1
+            if not counts[entry.priority]:
+                del counts[entry.priority]
             self.queue_changes[queue] = self.queue_changes.get(queue, 0) + 1
             if entry.group:
                 self.group_running.get(entry.group, set()).discard(uid)
         return entry
+
+    def holds_lower_priority(self, queue: str, priority: int) -> bool:
+        """Does ``queue`` hold a placed pod of priority below ``priority``?"""
+        counts = self.queue_priorities.get(queue)
+        return counts is not None and bool(counts) and min(counts) < priority
 
     def _apply(self, e: Entry, sign: int) -> None:
         t = e.tenant

@@ -88,7 +88,9 @@ class FairAdmission:
             backfill = session.memo.job_backfill_key(
                 job.key, job.pods[0], held, session.drain, session.now, cluster.size
             )
-        return memo_keys.outcome_key(job, session.cluster, bool(held), backfill)
+        # The user matters only where the queue holds pods its pod could preempt.
+        by_user = session.book.holds_lower_priority(job.tenant.queue, job.pods[0].priority)
+        return memo_keys.outcome_key(job, session.cluster, bool(held), backfill, by_user)
 
     def admit(self, session: Session, job: Job) -> bool | QuotaFull:
         """Decode errors, quotas that can never fit, then quotas that do not fit now (a

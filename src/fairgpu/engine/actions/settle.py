@@ -166,13 +166,14 @@ class _Classes:
         self, other: Job, k: int
     ) -> tuple[np.ndarray | None, tuple[object, ...] | None]:
         """The backfill mask and outcome key of ``other``, a follower of backfill class ``k``
-        (no reservation of its own). Both depend only on its signature, the reservations
-        and ``k`` -- the mask on the backfill key (reservations, ``k``), the outcome key on
-        the queue, ask and priority the signature holds plus that key (labels do not matter
-        here) --, so they are computed once per cycle for every run of followers and every
-        leader, not once per run."""
+        (no reservation of its own). Both depend only on its signature, its user, the
+        reservations and ``k`` -- the mask on the backfill key (reservations, ``k``), the
+        outcome key on the queue, ask and priority the signature holds, the user and that
+        key (labels do not matter here) --, so they are computed once per cycle for every
+        run of followers and every leader, not once per run."""
         memo = self.s.memo
-        key = (other.sig, memo.reservation_keys(), k)
+        # The user too: the outcome key holds it (whom a pod may preempt depends on it).
+        key = (other.sig, other.tenant.user, memo.reservation_keys(), k)
         got = memo.judged.get(key)
         if got is None:
             session = self.s
