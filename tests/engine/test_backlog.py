@@ -420,3 +420,32 @@ def test_what_is_derived_from_a_kept_lane_lasts_until_the_lane_changes() -> None
     backlog.sync(pods[:2], resolver)  # a new lane, perhaps at the old one's address
     (again,) = [lst for users in backlog.lanes.values() for lst in users.values()]
     assert backlog.derived(again, "size", size) == 2 and calls[-1] == 2
+
+
+def test_the_simulators_pending_pods_note_net_changes_by_object() -> None:
+    """A pod set and popped between two calls is no change; one popped and set again is
+    none either; a uid set to a new object is the old one removed and the new one added;
+    every way of changing the mapping is noted."""
+    from fairgpu.sim.simulator import PendingPods
+
+    a, b, c, c2 = (pod_info(n, "q") for n in ("a", "b", "c", "c"))
+    pending = PendingPods()
+    pending["a"] = a
+    pending.update({"b": b})
+    pending.setdefault("c", c)
+    first = pending.changes()
+    assert first.source is pending and _ids(first.added) == _ids([a, b, c]) and not first.removed
+    pending.pop("a")
+    pending["a"] = a  # popped and set again: no change
+    pending["x"] = pod_info("x", "q")
+    pending.pop("x")  # set and popped: no change
+    pending["c"] = c2  # a new object under the same uid
+    del pending["b"]
+    again = pending.changes()
+    assert _ids(again.added) == _ids([c2]) and _ids(again.removed) == _ids([c, b])
+    pending.clear()
+    assert _ids(pending.changes().removed) == _ids([c2, a]) and not pending
+
+
+def _ids(pods: Any) -> list[int]:
+    return [id(p) for p in pods]

@@ -11,6 +11,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +82,29 @@ class PendingPods(dict[str, PodInfo]):
         if uid in self:
             self._gone(self[uid])
         return super().pop(uid, *default)
+
+    def popitem(self) -> tuple[str, PodInfo]:
+        """:meth:`dict.popitem`, noted."""
+        uid, pod = super().popitem()
+        self._gone(pod)
+        return uid, pod
+
+    def clear(self) -> None:
+        """:meth:`dict.clear`, noted."""
+        for pod in self.values():
+            self._gone(pod)
+        super().clear()
+
+    def setdefault(self, uid: str, pod: PodInfo) -> PodInfo:  # type: ignore[override]
+        """:meth:`dict.setdefault`, noted."""
+        if uid not in self:
+            self[uid] = pod
+        return self[uid]
+
+    def update(self, *args: Any, **kwargs: PodInfo) -> None:
+        """:meth:`dict.update`, noted."""
+        for uid, pod in dict(*args, **kwargs).items():
+            self[uid] = pod
 
     def _gone(self, pod: PodInfo) -> None:
         if self._added.pop(id(pod), None) is None:
