@@ -333,3 +333,28 @@ def test_a_torn_down_group_that_is_gone_is_forgotten(keep_backlog: bool) -> None
     assert engine.state.torn_down == {"a/g"}
     engine.cycle(state, [], 200.0)
     assert engine.state.torn_down == set()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 5), st.sampled_from("ab")), max_size=30))
+def test_lowest_priority_a_queue_holds_follows_adds_and_removes(
+    steps: list[tuple[bool, int, str]],
+) -> None:
+    """``holds_lower_priority`` answers as a scan of the queue's placed pods would, after
+    any sequence of pods added and removed (the outcome memo keys on it)."""
+    config = parse_config({})
+    book = QueueBook(config, TenantResolver(config))
+    placed: dict[str, Any] = {}
+    for k, (add, priority, queue) in enumerate(steps):
+        if add or not placed:
+            p = pod_info(f"p{k}", queue, priority=priority)
+            book.add(p.uid, p, np.zeros(4))
+            placed[p.uid] = p
+        else:
+            uid = sorted(placed)[priority % len(placed)]
+            book.remove(uid)
+            del placed[uid]
+        for q in "ab":
+            held = [p.priority for p in placed.values() if p.namespace == q]
+            for prio in range(7):
+                assert book.holds_lower_priority(q, prio) == any(h < prio for h in held)
