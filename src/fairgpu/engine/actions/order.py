@@ -84,17 +84,18 @@ class _Cursor:
     """A read-only list of jobs and the position of the next one (lanes are shared with
     the backlog, so handing jobs out must not change them). ``ends[i]``: where the run of
     jobs with ``jobs[i]``'s signature that starts at ``i`` ends -- computed at the first
-    :meth:`take_run`, at C level, so settling a run costs nothing per job."""
+    :meth:`take_run` by ``ends_of`` (:func:`run_ends`, at C level, or the backlog's copy of
+    it, :func:`kept_run_ends`), so settling a run costs nothing per job."""
 
-    __slots__ = ("ends", "jobs", "pos", "run_ends")
+    __slots__ = ("ends", "ends_of", "jobs", "pos")
 
     def __init__(
-        self, jobs: list[Job], ends: Callable[[list[Job]], np.ndarray] | None = None
+        self, jobs: list[Job], ends_of: Callable[[list[Job]], np.ndarray] | None = None
     ) -> None:
         self.jobs = jobs
         self.pos = 0
         self.ends: np.ndarray | None = None
-        self.run_ends = ends or run_ends
+        self.ends_of = ends_of or run_ends
 
     def __bool__(self) -> bool:
         return self.pos < len(self.jobs)
@@ -118,7 +119,7 @@ class _Cursor:
         if start >= len(jobs) or jobs[start].sig is not sig:
             return []
         if self.ends is None:
-            self.ends = self.run_ends(jobs)
+            self.ends = self.ends_of(jobs)
         end = int(self.ends[start])
         if accept is not None:
             end = start + accept(jobs, start, end)
@@ -168,9 +169,9 @@ class FairOrder:
 
     def __init__(self, session: Session, queues: Lanes) -> None:
         self.s = session
-        ends = kept_run_ends(session)
+        ends_of = kept_run_ends(session)
         self._cursors = {
-            q: {u: _Cursor(lst, ends) for u, lst in users.items()} for q, users in queues.items()
+            q: {u: _Cursor(lst, ends_of) for u, lst in users.items()} for q, users in queues.items()
         }
         self._keys = {q: self._order_key(q) for q in self._cursors}
         self._user_keys: dict[tuple[str, str], tuple[float, str]] = {}
