@@ -162,6 +162,13 @@ class FilterPlugin(Plugin):
         """Return a boolean mask over ``cluster.size`` slots (or a :class:`FilterResult`)."""
         raise NotImplementedError
 
+    def skips(self, pod: PodInfo, cluster: ClusterState) -> bool:
+        """True when :meth:`filter` would pass every node for ``pod`` without looking at
+        them (a pod without host ports, volumes, claims, spread constraints ...): the
+        scheduler then leaves the plugin out of the attempt, as kube-scheduler does for a
+        plugin whose PreFilter returns Skip. Default: never."""
+        return False
+
 
 class ScorePlugin(Plugin):
     """Ranks feasible nodes; higher is better."""

@@ -233,6 +233,8 @@ class Scheduler:
             mask &= restrict
         results = list(static[:-1])
         for plugin in self.dynamic_filters:
+            if plugin.skips(pod, cluster):
+                continue  # it would pass every node: no result, as a PreFilter Skip
             if not mask.any():
                 break
             # Nodes still feasible: kube-scheduler runs a filter only on those, which matters

@@ -110,10 +110,14 @@ class DynamicResources(PreFilterPlugin, FilterPlugin):
         cycle.data[_STATE] = found
         return SUCCESS
 
+    def skips(self, pod: PodInfo, cluster: ClusterState) -> bool:
+        """A pod without resource claims."""
+        return not pod.resource_claims
+
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Per node: allocated claims pinned elsewhere, then an allocation of the others."""
         n = cluster.size
-        if not pod.resource_claims:
+        if self.skips(pod, cluster):
             return FilterResult(all_nodes(n))
         found = cycle.data.get(_STATE) or resolve_claims(pod, cluster)
         if isinstance(found, Status):

@@ -159,15 +159,19 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
                 hit |= _per_domain(cluster, term.topology_key, per_node) > 0
         return hit
 
+    def skips(self, pod: PodInfo, cluster: ClusterState) -> bool:
+        """Neither the pod nor any placed pod uses pod affinity."""
+        return (
+            not pod.affinity_terms
+            and not pod.anti_affinity_terms
+            and not cluster.pods_with_affinity
+        )
+
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Skips all work when neither the pod nor any placed pod uses pod affinity."""
         n = cluster.size
         mask = np.ones(n, dtype=bool)
-        if (
-            not pod.affinity_terms
-            and not pod.anti_affinity_terms
-            and not cluster.pods_with_affinity
-        ):
+        if self.skips(pod, cluster):
             return FilterResult(mask)
         reasons: dict[str, np.ndarray] = {}
         existing = self._existing_anti(pod, cluster)

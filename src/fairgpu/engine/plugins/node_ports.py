@@ -21,6 +21,10 @@ class NodePorts(FilterPlugin):
 
     name = "NodePorts"
 
+    def skips(self, pod: PodInfo, cluster: ClusterState) -> bool:
+        """A pod without host ports."""
+        return not pod.host_ports
+
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """All nodes pass for a pod without host ports."""
         mask = np.ones(cluster.size, dtype=bool)

@@ -110,10 +110,14 @@ class NodeVolumeLimits(FilterPlugin):
         self._attached[slot] = (version, store.version, found)
         return found
 
+    def skips(self, pod: PodInfo, cluster: ClusterState) -> bool:
+        """A pod without volume claims, disks and inline volumes in error."""
+        return not pod.claims and not pod.disks and not pod.inline_errors
+
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Only nodes with a CSINode are looked at; raises :class:`AttemptError` where
         kube-scheduler's filter fails the attempt (see the module)."""
-        if not pod.claims and not pod.disks and not pod.inline_errors:
+        if self.skips(pod, cluster):
             return FilterResult(all_nodes(cluster.size))
         ok = np.ones(cluster.size, dtype=bool)
         store = cluster.volumes

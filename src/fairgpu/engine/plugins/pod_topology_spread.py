@@ -201,6 +201,10 @@ class PodTopologySpread(FilterPlugin, ScorePlugin):
             self.defaults.append((key, skew))
 
     # ---- filter ---------------------------------------------------------------------------
+    def skips(self, pod: PodInfo, cluster: ClusterState) -> bool:
+        """A pod without DoNotSchedule constraints."""
+        return not any(c.hard for c in pod.spread_constraints)
+
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """DoNotSchedule constraints; every node passes for a pod without any."""
         n = cluster.size

@@ -239,9 +239,13 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin):
         cycle.data[_STATE] = found
         return SUCCESS
 
+    def skips(self, pod: PodInfo, cluster: ClusterState) -> bool:
+        """A pod without volume claims."""
+        return not pod.claims
+
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Bound claims' node affinity, then a volume (or provisioning) per unbound claim."""
-        if not pod.claims:
+        if self.skips(pod, cluster):
             return FilterResult(all_nodes(cluster.size))
         n = cluster.size
         ok = np.ones(n, dtype=bool)

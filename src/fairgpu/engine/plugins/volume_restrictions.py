@@ -70,9 +70,13 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
                 return Status.unresolvable(self.name, claim_not_found(name))
         return SUCCESS
 
+    def skips(self, pod: PodInfo, cluster: ClusterState) -> bool:
+        """A pod without volume claims and disks."""
+        return not pod.claims and not pod.disks
+
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Every node if a ReadWriteOncePod claim is in use; else nodes with a disk conflict."""
-        if not pod.claims and not pod.disks:
+        if self.skips(pod, cluster):
             return FilterResult(all_nodes(cluster.size))
         ok = np.ones(cluster.size, dtype=bool)
         if pod.claims and _exclusive_in_use(pod, cluster):

@@ -42,9 +42,13 @@ class VolumeZone(FilterPlugin):
 
     name = "VolumeZone"
 
+    def skips(self, pod: PodInfo, cluster: ClusterState) -> bool:
+        """A pod without volume claims."""
+        return not pod.claims
+
     def filter(self, cycle: CycleState, pod: PodInfo, cluster: ClusterState) -> FilterResult:
         """Skips all work for pods without claims or whose volumes carry no zone labels."""
-        if not pod.claims:
+        if self.skips(pod, cluster):
             return FilterResult(all_nodes(cluster.size))
         n = cluster.size
         ok = np.ones(n, dtype=bool)
