@@ -4,6 +4,8 @@ changed."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 from fairgpu.tenancy import pool_share
 from fairgpu.tenancy.pool_share import PoolDemand, PoolDemandIndex, pool_fair_shares
+from fairgpu.tenancy.touched import TouchedUids
 
 POOLS = ["p0", "p1", "p2", "p3"]
 
@@ -157,3 +160,99 @@ def test_the_index_solves_again_only_when_a_capped_demand_is_not_all_that_moved(
         left = {"y0", "y1"} | {f"x{i}" for i in range(30, 40)}  # x: 10 GPUs, its share
         index.update(left, describe)
         assert index.shares({}) == {"x": 10000, "y": 6000} and len(solves) == 3
+
+
+# ---- following what the keepers changed ------------------------------------------------------
+_QUEUES = {
+    f"u{i}": ("xyz"[i % 3], "ab"[i % 2], 1000 * (1 + i % 4) * (i % 5 != 0)) for i in range(12)
+}
+
+
+def _describe(uid: str):  # type: ignore[no-untyped-def]
+    queue, pool, milli = _QUEUES[uid]
+    mask = np.array([pool == "a", pool == "a", pool == "b"])
+    return (queue, pool, lambda: mask, milli) if milli else None
+
+
+def _state(index: PoolDemandIndex) -> tuple[object, ...]:
+    # Masks are numbered as found (set order): each pod is compared by its mask's pools.
+    pods = {
+        uid: (queue, index._usable.get(mid), milli)
+        for uid, (queue, mid, milli) in index._pods.items()
+    }
+    return pods, index.demands(), index.queue_demand(), index.capacity
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.lists(
+            st.tuples(st.sampled_from(sorted(_QUEUES)), st.sampled_from(["pending", "held"])),
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_an_index_that_follows_changes_holds_what_one_given_every_uid_holds(
+    steps: list[list[tuple[str, str]]],
+) -> None:
+    """Pods come and go between two keepers (pending and held; a pod may start, be evicted
+    and come back between two cycles): the index told only the touched uids holds, cycle by
+    cycle, what an index told every uid holds."""
+    pending: dict[str, int] = {}
+    held: dict[str, int] = {}
+    touched_p, touched_h = TouchedUids(), TouchedUids()
+    keepers = {"pending": (pending, touched_p), "held": (held, touched_h)}
+    gpus = np.array([8, 8, 4])
+    following, full = PoolDemandIndex(), PoolDemandIndex()
+    basis = (pending, held)
+    for i, toggles in enumerate(steps):
+        for uid, where in toggles:  # each toggle adds the pod there, or removes it
+            table, touched = keepers[where]
+            if table.pop(uid, None) is None:
+                table[uid] = 1
+            touched.note(uid)
+        for index in (following, full):
+            index.reset("v1", gpus, gpus * 1000)
+        a, b = touched_p.take(), touched_h.take()
+        changed = None if a is None or b is None else a | b
+        followed = following.follow(basis, changed, lambda u: u in pending or u in held, _describe)
+        assert followed == (i > 0)  # the first cycle has nothing to follow
+        if not followed:
+            following.update(pending.keys() | held.keys(), _describe, basis)
+        full.update(pending.keys() | held.keys(), _describe)
+        assert _state(following) == _state(full)
+
+
+def test_an_index_follows_only_the_keepers_it_was_given_and_a_known_record() -> None:
+    """Other keepers, a lost record or new nodes since the last update: ``follow`` refuses
+    (the caller then gives every uid)."""
+    gpus = np.array([8, 8, 4])
+    index = PoolDemandIndex()
+    index.reset("v1", gpus, gpus * 1000)
+    pending, held = {"u1": 1}, {"u2": 1}
+    present = lambda u: u in pending or u in held  # noqa: E731
+    index.update(pending.keys() | held.keys(), _describe)  # no keepers named
+    assert not index.follow((pending, held), set(), present, _describe)
+    index.update(pending.keys() | held.keys(), _describe, (pending, held))
+    assert not index.follow((dict(pending), held), set(), present, _describe)  # a copy
+    assert not index.follow((pending, held), None, present, _describe)  # record lost
+    assert index.follow((pending, held), set(), present, _describe)
+    index.reset("v2", gpus, gpus * 1000)  # new nodes: every pod forgotten
+    assert not index.follow((pending, held), set(), present, _describe)
+
+
+def test_a_copy_of_the_index_follows_no_keepers() -> None:
+    """The engine's state is pickled for the forecasting process: the copy keeps the pods
+    and sums but not the keepers (they stay behind), so it is given every uid first."""
+    gpus = np.array([8, 8, 4])
+    index = PoolDemandIndex()
+    index.reset("v1", gpus, gpus * 1000)
+    pending, held = {"u1": 1}, {"u2": 1}
+    index.update(pending.keys() | held.keys(), _describe, (pending, held))
+    copy = pickle.loads(pickle.dumps(index))
+    assert _state(copy) == _state(index)
+    present = lambda u: u in pending or u in held  # noqa: E731
+    assert not copy.follow((pending, held), set(), present, _describe)
+    assert index.follow((pending, held), set(), present, _describe)

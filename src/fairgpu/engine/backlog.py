@@ -35,6 +35,7 @@ from fairgpu.engine.jobs import Job, group_jobs, pod_order
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import QueueBook
 from fairgpu.tenancy.resolve import TenantResolver
+from fairgpu.tenancy.touched import TouchedUids
 
 # queue -> user -> that user's jobs in order
 Lanes = dict[str, dict[str, list[Job]]]
@@ -86,6 +87,7 @@ class Backlog:
 
     def __init__(self, grouped: bool) -> None:
         self.grouped = grouped
+        self.touched = TouchedUids()
         self.reset()
 
     def reset(self) -> None:
@@ -103,6 +105,9 @@ class Backlog:
         # uid -> pod of every pending pod (alone or in a group) and the uids of pods alone.
         self.pods: dict[str, PodInfo] = {}
         self.alone: dict[str, Job] = {}
+        # Uids added to or removed from ``pods`` since the pool demand index looked; a reset
+        # loses the record (the index then compares every uid once).
+        self.touched.lose()
         # The source whose changes the backlog follows (:meth:`follow`), and the gated pods
         # it was handed (kept out of the lanes), by id.
         self.following: object = None
@@ -155,6 +160,7 @@ class Backlog:
     def _add(self, pod: PodInfo, resolver: TenantResolver) -> None:
         i = id(pod)
         self.pods[pod.uid] = pod
+        self.touched.note(pod.uid)
         ref = resolver.pod_group(pod) if self.grouped else None
         if ref is not None:
             self.groups.setdefault(ref.key, {})[i] = pod
@@ -174,6 +180,7 @@ class Backlog:
     def _remove(self, i: int, pod: PodInfo) -> None:
         if self.pods.get(pod.uid) is pod:
             del self.pods[pod.uid]
+            self.touched.note(pod.uid)
         key = self._group_of.pop(i, None)
         if key is not None:
             members = self.groups[key]

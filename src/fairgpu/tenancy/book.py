@@ -44,6 +44,7 @@ from fairgpu.tenancy.config import (
 )
 from fairgpu.tenancy.fairshare import hierarchical_fair_shares
 from fairgpu.tenancy.resolve import Tenant, TenantResolver
+from fairgpu.tenancy.touched import TouchedUids
 
 NDIM = len(DIMENSIONS)
 INF = np.full(NDIM, np.inf)
@@ -136,6 +137,8 @@ class QueueBook:
         self.limits: dict[str, QueueLimits] = {q.name: _limits(q) for q in config.queues}
         self._dominant_by: tuple[np.ndarray, np.ndarray | None, np.ndarray, bool] | None = None
         self.entries: dict[str, Entry] = {}
+        # Uids added to or removed from ``entries`` since the pool demand index looked.
+        self.touched = TouchedUids()
         self.usage: dict[str, np.ndarray] = {}
         self.parent_usage: dict[str, np.ndarray] = {}
         self.user_usage: dict[tuple[str, str], np.ndarray] = {}
@@ -307,6 +310,7 @@ class QueueBook:
         ns_vec = self.ns_vector(pod, dra_milli)
         entry = Entry(tenant, pod.namespace, vec, ns_vec, ref.key if ref else "", pod.priority)
         self.entries[uid] = entry
+        self.touched.note(uid)
         self._apply(entry, +1)
         self.queue_pods.setdefault(tenant.queue, set()).add(uid)
         counts = self.queue_priorities.setdefault(tenant.queue, {})
@@ -319,6 +323,7 @@ class QueueBook:
         """Stop accounting pod ``uid``; returns its entry."""
         entry = self.entries.pop(uid, None)
         if entry is not None:
+            self.touched.note(uid)
             self._apply(entry, -1)
             self.queue_pods.get(entry.tenant.queue, set()).discard(uid)
             queue = entry.tenant.queue

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
+from operator import is_
 
 import numpy as np
 from scipy.sparse import csr_array
@@ -251,6 +252,10 @@ def node_pools(
     return pools, usable
 
 
+#: A pod's (queue, mask key, mask computed lazily, GPU milli) by uid, or None: no GPU pod.
+Describe = Callable[[str], tuple[str, object, Callable[[], np.ndarray], int] | None]
+
+
 class PoolDemandIndex:
     """The GPU demand of every queue per set of pools it may use, kept across scheduling
     cycles so that a cycle pays only for the pods that arrived, started or left since the
@@ -274,9 +279,16 @@ class PoolDemandIndex:
         self._usable: dict[int, frozenset[str]] = {}
         self.capacity: dict[str, int] = {}
         self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> (queue, mask id, milli)
+        # What the last :meth:`update` was told the pods came from (see :meth:`follow`).
+        self._basis: tuple[object, ...] | None = None
         self._sums: dict[tuple[str, int], int] = {}
         self._cache: dict[tuple[object, ...], dict[str, int]] = {}
         self._last: tuple[list[PoolDemand], tuple[object, ...], dict[str, int]] | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        # A copy (the engine's state shipped to the forecasting process) follows no keepers:
+        # they stay behind, and the copy's first update is given every uid.
+        return {**self.__dict__, "_basis": None}
 
     def reset(self, version: object, gpus: np.ndarray, milli: np.ndarray) -> None:
         """Nodes as they are now: GPUs and GPU milli per node slot (0 where inactive). A new
@@ -302,25 +314,64 @@ class PoolDemandIndex:
         self.capacity = {f"p{i}": int(self._milli[nodes].sum()) for i, nodes in enumerate(pools)}
 
     def update(
-        self,
-        uids: Set[str],
-        describe: Callable[[str], tuple[str, object, Callable[[], np.ndarray], int] | None],
+        self, uids: Set[str], describe: Describe, basis: tuple[object, ...] | None = None
     ) -> None:
         """The pods that hold or want GPUs now are ``uids``; ``describe(uid)`` gives a new
-        one's queue, mask key, mask (lazily) and GPU milli (None: not a GPU pod)."""
+        one's queue, mask key, mask (lazily) and GPU milli (None: not a GPU pod).
+        ``basis``: the keepers ``uids`` came from, whose changes :meth:`follow` may then
+        take instead of all uids (None: the uids came from nowhere that keeps them)."""
         for uid in self._pods.keys() - uids:
-            queue, mid, milli = self._pods.pop(uid)
-            if mid >= 0:  # a pod without GPUs was never summed
-                self._sums[(queue, mid)] -= milli
+            self._drop(uid)
         for uid in uids - self._pods.keys():
-            got = describe(uid)
-            if got is None:
-                self._pods[uid] = ("", -1, 0)
-                continue
-            queue, key, mask, milli = got
-            mid = self._mask_id(key, mask)
-            self._pods[uid] = (queue, mid, milli)
-            self._sums[(queue, mid)] = self._sums.get((queue, mid), 0) + milli
+            self._add(uid, describe)
+        self._basis = basis
+
+    def follow(
+        self,
+        basis: tuple[object, ...],
+        touched: Iterable[str] | None,
+        present: Callable[[str], bool],
+        describe: Describe,
+    ) -> bool:
+        """:meth:`update` by the uids ``touched`` (added to or removed from the keepers
+        ``basis``, by identity) since the last update, when that update was given the uids
+        of the same keepers; ``present(uid)``: is it there now. False, changing nothing,
+        when the last update was given other uids or ``touched`` is None (unknown).
+
+        Exactly what :meth:`update` with every uid would do: a uid whose presence changed
+        was added or removed since, so it is among ``touched``, and a pod the index holds
+        keeps its first description in both (a pending pod that starts keeps its entry)."""
+        last = self._basis
+        if (
+            touched is None
+            or last is None
+            or len(last) != len(basis)
+            or not all(map(is_, last, basis))
+        ):
+            return False
+        pods = self._pods
+        for uid in touched:
+            if present(uid):
+                if uid not in pods:
+                    self._add(uid, describe)
+            elif uid in pods:
+                self._drop(uid)
+        return True
+
+    def _add(self, uid: str, describe: Describe) -> None:
+        got = describe(uid)
+        if got is None:
+            self._pods[uid] = ("", -1, 0)
+            return
+        queue, key, mask, milli = got
+        mid = self._mask_id(key, mask)
+        self._pods[uid] = (queue, mid, milli)
+        self._sums[(queue, mid)] = self._sums.get((queue, mid), 0) + milli
+
+    def _drop(self, uid: str) -> None:
+        queue, mid, milli = self._pods.pop(uid)
+        if mid >= 0:  # a pod without GPUs was never summed
+            self._sums[(queue, mid)] -= milli
 
     def demands(self) -> list[PoolDemand]:
         """Each queue's GPU demand per set of pools (pods no pool can run left out)."""

@@ -106,6 +106,7 @@ from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import QueueBook
 from fairgpu.tenancy.config import DIM_GPU, Preemption
 from fairgpu.tenancy.fairshare import hierarchical_fair_shares
+from fairgpu.tenancy.pool_share import Describe
 
 ReclaimKey = tuple[int, float, float]
 EPS = 1e-9
@@ -459,8 +460,26 @@ def pool_gpu_shares(session: Session, queues: Lanes) -> dict[str, int]:
 
         return book.resolver.resolve(pod).queue, (pod.static_key(), least), mask, int(milli)
 
-    index.update(pending.keys() | book.entries.keys(), describe)
+    _update_demand(session, pending, describe)
     return index.shares(_weights(book, index.queue_demand()))
+
+
+def _update_demand(session: Session, pending: Mapping[str, PodInfo], describe: Describe) -> None:
+    """Tell the pool demand index which pods hold or want GPUs: by what the book and the
+    engine's backlog added and removed since the last cycle when ``pending`` is the
+    backlog's own pods (:meth:`~fairgpu.tenancy.pool_share.PoolDemandIndex.follow`), else
+    by every uid. The changes are taken in every cycle, so they never pile up."""
+    book, backlog, index = session.book, session.backlog, session.state.pool_demand
+    held = book.entries
+    touched = book.touched.take()
+    waiting = backlog.touched.take() if backlog is not None else None
+    if backlog is None or pending is not backlog.pods:
+        index.update(pending.keys() | held.keys(), describe)
+        return
+    changed = None if touched is None or waiting is None else touched | waiting
+    basis = (book, backlog)
+    if not index.follow(basis, changed, lambda uid: uid in pending or uid in held, describe):
+        index.update(pending.keys() | held.keys(), describe, basis)
 
 
 def _weights(book: QueueBook, queues: Mapping[str, int]) -> dict[str, float]:
