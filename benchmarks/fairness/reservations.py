@@ -281,9 +281,11 @@ def measure(mix: mixes.Mix, ordering: str, seed: int) -> dict[str, Any]:
     base = mixes.Engine
 
     class Recording(base):  # type: ignore[misc, valid-type]
-        def cycle(self, cluster: ClusterState, pending: Any, now: float) -> CycleResult:
+        def cycle(
+            self, cluster: ClusterState, pending: Any, now: float, changes: Any = None
+        ) -> CycleResult:
             pending = list(pending)
-            res = super().cycle(cluster, pending, now)
+            res = super().cycle(cluster, pending, now, changes)
             log.after_cycle(self, cluster, pending, res, now)
             return res
 

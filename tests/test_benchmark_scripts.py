@@ -1,0 +1,62 @@
+"""The benchmark scripts still run against the code as it is: each on its smallest input,
+printing the JSON its README describes (a script that breaks silently measures nothing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(script: str, *args: str) -> list[dict[str, object]]:
+    """The JSON objects ``script`` prints (one document, or one per line)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = done.stdout.strip()
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "keys"),
+    [
+        (
+            "benchmarks/fairness/run.py",
+            ("--suite", "realistic", "--mix", "flexible-and-confined"),
+            ("fairgpu", "kube-default", "targets"),
+        ),
+        (
+            "benchmarks/fairness/reservations.py",
+            ("--mix", "flexible-and-confined"),
+            ("reservations", "idle_gpus_pct_of_capacity", "useful_allocation_pct"),
+        ),
+        (
+            "benchmarks/fair_cycle_speed/run.py",
+            ("--flood", "50"),
+            ("fair", "kube-default", "cpu_ratio_fair_to_kube_default"),
+        ),
+    ],
+    ids=["fairness", "reservations", "fair-cycle-speed"],
+)
+def test_a_benchmark_prints_its_figures(
+    script: str, args: tuple[str, ...], keys: tuple[str, ...]
+) -> None:
+    rows = _run(script, *args)
+    assert rows
+    for row in rows:
+        for key in keys:
+            assert key in row, (script, key, sorted(row))
