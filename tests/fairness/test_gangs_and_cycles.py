@@ -287,3 +287,24 @@ def test_reclaim_rule_is_antisymmetric(
     for k in range(1, len(placed) + 1):
         back = eng.book.pending_vector(pod_info("y", "v", gpus=1))
         assert not eng.reclaim_allowed("v", back, placed[:k])
+
+
+def test_a_gang_refused_by_both_rules_is_told_the_reclaim_rule_first() -> None:
+    """Queue g's user g-hi submits a gang of two 8-GPU members at priority 10; g-lo holds 4
+    GPUs at priority 0, queue a 10 (above its share of 8). The gang would take g above its
+    share (counting both members) and g-hi above its share of g: the reason names the
+    reclaim rule, why queue a gives nothing back, and then the within-queue rule."""
+    nodes = [node_info(f"n{i}", gpus=8) for i in (1, 2)]
+    placed = [(pod_info(f"a{j}", "a"), f"n{1 + j // 8}", 0.0) for j in range(10)]
+    placed += [(pod_info(f"lo{j}", "g", user="g-lo"), "n2", 0.0) for j in range(4)]
+    gang = [
+        pod_info(f"hi{i}", "g", group="hi", min_member=2, gpus=8, priority=10, user="g-hi")
+        for i in range(2)
+    ]
+    pending = [*gang, pod_info("a8", "a"), pod_info("lo4", "g", user="g-lo")]
+    res = Engine(tenancy=_a_and_g(1)).cycle(cluster(*nodes, placed=placed), pending, 100.0)
+    assert not res.evictions and not any(b.pod.name.startswith("hi") for b in res.binds)
+    reason = next(u.reason for u in res.unschedulable if u.pod.name == "hi0")
+    share = reason.index("reclaim refused: queue 'g' would exceed its fair share after the move")
+    within = reason.index("priority preemption refused: user 'g-hi' would be above its share")
+    assert share < within, reason

@@ -122,6 +122,21 @@ def test_a_queue_below_its_share_is_told_why_it_may_not_reclaim() -> None:
     assert all("reclaim" not in u.reason for u in res.unschedulable)
 
 
+def test_a_queue_below_its_share_is_told_when_no_queue_holds_more_than_its_own() -> None:
+    """Two 4-GPU nodes, queues a and b (equal weights, both with work pending): b holds its
+    4 GPUs, a holds 2 and asks 4 on one node. a is below its share, but no queue holds more
+    than its own (the rest is in pieces a's pod does not fit): that is the reason, not only
+    what the nodes lack."""
+    placed = [(pod(f"b{j}", "b"), "n1", 0.0) for j in range(4)]
+    placed += [(pod(f"a{j}", "a"), "n2", 0.0) for j in range(2)]
+    pending = [pod("a-big", "a", gpus=4), pod("b4", "b")]
+    state = cluster(node("n1", gpus=4), node("n2", gpus=4), placed=placed)
+    res = engine().cycle(state, pending, 1000.0)
+    assert not res.evictions
+    reason = next(u.reason for u in res.unschedulable if u.pod.name == "a-big")
+    assert "; reclaim refused: no other queue holds more than its fair share" in reason, reason
+
+
 def test_reclaim_never_takes_the_preemptor_above_its_share() -> None:
     # 8 GPUs, 4 each. b holds 2: a 4-GPU pod would take it to 6, a 2-GPU pod to exactly 4.
     placed = [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(6)]

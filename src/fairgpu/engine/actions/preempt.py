@@ -120,6 +120,13 @@ class _Pools:
     relocating: frozenset[str] = frozenset()
     movable: set[str] = field(default_factory=set)
     where: np.ndarray | None = None
+    # The preemptor's queue is below its share and no other queue holds more than its own.
+    nobody_above: bool = False
+
+
+#: The refusal of a queue below its share when no other queue is above its own: what it
+#: lacks stands idle, drains for a reservation or is in pieces no pending pod fits.
+NOBODY_ABOVE = "reclaim refused: no other queue holds more than its fair share"
 
 
 @dataclass(slots=True)
@@ -341,8 +348,13 @@ class FairVictims:
             kept, why = self._not_refused(job, pod, pools)
             got = _Freeable(key, {uid for _, pool in kept for uid in pool}, pools.held, why)
             self._freeable = got
-        if got.refusal:
-            self._refusal.setdefault(pod.uid, got.refusal)
+        said = self._refusal.get(pod.uid)
+        if got.refusal and not said:
+            self._refusal[pod.uid] = got.refusal
+        elif got.refusal and said and got.refusal not in said:
+            # Both: the reclaim rule first -- it is why other queues give nothing back --,
+            # then what the candidate search said (the within-queue rule, held-back pods).
+            self._refusal[pod.uid] = f"{got.refusal}; {said}"
         return got
 
     def _not_refused(
@@ -590,6 +602,11 @@ class FairVictims:
             named.extend(self._relocation_sets(job, pod, pools, set(others)))
         if lim.preemption.within_queue == "LowerPriority":
             named.append((queue, self._lower_priority(job, pod, pools.held)))
+        if pools.nobody_above:
+            # First, before what the relocation or priority rules said: it is why no other
+            # queue gives anything back.
+            said = self._refusal.get(pod.uid)
+            self._refusal[pod.uid] = NOBODY_ABOVE + (f"; {said}" if said else "")
         named = [(q, x) for q, x in named if x]
         pools.named = named
         pools.queues = tuple(sorted({q for q, _ in named}))
@@ -612,7 +629,7 @@ class FairVictims:
         queue = job.tenant.queue
         sets: list[tuple[str, list[str]]] = []
         if not others:
-            self._no_reclaimable_queue(job, pod)
+            pools.nobody_above = self._no_reclaimable_queue(job, pod)
         for other in others:
             ok, soonest, causes = self._reclaimable_kept(other, queue, min_run, held)
             if len(ok) < len(s.book.queue_pods[other]) and soonest < np.inf:
@@ -723,16 +740,17 @@ class FairVictims:
                     out.append(head)
         return out
 
-    def _no_reclaimable_queue(self, job: Job, pod: PodInfo) -> None:
+    def _no_reclaimable_queue(self, job: Job, pod: PodInfo) -> bool:
         """When ``queue`` is below its fair share yet no queue passes the reclaim pre-screen
         (:meth:`_reclaimable_queues`), the refusal names the rule that keeps out the queue
         holding the most above its own share (the first victim queue were it allowed) -- a
-        tenant that waits with nothing is otherwise told only what the nodes lack. Nothing
-        is said while ``queue`` is at or above its share (it may not reclaim at all) or no
-        other queue holds more than its share."""
+        tenant that waits with nothing is otherwise told only what the nodes lack. True
+        when other queues hold pods but none more than its share (:data:`NOBODY_ABOVE`,
+        said once the candidates are known). Nothing is said while ``queue`` is at or above
+        its share (it may not reclaim at all)."""
         book, deserved, queue = self.s.book, self.deserved, job.tenant.queue
         if not below_share(book, deserved, queue):
-            return
+            return False
         band = self.s.tenancy.preemption.reclaim_tolerance_band
         above = [
             (held_share(book, deserved, other) - deserved.get(other, 0.0), other)
@@ -740,11 +758,12 @@ class FairVictims:
         ]
         excess, other = max(above, default=(0.0, ""))
         if excess <= 0.0:
-            return
+            return bool(above)
         vec = self._end_vector(job, pod)
         why = refused_whatever_the_victims(book, queue, vec, other, deserved, band)
         if why is not None:
             self._refusal.setdefault(pod.uid, self._reclaim_refused(job, pod, why))
+        return False
 
     def _held_back_text(self, causes: HeldCauses, min_run: float) -> str:
         """What holds a queue's pods back from reclaim, rule by rule, with how many pods
