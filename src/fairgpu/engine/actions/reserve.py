@@ -329,7 +329,7 @@ def _sated(session: Session, res: Reservation) -> bool:
 
     Counting only the queues below their share whose GPU pods may use the reserved nodes was
     measured (``benchmarks/fairness``, demo seeds 0-7 and the mixes on seeds 0 and 1): only
-    the pool mix on seed 0 moved -- useful allocation 50.48% -> 51.83%, lost 0.54% -> 0.16%,
+    the pool mix on seed 0 moved -- useful allocation 50.48% -> 51.78%, lost 0.54% -> 0.16%,
     but every gang's wait p50 12 307 s -> 14 332 s, and its qualified gang still waited
     3 633 s (a queue that may use those nodes was below its share when it was dropped)."""
     deserved = session.deserved
