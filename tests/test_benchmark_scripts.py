@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+OPENB = ROOT.parent / "shared" / "traces" / "openb"
 
 
 def _run(script: str, *args: str) -> list[dict[str, object]]:
@@ -49,8 +50,41 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
             ("--flood", "50"),
             ("fair", "kube-default", "cpu_ratio_fair_to_kube_default"),
         ),
+        (
+            "benchmarks/decision_latency/run.py",
+            ("--nodes", "200", "--pods", "500", "--stream", "100", "--baseline-pods", "20"),
+            ("policies", "baseline", "pass"),
+        ),
+        (
+            "benchmarks/decision_latency/failure_memo.py",
+            ("--rounds", "1"),
+            ("cycle_s_with_memo", "cycle_s_without", "reasons_identical"),
+        ),
+        ("benchmarks/memory/run.py", ("--nodes", "200", "--pods", "1000"), ("kib_per_pod", "pass")),
+        (
+            "benchmarks/volume_latency/run.py",
+            ("--nodes", "200", "--stream", "50", "--rounds", "1", "--claim-pods", "20"),
+            ("no_claims", "local_volumes"),
+        ),
+        pytest.param(
+            "benchmarks/dra_packing/run.py",
+            ("--nodes", "4", "--seeds", "1-1"),
+            ("ratio", "runs"),
+            marks=pytest.mark.skipif(
+                not OPENB.is_dir(), reason=f"the openb traces are not beside the checkout ({OPENB})"
+            ),
+        ),
     ],
-    ids=["fairness", "reservations", "fair-cycle-speed"],
+    ids=[
+        "fairness",
+        "reservations",
+        "fair-cycle-speed",
+        "decision-latency",
+        "failure-memo",
+        "memory",
+        "volume-latency",
+        "dra-packing",
+    ],
 )
 def test_a_benchmark_prints_its_figures(
     script: str, args: tuple[str, ...], keys: tuple[str, ...]

@@ -154,13 +154,13 @@ def run_one(asks: list[tuple[int, str]], nodes: int, placement: str, seed: int) 
         name = f"p{placed}"
         ref = (("gpu", "", template_name(gpus, profile_name)),)
         pod = PodInfo(name, uid=name, requests={CPU: 100, PODS: 1}, resource_claims=ref)
-        state.dra.create_pod_claims(pod.uid, pod.name, pod.namespace, pod.resource_claims)
+        state.dra.create_pod_claims(pod)
         result = sched.schedule(pod, state)
         if not result.ok or result.node is None:
             reason = result.reason()
             break
         state.assign(pod, result.node)
-        state.dra.commit(pod.uid, pod.namespace, pod.resource_claims, result.node)
+        state.dra.commit(pod, result.node)
         placed += 1
     return {
         "placement": placement,
