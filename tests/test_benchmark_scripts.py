@@ -74,6 +74,27 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
                 not OPENB.is_dir(), reason=f"the openb traces are not beside the checkout ({OPENB})"
             ),
         ),
+        (
+            "benchmarks/prediction/run.py",
+            ("--only", "mixed", "--runtimes", "declared", "--samples", "0", "--every", "7200"),
+            ("scenarios",),
+        ),
+        pytest.param(
+            "benchmarks/gpu_allocation/run.py",
+            ("--lists", "default", "--policies", "fairgpu-frag-plan", "--seeds", "42-42"),
+            ("runs",),
+            marks=pytest.mark.skipif(
+                not OPENB.is_dir(), reason=f"the openb traces are not beside the checkout ({OPENB})"
+            ),
+        ),
+        pytest.param(
+            "benchmarks/fgd_speed/run.py",
+            (),
+            ("baseline", "ratio_to_baseline"),
+            marks=pytest.mark.skipif(
+                not OPENB.is_dir(), reason=f"the openb traces are not beside the checkout ({OPENB})"
+            ),
+        ),
     ],
     ids=[
         "fairness",
@@ -84,6 +105,9 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         "memory",
         "volume-latency",
         "dra-packing",
+        "prediction",
+        "gpu-allocation",
+        "fgd-speed",
     ],
 )
 def test_a_benchmark_prints_its_figures(
