@@ -12,6 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENB = ROOT.parent / "shared" / "traces" / "openb"
+NEEDS_OPENB = pytest.mark.skipif(
+    not OPENB.is_dir(), reason=f"the openb traces are not beside the checkout ({OPENB})"
+)
 
 
 def _run(script: str, *args: str) -> list[dict[str, object]]:
@@ -70,9 +73,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
             "benchmarks/dra_packing/run.py",
             ("--nodes", "4", "--seeds", "1-1"),
             ("ratio", "runs"),
-            marks=pytest.mark.skipif(
-                not OPENB.is_dir(), reason=f"the openb traces are not beside the checkout ({OPENB})"
-            ),
+            marks=NEEDS_OPENB,
         ),
         (
             "benchmarks/prediction/run.py",
@@ -83,17 +84,13 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
             "benchmarks/gpu_allocation/run.py",
             ("--lists", "default", "--policies", "fairgpu-frag-plan", "--seeds", "42-42"),
             ("runs",),
-            marks=pytest.mark.skipif(
-                not OPENB.is_dir(), reason=f"the openb traces are not beside the checkout ({OPENB})"
-            ),
+            marks=NEEDS_OPENB,
         ),
         pytest.param(
             "benchmarks/fgd_speed/run.py",
             (),
             ("baseline", "ratio_to_baseline"),
-            marks=pytest.mark.skipif(
-                not OPENB.is_dir(), reason=f"the openb traces are not beside the checkout ({OPENB})"
-            ),
+            marks=NEEDS_OPENB,
         ),
     ],
     ids=[

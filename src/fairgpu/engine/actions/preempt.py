@@ -348,14 +348,19 @@ class FairVictims:
             kept, why = self._not_refused(job, pod, pools)
             got = _Freeable(key, {uid for _, pool in kept for uid in pool}, pools.held, why)
             self._freeable = got
-        said = self._refusal.get(pod.uid)
-        if got.refusal and not said:
-            self._refusal[pod.uid] = got.refusal
-        elif got.refusal and said and got.refusal not in said:
-            # Both: the reclaim rule first -- it is why other queues give nothing back --,
-            # then what the candidate search said (the within-queue rule, held-back pods).
-            self._refusal[pod.uid] = f"{got.refusal}; {said}"
+        if got.refusal:
+            self._say_first(pod, got.refusal)
         return got
+
+    def _say_first(self, pod: PodInfo, refusal: str) -> None:
+        """Make ``refusal`` -- why other queues give nothing back -- the first rule named
+        for ``pod``, before what the candidate search said (the within-queue rule, pods held
+        back), which stays after it."""
+        said = self._refusal.get(pod.uid)
+        if not said:
+            self._refusal[pod.uid] = refusal
+        elif refusal not in said:
+            self._refusal[pod.uid] = f"{refusal}; {said}"
 
     def _not_refused(
         self, job: Job, pod: PodInfo, pools: _Pools
@@ -608,10 +613,7 @@ class FairVictims:
         if lim.preemption.within_queue == "LowerPriority":
             named.append((queue, self._lower_priority(job, pod, pools.held)))
         if pools.nobody_above:
-            # First, before what the relocation or priority rules said: it is why no other
-            # queue gives anything back.
-            said = self._refusal.get(pod.uid)
-            self._refusal[pod.uid] = NOBODY_ABOVE + (f"; {said}" if said else "")
+            self._say_first(pod, NOBODY_ABOVE)
         named = [(q, x) for q, x in named if x]
         pools.named = named
         pools.queues = tuple(sorted({q for q, _ in named}))
