@@ -26,9 +26,13 @@ from fairgpu.engine.actions.gang_screen import (
     bound_over_time,
     members_bound,
 )
-from fairgpu.engine.actions.preempt import FairVictims, HeldCauses, eligible_victim
 from fairgpu.engine.actions.reclaim import reverses
 from fairgpu.engine.actions.reserve import protected_until
+from fairgpu.engine.actions.victim_eligibility import (
+    HeldCauses,
+    ReclaimEligibility,
+    eligible_victim,
+)
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.gang import Reservation, backfill_mask, declared_runtime
 from fairgpu.engine.jobs import Job
@@ -192,9 +196,11 @@ def _protected(session: Session, uid: str) -> bool:
     return until is not None
 
 
-def _rules_as_written(
-    session: Session, victims: FairVictims, pool: list[str], min_run: float
-) -> list[str]:
+def _node_of(session: Session, uid: str) -> str:
+    return session.cluster.node(session.cluster.placements[uid].node).name
+
+
+def _rules_as_written(session: Session, pool: list[str], min_run: float) -> list[str]:
     """Each rule asked per pod, then the retry time of pods held back by time (the form the
     one-pass shortcut replaced)."""
     cfg = session.tenancy.preemption
@@ -203,7 +209,7 @@ def _rules_as_written(
         for u in pool
         if eligible_victim(session, u, min_run)
         and not _cooling(session, u)
-        and not reverses(session.state, victims._node_of(u), "a", "b", session.now, cfg)
+        and not reverses(session.state, _node_of(session, u), "a", "b", session.now, cfg)
         and not _protected(session, u)
     )
     if len(ok) < len(pool):
@@ -228,10 +234,10 @@ def test_reclaimable_pods_in_one_pass_are_the_rules_per_pod(case: dict[str, Any]
     """The same victims, the same retry time, the same expired reclaims forgotten."""
     min_run = 120.0
     plain, uids = _session(case)
-    want = _rules_as_written(plain, FairVictims(plain, {}), uids, min_run)
+    want = _rules_as_written(plain, uids, min_run)
     fast, _ = _session(case)
     causes = HeldCauses()
-    got, soonest = FairVictims(fast, {})._reclaimable(uids, "a", "b", min_run, {}, causes)
+    got, soonest = ReclaimEligibility(fast).reclaimable(uids, "a", "b", min_run, {}, causes)
     if len(got) < len(uids) and soonest < np.inf:
         fast.out.retry_no_later_than(float(soonest))  # as _reclaim_sets asks for it
     assert got == want
@@ -239,12 +245,10 @@ def test_reclaimable_pods_in_one_pass_are_the_rules_per_pod(case: dict[str, Any]
     assert fast.state.reclaimed == plain.state.reclaimed
     # Each pod held back is counted under the first rule that holds it (the reason's tally).
     checked, _ = _session(case)
-    assert causes.counts == _causes_as_written(checked, FairVictims(checked, {}), uids, min_run)
+    assert causes.counts == _causes_as_written(checked, uids, min_run)
 
 
-def _causes_as_written(
-    session: Session, victims: FairVictims, pool: list[str], min_run: float
-) -> dict[str, int]:
+def _causes_as_written(session: Session, pool: list[str], min_run: float) -> dict[str, int]:
     """Per rule, the pods it is the first to hold back: victims by kind (bound, not
     terminating, not placed in this cycle) that some time rule keeps out."""
     cfg = session.tenancy.preemption
@@ -257,7 +261,7 @@ def _causes_as_written(
             cause = "young"
         elif _cooling(session, u):
             cause = "cooling"
-        elif reverses(session.state, victims._node_of(u), "a", "b", session.now, cfg):
+        elif reverses(session.state, _node_of(session, u), "a", "b", session.now, cfg):
             cause = "reversal"
         elif _protected(session, u):
             cause = "protected"

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.actions.kube_default_victims import KubeDefaultVictims
 from fairgpu.engine.actions.order import FairOrder, KubeDefaultOrder, lanes
-from fairgpu.engine.actions.preempt import FairVictims, HeldBack, eligible_victim
+from fairgpu.engine.actions.preempt import FairVictims
 from fairgpu.engine.actions.reserve import note_torn_down
+from fairgpu.engine.actions.victim_eligibility import HeldBack, eligible_victim
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.session import Session
@@ -285,9 +286,9 @@ def test_reclaimable_pods_are_worked_out_again_when_a_reclaim_or_the_queue_chang
     engine = Engine()
     session = engine.session(state, 1000.0)
     victims = FairVictims(session, {"a": 0.25, "b": 0.25})
-    first = victims._reclaimable_kept("a", "b", 60.0, HeldBack())
+    first = victims.eligibility.kept("a", "b", 60.0, HeldBack())
     assert first[0] == ["a/a0", "a/a1", "a/a2"]
-    assert victims._reclaimable_kept("a", "b", 60.0, HeldBack())[0] is first[0]  # kept
+    assert victims.eligibility.kept("a", "b", 60.0, HeldBack())[0] is first[0]  # kept
     # A reclaim by b commits (its victims' and its own GPUs change tenant): a1's GPU too.
     device = state.placements["a/a1"].devices[0]
     b0 = pod_info("b0", "b")
@@ -295,11 +296,11 @@ def test_reclaimable_pods_are_worked_out_again_when_a_reclaim_or_the_queue_chang
     victims._flows[b0.uid] = set()
     victims.placed(b0)
     held = HeldBack()
-    assert victims._reclaimable_kept("a", "b", 60.0, held)[0] == ["a/a0", "a/a2"]
+    assert victims.eligibility.kept("a", "b", 60.0, held)[0] == ["a/a0", "a/a2"]
     assert held.pods == {"a/a1": 1600.0}
     stmt = session.statement()
     stmt.evict(state.pods["a/a0"], None, "test", "reclaim")
-    assert victims._reclaimable_kept("a", "b", 60.0, HeldBack())[0] == ["a/a2"]
+    assert victims.eligibility.kept("a", "b", 60.0, HeldBack())[0] == ["a/a2"]
 
 
 def test_only_a_group_left_with_no_member_running_counts_as_torn_down() -> None:

@@ -9,8 +9,8 @@ job's pods are reported pending.
 
 Two things apply only to a job of one pod, because a gang's attempt is rolled back as a whole
 and what failed inside it says nothing about the cycle's state afterwards: the failed-ask
-memo (:class:`~fairgpu.engine.memo.Front`) and the preemption gate
-(:func:`~fairgpu.engine.actions.preempt.worth_searching`).
+memo (:class:`~fairgpu.engine.memo.Front`) and the memo of failed preemption searches
+(:attr:`~fairgpu.engine.memo.CycleMemo.preempt_front`).
 """
 
 from __future__ import annotations

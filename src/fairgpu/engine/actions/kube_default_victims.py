@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairgpu.engine.actions.preempt import HeldBack, eligible_victim, held_first
+from fairgpu.engine.actions.victim_eligibility import HeldBack, eligible_victim, held_first
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption
 from fairgpu.engine.session import Session

@@ -6,37 +6,37 @@ smallest victim set on the best node. Two policies:
 
 :class:`FairVictims`
     reclaim from queues above the preemptor's (:mod:`~fairgpu.engine.actions.reclaim`, at most
-    :data:`MAX_RECLAIM_QUEUES` queues, those furthest above first; victims ran at least
-    ``reclaimMinRuntimeSeconds`` and sit on no GPU that changed tenant within
-    ``reclaimCooldownSeconds``), then the pods of other queues that could run at once on
-    nodes the preemptor may not use (:mod:`~fairgpu.engine.actions.relocate`), then
-    strictly lower priority inside the preemptor's own queue, then all pools together.
-    Inside a queue, users are treated as queues are between them: a pod may take another
-    user's lower-priority pods only while its own user stays at or below its fair share of
-    what the queue holds (weighted max-min over the queue's users, capped by demand), a
-    gang member judged with every member its gang still needs, as in reclaim; its own
-    user's lower-priority pods it may always take, as kube-scheduler would. Victims are
+    :data:`MAX_RECLAIM_QUEUES` queues, those furthest above first; victims pass the time
+    rules of :mod:`~fairgpu.engine.actions.victim_eligibility`), then the pods of other
+    queues that could run at once on nodes the preemptor may not use
+    (:mod:`~fairgpu.engine.actions.relocate`), then strictly lower priority inside the
+    preemptor's own queue, where users are treated as queues are between them
+    (:mod:`~fairgpu.engine.actions.priority_in_queue`), then all pools together. Victims are
     chosen by the work they lose, a pod group as one victim
     (:mod:`~fairgpu.engine.victim_cost`), and a pod alone asking GPUs preempts only while
-    waiting for declared run times to free room would cost more than the kill loses.
+    waiting for declared run times to free room would cost more than the kill loses
+    (:mod:`~fairgpu.engine.actions.room_wait`). This class puts those rules together for a
+    search: the candidate pools in order, the end state the reclaim rule judges (a gang
+    member with its siblings), and the refusal a pending pod is told.
 :class:`KubeDefaultVictims`
     kube-scheduler's priority preemption: any pod of strictly lower priority.
 
-Whatever the policy, :func:`eligible_victim` must hold for every victim.
+Whatever the policy, :func:`~fairgpu.engine.actions.victim_eligibility.eligible_victim` must
+hold for every victim.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-from fairgpu.cluster.state import Placement
 from fairgpu.engine.actions import relocate
 from fairgpu.engine.actions.order import Lanes
+from fairgpu.engine.actions.priority_in_queue import UsersInQueue
 from fairgpu.engine.actions.reclaim import (
     below_share,
     may_reclaim_from,
@@ -44,62 +44,31 @@ from fairgpu.engine.actions.reclaim import (
     reclaim_key,
     reclaim_refusal,
     refused_whatever_the_victims,
-    reverses,
-    share_key,
 )
 from fairgpu.engine.actions.reclaim import held as held_share
-from fairgpu.engine.actions.reserve import protected_until
+from fairgpu.engine.actions.room_wait import RoomWait, cheaper_wait
+from fairgpu.engine.actions.victim_eligibility import (
+    HeldBack,
+    ReclaimEligibility,
+    held_first,
+    record_tenant_change,
+)
 from fairgpu.engine.jobs import Job
-from fairgpu.engine.preemption import PreemptionPlan, find_preemption, victim_eligible
-from fairgpu.engine.session import EngineState, Session
+from fairgpu.engine.preemption import PreemptionPlan, find_preemption
+from fairgpu.engine.session import Session
 from fairgpu.engine.victim_cost import (
     VictimCost,
-    declared_ends,
     hours,
     lost_work,
     running_gangs,
-    time_to_fit,
     waiting_is_cheaper,
 )
 from fairgpu.model.pod import PodInfo
-from fairgpu.tenancy.fairshare import weighted_max_min
 
 # Reclaim looks for victims in at most this many queues (those furthest above the preemptor).
 MAX_RECLAIM_QUEUES = 4
 # Preemption searches per cycle (each scans running pods); the rest wait for the next cycle.
 MAX_PREEMPTION_ATTEMPTS = 32
-
-
-def eligible_victim(session: Session, uid: str, min_runtime: float) -> bool:
-    """May the pod ``uid`` be a victim at all? Only if it was not placed in this cycle and
-    :func:`~fairgpu.engine.preemption.victim_eligible` holds (bound or held -- one of the
-    session's ``displaceable`` on a node where none was displaced in this cycle --, not
-    terminating, run at least ``min_runtime`` seconds)."""
-    pl = session.cluster.placements.get(uid)
-    return uid not in session.placed_now and victim_eligible(
-        pl, session.now, min_runtime, displaceable(session, uid, pl)
-    )
-
-
-def displaceable(session: Session, uid: str, placement: Placement | None) -> bool:
-    """Is ``uid`` a held preemptor whose place may be taken now: one of the session's
-    ``displaceable``, on a node where none was displaced yet in this cycle?"""
-    return (
-        uid in session.displaceable
-        and placement is not None
-        and placement.node not in session.displaced_nodes
-    )
-
-
-def held_first(session: Session, sets: list[list[str]]) -> list[list[str]]:
-    """``sets`` with, in front, the displaceable pods among them: taking a held preemptor's
-    place loses no work, so it is tried before any plan evicting running pods (as
-    kube-scheduler ignores the nominations of lower priority when it places a pod)."""
-    held = session.displaceable
-    if not held:
-        return sets
-    first = sorted({u for pool in sets for u in pool if u in held})  # eligible ones only
-    return [first, *sets] if first else sets
 
 
 @dataclass(slots=True)
@@ -117,9 +86,7 @@ class _Pools:
     named: list[tuple[str, list[str]]] = field(default_factory=list)
     # Relocation (:mod:`~fairgpu.engine.actions.relocate`): the queues whose pools hold pods
     # that may run elsewhere, those pods, and the nodes where they would go.
-    relocating: frozenset[str] = frozenset()
-    movable: set[str] = field(default_factory=set)
-    where: np.ndarray | None = None
+    relocation: relocate.Relocations | None = None
     # The preemptor's queue is below its share and no other queue holds more than its own.
     nobody_above: bool = False
 
@@ -127,30 +94,6 @@ class _Pools:
 #: The refusal of a queue below its share when no other queue is above its own: what it
 #: lacks stands idle, drains for a reservation or is in pieces no pending pod fits.
 NOBODY_ABOVE = "reclaim refused: no other queue holds more than its fair share"
-
-
-@dataclass(slots=True)
-class HeldCauses:
-    """Why a queue's pods are held back from reclaim: pods per rule ("young",
-    "cooling", "reversal", "protected"), and the first end of a
-    protection among them (when the first protected pod may become a victim; a cycle is
-    asked for then)."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-    protected_until: float = math.inf
-
-    def add(self, cause: str, until: float = math.inf) -> None:
-        """One more pod held back by ``cause`` (a protection: until ``until``)."""
-        self.counts[cause] = self.counts.get(cause, 0) + 1
-        self.protected_until = min(self.protected_until, until)
-
-    def __bool__(self) -> bool:
-        return bool(self.counts)
-
-
-# A queue's reclaimable pods, the first moment a held one frees, the held ones (uid ->
-# when), and why they are held (FairVictims._reclaimable_kept).
-_Kept = tuple[list[str], float, dict[str, float], HeldCauses]
 
 
 @dataclass(slots=True)
@@ -162,30 +105,6 @@ class _Freeable:
     pods: set[str]
     held: HeldBack
     refusal: str
-
-
-@dataclass(slots=True)
-class HeldBack:
-    """The candidates a time rule alone keeps from being victims now -- too young
-    (``minRuntimeSeconds``, ``reclaimMinRuntimeSeconds``), on GPUs that changed tenant within
-    the cooldown, on a node where a reclaim would reverse a recent one, started from a
-    reservation and still protected. Between two events only these rules change who may be
-    a victim.
-
-    ``at``: the moment a cycle is asked for -- the first at which one of them becomes a
-    victim by the rules that ask for cycles (the reclaim minimum run, the cooldown, the
-    protection; ``inf``: none). ``pods``: each such pod's uid and the moment those rules
-    release it -- no later than it becomes a victim (one also held by another rule may still
-    be held then). Pods no cycle is ever asked for (a younger pod of the preemptor's own
-    queue, one held only behind a recent reclaim) are not listed: no moment brings them."""
-
-    at: float = math.inf
-    pods: dict[str, float] = field(default_factory=dict)
-
-    def add(self, uid: str, until: float = math.inf) -> None:
-        """``uid`` is held back until ``until``; a cycle is asked for then."""
-        self.pods[uid] = until
-        self.at = min(self.at, until)
 
 
 class VictimPolicy(Protocol):
@@ -260,7 +179,7 @@ class FairVictims:
         self.s = session
         self.deserved = deserved
         self.queues = queues or {}
-        self._pending_users: dict[str, dict[str, np.ndarray]] = {}
+        self._users = UsersInQueue(session, self.queues)
         self._moves: dict[str, list[tuple[str, int]]] = {}
         self._flows: dict[str, set[tuple[str, str]]] = {}  # (node, victim queue) per reclaim
         self._refusal: dict[str, str] = {}
@@ -269,14 +188,14 @@ class FairVictims:
         self._relocated: frozenset[str] = frozenset()  # of the last plan
         self._freeable: _Freeable | None = None
         self._sets: dict[tuple[object, ...], _Pools] = {}
-        self._waits: dict[tuple[object, ...], float] = {}
-        self._ends: tuple[tuple[int, int, int], list[tuple[float, int, Placement]]] | None = None
-        self._kept: dict[tuple[object, ...], _Kept] = {}
-        self._noted = 0  # reclaims committed in this cycle (they change cooldowns)
+        self._room_wait = RoomWait(session)
+        self.eligibility = ReclaimEligibility(session)
         cfg = session.tenancy.preemption
         # How long a pod of another queue must have run to be a reclaim victim.
         self._min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
-        self._room: dict[tuple[object, ...], tuple[np.ndarray, set[str]] | None] = {}
+        self._relocations = relocate.RelocationSearch(
+            session, deserved, self.queues, self.eligibility
+        )
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -319,7 +238,7 @@ class FairVictims:
         moved = self._moves.pop(pod.uid, None)
         if moved is None:
             return
-        self._noted += 1
+        self.eligibility.note_reclaim()
         s = self.s
         note_reclaims(s.state, s.resolver.resolve(pod).queue, self._flows.pop(pod.uid), s.now)
         pl = s.cluster.placements.get(pod.uid)
@@ -380,7 +299,7 @@ class FairVictims:
             why = None
             if other != queue:
                 why = refused_whatever_the_victims(
-                    self.s.book, queue, vec, other, self.deserved, band, other in pools.relocating
+                    self.s.book, queue, vec, other, self.deserved, band, other in _relocating(pools)
                 )
             if why is None:
                 kept.append((other, pool))
@@ -391,7 +310,7 @@ class FairVictims:
     def moved(self, job: Job, pod: PodInfo, victims: list[PodInfo]) -> frozenset[str]:
         """The ``victims`` a search for ``pod`` would evict as a relocation: they run at once
         on nodes the pod may not use (:mod:`~fairgpu.engine.actions.relocate`)."""
-        return _moved(self.s, self._entry(job, pod), victims)
+        return relocate.moved(self.s, self._entry(job, pod).relocation, victims)
 
     def refusal(self, pod: PodInfo) -> str:
         """Why the last search for ``pod`` found no plan, or why :meth:`freeable` left a
@@ -416,10 +335,10 @@ class FairVictims:
         if rule is not None:
             self._refusal[pod.uid] = self._reclaim_refused(job, pod, rule)
             return None
-        gpus, wait = self._wait_for_room(job, pod, allowed) if sets else (0.0, np.inf)
+        gpus, wait = self._room_wait.wait(job, pod, allowed) if sets else (0.0, np.inf)
 
         def accept(victims: list[PodInfo]) -> bool:
-            moved = _moved(session, pools, victims)
+            moved = relocate.moved(session, pools.relocation, victims)
             why = reclaim_refusal(book, queue, vec, victims, self.deserved, band, moved)
             if why is not None:
                 refused.append(self._reclaim_refused(job, pod, why))
@@ -427,7 +346,7 @@ class FairVictims:
             loss = lost_work((v.uid for v in victims), session.cluster, session.now)
             if waiting_is_cheaper(loss, gpus, wait):
                 lose = f"evicting would lose {hours(loss)} of work, more than that wait costs"
-                refused.append(_cheaper_wait(session, lose, wait))
+                refused.append(cheaper_wait(session, lose, wait))
                 return False
             return True
 
@@ -441,12 +360,12 @@ class FairVictims:
             if plan is not None:
                 self._refusal.pop(pod.uid, None)
                 self._collateral = plan.collateral
-                self._relocated = _moved(session, pools, plan.victims)
+                self._relocated = relocate.moved(session, pools.relocation, plan.victims)
                 self._note_moves(job, pod, plan)
                 return plan
         if cost.pruned:
             lose = "every plan would lose more work than that wait costs"
-            refused.append(_cheaper_wait(session, lose, wait))
+            refused.append(cheaper_wait(session, lose, wait))
         if refused:
             self._refusal[pod.uid] = refused[0]
         if pools.held_back:
@@ -505,51 +424,12 @@ class FairVictims:
         book = self.s.book
         first: str | None = None
         for other in queues:
-            moving = other in pools.relocating
+            moving = other in _relocating(pools)
             why = refused_whatever_the_victims(book, queue, vec, other, self.deserved, band, moving)
             if why is None:
                 return None
             first = first or why
         return first
-
-    def _wait_for_room(
-        self, job: Job, pod: PodInfo, allowed: np.ndarray | None
-    ) -> tuple[float, float]:
-        """(GPUs, seconds) of waiting that a kill saves a pod alone asking GPUs: its GPUs, and
-        the time until declared run times free room for it on a node it may use (``inf``:
-        unknown). A kill that loses at least their product is refused: waiting is cheaper
-        (:func:`~fairgpu.engine.victim_cost.waiting_is_cheaper`). A member of a gang is not
-        judged (``inf``): the gang starts only when all its members fit, which one member
-        cannot tell. (Judging it by the time until every member its gang still needs fits
-        was measured on ``benchmarks/fairness``: less work lost on the demo, but the flood
-        mix's training gangs then waited for the flood's short pods, whose room the flood
-        took first, and fell to 0.58x their share from 0.78x; only for a gang holding a
-        reservation, no share gained on the demo either. Judging a pod alone by the time
-        until room frees for it and the identical pods waiting behind it in its lane -- one
-        eviction moves the whole run one room earlier -- changed little and not one way:
-        demo seeds 0-7 mean useful allocation 72.07% -> 72.26%, lost 1.53% -> 1.38%, mean
-        lowest share ratio 0.725 -> 0.713 (seed 1: 0.721 -> 0.646); the flexible mix on
-        seed 1 0.427 -> 0.524, its useful allocation 63.5% -> 62.3%.)"""
-        s = self.s
-        gpus = pod.gpu.total_milli / 1000.0
-        if job.group is not None or gpus <= 0:
-            return gpus, np.inf
-        mask = s.scheduler.static_mask(pod, s.cluster)
-        if allowed is not None:
-            mask = mask & allowed[: mask.size]
-        key = (pod.gpu, mask.tobytes(), s.cluster.load_version, s.cluster.static_version)
-        if key not in self._waits:  # once per ask and nodes while the cluster stays
-            self._waits[key] = time_to_fit(pod, 1, s.cluster, mask, s.now, self._declared_ends)
-        return gpus, self._waits[key]
-
-    def _declared_ends(self) -> list[tuple[float, int, Placement]]:
-        """:func:`~fairgpu.engine.victim_cost.declared_ends` of the cluster, once per state
-        in a cycle (``now`` is fixed): one walk of the running pods for every mask asked."""
-        c = self.s.cluster
-        key = (c.load_version, c.static_version, c.size)
-        if self._ends is None or self._ends[0] != key:
-            self._ends = (key, declared_ends(c, self.s.now))
-        return self._ends[1]
 
     def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
         """Remember the GPUs a reclaim plan frees, whole groups included (recorded if the
@@ -638,7 +518,7 @@ class FairVictims:
         if not others:
             pools.nobody_above = self._no_reclaimable_queue(job, pod)
         for other in others:
-            ok, soonest, causes = self._reclaimable_kept(other, queue, min_run, held)
+            ok, soonest, causes = self.eligibility.kept(other, queue, min_run, held)
             if len(ok) < len(s.book.queue_pods[other]) and soonest < np.inf:
                 # Pods held back only by time (too young to reclaim, or on GPUs cooling
                 # down) become victims later: the first such moment.
@@ -648,104 +528,32 @@ class FairVictims:
                 self._refusal.setdefault(
                     pod.uid,
                     f"reclaim refused: every pod of queue {other!r} is held back: "
-                    + self._held_back_text(causes, min_run),
+                    + self.eligibility.held_back_text(causes, min_run),
                 )
             elif causes:
                 pools.held_back.append(
                     f"queue {other!r} has pods held back from reclaim: "
-                    + self._held_back_text(causes, min_run)
+                    + self.eligibility.held_back_text(causes, min_run)
                 )
         return sets
 
     def _relocation_sets(
         self, job: Job, pod: PodInfo, pools: _Pools, skip: set[str]
     ) -> list[tuple[str, list[str]]]:
-        """Per queue the preemptor may not reclaim from (not in ``skip``, the reclaimable
-        queues) but comes before in reclaim order,
-        its pods that the time rules let go and that could run now on nodes the preemptor
-        may not use (:mod:`~fairgpu.engine.actions.relocate`); only while the preemptor's
-        queue is below its share and such nodes have free GPUs. Those pods go to
-        ``pools.movable``, their queues to ``pools.relocating``."""
-        s = self.s
-        book, deserved, queue = s.book, self.deserved, job.tenant.queue
-        if not below_share(book, deserved, queue):
-            return []
-        room = self._room_elsewhere(queue, pod)
-        if room is None:
-            return []
-        where, flexible = room
-        min_run = self._min_run
-        mine = share_key(book, deserved, queue)
-        found: list[tuple[str, list[str]]] = []
-        for other, uids in sorted(self._preemptible_others(queue)):
-            if other in skip or flexible.isdisjoint(uids):
-                continue
-            if not mine < share_key(book, deserved, other):
-                # Its pods could make room by moving, but the order rule keeps them.
-                self._refusal.setdefault(
-                    pod.uid,
-                    f"relocation refused: queue {queue!r} does not come before {other!r} "
-                    "in reclaim order",
-                )
-                continue
-            ok, soonest, causes = self._reclaimable_kept(other, queue, min_run, pools.held)
-            pods = relocate.movable(s, (u for u in ok if u in flexible), where)
-            if pods:
-                found.append((other, pods))
-                continue
-            kept = set(ok)
-            held = (u for u in uids if u in flexible and u not in kept)
-            if causes and relocate.movable(s, held, where):
-                # Pods that could run elsewhere, all held back by the time rules: a cycle
-                # when the first comes free, and the refusal says what holds them.
-                pools.held.at = min(pools.held.at, float(soonest))
-                self._refusal.setdefault(
-                    pod.uid,
-                    f"reclaim refused: every pod of queue {other!r} that could run elsewhere "
-                    "is held back: " + self._held_back_text(causes, min_run),
-                )
-        found = found[:MAX_RECLAIM_QUEUES]
-        if found:
-            pools.where = where
-            pools.relocating = frozenset(q for q, _ in found)
-            pools.movable = {u for _, x in found for u in x}
-        return found
+        """The relocation pools (:class:`~fairgpu.engine.actions.relocate.RelocationSearch`)
+        of the queues not in ``skip`` (the reclaimable ones); what they found goes to
+        ``pools.relocation``, the pods held back by time to ``pools.held``."""
+        queue = job.tenant.queue
+        others = [(q, u) for q, u in self._preemptible_others(queue) if q not in skip]
 
-    def _room_elsewhere(self, queue: str, pod: PodInfo) -> tuple[np.ndarray, set[str]] | None:
-        """Where victims of a relocation for ``pod`` of ``queue`` could go
-        (:func:`~fairgpu.engine.actions.relocate.elsewhere` less what waiting queues below
-        their share may use), and the placed pods on nodes ``pod`` may use that could go
-        there (:func:`~fairgpu.engine.actions.relocate.could_go`); None when there is no such
-        pod. Kept while the cluster's pods and the reservations stay the same: the many
-        preemptors of one shape in a cycle ask alike."""
-        s = self.s
-        c = s.cluster
-        key = (c.load_version, c.static_version, pod.static_key(), queue, *s.state.reservations)
-        if key in self._room:
-            return self._room[key]
-        got = None
-        usable = s.scheduler.static_mask(pod, c)
-        where = relocate.elsewhere(s, usable)
-        if where is not None:
-            where = relocate.unwanted(s, where, self._waiting_below_share(queue))
-        if where is not None:
-            flexible = relocate.could_go(s, where, usable)
-            got = (where, flexible) if flexible else None
-        self._room[key] = got
-        return got
+        def say(text: str) -> None:
+            self._refusal.setdefault(pod.uid, text)
 
-    def _waiting_below_share(self, queue: str) -> list[PodInfo]:
-        """The first GPU pod of each user's next job in every other queue below its fair
-        share: the work a relocation must not take room from."""
-        book, out = self.s.book, []
-        for other, users in self.queues.items():
-            if other == queue or not below_share(book, self.deserved, other):
-                continue
-            for jobs in users.values():
-                head = next((p for j in jobs[:1] for p in j.pods if p.gpu.count), None)
-                if head is not None:
-                    out.append(head)
-        return out
+        found = self._relocations.search(
+            queue, pod, others, pools.held, self._min_run, MAX_RECLAIM_QUEUES, say
+        )
+        pools.relocation = found
+        return found.found if found is not None else []
 
     def _no_reclaimable_queue(self, job: Job, pod: PodInfo) -> bool:
         """When ``queue`` is below its fair share yet no queue passes the reclaim pre-screen
@@ -771,173 +579,6 @@ class FairVictims:
         if why is not None:
             self._refusal.setdefault(pod.uid, self._reclaim_refused(job, pod, why))
         return False
-
-    def _held_back_text(self, causes: HeldCauses, min_run: float) -> str:
-        """What holds a queue's pods back from reclaim, rule by rule, with how many pods
-        each holds (:meth:`_reclaimable`): the rules differ in what a user can expect --
-        a young pod or a cooling GPU comes free within minutes, a protected run at its
-        declared end."""
-        s = self.s
-        cfg = s.tenancy.preemption
-        setting = (
-            "minRuntimeSeconds"
-            if cfg.min_runtime_seconds > cfg.reclaim_min_runtime_seconds
-            else "reclaimMinRuntimeSeconds"
-        )
-        cooldown = f"{cfg.reclaim_cooldown_seconds:g}"
-        texts = {
-            "young": f"ran less than {setting} ({min_run:g})",
-            "cooling": f"on GPUs that changed tenant within reclaimCooldownSeconds ({cooldown})",
-            "reversal": "on a node where it would undo a reclaim made within "
-            f"reclaimCooldownSeconds ({cooldown})",
-            "protected": "protected after starting from a reservation (or again after a teardown)",
-        }
-        parts = [f"{causes.counts[c]} {text}" for c, text in texts.items() if c in causes.counts]
-        n = causes.counts.get("protected", 0)
-        if n:  # the last part
-            parts[-1] += f", {'' if n == 1 else 'the first '}until "
-            parts[-1] += s.time_label(causes.protected_until)
-        return ", ".join(parts)
-
-    def _reclaimable_kept(
-        self, other: str, queue: str, min_run: float, held: HeldBack
-    ) -> tuple[list[str], float, HeldCauses]:
-        """:meth:`_reclaimable` of ``other``'s pods, computed again only when what it reads
-        may have changed since the last time in this cycle (``now`` is fixed): ``other``'s
-        pods (the book counts their changes; a pod placed or evicted in this cycle is one),
-        a committed reclaim (cooldowns, reversals -- a GPU shared with a victim changes
-        tenant too), a displaced held pod. Between, a cycle places pods of other queues,
-        which it does not read. The pods it holds back go to ``held`` either way."""
-        s = self.s
-        key = (
-            other,
-            queue,
-            min_run,
-            s.book.queue_changes.get(other, 0),
-            self._noted,
-            len(s.displaced_nodes),
-        )
-        got = self._kept.get(key)
-        if got is None:
-            later: dict[str, float] = {}
-            causes = HeldCauses()
-            pool = s.book.queue_pods[other]
-            ok, soonest = self._reclaimable(pool, other, queue, min_run, later, causes)
-            got = self._kept[key] = (ok, soonest, later, causes)
-        held.pods.update(got[2])
-        return got[0], got[1], got[3]
-
-    def _reclaimable(
-        self,
-        pool: Iterable[str],
-        other: str,
-        queue: str,
-        min_run: float,
-        later: dict[str, float],
-        causes: HeldCauses,
-    ) -> tuple[list[str], float]:
-        """The pods of ``pool`` (queue ``other``) that ``queue`` may reclaim, sorted: eligible
-        victims (:func:`eligible_victim`) not on cooling GPUs, whose reclaim would not reverse
-        one ``other`` made from ``queue`` there and not protected by a reservation they
-        started from; and the first later moment at which a bound pod of ``pool`` has run
-        ``min_run`` and its GPUs have cooled down, or a protection ends (``inf``: none). The
-        pods only those time rules keep out go to ``later`` (uid -> when), and each pod those
-        rules keep out is counted in ``causes`` under the first rule that holds it. One pass
-        with the cycle's constants bound once; each rule is asked only while the earlier ones
-        hold, as they have effects (forgotten entries)."""
-        s = self.s
-        cfg = s.tenancy.preemption
-        state, now, cooldown = s.state, s.now, cfg.reclaim_cooldown_seconds
-        cluster = s.cluster
-        placements, placed_now = cluster.placements, s.placed_now
-        changed = self._changed_by_slot()
-        hot = self._hot_gpus(changed)
-        hot_nodes = {node for node, _ in hot}
-        recent, expired = self._reversals(other, queue) if state.reclaimed else (set(), {})
-        ok: list[str] = []
-        soonest = np.inf
-        for u in pool:
-            if u in placed_now:
-                continue
-            pl = placements.get(u)
-            if pl is None or pl.terminating:
-                continue
-            if not (pl.bound or displaceable(s, u, pl)):
-                continue
-            when = pl.started + min_run
-            devices = changed.get(pl.node)
-            if devices is not None:
-                cooled = max((devices.get(d, -np.inf) for d in pl.devices), default=-np.inf)
-                when = max(when, cooled + cooldown)
-            if now < when < soonest:
-                soonest = when
-            # victim_eligible, inlined: this loop runs over every pod of the queue.
-            if now - pl.started < min_run:
-                later[u] = when
-                causes.add("young")
-                continue
-            if pl.node in hot_nodes and any((pl.node, d) in hot for d in pl.devices):
-                later[u] = when
-                causes.add("cooling")
-                continue
-            if pl.node in recent:  # no cycle is asked for when a reversal window ends
-                causes.add("reversal")
-                continue
-            if pl.node in expired:  # what reverses() forgets when a pod there asks
-                reverses(state, expired.pop(pl.node), other, queue, now, cfg)
-            until = protected_until(s, u) if state.protected else None
-            if until is not None:
-                later[u] = until
-                soonest = min(soonest, until)
-                causes.add("protected", until)
-                continue
-            ok.append(u)
-        ok.sort()
-        return ok, soonest
-
-    def _reversals(self, victim: str, queue: str) -> tuple[set[int], dict[int, str]]:
-        """Node slots where ``queue`` reclaiming pods of ``victim`` would reverse a reclaim
-        ``victim`` made from ``queue`` within the cooldown (:func:`reverses`), and those
-        (to node names) where such a reclaim is recorded but expired -- one pass over the
-        recorded reclaims instead of one lookup per pod; the expired entry is forgotten, as
-        :func:`reverses` does, when a pod on its node reaches that rule."""
-        s = self.s
-        index, now = s.cluster.node_index, s.now
-        cooldown = s.tenancy.preemption.reclaim_cooldown_seconds
-        recent: set[int] = set()
-        expired: dict[int, str] = {}
-        for (node, by, of), when in s.state.reclaimed.items():
-            slot = index.get(node) if by == victim and of == queue else None
-            if slot is None:
-                continue
-            if now - when <= cooldown:
-                recent.add(slot)
-            else:
-                expired[slot] = node
-        return recent, expired
-
-    def _changed_by_slot(self) -> dict[int, dict[int, float]]:
-        """When each GPU last changed tenant (:attr:`EngineState.tenant_changed`), by node slot
-        and device: a pod's GPUs are looked up by its slot, without its node's name, and a
-        pod on a node where none changed is not looked up at all."""
-        index = self.s.cluster.node_index
-        out: dict[int, dict[int, float]] = {}
-        for (name, device), when in self.s.state.tenant_changed.items():
-            slot = index.get(name)
-            if slot is not None:
-                out.setdefault(slot, {})[device] = when
-        return out
-
-    def _hot_gpus(self, changed: dict[int, dict[int, float]]) -> set[tuple[int, int]]:
-        """(node slot, device) of every GPU that changed tenant within the cooldown (a pod on
-        one is held back from reclaim), from :meth:`_changed_by_slot`, once per pass."""
-        now, cooldown = self.s.now, self.s.tenancy.preemption.reclaim_cooldown_seconds
-        return {
-            (slot, d)
-            for slot, devices in changed.items()
-            for d, when in devices.items()
-            if now - when < cooldown
-        }
 
     def _node_of(self, uid: str) -> str:
         return self.s.cluster.node(self.s.cluster.placements[uid].node).name
@@ -973,102 +614,15 @@ class FairVictims:
         return self._lower_priority(job, pod, HeldBack())
 
     def _lower_priority(self, job: Job, pod: PodInfo, held: HeldBack) -> list[str]:
-        """The queue's pods of strictly lower priority that ran ``minRuntimeSeconds``; other
-        users' pods only while the preemptor's user stays within its share of the queue.
-        Those protected go to ``held``."""
-        s = self.s
-        queue, user = job.tenant.queue, job.tenant.user
-        min_run = s.tenancy.preemption.min_runtime_seconds
-        others_ok: bool | None = None
-        own = []
-        for uid in s.book.queue_pods.get(queue, ()):
-            p = s.cluster.pods.get(uid)
-            # No cycle is asked for when a younger one comes of age: it is not held back.
-            if p is None or p.priority >= pod.priority or not eligible_victim(s, uid, min_run):
-                continue
-            until = protected_until(s, uid)
-            if until is not None:
-                held.add(uid, until)
-                continue
-            entry = s.book.entries.get(uid)
-            if entry is not None and entry.tenant.user != user:
-                if others_ok is None:
-                    others_ok = self._user_within_share(queue, user, self._end_vector(job, pod))
-                if not others_ok:
-                    continue
-            own.append(uid)
-        if others_ok is False:
-            self._refusal.setdefault(
-                pod.uid,
-                f"priority preemption refused: user {user!r} would be above its share of "
-                f"queue {queue!r}, so it may not preempt other users' pods",
-            )
-        return sorted(own)
-
-    def _user_within_share(self, queue: str, user: str, ask: np.ndarray) -> bool:
-        """Would ``user`` hold at most its fair share of what ``queue`` holds with ``ask``
-        added (the preemptor's end state, :meth:`_end_vector`: a gang's remaining members
-        with it)? Shares: weighted max-min over the queue's users, each capped by its demand
-        (what it holds plus what it had pending when the cycle began)."""
-        book = self.s.book
-        pending = self._user_pending(queue)
-        demand: dict[str, float] = {}
-        for (q, u), used in book.user_usage.items():
-            if q == queue:
-                demand[u] = book.dominant(used + pending.get(u, 0.0))
-        for u, vec in pending.items():
-            demand.setdefault(u, book.dominant(vec))
-        mine = book.user_usage.get((queue, user))
-        after = book.dominant(ask if mine is None else mine + ask)
-        demand[user] = max(demand.get(user, 0.0), after)
-        weights = {u: book.user_weight(queue, u) for u in demand}
-        shares = weighted_max_min(book.dominant(book.used(queue)), demand, weights)
-        return after <= shares.get(user, 0.0) + 1e-9
-
-    def _user_pending(self, queue: str) -> dict[str, np.ndarray]:
-        got = self._pending_users.get(queue)
-        if got is None:
-            book = self.s.book
-            got = {}
-            for u, jobs in self.queues.get(queue, {}).items():
-                vec = np.zeros_like(book.used(queue))
-                for j in jobs:
-                    for p in j.pods:
-                        vec += book.pending_vector(p)
-                got[u] = vec
-            self._pending_users[queue] = got
-        return got
+        """:meth:`~fairgpu.engine.actions.priority_in_queue.UsersInQueue.lower_priority`,
+        judged with the preemptor's end state (:meth:`_end_vector`); a refusal of other
+        users' pods is named for ``pod``."""
+        pods, why = self._users.lower_priority(job, pod, held, lambda: self._end_vector(job, pod))
+        if why:
+            self._refusal.setdefault(pod.uid, why)
+        return pods
 
 
-def _moved(session: Session, pools: _Pools, victims: list[PodInfo]) -> frozenset[str]:
-    """The ``victims`` that run elsewhere at once (:mod:`~fairgpu.engine.actions.relocate`):
-    those of the relocation pools, if they all fit there together (else none: the plan is
-    judged as a plain reclaim)."""
-    moving = [v for v in victims if v.uid in pools.movable]
-    if not moving or pools.where is None:
-        return frozenset()
-    if not relocate.fits_elsewhere(session, moving, pools.where):
-        return frozenset()
-    return frozenset(v.uid for v in moving)
-
-
-def _cheaper_wait(session: Session, loss: str, wait: float) -> str:
-    """The refusal of a kill that loses more than waiting ``wait`` seconds costs (``loss``
-    says what the kill would lose, compared with that wait). The time is absolute (as in a
-    reservation's note): the room is expected at the same moment from one cycle to the
-    next, so the reason of a pod that keeps waiting for it stays the same and is not
-    reported again every cycle (thousands of waiting pods share it)."""
-    until = session.time_label(session.now + wait)
-    return f"waiting is cheaper: declared run times free room by {until}, and {loss}"
-
-
-def record_tenant_change(
-    state: EngineState, gpus: list[tuple[str, int]], now: float, cooldown: float
-) -> None:
-    """Record that ``gpus`` (node name, device) changed tenant at ``now``; forget entries
-    whose cooldown has passed, so the record stays as small as the recent reclaims."""
-    changed = state.tenant_changed
-    for key in [k for k, t in changed.items() if now - t >= cooldown]:
-        del changed[key]
-    for key in gpus:
-        changed[key] = now
+def _relocating(pools: _Pools) -> frozenset[str]:
+    """The queues whose pods in ``pools`` would run elsewhere at once (a relocation)."""
+    return pools.relocation.relocating if pools.relocation is not None else frozenset()

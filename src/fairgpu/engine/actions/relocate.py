@@ -46,11 +46,15 @@ every other scenario unchanged. The room elsewhere appears only when the victims
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from fairgpu.cluster.state import COL_GPU_MILLI, ClusterState
+from fairgpu.engine.actions.order import Lanes
+from fairgpu.engine.actions.reclaim import below_share, share_key
+from fairgpu.engine.actions.victim_eligibility import HeldBack, ReclaimEligibility
 from fairgpu.engine.memo import memoisable
 from fairgpu.engine.plugins.gpu import shared_fit, whole_devices
 from fairgpu.engine.session import Session
@@ -159,6 +163,19 @@ def fits_elsewhere(session: Session, victims: list[PodInfo], where: np.ndarray) 
             cluster.release(uid)
 
 
+def moved(session: Session, found: Relocations | None, victims: list[PodInfo]) -> frozenset[str]:
+    """The ``victims`` that run elsewhere at once: those of the relocation pools ``found``, if
+    they all fit there together (else none: the plan is judged as a plain reclaim)."""
+    if found is None:
+        return frozenset()
+    moving = [v for v in victims if v.uid in found.movable]
+    if not moving:
+        return frozenset()
+    if not fits_elsewhere(session, moving, found.where):
+        return frozenset()
+    return frozenset(v.uid for v in moving)
+
+
 def _first_fit(
     pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
 ) -> tuple[int, tuple[int, ...]] | None:
@@ -174,3 +191,130 @@ def _first_fit(
             if room.size:
                 return node, (int(room[0]),)
     return None
+
+
+@dataclass(slots=True)
+class Relocations:
+    """What a relocation search found for one preemptor: per victim queue its movable pods
+    (``found``, name and sorted uids), the queues (``relocating``), all those pods
+    (``movable``) and the nodes where they would go (``where``)."""
+
+    found: list[tuple[str, list[str]]]
+    where: np.ndarray
+    relocating: frozenset[str]
+    movable: set[str]
+
+
+class RelocationSearch:
+    """Relocation candidates for one cycle's preemptors (the rules of the module docstring):
+    per queue the preemptor may not reclaim from but comes before in reclaim order, its pods
+    that the time rules let go (``eligibility``) and that could run now on nodes the
+    preemptor may not use. ``queues``: the cycle's pending jobs per queue and user (room
+    that a waiting queue below its share may use is not offered)."""
+
+    def __init__(
+        self,
+        session: Session,
+        deserved: Mapping[str, float],
+        queues: Lanes,
+        eligibility: ReclaimEligibility,
+    ) -> None:
+        self.s = session
+        self.deserved = deserved
+        self.queues = queues
+        self.eligibility = eligibility
+        self._room: dict[tuple[object, ...], tuple[np.ndarray, set[str]] | None] = {}
+
+    def search(
+        self,
+        queue: str,
+        pod: PodInfo,
+        others: list[tuple[str, set[str]]],
+        held: HeldBack,
+        min_run: float,
+        limit: int,
+        say: Callable[[str], None],
+    ) -> Relocations | None:
+        """The relocation pools of ``pod`` of ``queue`` among ``others`` (queues and their
+        preemptible pods, those the preemptor may reclaim from left out), at most ``limit``
+        queues; only while ``queue`` is below its share and such nodes have free GPUs.
+        Victims pass the reclaim time rules with ``min_run``; pods held back by time go to
+        ``held``; ``say`` is told why a queue whose pods could move gives none (the order
+        rule, the time rules). None when no queue gives any."""
+        s = self.s
+        book, deserved = s.book, self.deserved
+        if not below_share(book, deserved, queue):
+            return None
+        room = self._room_elsewhere(queue, pod)
+        if room is None:
+            return None
+        where, flexible = room
+        mine = share_key(book, deserved, queue)
+        found: list[tuple[str, list[str]]] = []
+        for other, uids in sorted(others):
+            if flexible.isdisjoint(uids):
+                continue
+            if not mine < share_key(book, deserved, other):
+                # Its pods could make room by moving, but the order rule keeps them.
+                say(
+                    f"relocation refused: queue {queue!r} does not come before {other!r} "
+                    "in reclaim order"
+                )
+                continue
+            ok, soonest, causes = self.eligibility.kept(other, queue, min_run, held)
+            pods = movable(s, (u for u in ok if u in flexible), where)
+            if pods:
+                found.append((other, pods))
+                continue
+            kept = set(ok)
+            waiting = (u for u in uids if u in flexible and u not in kept)
+            if causes and movable(s, waiting, where):
+                # Pods that could run elsewhere, all held back by the time rules: a cycle
+                # when the first comes free, and the refusal says what holds them.
+                held.at = min(held.at, float(soonest))
+                say(
+                    f"reclaim refused: every pod of queue {other!r} that could run elsewhere "
+                    "is held back: " + self.eligibility.held_back_text(causes, min_run)
+                )
+        found = found[:limit]
+        if not found:
+            return None
+        return Relocations(
+            found, where, frozenset(q for q, _ in found), {u for _, x in found for u in x}
+        )
+
+    def _room_elsewhere(self, queue: str, pod: PodInfo) -> tuple[np.ndarray, set[str]] | None:
+        """Where victims of a relocation for ``pod`` of ``queue`` could go
+        (:func:`elsewhere` less what waiting queues below
+        their share may use), and the placed pods on nodes ``pod`` may use that could go
+        there (:func:`could_go`); None when there is no such
+        pod. Kept while the cluster's pods and the reservations stay the same: the many
+        preemptors of one shape in a cycle ask alike."""
+        s = self.s
+        c = s.cluster
+        key = (c.load_version, c.static_version, pod.static_key(), queue, *s.state.reservations)
+        if key in self._room:
+            return self._room[key]
+        got = None
+        usable = s.scheduler.static_mask(pod, c)
+        where = elsewhere(s, usable)
+        if where is not None:
+            where = unwanted(s, where, self._waiting_below_share(queue))
+        if where is not None:
+            flexible = could_go(s, where, usable)
+            got = (where, flexible) if flexible else None
+        self._room[key] = got
+        return got
+
+    def _waiting_below_share(self, queue: str) -> list[PodInfo]:
+        """The first GPU pod of each user's next job in every other queue below its fair
+        share: the work a relocation must not take room from."""
+        book, out = self.s.book, []
+        for other, users in self.queues.items():
+            if other == queue or not below_share(book, self.deserved, other):
+                continue
+            for jobs in users.values():
+                head = next((p for j in jobs[:1] for p in j.pods if p.gpu.count), None)
+                if head is not None:
+                    out.append(head)
+        return out

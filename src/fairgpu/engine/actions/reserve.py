@@ -263,7 +263,7 @@ def protected_until(session: Session, uid: str) -> float | None:
     """When the protection of ``uid`` -- a pod started from a reservation, protected from
     preemption (reclaim, and priority inside its queue) -- ends; None when it is not
     protected now. The victim policy asks for a cycle at that moment when it may matter
-    (:class:`~fairgpu.engine.actions.preempt.HeldBack`)."""
+    (:class:`~fairgpu.engine.actions.victim_eligibility.HeldBack`)."""
     until = session.state.protected.get(uid)
     return None if until is None or session.now >= until else until
 
