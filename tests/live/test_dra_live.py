@@ -11,6 +11,7 @@ so elsewhere the release of claims is the scheduler's own.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dra_audit import claim, claims, double_bookings, dra_pod, make_claims, slice_devices
 from live_helpers import bound, condition, create, delete_pods, pod, pods, scheduler, wait_for
 
 from fairgpu.devcluster import (
@@ -32,7 +34,7 @@ from fairgpu.devcluster import (
 from fairgpu.devcluster.controller_manager import BINARY as KCM
 from fairgpu.devcluster.dra import DRA_API, DRA_FEATURE_GATES, apiserver_args, publish_nvidia_dra
 from fairgpu.kube import LiveScheduler
-from fairgpu.kube.dra_binding import FINALIZER, ClaimWrite, DraPlan, prebind
+from fairgpu.kube.dra_binding import FINALIZER, ClaimWrite, DraPlan, prebind, release
 from fairgpu.sim.workloads.nvidia_dra import DRIVER, claim_spec
 
 NODES = ("dra-0", "dra-1")
@@ -80,75 +82,11 @@ def ns(cp: ControlPlane, admin: KubeClient, live: LiveScheduler) -> Iterator[str
     wait_for(lambda: not claims(admin, name), 30)
 
 
-# ---- objects ------------------------------------------------------------------------------
-def claim(name: str, gpus: int = 0, mig: str = "") -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": claim_spec(gpus=gpus, mig_profile=mig),
-    }
-
-
-def dra_pod(
-    name: str,
-    *refs: tuple[str, str],
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """A training pod with ``spec.resourceClaims`` from (entry name, claim name) pairs; a
-    claim name ``template:<t>`` refers to ResourceClaimTemplate ``t``."""
-    m = pod(name, model=None, labels=labels, annotations=annotations)
-    entries = []
-    for entry, target in refs:
-        if target.startswith("template:"):
-            entries.append({"name": entry, "resourceClaimTemplateName": target[9:]})
-        else:
-            entries.append({"name": entry, "resourceClaimName": target})
-    m["spec"]["resourceClaims"] = entries
-    m["spec"]["containers"][0]["resources"]["claims"] = [{"name": e} for e, _ in refs]
-    return m
-
-
-def make_claims(admin: KubeClient, ns: str, *bodies: dict[str, Any]) -> None:
-    for body in bodies:
-        admin.post(f"{DRA_API}/namespaces/{ns}/resourceclaims", body)
-
-
-def claims(admin: KubeClient, ns: str | None = None) -> list[dict[str, Any]]:
-    path = f"{DRA_API}/namespaces/{ns}/resourceclaims" if ns else f"{DRA_API}/resourceclaims"
-    items: list[dict[str, Any]] = admin.get(path)["items"]
-    return items
-
-
-# ---- invariants from the API server's state --------------------------------------------------
-def slice_devices(admin: KubeClient) -> dict[tuple[str, str, str], dict[str, Any]]:
-    out = {}
-    for s in admin.get(f"{DRA_API}/resourceslices")["items"]:
-        spec = s["spec"]
-        for d in spec["devices"]:
-            out[(spec["driver"], spec["pool"]["name"], d["name"])] = d
-    return out
-
-
 def assert_consistent(admin: KubeClient, ns: str) -> dict[str, list[dict[str, Any]]]:
     """No device twice, no GPU's memory slices twice, every bound pod's claims allocated on
     its node and reserved for it, in kube-scheduler's format. Returns claims by pod name."""
-    devices = slice_devices(admin)
-    taken: Counter[tuple[str, str, str]] = Counter()
-    slices_used: Counter[tuple[str, str, str]] = Counter()
-    for c in claims(admin):
-        for r in (
-            ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
-        ):
-            key = (r["driver"], r["pool"], r["device"])
-            taken[key] += 1
-            for use in devices[key].get("consumesCounters", []):
-                for counter in use["counters"]:
-                    if counter.startswith("memory-slice-"):
-                        slices_used[(r["pool"], use["counterSet"], counter)] += 1
-    assert not [k for k, n in taken.items() if n > 1], taken
-    assert not [k for k, n in slices_used.items() if n > 1], slices_used
+    found = double_bookings(claims(admin), slice_devices(admin))
+    assert not found, found
     by_name = {c["metadata"]["name"]: c for c in claims(admin, ns)}
     out: dict[str, list[dict[str, Any]]] = {}
     for p in pods(admin, ns):
@@ -437,6 +375,47 @@ def test_prebind_conflict_releases_what_it_wrote(admin: KubeClient, ns: str) -> 
     first = admin.get(f"{path}/first")
     assert not first.get("status") and FINALIZER not in first["metadata"].get("finalizers", [])
     admin.request("DELETE", f"{path}/second")
+
+
+def test_a_preemptors_allocation_waits_for_its_victims_claim(admin: KubeClient, ns: str) -> None:
+    """A preemptor's claim is allocated the GPU its victim's claim still holds in the API
+    only once that claim is deallocated (its pod is gone; the release follows): never are
+    both allocated at once. A victim's claim that stays allocated fails the bind, writing
+    nothing."""
+    make_claims(admin, ns, claim("victim", gpus=1), claim("preemptor", gpus=1))
+    uids = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims(admin, ns)}
+    path = f"{DRA_API}/namespaces/{ns}/resourceclaims"
+    held = admin.get(f"{path}/victim")
+    held["status"] = {"allocation": dra1_allocation("gpu-0")}
+    admin.request("PUT", f"{path}/victim/status", held)
+    write = ClaimWrite(
+        ns,
+        "preemptor",
+        uids["preemptor"],
+        dra1_allocation("gpu-0"),
+        after=((f"{ns}/victim", uids["victim"]),),
+    )
+    plan = DraPlan(ns, "ghost", "0000-ghost", "dra-1", (write,))
+
+    assert prebind(admin.rest, plan, wait_allocated=0.5)[0] == 409
+    assert not admin.get(f"{path}/preemptor").get("status")  # nothing written
+
+    got: list[tuple[int, str]] = []
+    bind = threading.Thread(target=lambda: got.append(prebind(admin.rest, plan)))
+    bind.start()
+    seen_both = False
+    for _ in range(5):  # half a second of the wait: the preemptor's claim stays unallocated
+        time.sleep(0.1)
+        seen_both |= bool(admin.get(f"{path}/preemptor").get("status", {}).get("allocation"))
+    held = admin.get(f"{path}/victim")
+    held["status"] = {}
+    admin.request("PUT", f"{path}/victim/status", held)  # its release
+    bind.join(15)
+    assert not seen_both and got == [(200, "")]
+    results = admin.get(f"{path}/preemptor")["status"]["allocation"]["devices"]["results"]
+    assert [r["device"] for r in results] == ["gpu-0"]
+    assert double_bookings(claims(admin), slice_devices(admin)) == []
+    release(admin.rest, plan)  # the ghost pod's claim, for the namespace's clean-up
 
 
 def test_pod_waits_for_its_claim(admin: KubeClient, ns: str) -> None:

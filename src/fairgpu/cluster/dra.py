@@ -334,6 +334,44 @@ class DraStore:
             self._charge(out, alloc.results)
         return out
 
+    def conflicting(self, claim_key: str, results: Iterable[DeviceResult]) -> list[ClaimInfo]:
+        """The other claims whose written allocation ``results`` would double-book: a device
+        in common, or a counter of a shared counter set that the two together consume beyond
+        what the set offers (a whole GPU and a MIG partition of it; two partitions on
+        separate memory slices do not conflict). Admin-access results take nothing.
+
+        The engine never chooses such devices -- except those of claims only pods it is
+        evicting reserve (:meth:`in_use`): until those claims are deallocated in the API,
+        writing the preemptor's allocation would show one device allocated twice."""
+        mine = [r for r in results if not r.admin]
+        if not mine:
+            return []
+        devices = {r.key for r in mine}
+        used = InUse()
+        self._charge(used, mine)
+        out = []
+        for key, claim in self.claims.items():
+            if key == claim_key or not claim.allocation:
+                continue
+            theirs = [r for r in claim.allocation if not r.admin]
+            if any(r.key in devices for r in theirs) or self._over(used, theirs):
+                out.append(claim)
+        return out
+
+    def _over(self, used: InUse, results: list[DeviceResult]) -> bool:
+        """Would ``results`` on top of ``used``'s counters exceed a counter set's totals?"""
+        theirs = InUse()
+        self._charge(theirs, results)
+        for key, amounts in theirs.counters.items():
+            mine = used.counters.get(key)
+            if not mine:
+                continue
+            totals = self.counter_totals(key)
+            for counter, amount in amounts.items():
+                if amount + mine.get(counter, 0) > totals.get(counter, 0):
+                    return True
+        return False
+
     def _freed_claims(self, cluster: ClusterState) -> set[str]:
         gone = {u for u in self.released if u not in cluster.placements}
         if not gone:

@@ -61,12 +61,16 @@ CONFLICT_ATTEMPTS = 5
 @dataclass(frozen=True, slots=True)
 class ClaimWrite:
     """One claim of the pod: ``allocation`` to write (``status.allocation`` JSON), or None
-    when the claim is already allocated and only the reservation is added."""
+    when the claim is already allocated and only the reservation is added. ``after``: the
+    claims (``namespace/name``, uid) holding devices of that allocation -- a preemption's
+    victims' claims, not deallocated yet -- that must be deallocated (or gone) before it is
+    written."""
 
     namespace: str
     name: str
     uid: str
     allocation: dict[str, Any] | None = None
+    after: tuple[tuple[str, str], ...] = ()
 
     @property
     def path(self) -> str:
@@ -125,8 +129,11 @@ def plan_for(cluster: ClusterState, pod: PodInfo, node_name: str) -> DraPlan | N
             missing.append(ref[1] or f"of spec.resourceClaims {ref[0]}")
             continue
         alloc = chosen.get(claim.key)
-        status = alloc.status() if alloc is not None and claim.allocation is None else None
-        writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, status))
+        if alloc is None or claim.allocation is not None:
+            writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid))
+            continue
+        after = tuple((c.key, c.uid) for c in store.conflicting(claim.key, alloc.results))
+        writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, alloc.status(), after))
     return DraPlan(pod.namespace, pod.name, pod.uid, node_name, tuple(writes), tuple(missing))
 
 
@@ -150,6 +157,7 @@ def prebind(client: RestClient, plan: DraPlan, wait_allocated: float = 10.0) -> 
 def _reserve(client: RestClient, plan: DraPlan, write: ClaimWrite, wait: float) -> None:
     deadline = time.monotonic() + wait
     conflicts = 0
+    _wait_deallocated(client, write, deadline)
     while True:
         claim = _get(client, write)
         if _reserved(claim, plan.pod_uid):
@@ -166,6 +174,29 @@ def _reserve(client: RestClient, plan: DraPlan, write: ClaimWrite, wait: float) 
         conflicts += 1
         if r.status != 409 or conflicts >= CONFLICT_ATTEMPTS:
             raise WriteError(r.status, f"add allocation and reservation: {r.message}")
+
+
+def _wait_deallocated(client: RestClient, write: ClaimWrite, deadline: float) -> None:
+    """Wait until every claim of ``write.after`` is deallocated, gone or replaced by another
+    object of its name; a :class:`WriteError` (409) at ``deadline``. Its pods are gone when
+    a preemptor's bind is posted; their claims are released by this scheduler's binder (the
+    release is queued first) or by kube-controller-manager, moments later."""
+    for key, uid in write.after:
+        namespace, _, name = key.partition("/")
+        path = f"{DRA_API}/namespaces/{namespace}/resourceclaims/{name}"
+        while True:
+            r = client.request("GET", path)
+            if r.status == 404:
+                break
+            if not r.ok or not isinstance(r.body, dict):
+                raise WriteError(r.status, f"get {key}: {r.message}")
+            if r.body.get("metadata", {}).get("uid") != uid:
+                break
+            if not (r.body.get("status") or {}).get("allocation"):
+                break
+            if time.monotonic() > deadline:
+                raise WriteError(409, f"its devices are still allocated to resourceclaim {key}")
+            time.sleep(0.1)
 
 
 def _write(

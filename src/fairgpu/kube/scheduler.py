@@ -406,9 +406,11 @@ class LiveScheduler:
         if out.dirty:
             self._dirty = True
         if out.gone:
+            # Their claims are released first: the writes are queued before the binds of the
+            # preemptors that waited for them, whose allocations wait for those claims.
+            self.binder.dra.gone(out.gone, out.gone_pods, self.cache.cluster)
             for b in self.holds.gone(out.gone, now):
                 self.binder.submit(b)
-            self.binder.dra.gone(out.gone, out.gone_pods, self.cache.cluster)  # their claims
             for uid in out.gone:
                 self.reporter.forget(uid)
                 self.engine.forget_pod(uid)
