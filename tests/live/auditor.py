@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,19 +231,10 @@ class Auditor:
     def running(self, interval: float = 0.2) -> Iterator[Auditor]:
         """Audit every ``interval`` seconds in a background thread while the block runs (and
         once more at its end)."""
-        stop = threading.Event()
-
-        def loop() -> None:
-            while not stop.wait(interval):
-                self.check()
-
-        thread = threading.Thread(target=loop, name="auditor", daemon=True)
-        thread.start()
         try:
-            yield self
+            with repeating(self.check, interval, "auditor"):
+                yield self
         finally:
-            stop.set()
-            thread.join(10)
             self.check()
 
     # ---- following every event ------------------------------------------------------------
@@ -373,3 +364,22 @@ def _node_violations(name: str, node: dict[str, Any] | None, load: _NodeLoad) ->
     if "pods" in alloc and len(load.pods) > int(_amount(alloc["pods"])):
         out.append(f"node {name}: {len(load.pods)} pods > {alloc['pods']}")
     return out
+
+
+@contextlib.contextmanager
+def repeating(call: Callable[[], object], interval: float, name: str) -> Iterator[None]:
+    """Call ``call`` every ``interval`` seconds in a background thread ``name`` while the
+    block runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            call()
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)

@@ -19,26 +19,34 @@ from tests import polling
 
 @contextlib.contextmanager
 def control_plane(
-    bin_dir: Path, priorities: dict[str, int] | None = None
+    bin_dir: Path, priorities: dict[str, int] | None = None, **plane: Any
 ) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver on loopback with the fairgpu-system namespace and the
-    PriorityClasses ``priorities`` (name -> value); stopped on exit."""
-    cp = ControlPlane(bin_dir)
+    PriorityClasses ``priorities`` (name -> value); stopped on exit. ``plane``: more of
+    :class:`ControlPlane`'s arguments (``extra_apiserver_args``, ...)."""
+    cp = ControlPlane(bin_dir, **plane)
     cp.start()
     try:
         with cp.client() as c:
             ensure_namespace(c, "fairgpu-system", ca_pem=Path(cp.ca_file).read_text())
-            for name, value in (priorities or {}).items():
-                body = {
-                    "apiVersion": "scheduling.k8s.io/v1",
-                    "kind": "PriorityClass",
-                    "metadata": {"name": name},
-                    "value": value,
-                }
-                c.post("/apis/scheduling.k8s.io/v1/priorityclasses", body)
+            create_priority_classes(c, priorities or {})
         yield cp
     finally:
         cp.stop()
+
+
+def create_priority_classes(client: KubeClient, priorities: dict[str, int]) -> None:
+    """PriorityClasses ``priorities`` (name -> value); those that exist already are kept."""
+    for name, value in priorities.items():
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        r = client.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
+        if not r.ok and r.status != 409:
+            raise AssertionError(f"PriorityClass {name}: HTTP {r.status}")
 
 
 #: The start of a churn test's tenancy YAML (its queues follow): dynamic shares without

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -42,6 +41,7 @@ from typing import Any
 
 import pytest
 from auditor import Auditor
+from churn import Churn
 from lag_proxy import LagProxy
 from live_helpers import (
     A100,
@@ -64,7 +64,6 @@ from fairgpu.devcluster import (
     delete_nodes,
     ensure_namespace,
 )
-from fairgpu.devcluster.client import MERGE_PATCH
 from fairgpu.devcluster.kubelet import DURATION_ANNOTATION
 from fairgpu.kube import LiveScheduler
 from fairgpu.kube.client import Connection
@@ -86,7 +85,6 @@ TENANCY = (
 """
 )
 PRIORITIES = {"ch-low": 1, "ch-high": 100}
-STUCK = "example.com/stuck"  # a finalizer nobody removes until the churn is over
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +94,7 @@ def cp(live_bin_dir: Path) -> Iterator[ControlPlane]:
         yield plane
 
 
-class Chaos:
+class Chaos(Churn):
     """The namespace, nodes and jobs of one run, and the random actions on them."""
 
     def __init__(
@@ -108,23 +106,15 @@ class Chaos:
         auditor: Auditor,
         proxy: LagProxy,
     ) -> None:
-        self.cp, self.api, self.ns, self.tag, self.auditor = cp, api, ns, tag, auditor
-        self.proxy = proxy
-        self.rng = random.Random(SEED)
+        super().__init__(cp, api, ns, auditor, SEED)
+        self.tag, self.proxy = tag, proxy
         self.specs = [
             NodeSpec(f"ch-{tag}-{i}", pool="training", gpu_model=A100, gpus=GPUS, labels={"t": tag})
             for i in range(NODES)
         ]
         self.jobs: list[list[str]] = []  # the pod names of each job submitted
-        self.stuck: list[str] = []  # pods deleted while a finalizer holds them
         self.budgets: list[str] = []  # PodDisruptionBudgets created
-        self.done: dict[str, int] = {}  # what was done, by action
-        self.timeline: list[str] = []  # what was done when, printed with the audit
         self.seq = 0
-        self.t0 = time.monotonic()
-
-    def note(self, what: str) -> None:
-        self.timeline.append(f"{time.monotonic() - self.t0:7.2f} s  {what}")
 
     # ---- actions --------------------------------------------------------------------------
     def submit(self) -> None:
@@ -175,12 +165,6 @@ class Chaos:
         self.note(f"deleting {job}")
         self.delete([live[n] for n in job if n in live])
 
-    def delete(self, pods: list[dict[str, Any]]) -> None:
-        """Delete ``pods`` (told to the auditor by uid: a name may come back)."""
-        for p in pods:
-            self.auditor.expected_deletes.add(p["metadata"]["uid"])
-            self.api.request("DELETE", f"/api/v1/namespaces/{self.ns}/pods/{p['metadata']['name']}")
-
     def recreate_job(self) -> None:
         """A user deletes a job and submits it again under the same name once its pods are
         gone (as a StatefulSet does): new pods, new uids, perhaps another shape, queue and
@@ -205,15 +189,6 @@ class Chaos:
         self.jobs[i] = [m["metadata"]["name"] for m in manifests]
         self.note(f"recreated {name}: {what}")
 
-    def restart_apiserver(self) -> None:
-        """kube-apiserver restarts (etcd keeps the data): gracefully or killed; every watch
-        ends and resumes with 410 Gone, so every client relists; a request in flight when it
-        dies has an unknown outcome."""
-        crash = self.rng.random() < 0.5
-        self.note(f"API server {'killed' if crash else 'stopped'}; restarting")
-        self.cp.restart_apiserver(downtime=self.rng.uniform(0.0, 1.0), crash=crash)
-        self.note("API server up")
-
     def reregister_node(self) -> None:
         """A kubelet registers again: the Node deleted and created under its name, its status
         written after the object (it shows 0 GPUs until then). Its pods keep running."""
@@ -223,35 +198,6 @@ class Chaos:
         wait_for(lambda: not self.api.request("GET", f"/api/v1/nodes/{spec.name}").ok)
         time.sleep(self.rng.uniform(0.0, 0.5))
         create_nodes(self.api, [spec])
-
-    def stick(self) -> None:
-        """A pod stuck terminating (its node lost, a finalizer nobody removes): deleted while
-        it runs, it keeps its node's room until the churn is over (:meth:`unstick`)."""
-        running = [
-            p["metadata"]["name"]
-            for p in self.pods()
-            if p["spec"].get("nodeName")
-            and p["status"].get("phase") == "Running"
-            and not p["metadata"].get("deletionTimestamp")
-        ]
-        if not running:
-            return
-        name = self.rng.choice(sorted(running))
-        path = f"/api/v1/namespaces/{self.ns}/pods/{name}"
-        patch = {"metadata": {"finalizers": [STUCK]}}
-        if not self.api.request("PATCH", path, patch, content_type=MERGE_PATCH).ok:
-            return  # evicted or deleted since it was listed
-        self.note(f"deleting {name}, stuck terminating")
-        self.delete([p for p in self.pods() if p["metadata"]["name"] == name])
-        self.stuck.append(name)
-
-    def unstick(self) -> None:
-        """The stuck pods' finalizers removed: they go."""
-        for name in self.stuck:
-            path = f"/api/v1/namespaces/{self.ns}/pods/{name}"
-            if self.api.request("GET", path).ok:
-                self.api.patch(path, {"metadata": {"finalizers": None}})
-        self.note(f"{len(self.stuck)} stuck pods released")
 
     def protect(self) -> None:
         """A PodDisruptionBudget over a running job's pods that never allows a disruption:
@@ -303,40 +249,19 @@ class Chaos:
         self.proxy.lag = 0.0 if self.proxy.lag else round(self.rng.uniform(0.2, 2.0), 2)
         self.note(f"the scheduler's view lags {self.proxy.lag} s")
 
-    def step(self, name: str | None = None) -> None:
-        """One random action (``name``: that one), then a random pause."""
-        actions: dict[str, Callable[[], None]] = {
-            "submit": self.submit,
-            "delete": self.delete_job,
-            "reregister": self.reregister_node,
-            "device-plugin": self.restart_device_plugin,
-            "stuck": self.stick,
-            "budget": self.protect,
-            "recreate": self.recreate_job,
-            "apiserver": self.restart_apiserver,
-            "lag": self.lag,
+    def actions(self) -> dict[str, tuple[Callable[[], None], float]]:
+        """The random actions and their weights."""
+        return {
+            "submit": (self.submit, 6),
+            "delete": (self.delete_job, 1.5),
+            "reregister": (self.reregister_node, 1),
+            "device-plugin": (self.restart_device_plugin, 0.7),
+            "stuck": (self.stick, 0.4),
+            "budget": (self.protect, 0.4),
+            "recreate": (self.recreate_job, 0.6),
+            "apiserver": (self.restart_apiserver, 0.2),
+            "lag": (self.lag, 0.6),
         }
-        weights = [6, 1.5, 1, 0.7, 0.4, 0.4, 0.6, 0.2, 0.6]
-        name = name or self.rng.choices(list(actions), weights=weights)[0]
-        actions[name]()
-        self.done[name] = self.done.get(name, 0) + 1
-        time.sleep(self.rng.uniform(0.05, 0.6))
-
-    # ---- reading back ---------------------------------------------------------------------
-    def pods(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.api.get(f"/api/v1/namespaces/{self.ns}/pods")["items"]
-        return items
-
-    def unfinished(self) -> list[str]:
-        """Pods not Succeeded yet, each with its node ("-" unbound) and PodScheduled message."""
-        out = []
-        for p in self.pods():
-            if p["status"].get("phase") == "Succeeded":
-                continue
-            cond = [c for c in p["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
-            why = cond[0].get("message", "") if cond else ""
-            out.append(f"{p['metadata']['name']}@{p['spec'].get('nodeName', '-')}: {why[:160]}")
-        return out
 
 
 class CacheWarnings(logging.Handler):

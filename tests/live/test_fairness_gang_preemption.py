@@ -9,7 +9,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from live_helpers import bound, condition, create, pod, pods, scheduler, wait_for
+from live_helpers import (
+    bound,
+    condition,
+    create,
+    create_priority_classes,
+    pod,
+    pods,
+    scheduler,
+    wait_for,
+)
 
 from fairgpu.devcluster import ControlPlane, KubeClient
 
@@ -111,15 +120,7 @@ def test_gang_is_bound_whole_or_not_at_all(
 def priority_classes(admin: KubeClient) -> Iterator[None]:
     """PriorityClasses lv-prio-1..8 (values 1..8) and lv-prio-high (1000)."""
     names = {f"lv-prio-{i}": i for i in range(1, 9)} | {"lv-prio-high": 1000}
-    for name, value in names.items():
-        body = {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": value,
-        }
-        r = admin.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
-        assert r.ok or r.status == 409
+    create_priority_classes(admin, names)
     yield
     for name in names:
         admin.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
