@@ -158,6 +158,8 @@ class DraChaos(Churn):
         self.tag = tag
         self.nodes = [f"dc-{tag}-{i}" for i in range(NODES)]
         self.jobs: dict[str, list[str]] = {}  # job name -> its pods' names
+        self.manifests: dict[str, list[dict[str, Any]]] = {}  # job name -> its pods
+        self.deleted: set[str] = set()  # jobs their users deleted
         self.shared: set[str] = set()  # jobs whose pods share one claim (named after the job)
         self.seq = 0
 
@@ -214,6 +216,8 @@ class DraChaos(Churn):
             ]
         create_many(self.api, self.ns, manifests)
         self.jobs[name] = [m["metadata"]["name"] for m in manifests]
+        self.manifests[name] = manifests
+        self.deleted.discard(name)
         self.note(f"submitted {name}: {kind}, {labels['fairgpu.io/queue']}, {kw}")
 
     def delete_job(self) -> None:
@@ -222,6 +226,7 @@ class DraChaos(Churn):
         if name is not None:
             self.note(f"deleting {name}")
             self._delete(name)
+            self.deleted.add(name)
 
     def recreate_job(self) -> None:
         """A user deletes a job and submits it again under its name once its pods (and its
@@ -242,6 +247,17 @@ class DraChaos(Churn):
         wait_for(gone, 30, 0.05)
         self.shared.discard(name)
         self.create(name)
+
+    def restore(self) -> None:
+        """What the jobs' controllers do once the churn is over: the pods a job lost without
+        its user deleting it (evicted -- a pod group's member whose sibling was still
+        unbound, its bind having failed --, or deleted while stuck) are created again."""
+        live = {p["metadata"]["name"] for p in self.pods()}
+        for name, manifests in sorted(self.manifests.items()):
+            lost = [m for m in manifests if m["metadata"]["name"] not in live]
+            if name not in self.deleted and lost:
+                self.note(f"restoring {[m['metadata']['name'] for m in lost]} of {name}")
+                create_many(self.api, self.ns, lost)
 
     def _live_job(self, unstuck: bool = False) -> str | None:
         live = {p["metadata"]["name"] for p in self.pods()}
@@ -385,6 +401,10 @@ def test_dra_chaos_never_allocates_a_device_twice_and_releases_every_claim(
                             audit.check()
                         binds += _binds(s)
                 chaos.unstick()
+                wait_for(
+                    lambda: not set(chaos.stuck) & {p["metadata"]["name"] for p in chaos.pods()}
+                )
+                chaos.restore()
                 chaos.note("churn over; scheduler started")
                 with scheduler(cp, tenancy=tenancy) as s:
                     try:

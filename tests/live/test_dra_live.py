@@ -350,16 +350,22 @@ def dra1_allocation(device: str) -> dict[str, Any]:
     }
 
 
+def two_claims_one_allocated(admin: KubeClient, ns: str, free: str, taken: str) -> dict[str, str]:
+    """One-GPU claims ``free`` and ``taken``, the second allocated dra-1's gpu-0 (as by another
+    scheduler); their uids by name."""
+    make_claims(admin, ns, claim(free, gpus=1), claim(taken, gpus=1))
+    path = f"{DRA_API}/namespaces/{ns}/resourceclaims/{taken}"
+    held = admin.get(path)
+    held["status"] = {"allocation": dra1_allocation("gpu-0")}
+    admin.request("PUT", f"{path}/status", held)
+    return {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims(admin, ns)}
+
+
 def test_prebind_conflict_releases_what_it_wrote(admin: KubeClient, ns: str) -> None:
     """A claim allocated elsewhere between the choice and the write fails the bind, and the
     claim written before it is released (no allocation, reservation or finalizer left)."""
-    make_claims(admin, ns, claim("first", gpus=1), claim("second", gpus=1))
-    uids = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims(admin, ns)}
+    uids = two_claims_one_allocated(admin, ns, "first", "second")
     path = f"{DRA_API}/namespaces/{ns}/resourceclaims"
-
-    taken = admin.get(f"{path}/second")
-    taken["status"] = {"allocation": dra1_allocation("gpu-0")}
-    admin.request("PUT", f"{path}/second/status", taken)
     plan = DraPlan(
         ns,
         "ghost",
@@ -382,12 +388,8 @@ def test_a_preemptors_allocation_waits_for_its_victims_claim(admin: KubeClient, 
     only once that claim is deallocated (its pod is gone; the release follows): never are
     both allocated at once. A victim's claim that stays allocated fails the bind, writing
     nothing."""
-    make_claims(admin, ns, claim("victim", gpus=1), claim("preemptor", gpus=1))
-    uids = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims(admin, ns)}
+    uids = two_claims_one_allocated(admin, ns, "preemptor", "victim")
     path = f"{DRA_API}/namespaces/{ns}/resourceclaims"
-    held = admin.get(f"{path}/victim")
-    held["status"] = {"allocation": dra1_allocation("gpu-0")}
-    admin.request("PUT", f"{path}/victim/status", held)
     write = ClaimWrite(
         ns,
         "preemptor",
