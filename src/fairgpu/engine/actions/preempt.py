@@ -544,7 +544,9 @@ class FairVictims:
         of the queues not in ``skip`` (the reclaimable ones); what they found goes to
         ``pools.relocation``, the pods held back by time to ``pools.held``."""
         queue = job.tenant.queue
-        others = [(q, u) for q, u in self._preemptible_others(queue) if q not in skip]
+
+        def others() -> list[tuple[str, set[str]]]:
+            return [(q, u) for q, u in self._preemptible_others(queue) if q not in skip]
 
         def say(text: str) -> None:
             self._refusal.setdefault(pod.uid, text)

@@ -229,14 +229,15 @@ class RelocationSearch:
         self,
         queue: str,
         pod: PodInfo,
-        others: list[tuple[str, set[str]]],
+        others: Callable[[], list[tuple[str, set[str]]]],
         held: HeldBack,
         min_run: float,
         limit: int,
         say: Callable[[str], None],
     ) -> Relocations | None:
-        """The relocation pools of ``pod`` of ``queue`` among ``others`` (queues and their
-        preemptible pods, those the preemptor may reclaim from left out), at most ``limit``
+        """The relocation pools of ``pod`` of ``queue`` among ``others()`` (queues and their
+        preemptible pods, those the preemptor may reclaim from left out; asked for only when
+        a relocation may be), at most ``limit``
         queues; only while ``queue`` is below its share and such nodes have free GPUs.
         Victims pass the reclaim time rules with ``min_run``; pods held back by time go to
         ``held``; ``say`` is told why a queue whose pods could move gives none (the order
@@ -251,7 +252,7 @@ class RelocationSearch:
         where, flexible = room
         mine = share_key(book, deserved, queue)
         found: list[tuple[str, list[str]]] = []
-        for other, uids in sorted(others):
+        for other, uids in sorted(others()):
             if flexible.isdisjoint(uids):
                 continue
             if not mine < share_key(book, deserved, other):
