@@ -90,6 +90,11 @@ class _Pools:
     # The preemptor's queue is below its share and no other queue holds more than its own.
     nobody_above: bool = False
 
+    @property
+    def relocating(self) -> frozenset[str]:
+        """The queues whose pods in these pools would run elsewhere at once."""
+        return self.relocation.relocating if self.relocation is not None else frozenset()
+
 
 #: The refusal of a queue below its share when no other queue is above its own: what it
 #: lacks stands idle, drains for a reservation or is in pieces no pending pod fits.
@@ -194,7 +199,7 @@ class FairVictims:
         # How long a pod of another queue must have run to be a reclaim victim.
         self._min_run = max(cfg.min_runtime_seconds, cfg.reclaim_min_runtime_seconds)
         self._relocations = relocate.RelocationSearch(
-            session, deserved, self.queues, self.eligibility
+            session, deserved, self.queues, self.eligibility, self._min_run, MAX_RECLAIM_QUEUES
         )
 
     def may_preempt(self, pod: PodInfo) -> bool:
@@ -299,7 +304,7 @@ class FairVictims:
             why = None
             if other != queue:
                 why = refused_whatever_the_victims(
-                    self.s.book, queue, vec, other, self.deserved, band, other in _relocating(pools)
+                    self.s.book, queue, vec, other, self.deserved, band, other in pools.relocating
                 )
             if why is None:
                 kept.append((other, pool))
@@ -424,7 +429,7 @@ class FairVictims:
         book = self.s.book
         first: str | None = None
         for other in queues:
-            moving = other in _relocating(pools)
+            moving = other in pools.relocating
             why = refused_whatever_the_victims(book, queue, vec, other, self.deserved, band, moving)
             if why is None:
                 return None
@@ -551,9 +556,7 @@ class FairVictims:
         def say(text: str) -> None:
             self._refusal.setdefault(pod.uid, text)
 
-        found = self._relocations.search(
-            queue, pod, others, pools.held, self._min_run, MAX_RECLAIM_QUEUES, say
-        )
+        found = self._relocations.search(queue, pod, others, pools.held, say)
         pools.relocation = found
         return found.found if found is not None else []
 
@@ -623,8 +626,3 @@ class FairVictims:
         if why:
             self._refusal.setdefault(pod.uid, why)
         return pods
-
-
-def _relocating(pools: _Pools) -> frozenset[str]:
-    """The queues whose pods in ``pools`` would run elsewhere at once (a relocation)."""
-    return pools.relocation.relocating if pools.relocation is not None else frozenset()

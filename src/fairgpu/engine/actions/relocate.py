@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -169,9 +169,7 @@ def moved(session: Session, found: Relocations | None, victims: list[PodInfo]) -
     if found is None:
         return frozenset()
     moving = [v for v in victims if v.uid in found.movable]
-    if not moving:
-        return frozenset()
-    if not fits_elsewhere(session, moving, found.where):
+    if not moving or not fits_elsewhere(session, moving, found.where):
         return frozenset()
     return frozenset(v.uid for v in moving)
 
@@ -196,21 +194,26 @@ def _first_fit(
 @dataclass(slots=True)
 class Relocations:
     """What a relocation search found for one preemptor: per victim queue its movable pods
-    (``found``, name and sorted uids), the queues (``relocating``), all those pods
-    (``movable``) and the nodes where they would go (``where``)."""
+    (``found``, name and sorted uids) and the nodes where they would go (``where``); derived
+    from them, the queues (``relocating``) and all those pods (``movable``)."""
 
     found: list[tuple[str, list[str]]]
     where: np.ndarray
-    relocating: frozenset[str]
-    movable: set[str]
+    relocating: frozenset[str] = field(init=False)
+    movable: set[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.relocating = frozenset(q for q, _ in self.found)
+        self.movable = {u for _, pods in self.found for u in pods}
 
 
 class RelocationSearch:
     """Relocation candidates for one cycle's preemptors (the rules of the module docstring):
     per queue the preemptor may not reclaim from but comes before in reclaim order, its pods
-    that the time rules let go (``eligibility``) and that could run now on nodes the
-    preemptor may not use. ``queues``: the cycle's pending jobs per queue and user (room
-    that a waiting queue below its share may use is not offered)."""
+    that the time rules let go (``eligibility``, victims that ran ``min_run``) and that could
+    run now on nodes the preemptor may not use, from at most ``limit`` queues. ``queues``:
+    the cycle's pending jobs per queue and user (room that a waiting queue below its share
+    may use is not offered)."""
 
     def __init__(
         self,
@@ -218,11 +221,15 @@ class RelocationSearch:
         deserved: Mapping[str, float],
         queues: Lanes,
         eligibility: ReclaimEligibility,
+        min_run: float,
+        limit: int,
     ) -> None:
         self.s = session
         self.deserved = deserved
         self.queues = queues
         self.eligibility = eligibility
+        self.min_run = min_run
+        self.limit = limit
         self._room: dict[tuple[object, ...], tuple[np.ndarray, set[str]] | None] = {}
 
     def search(
@@ -231,18 +238,15 @@ class RelocationSearch:
         pod: PodInfo,
         others: Callable[[], list[tuple[str, set[str]]]],
         held: HeldBack,
-        min_run: float,
-        limit: int,
         say: Callable[[str], None],
     ) -> Relocations | None:
         """The relocation pools of ``pod`` of ``queue`` among ``others()`` (queues and their
         preemptible pods, those the preemptor may reclaim from left out; asked for only when
-        a relocation may be), at most ``limit``
-        queues; only while ``queue`` is below its share and such nodes have free GPUs.
-        Victims pass the reclaim time rules with ``min_run``; pods held back by time go to
-        ``held``; ``say`` is told why a queue whose pods could move gives none (the order
-        rule, the time rules). None when no queue gives any."""
-        s = self.s
+        a relocation may be); only while ``queue`` is below its share and such nodes have
+        free GPUs. Pods held back by time go to ``held``; ``say`` is told why a queue whose
+        pods could move gives none (the order rule, the time rules). None when no queue
+        gives any."""
+        s, min_run = self.s, self.min_run
         book, deserved = s.book, self.deserved
         if not below_share(book, deserved, queue):
             return None
@@ -277,18 +281,13 @@ class RelocationSearch:
                     f"reclaim refused: every pod of queue {other!r} that could run elsewhere "
                     "is held back: " + self.eligibility.held_back_text(causes, min_run)
                 )
-        found = found[:limit]
-        if not found:
-            return None
-        return Relocations(
-            found, where, frozenset(q for q, _ in found), {u for _, x in found for u in x}
-        )
+        found = found[: self.limit]
+        return Relocations(found, where) if found else None
 
     def _room_elsewhere(self, queue: str, pod: PodInfo) -> tuple[np.ndarray, set[str]] | None:
-        """Where victims of a relocation for ``pod`` of ``queue`` could go
-        (:func:`elsewhere` less what waiting queues below
-        their share may use), and the placed pods on nodes ``pod`` may use that could go
-        there (:func:`could_go`); None when there is no such
+        """Where victims of a relocation for ``pod`` of ``queue`` could go (:func:`elsewhere`
+        less what waiting queues below their share may use), and the placed pods on nodes
+        ``pod`` may use that could go there (:func:`could_go`); None when there is no such
         pod. Kept while the cluster's pods and the reservations stay the same: the many
         preemptors of one shape in a cycle ask alike."""
         s = self.s
