@@ -14,7 +14,7 @@ from typing import Any
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
-KINDS = ("spread", "affinity", "gates", "ports", "mixed", "defaults")
+KINDS = ("spread", "affinity", "gates", "ports", "mixed", "defaults", "resources")
 
 
 @dataclass
@@ -32,6 +32,9 @@ class Case:
     replica_set: dict[str, Any] | None = None
     # "defaults" cases with a Service instead: it selects the (unowned) pods.
     service: dict[str, Any] | None = None
+    # "resources" cases: the status the kubelet would show for existing pods (by name) in
+    # the middle of an in-place resize, written through the status subresource.
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def zone_key(self) -> str:
@@ -243,12 +246,109 @@ def _defaults_case(case: Case, rng: random.Random, service: bool) -> None:
     case.incoming = incoming if service else _owned(case, incoming)
 
 
+def _container(name: str, rng: random.Random, **kw: Any) -> dict[str, Any]:
+    requests = {}
+    cpu = rng.choice([None, "100m", "250m", "500m"])
+    memory = rng.choice([None, "256Mi", "512Mi"])
+    if cpu:
+        requests["cpu"] = cpu
+    if memory:
+        requests["memory"] = memory
+    return {
+        "name": name,
+        "image": "registry.invalid/x:1",
+        "resources": {"requests": requests},
+        **kw,
+    }
+
+
+def _shape(rng: random.Random, pod_level: bool) -> dict[str, Any]:
+    """Containers (one or two, sometimes a sidecar or a plain init container) and, with
+    ``pod_level``, pod-level requests or limits above what the containers ask (the API
+    refuses less): every way kube-scheduler 1.34 adds up a pod's requests."""
+    spec: dict[str, Any] = {
+        "containers": [_container(f"c{j}", rng) for j in range(rng.randint(1, 2))]
+    }
+    init = []
+    if rng.random() < 0.3:
+        init.append(_container("side", rng, restartPolicy="Always"))
+    if rng.random() < 0.2:
+        init.append({**_container("init", rng), "resources": {"requests": {"cpu": "1200m"}}})
+    if init:
+        spec["initContainers"] = init
+    if pod_level:
+        r = rng.random()
+        if r < 0.4:
+            spec["resources"] = {"requests": {"cpu": rng.choice(["2", "2500m"])}}
+        elif r < 0.7:
+            spec["resources"] = {"requests": {"cpu": "2", "memory": rng.choice(["2Gi", "3Gi"])}}
+        else:  # limits only: the API server defaults the requests
+            spec["resources"] = {"limits": {"cpu": "3", "memory": "3Gi"}}
+    return spec
+
+
+# An existing pod's container in the middle of an in-place resize: (spec cpu, what the
+# kubelet configured and admitted, PodResizePending reason or "").
+RESIZES = (("250m", "1500m", ""), ("3", "500m", "Infeasible"), ("2", "500m", "Deferred"))
+
+
+def _resources_case(case: Case, rng: random.Random) -> None:
+    """Nodes of 2-4 CPUs and 4-8 GiB, pods on them shaped every way requests add up
+    (:func:`_shape`), some in the middle of a resize; the pod to place asks enough that the
+    sums decide where it fits and how the nodes score."""
+    for n in case.nodes:
+        n["cpu"] = rng.choice(["2", "4"])
+        n["memory"] = rng.choice(["4Gi", "8Gi"])
+    for k in range(rng.randint(1, 6)):
+        node = rng.choice(case.nodes)["name"]
+        spec: dict[str, Any] = {"nodeName": node, "tolerations": [{"operator": "Exists"}]}
+        if rng.random() < 0.35:
+            cpu, held, reason = rng.choice(RESIZES)
+            spec["containers"] = [
+                {
+                    "name": "c",
+                    "image": "registry.invalid/x:1",
+                    "resources": {"requests": {"cpu": cpu}},
+                }
+            ]
+            status: dict[str, Any] = {
+                "containerStatuses": [
+                    {
+                        "name": "c",
+                        "image": "registry.invalid/x:1",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "resources": {"requests": {"cpu": held}},
+                        "allocatedResources": {"cpu": held},
+                    }
+                ]
+            }
+            if reason:
+                status["conditions"] = [
+                    {"type": "PodResizePending", "status": "True", "reason": reason}
+                ]
+            case.statuses[f"e{k}"] = status
+        else:
+            spec.update(_shape(rng, pod_level=rng.random() < 0.5))
+        case.existing.append(_pod(case, f"e{k}", case.main_ns, {"app": "web"}, **spec))
+    spec = {
+        "affinity": {"nodeAffinity": _node_affinity(case, rng)},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        **_shape(rng, pod_level=rng.random() < 0.6),
+    }
+    case.incoming = _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec)
+
+
 def make_case(i: int, kind: str, rng: random.Random) -> Case:
     """Case number ``i`` of ``kind`` (one of :data:`KINDS`)."""
     case = Case(f"c{i:03d}", kind)
     _nodes(case, rng)
     if kind == "defaults":
-        _defaults_case(case, rng, service=i % 16 == 15)  # every other one
+        _defaults_case(case, rng, service=i % 18 == 16)  # every other one
+        return case
+    if kind == "resources":
+        _resources_case(case, rng)
         return case
     mixed = kind == "mixed"
     _existing(case, rng, ports=kind in ("ports", "mixed"), anti=kind in ("affinity", "mixed"))
@@ -273,7 +373,10 @@ def make_case(i: int, kind: str, rng: random.Random) -> Case:
 
 
 def make_cases(count: int, seed: int = 16) -> list[Case]:
-    """``count`` cases cycling through :data:`KINDS` (spread twice as often)."""
+    """``count`` cases cycling through :data:`KINDS` (spread and affinity twice as often)."""
     rng = random.Random(seed)
-    kinds = ["spread", "spread", "affinity", "affinity", "ports", "gates", "mixed", "defaults"]
+    kinds = [
+        "spread", "spread", "affinity", "affinity", "ports", "gates", "mixed", "defaults",
+        "resources",
+    ]  # fmt: skip
     return [make_case(i, kinds[i % len(kinds)], rng) for i in range(count)]

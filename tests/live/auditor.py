@@ -53,29 +53,67 @@ def _requests(container: dict[str, Any]) -> dict[str, float]:
     return {k: _amount(v) for k, v in merged.items()}
 
 
+def _held(container: dict[str, Any], status: dict[str, Any] | None) -> dict[str, float]:
+    """What a running container holds: while a resize is under way, the larger of its spec
+    and what the kubelet configured and admitted (the kubelet's own amounts alone when the
+    resize is infeasible)."""
+    req = _requests(container)
+    if not status or not status.get("resources"):
+        return req
+    out = {} if status.get("infeasible") else dict(req)
+    for source in (
+        status["resources"].get("requests") or {},
+        status.get("allocatedResources") or {},
+    ):
+        for k, v in source.items():
+            out[k] = max(out.get(k, 0.0), _amount(v))
+    return out
+
+
 def effective_requests(pod: dict[str, Any]) -> dict[str, float]:
     """A pod's requests as kube-scheduler counts them: app containers plus sidecars (init
     containers with ``restartPolicy: Always``), at least each plain init container on top of the
-    sidecars started before it, plus ``spec.overhead``."""
+    sidecars started before it; a pod-level cpu, memory or hugepages request in place of the
+    containers'; plus ``spec.overhead``. A bound pod's running containers count what the
+    kubelet holds for them while an in-place resize is under way."""
     spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    infeasible = any(
+        c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
+        for c in status.get("conditions") or []
+    )
+    statuses = (
+        {
+            s.get("name"): {**s, "infeasible": infeasible}
+            for s in (status.get("containerStatuses") or [])
+            + (status.get("initContainerStatuses") or [])
+        }
+        if spec.get("nodeName")
+        else {}
+    )
     total: dict[str, float] = {}
     for c in spec.get("containers") or []:
-        for k, v in _requests(c).items():
+        for k, v in _held(c, statuses.get(c.get("name"))).items():
             total[k] = total.get(k, 0.0) + v
     sidecars: dict[str, float] = {}
     floor: dict[str, float] = {}
     for c in spec.get("initContainers") or []:
-        req = _requests(c)
         if c.get("restartPolicy") == "Always":
-            for k, v in req.items():
+            for k, v in _held(c, statuses.get(c.get("name"))).items():
                 sidecars[k] = sidecars.get(k, 0.0) + v
-            req = {}
+            req: dict[str, float] = {}
+        else:
+            req = _requests(c)
         for k in set(req) | set(sidecars):
             floor[k] = max(floor.get(k, 0.0), sidecars.get(k, 0.0) + req.get(k, 0.0))
     for k, v in sidecars.items():
         total[k] = total.get(k, 0.0) + v
     for k, v in floor.items():
         total[k] = max(total.get(k, 0.0), v)
+    pod_level = (spec.get("resources") or {}).get("requests") or {}
+    for k, v in pod_level.items():
+        if k in ("cpu", "memory") or k.startswith("hugepages-"):
+            total[k] = _amount(v)
     for k, v in (spec.get("overhead") or {}).items():
         total[k] = total.get(k, 0.0) + _amount(v)
     return total
@@ -143,7 +181,8 @@ class Auditor:
         self.gaps_allowed = False
         self.unjudged: list[str] = []
         self._lock = threading.Lock()
-        self._requests: dict[str, dict[str, float]] = {}  # uid -> effective requests
+        # (uid, resourceVersion) -> effective requests
+        self._requests: dict[tuple[str, str], dict[str, float]] = {}
         self._nodes: dict[str, dict[str, Any]] = {}  # the state followed by watching()
         self._pods: dict[str, dict[str, Any]] = {}
 
@@ -209,9 +248,13 @@ class Auditor:
         meta = p["metadata"]
         key = _key(p)
         load.pods.append(key)
-        req = self._requests.get(meta["uid"])
+        # A resize changes what a pod holds: keyed by version, not by pod alone.
+        version = (meta["uid"], meta.get("resourceVersion", ""))
+        req = self._requests.get(version)
         if req is None:
-            req = self._requests[meta["uid"]] = effective_requests(p)
+            if len(self._requests) > 100_000:
+                self._requests.clear()
+            req = self._requests[version] = effective_requests(p)
         for k in SCALAR:
             load.requested[k] = load.requested.get(k, 0.0) + req.get(k, 0.0)
         ann = (meta.get("annotations") or {}).get(ANN_GPU_DEVICES)

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from fairgpu.cluster.state import COL_CPU
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.lingering import hold_remainders
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
@@ -331,3 +332,39 @@ def test_a_pod_its_bind_found_gone_stays_gone_while_the_watch_lags() -> None:
     # A pod of that name created again (another uid) is a new pod.
     apply(cache, "ADDED", pod_json("p", gpus=2).replace(b"uid-p", b"uid-p2"))
     assert [p.uid for p in cache.schedulable()] == ["uid-p2"]
+
+
+def _resized(raw: bytes, cpu: str, labels: dict[str, str] | None = None) -> bytes:
+    """``raw`` (a bound pod) whose kubelet still shows ``cpu`` for its container, as while
+    a resize of its spec is under way; ``labels`` replace its labels."""
+    obj = msgspec.json.decode(raw)
+    obj["status"]["containerStatuses"] = [
+        {"name": "c", "resources": {"requests": {"cpu": cpu}}, "allocatedResources": {"cpu": cpu}}
+    ]
+    if labels is not None:
+        obj["metadata"]["labels"] = labels
+    return msgspec.json.encode(obj)
+
+
+def test_a_bound_pod_resized_in_place_charges_its_node_what_it_holds() -> None:
+    cache = make_cache("n1")
+    idx = cache.cluster.node_index["n1"]
+    bound = pod_json("p", gpus=2, node="n1", devices="2,5", phase="Running")
+    apply(cache, "ADDED", bound)
+    assert cache.cluster.requested[idx, COL_CPU] == 1000  # milli-CPU
+    # Its spec asks 1 cpu, but the kubelet still runs it with 6 (a resize down not done).
+    out = apply(cache, "MODIFIED", _resized(bound, "6"))
+    assert out.dirty and cache.cluster.requested[idx, COL_CPU] == 6000
+    assert cache.cluster.placements["uid-p"].devices == (2, 5)  # same devices
+    apply(cache, "MODIFIED", _resized(bound, "1"))
+    assert cache.cluster.requested[idx, COL_CPU] == 1000
+
+
+def test_a_bound_pod_relabelled_is_seen_with_its_new_labels() -> None:
+    cache = make_cache("n1")
+    bound = pod_json("p", node="n1", devices="0", phase="Running")
+    apply(cache, "ADDED", bound)
+    assert cache.cluster.pods["uid-p"].labels == {}
+    apply(cache, "MODIFIED", _resized(bound, "1", labels={"app": "web"}))
+    assert cache.cluster.pods["uid-p"].labels == {"app": "web"}
+    assert cache.cluster.placements["uid-p"].devices == (0,)

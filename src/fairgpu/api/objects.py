@@ -228,6 +228,9 @@ class PodSpec(_Base):
     priority_class_name: str = ""
     preemption_policy: str | None = None
     overhead: ResourceList = {}
+    # Pod-level requests and limits (cpu, memory, hugepages-*): when set they stand for the
+    # containers' (PodLevelResources, on by default since Kubernetes 1.34).
+    resources: ResourceRequirements | None = None
     volumes: list[Volume] = []
     scheduling_gates: list[PodSchedulingGate] = []
     topology_spread_constraints: list[TopologySpreadConstraint] = []
@@ -250,12 +253,24 @@ class PodResourceClaimStatus(_Base):
     resource_claim_name: str | None = None
 
 
+class ContainerStatus(_Base):
+    """What the kubelet reports of one container's resources: those it configured
+    (``resources``) and those it admitted (``allocatedResources``). They differ from the spec
+    while an in-place resize is pending or in progress."""
+
+    name: str = ""
+    resources: ResourceRequirements | None = None
+    allocated_resources: ResourceList = {}
+
+
 class PodStatus(_Base):
     phase: str = ""
     nominated_node_name: str = ""
     conditions: list[PodCondition] = []
     start_time: str | None = None
     resource_claim_statuses: list[PodResourceClaimStatus] = []
+    container_statuses: list[ContainerStatus] = []
+    init_container_statuses: list[ContainerStatus] = []
 
 
 class Pod(_Base):

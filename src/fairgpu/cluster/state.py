@@ -118,7 +118,7 @@ class ClusterState:
         self.allocatable = grow(get("allocatable"), (capacity, r), np.int64)
         self.requested = grow(get("requested"), (capacity, r), np.int64)
         # CPU and memory as kube-scheduler's resource scores count them (PodInfo's
-        # scoring_cpu_memory): a container without a request counts 100m / 200 MiB.
+        # node_cpu_memory): a container without a request counts 100m / 200 MiB.
         self.scoring_requested = grow(get("scoring_requested"), (capacity, 2), np.int64)
         self.gpu_count = grow(get("gpu_count"), (capacity,), np.int32)
         self.device_exists = grow(get("device_exists"), (capacity, d), np.bool_)
@@ -347,7 +347,7 @@ class ClusterState:
     def _charge(self, idx: int, pod: PodInfo, placement: Placement, sign: int) -> None:
         cols, amounts = self.request_vector(pod)
         self.requested[idx, cols] += sign * amounts
-        cpu, memory = pod.scoring_cpu_memory
+        cpu, memory = pod.node_cpu_memory
         self.scoring_requested[idx, 0] += sign * cpu
         self.scoring_requested[idx, 1] += sign * memory
         if placement.devices:
@@ -477,7 +477,7 @@ class ClusterState:
             c, a = self.request_vector(pod)
             cols.append(c)
             amounts.append(a)
-            pod_cpu, pod_memory = pod.scoring_cpu_memory
+            pod_cpu, pod_memory = pod.node_cpu_memory
             cpu += pod_cpu
             memory_sum += pod_memory
             pl = placements[uid]

@@ -10,7 +10,10 @@ would, reports them through the pod status subresource:
   and non-zero); without the annotation it runs until deleted;
 - a bound pod being deleted gracefully (``deletionTimestamp`` set, e.g. evicted or
   preempted) is removed with grace period 0, as a kubelet does once its containers stop
-  (``grace_seconds`` after it is seen terminating, if set: how long its containers take).
+  (``grace_seconds`` after it is seen terminating, if set: how long its containers take);
+- a running pod resized in place (``pods/resize``) is resized, deferred or refused as
+  :mod:`~fairgpu.devcluster.kubelet_resize` says -- at once, or when a test lets resizes
+  through again (:attr:`FakeKubelet.actuate_resizes`, :meth:`FakeKubelet.resume_resizes`).
 
 The watch relists on 410 Gone, on ``ERROR`` events and on connection errors (for example while
 kube-apiserver restarts).
@@ -30,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from fairgpu.devcluster import kubelet_resize
 from fairgpu.devcluster.client import (
     STRATEGIC_MERGE_PATCH,
     ApiError,
@@ -122,6 +126,9 @@ class FakeKubelet:
         self._started: set[str] = set()  # UIDs this kubelet set Running
         self._watch: WatchStream | None = None
         self._synced = threading.Event()
+        #: False: resizes wait (their status keeps the old amounts) until resume_resizes().
+        self.actuate_resizes = True
+        self._deferred: dict[str, tuple[str, str]] = {}  # resizes to try again, by UID
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -261,6 +268,8 @@ class FakeKubelet:
         elif phase == "Running":
             started = _parse_ts(pod.get("status", {}).get("startTime"))
             self._schedule_completion(pod, started if started is not None else time.time())
+            if self.actuate_resizes and kubelet_resize.resize_pending(pod):
+                self._submit(self._resize, meta["namespace"], meta["name"], uid)
 
     def _duration(self, pod: dict[str, Any]) -> float | None:
         raw = (pod["metadata"].get("annotations") or {}).get(DURATION_ANNOTATION)
@@ -363,6 +372,7 @@ class FakeKubelet:
                         "started": True,
                         "restartCount": 0,
                         "state": {"running": {"startedAt": ts}, "waiting": None},
+                        **kubelet_resize.container_status_resources(c),
                     }
                     for c in containers
                 ],
@@ -380,6 +390,49 @@ class FakeKubelet:
                     self._in_flight.discard(uid)
             if deletion is not None:  # stays in flight: now as a deletion
                 self._begin_deletion(*deletion, uid)
+
+    # -- in-place resize ----------------------------------------------------------------------
+
+    def resume_resizes(self) -> None:
+        """Let resizes through again, and carry out those that waited."""
+        self.actuate_resizes = True
+        path = self._pods_path() + "?fieldSelector=status.phase%3DRunning"
+        for pod in self.client.get(path)["items"]:
+            if self._mine(pod) and kubelet_resize.resize_pending(pod):
+                meta = pod["metadata"]
+                self._submit(self._resize, meta["namespace"], meta["name"], meta["uid"])
+
+    def _resize(self, ns: str, name: str, uid: str) -> None:
+        """Resize, defer or refuse the running pod's resize, as a kubelet decides it."""
+        try:
+            pod = self.client.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+            if pod["metadata"]["uid"] != uid or not kubelet_resize.resize_pending(pod):
+                return
+            node = pod["spec"]["nodeName"]
+            allocatable = self.client.get(f"/api/v1/nodes/{node}")["status"]["allocatable"]
+            selector = f"spec.nodeName%3D{node}"
+            others = self.client.get(f"/api/v1/pods?fieldSelector={selector}")["items"]
+        except Exception as e:  # gone, or the API server restarting: the next event retries
+            log.debug("resize of %s/%s not examined: %s", ns, name, e)
+            return
+        decision = kubelet_resize.decide(pod, allocatable, others)
+        with self._lock:
+            if decision == "Deferred":
+                self._deferred[uid] = (ns, name)
+            else:
+                self._deferred.pop(uid, None)
+        shown = {c.get("type"): c.get("reason") for c in pod["status"].get("conditions") or []}
+        if decision != "actuate" and shown.get(kubelet_resize.PENDING) == decision:
+            return  # already says so
+        self._patch_status(ns, name, uid, kubelet_resize.status_patch(pod, decision))
+
+    def _retry_deferred(self) -> None:
+        """A pod left a node: resizes deferred for want of room may fit now."""
+        with self._lock:
+            waiting = list(self._deferred.items())
+        if self.actuate_resizes:
+            for uid, (ns, name) in waiting:
+                self._submit(self._resize, ns, name, uid)
 
     def _begin_deletion(self, ns: str, name: str, uid: str) -> None:
         """Remove a terminating pod once its grace (``grace_seconds``) has passed."""
@@ -452,11 +505,14 @@ class FakeKubelet:
         with self._lock:
             self._scheduled.discard(uid)
             self._started.discard(uid)
+            self._deferred.pop(uid, None)
             if ok:
                 if code == 0:
                     self.stats.succeeded += 1
                 else:
                     self.stats.failed += 1
+        if ok:
+            self._retry_deferred()
 
     def _finish_deletion(self, ns: str, name: str, uid: str) -> None:
         path = f"/api/v1/namespaces/{ns}/pods/{name}"
@@ -477,6 +533,8 @@ class FakeKubelet:
                 if resp.ok:
                     with self._lock:
                         self.stats.deleted += 1
+                        self._deferred.pop(uid, None)
+                    self._retry_deferred()
                     return
                 if resp.status in (404, 409):
                     return

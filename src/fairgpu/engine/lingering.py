@@ -54,6 +54,7 @@ def _remainder_pod(
         victim,
         requests=requests,
         scoring_requests=(requests.get("cpu", 0), requests.get("memory", 0)),
+        nonzero_requests=None,
         gpu=gpu,
         resource_claims=(),
         _static_key=None,

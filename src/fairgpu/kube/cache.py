@@ -72,6 +72,19 @@ def _node_key(n: NodeInfo) -> tuple[Any, ...]:
     )
 
 
+def _charge_changed(old: PodInfo, new: PodInfo) -> bool:
+    """Does a bound pod's new object charge its node differently, or match other pods'
+    selectors differently? Its requests change when it is resized in place (kube-scheduler
+    counts what the kubelet admitted until the resize is done: :mod:`~fairgpu.model.
+    pod_requests`), its labels when someone relabels it (inter-pod affinity and spread
+    constraints of pods still to place count it by them)."""
+    return (
+        old.requests != new.requests
+        or old.node_cpu_memory != new.node_cpu_memory
+        or old.labels != new.labels
+    )
+
+
 @dataclass(slots=True)
 class CacheChanges:
     """What one batch of events changed, for the loop to act on.
@@ -236,7 +249,15 @@ class SchedulerCache:
                 sorted(rec.devices)
             )
             if node is not None and node.name == rec.node_name and same_devices:
+                if not _charge_changed(cluster.pods[uid], rec.info):
+                    self._flag(uid)
+                    return
+                # Resized in place (or relabelled): charge the node what the pod holds now,
+                # on the same devices, from the same start.
+                cluster.release(uid)
+                cluster.assign(rec.info, pl.node, pl.devices, started=pl.started)
                 self._flag(uid)
+                out.dirty = True
                 return
             cluster.release(uid)
             out.dirty = True

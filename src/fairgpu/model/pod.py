@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
-from fairgpu.api.quantity import QuantityError, parse_quantity
+from fairgpu.api.quantity import QuantityError
 from fairgpu.model.dra import ClaimRef, pod_claim_refs, pod_claim_statuses
 from fairgpu.model.gpu import DEFAULT_NAMES, NO_GPU, GpuRequest, GpuResourceNames, gpu_request_from
 from fairgpu.model.pod_constraints import (
@@ -21,6 +19,14 @@ from fairgpu.model.pod_constraints import (
     host_ports,
     merge_label_keys,
 )
+
+# Re-exported: the resource names and units every layer counts in.
+from fairgpu.model.pod_requests import CPU as CPU
+from fairgpu.model.pod_requests import DEFAULT_MEMORY as DEFAULT_MEMORY
+from fairgpu.model.pod_requests import DEFAULT_MILLI_CPU as DEFAULT_MILLI_CPU
+from fairgpu.model.pod_requests import MEMORY as MEMORY
+from fairgpu.model.pod_requests import ParsedRequests
+from fairgpu.model.pod_requests import parse_resource as parse_resource
 from fairgpu.model.selectors import (
     NodeSelectorTerm,
     PodAffinityTerm,
@@ -44,153 +50,22 @@ QOS_BEST_EFFORT = "BestEffort"
 QOS_BURSTABLE = "Burstable"
 QOS_GUARANTEED = "Guaranteed"
 
-CPU = "cpu"
-MEMORY = "memory"
-# kube-scheduler's resource scores count these for a container that requests no CPU / memory.
-DEFAULT_MILLI_CPU = 100
-DEFAULT_MEMORY = 200 * 1024 * 1024
 PODS = "pods"
 EPHEMERAL = "ephemeral-storage"
 
 
-# Node and pod arrays are int64: anything larger cannot be counted exactly.
-_MAX_AMOUNT = 2**63 - 1
-
-
-def parse_resource(name: str, value: object) -> int:
-    """One resource quantity in the unit the scheduler counts: milli-CPU, bytes, or units.
-
-    Negative amounts are refused on the exact value (``-1m`` of memory is negative even though
-    it rounds up to 0), as are amounts that do not fit the int64 node arrays.
-    """
-    if isinstance(value, str):
-        return _parse_text_resource(name == CPU, value)
-    return _to_units(name == CPU, value)
-
-
-@lru_cache(maxsize=8192)
-def _parse_text_resource(milli: bool, value: str) -> int:
-    # Manifests repeat the same few quantity strings; Fraction arithmetic is the slow part.
-    return _to_units(milli, value)
-
-
-def _to_units(milli: bool, value: object) -> int:
-    exact = parse_quantity(value)
-    if exact < 0:
-        raise QuantityError(f"{value!r} is negative")
-    amount = math.ceil(exact * 1000) if milli else math.ceil(exact)
-    if amount > _MAX_AMOUNT:
-        raise QuantityError(f"{value!r} is too large")
-    return amount
-
-
-def _add(into: dict[str, int], other: dict[str, int]) -> None:
-    for key, value in other.items():
-        into[key] = into.get(key, 0) + value
-
-
-def _max(into: dict[str, int], other: dict[str, int]) -> None:
-    for key, value in other.items():
-        if value > into.get(key, 0):
-            into[key] = value
-
-
-def container_requests(container: k8s.Container, where: str, obj: str) -> dict[str, int]:
-    """A container's requests, defaulting each request to its limit as the API server does."""
-    res = container.resources
-    merged: dict[str, object] = dict(res.limits)
-    merged.update(res.requests)
-    out: dict[str, int] = {}
-    for name, value in merged.items():
-        section = "requests" if name in res.requests else "limits"
-        try:
-            out[name] = parse_resource(name, value)
-        except QuantityError as error:
-            raise InvalidObjectError(
-                obj, f"{where}.resources.{section}.{name}", str(error)
-            ) from None
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedRequests:
-    """A pod spec's requests, parsed once: per app container, per init container (with
-    whether it is a sidecar), and the overhead."""
-
-    app: tuple[dict[str, int], ...]
-    init: tuple[tuple[dict[str, int], bool], ...]
-    overhead: dict[str, int]
-
-    @classmethod
-    def of(cls, spec: k8s.PodSpec, obj: str) -> ParsedRequests:
-        """Parse ``spec``; errors name ``obj`` and the field."""
-        app = tuple(
-            container_requests(c, f"spec.containers[{i}]", obj)
-            for i, c in enumerate(spec.containers)
-        )
-        init = tuple(
-            (
-                container_requests(c, f"spec.initContainers[{i}]", obj),
-                c.restart_policy == "Always",
-            )
-            for i, c in enumerate(spec.init_containers)
-        )
-        overhead: dict[str, int] = {}
-        for name, value in spec.overhead.items():
-            try:
-                overhead[name] = parse_resource(name, value)
-            except QuantityError as error:
-                raise InvalidObjectError(obj, f"spec.overhead.{name}", str(error)) from None
-        return cls(app, init, overhead)
-
-    def effective(self, missing: dict[str, int] | None = None) -> dict[str, int]:
-        """The pod's effective request as kube-scheduler computes it.
-
-        ``max(sum(app containers) + sum(sidecars), max over init containers of (init +
-        sidecars started before it)) + overhead``; sidecars are init containers with
-        ``restartPolicy: Always``. ``missing``: amounts a container that does not request a
-        resource counts instead (kube-scheduler scores with 100m CPU and 200 MiB for each
-        such container).
-        """
-
-        def counted(req: dict[str, int]) -> dict[str, int]:
-            return {**(missing or {}), **req}
-
-        app: dict[str, int] = {}
-        for req in self.app:
-            _add(app, counted(req))
-        sidecars: dict[str, int] = {}
-        init_peak: dict[str, int] = {}
-        for req, sidecar in self.init:
-            if sidecar:
-                _add(sidecars, counted(req))
-                _max(init_peak, sidecars)
-            else:
-                running = counted(req)
-                _add(running, sidecars)
-                _max(init_peak, running)
-        total = dict(app)
-        _add(total, sidecars)
-        _max(total, init_peak)
-        _add(total, self.overhead)
-        return {k: v for k, v in total.items() if v > 0}
-
-
-def effective_requests(
-    spec: k8s.PodSpec, obj: str, missing: dict[str, int] | None = None
-) -> dict[str, int]:
-    """The pod's effective request as kube-scheduler computes it (see
-    :meth:`ParsedRequests.effective`)."""
-    return ParsedRequests.of(spec, obj).effective(missing)
-
-
-def qos_class(spec: k8s.PodSpec) -> str:
+def qos_class(spec: k8s.PodSpec, pod_level: dict[str, int] | None = None) -> str:
     """The pod's QoS class (Guaranteed, Burstable or BestEffort), as the kubelet computes it.
 
     Only positive cpu and memory amounts count (extended resources such as GPUs never do); a
     missing request defaults to the limit, as the API server does. Guaranteed needs cpu and
     memory limits on every container and pod-level request sums equal to the limit sums.
+    With ``spec.resources`` set, the pod-level requests (``pod_level``, as the API server
+    defaulted them: :class:`~fairgpu.model.pod_requests.ParsedRequests`) and limits decide
+    instead of the containers', as they do for the kubelet.
     """
+    if spec.resources is not None:
+        return _pod_level_qos(spec.resources, pod_level or {})
     requests: dict[str, int] = {}
     limits: dict[str, int] = {}
     guaranteed = True
@@ -205,6 +80,16 @@ def qos_class(spec: k8s.PodSpec) -> str:
                     into[name] = into.get(name, 0) + amount
         if not all(_qos_amount(name, res.limits.get(name)) > 0 for name in (CPU, MEMORY)):
             guaranteed = False
+    return _qos(requests, limits, guaranteed)
+
+
+def _pod_level_qos(res: k8s.ResourceRequirements, pod_level: dict[str, int]) -> str:
+    requests = {n: pod_level[n] for n in (CPU, MEMORY) if pod_level.get(n, 0) > 0}
+    limits = {n: a for n in (CPU, MEMORY) if (a := _qos_amount(n, res.limits.get(n))) > 0}
+    return _qos(requests, limits, not res.limits or len(limits) == 2)
+
+
+def _qos(requests: dict[str, int], limits: dict[str, int], guaranteed: bool) -> str:
     if not requests and not limits:
         return QOS_BEST_EFFORT
     if guaranteed and requests == limits:
@@ -246,9 +131,13 @@ class PodInfo:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
-    # (milli-CPU, memory bytes) kube-scheduler's resource scores count: each container that
-    # requests no CPU (memory) counts 100m (200 MiB). None: derived from ``requests``.
+    # (milli-CPU, memory bytes) kube-scheduler's resource scores count for this pod when it
+    # is placed: each container that requests no CPU (memory) counts 100m (200 MiB). None:
+    # derived from ``requests``.
     scoring_requests: tuple[int, int] | None = None
+    # The same, as the pod adds to its node's load once placed (they differ only for a pod
+    # with pod-level requests, see fairgpu.model.pod_requests). None: ``scoring_requests``.
+    nonzero_requests: tuple[int, int] | None = None
     gpu: GpuRequest = NO_GPU
     node_name: str = ""
     node_selector: tuple[tuple[str, str], ...] = ()
@@ -307,6 +196,14 @@ class PodInfo:
             self.requests.get(CPU) or DEFAULT_MILLI_CPU,
             self.requests.get(MEMORY) or DEFAULT_MEMORY,
         )
+
+    @property
+    def node_cpu_memory(self) -> tuple[int, int]:
+        """(milli-CPU, memory bytes) this pod adds to its node's load in kube-scheduler's
+        resource scores."""
+        if self.nonzero_requests is not None:
+            return self.nonzero_requests
+        return self.scoring_cpu_memory
 
     @property
     def has_pod_affinity(self) -> bool:
@@ -416,9 +313,12 @@ def pod_from_k8s(
         raise InvalidObjectError(obj, "metadata.name", "is required")
     if not spec.containers:
         raise InvalidObjectError(obj, "spec.containers", "at least one container is required")
-    parsed = ParsedRequests.of(spec, obj)
+    # A running pod's status holds its containers' resources while a resize is under way.
+    parsed = ParsedRequests.of(spec, obj, pod.status if spec.node_name else None)
     requests = parsed.effective()
-    scoring = parsed.effective({CPU: DEFAULT_MILLI_CPU, MEMORY: DEFAULT_MEMORY})
+    scoring = parsed.scoring()
+    # Without pod-level requests a node counts the pod as the fit score does.
+    nonzero = parsed.node_nonzero() if parsed.pod_level else scoring
     gpu_names = names.all_request_names()
     models_text = meta.annotations.get(ANN_GPU_MODELS, "")
     models = frozenset(m for m in models_text.split("|") if m) or None
@@ -452,7 +352,8 @@ def pod_from_k8s(
         labels=dict(meta.labels),
         annotations=dict(meta.annotations),
         requests=plain,
-        scoring_requests=(scoring.get(CPU, 0), scoring.get(MEMORY, 0)),
+        scoring_requests=scoring,
+        nonzero_requests=nonzero if nonzero != scoring else None,
         gpu=gpu,
         node_name=spec.node_name,
         node_selector=tuple(sorted(spec.node_selector.items())),
@@ -471,7 +372,7 @@ def pod_from_k8s(
         priority=priority,
         priority_class=spec.priority_class_name,
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
-        qos=qos_class(spec),
+        qos=qos_class(spec, parsed.pod_level),
         scheduler_name=spec.scheduler_name,
         created=_timestamp(meta.creation_timestamp),
         owner=owner,
