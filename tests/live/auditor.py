@@ -54,19 +54,22 @@ def _requests(container: dict[str, Any]) -> dict[str, float]:
 
 
 def _held(container: dict[str, Any], status: dict[str, Any] | None) -> dict[str, float]:
-    """What a running container holds: while a resize is under way, the larger of its spec
-    and what the kubelet configured and admitted (the kubelet's own amounts alone when the
-    resize is infeasible)."""
-    req = _requests(container)
+    """What a running container holds on its node: once the kubelet reports its resources,
+    the larger of what it configured and what it admitted (a resize it has not applied,
+    down or up, changes neither); before that, its spec. (A scheduler counts a resize up
+    that waits as taken already -- more than this, never less.)"""
     if not status or not status.get("resources"):
-        return req
-    out = {} if status.get("infeasible") else dict(req)
+        return _requests(container)
+    out: dict[str, float] = {}
     for source in (
         status["resources"].get("requests") or {},
         status.get("allocatedResources") or {},
     ):
         for k, v in source.items():
             out[k] = max(out.get(k, 0.0), _amount(v))
+    # Resources the kubelet does not report (GPUs, extended ones) stay as the spec asks.
+    for k, v in _requests(container).items():
+        out.setdefault(k, v)
     return out
 
 
@@ -75,16 +78,12 @@ def effective_requests(pod: dict[str, Any]) -> dict[str, float]:
     containers with ``restartPolicy: Always``), at least each plain init container on top of the
     sidecars started before it; a pod-level cpu, memory or hugepages request in place of the
     containers'; plus ``spec.overhead``. A bound pod's running containers count what the
-    kubelet holds for them while an in-place resize is under way."""
+    kubelet holds for them (:func:`_held`), whatever an in-place resize asks."""
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    infeasible = any(
-        c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
-        for c in status.get("conditions") or []
-    )
     statuses = (
         {
-            s.get("name"): {**s, "infeasible": infeasible}
+            s.get("name"): s
             for s in (status.get("containerStatuses") or [])
             + (status.get("initContainerStatuses") or [])
         }

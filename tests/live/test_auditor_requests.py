@@ -1,6 +1,7 @@
 """The auditor's own reading of a pod's requests (tests/live/auditor.py), written apart from
 the scheduler's, agrees with it on what a bound pod holds: sidecars, pod-level requests and
-in-place resizes under way."""
+in-place resizes under way -- but for a resize up that waits, which the scheduler counts as
+taken already and the auditor (what the node's kubelet holds) does not."""
 
 from __future__ import annotations
 
@@ -51,6 +52,19 @@ CASES = [
         id="pod-level",
     ),
 ]
+
+
+def test_a_resize_up_that_waits_is_not_held_yet() -> None:
+    raw = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"containers": [ctr("a", "2")], "nodeName": "n1"},
+        "status": {
+            "containerStatuses": [{"name": "a", **held("500m", "500m")}],
+            "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}],
+        },
+    }
+    assert effective_requests(raw)["cpu"] == 0.5
+    assert pod_from_k8s(decode(raw, Pod)).requests["cpu"] == 2000
 
 
 @pytest.mark.parametrize(("spec", "status", "cpus"), CASES)

@@ -1,21 +1,22 @@
-"""Chaos against the real API server: a seeded random mix of what real clusters do to a
-scheduler, all at once.
+"""Chaos against the real API server: a seeded random mix of what real clusters do to a scheduler,
+all at once.
 
-Jobs of three queues arrive (whole GPUs, GPU shares, gangs; two priorities), users delete
-pods and whole jobs and submit jobs again under the same names (new uids, another shape),
-pods get stuck terminating (a finalizer nobody removes until the churn is over),
-PodDisruptionBudgets refuse evictions, nodes are deleted and registered again under their
-names (the status, and so the GPUs, written after the object), device plugins restart (a node
-shows 0 GPUs for a moment), kube-apiserver restarts (every watch resumes with 410 Gone, a
-request in flight may or may not have been applied), the scheduler's watches fall behind for a
-while (everything the API server sends it arrives 0.2-2 s late, :mod:`lag_proxy`, while the
-kubelet, users and nodes move on), and the scheduler itself is restarted -- in the middle of
-whatever it was doing: binding, evicting, waiting for victims to go. For a third of the churn
-it runs as the Deployment runs it: two ``fairgpu run`` processes under leader election, the
-leader killed by SIGKILL and the standby taking over, a replica that loses its lease (the API
-server down past its renew deadline) replaced. Reclaim and priority preemption are on with
-their guards off, so victims are chosen all the time, and the fake kubelet finishes pods at
-their declared run times and keeps victims terminating for a grace period.
+Jobs of three queues arrive (whole GPUs, GPU shares, gangs; two priorities), users delete pods
+and whole jobs and submit jobs again under the same names (new uids, another shape), pods get
+stuck terminating (a finalizer nobody removes until the churn is over), PodDisruptionBudgets
+refuse evictions, nodes are deleted and registered again under their names (the status, and so
+the GPUs, written after the object), device plugins restart (a node shows 0 GPUs for a moment),
+running pods are resized in place (their CPU up or down, which the fake kubelet applies, defers
+while the node is short, or refuses), kube-apiserver restarts (every watch resumes with 410
+Gone, a request in flight may or may not have been applied), the scheduler's watches fall
+behind for a while (everything the API server sends it arrives 0.2-2 s late, :mod:`lag_proxy`,
+while the kubelet, users and nodes move on), and the scheduler itself is restarted -- in the
+middle of whatever it was doing: binding, evicting, waiting for victims to go. For a third of
+the churn it runs as the Deployment runs it: two ``fairgpu run`` processes under leader
+election, the leader killed by SIGKILL and the standby taking over, a replica that loses its
+lease (the API server down past its renew deadline) replaced. Reclaim and priority preemption
+are on with their guards off, so victims are chosen all the time, and the fake kubelet finishes
+pods at their declared run times and keeps victims terminating for a grace period.
 
 Safety, judged from the API server's own state after every Pod and Node event
 (:class:`~auditor.Auditor`): no device or node over capacity, terminating pods included; no
@@ -64,6 +65,7 @@ from fairgpu.devcluster import (
     delete_nodes,
     ensure_namespace,
 )
+from fairgpu.devcluster.client import STRATEGIC_MERGE_PATCH
 from fairgpu.devcluster.kubelet import DURATION_ANNOTATION
 from fairgpu.kube import LiveScheduler
 from fairgpu.kube.client import Connection
@@ -237,6 +239,24 @@ class Chaos(Churn):
         time.sleep(self.rng.uniform(0.1, 0.8))
         set_gpus(self.api, spec.name, GPUS)
 
+    def resize(self) -> None:
+        """A user resizes a running pod's CPU in place (``pods/resize``), up or down: the
+        kubelet applies it, defers it while the node is short or refuses it; until it has
+        applied it, the node holds the larger of the two."""
+        running = [
+            p
+            for p in self.pods()
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+        if not running:
+            return
+        target = self.rng.choice(running)
+        name, cpu = target["metadata"]["name"], self.rng.choice(["100m", "4", "8", "16", "40"])
+        self.note(f"resizing {name} to {cpu} CPUs")
+        body = {"spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": cpu}}}]}}
+        path = f"/api/v1/namespaces/{self.ns}/pods/{name}/resize"
+        self.api.request("PATCH", path, body, content_type=STRATEGIC_MERGE_PATCH)  # gone: fine
+
     def churn(self, steps: int) -> None:
         """``steps`` random actions; the middle one restarts the API server whatever the
         draw, so every scheduler run lives through one."""
@@ -261,6 +281,7 @@ class Chaos(Churn):
             "recreate": (self.recreate_job, 0.6),
             "apiserver": (self.restart_apiserver, 0.2),
             "lag": (self.lag, 0.6),
+            "resize": (self.resize, 1.2),
         }
 
 
@@ -436,6 +457,8 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
             found = auditor.problems()
             print(f"seed {SEED}: {chaos.done} in {time.monotonic() - t0:.1f} s")
             print(f"{len(chaos.jobs)} jobs; {auditor.checks} states audited; {tally.counts}")
+            st = kubelet.stats
+            print(f"resizes: {st.resized} applied, {st.deferred} deferred, {st.infeasible} refused")
             print(f"{auditor.gaps} watch gaps; pods gone in one while unbound:", auditor.unjudged)
             print(f"{len(found)} problems:", *found, sep="\n")
             print(f"{len(left)} pods left unfinished:", *left, sep="\n")
@@ -448,7 +471,8 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
     assert auditor.checks > 300
     assert tally.get("fairgpu_evictions:ok") > 0
     assert tally.get("fairgpu_binds:ok") > 40
-    assert {"submit", "delete", "reregister", "device-plugin"} <= set(chaos.done)
+    assert {"submit", "delete", "reregister", "device-plugin", "resize"} <= set(chaos.done)
+    assert kubelet.stats.resized > 0
     assert chaos.done["apiserver"] >= SEGMENTS and auditor.gaps > 0
     # A victim the scheduler chose was always bound (the eviction path's safety net, which
     # skips an unbound one, never had to act).

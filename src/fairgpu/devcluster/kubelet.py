@@ -79,6 +79,9 @@ class KubeletStats:
     deleted: int = 0
     relists: int = 0
     errors: int = 0
+    resized: int = 0  # in-place resizes applied
+    deferred: int = 0  # ... left waiting for room on the node (each time it was decided)
+    infeasible: int = 0  # ... refused: more than the node has
 
 
 class FakeKubelet:
@@ -424,7 +427,14 @@ class FakeKubelet:
         shown = {c.get("type"): c.get("reason") for c in pod["status"].get("conditions") or []}
         if decision != "actuate" and shown.get(kubelet_resize.PENDING) == decision:
             return  # already says so
-        self._patch_status(ns, name, uid, kubelet_resize.status_patch(pod, decision))
+        if self._patch_status(ns, name, uid, kubelet_resize.status_patch(pod, decision)):
+            with self._lock:
+                if decision == "actuate":
+                    self.stats.resized += 1
+                elif decision == "Deferred":
+                    self.stats.deferred += 1
+                else:
+                    self.stats.infeasible += 1
 
     def _retry_deferred(self) -> None:
         """A pod left a node: resizes deferred for want of room may fit now."""
