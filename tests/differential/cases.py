@@ -14,7 +14,7 @@ from typing import Any
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
-KINDS = ("spread", "affinity", "gates", "ports", "mixed", "defaults", "resources")
+KINDS = ("spread", "affinity", "gates", "ports", "mixed", "defaults", "resources", "images")
 
 
 @dataclass
@@ -340,15 +340,53 @@ def _resources_case(case: Case, rng: random.Random) -> None:
     case.incoming = _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec)
 
 
+GB = 10**9
+# Images the nodes of "images" cases may have pulled, shared by every case: kube-scheduler
+# weighs an image by the share of all nodes that have it, so an image on few nodes of a large
+# cluster scores little.
+IMAGES = (
+    ("registry.example/pytorch:24.05", 40 * GB),
+    ("registry.example/train:latest", 18 * GB),
+    ("registry.example/serve:v2", 9 * GB),
+    ("registry.example/tools:1", 3 * GB),
+)
+
+
+def _images_case(case: Case, rng: random.Random) -> None:
+    """Nodes that report some of :data:`IMAGES`; the pod to place runs one or two of them
+    (the ``:latest`` one named without its tag, as kube normalizes it), so image locality
+    decides between nodes otherwise alike."""
+    for n in case.nodes:
+        n["images"] = [
+            {"names": [name, f"{name.rsplit(':', 1)[0]}@sha256:{i:064x}"], "sizeBytes": size}
+            for i, (name, size) in enumerate(IMAGES)
+            if rng.random() < 0.5
+        ]
+    names = [name.removesuffix(":latest") for name, _ in IMAGES]
+    containers = [
+        {"name": f"c{j}", "image": rng.choice(names), "resources": {"requests": {"cpu": "10m"}}}
+        for j in range(rng.choice([1, 1, 2]))
+    ]
+    spec = {
+        "affinity": {"nodeAffinity": _node_affinity(case, rng)},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        "containers": containers,
+    }
+    case.incoming = _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec)
+
+
 def make_case(i: int, kind: str, rng: random.Random) -> Case:
     """Case number ``i`` of ``kind`` (one of :data:`KINDS`)."""
     case = Case(f"c{i:03d}", kind)
     _nodes(case, rng)
     if kind == "defaults":
-        _defaults_case(case, rng, service=i % 18 == 16)  # every other one
+        _defaults_case(case, rng, service=i % 20 == 17)  # every other one
         return case
     if kind == "resources":
         _resources_case(case, rng)
+        return case
+    if kind == "images":
+        _images_case(case, rng)
         return case
     mixed = kind == "mixed"
     _existing(case, rng, ports=kind in ("ports", "mixed"), anti=kind in ("affinity", "mixed"))
@@ -377,6 +415,6 @@ def make_cases(count: int, seed: int = 16) -> list[Case]:
     rng = random.Random(seed)
     kinds = [
         "spread", "spread", "affinity", "affinity", "ports", "gates", "mixed", "defaults",
-        "resources",
+        "resources", "images",
     ]  # fmt: skip
     return [make_case(i, kinds[i % len(kinds)], rng) for i in range(count)]

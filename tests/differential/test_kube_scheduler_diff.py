@@ -1,7 +1,8 @@
 """fairgpu against the real kube-scheduler 1.34 on generated cases (spread, inter-pod
 (anti-)affinity with namespace selectors and label keys, scheduling gates, host ports, default
 spread constraints of ReplicaSets' and Services' pods, requests added up from sidecars, init
-containers, pod-level resources and pods in the middle of an in-place resize).
+containers, pod-level resources and pods in the middle of an in-place resize, images the nodes
+have pulled).
 
 All cases share one control plane (cases are isolated by construction, see ``cases.py``).
 fairgpu decides first, on the snapshot the API returns (the same decoding as production);
@@ -34,7 +35,7 @@ from tests.differential.cases import Case, make_cases
 
 pytestmark = pytest.mark.integration
 
-CASES = 180
+CASES = 200
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +61,7 @@ def _create_case_objects(client: KubeClient, cases: list[Case], ca: str) -> None
             taints=n["taints"],
             cpu=n.get("cpu", "64"),
             memory=n.get("memory", "256Gi"),
+            images=n.get("images", []),
         )
         for c in cases
         for n in c.nodes
@@ -229,3 +231,6 @@ def test_fairgpu_agrees_with_kube_scheduler(control_plane: ControlPlane, tmp_pat
     assert top_scored == bound, f"{summary}\n" + "\n".join(off_top)
     assert per_kind["defaults"][2] >= 5, summary
     assert per_kind["defaults/service"][2] >= 5, summary
+    # ... as do the requests added up every way and the images the nodes have.
+    assert per_kind["resources"][2] >= 5, summary
+    assert per_kind["images"][2] >= 5, summary

@@ -125,6 +125,7 @@ class ContainerPort(_Base):
 
 class Container(_Base):
     name: str = ""
+    image: str = ""
     resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
     restart_policy: str | None = None
     ports: list[ContainerPort] = []
@@ -295,6 +296,9 @@ class NodeSpec(_Base):
 class NodeStatus(_Base):
     capacity: ResourceList = {}
     allocatable: ResourceList = {}
+    # The container images on the node (``names``, ``sizeBytes``); read only to score image
+    # locality, so decoded loosely: a malformed entry costs the score, never the node.
+    images: list[Any] = []
 
 
 class Node(_Base):

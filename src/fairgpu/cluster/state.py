@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairgpu.cluster.dra import DraStore
+from fairgpu.cluster.images import ImageStates
 from fairgpu.cluster.volumes import VolumeStore
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.node import NodeInfo
@@ -87,6 +88,7 @@ class ClusterState:
         self._label_cache: dict[str, tuple[np.ndarray, list[str]]] = {}
         self._number_cache: dict[str, np.ndarray] = {}
         self._taint_cache: tuple[np.ndarray, list[tuple[Taint, ...]]] | None = None
+        self._image_cache: ImageStates | None = None
         self._name_array: np.ndarray | None = None
         self.pods_with_affinity: dict[str, PodInfo] = {}
         self.volumes = VolumeStore()  # claims, volumes, classes, CSI nodes (adapters fill it)
@@ -266,6 +268,7 @@ class ClusterState:
         self._label_cache.clear()
         self._number_cache.clear()
         self._taint_cache = None
+        self._image_cache = None
         self._name_array = None
 
     def node(self, idx: int) -> NodeInfo:
@@ -326,6 +329,13 @@ class ClusterState:
                 ids[idx] = groups.setdefault(taints, len(groups))
             self._taint_cache = (ids, list(groups))
         return self._taint_cache
+
+    def image_states(self) -> ImageStates:
+        """The container images on the nodes, by name (:mod:`~fairgpu.cluster.images`);
+        computed once per change of the nodes."""
+        if self._image_cache is None:
+            self._image_cache = ImageStates.of(self)
+        return self._image_cache
 
     # ---- pods ---------------------------------------------------------------------------
     def request_vector(self, pod: PodInfo) -> tuple[np.ndarray, np.ndarray]:

@@ -74,6 +74,8 @@ class NodeSpec:
         labels: extra labels.
         taints: extra taints (``{"key", "value", "effect"}`` dicts).
         extra_resources: extra capacity, e.g. ``{"nvidia.com/gpumem": "655360"}``.
+        images: ``status.images`` entries (``{"names": [...], "sizeBytes": n}``), the images
+            the node's kubelet reports as pulled.
     """
 
     name: str
@@ -89,6 +91,7 @@ class NodeSpec:
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[dict[str, str]] = field(default_factory=list)
     extra_resources: dict[str, str] = field(default_factory=dict)
+    images: list[dict[str, Any]] = field(default_factory=list)
 
 
 def gpu_node_specs(
@@ -198,6 +201,7 @@ def node_status(spec: NodeSpec, *, now: _dt.datetime | None = None) -> dict[str,
     return {
         "capacity": capacity,
         "allocatable": dict(capacity),
+        "images": list(spec.images),
         "conditions": [
             cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "fake node"),
             cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "fake node"),

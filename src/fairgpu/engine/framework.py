@@ -173,6 +173,11 @@ class FilterPlugin(Plugin):
 class ScorePlugin(Plugin):
     """Ranks feasible nodes; higher is better."""
 
+    def applies(self, pod: PodInfo, cluster: ClusterState) -> bool:
+        """False when this plugin would score every node alike for ``pod`` (it is then not
+        asked to: the sum of scores is the same without it)."""
+        return True
+
     def score(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
     ) -> np.ndarray:

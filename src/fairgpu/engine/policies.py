@@ -17,6 +17,7 @@ _KUBE_SCORES = [
     ScoreRef(name="NodeAffinity", weight=2),
     ScoreRef(name="InterPodAffinity", weight=2),
     ScoreRef(name="PodTopologySpread", weight=2),
+    ScoreRef(name="ImageLocality", weight=1),
 ]
 # The fragmentation policies weigh the workload's own preferences first; kube's cluster
 # default spread constraints (every ReplicaSet pod spread over hostnames) would override

@@ -30,6 +30,7 @@ from fairgpu.engine.plugins.gpu import (
     GpuModel,
     GpuRequestCheck,
 )
+from fairgpu.engine.plugins.image_locality import ImageLocality
 from fairgpu.engine.plugins.inter_pod_affinity import InterPodAffinity
 from fairgpu.engine.plugins.node_affinity import NodeAffinity
 from fairgpu.engine.plugins.node_name import NodeName
@@ -54,6 +55,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
     GpuModel,
     GpuFit,
     InterPodAffinity,
+    ImageLocality,
     SchedulingGates,
     NodePorts,
     PodTopologySpread,

@@ -275,6 +275,8 @@ class Scheduler:
         total = np.zeros(len(nodes), dtype=np.float64)
         for plugin, weight in self.scores:
             plugin.observe(pod)
+            if not plugin.applies(pod, cluster):
+                continue
             raw = np.asarray(plugin.score(cycle, pod, cluster, nodes))
             total += weight * np.asarray(plugin.normalize(raw), dtype=np.float64)
         return total

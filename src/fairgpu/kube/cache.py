@@ -69,6 +69,7 @@ def _node_key(n: NodeInfo) -> tuple[Any, ...]:
         n.gpu_count,
         n.gpu_memory_mib,
         n.gpu_model,
+        n.images,  # image locality scores them; they change when the kubelet pulls one
     )
 
 

@@ -10,6 +10,7 @@ depends on (name, cpu/memory/pods amounts, taint effects) still make the node in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
@@ -27,8 +28,9 @@ class NodeInfo:
     """A node's static description: allocatable resources, labels, taints and GPU devices.
 
     ``allocatable`` excludes GPU resource names; GPUs are ``gpu_count`` devices of
-    ``gpu_memory_mib`` each, product ``gpu_model``. ``problems`` lists GPU-detail fields that
-    could not be read and were replaced by a fallback, each naming the node and the field.
+    ``gpu_memory_mib`` each, product ``gpu_model``. ``problems`` lists GPU-detail and image
+    fields that could not be read and were replaced by a fallback, each naming the node and
+    the field.
     """
 
     name: str
@@ -41,11 +43,22 @@ class NodeInfo:
     gpu_model: str = ""
     uid: str = ""
     problems: tuple[NodeProblem, ...] = ()
+    # status.images: each image's names and size in bytes (image locality scores them).
+    images: tuple[NodeImage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeImage:
+    """One entry of a Node's ``status.images``: the names it is known by, its size."""
+
+    names: tuple[str, ...]
+    size_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
 class NodeProblem:
-    """A GPU-detail field of a Node that could not be read; ``message`` says what was used."""
+    """A field of a Node read only for GPU detail or a score (its images) that could not be
+    read; ``message`` says what was used instead."""
 
     field: str
     message: str
@@ -78,6 +91,7 @@ def node_from_k8s(
             raise InvalidObjectError(obj, f"spec.taints[{i}].effect", f"unknown {t.effect!r}")
         taints.append(Taint(t.key, t.value, t.effect))
     memory = _gpu_memory(meta.labels, names, default_gpu_memory_mib, obj, problems)
+    images = _images(node.status.images, obj, problems)
     return NodeInfo(
         name=meta.name,
         labels=dict(meta.labels),
@@ -89,7 +103,32 @@ def node_from_k8s(
         gpu_model=meta.labels.get(names.product_label, ""),
         uid=meta.uid,
         problems=tuple(problems),
+        images=images,
     )
+
+
+def _images(entries: list[Any], obj: str, problems: list[NodeProblem]) -> tuple[NodeImage, ...]:
+    """``status.images``, read only to score image locality: an entry without a list of
+    name strings and a whole, non-negative ``sizeBytes`` is left out and recorded in
+    ``problems`` (the node itself is kept)."""
+    out: list[NodeImage] = []
+    for i, entry in enumerate(entries):
+        names = entry.get("names") if isinstance(entry, dict) else None
+        size = entry.get("sizeBytes", 0) if isinstance(entry, dict) else None
+        if (
+            isinstance(names, list)
+            and all(isinstance(n, str) for n in names)
+            and isinstance(size, int)
+            and not isinstance(size, bool)
+            and size >= 0
+        ):
+            out.append(NodeImage(tuple(names), size))
+            continue
+        where = f"status.images[{i}]"
+        problems.append(
+            NodeProblem(where, f"{obj}: {where}: not a list of names and a sizeBytes; ignored")
+        )
+    return tuple(out)
 
 
 def _allocatable(

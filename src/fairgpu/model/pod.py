@@ -177,6 +177,9 @@ class PodInfo:
     spread_constraints: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     owner_kind: str = ""
+    # Its containers' images (init containers first), each named as kube-scheduler's image
+    # locality looks it up (normalized_image_name); one entry per container.
+    images: tuple[str, ...] = ()
     # The declared run time, parsed once (engine.gang.declared_runtime); not an init field, so
     # a copy made with other annotations (dataclasses.replace) parses its own.
     _declared: tuple[float | None] | None = field(default=None, init=False, repr=False)
@@ -232,6 +235,14 @@ class PodInfo:
                 self.resource_claims,
             )
         return self._static_key
+
+
+def normalized_image_name(name: str) -> str:
+    """An image name as kube-scheduler's image locality looks it up on nodes: ``:latest``
+    added when it names no tag (no ``:`` after the last ``/``); a digest or tag is kept."""
+    if name.rfind(":") <= name.rfind("/"):
+        return name + ":latest"
+    return name
 
 
 def _pod_terms(
@@ -381,6 +392,9 @@ def pod_from_k8s(
         spread_constraints=spread,
         host_ports=ports,
         owner_kind=next((o.kind for o in meta.owner_references if o.controller), ""),
+        images=tuple(
+            normalized_image_name(c.image) for c in (*spec.init_containers, *spec.containers)
+        ),
     )
 
 
