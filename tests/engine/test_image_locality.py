@@ -9,7 +9,7 @@ from fairgpu.api.objects import Node, decode
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.framework import CycleState
 from fairgpu.engine.plugins.image_locality import MB, ImageLocality
-from fairgpu.engine.policies import policy
+from fairgpu.engine.policies import policy, with_typical_pods
 from fairgpu.model.node import NodeImage, node_from_k8s
 from fairgpu.model.pod import normalized_image_name
 from tests.builders import cluster, node_info, pod_info
@@ -88,3 +88,23 @@ def test_node_images_are_decoded_and_a_malformed_entry_is_left_out() -> None:
     assert node.images == (NodeImage((TRAIN, "registry.example/train@sha256:ab"), 10_000),)
     assert node.gpu_count == 8  # the node is kept
     assert [p.field for p in node.problems] == ["status.images[1]", "status.images[2]"]
+
+
+def test_the_packing_policies_use_images_only_among_nodes_that_pack_alike() -> None:
+    pod = pod_info("p", gpus=1, images=(TRAIN,))
+    # Half the workload is whole 8-GPU pods: a one-GPU pod on an empty node breaks a slot.
+    typical = [
+        {"cpu": 1000, "milli": 1000, "count": 1, "models": "", "weight": 0.5},
+        {"cpu": 1000, "milli": 1000, "count": 8, "models": "", "weight": 0.5},
+    ]
+    for name in ("fairgpu-frag", "fairgpu-frag-plan"):
+        profile = with_typical_pods(policy(name), typical)
+        # Empty nodes pack alike: the one that has the image.
+        state = cluster(imaged("a"), imaged("b", (TRAIN, 15 * GB)), imaged("c"))
+        result = Engine(profile).cycle(state, [pod], 0.0)
+        assert [b.node_name for b in result.binds] == ["b"], name
+        # A node with one GPU left packs better than an empty node with the image.
+        busy = pod_info("busy", gpus=7)
+        state = cluster(imaged("a"), imaged("b", (TRAIN, 15 * GB)), placed=[(busy, "a")])
+        result = Engine(profile).cycle(state, [pod], 0.0)
+        assert [b.node_name for b in result.binds] == ["a"], name

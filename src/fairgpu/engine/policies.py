@@ -23,6 +23,9 @@ _KUBE_SCORES = [
 # default spread constraints (every ReplicaSet pod spread over hostnames) would override
 # packing there, so they score only the pod's own ScheduleAnyway constraints.
 _SPREAD_OWN_ONLY = {"PodTopologySpread": {"default_constraints": "none"}}
+# Ours pack first; among nodes that pack equally well (empty ones, for a large job), the one
+# that has the pod's images (a GPU image is 10-20 GB to pull) before the fixed rank.
+_PACKING_TIES = ("ImageLocality",)
 
 
 def spread() -> Profile:
@@ -108,7 +111,8 @@ def fairgpu_frag() -> Profile:
     PreferNoSchedule taints, preferred pod affinity: weight 1000 each, so they dominate), then
     the smallest exact increase of expected fragmentation measured by packing capacity
     (:func:`~fairgpu.engine.plugins.capacity_measure.capacity_fragmentation`), with the device
-    chosen jointly with the node; fixed-rank ties. Without preferences (the openb traces) the
+    chosen jointly with the node; among ties, the node with the pod's images, then the fixed
+    rank. Without preferences (the openb traces) the
     preference scores are equal on every node and only fragmentation decides."""
     return Profile(
         name="fairgpu-frag",
@@ -122,6 +126,7 @@ def fairgpu_frag() -> Profile:
         plugin_args=dict(_SPREAD_OWN_ONLY),
         device_policy=frag.DeviceFragmentation.name,
         tie_break="fixed-rank",
+        tie_scores=list(_PACKING_TIES),
     )
 
 
@@ -140,6 +145,7 @@ def _lexicographic(name: str, **extra: Any) -> Profile:
         device_policy=frag.DeviceFragmentation.name,
         device_policy_args=dict(args),
         tie_break="fixed-rank",
+        tie_scores=list(_PACKING_TIES),
     )
 
 

@@ -52,7 +52,9 @@ class Profile(BaseModel):
     ``tie_break``: ``random`` picks uniformly among the top-scoring nodes with the seeded RNG
     (kube-scheduler's behaviour, spreads); ``fixed-rank`` ranks every node by a seeded hash of
     its name (never the order nodes were added) and always picks the lowest rank among ties
-    (keeps filling the same nodes, packs).
+    (keeps filling the same nodes, packs). ``tie_scores``: score plugins consulted, in order,
+    only among the nodes tied at the top of the combined score, before the tie-break rule --
+    a preference that must never outweigh the scores (the packing policies' image locality).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -64,4 +66,5 @@ class Profile(BaseModel):
     device_policy: str = "best-fit"
     device_policy_args: dict[str, Any] = Field(default_factory=dict)
     tie_break: TieBreak = "random"
+    tie_scores: list[str] = Field(default_factory=list)
     skip_scoring_single_node: bool = True

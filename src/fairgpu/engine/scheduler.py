@@ -149,6 +149,9 @@ class Scheduler:
             for s in profile.scores
             if s.weight > 0
         ]
+        self.tie_scores: list[ScorePlugin] = [
+            self._typed(get(n), ScorePlugin, n) for n in profile.tie_scores
+        ]
         device = registry.build(
             profile.device_policy, profile.device_policy_args, device_policy=True
         )
@@ -281,6 +284,34 @@ class Scheduler:
             total += weight * np.asarray(plugin.normalize(raw), dtype=np.float64)
         return total
 
+    def _break_ties(
+        self,
+        pod: PodInfo,
+        cluster: ClusterState,
+        nodes: np.ndarray,
+        scores: np.ndarray,
+        cycle: CycleState,
+    ) -> np.ndarray:
+        """``scores`` with the nodes tied at the top ordered among themselves by the
+        profile's ``tie_scores`` (each a further level; nodes below the top unchanged, and
+        still below every tied one)."""
+        top = np.flatnonzero(scores == scores.max())
+        if top.size < 2:
+            return scores
+        out = scores.astype(np.float64, copy=True)
+        for plugin in self.tie_scores:
+            if not plugin.applies(pod, cluster):
+                continue
+            raw = np.asarray(
+                plugin.normalize(np.asarray(plugin.score(cycle, pod, cluster, nodes[top])))
+            )
+            best = top[raw == raw.max()]
+            out[np.setdiff1d(top, best)] = np.nextafter(scores.max(), -np.inf)
+            top = best
+            if top.size < 2:
+                break
+        return out
+
     def ranks(self, cluster: ClusterState) -> np.ndarray:
         """Fixed per-slot tie-break rank: a seeded hash of each node's name, so the order
         nodes were added in (file order, API list order) never matters."""
@@ -370,6 +401,8 @@ class Scheduler:
             chosen, score = int(nodes[0]), 0.0
         else:
             scores = self.score(pod, cluster, nodes, cycle)
+            if self.tie_scores:
+                scores = self._break_ties(pod, cluster, nodes, scores, cycle)
             pick = self.select(nodes, scores, cluster)
             chosen, score = int(nodes[pick]), float(scores[pick])
         devices = self.device_policy.choose(cycle, pod, cluster, chosen)
