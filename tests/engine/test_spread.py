@@ -293,6 +293,16 @@ def test_sidecar_ports_count_and_plain_init_ports_do_not() -> None:
     assert plain.host_ports == ()
 
 
+def test_a_host_network_pods_container_ports_are_host_ports() -> None:
+    # As the API server defaults them: a pod read from a file gets the same.
+    web = k8s_pod("w", hostNetwork=True, **ports({"containerPort": 8080}))
+    assert [(p.port, p.host_ip) for p in web.host_ports] == [(8080, "0.0.0.0")]
+    other = k8s_pod("o", **ports({"containerPort": 8080, "hostPort": 8080}))
+    state = cluster(k8s_node("n1"), k8s_node("n2"), placed=[(web, "n1")])
+    assert feasible(["NodePorts"], other, state) == ["n2"]
+    assert k8s_pod("p", **ports({"containerPort": 8080})).host_ports == ()
+
+
 # ---- SchedulingGates --------------------------------------------------------------------------
 
 

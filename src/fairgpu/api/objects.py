@@ -221,6 +221,7 @@ class PodSpec(_Base):
     containers: list[Container] = []
     init_containers: list[Container] = []
     node_name: str = ""
+    host_network: bool = False
     node_selector: dict[str, str] = {}
     affinity: Affinity | None = None
     tolerations: list[Toleration] = []

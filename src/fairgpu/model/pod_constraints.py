@@ -119,8 +119,10 @@ def compile_spread(
 def host_ports(spec: k8s.PodSpec) -> tuple[HostPort, ...]:
     """Host ports the pod binds: ``hostPort`` > 0 on app containers and on sidecars (init
     containers with ``restartPolicy: Always``, which run as long as the pod), as kube-scheduler
-    counts them; plain init containers end before the app starts and hold none. Raises
-    ``ValueError`` naming the field for an unknown protocol or a port out of range."""
+    counts them; plain init containers end before the app starts and hold none. A
+    ``hostNetwork`` pod's ports are host ports (a ``hostPort`` left 0 is its
+    ``containerPort``, as the API server defaults it: a pod read from a file gets the same).
+    Raises ``ValueError`` naming the field for an unknown protocol or a port out of range."""
     out: list[HostPort] = []
     for section, containers in (
         ("spec.initContainers", spec.init_containers),
@@ -130,15 +132,16 @@ def host_ports(spec: k8s.PodSpec) -> tuple[HostPort, ...]:
             if section == "spec.initContainers" and container.restart_policy != "Always":
                 continue
             for j, port in enumerate(container.ports):
-                if port.host_port <= 0:
+                host_port = port.host_port or (port.container_port if spec.host_network else 0)
+                if host_port <= 0:
                     continue
                 at = f"{section}[{i}].ports[{j}]"
-                if port.host_port > 65535:
+                if host_port > 65535:
                     raise ValueError(f"{at}.hostPort: must be in 1..65535")
                 protocol = port.protocol or "TCP"
                 if protocol not in _PROTOCOLS:
                     raise ValueError(f"{at}.protocol: must be TCP, UDP or SCTP")
-                out.append(HostPort(protocol, port.host_ip or "0.0.0.0", port.host_port))
+                out.append(HostPort(protocol, port.host_ip or "0.0.0.0", host_port))
     return tuple(out)
 
 
