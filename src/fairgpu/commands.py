@@ -482,37 +482,36 @@ def _with_namespace(paths: list[Path], namespace: str | None, tmp: Path) -> list
 def _load_pods(
     paths: list[Path], client: Any, snapshot: Any, pool_label: str, namespace: str | None
 ) -> tuple[list[Any], dict[str, int]]:
-    """The pods of ``paths`` as the API server would admit them: priority from the cluster's
-    PriorityClasses, created now; a missing namespace or class is the pod's error. Without a
-    ``client`` (a simulated run): the run's PriorityClasses, and every namespace exists."""
+    """The pods of ``paths`` as the API server would admit them: priority and preemption
+    policy from the cluster's PriorityClasses (and the files' own), created now; a missing
+    namespace or class is the pod's error. Without a ``client`` (a simulated run): the run's
+    PriorityClasses, and every namespace exists."""
     import tempfile
 
     from fairgpu.api import objects as k8s
     from fairgpu.kube.snapshot import list_objects
     from fairgpu.model.node_pools import NodePoolConfig
+    from fairgpu.model.priority import PriorityClasses
     from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
 
     try:
+        if client is None:
+            classes = snapshot.sim.workload.extra.get("priority_classes") or PriorityClasses()
+        else:
+            classes = PriorityClasses(
+                list_objects(
+                    client,
+                    "/apis/scheduling.k8s.io/v1/priorityclasses",
+                    lambda raw: k8s.decode_json(raw, k8s.PriorityClass),
+                )
+            )
         with tempfile.TemporaryDirectory(prefix="fairgpu-what-if-") as tmp:
             files = _with_namespace(list(paths), namespace, Path(tmp))
-            workload = load_kube_yaml(files, NodePoolConfig(usage_key=pool_label))
-        classes = (
-            []
-            if client is None
-            else list_objects(
-                client,
-                "/apis/scheduling.k8s.io/v1/priorityclasses",
-                lambda raw: k8s.decode_json(raw, k8s.PriorityClass),
-            )
-        )
+            workload = load_kube_yaml(files, NodePoolConfig(usage_key=pool_label), classes)
     except (ValueError, OSError, RuntimeError) as error:
         _fail(str(error))
     if not workload.arrivals:
         _fail(f"{', '.join(map(str, paths))}: no Pods or Deployments")
-    values = {pc.metadata.name: pc.value for pc in classes}
-    if client is None:
-        values.update(snapshot.sim.workload.extra.get("priority_classes", {}))
-    values.update(workload.extra.get("priority_classes", {}))
     namespaces = {name for name, _ in snapshot.namespaces}
     pods = []
     for arrival in workload.arrivals:
@@ -520,14 +519,6 @@ def _load_pods(
         pod.created = pod.created or snapshot.now
         if pod.error is None and client is not None and pod.namespace not in namespaces:
             pod.error = f"Pod {pod.key}: namespace {pod.namespace!r} not found"
-        elif pod.error is None and pod.priority_class:
-            if pod.priority_class not in values:
-                pod.error = (
-                    f"Pod {pod.key}: spec.priorityClassName: no PriorityClass named "
-                    f"{pod.priority_class!r}"
-                )
-            else:
-                pod.priority = values[pod.priority_class]
         pods.append(pod)
     return pods, dict(workload.pod_groups)
 

@@ -58,6 +58,52 @@ spec:
     assert workload.arrivals[0].pod.priority == 5000
 
 
+def _pod_doc(name: str, **spec: object) -> str:
+    fields = "".join(f"\n  {k}: {v}" for k, v in spec.items())
+    return f"""
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: a}}
+spec:{fields}
+  containers: [{{name: c, resources: {{requests: {{cpu: 100m}}}}}}]
+"""
+
+
+def test_priority_is_admitted_as_the_api_server_admits_it(tmp_path: Path) -> None:
+    classes = """
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: batch}
+value: 100
+globalDefault: true
+preemptionPolicy: Never
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: urgent}
+value: 5000
+"""
+    pods = [
+        _pod_doc("plain"),  # the global default class: its value and its Never
+        _pod_doc("urgent", priorityClassName="urgent"),
+        _pod_doc("node", priorityClassName="system-node-critical"),  # always defined
+        _pod_doc("missing", priorityClassName="nope"),  # the API server refuses it
+        _pod_doc("contradicts", priorityClassName="urgent", priority=7),
+    ]
+    workload = load_kube_yaml([_write(tmp_path, NODE + classes + "".join(pods))])
+    got = {a.pod.name: a.pod for a in workload.arrivals}
+    assert (got["plain"].priority, got["plain"].preemption_policy) == (100, "Never")
+    assert (got["urgent"].priority, got["urgent"].preemption_policy) == (
+        5000,
+        "PreemptLowerPriority",
+    )
+    assert got["node"].priority == 2_000_001_000 and got["node"].error is None
+    assert "spec.priorityClassName" in (got["missing"].error or "")
+    assert "spec.priority" in (got["contradicts"].error or "")
+
+
 def test_workload_type_label_derives_pool_placement(tmp_path: Path) -> None:
     text = """
 apiVersion: v1

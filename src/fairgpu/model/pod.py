@@ -27,6 +27,7 @@ from fairgpu.model.pod_requests import DEFAULT_MILLI_CPU as DEFAULT_MILLI_CPU
 from fairgpu.model.pod_requests import MEMORY as MEMORY
 from fairgpu.model.pod_requests import ParsedRequests
 from fairgpu.model.pod_requests import parse_resource as parse_resource
+from fairgpu.model.priority import PREEMPT_LOWER, PriorityClasses
 from fairgpu.model.selectors import (
     NodeSelectorTerm,
     PodAffinityTerm,
@@ -312,11 +313,14 @@ def _refuse_zero_gpu_share(
 def pod_from_k8s(
     pod: k8s.Pod,
     names: GpuResourceNames = DEFAULT_NAMES,
-    priority_classes: dict[str, int] | None = None,
+    priority_classes: PriorityClasses | None = None,
 ) -> PodInfo:
     """Decode a v1 Pod into :class:`PodInfo`.
 
-    Raises :class:`InvalidObjectError` naming the object and field if anything is malformed.
+    ``priority_classes``: for a pod read from a file, the PriorityClasses its priority and
+    preemption policy are admitted with (:mod:`~fairgpu.model.priority`); None for a pod the
+    API server created, which carries its own. Raises :class:`InvalidObjectError` naming the
+    object and field if anything is malformed.
     """
     meta, spec = pod.metadata, pod.spec
     obj = f"Pod {meta.namespace or 'default'}/{meta.name or meta.generate_name or '<unnamed>'}"
@@ -351,9 +355,11 @@ def pod_from_k8s(
         field_path, _, problem = str(error).partition(": ")
         raise InvalidObjectError(obj, field_path, problem) from None
     tolerations = _tolerations(spec, obj)
-    priority = spec.priority
-    if priority is None:
-        priority = (priority_classes or {}).get(spec.priority_class_name, 0)
+    if priority_classes is None:  # admitted by the API server: its own values
+        priority = spec.priority or 0
+        preemption = spec.preemption_policy or PREEMPT_LOWER
+    else:  # read from a file: as the API server's Priority admission would set them
+        priority, preemption = priority_classes.admit(spec, obj)
     owner = next((o.uid or o.name for o in meta.owner_references if o.controller), "")
     claims, disks, inline_errors = pod_volume_refs(spec, meta.name)
     return PodInfo(
@@ -382,7 +388,7 @@ def pod_from_k8s(
         claim_statuses=pod_claim_statuses(pod.status.resource_claim_statuses),
         priority=priority,
         priority_class=spec.priority_class_name,
-        preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
+        preemption_policy=preemption,
         qos=qos_class(spec, parsed.pod_level),
         scheduler_name=spec.scheduler_name,
         created=_timestamp(meta.creation_timestamp),

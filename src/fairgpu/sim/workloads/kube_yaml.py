@@ -37,6 +37,7 @@ from fairgpu.model.dra import DraObject, decode_dra
 from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, pod_from_k8s
+from fairgpu.model.priority import PriorityClasses
 from fairgpu.model.volumes import STORAGE_KINDS, StorageObject, decode_storage
 from fairgpu.sim.workload import PodArrival, Workload
 
@@ -118,7 +119,7 @@ def _seconds(pod: PodInfo, key: str, default: float | None) -> float | None:
 class _Objects:
     """What a workload's documents hold, by kind, in file order."""
 
-    priority_classes: dict[str, int] = field(default_factory=dict)
+    priority_classes: PriorityClasses = field(default_factory=PriorityClasses)
     pod_groups: dict[str, int] = field(default_factory=dict)
     nodes: list[NodeInfo] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -130,13 +131,21 @@ class _Objects:
     dra: list[DraObject] = field(default_factory=list)  # classes, slices, claims, templates
 
 
-def load_kube_yaml(paths: list[Path], pools: NodePoolConfig | None = DEFAULT_POOLS) -> Workload:
+def load_kube_yaml(
+    paths: list[Path],
+    pools: NodePoolConfig | None = DEFAULT_POOLS,
+    priority_classes: PriorityClasses | None = None,
+) -> Workload:
     """Build a :class:`Workload` from Kubernetes YAML files.
 
     Pods labelled with a workload type get node-pool placement derived with ``pools``
-    (``None`` turns derivation off).
+    (``None`` turns derivation off). Their priority and preemption policy are admitted as the
+    API server would (:mod:`~fairgpu.model.priority`) with the files' PriorityClasses, added
+    to ``priority_classes`` (a cluster's) when given.
     """
     objects = _Objects()
+    if priority_classes is not None:
+        objects.priority_classes = PriorityClasses().merged(priority_classes)
     for path, doc in read_documents(paths):
         try:
             _collect(path, doc, objects)
@@ -174,8 +183,7 @@ def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
     :class:`WorkloadError` when it is malformed)."""
     kind = doc.get("kind")
     if kind == "PriorityClass":
-        pc = k8s.decode(doc, k8s.PriorityClass)
-        out.priority_classes[pc.metadata.name] = pc.value
+        out.priority_classes.add(k8s.decode(doc, k8s.PriorityClass))
     elif kind == "Node":
         node = node_from_k8s(k8s.decode(doc, k8s.Node))
         for problem in node.problems:
@@ -223,7 +231,7 @@ def _pod_group(path: Path, doc: dict[str, Any]) -> tuple[str, int]:
 
 def _arrivals(
     pod_docs: list[tuple[Path, dict[str, Any]]],
-    priority_classes: dict[str, int],
+    priority_classes: PriorityClasses,
     pools: NodePoolConfig | None,
 ) -> list[PodArrival]:
     """Each pod document decoded with its timing; a malformed or duplicate pod is kept with
