@@ -108,3 +108,22 @@ def test_the_packing_policies_use_images_only_among_nodes_that_pack_alike() -> N
         state = cluster(imaged("a"), imaged("b", (TRAIN, 15 * GB)), placed=[(busy, "a")])
         result = Engine(profile).cycle(state, [pod], 0.0)
         assert [b.node_name for b in result.binds] == ["a"], name
+
+
+def test_the_image_index_follows_nodes_added_changed_and_removed() -> None:
+    state = cluster(imaged("a", (TRAIN, 8 * GB)), imaged("b"))
+    version = state.static_version
+    state.set_node_images("b", (NodeImage((TRAIN,), 9 * GB),))
+    assert state.static_version == version  # no filter reads images: masks stay valid
+    # On both nodes: 8 GB (the first node's size) x 2/2.
+    assert state.images.spread_size(TRAIN)[0] == 8 * GB  # type: ignore[index]
+    state.remove_node("a")
+    assert state.images.total_nodes == 1
+    # Only b has it now: the size first reported stays while any node has the name (as in
+    # kube-scheduler's cache), on b's slot.
+    size, slots = state.images.spread_size(TRAIN)  # type: ignore[misc]
+    assert size == 8 * GB and slots.tolist() == [state.node_index["b"]]
+    state.set_node_images("b", ())
+    assert state.images.spread_size(TRAIN) is None and not state.images
+    state.add_node(imaged("a", (TRAIN, 1 * GB)))  # registered again
+    assert state.images.total_nodes == 2 and state.images.spread_size(TRAIN)[0] == GB // 2  # type: ignore[index]

@@ -2,57 +2,69 @@
 
 A Node's ``status.images`` lists each image under every name it is known by (a tag, a
 digest), with its size. kube-scheduler 1.34 keeps, per name, the size first reported for it
-and the set of nodes that have it (``addNodeImageStates`` in its cache); image locality scores
-a node by the images of the pod it has, each weighed by how many of all nodes have it too
-(:mod:`~fairgpu.engine.plugins.image_locality`). Names are compared as written: a node that
-reports ``docker.io/library/nginx:1.25`` does not have ``nginx:1.25``.
+and the set of nodes that have it, updated node by node as nodes are added, changed and
+removed (``addNodeImageStates``/``removeNodeImageStates`` in its cache); image locality
+scores a node by the images of the pod it has, each weighed by how many of all nodes have it
+too (:mod:`~fairgpu.engine.plugins.image_locality`). Kept the same way here: a kubelet that
+pulls an image changes one node's entries, not the whole index (a cluster of thousands of
+nodes with dozens of images each sees such changes every few seconds). Names are compared as
+written: a node that reports ``docker.io/library/nginx:1.25`` does not have ``nginx:1.25``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from fairgpu.cluster.state import ClusterState
+from fairgpu.model.node import NodeImage
 
 
-@dataclass(slots=True)
 class ImageStates:
-    """Per image name: its size in bytes and the node slots that have it; and how many nodes
-    the cluster has (``total_nodes``)."""
+    """Per image name: its size in bytes (the first node's to report it) and the node slots
+    that have it; ``total_nodes`` is how many nodes the cluster has."""
 
-    by_name: dict[str, tuple[int, np.ndarray]] = field(default_factory=dict)
-    total_nodes: int = 0
+    def __init__(self) -> None:
+        self._size: dict[str, int] = {}
+        self._slots: dict[str, set[int]] = {}
+        self._arrays: dict[str, np.ndarray] = {}  # sorted slots, made when first asked
+        self.total_nodes = 0
 
-    @classmethod
-    def of(cls, cluster: ClusterState) -> ImageStates:
-        """The images of ``cluster``'s active nodes. A name reported with different sizes
-        keeps the size of the node in the lowest slot (kube keeps the first node's that its
-        cache added: the same where nodes register in slot order)."""
-        sizes: dict[str, int] = {}
-        slots: dict[str, list[int]] = {}
-        total = 0
-        for idx, node in enumerate(cluster.nodes[: cluster.size]):
-            if node is None or not cluster.active[idx]:
-                continue
-            total += 1
-            for image in node.images:
-                for name in image.names:
-                    sizes.setdefault(name, image.size_bytes)
-                    held = slots.setdefault(name, [])
-                    if not held or held[-1] != idx:  # a name listed twice on one node
-                        held.append(idx)
-        return cls({n: (sizes[n], np.array(s, dtype=np.intp)) for n, s in slots.items()}, total)
+    def __bool__(self) -> bool:
+        """Does any node report an image?"""
+        return bool(self._slots)
+
+    def add(self, slot: int, images: Iterable[NodeImage]) -> None:
+        """Node ``slot`` has ``images``."""
+        for image in images:
+            for name in image.names:
+                held = self._slots.setdefault(name, set())
+                if not held:
+                    self._size[name] = image.size_bytes
+                held.add(slot)
+                self._arrays.pop(name, None)
+
+    def remove(self, slot: int, images: Iterable[NodeImage]) -> None:
+        """Node ``slot`` no longer has ``images`` (it changed them, or left); a name no node
+        has any more is forgotten, size and all."""
+        for image in images:
+            for name in image.names:
+                held = self._slots.get(name)
+                if held is None:
+                    continue
+                held.discard(slot)
+                self._arrays.pop(name, None)
+                if not held:
+                    del self._slots[name], self._size[name]
 
     def spread_size(self, name: str) -> tuple[int, np.ndarray] | None:
         """``name``'s size weighed by the share of nodes that have it (kube's
         ``scaledImageScore``: ``int64(float64(size) * (nodes with it / all nodes))``), and
         those nodes' slots; None when no node has it."""
-        got = self.by_name.get(name)
-        if got is None or self.total_nodes == 0:
+        held = self._slots.get(name)
+        if not held or self.total_nodes == 0:
             return None
-        size, slots = got
-        return int(float(size) * (slots.size / self.total_nodes)), slots
+        slots = self._arrays.get(name)
+        if slots is None:
+            slots = self._arrays[name] = np.array(sorted(held), dtype=np.intp)
+        return int(float(self._size[name]) * (len(held) / self.total_nodes)), slots

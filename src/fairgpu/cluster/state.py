@@ -19,7 +19,7 @@ from fairgpu.cluster.dra import DraStore
 from fairgpu.cluster.images import ImageStates
 from fairgpu.cluster.volumes import VolumeStore
 from fairgpu.model.gpu import WHOLE
-from fairgpu.model.node import NodeInfo
+from fairgpu.model.node import NodeImage, NodeInfo
 from fairgpu.model.pod import CPU, EPHEMERAL, MEMORY, PODS, PodInfo
 from fairgpu.model.selectors import Taint
 
@@ -88,7 +88,7 @@ class ClusterState:
         self._label_cache: dict[str, tuple[np.ndarray, list[str]]] = {}
         self._number_cache: dict[str, np.ndarray] = {}
         self._taint_cache: tuple[np.ndarray, list[tuple[Taint, ...]]] | None = None
-        self._image_cache: ImageStates | None = None
+        self.images = ImageStates()  # the nodes' container images, kept node by node
         self._name_array: np.ndarray | None = None
         self.pods_with_affinity: dict[str, PodInfo] = {}
         self.volumes = VolumeStore()  # claims, volumes, classes, CSI nodes (adapters fill it)
@@ -179,6 +179,8 @@ class ClusterState:
         self.node_index[node.name] = idx
         self._write_node(idx, node)
         self._recompute_devices(idx)
+        self.images.total_nodes += 1
+        self.images.add(idx, node.images)
         return idx
 
     def _write_node(self, idx: int, node: NodeInfo) -> None:
@@ -236,6 +238,10 @@ class ClusterState:
         devices that appear count the pods that named them while they were missing.
         """
         idx = self.node_index[node.name]
+        old = self.nodes[idx]
+        if old is not None:
+            self.images.remove(idx, old.images)
+        self.images.add(idx, node.images)
         self.nodes[idx] = node
         self._write_node(idx, node)
         # Re-add the load of pods already there.
@@ -258,6 +264,10 @@ class ClusterState:
         for pod in orphans:
             self.release(pod.uid)
         self.active[idx] = False
+        old = self.nodes[idx]
+        if old is not None:
+            self.images.remove(idx, old.images)
+        self.images.total_nodes -= 1
         self.nodes[idx] = None
         self._static_changed()
         return orphans
@@ -268,7 +278,6 @@ class ClusterState:
         self._label_cache.clear()
         self._number_cache.clear()
         self._taint_cache = None
-        self._image_cache = None
         self._name_array = None
 
     def node(self, idx: int) -> NodeInfo:
@@ -330,12 +339,14 @@ class ClusterState:
             self._taint_cache = (ids, list(groups))
         return self._taint_cache
 
-    def image_states(self) -> ImageStates:
-        """The container images on the nodes, by name (:mod:`~fairgpu.cluster.images`);
-        computed once per change of the nodes."""
-        if self._image_cache is None:
-            self._image_cache = ImageStates.of(self)
-        return self._image_cache
+    def set_node_images(self, name: str, images: tuple[NodeImage, ...]) -> None:
+        """Node ``name`` now reports ``images`` (a kubelet pulled or removed one): only the
+        image index changes -- nothing a filter reads, so no cached mask goes stale."""
+        idx = self.node_index[name]
+        node = self.node(idx)
+        self.images.remove(idx, node.images)
+        node.images = images
+        self.images.add(idx, images)
 
     # ---- pods ---------------------------------------------------------------------------
     def request_vector(self, pod: PodInfo) -> tuple[np.ndarray, np.ndarray]:

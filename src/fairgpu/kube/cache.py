@@ -69,7 +69,6 @@ def _node_key(n: NodeInfo) -> tuple[Any, ...]:
         n.gpu_count,
         n.gpu_memory_mib,
         n.gpu_model,
-        n.images,  # image locality scores them; they change when the kubelet pulls one
     )
 
 
@@ -482,11 +481,15 @@ class SchedulerCache:
         out.nodes.add(rec.name)
         self._note_problems(info, out)
         key = _node_key(info)
-        if self._node_keys.get(rec.name) == key:
-            return  # a status heartbeat: nothing the engine reads changed
-        self._node_keys[rec.name] = key
         cluster = self.cluster
         idx = cluster.node_index.get(rec.name)
+        if self._node_keys.get(rec.name) == key:
+            # A status heartbeat, or a kubelet that pulled or removed an image: only the
+            # image index changes (no filter reads it, so no cached mask goes stale).
+            if idx is not None and cluster.node(idx).images != info.images:
+                cluster.set_node_images(rec.name, info.images)
+            return
+        self._node_keys[rec.name] = key
         before = None if idx is None else (int(cluster.gpu_count[idx]), cluster.node(idx))
         cluster.add_node(info)
         out.dirty = True

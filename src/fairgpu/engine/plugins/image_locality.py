@@ -30,13 +30,13 @@ class ImageLocality(ScorePlugin):
 
     def applies(self, pod: PodInfo, cluster: ClusterState) -> bool:
         """No node reports images (a simulated cluster, most tests): every node scores 0."""
-        return bool(pod.images) and bool(cluster.image_states().by_name)
+        return bool(pod.images) and bool(cluster.images)
 
     def score(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, nodes: np.ndarray
     ) -> np.ndarray:
         """0-100 per node slot in ``nodes``: how much of the pod's images it has."""
-        states = cluster.image_states()
+        states = cluster.images
         slot_sum = np.zeros(cluster.size, dtype=np.int64)
         for name in pod.images:
             got = states.spread_size(name)
