@@ -4,12 +4,22 @@ node's CPUs are audited from the API server's objects (what the kubelet admitted
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fairgpu.devcluster import ControlPlane, FakeKubelet, KubeClient
 from fairgpu.devcluster.client import STRATEGIC_MERGE_PATCH
 from tests.live.auditor import Auditor
-from tests.live.live_helpers import bound, condition, create, pod, scheduler, wait_for
+from tests.live.live_helpers import (
+    CHURN_TENANCY,
+    bound,
+    condition,
+    create,
+    create_priority_classes,
+    pod,
+    scheduler,
+    wait_for,
+)
 
 NODE = "lv-cpu-0"  # 32 CPUs
 
@@ -69,3 +79,25 @@ def test_a_pod_resized_down_keeps_its_room_until_the_kubelet_resizes_it(
         assert auditor.problems() == []
     finally:
         kubelet.actuate_resizes = True
+
+
+def test_a_resized_pod_is_still_a_victim(
+    live_cp: ControlPlane, admin: KubeClient, kubelet: FakeKubelet, ns: str, tmp_path: Path
+) -> None:
+    create_priority_classes(admin, {"rs-low": 1, "rs-high": 1000})
+    tenancy = tmp_path / "tenancy.yaml"
+    tenancy.write_text(CHURN_TENANCY + "queues:\n  - {name: " + ns + "}\n")
+    with scheduler(live_cp, tenancy=tenancy):
+        for k in range(4):
+            create(admin, ns, pod(f"low-{k}", gpus=2, priority_class="rs-low"))
+        wait_for(lambda: len(bound(admin, ns)) == 4)
+        resp = admin.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/low-0/resize",
+            {"spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "16"}}}]}},
+            content_type=STRATEGIC_MERGE_PATCH,
+        )
+        assert resp.ok, resp.body
+        wait_for(lambda: shown_cpu(get(admin, ns, "low-0")) == "16")
+        create(admin, ns, pod("high", gpus=8, priority_class="rs-high"))
+        wait_for(lambda: "high" in bound(admin, ns))
