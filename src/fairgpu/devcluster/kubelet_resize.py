@@ -58,6 +58,11 @@ def _sum(lists: list[dict[str, Any]]) -> dict[str, Fraction]:
     return total
 
 
+def _statuses(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pod's app containers' statuses by container name."""
+    return {s.get("name"): s for s in pod.get("status", {}).get("containerStatuses") or []}
+
+
 def wanted(pod: dict[str, Any]) -> dict[str, Fraction]:
     """The pod's app containers' cpu and memory requests as its spec asks now."""
     containers = pod.get("spec", {}).get("containers", [])
@@ -67,7 +72,7 @@ def wanted(pod: dict[str, Any]) -> dict[str, Fraction]:
 def admitted(pod: dict[str, Any]) -> dict[str, Fraction]:
     """The cpu and memory the kubelet admitted the pod with (its containers'
     ``allocatedResources``; the spec where the status has none)."""
-    statuses = {s.get("name"): s for s in pod.get("status", {}).get("containerStatuses") or []}
+    statuses = _statuses(pod)
     lists = []
     for c in pod.get("spec", {}).get("containers", []):
         got = statuses.get(c.get("name"), {}).get("allocatedResources")
@@ -77,7 +82,7 @@ def admitted(pod: dict[str, Any]) -> dict[str, Fraction]:
 
 def resize_pending(pod: dict[str, Any]) -> bool:
     """Does the pod's spec ask other cpu or memory than its containers' status shows?"""
-    statuses = {s.get("name"): s for s in pod.get("status", {}).get("containerStatuses") or []}
+    statuses = _statuses(pod)
     for c in pod.get("spec", {}).get("containers", []):
         status = statuses.get(c.get("name"))
         if status is None or "resources" not in status:
@@ -112,7 +117,7 @@ def status_patch(pod: dict[str, Any], decision: str) -> dict[str, Any]:
     """The status patch (strategic merge) for ``decision`` on ``pod``."""
     if decision != "actuate":
         return {"conditions": [{"type": PENDING, "status": "True", "reason": decision}]}
-    statuses = {s.get("name"): s for s in pod.get("status", {}).get("containerStatuses") or []}
+    statuses = _statuses(pod)
     containers = []
     for c in pod.get("spec", {}).get("containers", []):
         entry = dict(statuses.get(c.get("name"), {"name": c.get("name")}))

@@ -41,6 +41,7 @@ kube-scheduler 1.34 adds them up in two ways:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -194,34 +195,14 @@ class ParsedRequests:
         # The pod level is defaulted from the spec alone, as the API server does at creation.
         pod_level = {}
         if spec.resources is not None:
-            pod_level = _pod_level(spec.resources, cls(tuple(app), tuple(init), {}, {}), obj)
+            pod_level = _pod_level(spec.resources, aggregate(app, init), obj)
         if status is not None and not _status_as_spec(spec, status):
             app, init = _fold_status(spec, status, app, init, obj)
         return cls(tuple(app), tuple(init), overhead, pod_level)
 
     def containers(self, missing: dict[str, int] | None = None) -> dict[str, int]:
-        """The containers' aggregate (step 1, kube's ``AggregateContainerRequests``), each
-        container counting ``missing`` for a resource it does not name; zero amounts kept."""
-
-        def counted(req: dict[str, int]) -> dict[str, int]:
-            return {**missing, **req} if missing else req
-
-        total: dict[str, int] = {}
-        for req in self.app:
-            _add(total, counted(req))
-        sidecars: dict[str, int] = {}
-        init_peak: dict[str, int] = {}
-        for req, sidecar in self.init:
-            if sidecar:
-                _add(sidecars, counted(req))
-                _max(init_peak, sidecars)
-            else:
-                running = dict(counted(req))
-                _add(running, sidecars)
-                _max(init_peak, running)
-        _add(total, sidecars)
-        _max(total, init_peak)
-        return total
+        """The containers' aggregate (step 1, :func:`aggregate`)."""
+        return aggregate(self.app, self.init, missing)
 
     def _total(self, missing: dict[str, int] | None = None) -> dict[str, int]:
         total = self.containers(missing)
@@ -258,19 +239,48 @@ class ParsedRequests:
         return total.get(CPU, 0), total.get(MEMORY, 0)
 
 
-def _pod_level(
-    res: k8s.ResourceRequirements, containers: ParsedRequests, obj: str
+def aggregate(
+    app: Iterable[dict[str, int]],
+    init: Iterable[tuple[dict[str, int], bool]],
+    missing: dict[str, int] | None = None,
 ) -> dict[str, int]:
+    """The containers' aggregate (kube's ``AggregateContainerRequests``): app containers and
+    sidecars summed, at least each plain init container on top of the sidecars started
+    before it; each container counts ``missing`` for a resource it does not name; zero
+    amounts kept."""
+
+    def counted(req: dict[str, int]) -> dict[str, int]:
+        return {**missing, **req} if missing else req
+
+    total: dict[str, int] = {}
+    for req in app:
+        _add(total, counted(req))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for req, sidecar in init:
+        if sidecar:
+            _add(sidecars, counted(req))
+            _max(init_peak, sidecars)
+        else:
+            running = dict(counted(req))
+            _add(running, sidecars)
+            _max(init_peak, running)
+    _add(total, sidecars)
+    _max(total, init_peak)
+    return total
+
+
+def _pod_level(res: k8s.ResourceRequirements, summed: dict[str, int], obj: str) -> dict[str, int]:
     """The pod-level requests kube-scheduler counts (empty when none of cpu, memory or
     hugepages is requested at pod level), defaulted as the API server defaults a new pod:
     with pod-level limits, a missing cpu or memory request becomes the containers' sum
     when some container names it, and any other missing request the limit. (The API
     server also defaults a pod-level hugepages limit from the containers'; the request
-    that follows from it equals the containers' sum, which is counted anyway.)"""
+    that follows from it equals the containers' sum, which is counted anyway.) ``summed``:
+    the containers' aggregate of the spec (:func:`aggregate`)."""
     requests = _resource_list(res.requests, "spec.resources.requests", obj)
     limits = _resource_list(res.limits, "spec.resources.limits", obj)
     if limits:
-        summed = containers.containers()
         for name in (CPU, MEMORY):
             if name in summed and name not in requests:
                 requests[name] = summed[name]

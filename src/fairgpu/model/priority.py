@@ -52,10 +52,10 @@ class PriorityClasses:
             pc.value, pc.preemption_policy or PREEMPT_LOWER, pc.global_default
         )
 
-    def merged(self, other: PriorityClasses) -> PriorityClasses:
-        """These classes with ``other``'s added (``other`` wins on a name)."""
+    def copy(self) -> PriorityClasses:
+        """An independent copy (classes added to it do not change these)."""
         out = PriorityClasses()
-        out.by_name = {**self.by_name, **other.by_name}
+        out.by_name = dict(self.by_name)
         return out
 
     def values(self) -> dict[str, int]:

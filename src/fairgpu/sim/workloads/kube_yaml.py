@@ -145,7 +145,7 @@ def load_kube_yaml(
     """
     objects = _Objects()
     if priority_classes is not None:
-        objects.priority_classes = PriorityClasses().merged(priority_classes)
+        objects.priority_classes = priority_classes.copy()
     for path, doc in read_documents(paths):
         try:
             _collect(path, doc, objects)
