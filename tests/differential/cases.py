@@ -14,7 +14,9 @@ from typing import Any
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
-KINDS = ("spread", "affinity", "gates", "ports", "mixed", "defaults", "resources", "images")
+KINDS = (
+    "spread", "affinity", "gates", "ports", "mixed", "defaults", "resources", "images", "taints",
+)  # fmt: skip
 
 
 @dataclass
@@ -375,18 +377,124 @@ def _images_case(case: Case, rng: random.Random) -> None:
     case.incoming = _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec)
 
 
-def make_case(i: int, kind: str, rng: random.Random) -> Case:
-    """Case number ``i`` of ``kind`` (one of :data:`KINDS`)."""
+PREFER = "PreferNoSchedule"
+# Taints the nodes of "taints" cases may carry, every effect: NoSchedule and NoExecute ones
+# filter, PreferNoSchedule ones score (TaintToleration), a cordoned node is a filter of its own
+# (NodeUnschedulable).
+TAINTS = (
+    {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+    {"key": "dedicated", "value": "gpu", "effect": "PreferNoSchedule"},
+    {"key": "spot", "value": "true", "effect": "PreferNoSchedule"},
+    {"key": "team", "value": "a", "effect": "PreferNoSchedule"},
+    {"key": "maintenance", "value": "", "effect": "NoExecute"},
+    {"key": "example.com/flaky", "value": "yes", "effect": "NoExecute"},
+)
+# Tolerations of the pod to place: matching by key alone, by key and value, by effect, or not
+# at all (a wrong value; a NoSchedule toleration does not tolerate a PreferNoSchedule taint).
+TOLERATIONS = (
+    {"key": "dedicated", "operator": "Exists"},
+    {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+    {"key": "dedicated", "operator": "Equal", "value": "cpu"},
+    {"key": "spot", "operator": "Equal", "value": "true", "effect": "PreferNoSchedule"},
+    {"key": "team", "operator": "Exists", "effect": "PreferNoSchedule"},
+    {"key": "maintenance", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    {"key": "example.com/flaky", "operator": "Equal", "value": "yes"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    {"operator": "Exists", "effect": "PreferNoSchedule"},
+)
+# Node-selector requirements on the labels of "taints" cases' nodes (disk, gen).
+REQUIREMENTS = (
+    {"key": "disk", "operator": "In", "values": ["ssd"]},
+    {"key": "disk", "operator": "NotIn", "values": ["hdd"]},
+    {"key": "disk", "operator": "Exists"},
+    {"key": "disk", "operator": "DoesNotExist"},
+    {"key": "gen", "operator": "Gt", "values": ["3"]},
+    {"key": "gen", "operator": "Lt", "values": ["4"]},
+    {"key": "pool", "operator": "In", "values": ["x"]},
+)
+
+
+def _taints_case(case: Case, rng: random.Random) -> None:
+    """Nodes with taints of every effect (:data:`TAINTS`), some cordoned, labelled ``disk``
+    and ``gen``, loaded by pods asking different CPUs; the pod to place tolerates some taints
+    (:data:`TOLERATIONS`), may select nodes by ``nodeSelector``, by required terms (ORed, each
+    with :data:`REQUIREMENTS`, some with a field selector on the node's name) and prefers some by
+    weighted terms -- so NodeAffinity's and TaintToleration's filters and scores, and
+    NodeUnschedulable, decide against the resource scores."""
+    for j in range(len(case.nodes), rng.randint(4, 6)):  # enough nodes left to score
+        name = f"{case.cid}-n{j}"
+        labels = {HOST: name, "case": case.cid, "pool": rng.choice(["x", "x", "y"])}
+        case.nodes.append({"name": name, "labels": labels, "taints": []})
+    for n in case.nodes:
+        n["taints"] = [
+            dict(t) for t in TAINTS if rng.random() < (0.3 if t["effect"] == PREFER else 0.1)
+        ]
+        n["unschedulable"] = rng.random() < 0.1
+        if rng.random() < 0.8:
+            n["labels"]["disk"] = rng.choice(["ssd", "hdd"])
+        if rng.random() < 0.8:
+            n["labels"]["gen"] = str(rng.randint(1, 6))
+    for k in range(rng.randint(0, 5)):
+        node = rng.choice(case.nodes)["name"]
+        cpu = rng.choice(["1", "4", "16", "40"])
+        container = {
+            "name": "c",
+            "image": "registry.invalid/x:1",
+            "resources": {"requests": {"cpu": cpu, "memory": rng.choice(["1Gi", "64Gi"])}},
+        }
+        spec = {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [container],
+        }
+        case.existing.append(_pod(case, f"e{k}", case.main_ns, {"app": "db"}, **spec))
+    own = {"key": "case", "operator": "In", "values": [case.cid]}
+    terms = []
+    for _ in range(rng.choice([1, 1, 2])):
+        term: dict[str, Any] = {
+            "matchExpressions": [own, *rng.sample(REQUIREMENTS, rng.choice([0, 0, 1, 2]))]
+        }
+        if rng.random() < 0.15:  # the API allows one node name, In or NotIn
+            name = rng.choice(case.nodes)["name"]
+            op = rng.choice(["In", "NotIn"])
+            term["matchFields"] = [{"key": "metadata.name", "operator": op, "values": [name]}]
+        terms.append(term)
+    node_affinity: dict[str, Any] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+    }
+    preferred = [
+        {"weight": rng.randint(1, 100), "preference": {"matchExpressions": [r]}}
+        for r in rng.sample(REQUIREMENTS, rng.randint(0, 3))
+    ]
+    if preferred:
+        node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    spec = {
+        "affinity": {"nodeAffinity": node_affinity},
+        "tolerations": [dict(t) for t in TOLERATIONS if rng.random() < 0.35],
+    }
+    if rng.random() < 0.05:
+        spec["tolerations"] = [{"operator": "Exists"}]
+    if rng.random() < 0.2:
+        spec["nodeSelector"] = {"pool": "x"}
+    case.incoming = _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec)
+
+
+def make_case(i: int, kind: str, rng: random.Random, service: bool = False) -> Case:
+    """Case number ``i`` of ``kind`` (one of :data:`KINDS`); a "defaults" case with
+    ``service`` has a Service select its pods instead of a ReplicaSet owning them."""
     case = Case(f"c{i:03d}", kind)
     _nodes(case, rng)
     if kind == "defaults":
-        _defaults_case(case, rng, service=i % 20 == 17)  # every other one
+        _defaults_case(case, rng, service=service)
         return case
     if kind == "resources":
         _resources_case(case, rng)
         return case
     if kind == "images":
         _images_case(case, rng)
+        return case
+    if kind == "taints":
+        _taints_case(case, rng)
         return case
     mixed = kind == "mixed"
     _existing(case, rng, ports=kind in ("ports", "mixed"), anti=kind in ("affinity", "mixed"))
@@ -415,6 +523,10 @@ def make_cases(count: int, seed: int = 16) -> list[Case]:
     rng = random.Random(seed)
     kinds = [
         "spread", "spread", "affinity", "affinity", "ports", "gates", "mixed", "defaults",
-        "resources", "images",
+        "resources", "images", "taints",
     ]  # fmt: skip
-    return [make_case(i, kinds[i % len(kinds)], rng) for i in range(count)]
+    # Every other "defaults" case has a Service.
+    return [
+        make_case(i, kinds[i % len(kinds)], rng, service=i // len(kinds) % 2 == 1)
+        for i in range(count)
+    ]

@@ -2,7 +2,7 @@
 (anti-)affinity with namespace selectors and label keys, scheduling gates, host ports, default
 spread constraints of ReplicaSets' and Services' pods, requests added up from sidecars, init
 containers, pod-level resources and pods in the middle of an in-place resize, images the nodes
-have pulled).
+have pulled, taints of every effect, cordoned nodes and required and preferred node affinity).
 
 All cases share one control plane (cases are isolated by construction, see ``cases.py``).
 fairgpu decides first, on the snapshot the API returns (the same decoding as production);
@@ -12,6 +12,7 @@ kube-scheduler binds, on a node fairgpu also finds feasible, and leave the rest 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,8 @@ from tests.differential.cases import Case, make_cases
 
 pytestmark = pytest.mark.integration
 
-CASES = 200
+# More cases: FAIRGPU_DIFF_CASES=800 (one control plane; about 15 s more per 200).
+CASES = int(os.environ.get("FAIRGPU_DIFF_CASES", "200"))
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +64,7 @@ def _create_case_objects(client: KubeClient, cases: list[Case], ca: str) -> None
             cpu=n.get("cpu", "64"),
             memory=n.get("memory", "256Gi"),
             images=n.get("images", []),
+            unschedulable=n.get("unschedulable", False),
         )
         for c in cases
         for n in c.nodes
@@ -234,3 +237,5 @@ def test_fairgpu_agrees_with_kube_scheduler(control_plane: ControlPlane, tmp_pat
     # ... as do the requests added up every way and the images the nodes have.
     assert per_kind["resources"][2] >= 5, summary
     assert per_kind["images"][2] >= 5, summary
+    # ... and the taints and node preferences, with or against the load.
+    assert per_kind["taints"][2] >= 5, summary

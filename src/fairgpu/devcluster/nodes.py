@@ -76,6 +76,7 @@ class NodeSpec:
         extra_resources: extra capacity, e.g. ``{"nvidia.com/gpumem": "655360"}``.
         images: ``status.images`` entries (``{"names": [...], "sizeBytes": n}``), the images
             the node's kubelet reports as pulled.
+        unschedulable: ``spec.unschedulable`` (a cordoned node).
     """
 
     name: str
@@ -92,6 +93,7 @@ class NodeSpec:
     taints: list[dict[str, str]] = field(default_factory=list)
     extra_resources: dict[str, str] = field(default_factory=dict)
     images: list[dict[str, Any]] = field(default_factory=list)
+    unschedulable: bool = False
 
 
 def gpu_node_specs(
@@ -162,11 +164,14 @@ def node_manifest(spec: NodeSpec, *, domain: str = "example.com") -> dict[str, A
             }
         )
     labels.update(spec.labels)
+    node_spec: dict[str, Any] = {"taints": node_taints(spec, domain=domain)}
+    if spec.unschedulable:
+        node_spec["unschedulable"] = True
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": spec.name, "labels": labels},
-        "spec": {"taints": node_taints(spec, domain=domain)},
+        "spec": node_spec,
     }
 
 
