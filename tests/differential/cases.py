@@ -16,6 +16,7 @@ HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 KINDS = (
     "spread", "affinity", "gates", "ports", "mixed", "defaults", "resources", "images", "taints",
+    "preferred",
 )  # fmt: skip
 
 
@@ -154,25 +155,30 @@ def _spread(case: Case, rng: random.Random) -> list[dict[str, Any]]:
     return out
 
 
-def _affinity(case: Case, rng: random.Random) -> dict[str, Any]:
-    def term() -> dict[str, Any]:
-        t: dict[str, Any] = {"labelSelector": _sel(case, rng), "topologyKey": _topology(case, rng)}
-        r = rng.random()
-        if r < 0.3:
-            t["namespaceSelector"] = {"matchLabels": {"case": case.cid, "tier": "prod"}}
-        elif r < 0.45:
-            t["namespaceSelector"] = {}
-        elif r < 0.6:
-            t["namespaces"] = [f"{case.cid}-b"]
-        if rng.random() < 0.25 and "matchExpressions" not in t["labelSelector"]:
-            t["matchLabelKeys" if rng.random() < 0.5 else "mismatchLabelKeys"] = ["rev"]
-        return t
+def _term(case: Case, rng: random.Random) -> dict[str, Any]:
+    """A pod (anti-)affinity term: the case's selector, a hostname or zone key, namespaces
+    by selector (all, or labelled), by name, or the pod's own, sometimes label keys."""
+    t: dict[str, Any] = {"labelSelector": _sel(case, rng), "topologyKey": _topology(case, rng)}
+    r = rng.random()
+    if r < 0.3:
+        t["namespaceSelector"] = {"matchLabels": {"case": case.cid, "tier": "prod"}}
+    elif r < 0.45:
+        t["namespaceSelector"] = {}
+    elif r < 0.6:
+        t["namespaces"] = [f"{case.cid}-b"]
+    if rng.random() < 0.25 and "matchExpressions" not in t["labelSelector"]:
+        t["matchLabelKeys" if rng.random() < 0.5 else "mismatchLabelKeys"] = ["rev"]
+    return t
 
+
+def _affinity(case: Case, rng: random.Random) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if rng.random() < 0.6:
-        out["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term()]}
+        out["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [_term(case, rng)]}
     if rng.random() < 0.6 or not out:
-        out["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term()]}
+        out["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [_term(case, rng)]
+        }
     return out
 
 
@@ -479,6 +485,61 @@ def _taints_case(case: Case, rng: random.Random) -> None:
     case.incoming = _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec)
 
 
+def _preferred_case(case: Case, rng: random.Random) -> None:
+    """Soft constraints only, so the scores decide: existing pods carrying preferred
+    affinity and anti-affinity terms and required affinity terms (kube-scheduler counts
+    them for the pod to place: hardPodAffinityWeight), the pod to place preferring or
+    avoiding pods by weighted terms (the same namespace options as required terms), and
+    ScheduleAnyway spread constraints -- InterPodAffinity's score with its min-max
+    normalisation, and PodTopologySpread's."""
+
+    def weighted(n: int) -> list[dict[str, Any]]:
+        return [
+            {"weight": rng.randint(1, 100), "podAffinityTerm": _term(case, rng)} for _ in range(n)
+        ]
+
+    for k in range(rng.randint(2, 8)):
+        node = rng.choice(case.nodes)["name"]
+        ns = case.main_ns if rng.random() < 0.75 else f"{case.cid}-b"
+        labels = {"app": rng.choice(["web", "web", "db"]), "rev": rng.choice(["1", "2"])}
+        spec: dict[str, Any] = {"nodeName": node, "tolerations": [{"operator": "Exists"}]}
+        affinity: dict[str, Any] = {}
+        r = rng.random()
+        if r < 0.3:
+            affinity["podAffinity"] = {
+                "preferredDuringSchedulingIgnoredDuringExecution": weighted(rng.randint(1, 2))
+            }
+        elif r < 0.5:
+            affinity["podAntiAffinity"] = {
+                "preferredDuringSchedulingIgnoredDuringExecution": weighted(1)
+            }
+        elif r < 0.65:
+            affinity["podAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": [_term(case, rng)]
+            }
+        if affinity:
+            spec["affinity"] = affinity
+        case.existing.append(_pod(case, f"e{k}", ns, labels, **spec))
+    affinity = {"nodeAffinity": _node_affinity(case, rng)}
+    if rng.random() < 0.7:
+        affinity["podAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": weighted(rng.randint(1, 3))
+        }
+    if rng.random() < 0.6:
+        affinity["podAntiAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": weighted(rng.randint(1, 2))
+        }
+    spec = {"affinity": affinity, "tolerations": [{"key": "dedicated", "operator": "Exists"}]}
+    if rng.random() < 0.4:
+        spec["topologySpreadConstraints"] = [
+            {**c, "whenUnsatisfiable": "ScheduleAnyway"}
+            for c in _spread(case, rng)
+            if "minDomains" not in c
+        ]
+    labels = {"app": rng.choice(["web", "db"]), "rev": rng.choice(["1", "2"])}
+    case.incoming = _pod(case, "incoming", case.main_ns, labels, **spec)
+
+
 def make_case(i: int, kind: str, rng: random.Random, service: bool = False) -> Case:
     """Case number ``i`` of ``kind`` (one of :data:`KINDS`); a "defaults" case with
     ``service`` has a Service select its pods instead of a ReplicaSet owning them."""
@@ -495,6 +556,9 @@ def make_case(i: int, kind: str, rng: random.Random, service: bool = False) -> C
         return case
     if kind == "taints":
         _taints_case(case, rng)
+        return case
+    if kind == "preferred":
+        _preferred_case(case, rng)
         return case
     mixed = kind == "mixed"
     _existing(case, rng, ports=kind in ("ports", "mixed"), anti=kind in ("affinity", "mixed"))
@@ -523,7 +587,7 @@ def make_cases(count: int, seed: int = 16) -> list[Case]:
     rng = random.Random(seed)
     kinds = [
         "spread", "spread", "affinity", "affinity", "ports", "gates", "mixed", "defaults",
-        "resources", "images", "taints",
+        "resources", "images", "taints", "preferred",
     ]  # fmt: skip
     # Every other "defaults" case has a Service.
     return [

@@ -2,7 +2,8 @@
 (anti-)affinity with namespace selectors and label keys, scheduling gates, host ports, default
 spread constraints of ReplicaSets' and Services' pods, requests added up from sidecars, init
 containers, pod-level resources and pods in the middle of an in-place resize, images the nodes
-have pulled, taints of every effect, cordoned nodes and required and preferred node affinity).
+have pulled, taints of every effect, cordoned nodes and required and preferred node affinity,
+preferred pod (anti-)affinity of the pod to place and of the pods placed).
 
 All cases share one control plane (cases are isolated by construction, see ``cases.py``).
 fairgpu decides first, on the snapshot the API returns (the same decoding as production);
@@ -237,5 +238,7 @@ def test_fairgpu_agrees_with_kube_scheduler(control_plane: ControlPlane, tmp_pat
     # ... as do the requests added up every way and the images the nodes have.
     assert per_kind["resources"][2] >= 5, summary
     assert per_kind["images"][2] >= 5, summary
-    # ... and the taints and node preferences, with or against the load.
+    # ... and the taints and node preferences, with or against the load, and the soft pod
+    # (anti-)affinity terms of the pod to place and of the placed pods.
     assert per_kind["taints"][2] >= 5, summary
+    assert per_kind["preferred"][2] >= 5, summary

@@ -325,6 +325,17 @@ def test_placed_pods_terms_attract_the_incoming_pod() -> None:
     assert scores(InterPodAffinity(hard_pod_affinity_weight=0), star, state)["a1"] == 0
 
 
+def test_normalisation_rounds_as_kube_scheduler_does() -> None:
+    """kube-scheduler scales by 100 * ((score - min) / (max - min)) in floating point and
+    truncates: 29 of 100 is 28.999999999999996, so 28 -- not 29, as 29 * 100 / 100 gives.
+    (With the plugin's weight of 2, one point can turn a tie between two nodes.)"""
+    q = k8s_pod(
+        affinity=weighted("podAffinity", (29, "zone", {"app": "db"}), (50, "zone", {"app": "web"}))
+    )
+    # zone a: two web pods x 50 = 100, zone b: one db pod x 29, none: 0
+    assert scores(InterPodAffinity(), q, ipa_state()) == {"a1": 100, "a2": 100, "b1": 28, "none": 0}
+
+
 def test_no_preferred_terms_scores_zero() -> None:
     assert set(scores(InterPodAffinity(), k8s_pod(), ipa_state()).values()) == {0}
 

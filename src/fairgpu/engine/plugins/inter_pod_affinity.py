@@ -240,8 +240,10 @@ class InterPodAffinity(FilterPlugin, ScorePlugin):
         return total
 
     def normalize(self, scores: np.ndarray) -> np.ndarray:
-        """Min-max to 0..100; all-equal scores become 0."""
+        """Min-max to 0..100; all-equal scores become 0. In kube-scheduler's floating-point
+        order -- 100 x ((score - min) / (max - min)), truncated -- which is not always
+        (score - min) x 100 / (max - min): 29 of 100 gives 28."""
         lo, hi = (scores.min(), scores.max()) if scores.size else (0, 0)
         if hi == lo:
             return np.zeros(scores.shape, dtype=np.float64)
-        return np.floor((scores - lo) * 100.0 / (hi - lo))
+        return np.trunc(100.0 * ((scores - lo) / float(hi - lo)))
