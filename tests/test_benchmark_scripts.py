@@ -86,6 +86,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
             ("runs",),
             marks=NEEDS_OPENB,
         ),
+        ("benchmarks/pool_precedence/run.py", ("--spike", "6"), ("with_rule", "without_rule")),
         pytest.param(
             "benchmarks/fgd_speed/run.py",
             (),
@@ -104,6 +105,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         "dra-packing",
         "prediction",
         "gpu-allocation",
+        "pool-precedence",
         "fgd-speed",
     ],
 )

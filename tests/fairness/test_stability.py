@@ -204,21 +204,27 @@ def test_a_queue_does_not_take_back_other_gpus_of_a_node_it_just_lost() -> None:
 
 @dataclass(frozen=True)
 class Move:
-    """One reclaim (or relocation) eviction: GPUs of queue ``src``'s victim went to queue
-    ``dst`` at ``t``."""
+    """One reclaim (or relocation, or precedence) eviction: GPUs of queue ``src``'s victim
+    went to queue ``dst`` at ``t``; the eviction's kind and both pods."""
 
     t: float
     src: str
     dst: str
     victim_gpus: frozenset[tuple[str, int]]
     moved: frozenset[tuple[str, int]]
+    kind: str = ""
+    victim: PodInfo | None = None
+    preemptor: PodInfo | None = None
+
+
+MOVES = ("reclaim", "relocate", "precedence")  # the evictions that move GPUs between queues
 
 
 def replay(
     eng: Engine, nodes: list[NodeInfo], arrivals: list[tuple[float, PodInfo, float]], step: float
 ) -> list[Move]:
     """Arrivals (time, pod, duration) through one cycle per ``step``; victims rejoin the
-    queue. Returns every reclaim with the GPUs it freed and took."""
+    queue. Returns every eviction of :data:`MOVES` with the GPUs it freed and took."""
     state = cluster(*nodes)
     durations = {p.uid: d for _, p, d in arrivals}
     pending: dict[str, PodInfo] = {}
@@ -240,10 +246,11 @@ def replay(
         res = eng.cycle(state, list(pending.values()), t)
         binds = {b.pod.uid: frozenset((b.node_name, d) for d in b.devices) for b in res.binds}
         for ev in res.evictions:
-            if ev.kind in ("reclaim", "relocate") and ev.preemptor is not None:
+            if ev.kind in MOVES and ev.preemptor is not None:
                 gpus = before[ev.pod.uid]
                 taken = binds.get(ev.preemptor.uid, frozenset())
-                moves.append(Move(t, ev.pod.namespace, ev.preemptor.namespace, gpus, gpus | taken))
+                src, dst = ev.pod.namespace, ev.preemptor.namespace
+                moves.append(Move(t, src, dst, gpus, gpus | taken, ev.kind, ev.pod, ev.preemptor))
         apply(state, res)
         for ev in res.evictions:
             ends.pop(ev.pod.uid, None)

@@ -223,6 +223,9 @@ class PodInfo:
         """A hashable key of everything that decides node eligibility independent of load.
 
         Pods that share it share the cached static node mask (selectors, affinity, taints).
+        The workload type is part of it too: pool precedence rules decide by it whom a pod
+        may preempt (:mod:`fairgpu.engine.actions.pool_precedence`), and the memos of failed
+        asks and searches are keyed by this key.
         """
         if self._static_key is None:
             self._static_key = (
@@ -234,6 +237,7 @@ class PodInfo:
                 self.claims,
                 self.disks,
                 self.resource_claims,
+                self.labels.get(LABEL_WORKLOAD, ""),
             )
         return self._static_key
 

@@ -142,7 +142,8 @@ class RunLog:
 
     def stop(self, uid: str, now: float, kind: str, preemptor: PodInfo | None = None) -> None:
         """Close ``uid``'s open attempt: ``kind`` is ``completed``, ``deleted``, an eviction
-        kind of the engine (``reclaim``/``relocate``/``priority`` -> outcome ``preempted``) or
+        kind of the engine (``reclaim``/``relocate``/``precedence``/``priority`` -> outcome
+        ``preempted``, the kind kept as its cause) or
         one of ``gang-restart``/``gang-timeout``."""
         attempt = self._open.pop(uid, None)
         if attempt is None:
@@ -150,7 +151,8 @@ class RunLog:
         attempt.end = now
         attempt.seq = self._ended
         self._ended += 1
-        attempt.outcome = "preempted" if kind in ("reclaim", "relocate", "priority", "") else kind
+        preempted = kind in ("reclaim", "relocate", "precedence", "priority", "")
+        attempt.outcome = "preempted" if preempted else kind
         attempt.cause = kind if attempt.outcome == "preempted" else ""
         if preemptor is not None:
             attempt.preemptor = f"{preemptor.namespace}/{preemptor.name}"

@@ -8,7 +8,9 @@ Example::
     userLabel: fairgpu.io/user    # pod label naming the user inside a queue
     history: {halfLifeSeconds: 3600, weight: 0.5}   # 0 = instantaneous shares only
     preemption: {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 60,
-                 reclaimToleranceBand: 0.05, reclaimCooldownSeconds: 600}
+                 reclaimToleranceBand: 0.05, reclaimCooldownSeconds: 600,
+                 poolPrecedence: [{nodes: {example.com/node.usage: hybrid},
+                                   preemptor: inference, victims: training}]}
     gang: {timeoutSeconds: 600}
     starvation: {reserveAfterSeconds: 300, minGpus: 8, minGangPods: 16,
                  drainGraceSeconds: 120, reservedMinRuntimeSeconds: 1800,
@@ -174,6 +176,27 @@ class History(_Model):
     weight: float = Field(0.5, ge=0, le=1)
 
 
+class PoolPrecedence(_Model):
+    """On the nodes whose labels include ``nodes``, pending pods whose workload type
+    (``fairgpu.io/workload-type``) is ``preemptor`` may evict running pods whose workload type
+    is ``victims``, of any queue and whatever the queues' shares, and pods of ``victims``'s
+    type never evict pods of ``preemptor``'s type there (see
+    :mod:`fairgpu.engine.actions.pool_precedence`). For example, inference over training on
+    the hybrid pool: ``{nodes: {example.com/node.usage: hybrid}, preemptor: inference,
+    victims: training}``."""
+
+    nodes: dict[str, str] = Field(min_length=1)
+    preemptor: str = Field(min_length=1)
+    victims: str = Field(min_length=1)
+
+    @field_validator("victims")
+    @classmethod
+    def _not_itself(cls, v: str, info: Any) -> str:
+        if v == info.data.get("preemptor"):
+            raise ValueError("must differ from preemptor")
+        return v
+
+
 class Preemption(_Model):
     """Cluster-wide preemption switches, and what keeps reclaim from churning.
 
@@ -200,6 +223,11 @@ class Preemption(_Model):
     ``reclaimCooldownSeconds`` (default 600): the GPUs (node, device) a reclaim freed or took
     do not change tenant through another reclaim within this long, so they never flip back
     and forth (see :mod:`fairgpu.engine.actions.reclaim`).
+
+    ``poolPrecedence`` (default none): rules giving one kind of work precedence over another
+    on some nodes (:class:`PoolPrecedence`), e.g. inference over training on the hybrid
+    pool; its victims obey the time rules of reclaim (``reclaimMinRuntimeSeconds``, the
+    cooldown, a reservation's protection) but no share rule.
     """
 
     enabled: bool = True
@@ -207,6 +235,7 @@ class Preemption(_Model):
     reclaim_min_runtime_seconds: float = Field(60.0, ge=0, le=1e9)
     reclaim_tolerance_band: float = Field(0.05, ge=0, le=10)
     reclaim_cooldown_seconds: float = Field(600.0, ge=0, le=1e9)
+    pool_precedence: tuple[PoolPrecedence, ...] = ()
 
 
 class Gang(_Model):

@@ -9,9 +9,11 @@ smallest victim set on the best node. Two policies:
     :data:`MAX_RECLAIM_QUEUES` queues, those furthest above first; victims pass the time
     rules of :mod:`~fairgpu.engine.actions.victim_eligibility`), then the pods of other
     queues that could run at once on nodes the preemptor may not use
-    (:mod:`~fairgpu.engine.actions.relocate`), then strictly lower priority inside the
-    preemptor's own queue, where users are treated as queues are between them
-    (:mod:`~fairgpu.engine.actions.priority_in_queue`), then all pools together. Victims are
+    (:mod:`~fairgpu.engine.actions.relocate`), then the pods a pool precedence rule lets it
+    evict (:mod:`~fairgpu.engine.actions.pool_precedence`), then strictly lower priority
+    inside the preemptor's own queue, where users are treated as queues are between them
+    (:mod:`~fairgpu.engine.actions.priority_in_queue`), then all pools together -- never the
+    pods a precedence rule shields from it. Victims are
     chosen by the work they lose, a pod group as one victim
     (:mod:`~fairgpu.engine.victim_cost`), and a pod alone asking GPUs preempts only while
     waiting for declared run times to free room would cost more than the kill loses
@@ -36,6 +38,7 @@ import numpy as np
 
 from fairgpu.engine.actions import relocate
 from fairgpu.engine.actions.order import Lanes
+from fairgpu.engine.actions.pool_precedence import PoolPrecedences, workload_type
 from fairgpu.engine.actions.priority_in_queue import UsersInQueue
 from fairgpu.engine.actions.reclaim import (
     below_share,
@@ -89,6 +92,8 @@ class _Pools:
     relocation: relocate.Relocations | None = None
     # The preemptor's queue is below its share and no other queue holds more than its own.
     nobody_above: bool = False
+    # The pods a pool precedence rule lets the preemptor evict, share rules aside.
+    precedence: frozenset[str] = frozenset()
 
     @property
     def relocating(self) -> frozenset[str]:
@@ -201,6 +206,8 @@ class FairVictims:
         self._relocations = relocate.RelocationSearch(
             session, deserved, self.queues, self.eligibility, self._min_run, MAX_RECLAIM_QUEUES
         )
+        self._precedence = PoolPrecedences(session, self.eligibility, self._min_run)
+        self._preceded: frozenset[str] = frozenset()  # of the last plan
 
     def may_preempt(self, pod: PodInfo) -> bool:
         """Preemption is enabled, the pod does not say ``Never`` and the adapter does not
@@ -221,12 +228,16 @@ class FairVictims:
     def kind(self, job: Job, victim: PodInfo) -> str:
         """``priority`` inside the preemptor's queue, ``reclaim`` across queues, ``relocate``
         for a pod of the last plan that may run at once on nodes the preemptor may not use
-        (:mod:`~fairgpu.engine.actions.relocate`); ``gang-restart`` for a member of the last
-        plan that goes only because its group breaks."""
+        (:mod:`~fairgpu.engine.actions.relocate`), ``precedence`` for one a pool precedence
+        rule lets it evict (:mod:`~fairgpu.engine.actions.pool_precedence`);
+        ``gang-restart`` for a member of the last plan that goes only because its group
+        breaks."""
         if victim.uid in self._collateral:
             return "gang-restart"
         if victim.uid in self._relocated:
             return "relocate"
+        if victim.uid in self._preceded:
+            return "precedence"
         return "priority" if self._same_queue(job, victim) else "reclaim"
 
     def _same_queue(self, job: Job, victim: PodInfo) -> bool:
@@ -265,12 +276,14 @@ class FairVictims:
     def _freeable_entry(self, job: Job, pod: PodInfo) -> _Freeable:
         t, req = job.tenant, tuple(sorted(pod.requests.items()))
         need = _members_needed(job)
-        key = (t.queue, t.user, pod.priority, pod.gpu, req, need, self.s.cluster.load_version)
+        kind = workload_type(pod)  # pool precedence rules decide by it
+        key = (t.queue, t.user, pod.priority, pod.gpu, req, need, kind, self.s.cluster.load_version)
         got = self._freeable
         if got is None or got.key != key:
             pools = self._entry(job, pod)
             kept, why = self._not_refused(job, pod, pools)
-            got = _Freeable(key, {uid for _, pool in kept for uid in pool}, pools.held, why)
+            freeable = {uid for _, pool in kept for uid in pool} | pools.precedence
+            got = _Freeable(key, freeable, pools.held, why)
             self._freeable = got
         if got.refusal:
             self._say_first(pod, got.refusal)
@@ -331,7 +344,7 @@ class FairVictims:
         vec = self._end_vector(job, pod)
         band = session.tenancy.preemption.reclaim_tolerance_band
         self._moves.pop(pod.uid, None)
-        self._collateral = self._relocated = frozenset()
+        self._collateral = self._relocated = self._preceded = frozenset()
         refused: list[str] = []
         pools = self._entry(job, pod)
         self._retry_for(pools.held)
@@ -344,7 +357,9 @@ class FairVictims:
 
         def accept(victims: list[PodInfo]) -> bool:
             moved = relocate.moved(session, pools.relocation, victims)
-            why = reclaim_refusal(book, queue, vec, victims, self.deserved, band, moved)
+            # What a precedence rule lets go answers to no share rule; the rest does.
+            judged = [v for v in victims if v.uid not in pools.precedence]
+            why = reclaim_refusal(book, queue, vec, judged, self.deserved, band, moved)
             if why is not None:
                 refused.append(self._reclaim_refused(job, pod, why))
                 return False
@@ -366,6 +381,7 @@ class FairVictims:
                 self._refusal.pop(pod.uid, None)
                 self._collateral = plan.collateral
                 self._relocated = relocate.moved(session, pools.relocation, plan.victims)
+                self._preceded = frozenset(v.uid for v in plan.victims) & pools.precedence
                 self._note_moves(job, pod, plan)
                 return plan
         if cost.pruned:
@@ -424,7 +440,7 @@ class FairVictims:
         reason, as :func:`~fairgpu.engine.actions.reclaim.reclaim_refusal` names a plan's
         first victim queue's. None when some plan may pass."""
         queue, queues = job.tenant.queue, pools.queues
-        if not queues or queue in queues:
+        if not queues or queue in queues or pools.precedence:
             return None
         book = self.s.book
         first: str | None = None
@@ -472,7 +488,7 @@ class FairVictims:
         c, t, req = self.s.cluster, job.tenant, tuple(sorted(pod.requests.items()))
         may, versions = self.may_preempt(pod), (c.load_version, c.static_version)
         need = _members_needed(job)  # the user's end state (_lower_priority)
-        key = (t.queue, t.user, pod.priority, pod.gpu, req, need, may, versions)
+        key = (t.queue, t.user, pod.priority, pod.gpu, req, need, workload_type(pod), may, versions)
         self._refusal.pop(pod.uid, None)
         got = self._sets.get(key)
         if got is None:
@@ -495,14 +511,28 @@ class FairVictims:
             others = self._reclaimable_queues(queue)
             named.extend(self._reclaim_sets(job, pod, pools, others))
             named.extend(self._relocation_sets(job, pod, pools, set(others)))
+        preceded: list[str] = []
+        shielded: frozenset[str] = frozenset()
+        if self._precedence:
+            preceded = self._precedence.victims(queue, pod, pools.held)
+            pools.precedence = frozenset(preceded)
+            shielded = self._precedence.shielded(pod)
+            if shielded:
+                named = [(q, [u for u in x if u not in shielded]) for q, x in named]
         if lim.preemption.within_queue == "LowerPriority":
-            named.append((queue, self._lower_priority(job, pod, pools.held)))
+            own = self._lower_priority(job, pod, pools.held)
+            if shielded:
+                own = [u for u in own if u not in shielded]
+            named.append((queue, own))
         if pools.nobody_above:
             self._say_first(pod, NOBODY_ABOVE)
         named = [(q, x) for q, x in named if x]
         pools.named = named
         pools.queues = tuple(sorted({q for q, _ in named}))
         sets = [x for _, x in named]
+        if preceded:  # after the share rules' pools, before the queue's own pods
+            at = len(sets) - (1 if named and named[-1][0] == queue else 0)
+            sets.insert(at, preceded)
         if len(sets) > 1:
             sets.append(sorted({u for x in sets for u in x}))
         return sets
