@@ -14,6 +14,7 @@ from fairgpu.api.errors import InvalidObjectError
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.actions.pool_precedence import workload_type
 from fairgpu.engine.engine import CycleResult, Engine
+from fairgpu.kube.explain import _order, freed_nodes
 from fairgpu.model.node_pools import derive_placement
 from fairgpu.model.pod import LABEL_WORKLOAD, PodInfo
 from fairgpu.sim.accounting import RunLog
@@ -215,3 +216,26 @@ def test_the_hybrid_nodes_never_change_hands_back(
         if m.kind == "precedence":
             assert on_hybrid and kinds_of == ("inference", "training"), m
     _assert_no_reversal(moves, cooldown)
+
+
+def test_explain_names_the_rule_both_ways() -> None:
+    """``fairgpu explain``: the replica may take a training pod's hybrid GPU although no
+    share rule allows it (the move is not vetoed as a reclaim), and a training pod is told
+    that the rule keeps it from the replicas there."""
+    eng = engine(True, train=3, serve=1)
+    state = three_pools(8, 0)
+    spike = work("inference", "s8", "serve")
+    pending = [spike, *(work("training", f"tp{i}", "train") for i in range(8))]
+    _, rules = _order(eng, state, pending, spike, 1000.0)
+    freed = freed_nodes(eng, spike, state, ["h0"], 1000.0, rules)
+    [victim] = freed[0]["would_have_to_go"]
+    assert victim["pod"].startswith("train/th") and victim["preemptible_by_rules"], victim
+    eng = engine(True, train=1, serve=1)
+    state = three_pools(0, 8)
+    tp = work("training", "tp0", "train")
+    _, rules = _order(eng, state, [tp], tp, 1000.0)
+    assert rules.why_not("serve/sh0") == (
+        "a pool precedence rule puts its workload type first on this node"
+    )
+    _, rules = _order(engine(False, train=1, serve=1), state, [tp], tp, 1000.0)
+    assert rules.why_not("serve/sh0") is None

@@ -198,6 +198,8 @@ class _Rules:
         """None if ``uid`` may be a victim of the pod; otherwise the rule that forbids it."""
         if uid in self.allowed:
             return None
+        if self.victims is not None and uid in self.victims.shielded(self.pod):
+            return "a pool precedence rule puts its workload type first on this node"
         s, pod, cluster = self.s, self.pod, self.s.cluster
         victim = cluster.pods[uid]
         if not s.tenancy.preemption.enabled:
@@ -229,13 +231,16 @@ class _Rules:
         """The reclaim rule's verdict on evicting ``victims`` together (None: allowed): after
         the move the preemptor's queue must not rank above a queue it took from (``moved``,
         :meth:`moved`: victims that would run elsewhere at once leave their queue what it
-        held)."""
+        held; those a pool precedence rule lets go are not judged)."""
         if self.job is None or self.victims is None:
             return None
         queue, book = self.job.tenant.queue, self.s.book
         band = self.s.tenancy.preemption.reclaim_tolerance_band
         vec = book.pending_vector(self.pod)
-        return reclaim_refusal(book, queue, vec, victims, self.deserved, band, moved)
+        # What a pool precedence rule lets go answers to no share rule (as in the search).
+        preceded = self.victims.preceded(self.job, self.pod)
+        judged = [v for v in victims if v.uid not in preceded]
+        return reclaim_refusal(book, queue, vec, judged, self.deserved, band, moved)
 
     def moved(self, victims: list[PodInfo]) -> frozenset[str]:
         """The ``victims`` that would run at once on nodes the pod may not use (a relocation,

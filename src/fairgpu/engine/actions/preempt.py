@@ -330,6 +330,15 @@ class FairVictims:
         on nodes the pod may not use (:mod:`~fairgpu.engine.actions.relocate`)."""
         return relocate.moved(self.s, self._entry(job, pod).relocation, victims)
 
+    def preceded(self, job: Job, pod: PodInfo) -> frozenset[str]:
+        """The pods a pool precedence rule lets ``pod`` evict whatever the shares
+        (:mod:`~fairgpu.engine.actions.pool_precedence`)."""
+        return self._entry(job, pod).precedence
+
+    def shielded(self, pod: PodInfo) -> frozenset[str]:
+        """The pods a pool precedence rule keeps ``pod`` from ever evicting."""
+        return self._precedence.shielded(pod) if self._precedence else frozenset()
+
     def refusal(self, pod: PodInfo) -> str:
         """Why the last search for ``pod`` found no plan, or why :meth:`freeable` left a
         queue's pods out for it, when a rule refused ("" if none)."""
