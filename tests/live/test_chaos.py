@@ -15,8 +15,9 @@ middle of whatever it was doing: binding, evicting, waiting for victims to go. F
 the churn it runs as the Deployment runs it: two ``fairgpu run`` processes under leader
 election, the leader killed by SIGKILL and the standby taking over, a replica that loses its
 lease (the API server down past its renew deadline) replaced. Reclaim and priority preemption
-are on with their guards off, so victims are chosen all the time, and the fake kubelet finishes
-pods at their declared run times and keeps victims terminating for a grace period.
+are on with their guards off, and jobs are training or inference work with inference first on
+half of the nodes (pool precedence), so victims are chosen all the time; the fake kubelet
+finishes pods at their declared run times and keeps victims terminating for a grace period.
 
 Safety, judged from the API server's own state after every Pod and Node event
 (:class:`~auditor.Auditor`): no device or node over capacity, terminating pods included; no
@@ -46,7 +47,6 @@ from churn import Churn
 from lag_proxy import LagProxy
 from live_helpers import (
     A100,
-    CHURN_TENANCY,
     SchedulerProcess,
     bound,
     control_plane,
@@ -79,14 +79,21 @@ GRACE = 1.0  # seconds a deleted pod stays terminating
 SEED = int(os.environ.get("FAIRGPU_CHAOS_SEED", "2"))
 STEPS = int(os.environ.get("FAIRGPU_CHAOS_STEPS", "150"))
 SEGMENTS = 3  # the scheduler runs this many times during the churn (restarted in between)
-TENANCY = (
-    CHURN_TENANCY
-    + """queues:
+# CHURN_TENANCY's settings, and inference first on half of the nodes (pool precedence).
+TENANCY = """mode: dynamic
+history: {halfLifeSeconds: 0}
+preemption:
+  enabled: true
+  minRuntimeSeconds: 0
+  reclaimMinRuntimeSeconds: 0
+  reclaimCooldownSeconds: 0
+  poolPrecedence:
+    - {nodes: {chaos-tier: shared}, preemptor: inference, victims: training}
+queues:
   - {name: qa}
   - {name: qb}
   - {name: qc, weight: 2}
 """
-)
 PRIORITIES = {"ch-low": 1, "ch-high": 100}
 
 
@@ -112,7 +119,13 @@ class Chaos(Churn):
         super().__init__(cp, api, ns, auditor, SEED)
         self.tag, self.proxy = tag, proxy
         self.specs = [
-            NodeSpec(f"ch-{tag}-{i}", pool="training", gpu_model=A100, gpus=GPUS, labels={"t": tag})
+            NodeSpec(
+                f"ch-{tag}-{i}",
+                pool="training",
+                gpu_model=A100,
+                gpus=GPUS,
+                labels={"t": tag, "chaos-tier": "shared" if i >= NODES // 2 else "own"},
+            )
             for i in range(NODES)
         ]
         self.jobs: list[list[str]] = []  # the pod names of each job submitted
@@ -131,10 +144,17 @@ class Chaos(Churn):
         self.note(f"submitted {name}: {what}")
 
     def manifests(self, name: str) -> tuple[list[dict[str, Any]], str]:
-        """The pods of a new random job ``name``, and what it is, in words."""
+        """The pods of a new random job ``name``, and what it is, in words. Each is training
+        or inference work (``fairgpu.io/workload-type``): inference goes first on the shared
+        half of the nodes. Their node affinity is their own (to this run's nodes), so none is
+        derived from the workload type."""
         rng = self.rng
         kind = rng.choice(["whole", "whole", "share", "gang"])
-        labels = {"fairgpu.io/queue": rng.choice(["qa", "qb", "qc"]), "chaos-job": name}
+        labels = {
+            "fairgpu.io/queue": rng.choice(["qa", "qb", "qc"]),
+            "chaos-job": name,
+            "fairgpu.io/workload-type": rng.choice(["training", "inference"]),
+        }
         annotations = {DURATION_ANNOTATION: str(rng.choice([2, 4, 8, 15]))}
         common: dict[str, Any] = {
             "node_selector": {"t": self.tag},
@@ -156,7 +176,15 @@ class Chaos(Churn):
                 pod(f"{name}-{m}", gpus=gpus, labels=group, annotations=ann, **common)
                 for m in range(members)
             ]
-        return manifests, f"{kind}, {labels['fairgpu.io/queue']}, {common}"
+        term = {"matchExpressions": [{"key": "t", "operator": "In", "values": [self.tag]}]}
+        for m in manifests:
+            m["spec"]["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+                }
+            }
+        work = labels["fairgpu.io/workload-type"]
+        return manifests, f"{kind}, {work}, {labels['fairgpu.io/queue']}, {common}"
 
     def delete_job(self) -> None:
         """A user deletes a job: every pod of it (a gang whole), bound or not."""
@@ -333,8 +361,11 @@ class CacheWarnings(logging.Handler):
         self.chaos.note(f"scheduler cache: {record.getMessage()} {where}")
 
 
+PREEMPTION_KINDS = ("reclaim", "relocate", "precedence", "priority", "gang-restart", "gang-timeout")
+
+
 class Tally:
-    """Bind and eviction results summed over the scheduler's runs."""
+    """Bind and eviction results and victims by kind, summed over the scheduler's runs."""
 
     def __init__(self) -> None:
         self.counts: dict[str, float] = {}
@@ -345,6 +376,7 @@ class Tally:
         for metric, results in (
             (s.metrics.binds, ("ok", "conflict", "gone", "error")),
             (s.metrics.evictions, ("ok", "blocked", "error", "skipped_unbound")),
+            (s.metrics.preemptions, PREEMPTION_KINDS),
         ):
             for result in results:
                 key = f"{metric._name}:{result}"
@@ -354,8 +386,12 @@ class Tally:
     def add_scraped(self, text: str) -> None:
         """The same counters from a scheduler process's ``/metrics`` page."""
         for line in text.splitlines():
-            for metric in ("fairgpu_binds", "fairgpu_evictions"):
-                prefix = f'{metric}_total{{result="'
+            for metric, label in (
+                ("fairgpu_binds", "result"),
+                ("fairgpu_evictions", "result"),
+                ("fairgpu_preemptions", "kind"),
+            ):
+                prefix = f'{metric}_total{{{label}="'
                 if line.startswith(prefix):
                     result, value = line[len(prefix) :].split('"} ')
                     key = f"{metric}:{result}"
@@ -501,6 +537,8 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
             print(f"seed {SEED}: {chaos.done} in {time.monotonic() - t0:.1f} s")
             print(f"{len(chaos.jobs)} jobs; {auditor.checks} states audited; {tally.counts}")
             print(f"evictions during the churn: {churned}")
+            kinds = {k.split(":")[1]: v for k, v in tally.counts.items() if "preemptions" in k}
+            print(f"victims by kind: {kinds}")
             st = kubelet.stats
             print(f"resizes: {st.resized} applied, {st.deferred} deferred, {st.infeasible} refused")
             print(f"{auditor.gaps} watch gaps; pods gone in one while unbound:", auditor.unjudged)

@@ -79,7 +79,8 @@ class Metrics:
         )
         self.preemptions = Counter(
             "fairgpu_preemptions",
-            "Victims the engine chose to evict, by kind (reclaim, priority, gang-timeout).",
+            "Victims the engine chose to evict, by kind (reclaim, relocate, precedence, priority, "
+            "gang-restart, gang-timeout).",
             ["kind"],
             registry=r,
         )
