@@ -12,10 +12,9 @@ from test_stability import STEP, _assert_no_reversal, _flip_arrivals, _kind_pod,
 
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.cluster.state import ClusterState
-from fairgpu.engine.actions.pool_precedence import workload_type
 from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.kube.explain import _order, freed_nodes
-from fairgpu.model.node_pools import derive_placement
+from fairgpu.model.node_pools import derive_placement, workload_type
 from fairgpu.model.pod import LABEL_WORKLOAD, PodInfo
 from fairgpu.sim.accounting import RunLog
 from fairgpu.sim.simulator import PodRecord
@@ -239,3 +238,33 @@ def test_explain_names_the_rule_both_ways() -> None:
     )
     _, rules = _order(engine(False, train=1, serve=1), state, [tp], tp, 1000.0)
     assert rules.why_not("serve/sh0") is None
+
+
+def test_a_reservation_for_training_does_not_hold_the_hybrid_node_against_inference() -> None:
+    """train's 8-GPU job waits below its share and gets the hybrid node held (its four
+    training pods end first); a replica that declares no run time may not backfill there --
+    unless the rule puts inference first on the hybrid pool."""
+
+    def second_cycle(rules: bool) -> CycleResult:
+        cfg: dict[str, Any] = {"starvation": {"reserveAfterSeconds": 0}}
+        if rules:
+            cfg["preemption"] = {"poolPrecedence": [RULE]}
+        eng = Engine(tenancy=parse_config(cfg))
+        nodes = [pool_node(n, u) for n, u in (("t0", "training"), ("h0", "hybrid"))]
+        nodes.append(pool_node("i0", "inference"))
+        placed = [(work("training", f"t{i}", "train"), "t0", 0.0) for i in range(8)]
+        placed += [
+            (work("training", f"th{i}", "train", duration=1000.0), "h0", 0.0) for i in range(4)
+        ]
+        placed += [(work("inference", f"s{i}", "serve"), "i0", 0.0) for i in range(8)]
+        state = cluster(*nodes, placed=placed)
+        big = work("training", "big", "train", gpus=8)
+        first = eng.cycle(state, [big], 100.0)
+        assert first.reserved == {"train/big": ["h0"]}
+        return eng.cycle(state, [big, work("inference", "s8", "serve")], 101.0)
+
+    res = second_cycle(False)
+    assert moves(res) == ([], [])
+    why = next(u.reason for u in res.unschedulable if u.pod.name == "s8")
+    assert "held for other jobs" in why
+    assert moves(second_cycle(True)) == ([], [("s8", "h0")])

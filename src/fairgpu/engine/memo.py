@@ -19,6 +19,7 @@ import numpy as np
 
 from fairgpu.cluster.state import COL_CPU, COL_MEMORY, ClusterState
 from fairgpu.engine.gang import Reservation, declared_runtime
+from fairgpu.model.node_pools import workload_type
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
 if TYPE_CHECKING:
@@ -418,7 +419,8 @@ class CycleMemo:
                 starts = sorted(self._start(k, r, drain, size) for k, r in reservations.items())
                 known = self._class_sets[keys] = (held, keys, starts)
             self._classes = known
-        return (known[1], self.ends_before(declared_runtime(pod), now))
+        # The workload type too: pool precedence rules open held nodes to some types.
+        return (known[1], self.ends_before(declared_runtime(pod), now), workload_type(pod))
 
     def reservation_keys(self) -> tuple[str, ...]:
         """The reservation keys of the last :meth:`backfill_key` call (which must come

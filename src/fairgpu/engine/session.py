@@ -66,7 +66,8 @@ class EngineState:
     protected: dict[str, float] = field(default_factory=dict)
     torn_down: set[str] = field(default_factory=set)
     pool_demand: PoolDemandIndex = field(default_factory=PoolDemandIndex)
-    backfill: dict[tuple[str | None, float | None], np.ndarray] = field(default_factory=dict)
+    # (own reservation, declared run time, workload type) -> mask (reserve.allowed_nodes)
+    backfill: dict[tuple[str | None, float | None, str], np.ndarray] = field(default_factory=dict)
     reclaimed: dict[tuple[str, str, str], float] = field(default_factory=dict)
     learned: list[tuple[str, object | None]] = field(default_factory=list)
 

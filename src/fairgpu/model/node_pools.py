@@ -23,6 +23,11 @@ HYBRID = "hybrid"
 LABEL_GPU_MODEL = f"{DOMAIN}/gpu-model"
 
 
+def workload_type(pod: PodInfo) -> str:
+    """The pod's ``fairgpu.io/workload-type`` ("" without one)."""
+    return pod.labels.get(LABEL_WORKLOAD, "")
+
+
 @dataclass(frozen=True, slots=True)
 class NodePoolConfig:
     """Where the pool label lives and which GPU product label/taint key is used."""

@@ -9,7 +9,9 @@ type (``fairgpu.io/workload-type``) that goes first and the one that gives way.
 **Who may be evicted.** A pending pod of the rule's ``preemptor`` type may evict running pods
 of its ``victims`` type on the rule's nodes, of any queue (its own included) and whatever the
 queues hold against their shares: the operator put that kind of work first there, so no
-share rule is asked. Everything else is as for reclaim: the victims pass the time rules of
+share rule is asked. For the same reason a reservation for a job of the ``victims`` type
+does not hold the rule's nodes against it (:mod:`~fairgpu.engine.actions.precedence_nodes`).
+Everything else is as for reclaim: the victims pass the time rules of
 :class:`~fairgpu.engine.actions.victim_eligibility.ReclaimEligibility` (run at least
 ``reclaimMinRuntimeSeconds``, not on GPUs that changed tenant within the cooldown, not
 protected after starting from a reservation), a queue marked not ``preemptible`` gives
@@ -31,27 +33,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.actions.precedence_nodes import rule_nodes
 from fairgpu.engine.actions.victim_eligibility import HeldBack, ReclaimEligibility
 from fairgpu.engine.session import Session
-from fairgpu.model.pod import LABEL_WORKLOAD, PodInfo
-from fairgpu.tenancy.config import PoolPrecedence
-
-
-def workload_type(pod: PodInfo) -> str:
-    """The pod's ``fairgpu.io/workload-type`` ("" without one)."""
-    return pod.labels.get(LABEL_WORKLOAD, "")
-
-
-def rule_nodes(cluster: ClusterState, rule: PoolPrecedence) -> np.ndarray:
-    """Node slots whose labels include all of ``rule.nodes`` (active nodes only)."""
-    mask = cluster.active[: cluster.size].copy()
-    for key, value in rule.nodes.items():
-        codes, vocab = cluster.label_codes(key)
-        if value not in vocab:
-            return np.zeros(cluster.size, dtype=bool)
-        mask &= codes[: cluster.size] == vocab.index(value)
-    return mask
+from fairgpu.model.node_pools import workload_type
+from fairgpu.model.pod import PodInfo
 
 
 class PoolPrecedences:

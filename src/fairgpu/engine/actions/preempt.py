@@ -38,7 +38,7 @@ import numpy as np
 
 from fairgpu.engine.actions import relocate
 from fairgpu.engine.actions.order import Lanes
-from fairgpu.engine.actions.pool_precedence import PoolPrecedences, workload_type
+from fairgpu.engine.actions.pool_precedence import PoolPrecedences
 from fairgpu.engine.actions.priority_in_queue import UsersInQueue
 from fairgpu.engine.actions.reclaim import (
     below_share,
@@ -66,6 +66,7 @@ from fairgpu.engine.victim_cost import (
     running_gangs,
     waiting_is_cheaper,
 )
+from fairgpu.model.node_pools import workload_type
 from fairgpu.model.pod import PodInfo
 
 # Reclaim looks for victims in at most this many queues (those furthest above the preemptor).

@@ -81,6 +81,7 @@ from collections.abc import Container, Iterable
 
 import numpy as np
 
+from fairgpu.engine.actions.precedence_nodes import open_reserved
 from fairgpu.engine.actions.reclaim import below_share
 from fairgpu.engine.gang import (
     Reservation,
@@ -92,6 +93,7 @@ from fairgpu.engine.gang import (
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.session import Session
 from fairgpu.engine.victim_cost import room_times
+from fairgpu.model.node_pools import workload_type
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 
 # What a pending reason calls the nodes other jobs' reservations keep from a pod.
@@ -101,7 +103,9 @@ HELD_FOR_OTHERS = "node(s) held for other jobs"
 def allowed_nodes(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None:
     """Nodes ``pod`` of ``job`` may use given other jobs' reservations (None: all).
 
-    For a pod asking GPUs the answer depends only on its declared run time and on whether
+    For a pod asking GPUs the answer depends only on its declared run time, its workload
+    type (pool precedence rules open some held nodes to some types:
+    :func:`~fairgpu.engine.actions.precedence_nodes.open_reserved`) and on whether
     its own job holds a reservation (drain times and reservations stay fixed between two
     :func:`reservation_drain` calls), so it is memoised: a backlog of identical pods costs
     one mask, not one per attempt. Pods without GPUs depend on the nodes' free CPU and
@@ -110,13 +114,17 @@ def allowed_nodes(session: Session, job: Job, pod: PodInfo) -> np.ndarray | None
     if not reservations or (len(reservations) == 1 and job.key in reservations):
         return None
     memo = session.state.backfill
-    key = (job.key if job.key in reservations else None, declared_runtime(pod))
+    own = job.key if job.key in reservations else None
+    key = (own, declared_runtime(pod), workload_type(pod))
     if pod.gpu.count:
         got = memo.get(key)
         if got is not None:
             return got
     others = [r for k, r in reservations.items() if k != job.key]
     mask = backfill_mask(pod, session.cluster, others, session.drain, session.now)
+    rules = session.tenancy.preemption.pool_precedence
+    if rules:  # nodes held for work a rule puts this pod's kind before
+        mask = open_reserved(rules, session.cluster, pod, others, mask)
     if pod.gpu.count:
         memo[key] = mask
     return mask
