@@ -9,6 +9,7 @@ never see each other's pods: the pods to place can all be created at once.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -540,6 +541,15 @@ def _preferred_case(case: Case, rng: random.Random) -> None:
     case.incoming = _pod(case, "incoming", case.main_ns, labels, **spec)
 
 
+# Kinds whose cases are built by a function of their own (after the nodes).
+OWN_CASES: dict[str, Callable[[Case, random.Random], None]] = {
+    "resources": _resources_case,
+    "images": _images_case,
+    "taints": _taints_case,
+    "preferred": _preferred_case,
+}
+
+
 def make_case(i: int, kind: str, rng: random.Random, service: bool = False) -> Case:
     """Case number ``i`` of ``kind`` (one of :data:`KINDS`); a "defaults" case with
     ``service`` has a Service select its pods instead of a ReplicaSet owning them."""
@@ -548,17 +558,9 @@ def make_case(i: int, kind: str, rng: random.Random, service: bool = False) -> C
     if kind == "defaults":
         _defaults_case(case, rng, service=service)
         return case
-    if kind == "resources":
-        _resources_case(case, rng)
-        return case
-    if kind == "images":
-        _images_case(case, rng)
-        return case
-    if kind == "taints":
-        _taints_case(case, rng)
-        return case
-    if kind == "preferred":
-        _preferred_case(case, rng)
+    whole = OWN_CASES.get(kind)
+    if whole is not None:
+        whole(case, rng)
         return case
     mixed = kind == "mixed"
     _existing(case, rng, ports=kind in ("ports", "mixed"), anti=kind in ("affinity", "mixed"))

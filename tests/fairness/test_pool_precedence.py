@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
-from test_stability import STEP, _assert_no_reversal, _flip_arrivals, _kind_pod, burst, replay
+from test_stability import STEP, PoolFlips, _assert_no_reversal, pool_flips, replay
 
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.cluster.state import ClusterState
@@ -172,41 +171,15 @@ def test_a_precedence_eviction_is_a_preempted_run() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    kinds=st.lists(st.sampled_from(["anywhere", "training", "inference"]), min_size=3, max_size=3),
-    first=st.tuples(st.integers(5, 12), st.integers(5, 15)),
-    second=st.tuples(st.integers(1, 4), st.integers(3, 8), st.integers(40, 80)),
-    back=st.tuples(st.integers(1, 15), st.integers(3, 8), st.integers(5, 40)),
-    extra=st.lists(burst, max_size=3),
-    cooldown=st.sampled_from([300.0, 600.0]),
-)
-def test_the_hybrid_nodes_never_change_hands_back(
-    kinds: list[str],
-    first: tuple[int, int],
-    second: tuple[int, int, int],
-    back: tuple[int, int, int],
-    extra: list[tuple[int, int, int, int]],
-    cooldown: float,
-) -> None:
+@given(flips=pool_flips(12))
+def test_the_hybrid_nodes_never_change_hands_back(flips: PoolFlips) -> None:
     """Random arrivals of training, inference and go-anywhere work on a training, a hybrid
     and an inference node, inference first on the hybrid one: no training pod ever evicts
     an inference pod there, and no move -- precedence, reclaim or relocation -- is reversed
     over the same GPUs within the cooldown."""
-    names = ["q0", "q1", "q2"]
-    config = {
-        "queues": [{"name": n} for n in names],
-        "preemption": {
-            "reclaimMinRuntimeSeconds": 0,
-            "reclaimCooldownSeconds": cooldown,
-            "poolPrecedence": [RULE],
-        },
-    }
-    kind = dict(zip(names, kinds, strict=True))
-    arrivals = _flip_arrivals(
-        first, second, back, extra, lambda n, q, t: _kind_pod(n, q, kind[q], t)
-    )
+    config = flips.config(poolPrecedence=[RULE])
     nodes = [pool_node(n, n, gpus=4) for n in ("training", "hybrid", "inference")]
-    moves = replay(Engine(tenancy=parse_config(config)), nodes, arrivals, STEP)
+    moves = replay(Engine(tenancy=parse_config(config)), nodes, flips.arrivals(), STEP)
     for m in moves:
         assert m.victim is not None and m.preemptor is not None
         on_hybrid = any(n == "hybrid" for n, _ in m.victim_gpus)
@@ -214,7 +187,7 @@ def test_the_hybrid_nodes_never_change_hands_back(
         assert not (on_hybrid and kinds_of == ("training", "inference")), m
         if m.kind == "precedence":
             assert on_hybrid and kinds_of == ("inference", "training"), m
-    _assert_no_reversal(moves, cooldown)
+    _assert_no_reversal(moves, flips.cooldown)
 
 
 def test_explain_names_the_rule_both_ways() -> None:

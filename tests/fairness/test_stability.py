@@ -355,38 +355,62 @@ def _kind_pod(name: str, queue: str, kind: str, created: float) -> PodInfo:
     return derive_placement(pod(name, queue, created=created, labels={LABEL_WORKLOAD: kind}))
 
 
+QUEUES = ("q0", "q1", "q2")
+
+
+@dataclass(frozen=True)
+class PoolFlips:
+    """A scenario of :func:`_flip_arrivals` whose queues' pods may run anywhere or in one
+    pool only (``kinds``, one per queue of :data:`QUEUES`), and the cooldown."""
+
+    kinds: list[str]
+    first: tuple[int, int]
+    second: tuple[int, int, int]
+    back: tuple[int, int, int]
+    extra: list[tuple[int, int, int, int]]
+    cooldown: float
+
+    def arrivals(self) -> list[tuple[float, PodInfo, float]]:
+        kind = dict(zip(QUEUES, self.kinds, strict=True))
+
+        def make(name: str, queue: str, created: float) -> PodInfo:
+            return _kind_pod(name, queue, kind[queue], created)
+
+        return _flip_arrivals(self.first, self.second, self.back, self.extra, make)
+
+    def config(self, **preemption: Any) -> dict[str, Any]:
+        """Equal queues, reclaim without its minimum run, the cooldown, and ``preemption``."""
+        guards = {"reclaimMinRuntimeSeconds": 0, "reclaimCooldownSeconds": self.cooldown}
+        return {"queues": [{"name": n} for n in QUEUES], "preemption": guards | preemption}
+
+
+def pool_flips(most_first: int) -> st.SearchStrategy[PoolFlips]:
+    """:class:`PoolFlips` drawn at random; the first wave has up to ``most_first`` pods."""
+    return st.builds(
+        PoolFlips,
+        kinds=st.lists(
+            st.sampled_from(["anywhere", "training", "inference"]), min_size=3, max_size=3
+        ),
+        first=st.tuples(st.integers(5, most_first), st.integers(5, 15)),
+        second=st.tuples(st.integers(1, 4), st.integers(3, 8), st.integers(40, 80)),
+        back=st.tuples(st.integers(1, 15), st.integers(3, 8), st.integers(5, 40)),
+        extra=st.lists(burst, max_size=3),
+        cooldown=st.sampled_from([300.0, 600.0]),
+    )
+
+
 @settings(max_examples=40, deadline=None)
-@given(
-    kinds=st.lists(st.sampled_from(["anywhere", "training", "inference"]), min_size=3, max_size=3),
-    first=st.tuples(st.integers(5, 8), st.integers(5, 15)),
-    second=st.tuples(st.integers(1, 4), st.integers(3, 8), st.integers(40, 80)),
-    back=st.tuples(st.integers(1, 15), st.integers(3, 8), st.integers(5, 40)),
-    extra=st.lists(burst, max_size=3),
-    cooldown=st.sampled_from([300.0, 600.0]),
-)
+@given(flips=pool_flips(8))
 def test_no_move_reverses_over_the_same_gpus_within_the_cooldown_across_node_pools(
-    kinds: list[str],
-    first: tuple[int, int],
-    second: tuple[int, int, int],
-    back: tuple[int, int, int],
-    extra: list[tuple[int, int, int, int]],
-    cooldown: float,
+    flips: PoolFlips,
 ) -> None:
     """As above, with a training and an inference node and queues whose pods may run
     anywhere or in one pool only: relocations (a queue taking the node of pods that could run
     on the other pool, which restart there) are moves too, and none is reversed over the same
     GPUs within the cooldown, by a reclaim or another relocation."""
-    names = ["q0", "q1", "q2"]
-    config = {
-        "queues": [{"name": n} for n in names],
-        "preemption": {"reclaimMinRuntimeSeconds": 0, "reclaimCooldownSeconds": cooldown},
-    }
-    kind = dict(zip(names, kinds, strict=True))
-    arrivals = _flip_arrivals(
-        first, second, back, extra, lambda n, q, t: _kind_pod(n, q, kind[q], t)
-    )
     nodes = [pool_node("train", "training", gpus=4), pool_node("infer", "inference", gpus=4)]
-    _assert_no_reversal(replay(engine(config), nodes, arrivals, STEP), cooldown)
+    moves = replay(engine(flips.config()), nodes, flips.arrivals(), STEP)
+    _assert_no_reversal(moves, flips.cooldown)
 
 
 # ---- users inside a queue -----------------------------------------------------------------------
