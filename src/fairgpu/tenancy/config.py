@@ -179,8 +179,8 @@ class History(_Model):
 class PoolPrecedence(_Model):
     """On the nodes whose labels include ``nodes``, pending pods whose workload type
     (``fairgpu.io/workload-type``) is ``preemptor`` may evict running pods whose workload type
-    is ``victims``, of any queue and whatever the queues' shares, and pods of ``victims``'s
-    type never evict pods of ``preemptor``'s type there (see
+    is ``victims``, of any queue, whatever their priority and the queues' shares, and pods of
+    ``victims``'s type never evict pods of ``preemptor``'s type there (see
     :mod:`fairgpu.engine.actions.pool_precedence`). For example, inference over training on
     the hybrid pool: ``{nodes: {example.com/node.usage: hybrid}, preemptor: inference,
     victims: training}``."""

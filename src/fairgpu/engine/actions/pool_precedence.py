@@ -7,10 +7,11 @@ traffic now -- goes first there: a rule of ``preemption.poolPrecedence``
 type (``fairgpu.io/workload-type``) that goes first and the one that gives way.
 
 **Who may be evicted.** A pending pod of the rule's ``preemptor`` type may evict running pods
-of its ``victims`` type on the rule's nodes, of any queue (its own included) and whatever the
-queues hold against their shares: the operator put that kind of work first there, so no
-share rule is asked. For the same reason a reservation for a job of the ``victims`` type
-does not hold the rule's nodes against it (:mod:`~fairgpu.engine.actions.precedence_nodes`).
+of its ``victims`` type on the rule's nodes, of any queue (its own included), whatever their
+priority and whatever the queues hold against their shares: the operator put that kind of
+work first there, so neither priority nor a share rule is asked. For the same reason a
+reservation for a job of the ``victims`` type does not hold the rule's nodes against it
+(:mod:`~fairgpu.engine.actions.precedence_nodes`).
 Everything else is as for reclaim: the victims pass the time rules of
 :class:`~fairgpu.engine.actions.victim_eligibility.ReclaimEligibility` (run at least
 ``reclaimMinRuntimeSeconds``, not on GPUs that changed tenant within the cooldown, not
