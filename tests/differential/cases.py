@@ -17,7 +17,7 @@ HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 KINDS = (
     "spread", "affinity", "gates", "ports", "mixed", "defaults", "resources", "images", "taints",
-    "preferred",
+    "preferred", "extended",
 )  # fmt: skip
 
 
@@ -541,12 +541,82 @@ def _preferred_case(case: Case, rng: random.Random) -> None:
     case.incoming = _pod(case, "incoming", case.main_ns, labels, **spec)
 
 
+def _asks(rng: random.Random, most: int) -> dict[str, str]:
+    """Requests of up to ``most`` of: an extended resource, 2 MiB huge pages (with the memory
+    the API asks beside them), ephemeral storage; always some CPU."""
+    asks = {"cpu": rng.choice(["100m", "1", "3"])}
+    for name, amounts in rng.sample(EXTENDED, rng.randint(0, most)):
+        asks[name] = rng.choice(amounts)
+    if "hugepages-2Mi" in asks:
+        asks["memory"] = "64Mi"
+    return asks
+
+
+# What "extended" cases ask besides CPU: an extended resource, huge pages, ephemeral storage.
+EXTENDED = (
+    ("example.com/fpga", ["1", "2"]),
+    ("hugepages-2Mi", ["256Mi", "512Mi", "1Gi"]),
+    ("ephemeral-storage", ["5Gi", "15Gi", "30Gi"]),
+)
+
+
+def _extended_case(case: Case, rng: random.Random) -> None:
+    """Nodes with few pods' room (3-5), some ephemeral storage, an extended resource and huge
+    pages (or none of them), pods using them; the pod to place asks some of them -- the
+    filter on every resource a pod asks and on the node's pod count, and what the scores make
+    of a node that lacks a resource the pod does not ask."""
+    for n in case.nodes:
+        n["cpu"] = rng.choice(["4", "8"])
+        n["memory"] = "16Gi"
+        n["pods"] = rng.randint(3, 5)
+        n["ephemeral-storage"] = rng.choice(["20Gi", "50Gi"])
+        n["extra"] = {}
+        if rng.random() < 0.6:
+            n["extra"]["example.com/fpga"] = rng.choice(["1", "2", "4"])
+        if rng.random() < 0.6:
+            n["extra"]["hugepages-2Mi"] = rng.choice(["512Mi", "1Gi"])
+    for k in range(rng.randint(1, 8)):
+        node = rng.choice(case.nodes)
+        asks = {
+            name: amount
+            for name, amount in _asks(rng, 2).items()
+            if name in ("cpu", "memory", "ephemeral-storage") or name in node["extra"]
+        }
+        container = {
+            "name": "c",
+            "image": "registry.invalid/x:1",
+            "resources": {"requests": asks, "limits": _limits(asks)},
+        }
+        spec = {"nodeName": node["name"], "tolerations": [{"operator": "Exists"}]}
+        spec["containers"] = [container]
+        case.existing.append(_pod(case, f"e{k}", case.main_ns, {"app": "db"}, **spec))
+    asks = _asks(rng, 3)
+    container = {
+        "name": "c",
+        "image": "registry.invalid/x:1",
+        "resources": {"requests": asks, "limits": _limits(asks)},
+    }
+    spec = {
+        "affinity": {"nodeAffinity": _node_affinity(case, rng)},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        "containers": [container],
+    }
+    case.incoming = _pod(case, "incoming", case.main_ns, {"app": "web"}, **spec)
+
+
+def _limits(asks: dict[str, str]) -> dict[str, str]:
+    """The limits the API requires beside such requests: equal for extended resources and
+    huge pages (which may not be overcommitted)."""
+    return {k: v for k, v in asks.items() if k in ("example.com/fpga", "hugepages-2Mi")}
+
+
 # Kinds whose cases are built by a function of their own (after the nodes).
 OWN_CASES: dict[str, Callable[[Case, random.Random], None]] = {
     "resources": _resources_case,
     "images": _images_case,
     "taints": _taints_case,
     "preferred": _preferred_case,
+    "extended": _extended_case,
 }
 
 
@@ -589,7 +659,7 @@ def make_cases(count: int, seed: int = 16) -> list[Case]:
     rng = random.Random(seed)
     kinds = [
         "spread", "spread", "affinity", "affinity", "ports", "gates", "mixed", "defaults",
-        "resources", "images", "taints", "preferred",
+        "resources", "images", "taints", "preferred", "extended",
     ]  # fmt: skip
     # Every other "defaults" case has a Service.
     return [

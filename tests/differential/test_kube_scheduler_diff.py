@@ -3,7 +3,8 @@
 spread constraints of ReplicaSets' and Services' pods, requests added up from sidecars, init
 containers, pod-level resources and pods in the middle of an in-place resize, images the nodes
 have pulled, taints of every effect, cordoned nodes and required and preferred node affinity,
-preferred pod (anti-)affinity of the pod to place and of the pods placed).
+preferred pod (anti-)affinity of the pod to place and of the pods placed, extended resources,
+huge pages, ephemeral storage and nodes' pod counts).
 
 All cases share one control plane (cases are isolated by construction, see ``cases.py``).
 fairgpu decides first, on the snapshot the API returns (the same decoding as production);
@@ -66,6 +67,9 @@ def _create_case_objects(client: KubeClient, cases: list[Case], ca: str) -> None
             memory=n.get("memory", "256Gi"),
             images=n.get("images", []),
             unschedulable=n.get("unschedulable", False),
+            pods=n.get("pods", 110),
+            ephemeral_storage=n.get("ephemeral-storage", "500Gi"),
+            extra_resources=n.get("extra", {}),
         )
         for c in cases
         for n in c.nodes
