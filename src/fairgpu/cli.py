@@ -13,6 +13,7 @@ from rich.table import Table
 
 from fairgpu import __version__
 from fairgpu.commands import register as register_user_commands
+from fairgpu.sim.results import preemptions_text
 
 app = typer.Typer(
     help="fairgpu: fair, fragmentation-aware GPU scheduling for shared Kubernetes clusters.",
@@ -231,6 +232,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     ):
         if key is None:
             table.add_row(label, f"{summary['pods_started']} / {summary['pods']}")
+        elif key == "preemptions":
+            table.add_row(label, preemptions_text(summary))
         else:
             table.add_row(label, f"{summary[key]}{unit}")
     console.print(table)

@@ -14,7 +14,7 @@ from fairgpu.cli import app
 from fairgpu.engine.engine import Engine
 from fairgpu.model.gpu import GpuRequest
 from fairgpu.sim.accounting import LOST, USEFUL, RunAttempt, gang_stats, reversals
-from fairgpu.sim.results import accounting_summary, write_runs_csv
+from fairgpu.sim.results import accounting_summary, preemptions_text, summarize, write_runs_csv
 from fairgpu.sim.simulator import Simulation, SimulationResult
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.tenancy import parse_config
@@ -143,3 +143,14 @@ def test_simulate_out_writes_runs_csv_consistent_with_the_summary(tmp_path: Path
     page = report.read_text()
     assert "useful GPUs against its pool-aware fair share" in page and "Lost work" in page
     assert "shortfall locked by job size" in page
+
+
+def test_preemptions_are_counted_by_kind() -> None:
+    """The summary's preemptions by kind add up to its count: the reclaimed member and the
+    sibling torn down with it, as the CLI and the report print them."""
+    result = _reclaim_of_a_gang()
+    summary = summarize(result, {})
+    assert summary["preemptions_by_kind"] == {"gang-restart": 1, "reclaim": 1}
+    assert sum(summary["preemptions_by_kind"].values()) == summary["preemptions"] == 2
+    assert preemptions_text(summary) == "2 (gang-restart 1, reclaim 1)"
+    assert preemptions_text({"preemptions": 0, "preemptions_by_kind": {}}) == "0"

@@ -17,6 +17,7 @@ import numpy as np
 
 from fairgpu.sim.accounting import GANG_WAIT
 from fairgpu.sim.forecast import PredictionSample
+from fairgpu.sim.results import preemptions_text
 from fairgpu.sim.simulator import SimulationResult
 
 
@@ -178,7 +179,7 @@ def _cards(summary: dict[str, Any]) -> str:
         ("GPU allocation (peak)", f"{summary.get('gpu_allocation_peak_pct')} %"),
         ("pods started", f"{summary.get('pods_started')} / {summary.get('pods')}"),
         ("wait p50 / p99", f"{summary.get('wait_p50_s')} s / {summary.get('wait_p99_s')} s"),
-        ("preemptions", str(summary.get("preemptions"))),
+        ("preemptions", preemptions_text(summary)),
         ("lost GPU time (% of capacity)", f"{acc.get('lost_pct_of_capacity')} %"),
         ("useful GPU allocation", f"{acc.get('useful_allocation_pct')} %"),
         ("reversals within 10 min", str(acc.get("reversals", {}).get("10min"))),

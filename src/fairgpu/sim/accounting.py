@@ -229,6 +229,18 @@ def gang_stats(attempts: Iterable[RunAttempt], arrival: Mapping[str, float]) -> 
     }
 
 
+def evictions_by_kind(attempts: Iterable[RunAttempt]) -> dict[str, int]:
+    """How many run attempts ended evicted, by kind: a preemption's (``reclaim``,
+    ``relocate``, ``precedence``, ``priority``) or a gang's (``gang-restart``,
+    ``gang-timeout``), most first."""
+    kinds: dict[str, int] = {}
+    for a in attempts:
+        kind = a.cause if a.outcome == "preempted" else a.outcome
+        if a.outcome in ("preempted", "gang-restart", "gang-timeout"):
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def work_totals(attempts: Iterable[RunAttempt]) -> dict[str, Any]:
     """GPU-seconds of useful and lost work, lost by outcome (and ``gang-wait``: what useful
     attempts held before their work began) and by preemption kind, per tenant."""

@@ -15,7 +15,13 @@ import numpy as np
 
 from fairgpu.cluster.state import COL_GPU_MILLI
 from fairgpu.model.gpu import GpuRequest
-from fairgpu.sim.accounting import RunAttempt, gang_stats, reversals, work_totals
+from fairgpu.sim.accounting import (
+    RunAttempt,
+    evictions_by_kind,
+    gang_stats,
+    reversals,
+    work_totals,
+)
 from fairgpu.sim.simulator import PodRecord, SimulationResult, percentile, time_average
 from fairgpu.tenancy.pool_share import PoolDemand, node_pools, pool_fair_shares
 
@@ -82,9 +88,18 @@ def summarize(result: SimulationResult, params: dict[str, Any]) -> dict[str, Any
         "wait_p99_s": _round(percentile(waits, 99)),
         "simulated_seconds": _round(result.end_time),
         "preemptions": result.preemptions,
+        "preemptions_by_kind": evictions_by_kind(result.runs),
         "scheduling_cycles": result.cycles,
         "tenants": tenant_table(result),
     }
+
+
+def preemptions_text(summary: dict[str, Any]) -> str:
+    """The preemption count of ``summary`` with its kinds, e.g. ``62 (reclaim 41, priority
+    21)``."""
+    kinds = summary.get("preemptions_by_kind") or {}
+    parts = ", ".join(f"{k} {n}" for k, n in kinds.items())
+    return f"{summary.get('preemptions')} ({parts})" if parts else str(summary.get("preemptions"))
 
 
 POD_COLUMNS = [
