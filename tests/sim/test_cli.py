@@ -41,6 +41,12 @@ def test_default_simulation_writes_summary_pods_and_report(tmp_path: Path) -> No
     page = report.read_text()
     assert page.count("data:image/png;base64,") >= 4
     assert "GPU allocation per tenant over time" in page
+    # Preemptions by kind, under the count in the report and beside it in the table.
+    kinds = summary["preemptions_by_kind"]
+    assert kinds and sum(kinds.values()) == summary["preemptions"]
+    shown = " · ".join(f"{k} {n}" for k, n in kinds.items())
+    assert f'<div class="n">{shown}</div>' in page
+    assert f"{summary['preemptions']} (" in result.output
 
 
 def test_yaml_workload(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ import numpy as np
 
 from fairgpu.sim.accounting import GANG_WAIT
 from fairgpu.sim.forecast import PredictionSample
-from fairgpu.sim.results import preemptions_text
 from fairgpu.sim.simulator import SimulationResult
 
 
@@ -174,21 +173,25 @@ def _lost_plot(result: SimulationResult) -> str:
 
 def _cards(summary: dict[str, Any]) -> str:
     acc = summary.get("accounting", {})
+    kinds = summary.get("preemptions_by_kind") or {}  # under the count, small
     items = [
         ("GPU allocation (time avg)", f"{summary.get('gpu_allocation_avg_pct')} %"),
         ("GPU allocation (peak)", f"{summary.get('gpu_allocation_peak_pct')} %"),
         ("pods started", f"{summary.get('pods_started')} / {summary.get('pods')}"),
         ("wait p50 / p99", f"{summary.get('wait_p50_s')} s / {summary.get('wait_p99_s')} s"),
-        ("preemptions", preemptions_text(summary)),
+        ("preemptions", str(summary.get("preemptions"))),
         ("lost GPU time (% of capacity)", f"{acc.get('lost_pct_of_capacity')} %"),
         ("useful GPU allocation", f"{acc.get('useful_allocation_pct')} %"),
         ("reversals within 10 min", str(acc.get("reversals", {}).get("10min"))),
         ("most starts of one gang", str(acc.get("max_gang_starts"))),
         ("policy", str(summary.get("policy"))),
     ]
+    notes = {"preemptions": " · ".join(f"{k} {n}" for k, n in kinds.items())}
     return "".join(
         f'<div class="card"><div class="k">{html.escape(k)}</div>'
-        f'<div class="v">{html.escape(v)}</div></div>'
+        f'<div class="v">{html.escape(v)}</div>'
+        + (f'<div class="n">{html.escape(notes[k])}</div>' if notes.get(k) else "")
+        + "</div>"
         for k, v in items
     )
 
@@ -231,6 +234,7 @@ h1{margin-bottom:.2rem} .sub{color:#4a5568;margin-top:0}
 .card{border:1px solid #e2e8f0;border-radius:8px;padding:.7rem 1rem;background:#f7fafc}
 .k{font-size:.8rem;color:#4a5568;text-transform:uppercase;letter-spacing:.04em}
 .v{font-size:1.4rem;font-weight:600;margin-top:.2rem}
+.n{font-size:.8rem;color:#4a5568;margin-top:.1rem}
 table{border-collapse:collapse;width:100%;margin:1rem 0} th,td{border-bottom:1px solid #e2e8f0;
 padding:.35rem .6rem;text-align:right} th:first-child,td:first-child{text-align:left}
 th{background:#edf2f7} figure{margin:1.5rem 0} figcaption{font-weight:600;margin-bottom:.4rem}
