@@ -235,7 +235,7 @@ def evictions_by_kind(attempts: Iterable[RunAttempt]) -> dict[str, int]:
     ``gang-timeout``), most first."""
     kinds: dict[str, int] = {}
     for a in attempts:
-        kind = a.cause if a.outcome == "preempted" else a.outcome
+        kind = (a.cause or a.outcome) if a.outcome == "preempted" else a.outcome
         if a.outcome in ("preempted", "gang-restart", "gang-timeout"):
             kinds[kind] = kinds.get(kind, 0) + 1
     return dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
