@@ -150,7 +150,11 @@ def test_only_the_rules_nodes_and_kinds() -> None:
     ("rule", "field", "says"),
     [
         ({**RULE, "nodes": {}}, "preemption.poolPrecedence[0].nodes", "at least 1 item"),
-        ({**RULE, "victims": "inference"}, "preemption.poolPrecedence[0].victims", "differ"),
+        (
+            {**RULE, "victims": "inference"},
+            "preemption.poolPrecedence[0].victims",
+            "field preemption.poolPrecedence[0].victims: must differ from preemptor",
+        ),
         ({**RULE, "preemptor": ""}, "preemption.poolPrecedence[0].preemptor", "at least 1"),
         ({**RULE, "pool": "hybrid"}, "preemption.poolPrecedence[0].pool", "not permitted"),
     ],

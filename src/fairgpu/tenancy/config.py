@@ -447,7 +447,9 @@ def parse_config(data: Any) -> TenancyConfig:
         cfg = TenancyConfig.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
-        raise InvalidObjectError(CONFIG_OBJECT, _loc(first["loc"]), first["msg"]) from None
+        # A validator's own message, without the "Value error, " pydantic puts before it.
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise InvalidObjectError(CONFIG_OBJECT, _loc(first["loc"]), msg) from None
     _check(cfg)
     return cfg
 
