@@ -42,17 +42,16 @@ def open_reserved(
     that a rule putting ``pod``'s workload type first holds for a job of its ``victims``
     type (a reservation's ``member`` says the job's type); ``mask`` itself if none."""
     kind = workload_type(pod)
-    ours = [r for r in rules if kind and r.preemptor == kind]
-    if not ours:
+    # Per rule putting the pod's type first: the type it puts second and the rule's nodes.
+    opens = [(r.victims, rule_nodes(cluster, r)) for r in rules if kind and r.preemptor == kind]
+    if not opens:
         return mask
     out = mask
     for res in reservations:
-        held = res.member
-        for rule in ours:
-            if held is None or workload_type(held) != rule.victims:
-                continue
-            nodes = res.nodes[res.nodes < mask.size]
-            opened = nodes[rule_nodes(cluster, rule)[nodes]]
+        held = workload_type(res.member) if res.member is not None else ""
+        nodes = res.nodes[res.nodes < mask.size]
+        for victims, on_rule in opens:
+            opened = nodes[on_rule[nodes]] if held == victims else nodes[:0]
             if opened.size:
                 out = out.copy() if out is mask else out
                 out[opened] = True
