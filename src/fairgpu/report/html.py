@@ -17,6 +17,7 @@ import numpy as np
 
 from fairgpu.sim.accounting import GANG_WAIT
 from fairgpu.sim.forecast import PredictionSample
+from fairgpu.sim.results import kinds_text
 from fairgpu.sim.simulator import SimulationResult
 
 
@@ -173,7 +174,6 @@ def _lost_plot(result: SimulationResult) -> str:
 
 def _cards(summary: dict[str, Any]) -> str:
     acc = summary.get("accounting", {})
-    kinds = summary.get("preemptions_by_kind") or {}  # under the count, small
     items = [
         ("GPU allocation (time avg)", f"{summary.get('gpu_allocation_avg_pct')} %"),
         ("GPU allocation (peak)", f"{summary.get('gpu_allocation_peak_pct')} %"),
@@ -186,7 +186,7 @@ def _cards(summary: dict[str, Any]) -> str:
         ("most starts of one gang", str(acc.get("max_gang_starts"))),
         ("policy", str(summary.get("policy"))),
     ]
-    notes = {"preemptions": " · ".join(f"{k} {n}" for k, n in kinds.items())}
+    notes = {"preemptions": kinds_text(summary, " · ")}  # under the count, small
     return "".join(
         f'<div class="card"><div class="k">{html.escape(k)}</div>'
         f'<div class="v">{html.escape(v)}</div>'

@@ -94,11 +94,16 @@ def summarize(result: SimulationResult, params: dict[str, Any]) -> dict[str, Any
     }
 
 
+def kinds_text(summary: dict[str, Any], sep: str = ", ") -> str:
+    """``summary``'s preemptions by kind, e.g. ``reclaim 41, priority 21`` ("" if none)."""
+    kinds = summary.get("preemptions_by_kind") or {}
+    return sep.join(f"{k} {n}" for k, n in kinds.items())
+
+
 def preemptions_text(summary: dict[str, Any]) -> str:
     """The preemption count of ``summary`` with its kinds, e.g. ``62 (reclaim 41, priority
     21)``."""
-    kinds = summary.get("preemptions_by_kind") or {}
-    parts = ", ".join(f"{k} {n}" for k, n in kinds.items())
+    parts = kinds_text(summary)
     return f"{summary.get('preemptions')} ({parts})" if parts else str(summary.get("preemptions"))
 
 
