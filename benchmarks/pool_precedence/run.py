@@ -1,8 +1,9 @@
 """Pool precedence: what putting inference first on the hybrid pool buys and what it costs.
 
-One workload, simulated twice in the same run -- without a precedence rule and with
-``{nodes: {example.com/node.usage: hybrid}, preemptor: inference, victims: training}`` --,
-fair ordering and the default placement policy both times. Nodes: a training pool (2 x 8
+One workload, simulated with fair ordering twice in the same run -- without a precedence
+rule and with ``{nodes: {example.com/node.usage: hybrid}, preemptor: inference, victims:
+training}`` -- (and once more with kube-default ordering, below), the default placement
+policy every time. Nodes: a training pool (2 x 8
 GPUs), a hybrid pool (2 x 8) and an inference pool (1 x 8), one GPU model. Queue
 ``research`` (weight 3) submits training jobs of 1, 2 and 4 GPUs all along (median 1 h) and
 fills the training and hybrid pools; queue ``product`` (weight 1) runs 6 replicas from the
@@ -11,13 +12,17 @@ spike ``product`` is above its fair share of the GPUs it may use (weight 1 again
 share rule gives it the hybrid GPUs: without the rule the spike waits for training to end;
 with it, training pods on the hybrid nodes give way.
 
+A third run, the baseline of every policy: ``kube-default`` ordering (kube-scheduler's
+priority then age, its priority preemption; no rule), the same workload.
+
 Prints one JSON object: per run the spike replicas' wait (p50, p99, max, how many never
-started), the GPU-hours lost to preemption, useful allocation (of the run) and allocation per
-pool, preemptions by kind, each queue's useful GPU-hours; then ``with / without`` ratios of
-the spike's wait p99 and of useful allocation. Served sooner, the spike runs on hybrid GPUs
-training would have used and is over before the run ends: the inference pool then stands
-idle where, without the rule, the late spike still ran -- so useful allocation over the
-run falls by more than the lost GPU-hours, and ``research`` ends with fewer GPU-hours.
+started), the GPU-hours lost to preemption, useful allocation (of the run) and allocation
+per pool, preemptions by kind, reversals within 10 minutes, each queue's useful GPU-hours;
+then ``with / without`` ratios of the spike's wait p99 and of useful allocation. Served
+sooner, the spike runs on hybrid GPUs training would have used and is over before the run
+ends: the inference pool then stands idle where, without the rule, the late spike still ran
+-- so useful allocation over the run falls by more than the lost GPU-hours, and ``research``
+ends with fewer GPU-hours.
 
 Usage: ``python benchmarks/pool_precedence/run.py [--seed 0] [--spike 14]``
 """
@@ -102,12 +107,13 @@ def workload(seed: int, spike: int) -> Workload:
     return Workload("pool-precedence", nodes, arrivals)
 
 
-def measure(seed: int, spike: int, rule: bool) -> dict[str, Any]:
-    """One simulation, with or without the rule."""
+def measure(seed: int, spike: int, rule: bool, ordering: str = "fair") -> dict[str, Any]:
+    """One simulation, with or without the rule, in ``ordering``."""
     config: dict[str, Any] = {"queues": [{"name": "research", "weight": 3}, {"name": "product"}]}
     if rule:
         config["preemption"] = {"poolPrecedence": [RULE]}
-    engine = Engine(policy(DEFAULT_POLICY), seed, tenancy=parse_config(config))
+    tenancy = parse_config(config)
+    engine = Engine(policy(DEFAULT_POLICY), seed, tenancy=tenancy, ordering=ordering)  # type: ignore[arg-type]
     result = Simulation(workload(seed, spike), engine, seed=seed, until=UNTIL).run()
     acc = accounting_summary(result)
     spikes = [r for r in result.records if r.pod.name.startswith("spike-")]
@@ -133,6 +139,7 @@ def measure(seed: int, spike: int, rule: bool) -> dict[str, Any]:
             p: round(100.0 * held.get(p, 0.0) / (g * result.end_time), 2) for p, g in gpus.items()
         },
         "preemptions_by_kind": kinds,
+        "reversals_10min": acc["reversals"]["10min"],
         "useful_gpu_hours_by_queue": {
             q: round(pct / 100.0 * 40 * result.end_time / 3600.0, 2)
             for q, pct in acc["tenant_useful_pct"].items()
@@ -148,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     without = measure(args.seed, args.spike, rule=False)
     with_rule = measure(args.seed, args.spike, rule=True)
+    kube = measure(args.seed, args.spike, rule=False, ordering="kube-default")
 
     def ratio(key: str) -> float | None:
         base = without[key]
@@ -159,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "spike": args.spike,
         "without_rule": without,
         "with_rule": with_rule,
+        "kube_default": kube,
         "ratio_with_over_without": {
             "spike_wait_p99": ratio("spike_wait_p99_s"),
             "useful_allocation": ratio("useful_allocation_pct"),
