@@ -135,12 +135,14 @@ def _simulate(spec: Any, out: Path | None, report: Path | None) -> None:
     from fairgpu.sim.rerun import build_engine, load_workload
     from fairgpu.sim.results import (
         add_accounting,
+        job_table,
         summarize,
         write_pods_csv,
         write_runs_csv,
         write_summary,
     )
     from fairgpu.sim.simulator import Simulation
+    from fairgpu.sim.workloads.kube_yaml import skipped_objects
 
     started = time.perf_counter()
     workload = load_workload(spec)
@@ -149,6 +151,8 @@ def _simulate(spec: Any, out: Path | None, report: Path | None) -> None:
     engine = build_engine(spec, workload)
     ordering, seed = spec.ordering, spec.seed
     console.print(f"[bold]fairgpu simulate[/] {workload.description}")
+    for note in skipped_objects(workload):
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
     console.print(
         f"policy [cyan]{engine.profile.name}[/] (tie-break {engine.profile.tie_break}),"
         f" ordering [cyan]{ordering}[/], seed {seed}"
@@ -191,6 +195,8 @@ def _simulate(spec: Any, out: Path | None, report: Path | None) -> None:
         "wall_seconds": round(wall, 2),
     }
     summary = summarize(result, params)
+    if workload.jobs:
+        summary["jobs"] = job_table(workload.jobs, result)
     shares = add_accounting(summary, result, engine, sim.cluster)  # pool-aware fair shares
     _print_summary(summary)
     if out is not None:
@@ -260,6 +266,23 @@ def _print_summary(summary: dict[str, Any]) -> None:
             str(row["wait_p99_s"]),
         )
     console.print(tenants)
+    if summary.get("jobs"):
+        _print_jobs(summary["jobs"])
+
+
+def _print_jobs(jobs: dict[str, dict[str, Any]]) -> None:
+    """One row per batch/v1 Job: how far it got and when it started and finished."""
+    table = Table(title="Jobs", title_justify="left")
+    for col in ("job", "succeeded", "created s", "first start s", "finished s"):
+        table.add_column(col, justify="left" if col == "job" else "right")
+    for name, row in jobs.items():
+        cells = (row["arrival_s"], row["first_start_s"], row["finished_s"])
+        table.add_row(
+            name,
+            f"{row['succeeded']} / {row['completions']}",
+            *("-" if v is None else str(v) for v in cells),
+        )
+    console.print(table)
 
 
 def _simulate_protocol(

@@ -492,6 +492,7 @@ def _load_pods(
     from fairgpu.kube.snapshot import list_objects
     from fairgpu.model.node_pools import NodePoolConfig
     from fairgpu.model.priority import PriorityClasses
+    from fairgpu.sim.job_controller import JobController
     from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
 
     try:
@@ -510,11 +511,15 @@ def _load_pods(
             workload = load_kube_yaml(files, NodePoolConfig(usage_key=pool_label), classes)
     except (ValueError, OSError, RuntimeError) as error:
         _fail(str(error))
-    if not workload.arrivals:
-        _fail(f"{', '.join(map(str, paths))}: no Pods or Deployments")
+    # A Job's first pods: the others are created only as those succeed.
+    arrivals = JobController(workload.jobs, workload.arrivals).initial(workload.arrivals)
+    if not arrivals:
+        suspended = workload.extra.get("suspended_jobs") or []
+        why = f" (suspended: Job {', '.join(suspended)})" if suspended else ""
+        _fail(f"{', '.join(map(str, paths))}: no Pods, Deployments or Jobs{why}")
     namespaces = {name for name, _ in snapshot.namespaces}
     pods = []
-    for arrival in workload.arrivals:
+    for arrival in arrivals:
         pod = arrival.pod
         pod.created = pod.created or snapshot.now
         if pod.error is None and client is not None and pod.namespace not in namespaces:

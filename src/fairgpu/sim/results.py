@@ -6,7 +6,7 @@ import csv
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from fairgpu.sim.accounting import (
     work_totals,
 )
 from fairgpu.sim.simulator import PodRecord, SimulationResult, percentile, time_average
+from fairgpu.sim.workload import JobPacing
 from fairgpu.tenancy.pool_share import PoolDemand, node_pools, pool_fair_shares
 
 if TYPE_CHECKING:
@@ -59,6 +60,27 @@ def tenant_table(result: SimulationResult) -> dict[str, dict[str, Any]]:
             "gpu_share_of_allocated_pct": _round(100.0 * avg / total_alloc if total_alloc else 0.0),
             "wait_p50_s": _round(percentile(waits, 50)),
             "wait_p99_s": _round(percentile(waits, 99)),
+        }
+    return out
+
+
+def job_table(jobs: Iterable[JobPacing], result: SimulationResult) -> dict[str, dict[str, Any]]:
+    """Per batch/v1 Job: its completions (pods to succeed), the pods its controller created
+    in the run, those that succeeded, when it was created, its first pod's start, and when
+    it finished -- its last pod succeeded (None if it did not within the run)."""
+    records = {r.pod.uid: r for r in result.records}
+    out: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        created = [records[uid] for uid in job.pods if uid in records]
+        succeeded = [r.end for r in created if r.end is not None]
+        starts = [r.start for r in created if r.start is not None]
+        out[job.key] = {
+            "completions": len(job.pods),
+            "pods_created": len(created),
+            "succeeded": len(succeeded),
+            "arrival_s": _round(min((r.arrival for r in created), default=None)),
+            "first_start_s": _round(min(starts, default=None)),
+            "finished_s": _round(max(succeeded)) if len(succeeded) == len(job.pods) else None,
         }
     return out
 

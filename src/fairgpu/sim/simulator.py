@@ -22,6 +22,7 @@ from fairgpu.engine.engine import Engine
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.accounting import RunAttempt, RunLog, sibling_cause
+from fairgpu.sim.job_controller import JobController
 from fairgpu.sim.rendezvous import DEFAULT_TIMEOUT, Rendezvous
 from fairgpu.sim.workload import PodArrival, Workload
 
@@ -207,6 +208,7 @@ class Simulation:
         self.now = 0.0
         self.runs = RunLog(self.tenant_of)
         self._wake_at: float | None = None  # the cycle a time rule asked for, if scheduled
+        self.jobs = JobController(workload.jobs, workload.arrivals)
 
     def _push(self, time: float, kind: int, uid: str) -> None:
         heapq.heappush(self._events, (time, kind, self._seq, uid))
@@ -456,6 +458,9 @@ class Simulation:
         self._charge_tenant(rec, -1)
         self.runs.stop(uid, self.now, "completed")
         rec.end = self.now
+        created = self.jobs.succeeded(uid, self.now)
+        if created is not None:  # its Job's next pod, queued at this instant
+            self._add_arrival(created)
 
     def _release_claims(self, pod: PodInfo, requeue: bool) -> None:
         """The pod stopped: its claims are no longer reserved for it (deallocated when no pod
@@ -470,10 +475,11 @@ class Simulation:
         """Run to the end of the workload (or ``until``) and return the result."""
         # Pods arriving together in the live scheduler's order: creation time, namespace/name.
         for arrival in sorted(
-            self.workload.arrivals, key=lambda a: (a.arrival, pod_identity(a.pod))
+            self.jobs.initial(self.workload.arrivals),
+            key=lambda a: (a.arrival, pod_identity(a.pod)),
         ):
             self._add_arrival(arrival)
-        total = len(self.records)
+        total = len(self.records) + self.jobs.waiting
         arrived = 0
         while self._events:
             if self._stale(self._events[0]):

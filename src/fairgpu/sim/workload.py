@@ -19,12 +19,26 @@ class PodArrival:
     duration: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class JobPacing:
+    """A batch/v1 Job (``key``: ``namespace/name``) whose pods do not all exist at once: of
+    its pods (uids, in the order its controller creates them) the first ``first`` arrive at
+    their arrival time, each later one when one of the Job's pods succeeds
+    (:mod:`fairgpu.sim.job_controller`)."""
+
+    key: str
+    first: int
+    pods: tuple[str, ...]
+
+
 @dataclass(slots=True)
 class Workload:
     """A cluster and the pods submitted to it.
 
     ``pod_groups`` maps ``namespace/name`` of declared PodGroups to their ``minMember``;
-    ``description`` is shown in reports.
+    ``jobs``: the Jobs whose pods ``arrivals`` holds (each pod's arrival is its Job's; the
+    simulator creates the later ones as earlier ones succeed); ``description`` is shown in
+    reports.
     """
 
     name: str
@@ -33,3 +47,4 @@ class Workload:
     pod_groups: dict[str, int] = field(default_factory=dict)
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    jobs: list[JobPacing] = field(default_factory=list)

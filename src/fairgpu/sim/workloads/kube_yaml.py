@@ -3,7 +3,8 @@
 Reads one or more multi-document YAML files (or directories of ``*.yaml``/``*.yml``) holding
 Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Services (their
 selectors give pods default spread constraints), Pods, PriorityClasses,
-Deployments (expanded to their replicas) and PodGroups (scheduler-plugins
+Deployments (expanded to their replicas), batch/v1 Jobs (the pods their controller creates:
+:mod:`~fairgpu.sim.workloads.kube_jobs`) and PodGroups (scheduler-plugins
 ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the storage objects pods
 mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes with the
 VolumeAttachments counted against their limits, and CSIDrivers with the CSIStorageCapacities
@@ -39,7 +40,8 @@ from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, pod_from_k8s
 from fairgpu.model.priority import PriorityClasses
 from fairgpu.model.volumes import STORAGE_KINDS, StorageObject, decode_storage
-from fairgpu.sim.workload import PodArrival, Workload
+from fairgpu.sim.workload import JobPacing, PodArrival, Workload
+from fairgpu.sim.workloads.kube_jobs import ExpandedJob, JobError, expand_job
 
 DEFAULT_POOLS = NodePoolConfig()
 
@@ -125,6 +127,7 @@ class _Objects:
     problems: list[str] = field(default_factory=list)
     pod_docs: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     ignored: dict[str, int] = field(default_factory=dict)
+    jobs: list[tuple[int, ExpandedJob]] = field(default_factory=list)  # (first pod doc, job)
     storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSI objects
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels
     services: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # ns -> selectors
@@ -151,12 +154,19 @@ def load_kube_yaml(
             _collect(path, doc, objects)
         except InvalidObjectError as error:
             raise WorkloadError(f"{path}: {error}") from None
+        except JobError as error:
+            raise WorkloadError(str(error)) from None
     nodes = objects.nodes
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise WorkloadError(f"Node {dup}: defined more than once")
     arrivals = _arrivals(objects.pod_docs, objects.priority_classes, pools)
+    jobs = [
+        JobPacing(job.key, job.first, tuple(a.pod.uid for a in arrivals[at : at + len(job.pods)]))
+        for at, job in objects.jobs
+        if job.pods
+    ]
     description = f"{len(nodes)} nodes, {len(arrivals)} pods from " + ", ".join(
         str(p) for p in paths
     )
@@ -166,8 +176,10 @@ def load_kube_yaml(
         arrivals=arrivals,
         pod_groups=objects.pod_groups,
         description=description,
+        jobs=jobs,
         extra={
             "ignored_kinds": objects.ignored,
+            "suspended_jobs": [job.key for _, job in objects.jobs if job.suspended],
             "priority_classes": objects.priority_classes,
             "node_problems": objects.problems,
             "storage": objects.storage,
@@ -176,6 +188,20 @@ def load_kube_yaml(
             "dra": objects.dra,
         },
     )
+
+
+def skipped_objects(workload: Workload) -> list[str]:
+    """What of a YAML workload does not take part in its replay, worded for a person: the
+    kinds nothing here reads (a JobSet, a PyTorchJob: their controllers are not simulated)
+    and suspended Jobs (they create no pods)."""
+    notes = []
+    ignored = workload.extra.get("ignored_kinds") or {}
+    if ignored:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(ignored.items()))
+        notes.append(f"skipped (kinds the simulator does not replay): {kinds}")
+    for key in workload.extra.get("suspended_jobs") or ():
+        notes.append(f"Job {key} is suspended (spec.suspend): it creates no pods")
+    return notes
 
 
 def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
@@ -194,6 +220,10 @@ def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
         out.pod_docs.append((path, doc))
     elif kind == "Deployment":
         out.pod_docs.extend((path, d) for d in _expand_deployment(path, doc))
+    elif kind == "Job":
+        job = expand_job(path, doc)
+        out.jobs.append((len(out.pod_docs), job))
+        out.pod_docs.extend((path, d) for d in job.pods)
     elif kind == "Namespace":
         ns = k8s.decode(doc, k8s.Namespace)
         # The API server labels every Namespace with its own name.

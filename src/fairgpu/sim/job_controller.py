@@ -1,0 +1,55 @@
+"""The Job controller's part in a simulation: a Job's later pods are created as its earlier
+ones succeed.
+
+A batch/v1 Job with more completions than parallelism never has more than ``parallelism``
+pods at once (:mod:`fairgpu.sim.workloads.kube_jobs`): the simulator adds the first of them
+at the Job's arrival and, each time one of its pods completes, the next one at that moment
+-- created then, so it waits and is ordered from then on, as a pod the controller creates.
+Only success makes room: a preempted pod waits again as itself (the replacement the
+controller would create), a pod group that gives up waits again whole.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Iterable
+
+from fairgpu.sim.workload import JobPacing, PodArrival
+
+
+class JobController:
+    """Which of a workload's pods exist from the start, and which one a success creates."""
+
+    def __init__(self, jobs: Iterable[JobPacing], arrivals: Iterable[PodArrival]) -> None:
+        by_uid = {a.pod.uid: a for a in arrivals}
+        self._later: dict[str, deque[PodArrival]] = {}
+        self._job_of: dict[str, str] = {}
+        for job in jobs:
+            for uid in job.pods:
+                self._job_of[uid] = job.key
+            later = [by_uid[uid] for uid in job.pods[job.first :] if uid in by_uid]
+            if later:
+                self._later[job.key] = deque(later)
+        self._held = {a.pod.uid for q in self._later.values() for a in q}
+
+    def initial(self, arrivals: Iterable[PodArrival]) -> list[PodArrival]:
+        """The ``arrivals`` that exist without waiting for another pod to succeed."""
+        return [a for a in arrivals if a.pod.uid not in self._held]
+
+    @property
+    def waiting(self) -> int:
+        """How many pods are not created yet."""
+        return sum(len(q) for q in self._later.values())
+
+    def succeeded(self, uid: str, now: float) -> PodArrival | None:
+        """The pod created because pod ``uid`` succeeded at ``now`` (None: no Job of it has
+        pods left to create): a copy of the workload's, created and arriving at ``now``, so
+        the workload itself is left as it was for another run."""
+        later = self._later.get(self._job_of.get(uid, ""))
+        if not later:
+            return None
+        arrival = later.popleft()
+        pod = copy.copy(arrival.pod)
+        pod.created = now
+        return PodArrival(pod, now, arrival.duration)

@@ -1,0 +1,135 @@
+"""batch/v1 Jobs as a simulator workload: the pods the Job controller would create.
+
+A Job runs ``spec.completions`` pods to success, at most ``spec.parallelism`` at a time (both
+default to 1; without ``completions`` -- a work queue -- ``parallelism`` pods run and the Job
+is done when they are). The controller creates the first ``min(parallelism, completions)``
+pods when the Job is created and one more each time one succeeds, until ``completions`` have;
+pods of an Indexed Job take the completion indexes in order. A suspended Job
+(``spec.suspend: true``, as a queueing controller leaves it until admitted) has no pods.
+
+:func:`expand_job` turns one Job document into its pods' documents -- named
+``<job>-<index>``, labelled and owned as the controller labels and owns them (``job-name``,
+``controller-uid``, the completion index), with the Job's ``fairgpu.io/arrival-seconds`` and
+``fairgpu.io/duration-seconds`` when its template has none -- and how many of them the Job's
+creation makes; the simulator creates the others as pods succeed
+(:mod:`fairgpu.sim.job_controller`). A pod that is preempted
+waits again as the same pod (the controller would create a replacement at once); the
+simulator lets no pod fail, so ``backoffLimit``, ``activeDeadlineSeconds`` and pod failure
+policies change nothing here.
+
+The API server's own validation of what this reads is repeated, so a Job it would refuse is
+refused here with the field named (:class:`~fairgpu.sim.workloads.kube_yaml.WorkloadError`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION
+
+# Labels (and the annotation) the Job controller puts on its pods.
+LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
+LABEL_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+LEGACY_LABELS = ("job-name", "controller-uid")
+
+
+class JobError(ValueError):
+    """A Job the API server would refuse; the message names the Job and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExpandedJob:
+    """One Job (``namespace/name``): its pods' documents in completion-index order, of which
+    the first ``first`` exist from its creation on; ``suspended``: it has none."""
+
+    key: str
+    pods: list[dict[str, Any]]
+    first: int
+    suspended: bool
+
+
+def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
+    """The pods the Job controller would create for the Job ``doc`` (read from ``path``)."""
+    meta = doc.get("metadata") or {}
+    spec = doc.get("spec") or {}
+    name = meta.get("name")
+    if not name:
+        raise JobError(f"{path}: Job without metadata.name")
+    namespace = meta.get("namespace") or "default"
+    where = f"{path}: Job {namespace}/{name}"
+    given = _count(spec, "parallelism", where)
+    parallelism = 1 if given is None else given
+    completions = _count(spec, "completions", where)
+    indexed = _completion_mode(spec, completions, where)
+    template = spec.get("template") or {}
+    _check_restart_policy(template, where)
+    total = parallelism if completions is None else completions
+    suspended = spec.get("suspend") is True
+    uid = str(meta.get("uid") or f"job/{namespace}/{name}")
+    pods = [] if suspended else [_pod(meta, template, uid, i, indexed) for i in range(total)]
+    first = total if completions is None else min(parallelism, total)
+    return ExpandedJob(f"{namespace}/{name}", pods, first, suspended)
+
+
+def _count(spec: dict[str, Any], field: str, where: str) -> int | None:
+    """``spec.<field>``: a whole number >= 0, or None when absent."""
+    value = spec.get(field)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise JobError(f"{where}: spec.{field}: must be a whole number >= 0, not {value!r}")
+    return value
+
+
+def _completion_mode(spec: dict[str, Any], completions: int | None, where: str) -> bool:
+    """Whether the Job is Indexed (which needs ``completions``, as the API server says)."""
+    mode = spec.get("completionMode") or "NonIndexed"
+    if mode not in ("NonIndexed", "Indexed"):
+        raise JobError(f"{where}: spec.completionMode: must be NonIndexed or Indexed, not {mode!r}")
+    if mode == "Indexed" and completions is None:
+        raise JobError(f"{where}: spec.completions: required when completionMode is Indexed")
+    return mode == "Indexed"
+
+
+def _check_restart_policy(template: dict[str, Any], where: str) -> None:
+    """A Job's pods may not restart for ever: the API server requires Never or OnFailure."""
+    policy = (template.get("spec") or {}).get("restartPolicy")
+    if policy not in ("Never", "OnFailure"):
+        raise JobError(
+            f"{where}: spec.template.spec.restartPolicy: must be Never or OnFailure, not {policy!r}"
+        )
+
+
+def _pod(
+    meta: dict[str, Any], template: dict[str, Any], uid: str, index: int, indexed: bool
+) -> dict[str, Any]:
+    """The pod of completion ``index``, as the controller creates it."""
+    name = meta["name"]
+    pod_meta = copy.deepcopy(template.get("metadata") or {})
+    pod_meta["name"] = f"{name}-{index}"
+    pod_meta["namespace"] = meta.get("namespace") or "default"
+    labels = pod_meta.setdefault("labels", {})
+    for key, value in ((LABEL_JOB_NAME, name), (LABEL_CONTROLLER_UID, uid)):
+        labels[key] = value
+    labels.update(zip(LEGACY_LABELS, (name, uid), strict=True))
+    annotations = pod_meta.setdefault("annotations", {})
+    if indexed:
+        labels[LABEL_COMPLETION_INDEX] = str(index)
+        annotations[LABEL_COMPLETION_INDEX] = str(index)
+    job_annotations = meta.get("annotations") or {}
+    for key in (ANN_ARRIVAL, ANN_DURATION):
+        if key in job_annotations and key not in annotations:
+            annotations[key] = job_annotations[key]
+    pod_meta["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": pod_meta,
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }

@@ -1,0 +1,256 @@
+"""batch/v1 Jobs in a simulated run: the pods their controller creates, when it creates them,
+and the Jobs the API server would refuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fairgpu.cli import app
+from fairgpu.engine.engine import Engine
+from fairgpu.engine.policies import DEFAULT_POLICY, policy
+from fairgpu.sim.simulator import Simulation, SimulationResult
+from fairgpu.sim.workload import Workload
+from fairgpu.sim.workloads.kube_yaml import WorkloadError, load_kube_yaml, skipped_objects
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+NODE = """\
+apiVersion: v1
+kind: Node
+metadata: {name: gpu-0}
+status:
+  allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "8"}
+"""
+
+
+def job(
+    name: str,
+    spec: str,
+    gpus: int = 2,
+    duration: float = 600,
+    arrival: float = 0,
+    template_meta: str = "{}",
+    restart: str = "Never",
+    priority_class: str = "",
+) -> str:
+    """A Job of namespace ``team-a`` whose pods ask ``gpus`` GPUs each and run ``duration``
+    seconds (annotations on the Job, as users write them once); ``spec``: its other spec
+    fields, ``key: value`` separated by commas."""
+    fields = "".join(f"\n  {item.strip()}" for item in spec.split(",") if item.strip())
+    prio = f"\n      priorityClassName: {priority_class}" if priority_class else ""
+    return f"""\
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  namespace: team-a
+  annotations:
+    fairgpu.io/arrival-seconds: "{arrival}"
+    fairgpu.io/duration-seconds: "{duration}"
+spec:{fields}
+  template:
+    metadata: {template_meta}
+    spec:
+      schedulerName: fairgpu
+      restartPolicy: {restart}{prio}
+      containers:
+        - name: main
+          image: trainer
+          resources:
+            limits: {{nvidia.com/gpu: "{gpus}"}}
+"""
+
+
+def load(tmp_path: Path, text: str) -> Workload:
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    return load_kube_yaml([path])
+
+
+def simulate(workload: Workload) -> SimulationResult:
+    engine = Engine(policy(DEFAULT_POLICY), 0)
+    engine.register_pod_groups(workload.pod_groups)
+    return Simulation(workload, engine).run()
+
+
+def test_pods_are_named_labelled_and_owned_as_the_controller_makes_them(tmp_path: Path) -> None:
+    workload = load(
+        tmp_path,
+        NODE
+        + job(
+            "sweep",
+            "parallelism: 2, completions: 3, completionMode: Indexed",
+            template_meta="{labels: {fairgpu.io/user: alice}}",
+        ),
+    )
+    pods = [a.pod for a in workload.arrivals]
+    assert [p.name for p in pods] == ["sweep-0", "sweep-1", "sweep-2"]
+    last = pods[2]
+    assert last.labels["batch.kubernetes.io/job-name"] == "sweep"
+    assert last.labels["job-name"] == "sweep"
+    assert last.labels["batch.kubernetes.io/job-completion-index"] == "2"
+    assert last.labels["fairgpu.io/user"] == "alice"
+    assert last.owner_kind == "Job" and last.owner == "job/team-a/sweep"
+    # The Job's timing annotations reach its pods.
+    assert {a.duration for a in workload.arrivals} == {600.0}
+    [pacing] = workload.jobs
+    assert pacing.key == "team-a/sweep" and pacing.first == 2
+    assert pacing.pods == tuple(p.uid for p in pods)
+
+
+@pytest.mark.parametrize(
+    ("spec", "pods", "first"),
+    [
+        ("parallelism: 2, completions: 5", 5, 2),
+        ("parallelism: 4, completions: 2", 2, 2),  # never more pods than completions
+        ("parallelism: 3", 3, 3),  # a work queue: parallelism pods, all at once
+        ("completions: 2", 2, 1),  # parallelism defaults to 1
+        ("parallelism: 0, completions: 2", 2, 0),  # paused: its controller creates none
+    ],
+)
+def test_how_many_pods_and_how_many_at_once(
+    tmp_path: Path, spec: str, pods: int, first: int
+) -> None:
+    workload = load(tmp_path, NODE + job("j", spec))
+    assert len(workload.arrivals) == pods
+    assert [(p.first, len(p.pods)) for p in workload.jobs] == [(first, pods)]
+
+
+def test_a_job_of_no_completions_or_suspended_has_no_pods(tmp_path: Path) -> None:
+    workload = load(
+        tmp_path,
+        NODE + job("none", "completions: 0") + job("held", "completions: 2, suspend: true"),
+    )
+    assert workload.arrivals == [] and workload.jobs == []
+    assert skipped_objects(workload) == [
+        "Job team-a/held is suspended (spec.suspend): it creates no pods"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (job("j", "parallelism: -1"), "Job team-a/j: spec.parallelism: must be a whole number"),
+        (job("j", "completions: many"), "Job team-a/j: spec.completions: must be a whole number"),
+        (
+            job("j", "completionMode: Indexed"),
+            "spec.completions: required when completionMode is Indexed",
+        ),
+        (job("j", "completionMode: Random"), "spec.completionMode: must be NonIndexed or"),
+        (job("j", "completions: 1", restart="Always"), "spec.template.spec.restartPolicy"),
+        ("kind: Job\nspec: {completions: 1}\n", "Job without metadata.name"),
+    ],
+    ids=["negative-parallelism", "bad-completions", "indexed-open", "mode", "restart", "name"],
+)
+def test_a_job_the_api_server_refuses_is_one_clear_error(
+    tmp_path: Path, text: str, needle: str
+) -> None:
+    with pytest.raises(WorkloadError, match=needle):
+        load(tmp_path, NODE + "---\n" + text)
+
+
+def test_later_pods_are_created_as_earlier_ones_succeed(tmp_path: Path) -> None:
+    """5 completions, 2 at a time, 600 s each, on a node with room for all of them: the
+    controller, not the node, paces them -- 2, then 2 at 600 s, then the last at 1 200 s."""
+    result = simulate(load(tmp_path, NODE + job("sweep", "parallelism: 2, completions: 5")))
+    got = sorted((r.pod.name, r.arrival, r.start, r.end) for r in result.records)
+    assert got == [
+        ("sweep-0", 0.0, 0.0, 600.0),
+        ("sweep-1", 0.0, 0.0, 600.0),
+        ("sweep-2", 600.0, 600.0, 1200.0),
+        ("sweep-3", 600.0, 600.0, 1200.0),
+        ("sweep-4", 1200.0, 1200.0, 1800.0),
+    ]
+    # Created when they arrive: ordered among other pods from then on.
+    later = next(r.pod for r in result.records if r.pod.name == "sweep-4")
+    assert later.created == 1200.0
+
+
+def test_a_preempted_pod_waits_again_and_no_extra_pod_is_created(tmp_path: Path) -> None:
+    """A Job of 4-GPU pods (2 at a time, 3 completions) fills the node; at 100 s a pod of
+    the same queue with a higher priority preempts one of them. The evicted pod waits
+    again (the controller's replacement); the Job still has 3 pods, never more than 2 at
+    once, and finishes all of them."""
+    text = NODE + "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
+    text += "metadata: {name: urgent}\nvalue: 1000\n"
+    text += job("low", "parallelism: 2, completions: 3", gpus=4)
+    text += job(
+        "urgent", "completions: 1", gpus=4, duration=300, arrival=100, priority_class="urgent"
+    )
+    result = simulate(load(tmp_path, text))
+    low = [r for r in result.records if r.pod.name.startswith("low-")]
+    assert len(low) == 3 and all(r.end is not None for r in low)
+    assert sum(r.preempted for r in low) == 1
+    spans = sorted((a.start, a.end) for a in result.runs if a.name.startswith("low-"))
+    for t in {s for s, _ in spans}:
+        assert sum(1 for s, e in spans if s <= t < e) <= 2
+
+
+def test_the_same_workload_replays_the_same_twice(tmp_path: Path) -> None:
+    """Pods created during a run are copies: the workload is left as it was."""
+    workload = load(tmp_path, NODE + job("sweep", "parallelism: 1, completions: 3"))
+    first = sorted((r.pod.name, r.start) for r in simulate(workload).records)
+    assert [a.pod.created for a in workload.arrivals] == [0.0, 0.0, 0.0]
+    assert sorted((r.pod.name, r.start) for r in simulate(workload).records) == first
+
+
+def test_simulate_reports_each_job_and_what_it_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(
+        NODE
+        + job("sweep", "parallelism: 2, completions: 3")
+        + "---\napiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: js}\n"
+    )
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "note: skipped (kinds the simulator does not replay): 1 JobSet" in result.output
+    assert "team-a/sweep" in result.output.split("Jobs")[-1]
+    jobs = json.loads((out / "summary.json").read_text())["jobs"]
+    assert jobs == {
+        "team-a/sweep": {
+            "completions": 3,
+            "pods_created": 3,
+            "succeeded": 3,
+            "arrival_s": 0.0,
+            "first_start_s": 0.0,
+            "finished_s": 1200.0,
+        }
+    }
+    # A run cut short says how far each Job got.
+    cut = runner.invoke(
+        app, ["simulate", "--workload", str(path), "--out", str(out), "--until", "700"]
+    )
+    assert cut.exit_code == 0, cut.output
+    jobs = json.loads((out / "summary.json").read_text())["jobs"]
+    assert jobs["team-a/sweep"]["succeeded"] == 2
+    assert jobs["team-a/sweep"]["finished_s"] is None
+
+
+def test_what_if_asks_for_the_pods_a_job_creates_first(tmp_path: Path) -> None:
+    """The example training Job (4 workers of 8 GPUs, one pod group) in a run of one 8-GPU
+    A100 node: all four members are asked about, together (one fits)."""
+    workload = tmp_path / "w.yaml"
+    a100 = "{example.com/node.usage: training, nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}"
+    workload.write_text(NODE.replace("{name: gpu-0}", f"{{name: gpu-0, labels: {a100}}}"))
+    out = tmp_path / "out"
+    simulated = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert simulated.exit_code == 0, simulated.output
+    example = ROOT / "deploy" / "examples" / "training-podgroup.yaml"
+    result = runner.invoke(app, ["what-if", "-f", str(example), "--run", str(out)])
+    assert result.exit_code == 0, result.output
+    asked = [line.split(" ")[0] for line in result.output.splitlines() if "(queue" in line]
+    assert asked == [f"team-a/resnet-train-{i}" for i in range(4)]
+    assert "only 1 of 4 needed members fit together" in result.output
+    # A Job with more completions than parallelism: only the first pods exist yet.
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(job("sweep", "parallelism: 2, completions: 5").removeprefix("---\n"))
+    result = runner.invoke(app, ["what-if", "-f", str(sweep), "--run", str(out)])
+    asked = [line.split(" ")[0] for line in result.output.splitlines() if "(queue" in line]
+    assert asked == ["team-a/sweep-0", "team-a/sweep-1"]
