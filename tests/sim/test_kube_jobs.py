@@ -254,3 +254,19 @@ def test_what_if_asks_for_the_pods_a_job_creates_first(tmp_path: Path) -> None:
     result = runner.invoke(app, ["what-if", "-f", str(sweep), "--run", str(out)])
     asked = [line.split(" ")[0] for line in result.output.splitlines() if "(queue" in line]
     assert asked == ["team-a/sweep-0", "team-a/sweep-1"]
+
+
+def test_the_report_lists_the_jobs_and_leaves_unknown_cells_blank(tmp_path: Path) -> None:
+    """A tenant never backlogged has no useful-to-fair ratio: its cell is blank, not the
+    word None; a Job cut short by ``--until`` has a blank finish."""
+    path = tmp_path / "w.yaml"
+    path.write_text(NODE + job("sweep", "parallelism: 2, completions: 3"))
+    report = tmp_path / "report.html"
+    args = ["simulate", "--workload", str(path), "--until", "700", "--report", str(report)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    page = report.read_text()
+    tenants = page.split("<h2>Tenants</h2>")[1].split("</table>")[0]
+    assert "<td>team-a</td>" in tenants and "<td>None</td>" not in tenants
+    jobs = page.split("<h2>Jobs</h2>")[1].split("</table>")[0]
+    assert "<td>team-a/sweep</td><td>2 / 3</td><td>0.0</td><td>0.0</td><td></td>" in jobs

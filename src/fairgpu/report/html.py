@@ -201,6 +201,33 @@ def _blank(value: object) -> object:
     return "" if value is None else value
 
 
+def _jobs_section(summary: dict[str, Any]) -> str:
+    """A table of the run's batch/v1 Jobs (``summary["jobs"]``), "" when it had none."""
+    jobs = summary.get("jobs") or {}
+    if not jobs:
+        return ""
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(v))}</td>"
+            for v in (
+                name,
+                f"{j['succeeded']} / {j['completions']}",
+                _blank(j.get("arrival_s")),
+                _blank(j.get("first_start_s")),
+                _blank(j.get("finished_s")),
+            )
+        )
+        + "</tr>"
+        for name, j in jobs.items()
+    )
+    return (
+        "<h2>Jobs</h2><table><thead><tr><th>job</th><th>succeeded / completions</th>"
+        "<th>created (s)</th><th>first start (s)</th><th>finished (s)</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
 def _tenant_rows(summary: dict[str, Any]) -> str:
     rows = []
     for tenant, t in summary.get("tenants", {}).items():
@@ -214,8 +241,8 @@ def _tenant_rows(summary: dict[str, Any]) -> str:
                     t.get("started"),
                     t.get("gpu_share_of_capacity_pct"),
                     _blank(t.get("fair_share_pct")),
-                    t.get("useful_share_pct", ""),
-                    t.get("useful_over_fair", ""),
+                    _blank(t.get("useful_share_pct")),
+                    _blank(t.get("useful_over_fair")),
                     _blank(t.get("deficit_locked_pct")),
                     t.get("wait_p50_s"),
                     t.get("wait_p99_s"),
@@ -426,6 +453,7 @@ every job it had waiting was larger than the shortfall: reclaim may not take a t
 its share, so only others' work ending could start those jobs">shortfall locked by job size
 (%)</th><th>wait p50 (s)</th><th>wait p99 (s)</th></tr></thead>
 <tbody>{_tenant_rows(summary)}</tbody></table>
+{_jobs_section(summary)}
 <h2>Over time</h2>
 {figures}
 {_prediction_section(predictions)}
