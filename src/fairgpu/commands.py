@@ -514,9 +514,9 @@ def _load_pods(
     # A Job's first pods: the others are created only as those succeed.
     arrivals = JobController(workload.jobs, workload.arrivals).initial(workload.arrivals)
     if not arrivals:
-        suspended = workload.extra.get("suspended_jobs") or []
-        why = f" (suspended: Job {', '.join(suspended)})" if suspended else ""
-        _fail(f"{', '.join(map(str, paths))}: no Pods, Deployments or Jobs{why}")
+        suspended = workload.extra.get("suspended") or []
+        why = f" (suspended: {', '.join(suspended)})" if suspended else ""
+        _fail(f"{', '.join(map(str, paths))}: no Pods, Deployments, Jobs or JobSets{why}")
     namespaces = {name for name, _ in snapshot.namespaces}
     pods = []
     for arrival in arrivals:

@@ -205,12 +205,12 @@ def test_simulate_reports_each_job_and_what_it_skipped(tmp_path: Path) -> None:
     path.write_text(
         NODE
         + job("sweep", "parallelism: 2, completions: 3")
-        + "---\napiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: js}\n"
+        + "---\napiVersion: ray.io/v1\nkind: RayJob\nmetadata: {name: rj}\n"
     )
     out = tmp_path / "out"
     result = runner.invoke(app, ["simulate", "--workload", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "note: skipped (kinds the simulator does not replay): 1 JobSet" in result.output
+    assert "note: skipped (kinds the simulator does not replay): 1 RayJob" in result.output
     assert "team-a/sweep" in result.output.split("Jobs")[-1]
     jobs = json.loads((out / "summary.json").read_text())["jobs"]
     assert jobs == {
@@ -270,3 +270,146 @@ def test_the_report_lists_the_jobs_and_leaves_unknown_cells_blank(tmp_path: Path
     assert "<td>team-a</td>" in tenants and "<td>None</td>" not in tenants
     jobs = page.split("<h2>Jobs</h2>")[1].split("</table>")[0]
     assert "<td>team-a/sweep</td><td>2 / 3</td><td>0.0</td><td>0.0</td><td></td>" in jobs
+
+
+JOBSET = """\
+---
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: llm
+  namespace: team-a
+  annotations: {fairgpu.io/duration-seconds: "600"}
+spec:
+  replicatedJobs:
+    - name: workers
+      replicas: 2
+      template:
+        spec:
+          parallelism: 2
+          completions: 2
+          template:
+            spec:
+              schedulerName: fairgpu
+              restartPolicy: Never
+              containers: [{name: w, image: t, resources: {limits: {nvidia.com/gpu: "2"}}}]
+    - name: driver
+      template:
+        spec:
+          completions: 2
+          template:
+            spec:
+              schedulerName: fairgpu
+              restartPolicy: Never
+              containers: [{name: d, image: t}]
+"""
+
+
+def test_a_jobset_runs_its_jobs_each_paced_by_its_own_parallelism(tmp_path: Path) -> None:
+    """Two worker Jobs of 2 pods at once and a driver Job of 2 completions one at a time:
+    the JobSet's labels reach every pod, the workers start at once, the driver's second
+    pod when its first succeeded."""
+    workload = load(tmp_path, NODE + JOBSET)
+    assert sorted(p.key for p in workload.jobs) == [
+        "team-a/llm-driver-0",
+        "team-a/llm-workers-0",
+        "team-a/llm-workers-1",
+    ]
+    worker = next(a.pod for a in workload.arrivals if a.pod.name == "llm-workers-1-0")
+    assert worker.labels["jobset.sigs.k8s.io/jobset-name"] == "llm"
+    assert worker.labels["jobset.sigs.k8s.io/replicatedjob-name"] == "workers"
+    assert worker.labels["jobset.sigs.k8s.io/job-index"] == "1"
+    assert worker.labels["batch.kubernetes.io/job-name"] == "llm-workers-1"
+    starts = {r.pod.name: r.start for r in simulate(workload).records}
+    assert starts == {
+        "llm-workers-0-0": 0.0,
+        "llm-workers-0-1": 0.0,
+        "llm-workers-1-0": 0.0,
+        "llm-workers-1-1": 0.0,
+        "llm-driver-0-0": 0.0,
+        "llm-driver-0-1": 600.0,
+    }
+
+
+def test_a_suspended_or_malformed_jobset(tmp_path: Path) -> None:
+    held = JOBSET.replace("spec:\n  replicatedJobs:", "spec:\n  suspend: true\n  replicatedJobs:")
+    workload = load(tmp_path, NODE + held)
+    assert workload.arrivals == []
+    assert skipped_objects(workload) == [
+        "JobSet team-a/llm is suspended (spec.suspend): it creates no pods"
+    ]
+    bad = JOBSET.replace("replicas: 2", "replicas: -2")
+    with pytest.raises(
+        WorkloadError, match=r"JobSet team-a/llm: spec.replicatedJobs\[0\].replicas"
+    ):
+        load(tmp_path, NODE + bad)
+
+
+PYTORCHJOB = """\
+---
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: bert
+  namespace: team-a
+  annotations: {fairgpu.io/duration-seconds: "600"}
+spec:
+  pytorchReplicaSpecs:
+    Worker:
+      replicas: 3
+      template:
+        spec:
+          schedulerName: fairgpu
+          containers: [{name: pytorch, image: t, resources: {limits: {nvidia.com/gpu: "2"}}}]
+    Master:
+      replicas: 1
+      template:
+        spec:
+          schedulerName: fairgpu
+          containers: [{name: pytorch, image: t, resources: {limits: {nvidia.com/gpu: "2"}}}]
+"""
+
+
+def test_a_pytorchjob_is_one_gang_of_all_its_replicas(tmp_path: Path) -> None:
+    """Master and 3 workers of 2 GPUs on an 8-GPU node that already runs a 2-GPU pod: they
+    wait together until that pod ends, then start together (alone, 3 would fit at once)."""
+    blocker = job("first", "completions: 1", gpus=2, duration=300)
+    later = PYTORCHJOB.replace(
+        "{fairgpu.io/duration-seconds",
+        "{fairgpu.io/arrival-seconds: '10', fairgpu.io/duration-seconds",
+    )
+    workload = load(tmp_path, NODE + blocker + later)
+    pods = [a.pod for a in workload.arrivals if a.pod.name.startswith("bert")]
+    assert [p.name for p in pods] == [
+        "bert-master-0",
+        "bert-worker-0",
+        "bert-worker-1",
+        "bert-worker-2",
+    ]
+    assert pods[0].labels["training.kubeflow.org/job-role"] == "master"
+    assert pods[1].labels["training.kubeflow.org/replica-type"] == "worker"
+    assert pods[3].labels["scheduling.x-k8s.io/pod-group"] == "bert"
+    assert pods[0].owner_kind == "PyTorchJob"
+    assert workload.pod_groups == {"team-a/bert": 4}
+    starts = {r.pod.name: r.start for r in simulate(workload).records}
+    assert {starts[p.name] for p in pods} == {300.0}
+
+
+def test_a_pytorchjob_s_min_available_and_suspension(tmp_path: Path) -> None:
+    some = PYTORCHJOB.replace(
+        "spec:\n  pytorchReplicaSpecs:",
+        "spec:\n  runPolicy: {schedulingPolicy: {minAvailable: 2}}\n  pytorchReplicaSpecs:",
+    )
+    assert load(tmp_path, NODE + some).pod_groups == {"team-a/bert": 2}
+    held = PYTORCHJOB.replace(
+        "spec:\n  pytorchReplicaSpecs:",
+        "spec:\n  runPolicy: {suspend: true}\n  pytorchReplicaSpecs:",
+    )
+    workload = load(tmp_path, NODE + held)
+    assert workload.arrivals == [] and workload.pod_groups == {}
+    assert skipped_objects(workload) == [
+        "PyTorchJob team-a/bert is suspended (spec.suspend): it creates no pods"
+    ]
+    bad = some.replace("minAvailable: 2", "minAvailable: 9")
+    with pytest.raises(WorkloadError, match="minAvailable: must be a whole number from 1 to its 4"):
+        load(tmp_path, NODE + bad)

@@ -4,7 +4,9 @@ Reads one or more multi-document YAML files (or directories of ``*.yaml``/``*.ym
 Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Services (their
 selectors give pods default spread constraints), Pods, PriorityClasses,
 Deployments (expanded to their replicas), batch/v1 Jobs (the pods their controller creates:
-:mod:`~fairgpu.sim.workloads.kube_jobs`) and PodGroups (scheduler-plugins
+:mod:`~fairgpu.sim.workloads.kube_jobs`), JobSets (their Jobs:
+:mod:`~fairgpu.sim.workloads.jobsets`), Kubeflow training jobs (their replicas as one gang:
+:mod:`~fairgpu.sim.workloads.kubeflow`) and PodGroups (scheduler-plugins
 ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the storage objects pods
 mount (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes with the
 VolumeAttachments counted against their limits, and CSIDrivers with the CSIStorageCapacities
@@ -41,7 +43,9 @@ from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, p
 from fairgpu.model.priority import PriorityClasses
 from fairgpu.model.volumes import STORAGE_KINDS, StorageObject, decode_storage
 from fairgpu.sim.workload import JobPacing, PodArrival, Workload
+from fairgpu.sim.workloads.jobsets import expand_jobset
 from fairgpu.sim.workloads.kube_jobs import ExpandedJob, JobError, expand_job
+from fairgpu.sim.workloads.kubeflow import expand_training_job, is_training_job
 
 DEFAULT_POOLS = NodePoolConfig()
 
@@ -128,6 +132,7 @@ class _Objects:
     pod_docs: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     ignored: dict[str, int] = field(default_factory=dict)
     jobs: list[tuple[int, ExpandedJob]] = field(default_factory=list)  # (first pod doc, job)
+    suspended: list[str] = field(default_factory=list)  # "Job ns/name", "JobSet ns/name"
     storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSI objects
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels
     services: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # ns -> selectors
@@ -179,7 +184,7 @@ def load_kube_yaml(
         jobs=jobs,
         extra={
             "ignored_kinds": objects.ignored,
-            "suspended_jobs": [job.key for _, job in objects.jobs if job.suspended],
+            "suspended": objects.suspended,
             "priority_classes": objects.priority_classes,
             "node_problems": objects.problems,
             "storage": objects.storage,
@@ -199,8 +204,8 @@ def skipped_objects(workload: Workload) -> list[str]:
     if ignored:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(ignored.items()))
         notes.append(f"skipped (kinds the simulator does not replay): {kinds}")
-    for key in workload.extra.get("suspended_jobs") or ():
-        notes.append(f"Job {key} is suspended (spec.suspend): it creates no pods")
+    for what in workload.extra.get("suspended") or ():
+        notes.append(f"{what} is suspended (spec.suspend): it creates no pods")
     return notes
 
 
@@ -208,7 +213,9 @@ def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
     """Add one document to ``out`` by its kind (raises :class:`InvalidObjectError` or
     :class:`WorkloadError` when it is malformed)."""
     kind = doc.get("kind")
-    if kind == "PriorityClass":
+    if kind in _POD_MAKERS or is_training_job(doc):
+        _collect_pods(path, doc, out)
+    elif kind == "PriorityClass":
         out.priority_classes.add(k8s.decode(doc, k8s.PriorityClass))
     elif kind == "Node":
         node = node_from_k8s(k8s.decode(doc, k8s.Node))
@@ -216,14 +223,6 @@ def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
             log.warning("%s: %s", path, problem.message)
             out.problems.append(f"{path}: {problem.message}")
         out.nodes.append(node)
-    elif kind == "Pod":
-        out.pod_docs.append((path, doc))
-    elif kind == "Deployment":
-        out.pod_docs.extend((path, d) for d in _expand_deployment(path, doc))
-    elif kind == "Job":
-        job = expand_job(path, doc)
-        out.jobs.append((len(out.pod_docs), job))
-        out.pod_docs.extend((path, d) for d in job.pods)
     elif kind == "Namespace":
         ns = k8s.decode(doc, k8s.Namespace)
         # The API server labels every Namespace with its own name.
@@ -245,6 +244,47 @@ def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
         out.dra.append(decode_dra(doc))
     else:
         out.ignored[str(kind)] = out.ignored.get(str(kind), 0) + 1
+
+
+_POD_MAKERS = ("Pod", "Deployment", "Job", "JobSet")
+
+
+def _collect_pods(path: Path, doc: dict[str, Any], out: _Objects) -> None:
+    """A Pod, or the pods a controller would make of ``doc`` (with its pacing and its pod
+    group, or a note that it is suspended)."""
+    kind = doc.get("kind")
+    if kind == "Pod":
+        out.pod_docs.append((path, doc))
+    elif kind == "Deployment":
+        out.pod_docs.extend((path, d) for d in _expand_deployment(path, doc))
+    elif kind == "Job":
+        _add_jobs(path, [expand_job(path, doc)], out)
+    elif kind == "JobSet":
+        jobs, suspended = expand_jobset(path, doc)
+        _add_jobs(path, jobs, out)
+        if suspended:
+            out.suspended.append(f"JobSet {_key(doc)}")
+    else:
+        training = expand_training_job(path, doc)
+        out.pod_docs.extend((path, d) for d in training.pods)
+        if training.group is not None:
+            out.pod_groups.setdefault(*training.group)  # a PodGroup object of it wins
+        if training.suspended:
+            out.suspended.append(f"{kind} {_key(doc)}")
+
+
+def _add_jobs(path: Path, jobs: list[ExpandedJob], out: _Objects) -> None:
+    """Jobs' pods to replay, each Job with where its pods start in ``out.pod_docs``."""
+    for job in jobs:
+        if job.suspended:
+            out.suspended.append(f"Job {job.key}")
+        out.jobs.append((len(out.pod_docs), job))
+        out.pod_docs.extend((path, d) for d in job.pods)
+
+
+def _key(doc: dict[str, Any]) -> str:
+    meta = doc.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 def _pod_group(path: Path, doc: dict[str, Any]) -> tuple[str, int]:
