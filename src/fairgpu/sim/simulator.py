@@ -333,19 +333,11 @@ class Simulation:
             rec = self.records[bind.pod.uid]
             if self.pending.pop(bind.pod.uid, None) is not None:
                 self._wait(rec, -1)
-            rec.start, rec.node, rec.devices, rec.reason = (
-                self.now,
-                bind.node_name,
-                bind.devices,
-                "",
-            )
-            self._charge_tenant(rec, +1)
             self._bind_volumes(bind.pod, bind.node_name)
             if bind.pod.resource_claims:  # PreBind: status.allocation and reservedFor
                 slot = self.cluster.node_index[bind.node_name]
                 self.cluster.dra.commit(bind.pod, slot)
-            self.runs.start(rec, self.now, bind.node_name, bind.devices, self._group_key(bind.pod))
-            self._join(rec)
+            self._started(rec, bind.node_name, bind.devices)
         freed = [
             d for d in result.deallocations if self.cluster.dra.deallocate(d.claim, d.claim_uid)
         ]
@@ -360,6 +352,39 @@ class Simulation:
             # No change to the cluster can help (e.g. invalid object): stop retrying it.
             if not unsched.resolvable and self.pending.pop(unsched.pod.uid, None) is not None:
                 self._wait(rec, -1)
+
+    def _started(self, rec: PodRecord, node_name: str, devices: tuple[int, ...]) -> None:
+        """``rec``'s pod, placed in the cluster, starts on ``node_name`` now."""
+        rec.start, rec.node, rec.devices, rec.reason = self.now, node_name, devices, ""
+        self._charge_tenant(rec, +1)
+        self.runs.start(rec, self.now, node_name, devices, self._group_key(rec.pod))
+        self._join(rec)
+
+    def _arrive(self, rec: PodRecord) -> None:
+        """``rec``'s pod is created: it starts at once if its spec names its node (see
+        :meth:`_admit_assigned`), else it waits for the scheduler."""
+        if rec.pod.node_name and self._admit_assigned(rec):
+            return
+        self.pending[rec.pod.uid] = rec.pod
+        self._wait(rec, +1)
+
+    def _admit_assigned(self, rec: PodRecord) -> bool:
+        """A pod created with ``spec.nodeName`` (a pod a cluster export shows running, a
+        static or DaemonSet-made pod) is never queued by a scheduler: its node's kubelet
+        admits it if it fits. Here it starts on that node when it arrives -- before the
+        instant's scheduling cycle -- if the node's filters pass for it now, on the devices
+        the device policy picks there (True). A pod that does not fit, or that holds volumes
+        or resource claims (their binding is the scheduler's part), is queued instead,
+        restricted to that node (False)."""
+        pod = rec.pod
+        if pod.claims or pod.disks or pod.resource_claims or pod.scheduling_gates:
+            return False
+        found = self.engine.scheduler.schedule(pod, self.cluster)  # NodeName: that node only
+        if found.node is None:
+            return False
+        self.cluster.assign(pod, found.node, found.devices, self.now)
+        self._started(rec, found.node_name or self.cluster.node(found.node).name, found.devices)
+        return True
 
     def _requeue(
         self, pod: PodInfo, kind: str, preemptor: PodInfo | None, again: bool = True
@@ -503,8 +528,7 @@ class Simulation:
                     self._wake_at = None
                     changed = True
                 else:
-                    self.pending[uid] = self.records[uid].pod
-                    self._wait(self.records[uid], +1)
+                    self._arrive(self.records[uid])
                     arrived += 1
                     changed = True
             if changed and self.pending:

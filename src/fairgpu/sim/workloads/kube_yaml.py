@@ -16,6 +16,11 @@ ResourceSlices, ResourceClaims and templates; in ``Workload.extra["dra"]``). Sim
 annotations give each pod its timing: ``fairgpu.io/arrival-seconds`` (default 0) and
 ``fairgpu.io/duration-seconds`` (default: runs until the end).
 
+A workload may be a cluster's own export (``kubectl get nodes,pods -A -o yaml``): pods that
+already ended (``status.phase`` Succeeded or Failed) are left out, and a pod whose
+``spec.nodeName`` is set starts on that node when it arrives, as its kubelet admits it
+(:meth:`~fairgpu.sim.simulator.Simulation._admit_assigned`).
+
 A malformed pod does not stop the replay: it is kept with its error and reported unschedulable.
 A Node field read only for GPU detail that cannot be read (``nvidia.com/gpu.memory: 16Gi``)
 keeps the node with a fallback, as the live scheduler does: it is logged once as a warning and
@@ -133,6 +138,7 @@ class _Objects:
     ignored: dict[str, int] = field(default_factory=dict)
     jobs: list[tuple[int, ExpandedJob]] = field(default_factory=list)  # (first pod doc, job)
     suspended: list[str] = field(default_factory=list)  # "Job ns/name", "JobSet ns/name"
+    finished: int = 0  # pods whose status.phase says they ended: they hold nothing
     storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSI objects
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels
     services: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # ns -> selectors
@@ -185,6 +191,7 @@ def load_kube_yaml(
         extra={
             "ignored_kinds": objects.ignored,
             "suspended": objects.suspended,
+            "finished_pods": objects.finished,
             "priority_classes": objects.priority_classes,
             "node_problems": objects.problems,
             "storage": objects.storage,
@@ -197,8 +204,8 @@ def load_kube_yaml(
 
 def skipped_objects(workload: Workload) -> list[str]:
     """What of a YAML workload does not take part in its replay, worded for a person: the
-    kinds nothing here reads (a JobSet, a PyTorchJob: their controllers are not simulated)
-    and suspended Jobs (they create no pods)."""
+    kinds nothing here reads (their controllers are not simulated), suspended jobs (they
+    create no pods) and pods that already ended."""
     notes = []
     ignored = workload.extra.get("ignored_kinds") or {}
     if ignored:
@@ -206,6 +213,11 @@ def skipped_objects(workload: Workload) -> list[str]:
         notes.append(f"skipped (kinds the simulator does not replay): {kinds}")
     for what in workload.extra.get("suspended") or ():
         notes.append(f"{what} is suspended (spec.suspend): it creates no pods")
+    finished = workload.extra.get("finished_pods") or 0
+    if finished:
+        notes.append(
+            f"skipped {finished} pod(s) that already ended (status.phase Succeeded or Failed)"
+        )
     return notes
 
 
@@ -254,7 +266,10 @@ def _collect_pods(path: Path, doc: dict[str, Any], out: _Objects) -> None:
     group, or a note that it is suspended)."""
     kind = doc.get("kind")
     if kind == "Pod":
-        out.pod_docs.append((path, doc))
+        if (doc.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            out.finished += 1  # as a cluster export lists them: they hold nothing any more
+        else:
+            out.pod_docs.append((path, doc))
     elif kind == "Deployment":
         out.pod_docs.extend((path, d) for d in _expand_deployment(path, doc))
     elif kind == "Job":
