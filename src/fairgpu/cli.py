@@ -273,16 +273,27 @@ def _print_summary(summary: dict[str, Any]) -> None:
 def _print_jobs(jobs: dict[str, dict[str, Any]]) -> None:
     """One row per batch/v1 Job: how far it got and when it started and finished."""
     table = Table(title="Jobs", title_justify="left")
-    for col in ("job", "succeeded", "created s", "first start s", "finished s"):
+    for col in ("job", "succeeded", "created s", "first start s", "finished s", "failed s"):
         table.add_column(col, justify="left" if col == "job" else "right")
     for name, row in jobs.items():
-        cells = (row["arrival_s"], row["first_start_s"], row["finished_s"])
+        cells = (row["arrival_s"], row["first_start_s"], row["finished_s"], row["failed_s"])
         table.add_row(
             name,
             f"{row['succeeded']} / {row['completions']}",
             *("-" if v is None else str(v) for v in cells),
         )
     console.print(table)
+    failed = [row for row in jobs.values() if row["failed_reason"]]
+    for row in failed:
+        text = f"[yellow]{row['failed_reason']}[/] (at {row['failed_s']} s)"
+        console.print(text, highlight=False, soft_wrap=True)
+    if failed:
+        console.print(
+            "  A preemption counts against backoffLimit unless the Job's podFailurePolicy "
+            "ignores pods with the DisruptionTarget condition (docs/running-on-a-cluster.md).",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _simulate_protocol(
@@ -494,6 +505,13 @@ def dev_cluster_up(
     domain: Annotated[str, typer.Option(help="Node-pool label/taint domain.")] = "example.com",
     kubelet: Annotated[bool, typer.Option(help="Run the fake kubelet.")] = True,
     kube_scheduler: Annotated[bool, typer.Option(help="Also run kube-scheduler.")] = False,
+    controllers: Annotated[
+        bool,
+        typer.Option(
+            help="Run kube-controller-manager's Job, Deployment, ReplicaSet, disruption and "
+            "garbage-collector controllers (what you apply makes pods)."
+        ),
+    ] = True,
     kubeconfig_out: Annotated[
         Path | None, typer.Option(help="Copy the kubeconfig here (removed on exit).")
     ] = None,
@@ -520,6 +538,7 @@ def dev_cluster_up(
             namespaces=tuple(namespace or ("default",)),
             kubelet=kubelet,
             kube_scheduler=kube_scheduler,
+            controllers=controllers,
             kubeconfig_out=kubeconfig_out,
             workdir=workdir,
             echo=console.print,

@@ -14,6 +14,7 @@ from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.sim.simulator import Simulation, SimulationResult
 from fairgpu.sim.workload import Workload
+from fairgpu.sim.workloads.kube_jobs import disruption_action
 from fairgpu.sim.workloads.kube_yaml import WorkloadError, load_kube_yaml, skipped_objects
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,6 +222,8 @@ def test_simulate_reports_each_job_and_what_it_skipped(tmp_path: Path) -> None:
             "arrival_s": 0.0,
             "first_start_s": 0.0,
             "finished_s": 1200.0,
+            "failed_s": None,
+            "failed_reason": None,
         }
     }
     # A run cut short says how far each Job got.
@@ -269,7 +272,7 @@ def test_the_report_lists_the_jobs_and_leaves_unknown_cells_blank(tmp_path: Path
     tenants = page.split("<h2>Tenants</h2>")[1].split("</table>")[0]
     assert "<td>team-a</td>" in tenants and "<td>None</td>" not in tenants
     jobs = page.split("<h2>Jobs</h2>")[1].split("</table>")[0]
-    assert "<td>team-a/sweep</td><td>2 / 3</td><td>0.0</td><td>0.0</td><td></td>" in jobs
+    assert "<td>team-a/sweep</td><td>2 / 3</td><td>0.0</td><td>0.0</td><td></td><td></td>" in jobs
 
 
 JOBSET = """\
@@ -413,3 +416,97 @@ def test_a_pytorchjob_s_min_available_and_suspension(tmp_path: Path) -> None:
     bad = some.replace("minAvailable: 2", "minAvailable: 9")
     with pytest.raises(WorkloadError, match="minAvailable: must be a whole number from 1 to its 4"):
         load(tmp_path, NODE + bad)
+
+
+IGNORE = """
+  podFailurePolicy:
+    rules:
+      - {action: Ignore, onPodConditions: [{type: DisruptionTarget}]}"""
+
+
+def preempted_job(tmp_path: Path, spec: str, policy: str = "") -> SimulationResult:
+    """Job ``low`` (3 completions, 2 at a time, 4 GPUs each) fills the node; at 100 s a
+    higher-priority pod of the same queue preempts one of its pods."""
+    text = NODE + "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
+    text += "metadata: {name: urgent}\nvalue: 1000\n"
+    text += job("low", f"parallelism: 2, completions: 3, {spec}", gpus=4).replace(
+        "\n  template:", f"{policy}\n  template:"
+    )
+    text += job(
+        "urgent", "completions: 1", gpus=4, duration=300, arrival=100, priority_class="urgent"
+    )
+    return simulate(load(tmp_path, text))
+
+
+def test_an_eviction_beyond_the_backoff_limit_fails_the_job(tmp_path: Path) -> None:
+    """``backoffLimit: 0``: the eviction is the Job's one failure too many. Its other pod is
+    deleted, its evicted one never runs again and its third is never created."""
+    result = preempted_job(tmp_path, "backoffLimit: 0")
+    low = {r.pod.name: r for r in result.records if r.pod.name.startswith("low-")}
+    assert sorted(low) == ["low-0", "low-1"]
+    assert all(r.end is None and r.failed_at == 100.0 for r in low.values())
+    why = "Job team-a/low failed: 1 pod(s) evicted, more than its backoffLimit 0"
+    assert result.failed_jobs == {"team-a/low": (100.0, why)}
+    assert {r.reason for r in low.values()} == {why}
+    outcomes = sorted(a.outcome for a in result.runs if a.name.startswith("low-"))
+    assert outcomes == ["deleted", "preempted"]
+
+
+def test_a_job_that_ignores_disruptions_or_allows_failures_goes_on(tmp_path: Path) -> None:
+    for spec, rules in (("backoffLimit: 0", IGNORE), ("backoffLimit: 1", "")):
+        result = preempted_job(tmp_path, spec, rules)
+        low = [r for r in result.records if r.pod.name.startswith("low-")]
+        assert len(low) == 3 and all(r.end is not None for r in low), (spec, rules)
+        assert result.failed_jobs == {}
+
+
+def test_a_failjob_rule_on_the_killed_exit_code_fails_at_the_first_eviction(
+    tmp_path: Path,
+) -> None:
+    policy = """
+  podFailurePolicy:
+    rules:
+      - {action: FailJob, onExitCodes: {operator: In, values: [137]}}"""
+    result = preempted_job(tmp_path, "backoffLimit: 6", policy)
+    assert "a pod failure policy rule (FailJob)" in result.failed_jobs["team-a/low"][1]
+
+
+@pytest.mark.parametrize(
+    ("rules", "action"),
+    [
+        ([], "Count"),
+        ([{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}], "Ignore"),
+        # The first rule that matches decides.
+        (
+            [
+                {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [0]}},
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+            ],
+            "Count",
+        ),
+        ([{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1, 2]}}], "Count"),
+        ([{"action": "Ignore", "onPodConditions": [{"type": "ConfigIssue"}]}], "Count"),
+    ],
+)
+def test_what_a_pod_failure_policy_does_with_an_eviction(
+    rules: list[dict[str, object]], action: str
+) -> None:
+    assert disruption_action({"rules": rules}) == action
+
+
+def test_simulate_says_which_job_failed_and_how_to_keep_it(tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    text = NODE + job(
+        "train", "parallelism: 2, completions: 2, backoffLimit: 0", gpus=4, duration=3600
+    )
+    text += job("b", "completions: 1", gpus=4, arrival=600).replace("team-a", "team-b")
+    path.write_text(text)
+    result = runner.invoke(app, ["simulate", "--workload", str(path)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "Job team-a/train failed: 1 pod(s) evicted, more than its backoffLimit 0 (at 600.0 s)"
+        in result.output
+    )
+    assert "unless the Job's podFailurePolicy ignores pods with the DisruptionTarget" in (
+        " ".join(result.output.split())
+    )

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 from fairgpu.devcluster.client import KubeClient
+from fairgpu.devcluster.controller_manager import RESOURCECLAIM_CONTROLLER, WORKLOAD_CONTROLLERS
 from fairgpu.devcluster.controlplane import ControlPlane
 from fairgpu.devcluster.dra import DRA_FEATURE_GATES, publish_nvidia_dra
 from fairgpu.devcluster.dra import apiserver_args as dra_apiserver_args
@@ -35,6 +36,10 @@ class DevCluster:
         namespaces: namespaces created with their ``default`` ServiceAccount.
         kubelet: run the fake kubelet for all nodes.
         kube_scheduler: also run the real kube-scheduler (default profile).
+        controllers: run kube-controller-manager's workload controllers (Jobs, Deployments,
+            ReplicaSets, PodDisruptionBudgets, garbage collection:
+            :data:`~fairgpu.devcluster.controller_manager.WORKLOAD_CONTROLLERS`), so what a
+            user applies makes pods as on a real cluster.
         dra: Dynamic Resource Allocation as NVIDIA's DRA driver would set it up: the API
             server (and kube-scheduler) with partitionable devices, NVIDIA-shaped
             ResourceSlices with the GPUs of every GPU node and their MIG placements, and
@@ -58,6 +63,7 @@ class DevCluster:
         workdir: str | os.PathLike[str] | None = None,
         keep_workdir: bool = False,
         dra: bool = False,
+        controllers: bool = False,
     ) -> None:
         if isinstance(nodes, int):
             self.node_specs = gpu_node_specs(
@@ -70,6 +76,7 @@ class DevCluster:
         self.with_kubelet = kubelet
         self.with_scheduler = kube_scheduler
         self.with_dra = dra
+        self.with_controllers = controllers
         self.control_plane = ControlPlane(
             bin_dir,
             workdir=workdir,
@@ -97,7 +104,12 @@ class DevCluster:
                 for count in sorted({n.gpus for n in gpu_nodes}):
                     names = [n.name for n in gpu_nodes if n.gpus == count]
                     publish_nvidia_dra(self.client, names, gpus=count, mig=True)
-                cp.start_controller_manager(feature_gates=DRA_FEATURE_GATES)
+            controllers = list(WORKLOAD_CONTROLLERS) if self.with_controllers else []
+            if self.with_dra:
+                controllers.append(RESOURCECLAIM_CONTROLLER)
+            if controllers:
+                features = DRA_FEATURE_GATES if self.with_dra else ""
+                cp.start_controller_manager(controllers, feature_gates=features)
             if self.with_scheduler:
                 gates = [f"--feature-gates={DRA_FEATURE_GATES}"] if self.with_dra else []
                 cp.start_scheduler(extra_args=gates)
@@ -134,6 +146,7 @@ def up(
     namespaces: Sequence[str] = ("default",),
     kubelet: bool = True,
     kube_scheduler: bool = False,
+    controllers: bool = True,
     kubeconfig_out: str | os.PathLike[str] | None = None,
     workdir: str | os.PathLike[str] | None = None,
     echo: Callable[[str], None] = print,
@@ -151,6 +164,8 @@ def up(
         namespaces: namespaces to create with their ``default`` ServiceAccount.
         kubelet: run the fake kubelet.
         kube_scheduler: also run the stock kube-scheduler.
+        controllers: run the workload controllers (Jobs, Deployments, ...; see
+            :class:`DevCluster`).
         kubeconfig_out: also copy the kubeconfig to this path (it is removed on exit).
         workdir: keep certificates, etcd data and logs here instead of a temporary directory
             (kept after exit).
@@ -178,6 +193,7 @@ def up(
         namespaces=namespaces,
         kubelet=kubelet,
         kube_scheduler=kube_scheduler,
+        controllers=controllers,
         workdir=workdir,
         keep_workdir=workdir is not None,
     )

@@ -12,13 +12,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["BINARY", "RESOURCECLAIM_CONTROLLER", "controller_manager_argv"]
+__all__ = ["BINARY", "RESOURCECLAIM_CONTROLLER", "WORKLOAD_CONTROLLERS", "controller_manager_argv"]
 
 #: The binary tools/kube/build-control-plane.sh builds next to kube-apiserver.
 BINARY = "kube-controller-manager"
 #: The 1.34 name of the controller that creates claims from templates, and removes
 #: reservations (and the allocation of unused claims) once their pods are gone.
 RESOURCECLAIM_CONTROLLER = "resourceclaim-controller"
+#: What turns the objects users apply into pods and keeps them honest: Jobs, Deployments and
+#: their ReplicaSets, PodDisruptionBudgets' status (without it an eviction of a pod a budget
+#: covers is always refused), the garbage collector (deleting a Deployment deletes its pods)
+#: and the ``default`` ServiceAccount of every namespace (without it no pod may be created
+#: there).
+WORKLOAD_CONTROLLERS = (
+    "serviceaccount-controller",
+    "job-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "disruption-controller",
+    "garbage-collector-controller",
+)
 
 
 def controller_manager_argv(

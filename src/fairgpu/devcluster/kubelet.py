@@ -9,8 +9,9 @@ would, reports them through the pod status subresource:
   wall-clock seconds after its ``startTime`` (``Failed`` if ``fairgpu.io/exit-code`` is set
   and non-zero); without the annotation it runs until deleted;
 - a bound pod being deleted gracefully (``deletionTimestamp`` set, e.g. evicted or
-  preempted) is removed with grace period 0, as a kubelet does once its containers stop
-  (``grace_seconds`` after it is seen terminating, if set: how long its containers take);
+  preempted) is reported ``Failed`` (its containers killed, exit code 137) and removed with
+  grace period 0, as a kubelet does once its containers stop (``grace_seconds`` after it is
+  seen terminating, if set: how long its containers take);
 - a running pod resized in place (``pods/resize``) is resized, deferred or refused as
   :mod:`~fairgpu.devcluster.kubelet_resize` says -- at once, or when a test lets resizes
   through again (:attr:`FakeKubelet.actuate_resizes`, :meth:`FakeKubelet.resume_resizes`).
@@ -52,6 +53,9 @@ __all__ = [
 DURATION_ANNOTATION = "fairgpu.io/duration-seconds"
 #: Exit code reported on completion; non-zero makes the pod ``Failed``.
 EXIT_CODE_ANNOTATION = "fairgpu.io/exit-code"
+#: The exit code of a container killed when its pod is deleted (128 + SIGKILL).
+KILLED = 137
+TERMINAL = ("Succeeded", "Failed")
 
 log = logging.getLogger(__name__)
 
@@ -444,6 +448,20 @@ class FakeKubelet:
             for uid, (ns, name) in waiting:
                 self._submit(self._resize, ns, name, uid)
 
+    def _end_containers(self, path: str, ns: str, name: str, uid: str) -> None:
+        """Its containers stopped, a kubelet reports a deleted pod terminal -- ``Failed``
+        (exit code 137: killed) unless it had completed -- before it removes the pod, and
+        keeps the conditions others set (the eviction's ``DisruptionTarget``): a
+        controller that holds its pods with a finalizer, as the Job controller does, learns
+        the outcome from that phase (with a ``podFailurePolicy`` it waits for it)."""
+        try:
+            pod = self.client.get(path)
+        except Exception:  # gone, or the API server unreachable: the delete that follows retries
+            return
+        if pod["metadata"]["uid"] != uid or pod.get("status", {}).get("phase") in TERMINAL:
+            return
+        self._patch_status(ns, name, uid, _terminated(pod, KILLED))
+
     def _begin_deletion(self, ns: str, name: str, uid: str) -> None:
         """Remove a terminating pod once its grace (``grace_seconds``) has passed."""
         args = (self._finish_deletion, ns, name, uid)
@@ -477,40 +495,7 @@ class FakeKubelet:
             code = int(annotations.get(EXIT_CODE_ANNOTATION, "0"))
         except ValueError:
             code = 1
-        ts = _now_ts()
-        started = pod.get("status", {}).get("startTime", ts)
-        reason = "Completed" if code == 0 else "Error"
-        status = {
-            "phase": "Succeeded" if code == 0 else "Failed",
-            "conditions": [
-                _cond("PodReadyToStartContainers", "False", ts),
-                _cond("ContainersReady", "False", ts, "PodCompleted"),
-                _cond("Ready", "False", ts, "PodCompleted"),
-            ],
-            "containerStatuses": [
-                {
-                    "name": c["name"],
-                    "image": c.get("image", ""),
-                    "imageID": "",
-                    "containerID": f"fake://{uid}/{c['name']}",
-                    "ready": False,
-                    "started": False,
-                    "restartCount": 0,
-                    "state": {
-                        "running": None,
-                        "waiting": None,
-                        "terminated": {
-                            "exitCode": code,
-                            "reason": reason,
-                            "startedAt": started,
-                            "finishedAt": ts,
-                            "containerID": f"fake://{uid}/{c['name']}",
-                        },
-                    },
-                }
-                for c in pod.get("spec", {}).get("containers", [])
-            ],
-        }
+        status = _terminated(pod, code)
         ok = self._patch_status(ns, name, uid, status)
         with self._lock:
             self._scheduled.discard(uid)
@@ -526,6 +511,7 @@ class FakeKubelet:
 
     def _finish_deletion(self, ns: str, name: str, uid: str) -> None:
         path = f"/api/v1/namespaces/{ns}/pods/{name}"
+        self._end_containers(path, ns, name, uid)
         body = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
@@ -556,6 +542,47 @@ class FakeKubelet:
         finally:
             with self._lock:
                 self._in_flight.discard(uid)
+
+
+def _terminated(pod: dict[str, Any], code: int) -> dict[str, Any]:
+    """The status of ``pod`` once its containers exited with ``code``: ``Succeeded`` for 0,
+    else ``Failed`` -- whatever its restart policy, as a kubelet reports a pod it will not
+    start again (it completed, or it is being deleted)."""
+    ts = _now_ts()
+    uid = pod["metadata"]["uid"]
+    started = pod.get("status", {}).get("startTime", ts)
+    reason = "Completed" if code == 0 else "Error"
+    return {
+        "phase": "Succeeded" if code == 0 else "Failed",
+        "conditions": [
+            _cond("PodReadyToStartContainers", "False", ts),
+            _cond("ContainersReady", "False", ts, "PodCompleted"),
+            _cond("Ready", "False", ts, "PodCompleted"),
+        ],
+        "containerStatuses": [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "containerID": f"fake://{uid}/{c['name']}",
+                "ready": False,
+                "started": False,
+                "restartCount": 0,
+                "state": {
+                    "running": None,
+                    "waiting": None,
+                    "terminated": {
+                        "exitCode": code,
+                        "reason": reason,
+                        "startedAt": started,
+                        "finishedAt": ts,
+                        "containerID": f"fake://{uid}/{c['name']}",
+                    },
+                },
+            }
+            for c in pod.get("spec", {}).get("containers", [])
+        ],
+    }
 
 
 def _cond(kind: str, status: str, ts: str, reason: str | None = None) -> dict[str, Any]:

@@ -216,6 +216,7 @@ def _jobs_section(summary: dict[str, Any]) -> str:
                 _blank(j.get("arrival_s")),
                 _blank(j.get("first_start_s")),
                 _blank(j.get("finished_s")),
+                _blank(j.get("failed_reason")),
             )
         )
         + "</tr>"
@@ -223,7 +224,8 @@ def _jobs_section(summary: dict[str, Any]) -> str:
     )
     return (
         "<h2>Jobs</h2><table><thead><tr><th>job</th><th>succeeded / completions</th>"
-        "<th>created (s)</th><th>first start (s)</th><th>finished (s)</th></tr></thead>"
+        "<th>created (s)</th><th>first start (s)</th><th>finished (s)</th><th>failed</th>"
+        "</tr></thead>"
         f"<tbody>{rows}</tbody></table>"
     )
 

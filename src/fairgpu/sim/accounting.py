@@ -9,8 +9,8 @@ simulated clock stops. Its ``outcome`` says why it ended:
 - ``gang-restart``: a sibling of its pod group was evicted, so the whole group restarts (as a job
   controller restarts a distributed job that lost a worker); ``preemptor`` is the sibling's;
 - ``gang-timeout``: its pod group stayed below minMember too long and was released;
-- ``deleted``: the pod was deleted while running (workloads that delete pods; the simulator's
-  replays have none today);
+- ``deleted``: the pod was deleted while running (its batch/v1 Job failed -- its pods were
+  evicted more often than its ``backoffLimit`` allows -- and the Job controller deleted it);
 - ``running``: still running when the clock stopped (its end is that instant).
 
 Work of ``completed`` and ``running`` attempts is *useful*; all the others' is *lost*. A gang

@@ -7,6 +7,11 @@ at the Job's arrival and, each time one of its pods completes, the next one at t
 -- created then, so it waits and is ordered from then on, as a pod the controller creates.
 Only success makes room: a preempted pod waits again as itself (the replacement the
 controller would create), a pod group that gives up waits again whole.
+
+An eviction is a failed pod to the Job controller (its ``DisruptionTarget`` condition set, its
+containers killed) unless the Job's pod failure policy ignores it: more failures than
+``backoffLimit`` -- or one a ``FailJob`` rule matches -- fail the Job (:meth:`evicted`), and
+its other pods are stopped and none is created any more, as the controller does.
 """
 
 from __future__ import annotations
@@ -15,17 +20,20 @@ import copy
 from collections import deque
 from collections.abc import Iterable
 
-from fairgpu.sim.workload import JobPacing, PodArrival
+from fairgpu.sim.workload import BatchJob, PodArrival
 
 
 class JobController:
     """Which of a workload's pods exist from the start, and which one a success creates."""
 
-    def __init__(self, jobs: Iterable[JobPacing], arrivals: Iterable[PodArrival]) -> None:
+    def __init__(self, jobs: Iterable[BatchJob], arrivals: Iterable[PodArrival]) -> None:
         by_uid = {a.pod.uid: a for a in arrivals}
         self._later: dict[str, deque[PodArrival]] = {}
         self._job_of: dict[str, str] = {}
-        for job in jobs:
+        self._jobs = {job.key: job for job in jobs}
+        self._failures: dict[str, int] = {}
+        self.failed: dict[str, str] = {}  # Job key -> why it failed
+        for job in self._jobs.values():
             for uid in job.pods:
                 self._job_of[uid] = job.key
             later = [by_uid[uid] for uid in job.pods[job.first :] if uid in by_uid]
@@ -47,9 +55,36 @@ class JobController:
         pods left to create): a copy of the workload's, created and arriving at ``now``, so
         the workload itself is left as it was for another run."""
         later = self._later.get(self._job_of.get(uid, ""))
-        if not later:
+        if not later:  # none left, or its Job failed
             return None
         arrival = later.popleft()
         pod = copy.copy(arrival.pod)
         pod.created = now
         return PodArrival(pod, now, arrival.duration)
+
+    def evicted(self, uids: Iterable[str]) -> list[str]:
+        """Count the evictions of pods ``uids`` against their Jobs; return the Jobs that
+        fail by them (their reason in :attr:`failed`), which then create no more pods."""
+        failing = []
+        for uid in uids:
+            key = self._job_of.get(uid)
+            if key is None or key in self.failed:
+                continue
+            job = self._jobs[key]
+            if job.on_disruption == "Ignore":
+                continue
+            self._failures[key] = count = self._failures.get(key, 0) + 1
+            if job.on_disruption == "FailJob":
+                why = "a pod failure policy rule (FailJob) matched an evicted pod"
+            elif count > job.backoff_limit:
+                why = f"{count} pod(s) evicted, more than its backoffLimit {job.backoff_limit}"
+            else:
+                continue
+            self.failed[key] = f"Job {key} failed: {why}"
+            self._later.pop(key, None)
+            failing.append(key)
+        return failing
+
+    def pods_of(self, key: str) -> tuple[str, ...]:
+        """The uids of Job ``key``'s pods."""
+        return self._jobs[key].pods

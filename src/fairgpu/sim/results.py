@@ -23,7 +23,7 @@ from fairgpu.sim.accounting import (
     work_totals,
 )
 from fairgpu.sim.simulator import PodRecord, SimulationResult, percentile, time_average
-from fairgpu.sim.workload import JobPacing
+from fairgpu.sim.workload import BatchJob
 from fairgpu.tenancy.pool_share import PoolDemand, node_pools, pool_fair_shares
 
 if TYPE_CHECKING:
@@ -64,10 +64,11 @@ def tenant_table(result: SimulationResult) -> dict[str, dict[str, Any]]:
     return out
 
 
-def job_table(jobs: Iterable[JobPacing], result: SimulationResult) -> dict[str, dict[str, Any]]:
+def job_table(jobs: Iterable[BatchJob], result: SimulationResult) -> dict[str, dict[str, Any]]:
     """Per batch/v1 Job: its completions (pods to succeed), the pods its controller created
-    in the run, those that succeeded, when it was created, its first pod's start, and when
-    it finished -- its last pod succeeded (None if it did not within the run)."""
+    in the run, those that succeeded, when it was created, its first pod's start, when it
+    finished -- its last pod succeeded (None if it did not within the run) -- and when and
+    why it failed (None unless its evicted pods exceeded its ``backoffLimit``)."""
     records = {r.pod.uid: r for r in result.records}
     out: dict[str, dict[str, Any]] = {}
     for job in jobs:
@@ -81,6 +82,8 @@ def job_table(jobs: Iterable[JobPacing], result: SimulationResult) -> dict[str, 
             "arrival_s": _round(min((r.arrival for r in created), default=None)),
             "first_start_s": _round(min(starts, default=None)),
             "finished_s": _round(max(succeeded)) if len(succeeded) == len(job.pods) else None,
+            "failed_s": _round(failed[0]) if (failed := result.failed_jobs.get(job.key)) else None,
+            "failed_reason": failed[1] if failed else None,
         }
     return out
 

@@ -145,6 +145,8 @@ class SimulationResult:
     preemptions: int
     cycles: int
     runs: list[RunAttempt] = field(default_factory=list)
+    # batch/v1 Jobs that failed (their pods evicted too often): key -> (when, why).
+    failed_jobs: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
 class Simulation:
@@ -209,6 +211,7 @@ class Simulation:
         self.runs = RunLog(self.tenant_of)
         self._wake_at: float | None = None  # the cycle a time rule asked for, if scheduled
         self.jobs = JobController(workload.jobs, workload.arrivals)
+        self.failed_jobs: dict[str, tuple[float, str]] = {}
 
     def _push(self, time: float, kind: int, uid: str) -> None:
         heapq.heappush(self._events, (time, kind, self._seq, uid))
@@ -329,6 +332,8 @@ class Simulation:
         for pod in evicted:
             self._requeue(pod, *causes[pod.uid])
             self.preemptions += 1
+        for key in self.jobs.evicted(e.pod.uid for e in result.evictions):
+            self._fail_job(key)
         for bind in result.binds:
             rec = self.records[bind.pod.uid]
             if self.pending.pop(bind.pod.uid, None) is not None:
@@ -352,6 +357,27 @@ class Simulation:
             # No change to the cluster can help (e.g. invalid object): stop retrying it.
             if not unsched.resolvable and self.pending.pop(unsched.pod.uid, None) is not None:
                 self._wait(rec, -1)
+
+    def _fail_job(self, key: str) -> None:
+        """Job ``key`` failed (:meth:`~fairgpu.sim.job_controller.JobController.evicted`):
+        the Job controller deletes its pods -- running ones end (outcome ``deleted``), waiting
+        ones leave the queue -- and creates no more."""
+        why = self.jobs.failed[key]
+        self.failed_jobs[key] = (self.now, why)
+        for uid in self.jobs.pods_of(key):
+            rec = self.records.get(uid)
+            if rec is None or rec.end is not None:
+                continue  # not created yet, or it succeeded
+            if uid in self.cluster.placements:
+                self.cluster.release(uid)
+                self._release_claims(rec.pod, requeue=False)
+                self._leave_group(rec)
+                self._charge_tenant(rec, -1)
+                self.runs.stop(uid, self.now, "deleted")
+                rec.run += 1  # the end scheduled for this run is stale now
+            elif self.pending.pop(uid, None) is not None:
+                self._wait(rec, -1)
+            rec.reason, rec.failed_at = why, self.now
 
     def _started(self, rec: PodRecord, node_name: str, devices: tuple[int, ...]) -> None:
         """``rec``'s pod, placed in the cluster, starts on ``node_name`` now."""
@@ -548,6 +574,7 @@ class Simulation:
             preemptions=self.preemptions,
             cycles=self.cycles,
             runs=self.runs.close(end),
+            failed_jobs=dict(self.failed_jobs),
         )
 
 

@@ -20,15 +20,19 @@ class PodArrival:
 
 
 @dataclass(frozen=True, slots=True)
-class JobPacing:
-    """A batch/v1 Job (``key``: ``namespace/name``) whose pods do not all exist at once: of
-    its pods (uids, in the order its controller creates them) the first ``first`` arrive at
-    their arrival time, each later one when one of the Job's pods succeeds
+class BatchJob:
+    """A batch/v1 Job as a replay runs it (``key``: ``namespace/name``; ``pods``: its pods'
+    uids, in the order its controller creates them): the first ``first`` pods arrive at
+    their arrival time, each later one when one of the Job's pods succeeds; an evicted pod
+    counts as a failed one unless ``on_disruption`` says otherwise (``Ignore``; ``FailJob``
+    fails the Job at once), and more than ``backoff_limit`` failures fail the Job
     (:mod:`fairgpu.sim.job_controller`)."""
 
     key: str
     first: int
     pods: tuple[str, ...]
+    backoff_limit: int = 6
+    on_disruption: str = "Count"
 
 
 @dataclass(slots=True)
@@ -47,4 +51,4 @@ class Workload:
     pod_groups: dict[str, int] = field(default_factory=dict)
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
-    jobs: list[JobPacing] = field(default_factory=list)
+    jobs: list[BatchJob] = field(default_factory=list)

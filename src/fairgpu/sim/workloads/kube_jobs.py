@@ -12,10 +12,12 @@ pods of an Indexed Job take the completion indexes in order. A suspended Job
 ``controller-uid``, the completion index), with the Job's ``fairgpu.io/arrival-seconds`` and
 ``fairgpu.io/duration-seconds`` when its template has none -- and how many of them the Job's
 creation makes; the simulator creates the others as pods succeed
-(:mod:`fairgpu.sim.job_controller`). A pod that is preempted
-waits again as the same pod (the controller would create a replacement at once); the
-simulator lets no pod fail, so ``backoffLimit``, ``activeDeadlineSeconds`` and pod failure
-policies change nothing here.
+(:mod:`fairgpu.sim.job_controller`). A pod that is preempted waits again as the same pod
+(the controller's replacement), but, as on a cluster, the eviction counts as a failed pod
+against ``backoffLimit`` unless the Job's ``podFailurePolicy`` says what to do with a
+disrupted pod (:func:`disruption_action`): with ``backoffLimit: 0`` and no such rule the first
+preemption fails the Job. Pods never fail by themselves here, so ``activeDeadlineSeconds``
+and exit-code rules for crashes change nothing.
 
 The API server's own validation of what this reads is repeated, so a Job it would refuse is
 refused here with the field named (:class:`~fairgpu.sim.workloads.kube_yaml.WorkloadError`).
@@ -35,6 +37,9 @@ LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
 LABEL_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 LEGACY_LABELS = ("job-name", "controller-uid")
+DEFAULT_BACKOFF_LIMIT = 6
+#: The exit code an evicted pod's containers report (killed: 128 + SIGKILL).
+EVICTED_EXIT_CODE = 137
 
 
 class JobError(ValueError):
@@ -44,12 +49,16 @@ class JobError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ExpandedJob:
     """One Job (``namespace/name``): its pods' documents in completion-index order, of which
-    the first ``first`` exist from its creation on; ``suspended``: it has none."""
+    the first ``first`` exist from its creation on; ``suspended``: it has none;
+    ``backoff_limit`` and ``on_disruption``: how an evicted pod counts
+    (:class:`~fairgpu.sim.workload.BatchJob`)."""
 
     key: str
     pods: list[dict[str, Any]]
     first: int
     suspended: bool
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT
+    on_disruption: str = "Count"
 
 
 def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
@@ -72,7 +81,49 @@ def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
     uid = str(meta.get("uid") or f"job/{namespace}/{name}")
     pods = [] if suspended else [_pod(meta, template, uid, i, indexed) for i in range(total)]
     first = total if completions is None else min(parallelism, total)
-    return ExpandedJob(f"{namespace}/{name}", pods, first, suspended)
+    limit = _count(spec, "backoffLimit", where)
+    return ExpandedJob(
+        f"{namespace}/{name}",
+        pods,
+        first,
+        suspended,
+        DEFAULT_BACKOFF_LIMIT if limit is None else limit,
+        disruption_action(spec.get("podFailurePolicy"), where),
+    )
+
+
+def disruption_action(policy: Any, where: str = "Job") -> str:
+    """What the Job controller does with a pod that was evicted -- its ``DisruptionTarget``
+    condition set, its containers killed (exit code 137) -- under ``spec.podFailurePolicy``
+    ``policy``: the action of the first rule that matches it (``Ignore``, ``FailJob``,
+    ``Count``; ``FailIndex`` counts here), ``Count`` when none does."""
+    if policy is None:
+        return "Count"
+    rules = policy.get("rules") if isinstance(policy, dict) else None
+    if not isinstance(rules, list):
+        raise JobError(f"{where}: spec.podFailurePolicy.rules: must be a list")
+    for i, rule in enumerate(rules):
+        action = rule.get("action") if isinstance(rule, dict) else None
+        if action not in ("Ignore", "FailJob", "Count", "FailIndex"):
+            raise JobError(
+                f"{where}: spec.podFailurePolicy.rules[{i}].action: must be Ignore, FailJob, "
+                f"Count or FailIndex, not {action!r}"
+            )
+        if _matches_eviction(rule):
+            return "Count" if action == "FailIndex" else str(action)
+    return "Count"
+
+
+def _matches_eviction(rule: dict[str, Any]) -> bool:
+    """Whether a pod failure policy ``rule`` matches an evicted pod."""
+    for cond in rule.get("onPodConditions") or ():
+        if cond.get("type") == "DisruptionTarget" and cond.get("status", "True") == "True":
+            return True
+    codes = rule.get("onExitCodes")
+    if codes:
+        values = codes.get("values") or []
+        return (EVICTED_EXIT_CODE in values) == (codes.get("operator") == "In")
+    return False
 
 
 def _count(spec: dict[str, Any], field: str, where: str) -> int | None:

@@ -47,7 +47,7 @@ from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, pod_from_k8s
 from fairgpu.model.priority import PriorityClasses
 from fairgpu.model.volumes import STORAGE_KINDS, StorageObject, decode_storage
-from fairgpu.sim.workload import JobPacing, PodArrival, Workload
+from fairgpu.sim.workload import BatchJob, PodArrival, Workload
 from fairgpu.sim.workloads.jobsets import expand_jobset
 from fairgpu.sim.workloads.kube_jobs import ExpandedJob, JobError, expand_job
 from fairgpu.sim.workloads.kubeflow import expand_training_job, is_training_job
@@ -174,7 +174,13 @@ def load_kube_yaml(
         raise WorkloadError(f"Node {dup}: defined more than once")
     arrivals = _arrivals(objects.pod_docs, objects.priority_classes, pools)
     jobs = [
-        JobPacing(job.key, job.first, tuple(a.pod.uid for a in arrivals[at : at + len(job.pods)]))
+        BatchJob(
+            job.key,
+            job.first,
+            tuple(a.pod.uid for a in arrivals[at : at + len(job.pods)]),
+            job.backoff_limit,
+            job.on_disruption,
+        )
         for at, job in objects.jobs
         if job.pods
     ]
