@@ -424,9 +424,9 @@ IGNORE = """
       - {action: Ignore, onPodConditions: [{type: DisruptionTarget}]}"""
 
 
-def preempted_job(tmp_path: Path, spec: str, policy: str = "") -> SimulationResult:
+def preempted_job(tmp_path: Path, spec: str, policy: str = "", more: str = "") -> SimulationResult:
     """Job ``low`` (3 completions, 2 at a time, 4 GPUs each) fills the node; at 100 s a
-    higher-priority pod of the same queue preempts one of its pods."""
+    higher-priority pod of the same queue preempts one of its pods; ``more``: other YAML."""
     text = NODE + "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
     text += "metadata: {name: urgent}\nvalue: 1000\n"
     text += job("low", f"parallelism: 2, completions: 3, {spec}", gpus=4).replace(
@@ -435,7 +435,7 @@ def preempted_job(tmp_path: Path, spec: str, policy: str = "") -> SimulationResu
     text += job(
         "urgent", "completions: 1", gpus=4, duration=300, arrival=100, priority_class="urgent"
     )
-    return simulate(load(tmp_path, text))
+    return simulate(load(tmp_path, text + more))
 
 
 def test_an_eviction_beyond_the_backoff_limit_fails_the_job(tmp_path: Path) -> None:
@@ -450,6 +450,16 @@ def test_an_eviction_beyond_the_backoff_limit_fails_the_job(tmp_path: Path) -> N
     assert {r.reason for r in low.values()} == {why}
     outcomes = sorted(a.outcome for a in result.runs if a.name.startswith("low-"))
     assert outcomes == ["deleted", "preempted"]
+
+
+def test_the_room_a_failed_job_leaves_is_taken_at_once(tmp_path: Path) -> None:
+    """``waiting`` (same queue and priority as the Job: it may not preempt) waits from 50 s;
+    when the Job fails at 100 s its deleted pod's GPUs go to ``waiting`` then, not at the
+    next event (``urgent`` ending at 400 s)."""
+    more = job("waiting", "completions: 1", gpus=4, arrival=50)
+    result = preempted_job(tmp_path, "backoffLimit: 0", more=more)
+    starts = {r.pod.name: r.start for r in result.records}
+    assert starts["waiting-0"] == 100.0 and starts["urgent-0"] == 100.0
 
 
 def test_a_job_that_ignores_disruptions_or_allows_failures_goes_on(tmp_path: Path) -> None:

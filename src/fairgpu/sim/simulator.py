@@ -332,8 +332,6 @@ class Simulation:
         for pod in evicted:
             self._requeue(pod, *causes[pod.uid])
             self.preemptions += 1
-        for key in self.jobs.evicted(e.pod.uid for e in result.evictions):
-            self._fail_job(key)
         for bind in result.binds:
             rec = self.records[bind.pod.uid]
             if self.pending.pop(bind.pod.uid, None) is not None:
@@ -357,6 +355,9 @@ class Simulation:
             # No change to the cluster can help (e.g. invalid object): stop retrying it.
             if not unsched.resolvable and self.pending.pop(unsched.pod.uid, None) is not None:
                 self._wait(rec, -1)
+        # Last: a pod of a failing Job bound or reported in this cycle goes with the rest.
+        for key in self.jobs.evicted(e.pod.uid for e in result.evictions):
+            self._fail_job(key)
 
     def _fail_job(self, key: str) -> None:
         """Job ``key`` failed (:meth:`~fairgpu.sim.job_controller.JobController.evicted`):
@@ -364,6 +365,8 @@ class Simulation:
         ones leave the queue -- and creates no more."""
         why = self.jobs.failed[key]
         self.failed_jobs[key] = (self.now, why)
+        if any(uid in self.cluster.placements for uid in self.jobs.pods_of(key)):
+            self._push(self.now, _WAKE, "")  # the room they leave is scheduled again now
         for uid in self.jobs.pods_of(key):
             rec = self.records.get(uid)
             if rec is None or rec.end is not None:
