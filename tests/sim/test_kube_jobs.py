@@ -520,3 +520,28 @@ def test_simulate_says_which_job_failed_and_how_to_keep_it(tmp_path: Path) -> No
     assert "unless the Job's podFailurePolicy ignores pods with the DisruptionTarget" in (
         " ".join(result.output.split())
     )
+
+
+def test_a_job_past_its_active_deadline_fails_waiting_included(tmp_path: Path) -> None:
+    """``late`` (deadline 900 s) waits behind ``first`` until 600 s, then runs 600 s: its
+    deadline counts from its creation, so it fails at 900 s, its pod deleted. ``quick``
+    finishes in time and its deadline, later, does not move the end of the run."""
+    text = NODE + job("first", "completions: 1", gpus=8, duration=600)
+    text += job("late", "completions: 1, activeDeadlineSeconds: 900", gpus=8, arrival=10)
+    text += job(
+        "quick", "completions: 1, activeDeadlineSeconds: 99999", gpus=8, duration=60, arrival=20
+    )
+    result = simulate(load(tmp_path, text))
+    why = "Job team-a/late failed: it was still active 900 s after its creation"
+    assert result.failed_jobs["team-a/late"][0] == 910.0
+    assert result.failed_jobs["team-a/late"][1].startswith(why)
+    assert "team-a/quick" not in result.failed_jobs
+    assert [a.outcome for a in result.runs if a.name == "late-0"] == ["deleted"]
+    assert result.end_time < 5000
+
+
+def test_a_bad_active_deadline_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(
+        WorkloadError, match=r"spec\.activeDeadlineSeconds: must be a whole number > 0"
+    ):
+        load(tmp_path, NODE + job("j", "completions: 1, activeDeadlineSeconds: 0"))

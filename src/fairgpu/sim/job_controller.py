@@ -11,7 +11,9 @@ controller would create), a pod group that gives up waits again whole.
 An eviction is a failed pod to the Job controller (its ``DisruptionTarget`` condition set, its
 containers killed) unless the Job's pod failure policy ignores it: more failures than
 ``backoffLimit`` -- or one a ``FailJob`` rule matches -- fail the Job (:meth:`evicted`), and
-its other pods are stopped and none is created any more, as the controller does.
+its other pods are stopped and none is created any more, as the controller does. So does
+``activeDeadlineSeconds`` passing after the Job's creation before all its pods succeeded
+(:meth:`deadlines`, :meth:`expire`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class JobController:
         self._job_of: dict[str, str] = {}
         self._jobs = {job.key: job for job in jobs}
         self._failures: dict[str, int] = {}
+        self._succeeded: dict[str, int] = {}
         self.failed: dict[str, str] = {}  # Job key -> why it failed
         for job in self._jobs.values():
             for uid in job.pods:
@@ -40,6 +43,36 @@ class JobController:
             if later:
                 self._later[job.key] = deque(later)
         self._held = {a.pod.uid for q in self._later.values() for a in q}
+        self._created = {
+            job.key: min((by_uid[u].arrival for u in job.pods if u in by_uid), default=0.0)
+            for job in self._jobs.values()
+        }
+
+    def deadlines(self) -> list[tuple[float, str]]:
+        """(when, Job key) of each Job's ``activeDeadlineSeconds``, counted from its
+        creation (its first pods' arrival)."""
+        return [
+            (self._created[key] + job.active_deadline, key)
+            for key, job in self._jobs.items()
+            if job.active_deadline is not None
+        ]
+
+    def active(self, key: str) -> bool:
+        """Job ``key`` neither failed nor had all its pods succeed."""
+        return key not in self.failed and self._succeeded.get(key, 0) < len(self._jobs[key].pods)
+
+    def expire(self, key: str) -> bool:
+        """Job ``key`` reached its deadline: it fails unless it is no longer
+        :meth:`active` (True when it fails now)."""
+        job = self._jobs[key]
+        if not self.active(key):
+            return False
+        self.failed[key] = (
+            f"Job {key} failed: it was still active {job.active_deadline:g} s after its "
+            "creation (activeDeadlineSeconds; DeadlineExceeded)"
+        )
+        self._later.pop(key, None)
+        return True
 
     def initial(self, arrivals: Iterable[PodArrival]) -> list[PodArrival]:
         """The ``arrivals`` that exist without waiting for another pod to succeed."""
@@ -54,7 +87,10 @@ class JobController:
         """The pod created because pod ``uid`` succeeded at ``now`` (None: no Job of it has
         pods left to create): a copy of the workload's, created and arriving at ``now``, so
         the workload itself is left as it was for another run."""
-        later = self._later.get(self._job_of.get(uid, ""))
+        key = self._job_of.get(uid, "")
+        if key:
+            self._succeeded[key] = self._succeeded.get(key, 0) + 1
+        later = self._later.get(key)
         if not later:  # none left, or its Job failed
             return None
         arrival = later.popleft()

@@ -27,7 +27,7 @@ from fairgpu.sim.rendezvous import DEFAULT_TIMEOUT, Rendezvous
 from fairgpu.sim.workload import PodArrival, Workload
 
 # Event kinds, in the order events of one instant are handled; a wake only runs a cycle.
-_COMPLETE, _GIVE_UP, _ARRIVE, _WAKE = 0, 1, 2, 3
+_COMPLETE, _GIVE_UP, _DEADLINE, _ARRIVE, _WAKE = 0, 1, 2, 3, 4
 
 
 @dataclass(slots=True)
@@ -458,16 +458,18 @@ class Simulation:
             self._push(deadline, _GIVE_UP, key)  # this member began the group's wait
 
     def _stale(self, event: tuple[float, int, int, str]) -> bool:
-        """Is ``event`` the end of a run that was cut short (preempted, its group restarted)
-        or a give-up deadline its group no longer has (it reached minMember, or its waiting
-        members left)? Such an event must not become an instant of the replay: it would move
-        the clock (and with it the end of the run) and run a cycle for nothing that
-        happened."""
+        """Is ``event`` the end of a run that was cut short (preempted, its group restarted),
+        a give-up deadline its group no longer has (it reached minMember, or its waiting
+        members left) or the deadline of a Job that already ended? Such an event must not
+        become an instant of the replay: it would move the clock (and with it the end of the
+        run) and run a cycle for nothing that happened."""
         when, kind, _, key = event
         if kind == _COMPLETE:
             uid, _, run = key.rpartition("#")
             # The pod was preempted (or its group restarted) after this end was scheduled.
             return int(run) != self.records[uid].run or uid not in self.cluster.placements
+        if kind == _DEADLINE:  # the Job succeeded or failed before it
+            return not self.jobs.active(key)
         return kind == _GIVE_UP and self.rendezvous.deadline(key) != when
 
     def _give_up(self, key: str) -> bool:
@@ -534,6 +536,8 @@ class Simulation:
         ):
             self._add_arrival(arrival)
         total = len(self.records) + self.jobs.waiting
+        for when, key in self.jobs.deadlines():
+            self._push(when, _DEADLINE, key)
         arrived = 0
         while self._events:
             if self._stale(self._events[0]):
@@ -551,6 +555,10 @@ class Simulation:
                 if kind == _COMPLETE:
                     self._complete(uid)
                     changed = True
+                elif kind == _DEADLINE:
+                    if self.jobs.expire(uid):
+                        self._fail_job(uid)
+                        changed = True
                 elif kind == _GIVE_UP:
                     changed = self._give_up(uid) or changed
                 elif kind == _WAKE:

@@ -25,7 +25,8 @@ class BatchJob:
     uids, in the order its controller creates them): the first ``first`` pods arrive at
     their arrival time, each later one when one of the Job's pods succeeds; an evicted pod
     counts as a failed one unless ``on_disruption`` says otherwise (``Ignore``; ``FailJob``
-    fails the Job at once), and more than ``backoff_limit`` failures fail the Job
+    fails the Job at once), and more than ``backoff_limit`` failures fail the Job, as does
+    still running ``active_deadline`` seconds after its creation
     (:mod:`fairgpu.sim.job_controller`)."""
 
     key: str
@@ -33,6 +34,7 @@ class BatchJob:
     pods: tuple[str, ...]
     backoff_limit: int = 6
     on_disruption: str = "Count"
+    active_deadline: float | None = None
 
 
 @dataclass(slots=True)

@@ -16,8 +16,9 @@ creation makes; the simulator creates the others as pods succeed
 (the controller's replacement), but, as on a cluster, the eviction counts as a failed pod
 against ``backoffLimit`` unless the Job's ``podFailurePolicy`` says what to do with a
 disrupted pod (:func:`disruption_action`): with ``backoffLimit: 0`` and no such rule the first
-preemption fails the Job. Pods never fail by themselves here, so ``activeDeadlineSeconds``
-and exit-code rules for crashes change nothing.
+preemption fails the Job. ``activeDeadlineSeconds`` counts from the Job's creation, waiting
+included: a Job still running (or waiting) then fails (``DeadlineExceeded``). Pods never fail
+by themselves here, so exit-code rules for crashes change nothing.
 
 The API server's own validation of what this reads is repeated, so a Job it would refuse is
 refused here with the field named (:class:`~fairgpu.sim.workloads.kube_yaml.WorkloadError`).
@@ -59,6 +60,7 @@ class ExpandedJob:
     suspended: bool
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
     on_disruption: str = "Count"
+    active_deadline: float | None = None
 
 
 def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
@@ -89,7 +91,18 @@ def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
         suspended,
         DEFAULT_BACKOFF_LIMIT if limit is None else limit,
         disruption_action(spec.get("podFailurePolicy"), where),
+        _deadline(spec, where),
     )
+
+
+def _deadline(spec: dict[str, Any], where: str) -> float | None:
+    """``spec.activeDeadlineSeconds``: a whole number > 0, or None."""
+    value = spec.get("activeDeadlineSeconds")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise JobError(f"{where}: spec.activeDeadlineSeconds: must be a whole number > 0")
+    return float(value)
 
 
 def disruption_action(policy: Any, where: str = "Job") -> str:

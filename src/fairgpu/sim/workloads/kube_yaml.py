@@ -180,6 +180,7 @@ def load_kube_yaml(
             tuple(a.pod.uid for a in arrivals[at : at + len(job.pods)]),
             job.backoff_limit,
             job.on_disruption,
+            job.active_deadline,
         )
         for at, job in objects.jobs
         if job.pods
