@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from fairgpu.model.pod import PodInfo
 
 
@@ -50,9 +52,12 @@ class Displace:
     reason: str = ""
 
 
-@dataclass(slots=True)
-class Unschedulable:
-    """``pod`` stays pending for ``reason``; ``resolvable`` is False if no change can help."""
+class Unschedulable(msgspec.Struct, gc=False):
+    """``pod`` stays pending for ``reason``; ``resolvable`` is False if no change can help.
+
+    A struct the garbage collector does not track (it refers to nothing that refers back):
+    a cycle over a large backlog reports thousands of these, and as tracked objects they
+    made the collector run again and again."""
 
     pod: PodInfo
     reason: str
