@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from fairgpu.cli import app
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
+from fairgpu.model.job_failures import disruption_action
 from fairgpu.sim.simulator import Simulation, SimulationResult
 from fairgpu.sim.workload import Workload
-from fairgpu.sim.workloads.kube_jobs import disruption_action
 from fairgpu.sim.workloads.kube_yaml import WorkloadError, load_kube_yaml, skipped_objects
 
 ROOT = Path(__file__).resolve().parents[2]

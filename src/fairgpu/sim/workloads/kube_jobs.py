@@ -15,10 +15,10 @@ creation makes; the simulator creates the others as pods succeed
 (:mod:`fairgpu.sim.job_controller`). A pod that is preempted waits again as the same pod
 (the controller's replacement), but, as on a cluster, the eviction counts as a failed pod
 against ``backoffLimit`` unless the Job's ``podFailurePolicy`` says what to do with a
-disrupted pod (:func:`disruption_action`): with ``backoffLimit: 0`` and no such rule the first
-preemption fails the Job. ``activeDeadlineSeconds`` counts from the Job's creation, waiting
-included: a Job still running (or waiting) then fails (``DeadlineExceeded``). Pods never fail
-by themselves here, so exit-code rules for crashes change nothing.
+disrupted pod (:mod:`~fairgpu.model.job_failures`): with ``backoffLimit: 0`` and no such rule
+the first preemption fails the Job. ``activeDeadlineSeconds`` counts from the Job's creation,
+waiting included: a Job still running (or waiting) then fails (``DeadlineExceeded``). Pods
+never fail by themselves here, so exit-code rules for crashes change nothing.
 
 The API server's own validation of what this reads is repeated, so a Job it would refuse is
 refused here with the field named (:class:`~fairgpu.sim.workloads.kube_yaml.WorkloadError`).
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fairgpu.model.job_failures import DEFAULT_BACKOFF_LIMIT, PolicyError, disruption_action
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION
 
 # Labels (and the annotation) the Job controller puts on its pods.
@@ -38,9 +39,6 @@ LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
 LABEL_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 LEGACY_LABELS = ("job-name", "controller-uid")
-DEFAULT_BACKOFF_LIMIT = 6
-#: The exit code an evicted pod's containers report (killed: 128 + SIGKILL).
-EVICTED_EXIT_CODE = 137
 
 
 class JobError(ValueError):
@@ -90,9 +88,17 @@ def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
         first,
         suspended,
         DEFAULT_BACKOFF_LIMIT if limit is None else limit,
-        disruption_action(spec.get("podFailurePolicy"), where),
+        _disruption_action(spec, where),
         _deadline(spec, where),
     )
+
+
+def _disruption_action(spec: dict[str, Any], where: str) -> str:
+    """:func:`~fairgpu.model.job_failures.disruption_action`, its error naming the Job."""
+    try:
+        return disruption_action(spec.get("podFailurePolicy"))
+    except PolicyError as error:
+        raise JobError(f"{where}: {error}") from None
 
 
 def _deadline(spec: dict[str, Any], where: str) -> float | None:
@@ -103,40 +109,6 @@ def _deadline(spec: dict[str, Any], where: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise JobError(f"{where}: spec.activeDeadlineSeconds: must be a whole number > 0")
     return float(value)
-
-
-def disruption_action(policy: Any, where: str = "Job") -> str:
-    """What the Job controller does with a pod that was evicted -- its ``DisruptionTarget``
-    condition set, its containers killed (exit code 137) -- under ``spec.podFailurePolicy``
-    ``policy``: the action of the first rule that matches it (``Ignore``, ``FailJob``,
-    ``Count``; ``FailIndex`` counts here), ``Count`` when none does."""
-    if policy is None:
-        return "Count"
-    rules = policy.get("rules") if isinstance(policy, dict) else None
-    if not isinstance(rules, list):
-        raise JobError(f"{where}: spec.podFailurePolicy.rules: must be a list")
-    for i, rule in enumerate(rules):
-        action = rule.get("action") if isinstance(rule, dict) else None
-        if action not in ("Ignore", "FailJob", "Count", "FailIndex"):
-            raise JobError(
-                f"{where}: spec.podFailurePolicy.rules[{i}].action: must be Ignore, FailJob, "
-                f"Count or FailIndex, not {action!r}"
-            )
-        if _matches_eviction(rule):
-            return "Count" if action == "FailIndex" else str(action)
-    return "Count"
-
-
-def _matches_eviction(rule: dict[str, Any]) -> bool:
-    """Whether a pod failure policy ``rule`` matches an evicted pod."""
-    for cond in rule.get("onPodConditions") or ():
-        if cond.get("type") == "DisruptionTarget" and cond.get("status", "True") == "True":
-            return True
-    codes = rule.get("onExitCodes")
-    if codes:
-        values = codes.get("values") or []
-        return (EVICTED_EXIT_CODE in values) == (codes.get("operator") == "In")
-    return False
 
 
 def _count(spec: dict[str, Any], field: str, where: str) -> int | None:
