@@ -13,6 +13,7 @@ from fairgpu.cli import app
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.model.job_failures import disruption_action
+from fairgpu.sim.job_controller import JobController
 from fairgpu.sim.simulator import Simulation, SimulationResult
 from fairgpu.sim.workload import Workload
 from fairgpu.sim.workloads.kube_yaml import WorkloadError, load_kube_yaml, skipped_objects
@@ -424,7 +425,7 @@ IGNORE = """
       - {action: Ignore, onPodConditions: [{type: DisruptionTarget}]}"""
 
 
-def preempted_job(tmp_path: Path, spec: str, policy: str = "", more: str = "") -> SimulationResult:
+def preempted_job_yaml(spec: str, policy: str = "", more: str = "") -> str:
     """Job ``low`` (3 completions, 2 at a time, 4 GPUs each) fills the node; at 100 s a
     higher-priority pod of the same queue preempts one of its pods; ``more``: other YAML."""
     text = NODE + "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
@@ -435,12 +436,18 @@ def preempted_job(tmp_path: Path, spec: str, policy: str = "", more: str = "") -
     text += job(
         "urgent", "completions: 1", gpus=4, duration=300, arrival=100, priority_class="urgent"
     )
-    return simulate(load(tmp_path, text + more))
+    return text + more
+
+
+def preempted_job(tmp_path: Path, spec: str, policy: str = "", more: str = "") -> SimulationResult:
+    """The replay of :func:`preempted_job_yaml`."""
+    return simulate(load(tmp_path, preempted_job_yaml(spec, policy, more)))
 
 
 def test_an_eviction_beyond_the_backoff_limit_fails_the_job(tmp_path: Path) -> None:
-    """``backoffLimit: 0``: the eviction is the Job's one failure too many. Its other pod is
-    deleted, its evicted one never runs again and its third is never created."""
+    """``backoffLimit: 0``: the eviction is the Job's one failure too many, so the urgent pod
+    costs the whole Job -- the scheduler evicts its other pod too (the Job controller would
+    delete it); neither runs again and its third pod is never created."""
     result = preempted_job(tmp_path, "backoffLimit: 0")
     low = {r.pod.name: r for r in result.records if r.pod.name.startswith("low-")}
     assert sorted(low) == ["low-0", "low-1"]
@@ -449,7 +456,7 @@ def test_an_eviction_beyond_the_backoff_limit_fails_the_job(tmp_path: Path) -> N
     assert result.failed_jobs == {"team-a/low": (100.0, why)}
     assert {r.reason for r in low.values()} == {why}
     outcomes = sorted(a.outcome for a in result.runs if a.name.startswith("low-"))
-    assert outcomes == ["deleted", "preempted"]
+    assert outcomes == ["gang-restart", "preempted"]
 
 
 def test_the_room_a_failed_job_leaves_is_taken_at_once(tmp_path: Path) -> None:
@@ -506,15 +513,11 @@ def test_what_a_pod_failure_policy_does_with_an_eviction(
 
 def test_simulate_says_which_job_failed_and_how_to_keep_it(tmp_path: Path) -> None:
     path = tmp_path / "w.yaml"
-    text = NODE + job(
-        "train", "parallelism: 2, completions: 2, backoffLimit: 0", gpus=4, duration=3600
-    )
-    text += job("b", "completions: 1", gpus=4, arrival=600).replace("team-a", "team-b")
-    path.write_text(text)
+    path.write_text(preempted_job_yaml("backoffLimit: 0"))
     result = runner.invoke(app, ["simulate", "--workload", str(path)])
     assert result.exit_code == 0, result.output
     assert (
-        "Job team-a/train failed: 1 pod(s) evicted, more than its backoffLimit 0 (at 600.0 s)"
+        "Job team-a/low failed: 1 pod(s) evicted, more than its backoffLimit 0 (at 100.0 s)"
         in result.output
     )
     assert "unless the Job's podFailurePolicy ignores pods with the DisruptionTarget" in (
@@ -545,3 +548,26 @@ def test_a_bad_active_deadline_is_refused(tmp_path: Path) -> None:
         WorkloadError, match=r"spec\.activeDeadlineSeconds: must be a whole number > 0"
     ):
         load(tmp_path, NODE + job("j", "completions: 1, activeDeadlineSeconds: 0"))
+
+
+def test_the_scheduler_spares_a_job_one_eviction_would_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Job ``low`` (two 2-GPU pods, ``backoffLimit: 0``) and pod ``solo`` (3 GPUs) run from
+    0 s; at 500 s an urgent 2-GPU pod of the same queue needs room. One pod of the Job
+    (1 000 GPU-s run) looks cheaper than ``solo`` (1 500) -- but it fails the Job and loses
+    both of its pods (2 000): ``solo`` goes, the Job finishes. Blind to that, the scheduler
+    evicts the Job's pod and the Job fails."""
+    text = NODE + "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
+    text += "metadata: {name: urgent}\nvalue: 1000\n"
+    text += job("low", "parallelism: 2, completions: 2, backoffLimit: 0", gpus=2, duration=3600)
+    text += job("solo", "completions: 1", gpus=3, duration=3600)
+    text += job(
+        "urgent", "completions: 1", gpus=2, duration=60, arrival=500, priority_class="urgent"
+    )
+    result = simulate(load(tmp_path, text))
+    preempted = {a.name for a in result.runs if a.outcome == "preempted"}
+    assert preempted == {"solo-0"} and result.failed_jobs == {}
+    monkeypatch.setattr(JobController, "fragile", lambda self: frozenset())
+    blind = simulate(load(tmp_path, text))
+    assert set(blind.failed_jobs) == {"team-a/low"}

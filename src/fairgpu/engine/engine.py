@@ -116,6 +116,9 @@ class Engine:
         # True where evicted pods terminate gracefully, holding their room meanwhile (the live
         # adapter): what a victim holds beyond its preemptor's ask stays held (lingering.py).
         self.victims_linger = False
+        # Uids of batch/v1 Jobs that fail when one more of their pods is evicted (both
+        # adapters): the running pods of one are a single victim (fragile_jobs.py).
+        self.fragile_jobs: frozenset[str] = frozenset()
         # False: a pending pod's reason is reported only when it differs from the last one
         # reported for it (report_changes.py; for an adapter that keeps the last reason).
         self.report_unchanged = True
@@ -235,6 +238,7 @@ class Engine:
             no_preemption=self.no_preemption,
             displaceable=self.displaceable,
             victims_linger=self.victims_linger,
+            fragile_jobs=self.fragile_jobs,
         )
 
     def cycle(

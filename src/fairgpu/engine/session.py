@@ -90,7 +90,8 @@ class Session:
     ``displaced_nodes`` the node slots where one was displaced in this cycle (no second one
     is there: the adapter hands a displaced pod's victims to the one pod that took its place);
     ``victims_linger`` True where an evicted pod keeps what its preemptor does not take until
-    it is gone (:mod:`~fairgpu.engine.lingering`; the live adapter).
+    it is gone (:mod:`~fairgpu.engine.lingering`; the live adapter); ``fragile_jobs`` the uids
+    of the Jobs one more evicted pod fails (:mod:`~fairgpu.engine.fragile_jobs`).
     """
 
     cluster: ClusterState
@@ -113,6 +114,7 @@ class Session:
     displaceable: frozenset[str] = frozenset()
     displaced_nodes: set[int] = field(default_factory=set)
     victims_linger: bool = False
+    fragile_jobs: frozenset[str] = frozenset()
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

@@ -1,11 +1,12 @@
 """Victim cost: what evicting running pods throws away, and when waiting is cheaper.
 
-**A gang is one victim.** A pod group runs only with at least ``minMember`` members: evicting
-a member that leaves fewer running tears the whole group down (the engine evicts the rest, as
-a job controller restarts a distributed job that lost a worker). So a member's cost is the
-whole group's, the plan evicts every member, and the reclaim rule judges the end state with
-the group gone. Members *beyond* ``minMember`` (an elastic group) go one by one, each at its
-own cost, as long as the group keeps ``minMember`` running.
+**A gang is one victim** (so is a Job one more eviction fails:
+:mod:`~fairgpu.engine.fragile_jobs`). A pod group runs only with at least ``minMember``
+members: evicting a member that leaves fewer running tears the whole group down (the engine
+evicts the rest, as a job controller restarts a distributed job that lost a worker). So a
+member's cost is the whole group's, the plan evicts every member, and the reclaim rule
+judges the end state with the group gone. Members *beyond* ``minMember`` (an elastic group)
+go one by one, each at its own cost, as long as the group keeps ``minMember`` running.
 
 **Work lost.** An evicted pod restarts from the beginning: what it ran is thrown away. The
 cost of a victim set is its *lost work*, GPUs held x seconds run (:func:`lost_work`), summed
@@ -35,11 +36,13 @@ cheaper, so a preemptor that waits is never later tempted into the same kill.
 from __future__ import annotations
 
 import math
+from collections import ChainMap
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 import numpy as np
 
 from fairgpu.cluster.state import COL_CPU, COL_MEMORY, ClusterState, Placement
+from fairgpu.engine.fragile_jobs import job_groups, job_key
 from fairgpu.engine.gang import declared_runtime
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
@@ -103,12 +106,29 @@ class RunningGangs:
         return running - leaving - need
 
 
-def running_gangs(book: QueueBook, resolver: TenantResolver, cluster: ClusterState) -> RunningGangs:
-    """The running pod groups the queue book tracks; ``minMember`` from the resolver."""
+def running_gangs(
+    book: QueueBook,
+    resolver: TenantResolver,
+    cluster: ClusterState,
+    fragile: Collection[str] = (),
+) -> RunningGangs:
+    """The running pod groups the queue book tracks (``minMember`` from the resolver), and
+    the running pods of each Job of ``fragile`` (uids) as a group none of which may leave
+    alone (:mod:`~fairgpu.engine.fragile_jobs`)."""
 
-    def group_of(uid: str) -> str:
+    def pod_group_of(uid: str) -> str:
         entry = book.entries.get(uid)
         return entry.group if entry is not None else ""
+
+    jobs = job_groups(cluster, fragile, lambda uid: bool(pod_group_of(uid)))
+
+    def group_of(uid: str) -> str:
+        key = pod_group_of(uid)
+        if key or not jobs:
+            return key
+        pod = cluster.pods.get(uid)
+        key = job_key(pod.owner) if pod is not None else ""
+        return key if key in jobs else ""
 
     def min_member(key: str) -> int | None:
         for uid in book.group_running.get(key, ()):
@@ -116,9 +136,12 @@ def running_gangs(book: QueueBook, resolver: TenantResolver, cluster: ClusterSta
             ref = resolver.pod_group(pod) if pod is not None else None
             if ref is not None:
                 return ref.min_member
-        return None
+        return None  # a fragile Job's group too: none of it may leave alone
 
-    return RunningGangs(book.group_running, group_of, min_member, book.group_completed)
+    members: Mapping[str, set[str]] = (
+        ChainMap(jobs, book.group_running) if jobs else book.group_running
+    )
+    return RunningGangs(members, group_of, min_member, book.group_completed)
 
 
 def no_tier(pod: PodInfo) -> float:

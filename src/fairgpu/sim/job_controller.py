@@ -22,6 +22,7 @@ import copy
 from collections import deque
 from collections.abc import Iterable
 
+from fairgpu.model.job_failures import fails_on_next_eviction
 from fairgpu.sim.workload import BatchJob, PodArrival
 
 
@@ -107,19 +108,34 @@ class JobController:
             if key is None or key in self.failed:
                 continue
             job = self._jobs[key]
+            failed = self._failures.get(key, 0)
+            fails = fails_on_next_eviction(job.on_disruption, job.backoff_limit, failed)
             if job.on_disruption == "Ignore":
                 continue
-            self._failures[key] = count = self._failures.get(key, 0) + 1
+            self._failures[key] = failed + 1
+            if not fails:
+                continue
             if job.on_disruption == "FailJob":
                 why = "a pod failure policy rule (FailJob) matched an evicted pod"
-            elif count > job.backoff_limit:
-                why = f"{count} pod(s) evicted, more than its backoffLimit {job.backoff_limit}"
             else:
-                continue
+                why = f"{failed + 1} pod(s) evicted, more than its backoffLimit {job.backoff_limit}"
             self.failed[key] = f"Job {key} failed: {why}"
             self._later.pop(key, None)
             failing.append(key)
         return failing
+
+    def fragile(self) -> frozenset[str]:
+        """The uids of the active Jobs one more evicted pod fails: the scheduler's
+        :attr:`~fairgpu.engine.engine.Engine.fragile_jobs`."""
+        return frozenset(
+            job.uid
+            for key, job in self._jobs.items()
+            if job.uid
+            and self.active(key)
+            and fails_on_next_eviction(
+                job.on_disruption, job.backoff_limit, self._failures.get(key, 0)
+            )
+        )
 
     def pods_of(self, key: str) -> tuple[str, ...]:
         """The uids of Job ``key``'s pods."""

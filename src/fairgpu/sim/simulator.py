@@ -305,6 +305,7 @@ class Simulation:
     def _cycle(self) -> None:
         self.cycles += 1
         pending = self.pending
+        self.engine.fragile_jobs = self.jobs.fragile()
         result = self.engine.cycle(
             self.cluster, list(pending.values()), self.now, pending.changes()
         )

@@ -27,7 +27,7 @@ class BatchJob:
     counts as a failed one unless ``on_disruption`` says otherwise (``Ignore``; ``FailJob``
     fails the Job at once), and more than ``backoff_limit`` failures fail the Job, as does
     still running ``active_deadline`` seconds after its creation
-    (:mod:`fairgpu.sim.job_controller`)."""
+    (:mod:`fairgpu.sim.job_controller`). ``uid``: the Job's, its pods' controller owner."""
 
     key: str
     first: int
@@ -35,6 +35,7 @@ class BatchJob:
     backoff_limit: int = 6
     on_disruption: str = "Count"
     active_deadline: float | None = None
+    uid: str = ""
 
 
 @dataclass(slots=True)

@@ -194,7 +194,9 @@ class FairVictims:
         self._moves: dict[str, list[tuple[str, int]]] = {}
         self._flows: dict[str, set[tuple[str, str]]] = {}  # (node, victim queue) per reclaim
         self._refusal: dict[str, str] = {}
-        self._gangs = running_gangs(session.book, session.resolver, session.cluster)
+        self._gangs = running_gangs(
+            session.book, session.resolver, session.cluster, session.fragile_jobs
+        )
         self._collateral: frozenset[str] = frozenset()
         self._relocated: frozenset[str] = frozenset()  # of the last plan
         self._freeable: _Freeable | None = None

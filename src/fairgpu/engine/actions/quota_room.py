@@ -56,7 +56,9 @@ def quota_room(
         return None
     book, cluster = session.book, session.cluster
     queue = job.tenant.queue
-    cost = VictimCost(cluster, running_gangs(book, session.resolver, cluster), session.now)
+    cost = VictimCost(
+        cluster, running_gangs(book, session.resolver, cluster, session.fragile_jobs), session.now
+    )
     eligible = set(candidates)
     units = [uid for uid in candidates if cost.admissible(uid, eligible)]
 

@@ -59,6 +59,7 @@ class ExpandedJob:
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
     on_disruption: str = "Count"
     active_deadline: float | None = None
+    uid: str = ""
 
 
 def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
@@ -90,6 +91,7 @@ def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
         DEFAULT_BACKOFF_LIMIT if limit is None else limit,
         _disruption_action(spec, where),
         _deadline(spec, where),
+        uid,
     )
 
 

@@ -181,6 +181,7 @@ def load_kube_yaml(
             job.backoff_limit,
             job.on_disruption,
             job.active_deadline,
+            job.uid,
         )
         for at, job in objects.jobs
         if job.pods
