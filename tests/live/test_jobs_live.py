@@ -4,16 +4,28 @@ An eviction (policy/v1) marks the pod with the ``DisruptionTarget`` condition an
 ends it ``Failed``: the Job controller counts it against ``backoffLimit``, so a Job with
 ``backoffLimit: 0`` fails for good at its first preemption -- unless its
 ``podFailurePolicy`` ignores disruptions, which is what docs/running-on-a-cluster.md tells
-users to write: then the controller replaces the pod and the Job goes on.
+users to write: then the controller replaces the pod and the Job goes on. fairgpu watches
+Jobs and costs one that a single eviction would fail as a whole
+(:mod:`fairgpu.engine.fragile_jobs`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from live_helpers import bound, create, pod, pods, scheduler, wait_for
+from live_helpers import (
+    bound,
+    condition,
+    create,
+    create_priority_classes,
+    pod,
+    pods,
+    scheduler,
+    wait_for,
+)
 
 from fairgpu.devcluster import ControlPlane, KubeClient
 
@@ -47,12 +59,12 @@ def job_controller(live_cp: ControlPlane, kubelet: Any) -> Iterator[None]:
         live_cp.stop_controller_manager()
 
 
-def job(name: str, failure_policy: dict[str, Any] | None) -> dict[str, Any]:
-    """Queue a's Job of two 4-GPU pods at once on the A100 training node, ``backoffLimit``
-    0 (one failed pod fails it), running an hour."""
+def job(name: str, failure_policy: dict[str, Any] | None, gpus: int = 4) -> dict[str, Any]:
+    """Queue a's Job of two ``gpus``-GPU pods at once on the A100 training node,
+    ``backoffLimit`` 0 (one failed pod fails it), running an hour."""
     template = pod(
         "unused",
-        gpus=4,
+        gpus=gpus,
         labels={"fairgpu.io/queue": "a"},
         annotations={"fairgpu.io/duration-seconds": "3600"},
         node_selector={"kubernetes.io/hostname": NODE},
@@ -89,42 +101,123 @@ def drop_jobs(admin: KubeClient, ns: str) -> None:
             admin.patch(path, {"metadata": {"finalizers": None}})
 
 
-@pytest.mark.parametrize("ignore", [True, False], ids=["ignores-disruptions", "counts-them"])
-def test_a_preempted_job_pod_is_replaced_only_if_the_job_ignores_disruptions(
-    live_cp: ControlPlane, admin: KubeClient, ns: str, job_controller: None, ignore: bool
+def test_a_job_that_ignores_disruptions_gets_its_preempted_pod_replaced(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, job_controller: None
 ) -> None:
+    """Queue b, below its share, takes back half of the node from a's Job, whose policy
+    ignores disruptions: one pod is evicted, the Job controller replaces it (it waits: the
+    node is full), and the Job neither fails nor counts a failure."""
     with scheduler(live_cp, tenancy=TENANCY):
         try:
-            admin.post(JOBS.format(ns=ns), job("train", IGNORE_DISRUPTIONS if ignore else None))
+            admin.post(JOBS.format(ns=ns), job("train", IGNORE_DISRUPTIONS))
             wait_for(lambda: len(bound(admin, ns)) == 2, timeout=30)
             first = set(bound(admin, ns))
-            # Queue b, below its share, takes back half the node: one of a's pods is evicted.
-            create(
-                admin,
-                ns,
-                pod(
-                    "b-0",
-                    gpus=4,
-                    labels={"fairgpu.io/queue": "b"},
-                    node_selector={"kubernetes.io/hostname": NODE},
-                ),
-            )
+            create(admin, ns, b_pod())
             wait_for(lambda: bound(admin, ns).get("b-0") == NODE, timeout=30)
-            status = lambda: admin.get(f"{JOBS.format(ns=ns)}/train").get("status") or {}  # noqa: E731
 
             def replacement() -> set[str]:
                 return {p["metadata"]["name"] for p in pods(admin, ns)} - first - {"b-0"}
 
-            if ignore:
-                # The controller replaces the evicted pod (it waits: the node is full); the
-                # Job neither fails nor counts a failure.
-                assert len(wait_for(replacement, timeout=60)) == 1
-                assert not job_condition(admin, ns, "train", "Failed")
-                assert not status().get("failed")
-            else:
-                # One eviction fails the Job, and the failed Job kills its other pod too.
-                wait_for(lambda: job_condition(admin, ns, "train", "Failed"), timeout=60)
-                wait_for(lambda: status().get("failed") == 2, timeout=30)
-                assert not replacement()
+            assert len(wait_for(replacement, timeout=60)) == 1
+            assert not job_condition(admin, ns, "train", "Failed")
+            assert not job_status(admin, ns, "train").get("failed")
+        finally:
+            drop_jobs(admin, ns)
+
+
+def test_a_job_one_eviction_fails_is_not_reclaimed_for_less_than_it_holds(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, job_controller: None
+) -> None:
+    """The same Job without the rule (``backoffLimit: 0``): evicting one pod would fail it
+    and lose both, 8 GPUs for queue b's 4 -- more than the reclaim rule lets b take. b waits;
+    the Job runs on untouched."""
+    with scheduler(live_cp, tenancy=TENANCY) as s:
+        try:
+            admin.post(JOBS.format(ns=ns), job("train", None))
+            wait_for(lambda: len(bound(admin, ns)) == 2, timeout=30)
+            wait_for(lambda: s.jobs.fragile(), timeout=30)
+            first = set(bound(admin, ns))
+            create(admin, ns, b_pod())
+            wait_for(lambda: unschedulable(admin, ns, "b-0"), timeout=30)
+            time.sleep(3)  # cycles come and go: b stays pending
+            assert set(bound(admin, ns)) == first
+            assert not job_status(admin, ns, "train").get("failed")
+        finally:
+            drop_jobs(admin, ns)
+
+
+def test_a_job_preempted_without_the_rule_fails_whole(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, job_controller: None
+) -> None:
+    """An urgent pod of queue a needs half of the node the Job (``backoffLimit: 0``, no
+    rule) holds: the Job is the only victim, so both of its pods go -- and the Job
+    controller fails it, as one eviction alone would have: no replacement is made."""
+    create_priority_classes(admin, {"lv-urgent": 1000})
+    with scheduler(live_cp, tenancy=TENANCY):
+        try:
+            admin.post(JOBS.format(ns=ns), job("train", None))
+            wait_for(lambda: len(bound(admin, ns)) == 2, timeout=30)
+            urgent = pod(
+                "urgent",
+                gpus=4,
+                labels={"fairgpu.io/queue": "a"},
+                node_selector={"kubernetes.io/hostname": NODE},
+            )
+            urgent["spec"]["priorityClassName"] = "lv-urgent"
+            create(admin, ns, urgent)
+            wait_for(lambda: bound(admin, ns).get("urgent") == NODE, timeout=30)
+            wait_for(lambda: job_condition(admin, ns, "train", "Failed"), timeout=60)
+            names = {p["metadata"]["name"] for p in pods(admin, ns)}
+            assert names == {"urgent"}
+        finally:
+            drop_jobs(admin, ns)
+
+
+def b_pod() -> dict[str, Any]:
+    """Queue b's 4-GPU pod for the A100 training node."""
+    return pod(
+        "b-0",
+        gpus=4,
+        labels={"fairgpu.io/queue": "b"},
+        node_selector={"kubernetes.io/hostname": NODE},
+    )
+
+
+def unschedulable(admin: KubeClient, ns: str, name: str) -> bool:
+    """Pod ``name`` was reported unschedulable (PodScheduled False)."""
+    got = next((p for p in pods(admin, ns) if p["metadata"]["name"] == name), None)
+    c = condition(got) if got is not None else None
+    return c is not None and c["status"] == "False"
+
+
+def job_status(admin: KubeClient, ns: str, name: str) -> dict[str, Any]:
+    return admin.get(f"{JOBS.format(ns=ns)}/{name}").get("status") or {}
+
+
+def test_the_scheduler_spares_a_job_one_eviction_would_fail(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, job_controller: None
+) -> None:
+    """Job ``train`` (two 2-GPU pods, ``backoffLimit: 0``) and pod ``solo`` (3 GPUs) run;
+    an urgent 2-GPU pod of the same queue needs room. One pod of the Job has run less
+    GPU-time than ``solo`` -- but evicting it would fail the Job and lose both of its pods:
+    the scheduler reads the Job and evicts ``solo``."""
+    create_priority_classes(admin, {"lv-urgent": 1000})
+    on_node = {"kubernetes.io/hostname": NODE}
+    with scheduler(live_cp, tenancy=TENANCY) as s:
+        try:
+            admin.post(JOBS.format(ns=ns), job("train", None, gpus=2))
+            labels = {"fairgpu.io/queue": "a"}
+            create(admin, ns, pod("solo", gpus=3, labels=labels, node_selector=on_node))
+            wait_for(lambda: len(bound(admin, ns)) == 3, timeout=30)
+            wait_for(lambda: s.jobs.fragile(), timeout=30)  # the watch has seen the Job
+            urgent = pod("urgent", gpus=2, labels=labels, node_selector=on_node)
+            urgent["spec"]["priorityClassName"] = "lv-urgent"
+            create(admin, ns, urgent)
+            wait_for(lambda: bound(admin, ns).get("urgent") == NODE, timeout=30)
+            names = {p["metadata"]["name"] for p in pods(admin, ns)}
+            assert "solo" not in names
+            assert not job_condition(admin, ns, "train", "Failed")
+            running = [n for n in names if n.startswith("train-")]
+            assert len(running) == 2
         finally:
             drop_jobs(admin, ns)

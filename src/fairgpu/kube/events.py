@@ -20,6 +20,7 @@ __all__ = [
     "CompletedEvent",
     "DraEvent",
     "EvictResult",
+    "JobEvent",
     "LoopEvent",
     "NamespaceEvent",
     "NodeEvent",
@@ -64,6 +65,15 @@ class PodGroupEvent:
     ``obj`` is a :class:`~fairgpu.kube.podgroups.PodGroupObject` (a list for ``SYNC``)."""
 
     path: str
+    etype: str
+    obj: Any
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """A Job watch event: ``obj`` is a :data:`~fairgpu.kube.jobs.JobRecord` (a list of them
+    for ``SYNC``), as :meth:`~fairgpu.kube.jobs.JobStore.apply` takes it."""
+
     etype: str
     obj: Any
 
@@ -138,6 +148,7 @@ LoopEvent = (
     | CompletedEvent
     | NodeEvent
     | NamespaceEvent
+    | JobEvent
     | ServiceEvent
     | PodGroupEvent
     | VolumeEvent

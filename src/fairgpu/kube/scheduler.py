@@ -52,6 +52,7 @@ from fairgpu.kube.events import (
     CompletedEvent,
     DraEvent,
     EvictResult,
+    JobEvent,
     LoopEvent,
     NamespaceEvent,
     NodeEvent,
@@ -63,6 +64,7 @@ from fairgpu.kube.events import (
 )
 from fairgpu.kube.eviction import Evictor
 from fairgpu.kube.forecaster import Forecaster
+from fairgpu.kube.jobs import JobStore, job_reflector
 from fairgpu.kube.leader import LeaderElector
 from fairgpu.kube.metrics import HealthServer, Metrics
 from fairgpu.kube.metrics_export import MetricsExporter
@@ -178,6 +180,11 @@ class LiveScheduler:
         self.namespace_reflector = namespace_reflector(
             self.client, lambda t, obj: self.events.put(NamespaceEvent(t, obj))
         )
+        # Jobs one more evicted pod fails: their pods are one victim (not waited for).
+        self.jobs = JobStore()
+        self.job_reflector = job_reflector(
+            self.client, lambda t, obj: self.events.put(JobEvent(t, obj))
+        )
         # Service selectors, for PodTopologySpread's default constraints.
         self.services = ServiceStore()
         self.service_reflector = service_reflector(
@@ -275,6 +282,7 @@ class LiveScheduler:
         self.reporter.start()
         self.node_reflector.start()
         self.namespace_reflector.start()
+        self.job_reflector.start()
         self.service_reflector.start()
         self.pod_reflector.start()
         self.completed_reflector.start()
@@ -305,6 +313,7 @@ class LiveScheduler:
         self.completed_reflector.stop()
         self.node_reflector.stop()
         self.namespace_reflector.stop()
+        self.job_reflector.stop()
         self.service_reflector.stop()
         self.volume_watch.stop()
         self.dra_watch.stop()
@@ -436,6 +445,8 @@ class LiveScheduler:
             self._apply_pod_group(event, out)
         elif isinstance(event, NamespaceEvent):
             out.dirty |= self.namespaces.apply(event.etype, event.obj, cache.cluster)
+        elif isinstance(event, JobEvent):
+            out.dirty |= self.jobs.apply(event.etype, event.obj)
         elif isinstance(event, ServiceEvent):
             out.dirty |= self.services.apply(event.etype, event.obj, cache.cluster)
         elif isinstance(event, VolumeEvent):
@@ -464,6 +475,7 @@ class LiveScheduler:
         pending = self.holds.ready(cache.schedulable(), now)
         self.engine.no_preemption = self.holds.no_preemption(pending)
         self.engine.displaceable = self.holds.displaceable()
+        self.engine.fragile_jobs = self.jobs.fragile()
         self._dirty = False
         limit = self.config.max_batch
         if limit > 0 and len(pending) > limit:

@@ -1,0 +1,115 @@
+"""batch/v1 Jobs, watched live for what an eviction of one of their pods would do.
+
+The scheduler does not manage Jobs; it reads them for one thing: which Jobs one more evicted
+pod fails (:mod:`~fairgpu.engine.fragile_jobs`) -- those whose pod failure policy counts an
+eviction (:mod:`~fairgpu.model.job_failures`) and whose ``status.failed`` already reached
+``backoffLimit``, or that fail on it at once (``FailJob``). A
+:class:`~fairgpu.kube.reflector.Reflector` on ``/apis/batch/v1/jobs`` decodes each Job to a
+:data:`JobRecord`; :class:`JobStore` applies the events on the scheduler loop's thread, and
+each cycle hands :meth:`JobStore.fragile` to the engine.
+
+Readiness does not wait for this watch: until it has listed (or when the scheduler's RBAC
+does not grant ``list``/``watch`` on Jobs) no Job is known fragile, and victims are chosen as
+if every Job tolerated the eviction. A Job whose policy cannot be read is taken to count
+evictions (the Job controller's default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from fairgpu.kube.reflector import Reflector, Sink
+from fairgpu.model.job_failures import (
+    DEFAULT_BACKOFF_LIMIT,
+    PolicyError,
+    disruption_action,
+    fails_on_next_eviction,
+)
+
+PATH = "/apis/batch/v1/jobs"
+
+#: (uid, action on an evicted pod, backoffLimit, pods failed so far, finished); uid "" when
+#: the object could not be read.
+JobRecord = tuple[str, str, int, int, bool]
+
+
+class _Meta(msgspec.Struct):
+    uid: str = ""
+
+
+class _Condition(msgspec.Struct):
+    type: str = ""
+    status: str = ""
+
+
+class _Spec(msgspec.Struct, rename="camel"):
+    backoff_limit: int | None = None
+    pod_failure_policy: Any = None
+
+
+class _Status(msgspec.Struct):
+    failed: int = 0
+    conditions: list[_Condition] = []
+
+
+class _Job(msgspec.Struct):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+    spec: _Spec = msgspec.field(default_factory=_Spec)
+    status: _Status = msgspec.field(default_factory=_Status)
+
+
+_decoder = msgspec.json.Decoder(_Job)
+
+
+def decode_job(raw: bytes) -> JobRecord:
+    """What :class:`JobStore` keeps of one Job's JSON."""
+    try:
+        job = _decoder.decode(raw)
+    except msgspec.DecodeError:
+        return ("", "Count", DEFAULT_BACKOFF_LIMIT, 0, True)
+    try:
+        action = disruption_action(job.spec.pod_failure_policy)
+    except PolicyError:
+        action = "Count"
+    limit = DEFAULT_BACKOFF_LIMIT if job.spec.backoff_limit is None else job.spec.backoff_limit
+    finished = any(
+        c.type in ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet")
+        and c.status == "True"
+        for c in job.status.conditions
+    )
+    return (job.metadata.uid, action, limit, job.status.failed, finished)
+
+
+class JobStore:
+    """The Jobs the watch reported, by uid."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, JobRecord] = {}
+
+    def apply(self, etype: str, payload: Any) -> bool:
+        """Apply one reflector event (``SYNC`` with a list, or one record); True if the set
+        of fragile Jobs may have changed."""
+        before = self.fragile()
+        if etype == "SYNC":
+            self.jobs = {r[0]: r for r in payload if r[0]}
+        elif payload[0]:
+            if etype == "DELETED":
+                self.jobs.pop(payload[0], None)
+            else:
+                self.jobs[payload[0]] = payload
+        return self.fragile() != before
+
+    def fragile(self) -> frozenset[str]:
+        """The uids of the unfinished Jobs one more evicted pod fails."""
+        return frozenset(
+            uid
+            for uid, action, limit, failed, finished in self.jobs.values()
+            if not finished and fails_on_next_eviction(action, limit, failed)
+        )
+
+
+def job_reflector(client: Any, sink: Sink) -> Reflector:
+    """A reflector over all Jobs feeding ``sink`` with :data:`JobRecord` items."""
+    return Reflector(client, PATH, decode_job, sink, name="jobs")
