@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +27,9 @@ from live_helpers import (
     scheduler,
     wait_for,
 )
+from typer.testing import CliRunner
 
+from fairgpu.cli import app
 from fairgpu.devcluster import ControlPlane, KubeClient
 
 pytestmark = pytest.mark.integration
@@ -126,11 +129,12 @@ def test_a_job_that_ignores_disruptions_gets_its_preempted_pod_replaced(
 
 
 def test_a_job_one_eviction_fails_is_not_reclaimed_for_less_than_it_holds(
-    live_cp: ControlPlane, admin: KubeClient, ns: str, job_controller: None
+    live_cp: ControlPlane, admin: KubeClient, ns: str, job_controller: None, tmp_path: Path
 ) -> None:
     """The same Job without the rule (``backoffLimit: 0``): evicting one pod would fail it
     and lose both, 8 GPUs for queue b's 4 -- more than the reclaim rule lets b take. b waits;
-    the Job runs on untouched."""
+    the Job runs on untouched; and ``fairgpu explain``, reading the Jobs as the scheduler
+    does, says the same of b's next cycle."""
     with scheduler(live_cp, tenancy=TENANCY) as s:
         try:
             admin.post(JOBS.format(ns=ns), job("train", None))
@@ -142,6 +146,14 @@ def test_a_job_one_eviction_fails_is_not_reclaimed_for_less_than_it_holds(
             time.sleep(3)  # cycles come and go: b stays pending
             assert set(bound(admin, ns)) == first
             assert not job_status(admin, ns, "train").get("failed")
+            config = tmp_path / "tenancy.yaml"
+            config.write_text(TENANCY)
+            args = ["explain", f"{ns}/b-0", "--config", str(config)]
+            said = CliRunner().invoke(app, [*args, "--kubeconfig", str(live_cp.kubeconfig_path)])
+            assert said.exit_code == 0, said.output
+            assert "Next cycle: stays pending" in said.output
+            # Nor does its forecast evict the Job: b starts when the Job ends, in an hour.
+            assert "Predicted start:" in said.output and "(in 0s)" not in said.output
         finally:
             drop_jobs(admin, ns)
 

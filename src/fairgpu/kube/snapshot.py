@@ -11,6 +11,7 @@ independent copies of the state as a question needs (one to look at, one to run 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ from fairgpu.kube.completed import (
 )
 from fairgpu.kube.decode import NodeRecord, PodRecord, parse_time, time_label
 from fairgpu.kube.dra_watch import DraWatch, read_dra
+from fairgpu.kube.jobs import PATH as JOBS_PATH
+from fairgpu.kube.jobs import JobRecord, JobStore, decode_job
 from fairgpu.kube.namespaces import NamespaceStore, decode_namespace
 from fairgpu.kube.podgroups import PodGroupBook, decode_pod_group, served_pod_group_paths
 from fairgpu.kube.reporter import LABEL_PREEMPTED_QUEUE
@@ -124,6 +127,8 @@ class Snapshot:
     preemptions: list[tuple[float, str]] | None = None
     # Wall seconds a start-time forecast over this snapshot may take.
     forecast_budget: float = FORECAST_BUDGET
+    # The Jobs (:mod:`~fairgpu.kube.jobs`): which one more evicted pod fails.
+    jobs: list[JobRecord] = field(default_factory=list)
 
     def build(self) -> tuple[SchedulerCache, Engine]:
         """A fresh cache and engine holding this snapshot, as the live scheduler would
@@ -159,6 +164,9 @@ class Snapshot:
                     engine.set_pod_group(namespace, name, group.min_member)
         apply_completed(cache.cluster, "SYNC", self.completed)
         cache.sync_pods(self.pods, self.now, out)
+        jobs = JobStore()
+        jobs.apply("SYNC", self.jobs)
+        engine.fragile_jobs = jobs.fragile()
         return cache, engine
 
 
@@ -189,7 +197,11 @@ def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
     }
     dra = read_dra(client, lambda path, decode: list_objects(client, path, decode))
     done = list_objects(client, SUCCEEDED_PATH, decode_completed, SUCCEEDED_PARAMS)
-    return Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra, done)
+    snapshot = Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra, done)
+    # As the scheduler: without the permission to list Jobs, no Job is known fragile.
+    with contextlib.suppress(RuntimeError):
+        snapshot.jobs = list_objects(client, JOBS_PATH, decode_job)
+    return snapshot
 
 
 class _EventMeta(msgspec.Struct, rename="camel"):

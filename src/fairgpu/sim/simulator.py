@@ -211,6 +211,9 @@ class Simulation:
         self.runs = RunLog(self.tenant_of)
         self._wake_at: float | None = None  # the cycle a time rule asked for, if scheduled
         self.jobs = JobController(workload.jobs, workload.arrivals)
+        # Jobs the engine came with as fragile (a live snapshot's, in a forecast), kept
+        # beside those of the replay's own Job controller.
+        self._fragile_given = engine.fragile_jobs
         self.failed_jobs: dict[str, tuple[float, str]] = {}
 
     def _push(self, time: float, kind: int, uid: str) -> None:
@@ -305,7 +308,7 @@ class Simulation:
     def _cycle(self) -> None:
         self.cycles += 1
         pending = self.pending
-        self.engine.fragile_jobs = self.jobs.fragile()
+        self.engine.fragile_jobs = self._fragile_given | self.jobs.fragile()
         result = self.engine.cycle(
             self.cluster, list(pending.values()), self.now, pending.changes()
         )
