@@ -87,6 +87,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
             marks=NEEDS_OPENB,
         ),
         ("benchmarks/pool_precedence/run.py", ("--spike", "6"), ("with_rule", "without_rule")),
+        ("benchmarks/fragile_jobs/run.py", ("--seed", "2"), ("aware", "blind", "kube_default")),
         pytest.param(
             "benchmarks/fgd_speed/run.py",
             (),
@@ -106,6 +107,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         "prediction",
         "gpu-allocation",
         "pool-precedence",
+        "fragile-jobs",
         "fgd-speed",
     ],
 )
