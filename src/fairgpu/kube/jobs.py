@@ -83,31 +83,39 @@ def decode_job(raw: bytes) -> JobRecord:
 
 
 class JobStore:
-    """The Jobs the watch reported, by uid."""
+    """The fragile Jobs among those the watch reported, kept up to date one event at a time
+    (a Job's status changes with every pod it finishes: no event rescans them all)."""
 
     def __init__(self) -> None:
-        self.jobs: dict[str, JobRecord] = {}
+        self._fragile: set[str] = set()
 
     def apply(self, etype: str, payload: Any) -> bool:
         """Apply one reflector event (``SYNC`` with a list, or one record); True if the set
-        of fragile Jobs may have changed."""
-        before = self.fragile()
+        of fragile Jobs changed."""
         if etype == "SYNC":
-            self.jobs = {r[0]: r for r in payload if r[0]}
-        elif payload[0]:
-            if etype == "DELETED":
-                self.jobs.pop(payload[0], None)
-            else:
-                self.jobs[payload[0]] = payload
-        return self.fragile() != before
+            new = {r[0] for r in payload if r[0] and _fragile(r)}
+            changed = new != self._fragile
+            self._fragile = new
+            return changed
+        uid = payload[0]
+        if not uid:
+            return False
+        was = uid in self._fragile
+        now = etype != "DELETED" and _fragile(payload)
+        if now:
+            self._fragile.add(uid)
+        else:
+            self._fragile.discard(uid)
+        return was != now
 
     def fragile(self) -> frozenset[str]:
         """The uids of the unfinished Jobs one more evicted pod fails."""
-        return frozenset(
-            uid
-            for uid, action, limit, failed, finished in self.jobs.values()
-            if not finished and fails_on_next_eviction(action, limit, failed)
-        )
+        return frozenset(self._fragile)
+
+
+def _fragile(record: JobRecord) -> bool:
+    _, action, limit, failed, finished = record
+    return not finished and fails_on_next_eviction(action, limit, failed)
 
 
 def job_reflector(client: Any, sink: Sink) -> Reflector:
