@@ -301,6 +301,12 @@ def _freed_lines(r: dict[str, Any]) -> list[str]:
                 if v["preemptible_by_rules"]
                 else f"; no preemption: {v['not_preemptible_because']}"
             )
+            + (
+                f"; its Job fails with it, and its other pods go too: "
+                f"{', '.join(v['job_fails_with_it'])}"
+                if v.get("job_fails_with_it")
+                else ""
+            )
             + ")"
             for v in item["would_have_to_go"]
         )

@@ -571,3 +571,29 @@ def test_the_scheduler_spares_a_job_one_eviction_would_fail(
     monkeypatch.setattr(JobController, "fragile", lambda self: frozenset())
     blind = simulate(load(tmp_path, text))
     assert set(blind.failed_jobs) == {"team-a/low"}
+
+
+def test_explain_says_when_a_victim_s_job_fails_with_it(tmp_path: Path) -> None:
+    """Queue b's pod waits for half of the node a strict Job holds: explain names the pod
+    that would have to leave and that the Job's other pod would go with it -- why reclaim
+    refuses."""
+    text = NODE + job(
+        "train", "parallelism: 2, completions: 2, backoffLimit: 0", gpus=4, duration=3600
+    )
+    text += job("b", "completions: 1", gpus=4, arrival=600).replace("team-a", "team-b")
+    path, out = tmp_path / "w.yaml", tmp_path / "out"
+    path.write_text(text)
+    assert (
+        runner.invoke(app, ["simulate", "--workload", str(path), "--out", str(out)]).exit_code == 0
+    )
+    said = runner.invoke(app, ["explain", "team-b/b-0", "--run", str(out), "--at", "700"])
+    assert said.exit_code == 0, said.output
+    line = next(x for x in said.output.splitlines() if "fits if these left" in x)
+    assert "its Job fails with it, and its other pods go too: team-a/train-" in line
+    got = json.loads(
+        runner.invoke(
+            app, ["explain", "team-b/b-0", "--run", str(out), "--at", "700", "-o", "json"]
+        ).output
+    )
+    [victim] = got["if_freed"][0]["would_have_to_go"]
+    assert len(victim["job_fails_with_it"]) == 1

@@ -364,9 +364,24 @@ def fits_when_empty(engine: Engine, pod: PodInfo, cluster: ClusterState) -> tupl
     return names, reason
 
 
-def _victim(engine: Engine, pod: PodInfo) -> dict[str, Any]:
+def _victim(engine: Engine, pod: PodInfo, cluster: ClusterState | None = None) -> dict[str, Any]:
+    """A victim as answers show it; with ``cluster``, ``job_fails_with_it``: the other running
+    pods of its Job when evicting it would fail the Job (:mod:`~fairgpu.engine.fragile_jobs`),
+    else [] (a decision's evictions list them already)."""
     t = engine.tenant(pod)
-    return {"pod": pod.key, "queue": t.queue, "priority": pod.priority}
+    siblings: list[str] = []
+    if cluster is not None and pod.owner_kind == "Job" and pod.owner in engine.fragile_jobs:
+        siblings = sorted(
+            p.key
+            for uid, p in cluster.pods.items()
+            if uid != pod.uid and p.owner == pod.owner and uid in cluster.placements
+        )
+    return {
+        "pod": pod.key,
+        "queue": t.queue,
+        "priority": pod.priority,
+        "job_fails_with_it": siblings,
+    }
 
 
 def _rules_may(victim: dict[str, Any], reason: str | None) -> dict:
@@ -409,7 +424,7 @@ def freed_nodes(
                 # (maybe for another queue's pods that must leave with it) -- say so, or the
                 # refusal reads as if it were about this pod's queue.
                 reason = f"the reclaim rule refuses this node's move as a whole: {veto}"
-            victim = _rules_may(_victim(engine, v), reason)
+            victim = _rules_may(_victim(engine, v, cluster), reason)
             victim["runs_elsewhere"] = v.uid in moved
             gone.append(victim)
         out.append({"node": name, "would_have_to_go": gone, "terminating_pods": terminating})
