@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION
-from fairgpu.sim.workloads.kube_jobs import ExpandedJob, JobError, expand_job
+from fairgpu.sim.workloads.kube_jobs import Controller, ExpandedJob, JobError, expand_job
 
 LABEL_JOBSET = "jobset.sigs.k8s.io/jobset-name"
 LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -29,13 +29,8 @@ LABEL_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 def expand_jobset(path: Path, doc: dict[str, Any]) -> tuple[list[ExpandedJob], bool]:
     """The child Jobs of the JobSet ``doc`` (read from ``path``), expanded, and whether it
     is suspended (then it has none)."""
-    meta = doc.get("metadata") or {}
-    spec = doc.get("spec") or {}
-    name = meta.get("name")
-    if not name:
-        raise JobError(f"{path}: JobSet without metadata.name")
-    namespace = meta.get("namespace") or "default"
-    where = f"{path}: JobSet {namespace}/{name}"
+    c = Controller.of(path, doc, "JobSet")
+    meta, spec, namespace, where = c.meta, c.spec, c.namespace, c.where
     replicated = spec.get("replicatedJobs")
     if not isinstance(replicated, list) or not replicated:
         raise JobError(f"{where}: spec.replicatedJobs: must be a non-empty list")

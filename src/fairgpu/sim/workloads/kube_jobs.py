@@ -62,15 +62,32 @@ class ExpandedJob:
     uid: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Controller:
+    """What every workload controller's object starts with: its metadata and spec, its
+    namespace, and how an error names it (``<file>: <Kind> <namespace>/<name>``)."""
+
+    meta: dict[str, Any]
+    spec: dict[str, Any]
+    namespace: str
+    where: str
+
+    @classmethod
+    def of(cls, path: Path, doc: dict[str, Any], kind: str) -> Controller:
+        """``doc`` (read from ``path``) as a ``kind``; it must have a name."""
+        meta = doc.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            raise JobError(f"{path}: {kind} without metadata.name")
+        namespace = meta.get("namespace") or "default"
+        return cls(meta, doc.get("spec") or {}, namespace, f"{path}: {kind} {namespace}/{name}")
+
+
 def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
     """The pods the Job controller would create for the Job ``doc`` (read from ``path``)."""
-    meta = doc.get("metadata") or {}
-    spec = doc.get("spec") or {}
-    name = meta.get("name")
-    if not name:
-        raise JobError(f"{path}: Job without metadata.name")
-    namespace = meta.get("namespace") or "default"
-    where = f"{path}: Job {namespace}/{name}"
+    c = Controller.of(path, doc, "Job")
+    meta, spec, namespace, where = c.meta, c.spec, c.namespace, c.where
+    name = meta["name"]
     given = _count(spec, "parallelism", where)
     parallelism = 1 if given is None else given
     completions = _count(spec, "completions", where)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION
-from fairgpu.sim.workloads.kube_jobs import JobError
+from fairgpu.sim.workloads.kube_jobs import Controller, JobError
 from fairgpu.tenancy.resolve import GROUP_KEYS, LABEL_COSCHEDULING
 
 # Kind -> the field of its spec that holds its replica types.
@@ -60,13 +60,9 @@ def is_training_job(doc: dict[str, Any]) -> bool:
 def expand_training_job(path: Path, doc: dict[str, Any]) -> TrainingJob:
     """The pods the training operator would create for ``doc`` (read from ``path``)."""
     kind = str(doc["kind"])
-    meta = doc.get("metadata") or {}
-    spec = doc.get("spec") or {}
-    name = meta.get("name")
-    if not name:
-        raise JobError(f"{path}: {kind} without metadata.name")
-    namespace = meta.get("namespace") or "default"
-    where = f"{path}: {kind} {namespace}/{name}"
+    c = Controller.of(path, doc, kind)
+    meta, spec, namespace, where = c.meta, c.spec, c.namespace, c.where
+    name = meta["name"]
     field = REPLICA_SPECS[kind]
     replica_specs = spec.get(field)
     if not isinstance(replica_specs, dict) or not replica_specs:
