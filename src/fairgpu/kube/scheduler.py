@@ -80,6 +80,9 @@ from fairgpu.model.node_pools import NodePoolConfig
 
 __all__ = ["ANN_SCHEDULED_BY", "LiveScheduler", "RunConfig"]
 
+#: Upper bound of the watches one scheduler runs at once (see the pool size below).
+WATCHES = 24
+
 log = logging.getLogger("fairgpu.kube")
 
 
@@ -105,7 +108,11 @@ class LiveScheduler:
         self.engine.victims_linger = True
         conn = config.connection or load_connection(config.kubeconfig, config.context)
         limiter = RateLimiter(config.qps, config.burst)
-        pool = config.bind_workers + 16
+        # Connections: every watch holds one for as long as it runs (pods, finished pods,
+        # nodes, namespaces, services, Jobs, seven storage kinds, three DRA kinds, PodGroups:
+        # about twenty), and the binder's workers, evictions, Events and the lease need
+        # theirs. The pool blocks when it is used up, so it must outnumber them all.
+        pool = config.bind_workers + WATCHES + 16
         self.client = RestClient(conn, maxsize=pool, limiter=limiter)
         self.identity = config.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         self.cache = SchedulerCache(config.scheduler_name, config.max_devices)
