@@ -439,7 +439,7 @@ def what_if(
             kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
         )
     snapshot.forecast_budget = forecast_budget
-    pods, groups = _load_pods(file, client, snapshot, node_pool_label, namespace)
+    pods, groups, later = _load_pods(file, client, snapshot, node_pool_label, namespace)
     rows = answer(snapshot, pods, groups)
     for row, pod in zip(rows, pods, strict=True):
         if pod.scheduler_name != scheduler_name:
@@ -465,6 +465,8 @@ def what_if(
                 typer.echo(f"  {_predicted_line(row)}")
         if row.get("note"):
             typer.echo(f"  note: {row['note']}")
+    for line in later:
+        typer.echo(line)
 
 
 def _with_namespace(paths: list[Path], namespace: str | None, tmp: Path) -> list[Path]:
@@ -487,11 +489,12 @@ def _with_namespace(paths: list[Path], namespace: str | None, tmp: Path) -> list
 
 def _load_pods(
     paths: list[Path], client: Any, snapshot: Any, pool_label: str, namespace: str | None
-) -> tuple[list[Any], dict[str, int]]:
+) -> tuple[list[Any], dict[str, int], list[str]]:
     """The pods of ``paths`` as the API server would admit them: priority and preemption
     policy from the cluster's PriorityClasses (and the files' own), created now; a missing
     namespace or class is the pod's error. Without a ``client`` (a simulated run): the run's
-    PriorityClasses, and every namespace exists."""
+    PriorityClasses, and every namespace exists. Also their pod groups, and a line for each
+    Job that creates only some of its pods at first (the others are not asked about)."""
     import tempfile
 
     from fairgpu.api import objects as k8s
@@ -531,7 +534,13 @@ def _load_pods(
         if pod.error is None and client is not None and pod.namespace not in namespaces:
             pod.error = f"Pod {pod.key}: namespace {pod.namespace!r} not found"
         pods.append(pod)
-    return pods, dict(workload.pod_groups)
+    later = [
+        f"Job {job.key}: {job.first} of its {len(job.pods)} pods are created at first; its "
+        "controller creates each other one when one of them succeeds"
+        for job in workload.jobs
+        if len(job.pods) > job.first
+    ]
+    return pods, dict(workload.pod_groups), later
 
 
 def register(app: typer.Typer) -> None:

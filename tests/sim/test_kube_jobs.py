@@ -258,6 +258,10 @@ def test_what_if_asks_for_the_pods_a_job_creates_first(tmp_path: Path) -> None:
     result = runner.invoke(app, ["what-if", "-f", str(sweep), "--run", str(out)])
     asked = [line.split(" ")[0] for line in result.output.splitlines() if "(queue" in line]
     assert asked == ["team-a/sweep-0", "team-a/sweep-1"]
+    assert (
+        "Job team-a/sweep: 2 of its 5 pods are created at first; its controller creates each "
+        "other one when one of them succeeds"
+    ) in result.output
 
 
 def test_the_report_lists_the_jobs_and_leaves_unknown_cells_blank(tmp_path: Path) -> None:
