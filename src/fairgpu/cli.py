@@ -270,12 +270,18 @@ def _print_summary(summary: dict[str, Any]) -> None:
         _print_jobs(summary["jobs"])
 
 
+#: Jobs the summary table shows at most (failed ones first); summary.json has them all.
+MAX_JOB_ROWS = 20
+
+
 def _print_jobs(jobs: dict[str, dict[str, Any]]) -> None:
-    """One row per batch/v1 Job: how far it got and when it started and finished."""
+    """One row per batch/v1 Job -- how far it got, when it started and finished -- the failed
+    ones first, at most :data:`MAX_JOB_ROWS`; then why each failed Job failed."""
     table = Table(title="Jobs", title_justify="left")
     for col in ("job", "succeeded", "created s", "first start s", "finished s", "failed s"):
         table.add_column(col, justify="left" if col == "job" else "right")
-    for name, row in jobs.items():
+    ordered = sorted(jobs.items(), key=lambda kv: kv[1]["failed_reason"] is None)
+    for name, row in ordered[:MAX_JOB_ROWS]:
         cells = (row["arrival_s"], row["first_start_s"], row["finished_s"], row["failed_s"])
         table.add_row(
             name,
@@ -283,8 +289,11 @@ def _print_jobs(jobs: dict[str, dict[str, Any]]) -> None:
             *("-" if v is None else str(v) for v in cells),
         )
     console.print(table)
+    if len(ordered) > MAX_JOB_ROWS:
+        more = len(ordered) - MAX_JOB_ROWS
+        console.print(f"  ... and {more} more Jobs (all of them in summary.json)", highlight=False)
     failed = [row for row in jobs.values() if row["failed_reason"]]
-    for row in failed:
+    for row in failed[:MAX_JOB_ROWS]:
         text = f"[yellow]{row['failed_reason']}[/] (at {row['failed_s']} s)"
         console.print(text, highlight=False, soft_wrap=True)
     if failed:

@@ -601,3 +601,17 @@ def test_explain_says_when_a_victim_s_job_fails_with_it(tmp_path: Path) -> None:
     )
     [victim] = got["if_freed"][0]["would_have_to_go"]
     assert len(victim["job_fails_with_it"]) == 1
+
+
+def test_the_jobs_table_shows_failed_jobs_first_and_at_most_twenty(tmp_path: Path) -> None:
+    """25 Jobs, one of them failing (listed last in the file): the table shows it among its
+    20 rows and says how many more there are."""
+    oks = "".join(job(f"ok-{i:02d}", "completions: 1", gpus=0, duration=10) for i in range(23))
+    text = preempted_job_yaml("backoffLimit: 0").replace(NODE, NODE + oks, 1)
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    result = runner.invoke(app, ["simulate", "--workload", str(path)])
+    assert result.exit_code == 0, result.output
+    table = result.output[result.output.index("\nJobs") :]
+    assert "│ team-a/low " in table  # a row of the table
+    assert "... and 5 more Jobs (all of them in summary.json)" in table
