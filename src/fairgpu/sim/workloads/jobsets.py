@@ -18,8 +18,13 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION
-from fairgpu.sim.workloads.kube_jobs import Controller, ExpandedJob, JobError, expand_job
+from fairgpu.sim.workloads.kube_jobs import (
+    Controller,
+    ExpandedJob,
+    JobError,
+    expand_job,
+    pass_timing,
+)
 
 LABEL_JOBSET = "jobset.sigs.k8s.io/jobset-name"
 LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -65,10 +70,7 @@ def _child_job(
     job_meta["name"] = f"{meta['name']}-{rjob['name']}-{index}"
     job_meta["namespace"] = namespace
     job_meta.setdefault("labels", {}).update(labels)
-    annotations = job_meta.setdefault("annotations", {})
-    for key in (ANN_ARRIVAL, ANN_DURATION):
-        if key in (meta.get("annotations") or {}) and key not in annotations:
-            annotations[key] = meta["annotations"][key]
+    pass_timing(meta, job_meta.setdefault("annotations", {}))
     pod_template = template.setdefault("spec", {}).setdefault("template", {})
     pod_template.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
     return {"apiVersion": "batch/v1", "kind": "Job", **template}

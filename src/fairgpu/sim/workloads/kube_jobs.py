@@ -83,6 +83,16 @@ class Controller:
         return cls(meta, doc.get("spec") or {}, namespace, f"{path}: {kind} {namespace}/{name}")
 
 
+def pass_timing(owner: dict[str, Any], annotations: dict[str, Any]) -> None:
+    """Copy the controller's ``fairgpu.io/arrival-seconds`` and ``fairgpu.io/duration-seconds``
+    (``owner``: its metadata) into ``annotations`` (of the object it makes) where those are
+    not set: users write them once, on the Deployment or the Job."""
+    given = owner.get("annotations") or {}
+    for key in (ANN_ARRIVAL, ANN_DURATION):
+        if key in given and key not in annotations:
+            annotations[key] = given[key]
+
+
 def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
     """The pods the Job controller would create for the Job ``doc`` (read from ``path``)."""
     c = Controller.of(path, doc, "Job")
@@ -175,10 +185,7 @@ def _pod(
     if indexed:
         labels[LABEL_COMPLETION_INDEX] = str(index)
         annotations[LABEL_COMPLETION_INDEX] = str(index)
-    job_annotations = meta.get("annotations") or {}
-    for key in (ANN_ARRIVAL, ANN_DURATION):
-        if key in job_annotations and key not in annotations:
-            annotations[key] = job_annotations[key]
+    pass_timing(meta, annotations)
     pod_meta["ownerReferences"] = [
         {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}
     ]

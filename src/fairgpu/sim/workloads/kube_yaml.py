@@ -49,7 +49,7 @@ from fairgpu.model.priority import PriorityClasses
 from fairgpu.model.volumes import STORAGE_KINDS, StorageObject, decode_storage
 from fairgpu.sim.workload import BatchJob, PodArrival, Workload
 from fairgpu.sim.workloads.jobsets import expand_jobset
-from fairgpu.sim.workloads.kube_jobs import ExpandedJob, JobError, expand_job
+from fairgpu.sim.workloads.kube_jobs import ExpandedJob, JobError, expand_job, pass_timing
 from fairgpu.sim.workloads.kubeflow import expand_training_job, is_training_job
 
 DEFAULT_POOLS = NodePoolConfig()
@@ -372,10 +372,7 @@ def _expand_deployment(path: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
         }
         pod["metadata"]["name"] = f"{name}-{i}"
         pod["metadata"]["namespace"] = meta.get("namespace", "default")
-        annotations = pod["metadata"].setdefault("annotations", {})
-        for key in (ANN_ARRIVAL, ANN_DURATION):
-            if key in (meta.get("annotations") or {}) and key not in annotations:
-                annotations[key] = meta["annotations"][key]
+        pass_timing(meta, pod["metadata"].setdefault("annotations", {}))
         pod["metadata"]["ownerReferences"] = [
             {"kind": "Deployment", "name": name, "uid": f"deployment/{name}", "controller": True}
         ]

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION
-from fairgpu.sim.workloads.kube_jobs import Controller, JobError
+from fairgpu.sim.workloads.kube_jobs import Controller, JobError, pass_timing
 from fairgpu.tenancy.resolve import GROUP_KEYS, LABEL_COSCHEDULING
 
 # Kind -> the field of its spec that holds its replica types.
@@ -146,10 +145,7 @@ def _pod(
         labels["training.kubeflow.org/job-role"] = "master"
     if not _named_group(pod_meta):
         labels[LABEL_COSCHEDULING] = group
-    annotations = pod_meta.setdefault("annotations", {})
-    for key in (ANN_ARRIVAL, ANN_DURATION):
-        if key in (meta.get("annotations") or {}) and key not in annotations:
-            annotations[key] = meta["annotations"][key]
+    pass_timing(meta, pod_meta.setdefault("annotations", {}))
     uid = str(meta.get("uid") or f"{kind.lower()}/{namespace}/{name}")
     pod_meta["ownerReferences"] = [
         {"apiVersion": f"{GROUP}/v1", "kind": kind, "name": name, "uid": uid, "controller": True}
