@@ -369,22 +369,35 @@ class Simulation:
         ones leave the queue -- and creates no more."""
         why = self.jobs.failed[key]
         self.failed_jobs[key] = (self.now, why)
-        if any(uid in self.cluster.placements for uid in self.jobs.pods_of(key)):
-            self._push(self.now, _WAKE, "")  # the room they leave is scheduled again now
+        released = False
         for uid in self.jobs.pods_of(key):
             rec = self.records.get(uid)
             if rec is None or rec.end is not None:
                 continue  # not created yet, or it succeeded
             if uid in self.cluster.placements:
-                self.cluster.release(uid)
-                self._release_claims(rec.pod, requeue=False)
-                self._leave_group(rec)
-                self._charge_tenant(rec, -1)
-                self.runs.stop(uid, self.now, "deleted")
+                self._end_run(rec, "deleted")
                 rec.run += 1  # the end scheduled for this run is stale now
+                released = True
             elif self.pending.pop(uid, None) is not None:
                 self._wait(rec, -1)
             rec.reason, rec.failed_at = why, self.now
+        if released:
+            self._push(self.now, _WAKE, "")  # the room they leave is scheduled again now
+
+    def _end_run(
+        self, rec: PodRecord, outcome: str, preemptor: PodInfo | None = None, again: bool = False
+    ) -> None:
+        """``rec``'s run ends now with ``outcome`` (:meth:`~fairgpu.sim.accounting.RunLog.stop`):
+        it leaves the cluster (unless the engine released it already), its claims (made afresh
+        from their templates if it waits ``again``), its group's rendezvous and its tenant's
+        usage."""
+        uid = rec.pod.uid
+        if uid in self.cluster.placements:
+            self.cluster.release(uid)
+        self._release_claims(rec.pod, requeue=again)
+        self._leave_group(rec)
+        self._charge_tenant(rec, -1)
+        self.runs.stop(uid, self.now, outcome, preemptor)
 
     def _started(self, rec: PodRecord, node_name: str, devices: tuple[int, ...]) -> None:
         """``rec``'s pod, placed in the cluster, starts on ``node_name`` now."""
@@ -427,12 +440,7 @@ class Simulation:
         of its final run."""
         rec = self.records[pod.uid]
         # The engine already released its victims from the cluster; the others go here.
-        if pod.uid in self.cluster.placements:
-            self.cluster.release(pod.uid)
-        self._release_claims(pod, requeue=True)
-        self._leave_group(rec)
-        self._charge_tenant(rec, -1)
-        self.runs.stop(pod.uid, self.now, kind, preemptor)
+        self._end_run(rec, kind, preemptor, again=True)
         rec.preempted += 1
         rec.run += 1
         rec.node, rec.devices, rec.start = "", (), None
@@ -510,13 +518,9 @@ class Simulation:
     def _complete(self, token: str) -> None:
         uid = token.rpartition("#")[0]
         rec = self.records[uid]
-        self.cluster.release(uid)
-        self._release_claims(rec.pod, requeue=False)
-        self._leave_group(rec)
+        self._end_run(rec, "completed")
         if self._group_key(rec.pod):  # counts toward its group's minMember from now on
             self.cluster.complete(rec.pod)
-        self._charge_tenant(rec, -1)
-        self.runs.stop(uid, self.now, "completed")
         rec.end = self.now
         created = self.jobs.succeeded(uid, self.now)
         if created is not None:  # its Job's next pod, queued at this instant
