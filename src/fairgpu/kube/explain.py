@@ -36,6 +36,7 @@ from fairgpu.engine.actions.reclaim import (
 from fairgpu.engine.actions.reserve import protected_until
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
+from fairgpu.engine.fragile_jobs import job_groups, job_key
 from fairgpu.engine.framework import AttemptError, CycleState
 from fairgpu.engine.jobs import Job, build_jobs
 from fairgpu.engine.preemption import find_preemption, victim_eligible
@@ -371,11 +372,9 @@ def _victim(engine: Engine, pod: PodInfo, cluster: ClusterState | None = None) -
     t = engine.tenant(pod)
     siblings: list[str] = []
     if cluster is not None and pod.owner_kind == "Job" and pod.owner in engine.fragile_jobs:
-        siblings = sorted(
-            p.key
-            for uid, p in cluster.pods.items()
-            if uid != pod.uid and p.owner == pod.owner and uid in cluster.placements
-        )
+        running = job_groups(cluster, {pod.owner}, lambda uid: False)
+        others = running.get(job_key(pod.owner), set()) - {pod.uid}
+        siblings = sorted(cluster.pods[uid].key for uid in others)
     return {
         "pod": pod.key,
         "queue": t.queue,

@@ -65,15 +65,20 @@ class JobController:
     def expire(self, key: str) -> bool:
         """Job ``key`` reached its deadline: it fails unless it is no longer
         :meth:`active` (True when it fails now)."""
-        job = self._jobs[key]
         if not self.active(key):
             return False
-        self.failed[key] = (
-            f"Job {key} failed: it was still active {job.active_deadline:g} s after its "
-            "creation (activeDeadlineSeconds; DeadlineExceeded)"
+        deadline = self._jobs[key].active_deadline
+        self._fail(
+            key,
+            f"it was still active {deadline:g} s after its creation "
+            "(activeDeadlineSeconds; DeadlineExceeded)",
         )
-        self._later.pop(key, None)
         return True
+
+    def _fail(self, key: str, why: str) -> None:
+        """Job ``key`` fails (``why``): it creates no more pods."""
+        self.failed[key] = f"Job {key} failed: {why}"
+        self._later.pop(key, None)
 
     def initial(self, arrivals: Iterable[PodArrival]) -> list[PodArrival]:
         """The ``arrivals`` that exist without waiting for another pod to succeed."""
@@ -108,19 +113,17 @@ class JobController:
             if key is None or key in self.failed:
                 continue
             job = self._jobs[key]
-            failed = self._failures.get(key, 0)
-            fails = fails_on_next_eviction(job.on_disruption, job.backoff_limit, failed)
             if job.on_disruption == "Ignore":
                 continue
+            failed = self._failures.get(key, 0)
             self._failures[key] = failed + 1
-            if not fails:
+            if not fails_on_next_eviction(job.on_disruption, job.backoff_limit, failed):
                 continue
             if job.on_disruption == "FailJob":
-                why = "a pod failure policy rule (FailJob) matched an evicted pod"
+                self._fail(key, "a pod failure policy rule (FailJob) matched an evicted pod")
             else:
-                why = f"{failed + 1} pod(s) evicted, more than its backoffLimit {job.backoff_limit}"
-            self.failed[key] = f"Job {key} failed: {why}"
-            self._later.pop(key, None)
+                limit = job.backoff_limit
+                self._fail(key, f"{failed + 1} pod(s) evicted, more than its backoffLimit {limit}")
             failing.append(key)
         return failing
 
