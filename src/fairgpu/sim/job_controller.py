@@ -37,6 +37,9 @@ class JobController:
         self._failures: dict[str, int] = {}
         self._succeeded: dict[str, int] = {}
         self.failed: dict[str, str] = {}  # Job key -> why it failed
+        # fragile(), kept until a success, an eviction or a failure changes it: the replay
+        # asks before every cycle, and most cycles change no Job.
+        self._fragile: frozenset[str] | None = None
         for job in self._jobs.values():
             for uid in job.pods:
                 self._job_of[uid] = job.key
@@ -79,6 +82,7 @@ class JobController:
         """Job ``key`` fails (``why``): it creates no more pods."""
         self.failed[key] = f"Job {key} failed: {why}"
         self._later.pop(key, None)
+        self._fragile = None
 
     def initial(self, arrivals: Iterable[PodArrival]) -> list[PodArrival]:
         """The ``arrivals`` that exist without waiting for another pod to succeed."""
@@ -96,6 +100,7 @@ class JobController:
         key = self._job_of.get(uid, "")
         if key:
             self._succeeded[key] = self._succeeded.get(key, 0) + 1
+            self._fragile = None
         later = self._later.get(key)
         if not later:  # none left, or its Job failed
             return None
@@ -117,6 +122,7 @@ class JobController:
                 continue
             failed = self._failures.get(key, 0)
             self._failures[key] = failed + 1
+            self._fragile = None
             if not fails_on_next_eviction(job.on_disruption, job.backoff_limit, failed):
                 continue
             if job.on_disruption == "FailJob":
@@ -130,15 +136,17 @@ class JobController:
     def fragile(self) -> frozenset[str]:
         """The uids of the active Jobs one more evicted pod fails: the scheduler's
         :attr:`~fairgpu.engine.engine.Engine.fragile_jobs`."""
-        return frozenset(
-            job.uid
-            for key, job in self._jobs.items()
-            if job.uid
-            and self.active(key)
-            and fails_on_next_eviction(
-                job.on_disruption, job.backoff_limit, self._failures.get(key, 0)
+        if self._fragile is None:
+            self._fragile = frozenset(
+                job.uid
+                for key, job in self._jobs.items()
+                if job.uid
+                and self.active(key)
+                and fails_on_next_eviction(
+                    job.on_disruption, job.backoff_limit, self._failures.get(key, 0)
+                )
             )
-        )
+        return self._fragile
 
     def pods_of(self, key: str) -> tuple[str, ...]:
         """The uids of Job ``key``'s pods."""
