@@ -214,7 +214,8 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
     """The text form of :func:`fairgpu.kube.explain.explain_pod`'s report."""
     who = f"queue {r.get('queue', '?')}, user {r.get('user', '?')}"
     if r["state"] == "bound":
-        return [f"Pod {r['pod']} ({who}) is bound to node {r['node']}; phase {r['phase']}."]
+        bound = f"Pod {r['pod']} ({who}) is bound to node {r['node']}; phase {r['phase']}."
+        return [bound, *_job_line(r)]
     if r["state"] == "not ours":
         return [
             f"Pod {r['pod']} is not pending for this scheduler "
@@ -252,7 +253,31 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
     if r.get("scheduler_said"):
         lines.append(f"Scheduler said at {r['scheduler_said_at']}: {r['scheduler_said']}")
     lines.append(_predicted_line(r))
+    lines.extend(_job_line(r))
     return lines
+
+
+def _job_line(r: dict[str, Any]) -> list[str]:
+    """How far the pod's Job is and when it is predicted to end (none for other pods)."""
+    job = r.get("job")
+    if not job:
+        return []
+    progress = (
+        f"Job {job['job']}: {job['succeeded']} of {job['completions']} completions succeeded, "
+        f"{job['pods_in_cluster']} pod(s) in the cluster, {job['pods_to_create']} still to be "
+        "created"
+    )
+    if job["predicted_end"] is None:
+        why = (
+            "the forecast ran out of time"
+            if job["forecast_out_of_budget"]
+            else "some of its pods wait on run times nobody declared"
+        )
+        return [f"{progress}; its end: unknown: {why}"]
+    return [
+        f"{progress}; predicted to end {job['predicted_end']} "
+        f"(in {_in(job['predicted_end_in_seconds'])}), if pods run as declared"
+    ]
 
 
 def _in(seconds: float) -> str:
@@ -371,6 +396,7 @@ QUEUE_COLUMNS = (
     ("ALLOCATED", "allocated_gpus"),
     ("PENDING-PODS", "pending_pods"),
     ("PENDING-GPUS", "pending_gpus"),
+    ("TO-CREATE", "pods_to_create"),
     ("NOMINAL", "nominal_gpus"),
     ("BORROWED", "borrowed_gpus"),
     ("PREEMPTED-1H", "preemptions_last_hour"),
@@ -379,9 +405,10 @@ QUEUE_COLUMNS = (
 
 
 def queue_table(rows: list[dict[str, Any]]) -> list[str]:
-    """kubectl-style columns (GPU amounts in GPUs; NOMINAL '-' for no quota; PREEMPTED-1H:
-    its pods preempted in the last hour; DRAINS: when the last pending pod is predicted to
-    start, '-' with nothing pending)."""
+    """kubectl-style columns (GPU amounts in GPUs; TO-CREATE: pods its Jobs are still to
+    create; NOMINAL '-' for no quota; PREEMPTED-1H: its pods preempted in the last hour;
+    DRAINS: when the last pending pod -- or pod still to be created -- is predicted to start,
+    '-' with nothing pending)."""
     cells = [[h for h, _ in QUEUE_COLUMNS]]
     for row in rows:
         cells.append(

@@ -11,6 +11,7 @@ Jobs and costs one that a single eviction would fail as a whole
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -231,5 +232,59 @@ def test_the_scheduler_spares_a_job_one_eviction_would_fail(
             assert not job_condition(admin, ns, "train", "Failed")
             running = [n for n in names if n.startswith("train-")]
             assert len(running) == 2
+        finally:
+            drop_jobs(admin, ns)
+
+
+def test_answers_count_the_pods_a_job_is_still_to_create(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, job_controller: None, tmp_path: Path
+) -> None:
+    """Job ``train``: three completions of an 8-GPU pod, one at a time, an hour each, its
+    pods at priority 100; pod ``eval`` of the same queue and user, priority 0, waits for
+    the node. The Job controller has created one pod; the answers create the next two as it
+    will: ``eval`` starts when the whole Job ends (about 3 h), not after its first pod;
+    ``explain`` on the Job's pod says when the Job ends; ``queues`` counts its pods to come
+    and drains after them."""
+    create_priority_classes(admin, {"lv-job-high": 100})
+    manifest = job("train", IGNORE_DISRUPTIONS, gpus=8)
+    manifest["spec"].update(parallelism=1, completions=3)
+    manifest["spec"]["template"]["spec"]["priorityClassName"] = "lv-job-high"
+    config = tmp_path / "tenancy.yaml"
+    config.write_text(TENANCY)
+
+    def ask(*args: str) -> Any:
+        flags = ["--config", str(config), "--kubeconfig", str(live_cp.kubeconfig_path)]
+        said = CliRunner().invoke(app, [*args, *flags, "-o", "json"])
+        assert said.exit_code == 0, said.output
+        return json.loads(said.output)
+
+    with scheduler(live_cp, tenancy=TENANCY):
+        try:
+            admin.post(JOBS.format(ns=ns), manifest)
+            running = wait_for(lambda: next(iter(bound(admin, ns)), None), timeout=30)
+            labels = {"fairgpu.io/queue": "a"}
+            notes = {"fairgpu.io/duration-seconds": "600"}
+            on_node = {"kubernetes.io/hostname": NODE}
+            create(
+                admin,
+                ns,
+                pod("eval", gpus=8, labels=labels, annotations=notes, node_selector=on_node),
+            )
+            wait_for(lambda: unschedulable(admin, ns, "eval"), timeout=30)
+
+            three_hours = range(3 * 3600 - 300, 3 * 3600 + 1)
+            mine = ask("explain", f"{ns}/{running}")
+            assert mine["state"] == "bound", mine
+            got = mine["job"]
+            assert (got["job"], got["completions"], got["succeeded"]) == (f"{ns}/train", 3, 0)
+            assert (got["pods_in_cluster"], got["pods_to_create"]) == (1, 2)
+            assert got["predicted_end_in_seconds"] in three_hours, got
+
+            waiting = ask("explain", f"{ns}/eval")
+            assert waiting["predicted_in_seconds"] in three_hours, waiting
+            assert "job" not in waiting  # not a Job's pod
+
+            rows = {r["queue"]: r for r in ask("queues")}
+            assert rows["a"]["pods_to_create"] == 2 and rows["a"]["drain_known"], rows["a"]
         finally:
             drop_jobs(admin, ns)

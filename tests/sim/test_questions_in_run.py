@@ -357,3 +357,65 @@ def test_explain_names_a_reclaim_that_would_reverse_another() -> None:
         "queue b reclaimed node n0 from queue a at t=900 s; taking it back within "
         "reclaimCooldownSeconds (600) would reverse that"
     )
+
+
+JOB_RUN = """\
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 100
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: train
+  namespace: team-a
+  annotations: {fairgpu.io/duration-seconds: "600"}
+spec:
+  completions: 3
+  parallelism: 1
+  template:
+    spec:
+      schedulerName: fairgpu
+      priorityClassName: high
+      restartPolicy: Never
+      containers:
+        - name: main
+          image: trainer
+          resources:
+            limits: {nvidia.com/gpu: "8"}
+"""
+
+
+def test_answers_in_a_run_follow_a_job_to_its_end(tmp_path: Path) -> None:
+    """A Job of three 600 s completions, one at a time, at priority 100, and ``eval``
+    (priority 0, same queue and user) from 100 s: at 300 s the Job's controller has made one
+    pod, yet ``eval`` is predicted to start when the whole Job ends (1 800 s, as it did),
+    ``explain`` on the Job's pod says so, and ``queues`` counts the 2 pods to come."""
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(NODE + JOB_RUN + pod("eval", 100, 60))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    at = ["--run", str(out), "--at", "300"]
+
+    waiting = runner.invoke(app, ["explain", "team-a/eval", *at])
+    assert "Predicted start: t=1800 s (in 25m)" in waiting.output, waiting.output
+    assert "In the run: started at t=1800 s" in waiting.output
+
+    running = runner.invoke(app, ["explain", "team-a/train-0", *at])
+    assert "is bound to node gpu-0; phase Running." in running.output, running.output
+    assert (
+        "Job team-a/train: 0 of 3 completions succeeded, 1 pod(s) in the cluster, 2 still to "
+        "be created; predicted to end t=1800 s (in 25m), if pods run as declared"
+    ) in running.output
+
+    rows = json.loads(runner.invoke(app, ["queues", *at, "-o", "json"]).output)["queues"]
+    team = next(r for r in rows if r["queue"] == "team-a")
+    assert team["pods_to_create"] == 2 and team["drains_at"] == "t=1800 s", team
+
+    more = tmp_path / "more.yaml"
+    more.write_text(pod("later", 0, 60))
+    asked = runner.invoke(app, ["what-if", "-f", str(more), *at])
+    assert "Predicted start: t=1860 s" in asked.output, asked.output  # after the Job, then eval

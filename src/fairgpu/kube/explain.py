@@ -5,9 +5,11 @@
   "0/N nodes are available" line, the nodes it would fit on were something freed (and what),
   what the next cycle would decide, the reservation or nomination it holds, and its predicted
   start (:func:`fairgpu.kube.forecaster.forecast_snapshot`, from declared run times, beside
-  the one the running scheduler annotated, which also uses run times it learned);
+  the one the running scheduler annotated, which also uses run times it learned); for a pod
+  of a batch/v1 Job, running or pending, how far the Job is and when it is predicted to end;
 * :func:`queue_rows` -- one row per queue: weight, fair share, allocated, pending, borrowed,
-  and when its backlog is predicted to drain (its last pending pod to start);
+  the pods its Jobs are still to create, and when its backlog is predicted to drain (its last
+  pending pod, or pod still to be created, to start);
 * :func:`what_if` -- where pods not yet created would go now, or which rule stops them.
 
 Every figure comes from the engine's own code (``Scheduler.schedule`` and its diagnosis,
@@ -41,12 +43,14 @@ from fairgpu.engine.framework import AttemptError, CycleState
 from fairgpu.engine.jobs import Job, build_jobs
 from fairgpu.engine.preemption import find_preemption, victim_eligible
 from fairgpu.engine.scheduler import Scheduler
+from fairgpu.kube.cache import SchedulerCache
 from fairgpu.kube.forecaster import ANN_PREDICTED_START, forecast_snapshot, time_label
 from fairgpu.kube.reporter import PREDICTED_START
 from fairgpu.kube.snapshot import Snapshot
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.forecast import Forecast, forecast
+from fairgpu.sim.job_backlog import JobAhead
 from fairgpu.sim.learner import Runtimes
 from fairgpu.tenancy.config import DIM_GPU
 
@@ -131,9 +135,10 @@ PREEMPTION_WINDOW = 3600.0
 def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
     """One row per queue (see :func:`_queue_state`), sorted by name, with
     ``preemptions_last_hour``: its pods preempted in the hour before the snapshot (None:
-    unknown, the scheduler's Events could not be read), and ``drains_at``: when its last
-    pending pod is predicted to start (None: nothing pending, or unknown -- ``drain_known``
-    tells which)."""
+    unknown, the scheduler's Events could not be read), ``pods_to_create``: the pods its
+    Jobs are still to create (:mod:`fairgpu.sim.job_backlog`), and ``drains_at``: when the
+    last of its pending pods and of those is predicted to start (None: nothing pending, or
+    unknown -- ``drain_known`` tells which)."""
     cache, engine = snapshot.build()
     rows = _queue_state(engine, cache.cluster, cache.schedulable(), snapshot.now)
     for name, row in rows.items():
@@ -146,16 +151,68 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
                 if queue == name and snapshot.now - PREEMPTION_WINDOW < when <= snapshot.now
             )
         )
-    predicted, pending, _ = forecast_snapshot(snapshot, None, snapshot.forecast_budget)
+    ahead = snapshot.jobs_ahead(cache, _no_runtime)
+    predicted, pending, _ = forecast_snapshot(
+        snapshot, None, snapshot.forecast_budget, job_ends=bool(ahead)
+    )
     by_queue: dict[str, list[str]] = {}
     for pod in pending:
         by_queue.setdefault(engine.tenant(pod).queue, []).append(pod.uid)
+    jobs_of: dict[str, list[str]] = {}  # the Jobs with pods still to create, by queue
+    for job in ahead:
+        if job.future:
+            queue = engine.tenant(job.future[0].pod).queue
+            jobs_of.setdefault(queue, []).append(job.job.key)
     for name, row in rows.items():
-        uids = by_queue.get(name, [])
-        drain = predicted.drain(uids) if uids else None
+        uids, jobs = by_queue.get(name, []), jobs_of.get(name, [])
+        drain = _drain(predicted, uids, jobs)
         row["drains_at"] = None if drain is None else snapshot.label(drain)
-        row["drain_known"] = not uids or drain is not None
+        row["drain_known"] = not (uids or jobs) or drain is not None
+        row["pods_to_create"] = sum(len(j.future) for j in ahead if j.job.key in jobs)
     return list(rows.values())
+
+
+def _no_runtime(_pod: PodInfo) -> None:
+    """Run times are not needed to count a Job's pods."""
+    return None
+
+
+def _drain(predicted: Forecast, uids: list[str], jobs: list[str]) -> float | None:
+    """When the last of pending pods ``uids`` and of the pods Jobs ``jobs`` are to create
+    is predicted to start; None when nothing waits or any of them has no prediction."""
+    if not uids and not jobs:
+        return None
+    times = [predicted.job_drains.get(key) for key in jobs]
+    if uids:
+        times.append(predicted.drain(uids))
+    if any(t is None for t in times):
+        return None
+    return max(t for t in times if t is not None)
+
+
+def job_progress(snapshot: Snapshot, ahead: JobAhead, predicted: Forecast | None) -> dict[str, Any]:
+    """How far a pod's Job is and when it is predicted to end (``predicted``: a forecast
+    that followed Jobs to their end; None: not asked)."""
+    end = None if predicted is None else predicted.job_ends.get(ahead.job.key)
+    return {
+        "job": ahead.job.key,
+        "completions": ahead.completions,
+        "succeeded": ahead.succeeded,
+        "pods_in_cluster": len(ahead.existing),
+        "pods_to_create": len(ahead.future),
+        "predicted_end": None if end is None else snapshot.label(end),
+        "predicted_end_in_seconds": None if end is None else round(end - snapshot.now),
+        "forecast_out_of_budget": None if predicted is None else predicted.out_of_budget,
+    }
+
+
+def _job_of(snapshot: Snapshot, cache: SchedulerCache, pod: PodInfo | None) -> JobAhead | None:
+    """The Job ``pod`` belongs to, as a forecast continues it (None: not a Job's, or its
+    Job creates nothing more and has no other pod)."""
+    if pod is None or pod.owner_kind != "Job":
+        return None
+    jobs = snapshot.jobs_ahead(cache, _no_runtime)
+    return next((j for j in jobs if j.job.uid == pod.owner), None)
 
 
 def predicted_start(
@@ -478,9 +535,13 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
     if pod is not None:
         t = engine.tenant(pod)
         report.update(queue=t.queue, user=t.user, department=t.parent, tenant_error=t.error)
+    job = _job_of(snapshot, cache, pod)
     if node:
         report["state"] = "bound"
         report["node"] = node
+        if job is not None:
+            ends = forecast_snapshot(snapshot, None, snapshot.forecast_budget, job_ends=True)[0]
+            report["job"] = job_progress(snapshot, job, ends)
         return report
     if report["scheduler"] != snapshot.settings.scheduler_name or pod is None:
         report["state"] = "not ours"
@@ -489,8 +550,12 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
     report["scheduling_gates"] = list(pod.scheduling_gates)
     _pending_detail(report, snapshot, cache.schedulable(), engine, cluster, pod)
     report.update(_scheduler_notes(status))
-    predicted = forecast_snapshot(snapshot, None, snapshot.forecast_budget)[0]
+    predicted = forecast_snapshot(
+        snapshot, None, snapshot.forecast_budget, job_ends=job is not None
+    )[0]
     report.update(predicted_start(predicted, uid, snapshot.label))
+    if job is not None:
+        report["job"] = job_progress(snapshot, job, predicted)
     ann = meta.get("annotations") or {}
     report["scheduler_predicted_start"] = ann.get(ANN_PREDICTED_START)
     return report
@@ -596,5 +661,11 @@ def _forecast_with(
     pending = [*(p for p in cache.schedulable() if not p.scheduling_gates), *pods]
     runtimes = Runtimes(lambda p: engine.tenant(p).queue, None)
     return forecast(
-        cache.cluster, engine, pending, snapshot.now, runtimes, budget_s=snapshot.forecast_budget
+        cache.cluster,
+        engine,
+        pending,
+        snapshot.now,
+        runtimes,
+        budget_s=snapshot.forecast_budget,
+        jobs=snapshot.jobs_ahead(cache, runtimes.duration),
     )

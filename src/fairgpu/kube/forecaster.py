@@ -88,10 +88,13 @@ def forecast_snapshot(
     budget_s: float,
     state: EngineState | None = None,
     history: ArrivalHistory | None = None,
+    job_ends: bool = False,
 ) -> tuple[Forecast, list[PodInfo], Engine]:
     """Forecast the pending pods of ``snapshot`` (a fresh copy of its state), the engine
     continuing from the scheduler's ``state`` if given; returns the forecast, the pending
-    pods and the engine that decided (its tenancy names their queues).
+    pods and the engine that decided (its tenancy names their queues). The pods Jobs are
+    still to create compete too (:meth:`~fairgpu.kube.snapshot.Snapshot.jobs_ahead`); with
+    ``job_ends`` the forecast also predicts when each such Job ends.
 
     With ``history`` (kept by the caller across rounds) the pods of the snapshot are recorded
     there by creation time, and the forecast adds future arrivals learned from it
@@ -106,7 +109,16 @@ def forecast_snapshot(
     if history is not None and ARRIVAL_SAMPLES > 0:
         model = _arrival_model(history, cache, engine, snapshot.now)
     if model is None or not model.jobs:
-        result = forecast(cache.cluster, engine, pending, snapshot.now, runtimes, budget_s=budget_s)
+        result = forecast(
+            cache.cluster,
+            engine,
+            pending,
+            snapshot.now,
+            runtimes,
+            budget_s=budget_s,
+            jobs=snapshot.jobs_ahead(cache, runtimes.duration),
+            job_ends=job_ends,
+        )
         return result, pending, engine
     first = [(cache.cluster, engine)]
 

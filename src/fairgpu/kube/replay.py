@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import csv
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 from fairgpu.engine.engine import Engine
 from fairgpu.kube.cache import SchedulerCache
 from fairgpu.kube.snapshot import FORECAST_BUDGET, ReadSettings, Snapshot
+from fairgpu.model.pod import PodInfo
+from fairgpu.sim.job_backlog import JobAhead
 from fairgpu.sim.rerun import RunSpec, load_run, replay
 from fairgpu.sim.simulator import Simulation
 
@@ -60,6 +63,15 @@ class ReplaySnapshot(Snapshot):
             name = cluster.node(placement.node).name
             cache.bound_on.setdefault(name, {})[uid] = cluster.pods[uid]
         return cache, engine
+
+    def jobs_ahead(
+        self, cache: SchedulerCache, runtime: Callable[[PodInfo], float | None]
+    ) -> list[JobAhead]:
+        """The run's active Jobs at this instant, from its own Job controller (``runtime``
+        is not needed: the run knows its pods' run times)."""
+        assert self.sim is not None
+        present = set(cache.cluster.pods) | set(cache.pending)
+        return self.sim.jobs.ahead(present, self.now)
 
 
 @dataclass(slots=True)

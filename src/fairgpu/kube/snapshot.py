@@ -34,6 +34,7 @@ from fairgpu.kube.completed import (
 )
 from fairgpu.kube.decode import NodeRecord, PodRecord, parse_time, time_label
 from fairgpu.kube.dra_watch import DraWatch, read_dra
+from fairgpu.kube.job_progress import JobProgress, decode_job_progress, jobs_ahead
 from fairgpu.kube.jobs import PATH as JOBS_PATH
 from fairgpu.kube.jobs import JobRecord, JobStore, decode_job
 from fairgpu.kube.namespaces import NamespaceStore, decode_namespace
@@ -41,6 +42,8 @@ from fairgpu.kube.podgroups import PodGroupBook, decode_pod_group, served_pod_gr
 from fairgpu.kube.reporter import LABEL_PREEMPTED_QUEUE
 from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.node_pools import NodePoolConfig
+from fairgpu.model.pod import PodInfo
+from fairgpu.sim.job_backlog import JobAhead
 
 __all__ = [
     "FORECAST_BUDGET",
@@ -129,6 +132,17 @@ class Snapshot:
     forecast_budget: float = FORECAST_BUDGET
     # The Jobs (:mod:`~fairgpu.kube.jobs`): which one more evicted pod fails.
     jobs: list[JobRecord] = field(default_factory=list)
+    # The same Jobs' progress and pods to come, for forecasts (:mod:`~fairgpu.kube.job_progress`).
+    job_progress: list[JobProgress] = field(default_factory=list)
+
+    def jobs_ahead(
+        self, cache: SchedulerCache, runtime: Callable[[PodInfo], float | None]
+    ) -> list[JobAhead]:
+        """The Jobs whose controller is still to create pods, as a forecast over ``cache``
+        (one :meth:`build` of this snapshot) continues them."""
+        return jobs_ahead(
+            self.job_progress, cache.cluster, cache.pending.values(), self.now, runtime
+        )
 
     def build(self) -> tuple[SchedulerCache, Engine]:
         """A fresh cache and engine holding this snapshot, as the live scheduler would
@@ -200,7 +214,15 @@ def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
     snapshot = Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra, done)
     # As the scheduler: without the permission to list Jobs, no Job is known fragile.
     with contextlib.suppress(RuntimeError):
-        snapshot.jobs = list_objects(client, JOBS_PATH, decode_job)
+
+        def template(raw: bytes) -> PodInfo | None:
+            return decode_pod(raw, sched, names, pools).info
+
+        jobs = list_objects(
+            client, JOBS_PATH, lambda raw: (decode_job(raw), decode_job_progress(raw, template))
+        )
+        snapshot.jobs = [record for record, _ in jobs]
+        snapshot.job_progress = [progress for _, progress in jobs if progress is not None]
     return snapshot
 
 

@@ -35,6 +35,7 @@ from fairgpu.engine.session import EngineState
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.arrivals import ArrivalModel, future_copy
+from fairgpu.sim.job_backlog import JobAhead
 from fairgpu.sim.learner import Runtimes
 from fairgpu.sim.simulator import _COMPLETE, PodRecord, Simulation, SimulationResult
 from fairgpu.sim.workload import PodArrival, Workload
@@ -90,6 +91,11 @@ class Forecast:
     wall_seconds: float = 0.0
     simulated_to: float = 0.0
     cycles: int = 0
+    # Job key -> when its last pod is predicted to end (asked with ``job_ends``); a Job the
+    # forecast did not see through has none.
+    job_ends: dict[str, float] = field(default_factory=dict)
+    # Job key -> when the last of its pods starts (its backlog drains), beside its end.
+    job_drains: dict[str, float] = field(default_factory=dict)
 
     def start(self, uid: str) -> float | None:
         """The pod's predicted start, or None when the forecast could not tell."""
@@ -168,13 +174,19 @@ def forecast(
     horizon_s: float = DEFAULT_HORIZON,
     future: Sequence[PodArrival] = (),
     more: FutureSource | None = None,
+    jobs: Sequence[JobAhead] = (),
+    job_ends: bool = False,
 ) -> Forecast:
     """Predict when each of ``pending`` starts, by running ``engine`` forward over ``cluster``.
 
     ``cluster`` and ``engine`` are consumed (pass copies). Pods are simulated to arrive at
     ``now`` in their creation order; ``future`` pods (see :func:`recent_repeat`) arrive when
-    they say and compete for capacity but are not predicted. See the module docstring for
-    when it stops; a pod not started by then has no predicted start.
+    they say and compete for capacity but are not predicted. ``jobs``: the Jobs whose
+    controller creates more pods as theirs succeed (:mod:`fairgpu.sim.job_backlog`; their
+    pods in ``pending`` or ``cluster`` named by uid): those pods compete too, created as the
+    controller would; with ``job_ends`` the forecast also runs on until each such Job's last
+    pod ends, or it stops (:attr:`Forecast.job_ends`). See the module docstring for when it
+    stops; a pod not started by then has no predicted start.
     """
     t0 = time.perf_counter()
     deadline = t0 + budget_s
@@ -182,6 +194,8 @@ def forecast(
     waiting = {p.uid for p in pending}
     arrivals = [PodArrival(p, now, runtimes.duration(p)) for p in pending]
     arrivals.extend(future)
+    arrivals.extend(a for j in jobs for a in j.future)
+    unfinished = {j.job.key: j.job.pods for j in jobs} if job_ends else {}
     run: _ForecastRun | None = None
     until = now + horizon_s
     feed = None if more is None else _Feed(more, runtimes, now, until)
@@ -195,14 +209,16 @@ def forecast(
             assert start is not None
             result.starts[uid] = start
             waiting.discard(uid)
-        if not waiting:
+        for key in [k for k, uids in unfinished.items() if _ended(run, uids, result, k)]:
+            del unfinished[key]
+        if not waiting and not unfinished:
             raise _Stop
         if time.perf_counter() > deadline:
             result.out_of_budget = True
             raise _Stop
 
     run = _ForecastRun(
-        Workload("forecast", [], arrivals),
+        Workload("forecast", [], arrivals, jobs=[j.job for j in jobs]),
         engine,
         until=until,
         on_progress=progress,
@@ -216,6 +232,23 @@ def forecast(
     result.simulated_to = run.now
     result.cycles = run.cycles
     return result
+
+
+def _ended(run: Simulation, uids: Sequence[str], result: Forecast, key: str) -> bool:
+    """Whether Job ``key`` is over in ``run``: every pod of it (``uids``) completed -- its
+    end and its last start go to ``result`` -- or it failed."""
+    if key in run.jobs.failed:
+        return True
+    ends, starts = [], []
+    for uid in uids:
+        rec = run.records.get(uid)
+        if rec is None or rec.end is None or rec.start is None:
+            return False
+        ends.append(rec.end)
+        starts.append(rec.start)
+    result.job_ends[key] = max(ends)
+    result.job_drains[key] = max(starts)
+    return True
 
 
 def forecast_ensemble(

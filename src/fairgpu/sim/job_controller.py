@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from fairgpu.model.job_failures import fails_on_next_eviction
+from fairgpu.sim.job_backlog import JobAhead, jobs_ahead_in_run
 from fairgpu.sim.workload import BatchJob, PodArrival
 
 
@@ -147,6 +148,13 @@ class JobController:
                 )
             )
         return self._fragile
+
+    def ahead(self, present: set[str], now: float) -> list[JobAhead]:
+        """The active Jobs as a forecast from ``now`` continues them
+        (:func:`~fairgpu.sim.job_backlog.jobs_ahead_in_run`; ``present``: the uids of the
+        pods pending or running then)."""
+        active = [job for key, job in self._jobs.items() if key not in self.failed]
+        return jobs_ahead_in_run(active, present, self._later, self._succeeded, self._failures, now)
 
     def pods_of(self, key: str) -> tuple[str, ...]:
         """The uids of Job ``key``'s pods."""

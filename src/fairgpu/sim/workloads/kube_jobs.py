@@ -107,7 +107,11 @@ def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
     total = parallelism if completions is None else completions
     suspended = spec.get("suspend") is True
     uid = str(meta.get("uid") or f"job/{namespace}/{name}")
-    pods = [] if suspended else [_pod(meta, template, uid, i, indexed) for i in range(total)]
+    pods = (
+        []
+        if suspended
+        else [job_pod_document(meta, template, uid, i, indexed) for i in range(total)]
+    )
     first = total if completions is None else min(parallelism, total)
     limit = _count(spec, "backoffLimit", where)
     return ExpandedJob(
@@ -169,10 +173,11 @@ def _check_restart_policy(template: dict[str, Any], where: str) -> None:
         )
 
 
-def _pod(
+def job_pod_document(
     meta: dict[str, Any], template: dict[str, Any], uid: str, index: int, indexed: bool
 ) -> dict[str, Any]:
-    """The pod of completion ``index``, as the controller creates it."""
+    """The pod of completion ``index`` of the Job with metadata ``meta``, pod template
+    ``template`` and uid ``uid``, as the controller creates it."""
     name = meta["name"]
     pod_meta = copy.deepcopy(template.get("metadata") or {})
     pod_meta["name"] = f"{name}-{index}"
