@@ -1,0 +1,79 @@
+"""What a forecast reads of a live Job: its counts, and its template as a pod to come."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fairgpu.kube.cache import decode_pod
+from fairgpu.kube.job_progress import decode_job_progress, jobs_ahead
+from fairgpu.model.pod import PodInfo
+from tests.builders import cluster, node_info, pod_info
+
+
+def template(scheduler: str = "fairgpu", gpus: str = "2") -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"fairgpu.io/queue": "a"}},
+        "spec": {
+            "schedulerName": scheduler,
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "m", "image": "i", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+            ],
+        },
+    }
+
+
+def job_json(**spec: Any) -> dict[str, Any]:
+    status = spec.pop("status", {})
+    body = {"completions": 4, "parallelism": 2, "template": template(), **spec}
+    meta = {"name": "train", "namespace": "ml", "uid": "u-1"}
+    return {"metadata": meta, "spec": body, "status": status}
+
+
+def ours(raw: bytes) -> PodInfo | None:
+    return decode_pod(raw, "fairgpu").info
+
+
+def decode(doc: dict[str, Any]) -> Any:
+    return decode_job_progress(json.dumps(doc).encode(), ours)
+
+
+def test_counts_and_template_of_a_job() -> None:
+    got = decode(job_json(backoffLimit=1, status={"succeeded": 1, "failed": 1}))
+    assert got is not None
+    counts, pod = got
+    assert (counts.key, counts.uid, counts.completions, counts.parallelism) == (
+        "ml/train",
+        "u-1",
+        4,
+        2,
+    )
+    assert (counts.succeeded, counts.failed, counts.backoff_limit, counts.done) == (1, 1, 1, False)
+    assert pod is not None and pod.gpu.count == 2 and pod.owner == "u-1"
+    assert pod.owner_kind == "Job" and pod.namespace == "ml"
+
+
+def test_suspended_finished_foreign_and_unreadable_jobs() -> None:
+    suspended = decode(job_json(suspend=True))
+    assert suspended is not None and suspended[0].done
+    done = decode(job_json(status={"conditions": [{"type": "Complete", "status": "True"}]}))
+    assert done is not None and done[0].done
+    assert decode(job_json(template=template("default-scheduler"))) is None
+    assert decode_job_progress(b"not json", ours) is None
+    assert decode({"metadata": {"uid": "x"}}) is None  # no name
+    bad = decode(job_json(template=template(gpus="lots")))
+    assert bad is not None and bad[1] is None  # counted, but no stand-in pod
+
+
+def test_a_job_is_paired_with_its_running_and_pending_pods_not_terminating_ones() -> None:
+    got = decode(job_json())
+    assert got is not None
+    run = pod_info("train-a", gpus=2, owner="u-1", owner_kind="Job")
+    gone = pod_info("train-b", gpus=2, owner="u-1", owner_kind="Job")
+    waiting = pod_info("train-c", gpus=2, owner="u-1", owner_kind="Job")
+    state = cluster(node_info("n0", gpus=8), placed=[(run, "n0", 0.0), (gone, "n0", 0.0)])
+    state.placements[gone.uid].terminating = True
+    (ahead,) = jobs_ahead([got], state, [waiting], 100.0, lambda _p: 60.0)
+    assert set(ahead.existing) == {run.uid, waiting.uid}
+    assert len(ahead.future) == 2 and ahead.future[0].duration == 60.0
