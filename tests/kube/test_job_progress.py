@@ -59,6 +59,10 @@ def test_suspended_finished_foreign_and_unreadable_jobs() -> None:
     assert suspended is not None and suspended[0].done
     done = decode(job_json(status={"conditions": [{"type": "Complete", "status": "True"}]}))
     assert done is not None and done[0].done
+    deleted = job_json()
+    deleted["metadata"]["deletionTimestamp"] = "2026-11-30T07:00:00Z"
+    gone = decode(deleted)
+    assert gone is not None and gone[0].done
     assert decode(job_json(template=template("default-scheduler"))) is None
     assert decode_job_progress(b"not json", ours) is None
     assert decode({"metadata": {"uid": "x"}}) is None  # no name

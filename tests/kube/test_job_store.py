@@ -34,6 +34,10 @@ def test_fragile_jobs_are_those_one_more_eviction_fails() -> None:
     done = json.loads(raw("zero", limit=0))
     done["status"]["conditions"] = [{"type": "Complete", "status": "True"}]
     assert store.apply("MODIFIED", decode_job(json.dumps(done).encode()))
-    assert store.apply("DELETED", decode_job(raw("used-up", limit=2, failed=2)))
+    deleting = json.loads(raw("used-up", limit=2, failed=2))
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-30T07:00:00Z"
+    assert store.apply("MODIFIED", decode_job(json.dumps(deleting).encode()))
+    assert store.fragile() == {"garbled"}
+    assert not store.apply("DELETED", decode_job(raw("used-up", limit=2, failed=2)))
     assert store.fragile() == {"garbled"}
     assert not store.apply("MODIFIED", decode_job(raw("default", limit=5)))

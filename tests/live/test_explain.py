@@ -88,14 +88,15 @@ def test_queues_shows_one_row_per_queue(live_cp: ControlPlane, admin: KubeClient
         "ALLOCATED",
         "PENDING-PODS",
         "PENDING-GPUS",
+        "TO-CREATE",
         "NOMINAL",
         "BORROWED",
         "PREEMPTED-1H",
         "DRAINS",
     ]
     row = next(line.split() for line in text[1:] if line.split()[0] == ns)
-    assert row[3:6] == ["8", "1", "8"]
-    assert mine["preemptions_last_hour"] == 0 and row[8] == "0"  # no scheduler preempted
+    assert row[3:7] == ["8", "1", "8", "0"]
+    assert mine["preemptions_last_hour"] == 0 and row[9] == "0"  # no scheduler preempted
 
 
 def _objects(admin: KubeClient) -> dict[str, int]:

@@ -137,3 +137,14 @@ def test_future_pod_keeps_the_request() -> None:
     model = _job_pod("train-0", 0.0)
     pod = future_pod(model, "x", "u", 7.0)
     assert pod.gpu == model.gpu and pod.requests == model.requests and pod.created == 7.0
+
+
+def test_a_job_created_later_in_the_run_is_not_ahead_yet() -> None:
+    pods = [_job_pod(f"later-{i}", 500.0) for i in range(2)]
+    job = BatchJob("default/later", 1, tuple(p.uid for p in pods), uid="later-uid")
+    arrivals = [PodArrival(p, 500.0, 300.0) for p in pods]
+    wl = Workload("w", [node_info("n0", gpus=1)], arrivals, jobs=[job])
+    upto = Simulation(wl, Engine(seed=0), until=100.0)
+    upto.run()
+    assert upto.jobs.ahead(set(upto.cluster.pods) | set(upto.pending), 100.0) == []
+    assert len(upto.jobs.ahead(set(), 500.0)) == 1

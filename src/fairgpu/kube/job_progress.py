@@ -9,8 +9,9 @@ to come when none of its pods exists); :func:`jobs_ahead` pairs them with the Jo
 snapshot.
 
 Only Jobs whose pods this scheduler places count: the template must name it in
-``schedulerName``. A Job that cannot be read is left out of forecasts (the forecast is then
-what it was before Jobs were read), never an error: the scheduler does not manage Jobs.
+``schedulerName``; suspended, finished and deleted Jobs create no more pods. A Job that
+cannot be read is left out of forecasts (the forecast is then what it was before Jobs were
+read), never an error: the scheduler does not manage Jobs.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ def decode_job_progress(raw: bytes, decode_pod: PodDecoder) -> JobProgress | Non
             failed,
             limit,
             action,
+            # The controller creates no pod for a suspended Job, nor for one being deleted
+            # (``finished``: a Job deleted with the default orphan policy keeps its object
+            # until the garbage collector has orphaned its pods).
             finished or spec.get("suspend") is True,
         )
     except (msgspec.DecodeError, KeyError, TypeError, AttributeError):

@@ -35,8 +35,9 @@ PATH = "/apis/batch/v1/jobs"
 JobRecord = tuple[str, str, int, int, bool]
 
 
-class _Meta(msgspec.Struct):
+class _Meta(msgspec.Struct, rename="camel"):
     uid: str = ""
+    deletion_timestamp: str | None = None
 
 
 class _Condition(msgspec.Struct):
@@ -74,7 +75,8 @@ def decode_job(raw: bytes) -> JobRecord:
     except PolicyError:
         action = "Count"
     limit = DEFAULT_BACKOFF_LIMIT if job.spec.backoff_limit is None else job.spec.backoff_limit
-    finished = any(
+    # A Job being deleted is as good as finished: nothing it loses matters any more.
+    finished = job.metadata.deletion_timestamp is not None or any(
         c.type in ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet")
         and c.status == "True"
         for c in job.status.conditions

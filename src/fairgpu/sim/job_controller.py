@@ -152,8 +152,12 @@ class JobController:
     def ahead(self, present: set[str], now: float) -> list[JobAhead]:
         """The active Jobs as a forecast from ``now`` continues them
         (:func:`~fairgpu.sim.job_backlog.jobs_ahead_in_run`; ``present``: the uids of the
-        pods pending or running then)."""
-        active = [job for key, job in self._jobs.items() if key not in self.failed]
+        pods pending or running then). A Job created after ``now`` is not one yet."""
+        active = [
+            job
+            for key, job in self._jobs.items()
+            if key not in self.failed and self._created[key] <= now
+        ]
         return jobs_ahead_in_run(active, present, self._later, self._succeeded, self._failures, now)
 
     def pods_of(self, key: str) -> tuple[str, ...]:
