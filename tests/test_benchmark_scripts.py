@@ -88,6 +88,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         ),
         ("benchmarks/pool_precedence/run.py", ("--spike", "6"), ("with_rule", "without_rule")),
         ("benchmarks/fragile_jobs/run.py", ("--seed", "2"), ("aware", "blind", "kube_default")),
+        ("benchmarks/job_forecast/run.py", ("--every", "3600"), ("aware", "blind")),
         pytest.param(
             "benchmarks/fgd_speed/run.py",
             (),
@@ -108,6 +109,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         "gpu-allocation",
         "pool-precedence",
         "fragile-jobs",
+        "job-forecast",
         "fgd-speed",
     ],
 )
