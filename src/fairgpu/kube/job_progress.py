@@ -39,15 +39,12 @@ PodDecoder = Callable[[bytes], PodInfo | None]
 
 def decode_job_progress(raw: bytes, decode_pod: PodDecoder) -> JobProgress | None:
     """One Job's counts and template (see the module docstring); None when the Job cannot
-    be read or its pods are another scheduler's."""
+    be read, creates no more pods (most Jobs kept in a cluster have finished: their
+    templates are not decoded) or its pods are another scheduler's."""
     try:
         doc = msgspec.json.decode(raw)
         meta, spec, status = doc["metadata"], doc.get("spec") or {}, doc.get("status") or {}
         uid, action, limit, failed, finished = decode_job(raw)
-        template = spec.get("template") or {}
-        indexed = spec.get("completionMode") == "Indexed"
-        pod_doc = job_pod_document(meta, template, uid, 0, indexed)
-        pod_doc["metadata"]["uid"] = f"{uid}/template"
         counts = JobCounts(
             f"{meta.get('namespace') or 'default'}/{meta['name']}",
             uid,
@@ -62,9 +59,12 @@ def decode_job_progress(raw: bytes, decode_pod: PodDecoder) -> JobProgress | Non
             # until the garbage collector has orphaned its pods).
             finished or spec.get("suspend") is True,
         )
+        if not uid or counts.done:
+            return None
+        indexed = spec.get("completionMode") == "Indexed"
+        pod_doc = job_pod_document(meta, spec.get("template") or {}, uid, 0, indexed)
+        pod_doc["metadata"]["uid"] = f"{uid}/template"
     except (msgspec.DecodeError, KeyError, TypeError, AttributeError):
-        return None
-    if not uid:
         return None
     pod = decode_pod(json.dumps(pod_doc).encode())
     if pod is None:  # not ours
