@@ -268,10 +268,8 @@ def _job_line(r: dict[str, Any]) -> list[str]:
         "created"
     )
     if job["predicted_end"] is None:
-        why = (
-            "the forecast ran out of time"
-            if job["forecast_out_of_budget"]
-            else "some of its pods wait on run times nobody declared"
+        why = _unknown(
+            r, job["forecast_out_of_budget"], "some of its pods wait on run times nobody declared"
         )
         return [f"{progress}; its end: unknown: {why}"]
     return [
@@ -297,16 +295,24 @@ def _predicted_line(r: dict[str, Any]) -> str:
     theirs = r.get("scheduler_predicted_start")
     said = f" (the scheduler's forecast: {theirs})" if theirs else ""
     if r.get("predicted_start") is None:
-        why = (
-            "the forecast ran out of time"
-            if r.get("forecast_out_of_budget")
-            else "it waits on pods whose run time is unknown (no fairgpu.io/duration-seconds)"
+        why = _unknown(
+            r,
+            r.get("forecast_out_of_budget"),
+            "it waits on pods whose run time is unknown (no fairgpu.io/duration-seconds)",
         )
         return f"Predicted start: unknown: {why}{said}"
     return (
         f"Predicted start: {r['predicted_start']} (in {_in(r['predicted_in_seconds'])}), "
         f"if nothing else arrives and pods run as declared{said}"
     )
+
+
+def _unknown(r: dict[str, Any], out_of_budget: bool | None, otherwise: str) -> str:
+    """Why a forecast has no time for the pod of report ``r``: it fits on no node even when
+    they are empty (nothing ending helps), the forecast's budget ran out, or ``otherwise``."""
+    if r["state"] == "pending" and not r.get("fits_now") and not r.get("fits_on_empty_nodes"):
+        return "it fits on no node, even an empty one (see 'Even on empty nodes')"
+    return "the forecast ran out of time" if out_of_budget else otherwise
 
 
 def _freed_lines(r: dict[str, Any]) -> list[str]:

@@ -419,3 +419,19 @@ def test_answers_in_a_run_follow_a_job_to_its_end(tmp_path: Path) -> None:
     more.write_text(pod("later", 0, 60))
     asked = runner.invoke(app, ["what-if", "-f", str(more), *at])
     assert "Predicted start: t=1860 s" in asked.output, asked.output  # after the Job, then eval
+
+
+def test_a_pod_that_fits_nowhere_is_not_said_to_wait_on_run_times(tmp_path: Path) -> None:
+    """Its predicted start is unknown because no node takes it even empty -- not because of
+    run times nobody declared (every pod here declares one)."""
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(NODE + pod("first", 0, 600) + pod("lost", 100, 60, model="H100"))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    said = runner.invoke(app, ["explain", "team-a/lost", "--run", str(out), "--at", "300"])
+    assert "Even on empty nodes: 0/1 nodes are available" in said.output, said.output
+    assert (
+        "Predicted start: unknown: it fits on no node, even an empty one "
+        "(see 'Even on empty nodes')"
+    ) in said.output
