@@ -307,10 +307,17 @@ def _predicted_line(r: dict[str, Any]) -> str:
     )
 
 
+def _taken_down(victim: dict[str, Any]) -> str:
+    """What else goes when a fragile Job's pod does: its Job's other pods, or its JobSet's."""
+    if victim.get("jobset"):
+        return f"JobSet {victim['jobset']} restarts or fails, and all its pods go too"
+    return "and its other pods go too"
+
+
 def _unknown(r: dict[str, Any], out_of_budget: bool | None, otherwise: str) -> str:
     """Why a forecast has no time for the pod of report ``r``: it fits on no node even when
     they are empty (nothing ending helps), the forecast's budget ran out, or ``otherwise``."""
-    if r["state"] == "pending" and not r.get("fits_now") and not r.get("fits_on_empty_nodes"):
+    if r.get("state") == "pending" and not r.get("fits_now") and not r.get("fits_on_empty_nodes"):
         return "it fits on no node, even an empty one (see 'Even on empty nodes')"
     return "the forecast ran out of time" if out_of_budget else otherwise
 
@@ -333,8 +340,7 @@ def _freed_lines(r: dict[str, Any]) -> list[str]:
                 else f"; no preemption: {v['not_preemptible_because']}"
             )
             + (
-                f"; its Job fails with it, and its other pods go too: "
-                f"{', '.join(v['job_fails_with_it'])}"
+                f"; its Job fails with it, {_taken_down(v)}: {', '.join(v['job_fails_with_it'])}"
                 if v.get("job_fails_with_it")
                 else ""
             )

@@ -42,7 +42,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 import numpy as np
 
 from fairgpu.cluster.state import COL_CPU, COL_MEMORY, ClusterState, Placement
-from fairgpu.engine.fragile_jobs import job_groups, job_key
+from fairgpu.engine.fragile_jobs import group_key, job_groups
 from fairgpu.engine.gang import declared_runtime
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
@@ -127,8 +127,7 @@ def running_gangs(
         if key or not jobs:
             return key
         pod = cluster.pods.get(uid)
-        key = job_key(pod.owner) if pod is not None else ""
-        return key if key in jobs else ""
+        return group_key(pod, fragile, jobs) if pod is not None else ""
 
     def min_member(key: str) -> int | None:
         for uid in book.group_running.get(key, ()):

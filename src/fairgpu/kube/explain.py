@@ -38,7 +38,7 @@ from fairgpu.engine.actions.reclaim import (
 from fairgpu.engine.actions.reserve import protected_until
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
-from fairgpu.engine.fragile_jobs import job_groups, job_key
+from fairgpu.engine.fragile_jobs import LABEL_JOBSET, fragile_key, job_groups
 from fairgpu.engine.framework import AttemptError, CycleState
 from fairgpu.engine.jobs import Job, build_jobs
 from fairgpu.engine.preemption import find_preemption, victim_eligible
@@ -424,19 +424,21 @@ def fits_when_empty(engine: Engine, pod: PodInfo, cluster: ClusterState) -> tupl
 
 def _victim(engine: Engine, pod: PodInfo, cluster: ClusterState | None = None) -> dict[str, Any]:
     """A victim as answers show it; with ``cluster``, ``job_fails_with_it``: the other running
-    pods of its Job when evicting it would fail the Job (:mod:`~fairgpu.engine.fragile_jobs`),
-    else [] (a decision's evictions list them already)."""
+    pods of its Job -- of its JobSet, ``jobset``, if it has one -- when evicting it would fail
+    the Job (:mod:`~fairgpu.engine.fragile_jobs`), else [] (a decision's evictions list them
+    already)."""
     t = engine.tenant(pod)
     siblings: list[str] = []
     if cluster is not None and pod.owner_kind == "Job" and pod.owner in engine.fragile_jobs:
         running = job_groups(cluster, {pod.owner}, lambda uid: False)
-        others = running.get(job_key(pod.owner), set()) - {pod.uid}
+        others = running.get(fragile_key(pod), set()) - {pod.uid}
         siblings = sorted(cluster.pods[uid].key for uid in others)
     return {
         "pod": pod.key,
         "queue": t.queue,
         "priority": pod.priority,
         "job_fails_with_it": siblings,
+        "jobset": pod.labels.get(LABEL_JOBSET) if siblings else None,
     }
 
 

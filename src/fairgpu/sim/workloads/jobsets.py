@@ -18,6 +18,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from fairgpu.engine.fragile_jobs import LABEL_JOBSET
 from fairgpu.sim.workloads.kube_jobs import (
     Controller,
     ExpandedJob,
@@ -26,7 +27,6 @@ from fairgpu.sim.workloads.kube_jobs import (
     pass_timing,
 )
 
-LABEL_JOBSET = "jobset.sigs.k8s.io/jobset-name"
 LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 LABEL_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 
