@@ -12,13 +12,16 @@ it costs all of their work, and may go only with all of them. A pod that belongs
 group is judged by its group alone.
 
 **A JobSet goes with its child Job.** The pods of a JobSet's child Jobs carry its name
-(:data:`LABEL_JOBSET`). When a child Job fails, the JobSet controller restarts the whole
-JobSet -- every child Job deleted and created again, their pods starting over -- or, with no
-restarts left (or no ``failurePolicy``), fails it: either way every running pod of the JobSet
-loses its work (the failure policy's actions are all restarts or failure). So the group of a
-fragile child Job is every running pod of its JobSet (:func:`fragile_key`). A pod of a sibling
-Job that tolerates the eviction still goes alone at its own cost: its Job replaces it and
-nothing else happens; it goes with the group only when a fragile pod does.
+(:data:`LABEL_JOBSET`). When a child Job fails, the JobSet controller by default fails the
+whole JobSet (no ``failurePolicy``; its active Jobs are deleted) or restarts it (a
+``failurePolicy`` whose rules do not match: every child Job deleted and created again, their
+pods starting over, until ``maxRestarts``): either way every running pod of the JobSet loses
+its work. So the group of a fragile child Job is every running pod of its JobSet
+(:func:`fragile_key`). A pod of a sibling Job that tolerates the eviction still goes alone at
+its own cost: its Job replaces it and nothing else happens; it goes with the group only when
+a fragile pod does. A ``RecreateJob`` rule recreates only the failed Job; the scheduler does
+not read JobSet objects, so it takes the default, and such a JobSet is spared more than it
+needs to be -- never broken by surprise.
 
 The adapters decide fragility from the Job's spec and the failures counted so far: the live
 scheduler from the Jobs it watches (``status.failed``), the simulator from its own Job

@@ -7,7 +7,10 @@ Each child Job then runs as a batch/v1 Job (:mod:`~fairgpu.sim.workloads.kube_jo
 its pods are paced by its own parallelism and completions. A suspended JobSet creates none.
 
 Not replayed: ``startupPolicy: InOrder`` (every replicated Job starts at once here, as with
-``AnyOrder``), success and failure policies (pods never fail here), and the exclusive
+``AnyOrder``), success and failure policies (pods fail here only by eviction: a child Job that
+fails by its ``backoffLimit`` fails alone, where the JobSet controller would fail or restart
+the whole JobSet -- the scheduler itself costs such an eviction as the whole JobSet's, see
+:mod:`fairgpu.engine.fragile_jobs`), and the exclusive
 placement a JobSet's ``alpha.jobset.sigs.k8s.io/exclusive-topology`` annotation asks its
 webhook for (write the pod affinity it would inject into the template to replay it).
 """
