@@ -196,7 +196,11 @@ def _simulate(spec: Any, out: Path | None, report: Path | None) -> None:
     }
     summary = summarize(result, params)
     if workload.jobs:
-        summary["jobs"] = job_table(workload.jobs, result)
+        summary["jobs"] = job_table(result.jobs, result)
+        summary["jobset_restarts"] = [
+            {"at_s": round(t, 1), "jobset": key, "why": why}
+            for t, key, why in result.jobset_restarts
+        ]
     shares = add_accounting(summary, result, engine, sim.cluster)  # pool-aware fair shares
     _print_summary(summary)
     if out is not None:
@@ -267,16 +271,17 @@ def _print_summary(summary: dict[str, Any]) -> None:
         )
     console.print(tenants)
     if summary.get("jobs"):
-        _print_jobs(summary["jobs"])
+        _print_jobs(summary["jobs"], summary.get("jobset_restarts") or [])
 
 
 #: Jobs the summary table shows at most (failed ones first); summary.json has them all.
 MAX_JOB_ROWS = 20
 
 
-def _print_jobs(jobs: dict[str, dict[str, Any]]) -> None:
+def _print_jobs(jobs: dict[str, dict[str, Any]], restarts: list[dict[str, Any]]) -> None:
     """One row per batch/v1 Job -- how far it got, when it started and finished -- the failed
-    ones first, at most :data:`MAX_JOB_ROWS`; then why each failed Job failed."""
+    ones first, at most :data:`MAX_JOB_ROWS`; then why each failed Job failed, and each
+    JobSet restart."""
     table = Table(title="Jobs", title_justify="left")
     for col in ("job", "succeeded", "created s", "first start s", "finished s", "failed s"):
         table.add_column(col, justify="left" if col == "job" else "right")
@@ -303,6 +308,9 @@ def _print_jobs(jobs: dict[str, dict[str, Any]]) -> None:
             highlight=False,
             soft_wrap=True,
         )
+    for item in restarts[:MAX_JOB_ROWS]:
+        text = f"[yellow]JobSet {item['jobset']} restarted[/] at {item['at_s']} s: {item['why']}"
+        console.print(text, highlight=False, soft_wrap=True)
 
 
 def _simulate_protocol(

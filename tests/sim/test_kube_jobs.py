@@ -225,6 +225,8 @@ def test_simulate_reports_each_job_and_what_it_skipped(tmp_path: Path) -> None:
             "finished_s": 1200.0,
             "failed_s": None,
             "failed_reason": None,
+            "jobset": None,
+            "jobset_restarts": None,
         }
     }
     # A run cut short says how far each Job got.

@@ -13,24 +13,51 @@ containers killed) unless the Job's pod failure policy ignores it: more failures
 ``backoffLimit`` -- or one a ``FailJob`` rule matches -- fail the Job (:meth:`evicted`), and
 its other pods are stopped and none is created any more, as the controller does. So does
 ``activeDeadlineSeconds`` passing after the Job's creation before all its pods succeeded
-(:meth:`deadlines`, :meth:`expire`).
+(:meth:`deadlines`, :meth:`expire`). A failed child Job of a JobSet then fails, restarts or
+recreates its JobSet's Jobs (:meth:`after_failure`, :mod:`fairgpu.sim.jobset_controller`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from fairgpu.model.job_failures import fails_on_next_eviction
 from fairgpu.sim.job_backlog import JobAhead, jobs_ahead_in_run
-from fairgpu.sim.workload import BatchJob, PodArrival
+from fairgpu.sim.jobset_controller import FAIL, RESTART, jobset_action
+from fairgpu.sim.workload import BatchJob, JobSetPolicy, PodArrival
+
+
+@dataclass(slots=True)
+class JobSetTurn:
+    """What a failed child Job did to its JobSet ``jobset`` (``action``: see
+    :func:`~fairgpu.sim.jobset_controller.jobset_action`, ``why`` for people): the Jobs
+    whose pods go now besides the failed one (``failed``: failed too; ``recreated``: created
+    again, their pods starting over, ``gone`` the uids of those pods before), the pods the
+    recreated Jobs create at once (``arrivals``) and their deadlines."""
+
+    jobset: str
+    action: str
+    why: str
+    failed: list[str] = field(default_factory=list)
+    recreated: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    arrivals: list[PodArrival] = field(default_factory=list)
+    deadlines: list[tuple[float, str]] = field(default_factory=list)
 
 
 class JobController:
     """Which of a workload's pods exist from the start, and which one a success creates."""
 
-    def __init__(self, jobs: Iterable[BatchJob], arrivals: Iterable[PodArrival]) -> None:
+    def __init__(
+        self,
+        jobs: Iterable[BatchJob],
+        arrivals: Iterable[PodArrival],
+        jobsets: Mapping[str, JobSetPolicy] | None = None,
+    ) -> None:
         by_uid = {a.pod.uid: a for a in arrivals}
         self._later: dict[str, deque[PodArrival]] = {}
         self._job_of: dict[str, str] = {}
@@ -38,6 +65,18 @@ class JobController:
         self._failures: dict[str, int] = {}
         self._succeeded: dict[str, int] = {}
         self.failed: dict[str, str] = {}  # Job key -> why it failed
+        self._reason: dict[str, str] = {}  # Job key -> its Failed condition's reason
+        # JobSets: policies, restarts counted against maxRestarts, attempts (for names), the
+        # pods each Job is made of (copied when it is created again).
+        self._jobsets = dict(jobsets or {})
+        self._counted: dict[str, int] = {}
+        self._attempt: dict[str, int] = {}
+        self._models = {
+            job.key: [by_uid[u] for u in job.pods if u in by_uid]
+            for job in self._jobs.values()
+            if job.jobset
+        }
+        self.recreated: dict[str, int] = {}  # Job key -> times it was created again
         # fragile(), kept until a success, an eviction or a failure changes it: the replay
         # asks before every cycle, and most cycles change no Job.
         self._fragile: frozenset[str] | None = None
@@ -66,22 +105,25 @@ class JobController:
         """Job ``key`` neither failed nor had all its pods succeed."""
         return key not in self.failed and self._succeeded.get(key, 0) < len(self._jobs[key].pods)
 
-    def expire(self, key: str) -> bool:
-        """Job ``key`` reached its deadline: it fails unless it is no longer
-        :meth:`active` (True when it fails now)."""
-        if not self.active(key):
-            return False
+    def expire(self, key: str, now: float) -> bool:
+        """Job ``key``'s deadline came at ``now``: it fails unless it is no longer
+        :meth:`active` or was created again since (True when it fails now)."""
         deadline = self._jobs[key].active_deadline
+        if not self.active(key) or deadline is None or now < self._created[key] + deadline:
+            return False
         self._fail(
             key,
             f"it was still active {deadline:g} s after its creation "
             "(activeDeadlineSeconds; DeadlineExceeded)",
+            "DeadlineExceeded",
         )
         return True
 
-    def _fail(self, key: str, why: str) -> None:
-        """Job ``key`` fails (``why``): it creates no more pods."""
+    def _fail(self, key: str, why: str, reason: str) -> None:
+        """Job ``key`` fails (``why``; ``reason``: its Failed condition's): it creates no
+        more pods."""
         self.failed[key] = f"Job {key} failed: {why}"
+        self._reason[key] = reason
         self._later.pop(key, None)
         self._fragile = None
 
@@ -127,10 +169,12 @@ class JobController:
             if not fails_on_next_eviction(job.on_disruption, job.backoff_limit, failed):
                 continue
             if job.on_disruption == "FailJob":
-                self._fail(key, "a pod failure policy rule (FailJob) matched an evicted pod")
+                why = "a pod failure policy rule (FailJob) matched an evicted pod"
+                self._fail(key, why, "PodFailurePolicy")
             else:
                 limit = job.backoff_limit
-                self._fail(key, f"{failed + 1} pod(s) evicted, more than its backoffLimit {limit}")
+                why = f"{failed + 1} pod(s) evicted, more than its backoffLimit {limit}"
+                self._fail(key, why, "BackoffLimitExceeded")
             failing.append(key)
         return failing
 
@@ -159,6 +203,72 @@ class JobController:
             if key not in self.failed and self._created[key] <= now
         ]
         return jobs_ahead_in_run(active, present, self._later, self._succeeded, self._failures, now)
+
+    def after_failure(self, key: str, now: float) -> JobSetTurn | None:
+        """What failed Job ``key`` does to its JobSet at ``now`` (None: it has none): the
+        JobSet fails -- its other active Jobs fail too -- or its Jobs are created again
+        (:mod:`fairgpu.sim.jobset_controller`)."""
+        job = self._jobs[key]
+        policy = self._jobsets.get(job.jobset)
+        if policy is None:
+            return None
+        counted = self._counted.get(job.jobset, 0)
+        reason = self._reason.get(key, "BackoffLimitExceeded")
+        action, counts, why = jobset_action(policy, counted, reason, job.replicated)
+        turn = JobSetTurn(job.jobset, action, why)
+        children = [k for k, j in self._jobs.items() if j.jobset == job.jobset]
+        if action == FAIL:
+            for other in children:
+                if other != key and self.active(other):
+                    self._fail(other, f"its JobSet {job.jobset} failed ({why})", "JobSetFailed")
+                    turn.failed.append(other)
+            return turn
+        if counts:
+            self._counted[job.jobset] = counted + 1
+        attempt = self._attempt[job.jobset] = self._attempt.get(job.jobset, 0) + 1
+        for child in children if action == RESTART else [key]:
+            turn.gone.extend(self._jobs[child].pods)
+            self._recreate(child, attempt, now, turn)
+        return turn
+
+    def _recreate(self, key: str, attempt: int, now: float, turn: JobSetTurn) -> None:
+        """Job ``key`` created again at ``now`` (JobSet attempt ``attempt``): new pods, new
+        counts; its first pods go to ``turn``."""
+        job = self._jobs[key]
+        suffix = f"-r{attempt}"
+        uid = f"{job.uid}{suffix}"
+        pods = []
+        for model in self._models.get(key, []):
+            pod = dataclasses.replace(
+                model.pod,
+                name=f"{model.pod.name}{suffix}",
+                uid=f"{model.pod.uid}{suffix}",
+                owner=uid if model.pod.owner else "",
+                created=now,
+                _static_key=None,
+            )
+            pods.append(PodArrival(pod, now, model.duration))
+        new = dataclasses.replace(job, pods=tuple(a.pod.uid for a in pods), uid=uid)
+        self._jobs[key] = new
+        for a in pods:
+            self._job_of[a.pod.uid] = key
+        self._later[key] = deque(pods[new.first :])
+        if not self._later[key]:
+            del self._later[key]
+        self._failures[key] = self._succeeded[key] = 0
+        self.failed.pop(key, None)
+        self._reason.pop(key, None)
+        self._created[key] = now
+        self._fragile = None
+        self.recreated[key] = self.recreated.get(key, 0) + 1
+        turn.recreated.append(key)
+        turn.arrivals.extend(pods[: new.first])
+        if new.active_deadline is not None:
+            turn.deadlines.append((now + new.active_deadline, key))
+
+    def jobs(self) -> list[BatchJob]:
+        """The Jobs as they are now (a Job created again has its new pods)."""
+        return list(self._jobs.values())
 
     def pods_of(self, key: str) -> tuple[str, ...]:
         """The uids of Job ``key``'s pods."""

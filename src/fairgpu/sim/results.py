@@ -68,8 +68,13 @@ def job_table(jobs: Iterable[BatchJob], result: SimulationResult) -> dict[str, d
     """Per batch/v1 Job: its completions (pods to succeed), the pods its controller created
     in the run, those that succeeded, when it was created, its first pod's start, when it
     finished -- its last pod succeeded (None if it did not within the run) -- and when and
-    why it failed (None unless its evicted pods exceeded its ``backoffLimit``)."""
+    why it failed (None unless its evicted pods exceeded its ``backoffLimit``); for a child
+    Job of a JobSet, ``jobset`` and how often that JobSet restarted (the counts are then the
+    last attempt's: a restart creates its Jobs again, with new pods)."""
     records = {r.pod.uid: r for r in result.records}
+    restarts: dict[str, int] = {}
+    for _, jobset, _ in result.jobset_restarts:
+        restarts[jobset] = restarts.get(jobset, 0) + 1
     out: dict[str, dict[str, Any]] = {}
     for job in jobs:
         created = [records[uid] for uid in job.pods if uid in records]
@@ -84,6 +89,8 @@ def job_table(jobs: Iterable[BatchJob], result: SimulationResult) -> dict[str, d
             "finished_s": _round(max(succeeded)) if len(succeeded) == len(job.pods) else None,
             "failed_s": _round(failed[0]) if (failed := result.failed_jobs.get(job.key)) else None,
             "failed_reason": failed[1] if failed else None,
+            "jobset": job.jobset or None,
+            "jobset_restarts": restarts.get(job.jobset, 0) if job.jobset else None,
         }
     return out
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +23,9 @@ from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.accounting import RunAttempt, RunLog, sibling_cause
 from fairgpu.sim.job_controller import JobController
+from fairgpu.sim.jobset_controller import FAIL
 from fairgpu.sim.rendezvous import DEFAULT_TIMEOUT, Rendezvous
-from fairgpu.sim.workload import PodArrival, Workload
+from fairgpu.sim.workload import BatchJob, PodArrival, Workload
 
 # Event kinds, in the order events of one instant are handled; a wake only runs a cycle.
 _COMPLETE, _GIVE_UP, _DEADLINE, _ARRIVE, _WAKE = 0, 1, 2, 3, 4
@@ -147,6 +148,10 @@ class SimulationResult:
     runs: list[RunAttempt] = field(default_factory=list)
     # batch/v1 Jobs that failed (their pods evicted too often): key -> (when, why).
     failed_jobs: dict[str, tuple[float, str]] = field(default_factory=dict)
+    # The Jobs as they ended (a JobSet's Jobs created again have their new pods), and each
+    # JobSet restart: (when, JobSet key, why).
+    jobs: list[BatchJob] = field(default_factory=list)
+    jobset_restarts: list[tuple[float, str, str]] = field(default_factory=list)
 
 
 class Simulation:
@@ -210,11 +215,12 @@ class Simulation:
         self.now = 0.0
         self.runs = RunLog(self.tenant_of)
         self._wake_at: float | None = None  # the cycle a time rule asked for, if scheduled
-        self.jobs = JobController(workload.jobs, workload.arrivals)
+        self.jobs = JobController(workload.jobs, workload.arrivals, workload.jobsets)
         # Jobs the engine came with as fragile (a live snapshot's, in a forecast), kept
         # beside those of the replay's own Job controller.
         self._fragile_given = engine.fragile_jobs
         self.failed_jobs: dict[str, tuple[float, str]] = {}
+        self.jobset_restarts: list[tuple[float, str, str]] = []
 
     def _push(self, time: float, kind: int, uid: str) -> None:
         heapq.heappush(self._events, (time, kind, self._seq, uid))
@@ -361,16 +367,38 @@ class Simulation:
                 self._wait(rec, -1)
         # Last: a pod of a failing Job bound or reported in this cycle goes with the rest.
         for key in self.jobs.evicted(e.pod.uid for e in result.evictions):
-            self._fail_job(key)
+            self._job_failed(key)
+
+    def _job_failed(self, key: str) -> None:
+        """Job ``key`` failed (:meth:`~fairgpu.sim.job_controller.JobController.evicted`,
+        or its deadline): it and, if its JobSet fails with it, that JobSet's other Jobs end
+        (:meth:`_fail_job`); if its JobSet restarts, the Jobs created again lose their pods
+        and make new ones now."""
+        turn = self.jobs.after_failure(key, self.now)
+        if turn is None or turn.action == FAIL:
+            for failed in [key, *(turn.failed if turn is not None else ())]:
+                self._fail_job(failed)
+            return
+        why = f"JobSet {turn.jobset} restarted ({turn.why}) after Job {key} failed"
+        self.jobset_restarts.append((self.now, turn.jobset, turn.why))
+        self._delete_pods(turn.gone, why)
+        for arrival in turn.arrivals:
+            self._add_arrival(arrival)
+        for when, job in turn.deadlines:
+            self._push(when, _DEADLINE, job)
 
     def _fail_job(self, key: str) -> None:
-        """Job ``key`` failed (:meth:`~fairgpu.sim.job_controller.JobController.evicted`):
-        the Job controller deletes its pods -- running ones end (outcome ``deleted``), waiting
-        ones leave the queue -- and creates no more."""
+        """Job ``key`` failed: the Job controller deletes its pods -- running ones end
+        (outcome ``deleted``), waiting ones leave the queue -- and creates no more."""
         why = self.jobs.failed[key]
         self.failed_jobs[key] = (self.now, why)
+        self._delete_pods(self.jobs.pods_of(key), why)
+
+    def _delete_pods(self, uids: Iterable[str], why: str) -> None:
+        """Pods ``uids`` are deleted now (``why``): running ones end (outcome ``deleted``),
+        waiting ones leave the queue; those not created yet or done are left as they are."""
         released = False
-        for uid in self.jobs.pods_of(key):
+        for uid in uids:
             rec = self.records.get(uid)
             if rec is None or rec.end is not None:
                 continue  # not created yet, or it succeeded
@@ -564,8 +592,8 @@ class Simulation:
                     self._complete(uid)
                     changed = True
                 elif kind == _DEADLINE:
-                    if self.jobs.expire(uid):
-                        self._fail_job(uid)
+                    if self.jobs.expire(uid, self.now):
+                        self._job_failed(uid)
                         changed = True
                 elif kind == _GIVE_UP:
                     changed = self._give_up(uid) or changed
@@ -594,6 +622,8 @@ class Simulation:
             cycles=self.cycles,
             runs=self.runs.close(end),
             failed_jobs=dict(self.failed_jobs),
+            jobs=self.jobs.jobs(),
+            jobset_restarts=list(self.jobset_restarts),
         )
 
 

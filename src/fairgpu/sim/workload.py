@@ -27,7 +27,9 @@ class BatchJob:
     counts as a failed one unless ``on_disruption`` says otherwise (``Ignore``; ``FailJob``
     fails the Job at once), and more than ``backoff_limit`` failures fail the Job, as does
     still running ``active_deadline`` seconds after its creation
-    (:mod:`fairgpu.sim.job_controller`). ``uid``: the Job's, its pods' controller owner."""
+    (:mod:`fairgpu.sim.job_controller`). ``uid``: the Job's, its pods' controller owner.
+    ``jobset``: the key of the JobSet it is a child of ("" for none), ``replicated``: its
+    replicated Job's name there."""
 
     key: str
     first: int
@@ -36,6 +38,22 @@ class BatchJob:
     on_disruption: str = "Count"
     active_deadline: float | None = None
     uid: str = ""
+    jobset: str = ""
+    replicated: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSetPolicy:
+    """What a JobSet's controller does when one of its child Jobs fails
+    (:mod:`fairgpu.sim.jobset_controller`): ``defined`` False (no ``failurePolicy``) fails
+    the JobSet; else the first of ``rules`` -- (action, the Job failure reasons it matches,
+    the replicated Jobs it targets; an empty set matches any) -- that matches decides, and
+    none restarts it, each restart counted against ``max_restarts``."""
+
+    key: str
+    defined: bool = False
+    max_restarts: int = 0
+    rules: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = ()
 
 
 @dataclass(slots=True)
@@ -44,8 +62,8 @@ class Workload:
 
     ``pod_groups`` maps ``namespace/name`` of declared PodGroups to their ``minMember``;
     ``jobs``: the Jobs whose pods ``arrivals`` holds (each pod's arrival is its Job's; the
-    simulator creates the later ones as earlier ones succeed); ``description`` is shown in
-    reports.
+    simulator creates the later ones as earlier ones succeed), ``jobsets`` the failure
+    policies of the JobSets some of them belong to; ``description`` is shown in reports.
     """
 
     name: str
@@ -55,3 +73,4 @@ class Workload:
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     jobs: list[BatchJob] = field(default_factory=list)
+    jobsets: dict[str, JobSetPolicy] = field(default_factory=dict)

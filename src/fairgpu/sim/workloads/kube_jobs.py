@@ -60,6 +60,8 @@ class ExpandedJob:
     on_disruption: str = "Count"
     active_deadline: float | None = None
     uid: str = ""
+    jobset: str = ""  # the key of the JobSet it is a child of
+    replicated: str = ""  # its replicated Job there
 
 
 @dataclass(frozen=True, slots=True)

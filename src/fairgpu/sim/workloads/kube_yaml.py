@@ -47,7 +47,7 @@ from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, pod_from_k8s
 from fairgpu.model.priority import PriorityClasses
 from fairgpu.model.volumes import STORAGE_KINDS, StorageObject, decode_storage
-from fairgpu.sim.workload import BatchJob, PodArrival, Workload
+from fairgpu.sim.workload import BatchJob, JobSetPolicy, PodArrival, Workload
 from fairgpu.sim.workloads.jobsets import expand_jobset
 from fairgpu.sim.workloads.kube_jobs import ExpandedJob, JobError, expand_job, pass_timing
 from fairgpu.sim.workloads.kubeflow import expand_training_job, is_training_job
@@ -137,6 +137,7 @@ class _Objects:
     pod_docs: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     ignored: dict[str, int] = field(default_factory=dict)
     jobs: list[tuple[int, ExpandedJob]] = field(default_factory=list)  # (first pod doc, job)
+    jobsets: dict[str, JobSetPolicy] = field(default_factory=dict)  # their failure policies
     suspended: list[str] = field(default_factory=list)  # "Job ns/name", "JobSet ns/name"
     finished: int = 0  # pods whose status.phase says they ended: they hold nothing
     storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSI objects
@@ -182,6 +183,8 @@ def load_kube_yaml(
             job.on_disruption,
             job.active_deadline,
             job.uid,
+            job.jobset,
+            job.replicated,
         )
         for at, job in objects.jobs
         if job.pods
@@ -196,6 +199,7 @@ def load_kube_yaml(
         pod_groups=objects.pod_groups,
         description=description,
         jobs=jobs,
+        jobsets=objects.jobsets,
         extra={
             "ignored_kinds": objects.ignored,
             "suspended": objects.suspended,
@@ -283,7 +287,8 @@ def _collect_pods(path: Path, doc: dict[str, Any], out: _Objects) -> None:
     elif kind == "Job":
         _add_jobs(path, [expand_job(path, doc)], out)
     elif kind == "JobSet":
-        jobs, suspended = expand_jobset(path, doc)
+        jobs, suspended, policy = expand_jobset(path, doc)
+        out.jobsets[policy.key] = policy
         _add_jobs(path, jobs, out)
         if suspended:
             out.suspended.append(f"JobSet {_key(doc)}")
