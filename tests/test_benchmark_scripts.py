@@ -89,6 +89,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         ("benchmarks/pool_precedence/run.py", ("--spike", "6"), ("with_rule", "without_rule")),
         ("benchmarks/fragile_jobs/run.py", ("--seed", "2"), ("aware", "blind", "kube_default")),
         ("benchmarks/job_forecast/run.py", ("--every", "3600"), ("aware", "blind")),
+        ("benchmarks/fragile_jobs/jobsets.py", ("--seed", "1"), ("aware", "job_only")),
         pytest.param(
             "benchmarks/fgd_speed/run.py",
             (),
@@ -110,6 +111,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         "pool-precedence",
         "fragile-jobs",
         "job-forecast",
+        "fragile-jobsets",
         "fgd-speed",
     ],
 )

@@ -199,3 +199,21 @@ def test_simulate_reports_jobset_restarts(tmp_path: Path) -> None:
             "why": "no failurePolicy rule matched: restart 1 of 1",
         }
     ]
+
+
+def test_jobs_failing_in_one_cycle_restart_their_jobset_once(tmp_path: Path) -> None:
+    """The workers too fail at their first eviction: the urgent pod takes the whole JobSet,
+    both Jobs fail in the same cycle, and the JobSet restarts once (not once per Job)."""
+    strict = jobset("\n  failurePolicy: {maxRestarts: 1}").replace(
+        "    - name: workers\n      template:\n        spec:\n",
+        "    - name: workers\n      template:\n        spec:\n          backoffLimit: 0\n",
+    )
+    urgent = job("urgent", "completions: 1", gpus=8, duration=300, arrival=100)
+    urgent = urgent.replace(
+        "restartPolicy: Never", "restartPolicy: Never\n      priorityClassName: urgent"
+    )
+    result = simulate(load(tmp_path, NODE + URGENT + strict + urgent))
+    assert [r[:2] for r in result.jobset_restarts] == [(100.0, "team-a/llm")]
+    assert result.failed_jobs == {}
+    got = starts(result)
+    assert got["llm-leader-0-0-r1"] == 400.0 and got["llm-workers-0-0-r1"] == 400.0

@@ -70,6 +70,7 @@ class JobController:
         # pods each Job is made of (copied when it is created again).
         self._jobsets = dict(jobsets or {})
         self._counted: dict[str, int] = {}
+        self._jobsets_failed: set[str] = set()
         self._attempt: dict[str, int] = {}
         self._models = {
             job.key: [by_uid[u] for u in job.pods if u in by_uid]
@@ -214,10 +215,13 @@ class JobController:
             return None
         counted = self._counted.get(job.jobset, 0)
         reason = self._reason.get(key, "BackoffLimitExceeded")
+        if job.jobset in self._jobsets_failed:  # it failed before: nothing more happens
+            return JobSetTurn(job.jobset, FAIL, "it had failed")
         action, counts, why = jobset_action(policy, counted, reason, job.replicated)
         turn = JobSetTurn(job.jobset, action, why)
         children = [k for k, j in self._jobs.items() if j.jobset == job.jobset]
         if action == FAIL:
+            self._jobsets_failed.add(job.jobset)
             for other in children:
                 if other != key and self.active(other):
                     self._fail(other, f"its JobSet {job.jobset} failed ({why})", "JobSetFailed")

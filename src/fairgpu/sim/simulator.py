@@ -373,7 +373,11 @@ class Simulation:
         """Job ``key`` failed (:meth:`~fairgpu.sim.job_controller.JobController.evicted`,
         or its deadline): it and, if its JobSet fails with it, that JobSet's other Jobs end
         (:meth:`_fail_job`); if its JobSet restarts, the Jobs created again lose their pods
-        and make new ones now."""
+        and make new ones now. Jobs failing in the same cycle: the first one's JobSet
+        restart creates the others again too (so they are no longer failed), as the JobSet
+        controller applies its failure policy once for the Jobs failed by then."""
+        if key not in self.jobs.failed:
+            return
         turn = self.jobs.after_failure(key, self.now)
         if turn is None or turn.action == FAIL:
             for failed in [key, *(turn.failed if turn is not None else ())]:
