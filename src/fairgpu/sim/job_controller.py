@@ -35,15 +35,14 @@ from fairgpu.sim.workload import BatchJob, JobSetPolicy, PodArrival
 class JobSetTurn:
     """What a failed child Job did to its JobSet ``jobset`` (``action``: see
     :func:`~fairgpu.sim.jobset_controller.jobset_action`, ``why`` for people): the Jobs
-    whose pods go now besides the failed one (``failed``: failed too; ``recreated``: created
-    again, their pods starting over, ``gone`` the uids of those pods before), the pods the
-    recreated Jobs create at once (``arrivals``) and their deadlines."""
+    whose pods go now besides the failed one (``failed``: failed too), or the pods of the
+    Jobs created again, which start over (``gone``: their uids before), the pods those Jobs
+    create at once (``arrivals``) and their deadlines."""
 
     jobset: str
     action: str
     why: str
     failed: list[str] = field(default_factory=list)
-    recreated: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     arrivals: list[PodArrival] = field(default_factory=list)
     deadlines: list[tuple[float, str]] = field(default_factory=list)
@@ -77,7 +76,6 @@ class JobController:
             for job in self._jobs.values()
             if job.jobset
         }
-        self.recreated: dict[str, int] = {}  # Job key -> times it was created again
         # fragile(), kept until a success, an eviction or a failure changes it: the replay
         # asks before every cycle, and most cycles change no Job.
         self._fragile: frozenset[str] | None = None
@@ -213,10 +211,10 @@ class JobController:
         policy = self._jobsets.get(job.jobset)
         if policy is None:
             return None
-        counted = self._counted.get(job.jobset, 0)
-        reason = self._reason.get(key, "BackoffLimitExceeded")
         if job.jobset in self._jobsets_failed:  # it failed before: nothing more happens
             return JobSetTurn(job.jobset, FAIL, "it had failed")
+        counted = self._counted.get(job.jobset, 0)
+        reason = self._reason.get(key, "BackoffLimitExceeded")
         action, counts, why = jobset_action(policy, counted, reason, job.replicated)
         turn = JobSetTurn(job.jobset, action, why)
         children = [k for k, j in self._jobs.items() if j.jobset == job.jobset]
@@ -250,6 +248,8 @@ class JobController:
                 owner=uid if model.pod.owner else "",
                 created=now,
                 _static_key=None,
+                labels=dict(model.pod.labels),
+                annotations=dict(model.pod.annotations),
             )
             pods.append(PodArrival(pod, now, model.duration))
         new = dataclasses.replace(job, pods=tuple(a.pod.uid for a in pods), uid=uid)
@@ -264,8 +264,6 @@ class JobController:
         self._reason.pop(key, None)
         self._created[key] = now
         self._fragile = None
-        self.recreated[key] = self.recreated.get(key, 0) + 1
-        turn.recreated.append(key)
         turn.arrivals.extend(pods[: new.first])
         if new.active_deadline is not None:
             turn.deadlines.append((now + new.active_deadline, key))
