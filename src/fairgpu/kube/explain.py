@@ -153,7 +153,7 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
         )
     ahead = snapshot.jobs_ahead(cache, _no_runtime)
     predicted, pending, _ = forecast_snapshot(
-        snapshot, None, snapshot.forecast_budget, job_ends=bool(ahead)
+        snapshot, None, snapshot.forecast_budget, job_ends=any(j.future for j in ahead)
     )
     by_queue: dict[str, list[str]] = {}
     for pod in pending:
