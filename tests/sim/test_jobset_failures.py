@@ -181,8 +181,9 @@ def test_simulate_reports_jobset_restarts(tmp_path: Path) -> None:
     )
     path = tmp_path / "w.yaml"
     path.write_text(NODE + URGENT + jobset("\n  failurePolicy: {maxRestarts: 1}") + urgent)
-    out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["simulate", "--workload", str(path), "--out", str(out)])
+    out, report = tmp_path / "out", tmp_path / "report.html"
+    args = ["simulate", "--workload", str(path), "--out", str(out), "--report", str(report)]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "JobSet team-a/llm restarted at 100.0 s: no failurePolicy rule matched" in result.output
     summary = json.loads((out / "summary.json").read_text())
@@ -199,6 +200,11 @@ def test_simulate_reports_jobset_restarts(tmp_path: Path) -> None:
             "why": "no failurePolicy rule matched: restart 1 of 1",
         }
     ]
+    page = report.read_text()
+    assert (
+        "<li>JobSet team-a/llm restarted at 100.0 s: no failurePolicy rule matched: restart 1 "
+        "of 1</li>"
+    ) in page
 
 
 def test_jobs_failing_in_one_cycle_restart_their_jobset_once(tmp_path: Path) -> None:

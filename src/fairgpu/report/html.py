@@ -202,7 +202,8 @@ def _blank(value: object) -> object:
 
 
 def _jobs_section(summary: dict[str, Any]) -> str:
-    """A table of the run's batch/v1 Jobs (``summary["jobs"]``), "" when it had none."""
+    """A table of the run's batch/v1 Jobs (``summary["jobs"]``) and a list of its JobSet
+    restarts, "" when it had no Job."""
     jobs = summary.get("jobs") or {}
     if not jobs:
         return ""
@@ -222,11 +223,22 @@ def _jobs_section(summary: dict[str, Any]) -> str:
         + "</tr>"
         for name, j in jobs.items()
     )
+    restarts = "".join(
+        f"<li>JobSet {html.escape(r['jobset'])} restarted at {r['at_s']} s: "
+        f"{html.escape(r['why'])}</li>"
+        for r in summary.get("jobset_restarts") or []
+    )
     return (
         "<h2>Jobs</h2><table><thead><tr><th>job</th><th>succeeded / completions</th>"
         "<th>created (s)</th><th>first start (s)</th><th>finished (s)</th><th>failed</th>"
         "</tr></thead>"
         f"<tbody>{rows}</tbody></table>"
+        + (
+            f"<p>JobSet restarts (every Job created again, all pods starting over):</p>"
+            f"<ul>{restarts}</ul>"
+            if restarts
+            else ""
+        )
     )
 
 
