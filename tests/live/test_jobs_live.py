@@ -288,3 +288,45 @@ def test_answers_count_the_pods_a_job_is_still_to_create(
             assert rows["a"]["pods_to_create"] == 2 and rows["a"]["drain_known"], rows["a"]
         finally:
             drop_jobs(admin, ns)
+
+
+def test_a_jobset_child_job_one_eviction_fails_costs_the_whole_jobset(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, job_controller: None
+) -> None:
+    """Two Jobs as a JobSet's controller makes them (its label on their pods): the leader's
+    (one 2-GPU pod, ``backoffLimit: 0``) and the workers' (two 2-GPU pods at priority 2 000,
+    which the urgent pod may not preempt). ``solo`` (2 GPUs) ran longest. Alone, the leader
+    is the cheaper victim; but its Job's failure would restart the whole JobSet, workers
+    included -- so the scheduler reads the label and evicts ``solo``."""
+    create_priority_classes(admin, {"lv-urgent": 1000, "lv-jobset-workers": 2000})
+    on_node = {"kubernetes.io/hostname": NODE}
+    labels = {"fairgpu.io/queue": "a"}
+    with scheduler(live_cp, tenancy=TENANCY) as s:
+        try:
+            create(admin, ns, pod("solo", gpus=2, labels=labels, node_selector=on_node))
+            wait_for(lambda: bound(admin, ns).get("solo") == NODE, timeout=30)
+            time.sleep(2)  # solo has run longer than the JobSet's pods
+            for name, count, limit, priority in (
+                ("llm-leader-0", 1, 0, ""),
+                ("llm-workers-0", 2, 6, "lv-jobset-workers"),
+            ):
+                manifest = job(name, None, gpus=2)
+                spec = manifest["spec"]
+                spec.update(parallelism=count, completions=count, backoffLimit=limit)
+                meta = spec["template"]["metadata"]
+                meta["labels"] = {**meta.get("labels", {}), "jobset.sigs.k8s.io/jobset-name": "llm"}
+                if priority:
+                    spec["template"]["spec"]["priorityClassName"] = priority
+                admin.post(JOBS.format(ns=ns), manifest)
+            wait_for(lambda: len(bound(admin, ns)) == 4, timeout=30)
+            wait_for(lambda: s.jobs.fragile(), timeout=30)  # the leader's Job is fragile
+            urgent = pod("urgent", gpus=2, labels=labels, node_selector=on_node)
+            urgent["spec"]["priorityClassName"] = "lv-urgent"
+            create(admin, ns, urgent)
+            wait_for(lambda: bound(admin, ns).get("urgent") == NODE, timeout=30)
+            names = {p["metadata"]["name"] for p in pods(admin, ns)}
+            assert "solo" not in names
+            assert not job_condition(admin, ns, "llm-leader-0", "Failed")
+            assert sum(n.startswith("llm-") for n in names) == 3
+        finally:
+            drop_jobs(admin, ns)
