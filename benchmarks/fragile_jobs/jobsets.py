@@ -26,21 +26,17 @@ Usage: ``python benchmarks/fragile_jobs/jobsets.py [--seed 0] [--results FILE]``
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from run import UNTIL, WAVE, WAVES, node, pod
+from run import UNTIL, WAVE, WAVES, arguments, costs, node, pod, report
 
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.fragile_jobs import LABEL_JOBSET
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
-from fairgpu.sim.results import accounting_summary
-from fairgpu.sim.simulator import Simulation, percentile
+from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import BatchJob, JobSetPolicy, PodArrival, Workload
 from fairgpu.tenancy import parse_config
 
@@ -90,68 +86,28 @@ def measure(seed: int, labelled: bool, ordering: str = "fair") -> dict[str, Any]
     engine = Engine(policy(DEFAULT_POLICY), seed, tenancy=tenancy, ordering=ordering)  # type: ignore[arg-type]
     wl = workload(seed, labelled)
     result = Simulation(wl, engine, seed=seed, until=UNTIL).run()
-    acc = accounting_summary(result)
-    serve = [r for r in result.records if r.pod.namespace == "serve"]
-    waits = [r.start - r.arrival for r in serve if r.start is not None]
-    kinds: dict[str, int] = {}
-    for a in result.runs:
-        if a.outcome == "preempted":
-            kinds[a.cause] = kinds.get(a.cause, 0) + 1
     failed = {j.jobset for j in wl.jobs if j.key in result.failed_jobs}
+    ended = {r.pod.uid for r in result.records if r.end is not None}
     finished = {
         key
         for key in wl.jobsets
-        if all(
-            all(r.end is not None for r in result.records if r.pod.uid in set(j.pods))
-            for j in result.jobs
-            if j.jobset == key
-        )
+        if all(set(j.pods) <= ended for j in result.jobs if j.jobset == key)
     }
     return {
         "jobset_restarts": len(result.jobset_restarts),
         "jobsets_failed": len(failed),
         "jobsets_finished": len(finished - failed),
-        "lost_gpu_hours": acc["lost_gpu_hours"],
-        "lost_gpu_hours_by_outcome": acc["lost_gpu_hours_by_outcome"],
-        "useful_allocation_pct": acc["useful_allocation_pct"],
-        "serve_wait_p50_s": round(percentile(waits, 50) or 0.0, 1),
-        "serve_wait_p99_s": round(percentile(waits, 99) or 0.0, 1),
-        "serve_never_started": len(serve) - len(waits),
-        "preemptions_by_kind": kinds,
-        "reversals_10min": acc["reversals"]["10min"],
+        **costs(result),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--results", type=Path, help="also write the JSON here")
-    args = ap.parse_args(argv)
+    args = arguments(argv, __doc__)
     aware = measure(args.seed, labelled=True)
     job_only = measure(args.seed, labelled=False)
     kube = measure(args.seed, labelled=True, ordering="kube-default")
-
-    def ratio(key: str) -> float | None:
-        base = job_only[key]
-        return None if not base else round(aware[key] / base, 3)
-
-    out = {
-        "scenario": "fragile-jobsets",
-        "seed": args.seed,
-        "aware": aware,
-        "job_only": job_only,
-        "kube_default": kube,
-        "ratio_aware_over_job_only": {
-            "lost_gpu_hours": ratio("lost_gpu_hours"),
-            "serve_wait_p99": ratio("serve_wait_p99_s"),
-            "useful_allocation": ratio("useful_allocation_pct"),
-        },
-    }
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.results:
-        args.results.write_text(text + "\n")
-    return 0
+    runs = {"aware": aware, "job_only": job_only, "kube_default": kube}
+    return report("fragile-jobsets", args, runs, "job_only")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from fairgpu.model.gpu import GpuRequest
 from fairgpu.model.node import NodeInfo
 from fairgpu.model.pod import ANN_DURATION, CPU, MEMORY, PODS, PodInfo
 from fairgpu.sim.results import accounting_summary
-from fairgpu.sim.simulator import Simulation, percentile
+from fairgpu.sim.simulator import Simulation, SimulationResult, percentile
 from fairgpu.sim.workload import BatchJob, PodArrival, Workload
 from fairgpu.tenancy import parse_config
 
@@ -107,15 +107,8 @@ def measure(seed: int, aware: bool, ordering: str = "fair") -> dict[str, Any]:
     if not aware:
         sim.jobs.fragile = lambda: frozenset()  # type: ignore[method-assign]
     result = sim.run()
-    acc = accounting_summary(result)
-    serve = [r for r in result.records if r.pod.namespace == "serve"]
-    waits = [r.start - r.arrival for r in serve if r.start is not None]
     ended = {r.pod.uid for r in result.records if r.end is not None}
     failed = set(result.failed_jobs)
-    kinds: dict[str, int] = {}
-    for a in result.runs:
-        if a.outcome == "preempted":
-            kinds[a.cause] = kinds.get(a.cause, 0) + 1
 
     def count(prefix: str, done: bool) -> int:
         return sum(
@@ -131,6 +124,22 @@ def measure(seed: int, aware: bool, ordering: str = "fair") -> dict[str, Any]:
         "completions_never_run": sum(
             sum(1 for u in j.pods if u not in ended) for j in wl.jobs if j.key in failed
         ),
+        **costs(result),
+    }
+
+
+def costs(result: SimulationResult) -> dict[str, Any]:
+    """What a run lost and what the serving queue waited: lost GPU-hours (by outcome),
+    useful allocation, ``serve``'s wait p50/p99 and pods never started, preemptions by kind,
+    reversals within 10 minutes."""
+    acc = accounting_summary(result)
+    serve = [r for r in result.records if r.pod.namespace == "serve"]
+    waits = [r.start - r.arrival for r in serve if r.start is not None]
+    kinds: dict[str, int] = {}
+    for a in result.runs:
+        if a.outcome == "preempted":
+            kinds[a.cause] = kinds.get(a.cause, 0) + 1
+    return {
         "lost_gpu_hours": acc["lost_gpu_hours"],
         "lost_gpu_hours_by_outcome": acc["lost_gpu_hours_by_outcome"],
         "useful_allocation_pct": acc["useful_allocation_pct"],
@@ -143,25 +152,37 @@ def measure(seed: int, aware: bool, ordering: str = "fair") -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--results", type=Path, help="also write the JSON here")
-    args = ap.parse_args(argv)
+    args = arguments(argv, __doc__)
     aware = measure(args.seed, aware=True)
     blind = measure(args.seed, aware=False)
     kube = measure(args.seed, aware=False, ordering="kube-default")
+    runs = {"aware": aware, "blind": blind, "kube_default": kube}
+    return report("fragile-jobs", args, runs, "blind")
+
+
+def arguments(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
+    """``--seed`` and ``--results``, the options of both scripts here."""
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--results", type=Path, help="also write the JSON here")
+    return ap.parse_args(argv)
+
+
+def report(
+    scenario: str, args: argparse.Namespace, runs: dict[str, dict[str, Any]], base: str
+) -> int:
+    """Print (and with ``--results`` write) the runs as one JSON object, with the ratios
+    ``aware / base`` of lost GPU-hours, the serving queue's wait p99 and useful allocation."""
+    aware, baseline = runs["aware"], runs[base]
 
     def ratio(key: str) -> float | None:
-        base = blind[key]
-        return None if not base else round(aware[key] / base, 3)
+        return None if not baseline[key] else round(aware[key] / baseline[key], 3)
 
     out = {
-        "scenario": "fragile-jobs",
+        "scenario": scenario,
         "seed": args.seed,
-        "aware": aware,
-        "blind": blind,
-        "kube_default": kube,
-        "ratio_aware_over_blind": {
+        **runs,
+        f"ratio_aware_over_{base}": {
             "lost_gpu_hours": ratio("lost_gpu_hours"),
             "serve_wait_p99": ratio("serve_wait_p99_s"),
             "useful_allocation": ratio("useful_allocation_pct"),

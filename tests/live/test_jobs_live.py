@@ -223,11 +223,7 @@ def test_the_scheduler_spares_a_job_one_eviction_would_fail(
             create(admin, ns, pod("solo", gpus=3, labels=labels, node_selector=on_node))
             wait_for(lambda: len(bound(admin, ns)) == 3, timeout=30)
             wait_for(lambda: s.jobs.fragile(), timeout=30)  # the watch has seen the Job
-            urgent = pod("urgent", gpus=2, labels=labels, node_selector=on_node)
-            urgent["spec"]["priorityClassName"] = "lv-urgent"
-            create(admin, ns, urgent)
-            wait_for(lambda: bound(admin, ns).get("urgent") == NODE, timeout=30)
-            names = {p["metadata"]["name"] for p in pods(admin, ns)}
+            names = urgent_takes_room(admin, ns, labels)
             assert "solo" not in names
             assert not job_condition(admin, ns, "train", "Failed")
             running = [n for n in names if n.startswith("train-")]
@@ -320,13 +316,19 @@ def test_a_jobset_child_job_one_eviction_fails_costs_the_whole_jobset(
                 admin.post(JOBS.format(ns=ns), manifest)
             wait_for(lambda: len(bound(admin, ns)) == 4, timeout=30)
             wait_for(lambda: s.jobs.fragile(), timeout=30)  # the leader's Job is fragile
-            urgent = pod("urgent", gpus=2, labels=labels, node_selector=on_node)
-            urgent["spec"]["priorityClassName"] = "lv-urgent"
-            create(admin, ns, urgent)
-            wait_for(lambda: bound(admin, ns).get("urgent") == NODE, timeout=30)
-            names = {p["metadata"]["name"] for p in pods(admin, ns)}
+            names = urgent_takes_room(admin, ns, labels)
             assert "solo" not in names
             assert not job_condition(admin, ns, "llm-leader-0", "Failed")
             assert sum(n.startswith("llm-") for n in names) == 3
         finally:
             drop_jobs(admin, ns)
+
+
+def urgent_takes_room(admin: KubeClient, ns: str, labels: dict[str, str]) -> set[str]:
+    """An urgent 2-GPU pod (``lv-urgent``) for the training node, once bound there: the
+    names of the namespace's pods then (those evicted gone or going)."""
+    urgent = pod("urgent", gpus=2, labels=labels, node_selector={"kubernetes.io/hostname": NODE})
+    urgent["spec"]["priorityClassName"] = "lv-urgent"
+    create(admin, ns, urgent)
+    wait_for(lambda: bound(admin, ns).get("urgent") == NODE, timeout=30)
+    return {p["metadata"]["name"] for p in pods(admin, ns)}

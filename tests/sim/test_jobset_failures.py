@@ -14,15 +14,9 @@ from fairgpu.sim.jobset_controller import FAIL, RECREATE, RESTART, jobset_action
 from fairgpu.sim.simulator import SimulationResult
 from fairgpu.sim.workload import JobSetPolicy
 from fairgpu.sim.workloads.kube_yaml import WorkloadError
-from tests.sim.test_kube_jobs import NODE, job, load, simulate
+from tests.sim.test_kube_jobs import NODE, job, load, priority_class, simulate
 
-URGENT = """\
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: urgent}
-value: 1000
-"""
+URGENT = priority_class("urgent", 1000)
 
 
 def jobset(policy: str = "") -> str:

@@ -179,8 +179,7 @@ def test_a_preempted_pod_waits_again_and_no_extra_pod_is_created(tmp_path: Path)
     the same queue with a higher priority preempts one of them. The evicted pod waits
     again (the controller's replacement); the Job still has 3 pods, never more than 2 at
     once, and finishes all of them."""
-    text = NODE + "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
-    text += "metadata: {name: urgent}\nvalue: 1000\n"
+    text = NODE + priority_class("urgent", 1000)
     text += job("low", "parallelism: 2, completions: 3", gpus=4)
     text += job(
         "urgent", "completions: 1", gpus=4, duration=300, arrival=100, priority_class="urgent"
@@ -431,11 +430,16 @@ IGNORE = """
       - {action: Ignore, onPodConditions: [{type: DisruptionTarget}]}"""
 
 
+def priority_class(name: str, value: int) -> str:
+    """A PriorityClass document."""
+    head = "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
+    return f"{head}metadata: {{name: {name}}}\nvalue: {value}\n"
+
+
 def preempted_job_yaml(spec: str, policy: str = "", more: str = "") -> str:
     """Job ``low`` (3 completions, 2 at a time, 4 GPUs each) fills the node; at 100 s a
     higher-priority pod of the same queue preempts one of its pods; ``more``: other YAML."""
-    text = NODE + "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
-    text += "metadata: {name: urgent}\nvalue: 1000\n"
+    text = NODE + priority_class("urgent", 1000)
     text += job("low", f"parallelism: 2, completions: 3, {spec}", gpus=4).replace(
         "\n  template:", f"{policy}\n  template:"
     )
@@ -564,8 +568,7 @@ def test_the_scheduler_spares_a_job_one_eviction_would_fail(
     (1 000 GPU-s run) looks cheaper than ``solo`` (1 500) -- but it fails the Job and loses
     both of its pods (2 000): ``solo`` goes, the Job finishes. Blind to that, the scheduler
     evicts the Job's pod and the Job fails."""
-    text = NODE + "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
-    text += "metadata: {name: urgent}\nvalue: 1000\n"
+    text = NODE + priority_class("urgent", 1000)
     text += job("low", "parallelism: 2, completions: 2, backoffLimit: 0", gpus=2, duration=3600)
     text += job("solo", "completions: 1", gpus=3, duration=3600)
     text += job(
