@@ -1,4 +1,5 @@
-"""The commands users run against a live cluster: ``explain``, ``queues`` and ``what-if``.
+"""The commands users run against a live cluster: ``explain``, ``queues``, ``jobs`` and
+``what-if``.
 
 They read the cluster once through the kubeconfig (:mod:`fairgpu.kube.snapshot`), let the
 engine answer (:mod:`fairgpu.kube.explain`) and print plain text, or JSON with ``-o json``.
@@ -17,7 +18,7 @@ import typer
 
 T = TypeVar("T")
 
-__all__ = ["explain", "kubectl_app", "queues", "register", "what_if"]
+__all__ = ["explain", "jobs", "kubectl_app", "queues", "register", "what_if"]
 
 Kubeconfig = Annotated[
     str | None,
@@ -46,7 +47,7 @@ At = Annotated[
     typer.Option(
         "--at",
         help="With --run: the simulated second to look at (default: explain, midway through "
-        "the pod's first wait; queues, when the most pods waited).",
+        "the pod's first wait; queues and jobs, when the most pods waited).",
     ),
 ]
 
@@ -440,6 +441,80 @@ def queue_table(rows: list[dict[str, Any]]) -> list[str]:
     return ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
 
 
+# ---- jobs -------------------------------------------------------------------------------------
+def jobs(
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Only this namespace's Jobs.")
+    ] = None,
+    output: Output = "text",
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    config: Config = None,
+    policy: Policy = None,
+    ordering: Ordering = "fair",
+    scheduler_name: SchedulerName = "fairgpu",
+    node_pool_label: PoolLabel = "example.com/node.usage",
+    run: Run = None,
+    at: At = None,
+    forecast_budget: Budget = 3.0,
+) -> None:
+    """One row per batch/v1 Job still running or to run: its queue, completions succeeded,
+    pods running, pending and still to be created, and when it is predicted to end. Live, or
+    in a simulated run with --run."""
+    from fairgpu.kube.explain import job_rows
+
+    _check_budget(forecast_budget)
+    if run is not None:
+        from fairgpu.kube.replay import jobs_in_run
+
+        _check_output(output)
+        answer = _in_run(lambda: jobs_in_run(run, at, namespace, forecast_budget))
+        head = f"Simulated run {answer['simulated_run']} at {answer['at_label']}:"
+        _echo(output, answer, [head, *job_table(answer["jobs"])])
+        return
+    _, snapshot = _read(
+        kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
+    )
+    snapshot.forecast_budget = forecast_budget
+    rows = job_rows(snapshot, namespace)
+    _echo(output, rows, job_table(rows))
+
+
+JOB_COLUMNS = (
+    ("JOB", "job"),
+    ("QUEUE", "queue"),
+    ("SUCCEEDED", "succeeded"),
+    ("RUNNING", "running"),
+    ("PENDING", "pending"),
+    ("TO-CREATE", "pods_to_create"),
+    ("ENDS", "predicted_end"),
+)
+
+
+def job_table(rows: list[dict[str, Any]]) -> list[str]:
+    """kubectl-style columns (SUCCEEDED: of its completions; ENDS: when its last pod is
+    predicted to end, 'unknown' when the forecast could not tell), or a line saying there
+    is no such Job."""
+    if not rows:
+        return ["No Job is running or waiting to run."]
+    cells = [[h for h, _ in JOB_COLUMNS]]
+    for row in rows:
+        cells.append(
+            [
+                f"{row['succeeded']}/{row['completions']}"
+                if k == "succeeded"
+                else "unknown"
+                if k == "predicted_end" and not row["end_known"]
+                else "-"
+                if row[k] is None
+                else str(row[k])
+                for _, k in JOB_COLUMNS
+            ]
+        )
+    widths = [max(len(r[i]) for r in cells) for i in range(len(JOB_COLUMNS))]
+    return ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+
+
 # ---- what-if ----------------------------------------------------------------------------------
 def what_if(
     file: Annotated[
@@ -583,14 +658,16 @@ def _load_pods(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``explain``, ``queues`` and ``what-if`` to ``app``."""
+    """Add ``explain``, ``queues``, ``jobs`` and ``what-if`` to ``app``."""
     app.command()(explain)
     app.command()(queues)
+    app.command()(jobs)
     app.command("what-if")(what_if)
 
 
 kubectl_app = typer.Typer(
-    help="fairgpu for kubectl: why is my pod pending, the queues, what if I submit this.",
+    help="fairgpu for kubectl: why is my pod pending, the queues, when will my Job end, what "
+    "if I submit this.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

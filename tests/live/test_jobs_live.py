@@ -282,6 +282,11 @@ def test_answers_count_the_pods_a_job_is_still_to_create(
 
             rows = {r["queue"]: r for r in ask("queues")}
             assert rows["a"]["pods_to_create"] == 2 and rows["a"]["drain_known"], rows["a"]
+
+            (listed,) = ask("jobs", "-n", ns)
+            assert (listed["job"], listed["queue"], listed["running"]) == (f"{ns}/train", "a", 1)
+            assert listed["pods_to_create"] == 2
+            assert listed["predicted_end_in_seconds"] in three_hours, listed
         finally:
             drop_jobs(admin, ns)
 

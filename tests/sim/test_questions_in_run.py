@@ -415,6 +415,22 @@ def test_answers_in_a_run_follow_a_job_to_its_end(tmp_path: Path) -> None:
     team = next(r for r in rows if r["queue"] == "team-a")
     assert team["pods_to_create"] == 2 and team["drains_at"] == "t=1800 s", team
 
+    listed = runner.invoke(app, ["jobs", *at])
+    assert listed.output.splitlines()[1:] == [
+        "JOB            QUEUE    SUCCEEDED   RUNNING   PENDING   TO-CREATE   ENDS",
+        "team-a/train   team-a   0/3         1         0         2           t=1800 s",
+    ], listed.output
+    later = json.loads(
+        runner.invoke(app, ["jobs", "--run", str(out), "--at", "1000", "-o", "json"]).output
+    )
+    (row,) = later["jobs"]
+    assert (row["succeeded"], row["running"], row["pods_to_create"]) == (1, 1, 1)
+    assert row["predicted_end"] == "t=1800 s"
+    done = runner.invoke(app, ["jobs", "--run", str(out), "--at", "1900"])
+    assert done.output.splitlines()[1] == "No Job is running or waiting to run."
+    other = runner.invoke(app, ["jobs", *at, "-n", "team-b"])
+    assert other.output.splitlines()[1] == "No Job is running or waiting to run."
+
     more = tmp_path / "more.yaml"
     more.write_text(pod("later", 0, 60))
     asked = runner.invoke(app, ["what-if", "-f", str(more), *at])

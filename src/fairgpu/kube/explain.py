@@ -10,6 +10,8 @@
 * :func:`queue_rows` -- one row per queue: weight, fair share, allocated, pending, borrowed,
   the pods its Jobs are still to create, and when its backlog is predicted to drain (its last
   pending pod, or pod still to be created, to start);
+* :func:`job_rows` -- one row per batch/v1 Job still running or to run: how far it is and
+  when it is predicted to end;
 * :func:`what_if` -- where pods not yet created would go now, or which rule stops them.
 
 Every figure comes from the engine's own code (``Scheduler.schedule`` and its diagnosis,
@@ -54,7 +56,7 @@ from fairgpu.sim.job_backlog import JobAhead
 from fairgpu.sim.learner import Runtimes
 from fairgpu.tenancy.config import DIM_GPU
 
-__all__ = ["explain_pod", "queue_rows", "what_if"]
+__all__ = ["explain_pod", "job_rows", "queue_rows", "what_if"]
 
 #: How many nodes "would fit if freed" lists at most (each costs a preemption search).
 MAX_FREED_NODES = 5
@@ -170,6 +172,36 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
         row["drain_known"] = not (uids or jobs) or drain is not None
         row["pods_to_create"] = sum(len(j.future) for j in ahead if j.job.key in jobs)
     return list(rows.values())
+
+
+def job_rows(snapshot: Snapshot, namespace: str | None = None) -> list[dict[str, Any]]:
+    """One row per batch/v1 Job still running or to run (of ``namespace``, or all), sorted
+    by key: its queue, completions and those succeeded, its pods running and pending, those
+    still to be created (:mod:`fairgpu.sim.job_backlog`), and when its last pod is predicted
+    to end (``predicted_end``; None with ``end_known`` False: the forecast could not see it
+    through)."""
+    cache, engine = snapshot.build()
+    ahead = [
+        j
+        for j in snapshot.jobs_ahead(cache, _no_runtime)
+        if namespace is None or j.job.key.partition("/")[0] == namespace
+    ]
+    if not ahead:
+        return []
+    predicted = forecast_snapshot(snapshot, None, snapshot.forecast_budget, job_ends=True)[0]
+    rows = []
+    for job in sorted(ahead, key=lambda j: j.job.key):
+        mine = [cache.cluster.pods.get(u) or cache.pending.get(u) for u in job.existing]
+        model = next((p for p in mine if p is not None), None)
+        if model is None and job.future:
+            model = job.future[0].pod
+        row = job_progress(snapshot, job, predicted)
+        row["queue"] = engine.tenant(model).queue if model is not None else None
+        row["running"] = sum(1 for u in job.existing if u in cache.cluster.placements)
+        row["pending"] = len(job.existing) - row["running"]
+        row["end_known"] = row["predicted_end"] is not None
+        rows.append(row)
+    return rows
 
 
 def _no_runtime(_pod: PodInfo) -> None:

@@ -230,6 +230,24 @@ def busiest_instant(directory: Path) -> float:
     return at
 
 
+def jobs_in_run(
+    directory: Path,
+    at: float | None,
+    namespace: str | None = None,
+    forecast_budget: float = FORECAST_BUDGET,
+) -> dict[str, Any]:
+    """:func:`~fairgpu.kube.explain.job_rows` of the run recorded in ``directory`` at
+    simulated second ``at`` (default: :func:`busiest_instant`): ``{"at", "at_label",
+    "simulated_run", "jobs"}``."""
+    from fairgpu.kube.explain import job_rows
+
+    if not (directory / "pods.csv").is_file():
+        raise ValueError(f"{directory / 'pods.csv'}: no such file")
+    when = busiest_instant(directory) if at is None else at
+    rows = job_rows(replay_snapshot(directory, when, forecast_budget), namespace)
+    return {"simulated_run": str(directory), "at": when, "at_label": sim_label(when), "jobs": rows}
+
+
 def queues_in_run(
     directory: Path, at: float | None, forecast_budget: float = FORECAST_BUDGET
 ) -> dict[str, Any]:
