@@ -79,3 +79,25 @@ def test_a_job_is_paired_with_its_running_and_pending_pods_not_terminating_ones(
     (ahead,) = jobs_ahead([got], state, [waiting], 100.0, lambda _p: 60.0)
     assert set(ahead.existing) == {run.uid, waiting.uid}
     assert len(ahead.future) == 2 and ahead.future[0].duration == 60.0
+
+
+def test_malformed_jobs_are_left_out_never_an_error() -> None:
+    """Whatever a Job holds, reading it for a forecast never raises: a Job that cannot be
+    read is left out, one whose template cannot be decoded has no stand-in pod."""
+    odd_templates: list[Any] = [
+        "not a template",
+        {"metadata": {"labels": ["a"]}, "spec": template()["spec"]},
+        {"metadata": {"annotations": "x"}, "spec": template()["spec"]},
+        {"metadata": {}, "spec": {"schedulerName": "fairgpu", "containers": "none"}},
+        {"metadata": {}, "spec": {"schedulerName": "fairgpu"}},
+        {"metadata": {"name": 5}, "spec": template()["spec"]},
+    ]
+    for odd in odd_templates:
+        got = decode(job_json(template=odd))
+        assert got is None or got[1] is None or isinstance(got[1], PodInfo), odd
+    for spec in ({"completions": "3"}, {"parallelism": None}, {"suspend": "yes"}):
+        got = decode(job_json(**spec))
+        assert got is not None
+    assert decode({"metadata": "x", "spec": {}, "status": {}}) is None
+    assert decode({"metadata": {"name": "j", "uid": "u"}, "spec": [], "status": 3}) is None
+    assert decode_job_progress(b"[]", ours) is None
