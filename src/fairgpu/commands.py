@@ -608,7 +608,8 @@ def _load_pods(
     policy from the cluster's PriorityClasses (and the files' own), created now; a missing
     namespace or class is the pod's error. Without a ``client`` (a simulated run): the run's
     PriorityClasses, and every namespace exists. Also their pod groups, and a line for each
-    Job that creates only some of its pods at first (the others are not asked about)."""
+    Job or StatefulSet that creates only some of its pods at first (the others are not asked
+    about)."""
     import tempfile
 
     from fairgpu.api import objects as k8s
@@ -616,6 +617,7 @@ def _load_pods(
     from fairgpu.model.node_pools import NodePoolConfig
     from fairgpu.model.priority import PriorityClasses
     from fairgpu.sim.job_controller import JobController
+    from fairgpu.sim.statefulset_controller import OrderedCreation
     from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
 
     try:
@@ -634,12 +636,17 @@ def _load_pods(
             workload = load_kube_yaml(files, NodePoolConfig(usage_key=pool_label), classes)
     except (ValueError, OSError, RuntimeError) as error:
         _fail(str(error))
-    # A Job's first pods: the others are created only as those succeed.
+    # A Job's first pods: the others are created only as those succeed; an OrderedReady
+    # StatefulSet's first pod: the others only once the one before runs.
     arrivals = JobController(workload.jobs, workload.arrivals).initial(workload.arrivals)
+    arrivals = OrderedCreation(workload.ordered, workload.arrivals).initial(arrivals)
     if not arrivals:
         suspended = workload.extra.get("suspended") or []
         why = f" (suspended: {', '.join(suspended)})" if suspended else ""
-        _fail(f"{', '.join(map(str, paths))}: no Pods, Deployments, Jobs or JobSets{why}")
+        _fail(
+            f"{', '.join(map(str, paths))}: no Pods, Deployments, StatefulSets, Jobs or "
+            f"JobSets{why}"
+        )
     namespaces = {name for name, _ in snapshot.namespaces}
     pods = []
     for arrival in arrivals:
@@ -654,6 +661,13 @@ def _load_pods(
         for job in workload.jobs
         if len(job.pods) > job.first
     ]
+    by_uid = {a.pod.uid: a.pod for a in workload.arrivals}
+    later.extend(
+        f"StatefulSet {by_uid[chain[0]].namespace}/{by_uid[chain[0]].name.rpartition('-')[0]}: "
+        f"its pod {by_uid[chain[0]].name} is created first; each other one of its "
+        f"{len(chain)} once the one before it runs (podManagementPolicy OrderedReady)"
+        for chain in workload.ordered
+    )
     return pods, dict(workload.pod_groups), later
 
 

@@ -25,6 +25,7 @@ from fairgpu.sim.accounting import RunAttempt, RunLog, sibling_cause
 from fairgpu.sim.job_controller import JobController
 from fairgpu.sim.jobset_controller import FAIL
 from fairgpu.sim.rendezvous import DEFAULT_TIMEOUT, Rendezvous
+from fairgpu.sim.statefulset_controller import OrderedCreation
 from fairgpu.sim.workload import BatchJob, PodArrival, Workload
 
 # Event kinds, in the order events of one instant are handled; a wake only runs a cycle.
@@ -216,6 +217,7 @@ class Simulation:
         self.runs = RunLog(self.tenant_of)
         self._wake_at: float | None = None  # the cycle a time rule asked for, if scheduled
         self.jobs = JobController(workload.jobs, workload.arrivals, workload.jobsets)
+        self.ordered = OrderedCreation(workload.ordered, workload.arrivals)
         # Jobs the engine came with as fragile (a live snapshot's, in a forecast), kept
         # beside those of the replay's own Job controller.
         self._fragile_given = engine.fragile_jobs
@@ -437,6 +439,9 @@ class Simulation:
         self._charge_tenant(rec, +1)
         self.runs.start(rec, self.now, node_name, devices, self._group_key(rec.pod))
         self._join(rec)
+        created = self.ordered.started(rec.pod.uid, self.now)
+        if created is not None:  # its StatefulSet's next pod, created at this instant
+            self._add_arrival(created)
 
     def _arrive(self, rec: PodRecord) -> None:
         """``rec``'s pod is created: it starts at once if its spec names its node (see
@@ -571,11 +576,11 @@ class Simulation:
         """Run to the end of the workload (or ``until``) and return the result."""
         # Pods arriving together in the live scheduler's order: creation time, namespace/name.
         for arrival in sorted(
-            self.jobs.initial(self.workload.arrivals),
+            self.ordered.initial(self.jobs.initial(self.workload.arrivals)),
             key=lambda a: (a.arrival, pod_identity(a.pod)),
         ):
             self._add_arrival(arrival)
-        total = len(self.records) + self.jobs.waiting
+        total = len(self.records) + self.jobs.waiting + self.ordered.waiting
         for when, key in self.jobs.deadlines():
             self._push(when, _DEADLINE, key)
         arrived = 0

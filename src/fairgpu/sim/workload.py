@@ -63,7 +63,9 @@ class Workload:
     ``pod_groups`` maps ``namespace/name`` of declared PodGroups to their ``minMember``;
     ``jobs``: the Jobs whose pods ``arrivals`` holds (each pod's arrival is its Job's; the
     simulator creates the later ones as earlier ones succeed), ``jobsets`` the failure
-    policies of the JobSets some of them belong to; ``description`` is shown in reports.
+    policies of the JobSets some of them belong to; ``ordered``: the pods (uids, in order)
+    of each StatefulSet that creates a pod only once the one before it runs
+    (:mod:`fairgpu.sim.statefulset_controller`); ``description`` is shown in reports.
     """
 
     name: str
@@ -74,3 +76,4 @@ class Workload:
     extra: dict[str, Any] = field(default_factory=dict)
     jobs: list[BatchJob] = field(default_factory=list)
     jobsets: dict[str, JobSetPolicy] = field(default_factory=dict)
+    ordered: list[tuple[str, ...]] = field(default_factory=list)

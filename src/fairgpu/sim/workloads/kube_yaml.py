@@ -3,8 +3,9 @@
 Reads one or more multi-document YAML files (or directories of ``*.yaml``/``*.yml``) holding
 Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Services (their
 selectors give pods default spread constraints), Pods, PriorityClasses,
-Deployments (expanded to their replicas), batch/v1 Jobs (the pods their controller creates:
-:mod:`~fairgpu.sim.workloads.kube_jobs`), JobSets (their Jobs:
+Deployments (expanded to their replicas), StatefulSets (their pods, claims and creation
+order: :mod:`~fairgpu.sim.workloads.statefulsets`), batch/v1 Jobs (the pods their controller
+creates: :mod:`~fairgpu.sim.workloads.kube_jobs`), JobSets (their Jobs:
 :mod:`~fairgpu.sim.workloads.jobsets`), Kubeflow training jobs (their replicas as one gang:
 :mod:`~fairgpu.sim.workloads.kubeflow`) and PodGroups (scheduler-plugins
 ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the storage objects pods
@@ -51,6 +52,7 @@ from fairgpu.sim.workload import BatchJob, JobSetPolicy, PodArrival, Workload
 from fairgpu.sim.workloads.jobsets import expand_jobset
 from fairgpu.sim.workloads.kube_jobs import ExpandedJob, JobError, expand_job, pass_timing
 from fairgpu.sim.workloads.kubeflow import expand_training_job, is_training_job
+from fairgpu.sim.workloads.statefulsets import expand_statefulset
 
 DEFAULT_POOLS = NodePoolConfig()
 
@@ -138,6 +140,7 @@ class _Objects:
     ignored: dict[str, int] = field(default_factory=dict)
     jobs: list[tuple[int, ExpandedJob]] = field(default_factory=list)  # (first pod doc, job)
     jobsets: dict[str, JobSetPolicy] = field(default_factory=dict)  # their failure policies
+    ordered: list[tuple[int, int]] = field(default_factory=list)  # (first pod doc, pods)
     suspended: list[str] = field(default_factory=list)  # "Job ns/name", "JobSet ns/name"
     finished: int = 0  # pods whose status.phase says they ended: they hold nothing
     storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSI objects
@@ -200,6 +203,7 @@ def load_kube_yaml(
         description=description,
         jobs=jobs,
         jobsets=objects.jobsets,
+        ordered=[tuple(a.pod.uid for a in arrivals[at : at + n]) for at, n in objects.ordered],
         extra={
             "ignored_kinds": objects.ignored,
             "suspended": objects.suspended,
@@ -270,7 +274,7 @@ def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
         out.ignored[str(kind)] = out.ignored.get(str(kind), 0) + 1
 
 
-_POD_MAKERS = ("Pod", "Deployment", "Job", "JobSet")
+_POD_MAKERS = ("Pod", "Deployment", "Job", "JobSet", "StatefulSet")
 
 
 def _collect_pods(path: Path, doc: dict[str, Any], out: _Objects) -> None:
@@ -286,6 +290,13 @@ def _collect_pods(path: Path, doc: dict[str, Any], out: _Objects) -> None:
         out.pod_docs.extend((path, d) for d in _expand_deployment(path, doc))
     elif kind == "Job":
         _add_jobs(path, [expand_job(path, doc)], out)
+    elif kind == "StatefulSet":
+        made = expand_statefulset(path, doc)
+        if made.ordered and len(made.pods) > 1:
+            out.ordered.append((len(out.pod_docs), len(made.pods)))
+        out.pod_docs.extend((path, d) for d in made.pods)
+        for claim in made.claims:
+            _collect(path, claim, out)
     elif kind == "JobSet":
         jobs, suspended, policy = expand_jobset(path, doc)
         out.jobsets[policy.key] = policy

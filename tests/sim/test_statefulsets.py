@@ -1,0 +1,127 @@
+"""StatefulSets replayed as their controller runs them: names, labels, claims, and pods
+created one after another (OrderedReady) or at once (Parallel)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fairgpu.cli import app
+from fairgpu.sim.workloads.kube_yaml import WorkloadError, skipped_objects
+from tests.sim.test_kube_jobs import load, simulate
+
+ONE_GPU_NODE = """\
+apiVersion: v1
+kind: Node
+metadata: {name: gpu-0}
+status:
+  allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "1"}
+"""
+
+
+def statefulset(policy: str = "", claims: str = "") -> str:
+    """StatefulSet ``vllm`` of namespace ``team-a``: 3 one-GPU replicas of 600 s."""
+    return f"""\
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: vllm
+  namespace: team-a
+  annotations: {{fairgpu.io/duration-seconds: "600"}}
+spec:
+  replicas: 3
+  serviceName: vllm-headless{policy}
+  template:
+    metadata: {{labels: {{app: vllm}}}}
+    spec:
+      schedulerName: fairgpu
+      containers: [{{name: s, image: v, resources: {{limits: {{nvidia.com/gpu: "1"}}}}}}]{claims}
+"""
+
+
+OTHER = """\
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: other
+  namespace: team-a
+  annotations: {fairgpu.io/arrival-seconds: "300", fairgpu.io/duration-seconds: "600"}
+spec:
+  schedulerName: fairgpu
+  containers: [{name: o, image: o, resources: {limits: {nvidia.com/gpu: "1"}}}]
+"""
+
+
+def starts(text: str, tmp_path: Path) -> dict[str, float | None]:
+    result = simulate(load(tmp_path, text))
+    return {r.pod.name: r.start for r in result.records}
+
+
+def test_ordered_ready_creates_each_pod_once_the_one_before_runs(tmp_path: Path) -> None:
+    """One GPU: vllm-1 is created when vllm-0 starts (0 s), vllm-2 only when vllm-1 starts
+    (600 s) -- after ``other`` (300 s), which therefore goes first."""
+    got = starts(ONE_GPU_NODE + statefulset() + OTHER, tmp_path)
+    assert got == {"vllm-0": 0.0, "vllm-1": 600.0, "other": 1200.0, "vllm-2": 1800.0}
+
+
+def test_parallel_creates_them_all_at_once(tmp_path: Path) -> None:
+    text = ONE_GPU_NODE + statefulset("\n  podManagementPolicy: Parallel") + OTHER
+    got = starts(text, tmp_path)
+    assert got == {"vllm-0": 0.0, "vllm-1": 600.0, "vllm-2": 1200.0, "other": 1800.0}
+
+
+def test_pods_are_named_labelled_and_given_their_claims(tmp_path: Path) -> None:
+    claims = """
+  volumeClaimTemplates:
+    - metadata: {name: cache}
+      spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 10Gi}}}"""
+    workload = load(tmp_path, ONE_GPU_NODE + statefulset(claims=claims))
+    pods = {a.pod.name: a.pod for a in workload.arrivals}
+    assert sorted(pods) == ["vllm-0", "vllm-1", "vllm-2"]
+    pod = pods["vllm-2"]
+    assert pod.labels["statefulset.kubernetes.io/pod-name"] == "vllm-2"
+    assert pod.labels["apps.kubernetes.io/pod-index"] == "2"
+    assert pod.labels["app"] == "vllm"
+    assert (pod.owner_kind, pod.claims) == ("StatefulSet", ("cache-vllm-2",))
+    storage = workload.extra["storage"]
+    assert sorted(o.name for o in storage) == ["cache-vllm-0", "cache-vllm-1", "cache-vllm-2"]
+    assert workload.ordered == [tuple(a.pod.uid for a in workload.arrivals)]
+    assert not skipped_objects(workload)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (("replicas: 3", "replicas: -1"), "spec.replicas"),
+        (("serviceName: vllm-headless", "podManagementPolicy: Random"), "spec.podManagementPolicy"),
+    ],
+)
+def test_a_statefulset_the_api_server_refuses(
+    tmp_path: Path, change: tuple[str, str], field: str
+) -> None:
+    text = ONE_GPU_NODE + statefulset().replace(*change)
+    with pytest.raises(WorkloadError, match=rf"StatefulSet team-a/vllm: {field}"):
+        load(tmp_path, text)
+
+
+def test_what_if_asks_for_the_first_pod_of_an_ordered_statefulset(tmp_path: Path) -> None:
+    workload = tmp_path / "cluster.yaml"
+    workload.write_text(ONE_GPU_NODE + OTHER)
+    out = tmp_path / "out"
+    runner = CliRunner()
+    ran = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    sts = tmp_path / "sts.yaml"
+    sts.write_text(statefulset())
+    asked = runner.invoke(app, ["what-if", "-f", str(sts), "--run", str(out), "--at", "0"])
+    assert asked.exit_code == 0, asked.output
+    assert "team-a/vllm-0 (queue team-a" in asked.output
+    assert "team-a/vllm-1 (" not in asked.output
+    assert (
+        "StatefulSet team-a/vllm: its pod vllm-0 is created first; each other one of its 3 "
+        "once the one before it runs (podManagementPolicy OrderedReady)"
+    ) in asked.output
