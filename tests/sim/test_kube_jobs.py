@@ -620,3 +620,19 @@ def test_the_jobs_table_shows_failed_jobs_first_and_at_most_twenty(tmp_path: Pat
     table = result.output[result.output.index("\nJobs") :]
     assert "│ team-a/low " in table  # a row of the table
     assert "... and 5 more Jobs (all of them in summary.json)" in table
+
+
+def test_per_index_limits_leave_the_job_wide_limit_unlimited(tmp_path: Path) -> None:
+    """With ``backoffLimitPerIndex`` and no ``backoffLimit`` the API server sets the latter to
+    the largest int32 (not the usual 6): the preempted pod waits again and the Job goes on;
+    a ``backoffLimit`` written out still counts."""
+    indexed = "completionMode: Indexed, backoffLimitPerIndex: 0"
+    workload = load(tmp_path, preempted_job_yaml(indexed))
+    low = next(j for j in workload.jobs if j.key == "team-a/low")
+    assert low.backoff_limit == 2**31 - 1
+    result = simulate(workload)
+    assert result.failed_jobs == {}
+    ends = {r.pod.name: r.end for r in result.records if r.pod.name.startswith("low-")}
+    assert all(end is not None for end in ends.values()) and len(ends) == 3
+    explicit = load(tmp_path, preempted_job_yaml(f"{indexed}, backoffLimit: 0"))
+    assert next(j for j in explicit.jobs if j.key == "team-a/low").backoff_limit == 0

@@ -18,7 +18,9 @@ against ``backoffLimit`` unless the Job's ``podFailurePolicy`` says what to do w
 disrupted pod (:mod:`~fairgpu.model.job_failures`): with ``backoffLimit: 0`` and no such rule
 the first preemption fails the Job. ``activeDeadlineSeconds`` counts from the Job's creation,
 waiting included: a Job still running (or waiting) then fails (``DeadlineExceeded``). Pods
-never fail by themselves here, so exit-code rules for crashes change nothing.
+never fail by themselves here, so exit-code rules for crashes change nothing. Per-index limits
+(``backoffLimitPerIndex``, ``maxFailedIndexes``) are not replayed: such a Job's evicted pods
+wait again, and its Job-wide ``backoffLimit`` defaults to unlimited, as the API server sets it.
 
 The API server's own validation of what this reads is repeated, so a Job it would refuse is
 refused here with the field named (:class:`~fairgpu.sim.workloads.kube_yaml.WorkloadError`).
@@ -33,6 +35,9 @@ from typing import Any
 
 from fairgpu.model.job_failures import DEFAULT_BACKOFF_LIMIT, PolicyError, disruption_action
 from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION
+
+#: ``spec.backoffLimit`` as the API server defaults it beside ``backoffLimitPerIndex``.
+UNLIMITED_BACKOFF = 2**31 - 1
 
 # Labels (and the annotation) the Job controller puts on its pods.
 LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
@@ -116,12 +121,16 @@ def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
     )
     first = total if completions is None else min(parallelism, total)
     limit = _count(spec, "backoffLimit", where)
+    if limit is None:
+        # As the API server defaults it: with per-index limits the Job-wide one is unlimited.
+        per_index = _count(spec, "backoffLimitPerIndex", where) is not None
+        limit = UNLIMITED_BACKOFF if per_index else DEFAULT_BACKOFF_LIMIT
     return ExpandedJob(
         f"{namespace}/{name}",
         pods,
         first,
         suspended,
-        DEFAULT_BACKOFF_LIMIT if limit is None else limit,
+        limit,
         _disruption_action(spec, where),
         _deadline(spec, where),
         uid,
