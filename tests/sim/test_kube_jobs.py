@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -624,15 +625,90 @@ def test_the_jobs_table_shows_failed_jobs_first_and_at_most_twenty(tmp_path: Pat
 
 def test_per_index_limits_leave_the_job_wide_limit_unlimited(tmp_path: Path) -> None:
     """With ``backoffLimitPerIndex`` and no ``backoffLimit`` the API server sets the latter to
-    the largest int32 (not the usual 6): the preempted pod waits again and the Job goes on;
-    a ``backoffLimit`` written out still counts."""
-    indexed = "completionMode: Indexed, backoffLimitPerIndex: 0"
+    the largest int32 (not the usual 6); a ``backoffLimit`` written out still counts."""
+    indexed = "completionMode: Indexed, backoffLimitPerIndex: 1"
     workload = load(tmp_path, preempted_job_yaml(indexed))
     low = next(j for j in workload.jobs if j.key == "team-a/low")
-    assert low.backoff_limit == 2**31 - 1
-    result = simulate(workload)
-    assert result.failed_jobs == {}
-    ends = {r.pod.name: r.end for r in result.records if r.pod.name.startswith("low-")}
-    assert all(end is not None for end in ends.values()) and len(ends) == 3
+    assert (low.backoff_limit, low.per_index, low.max_failed_indexes) == (2**31 - 1, 1, None)
     explicit = load(tmp_path, preempted_job_yaml(f"{indexed}, backoffLimit: 0"))
     assert next(j for j in explicit.jobs if j.key == "team-a/low").backoff_limit == 0
+
+
+def low_pods(result: SimulationResult) -> dict[str, Any]:
+    return {r.pod.name: r for r in result.records if r.pod.name.startswith("low-")}
+
+
+def test_an_index_within_its_limit_is_retried(tmp_path: Path) -> None:
+    result = preempted_job(tmp_path, "completionMode: Indexed, backoffLimitPerIndex: 1")
+    assert result.failed_jobs == {}
+    assert all(r.end is not None for r in low_pods(result).values())
+
+
+def test_an_index_past_its_limit_fails_for_good_and_then_the_job(tmp_path: Path) -> None:
+    """``backoffLimitPerIndex: 0``: the evicted pod's index fails at once and is not retried;
+    its place goes to the third index at once; when that ends the Job fails (one index
+    failed), as the Job controller's ``FailedIndexes``."""
+    result = preempted_job(tmp_path, "completionMode: Indexed, backoffLimitPerIndex: 0")
+    pods = low_pods(result)
+    dropped = [r for r in pods.values() if r.failed_at is not None]
+    assert len(dropped) == 1 and dropped[0].failed_at == 100.0 and dropped[0].end is None
+    assert (
+        "failed for good (1 eviction(s), more than its backoffLimitPerIndex 0)" in dropped[0].reason
+    )
+    third = pods["low-2"]
+    assert third.arrival == 100.0 and third.end is not None
+    when, why = result.failed_jobs["team-a/low"]
+    assert when == max(r.end for r in pods.values() if r.end is not None)
+    assert why == "Job team-a/low failed: 1 of its indexes failed"
+
+
+def test_more_failed_indexes_than_allowed_fail_the_job_at_once(tmp_path: Path) -> None:
+    """``maxFailedIndexes: 0``: one failed index fails the Job -- so the scheduler costs its
+    pods as one (the urgent pod takes both) and the Job fails at 100 s."""
+    spec = "completionMode: Indexed, backoffLimitPerIndex: 0, maxFailedIndexes: 0"
+    result = preempted_job(tmp_path, spec)
+    assert result.failed_jobs["team-a/low"] == (
+        100.0,
+        "Job team-a/low failed: 1 failed index(es), more than its maxFailedIndexes 0",
+    )
+    assert sorted(a.outcome for a in result.runs if a.name.startswith("low-")) == [
+        "gang-restart",
+        "preempted",
+    ]
+    assert "low-2" not in low_pods(result)  # never created
+
+
+def test_a_failindex_rule_fails_the_index_at_once(tmp_path: Path) -> None:
+    rule = (
+        "\n  podFailurePolicy:\n    rules:\n      - {action: FailIndex, onPodConditions: "
+        "[{type: DisruptionTarget}]}"
+    )
+    result = preempted_job(tmp_path, "completionMode: Indexed, backoffLimitPerIndex: 5", rule)
+    dropped = [r for r in low_pods(result).values() if r.failed_at is not None]
+    assert len(dropped) == 1 and "a FailIndex rule matched its eviction" in dropped[0].reason
+    assert result.failed_jobs["team-a/low"][1] == "Job team-a/low failed: 1 of its indexes failed"
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ("backoffLimitPerIndex: 1", "spec.backoffLimitPerIndex: requires completionMode Indexed"),
+        ("completionMode: Indexed, maxFailedIndexes: 1", "spec.maxFailedIndexes: requires"),
+        (
+            "completionMode: Indexed, backoffLimitPerIndex: 1, maxFailedIndexes: 9",
+            "spec.maxFailedIndexes: must be at most completions",
+        ),
+    ],
+)
+def test_per_index_limits_the_api_server_refuses(tmp_path: Path, spec: str, field: str) -> None:
+    with pytest.raises(WorkloadError, match=field):
+        load(tmp_path, preempted_job_yaml(spec))
+
+
+def test_a_failindex_rule_needs_per_index_limits(tmp_path: Path) -> None:
+    rule = (
+        "\n  podFailurePolicy:\n    rules:\n      - {action: FailIndex, onExitCodes: "
+        "{operator: In, values: [137]}}"
+    )
+    with pytest.raises(WorkloadError, match="FailIndex action needs backoffLimitPerIndex"):
+        load(tmp_path, preempted_job_yaml("completionMode: Indexed", rule))

@@ -44,7 +44,7 @@ def decode_job_progress(raw: bytes, decode_pod: PodDecoder) -> JobProgress | Non
     try:
         doc = msgspec.json.decode(raw)
         meta, spec, status = doc["metadata"], doc.get("spec") or {}, doc.get("status") or {}
-        uid, action, limit, failed, finished = decode_job(raw)
+        uid, action, limit, failed, finished, _ = decode_job(raw)
         counts = JobCounts(
             f"{meta.get('namespace') or 'default'}/{meta['name']}",
             uid,

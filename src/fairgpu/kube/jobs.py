@@ -3,7 +3,8 @@
 The scheduler does not manage Jobs; it reads them for one thing: which Jobs one more evicted
 pod fails (:mod:`~fairgpu.engine.fragile_jobs`) -- those whose pod failure policy counts an
 eviction (:mod:`~fairgpu.model.job_failures`) and whose ``status.failed`` already reached
-``backoffLimit``, or that fail on it at once (``FailJob``). A
+``backoffLimit``, or that fail on it at once (``FailJob``), or whose per-index limits make any
+evicted pod fail it (:func:`~fairgpu.model.job_failures.fails_by_indexes`). A
 :class:`~fairgpu.kube.reflector.Reflector` on ``/apis/batch/v1/jobs`` decodes each Job to a
 :data:`JobRecord`; :class:`JobStore` applies the events on the scheduler loop's thread, and
 each cycle hands :meth:`JobStore.fragile` to the engine.
@@ -24,15 +25,18 @@ from fairgpu.kube.reflector import Reflector, Sink
 from fairgpu.model.job_failures import (
     DEFAULT_BACKOFF_LIMIT,
     PolicyError,
+    count_indexes,
     disruption_action,
+    fails_by_indexes,
     fails_on_next_eviction,
 )
 
 PATH = "/apis/batch/v1/jobs"
 
-#: (uid, action on an evicted pod, backoffLimit, pods failed so far, finished); uid "" when
-#: the object could not be read.
-JobRecord = tuple[str, str, int, int, bool]
+#: (uid, action on an evicted pod, backoffLimit, pods failed so far, finished, whether any
+#: evicted pod fails it through its per-index limits); uid "" when the object could not be
+#: read.
+JobRecord = tuple[str, str, int, int, bool, bool]
 
 
 class _Meta(msgspec.Struct, rename="camel"):
@@ -48,11 +52,14 @@ class _Condition(msgspec.Struct):
 class _Spec(msgspec.Struct, rename="camel"):
     backoff_limit: int | None = None
     pod_failure_policy: Any = None
+    backoff_limit_per_index: int | None = None
+    max_failed_indexes: int | None = None
 
 
-class _Status(msgspec.Struct):
+class _Status(msgspec.Struct, rename="camel"):
     failed: int = 0
     conditions: list[_Condition] = []
+    failed_indexes: str | None = None
 
 
 class _Job(msgspec.Struct):
@@ -69,7 +76,7 @@ def decode_job(raw: bytes) -> JobRecord:
     try:
         job = _decoder.decode(raw)
     except msgspec.DecodeError:
-        return ("", "Count", DEFAULT_BACKOFF_LIMIT, 0, True)
+        return ("", "Count", DEFAULT_BACKOFF_LIMIT, 0, True, False)
     try:
         action = disruption_action(job.spec.pod_failure_policy)
     except PolicyError:
@@ -81,7 +88,12 @@ def decode_job(raw: bytes) -> JobRecord:
         and c.status == "True"
         for c in job.status.conditions
     )
-    return (job.metadata.uid, action, limit, job.status.failed, finished)
+    spec = job.spec
+    failed_indexes = count_indexes(job.status.failed_indexes)
+    by_indexes = fails_by_indexes(
+        action, spec.backoff_limit_per_index, spec.max_failed_indexes, failed_indexes
+    )
+    return (job.metadata.uid, action, limit, job.status.failed, finished, by_indexes)
 
 
 class JobStore:
@@ -116,8 +128,8 @@ class JobStore:
 
 
 def _fragile(record: JobRecord) -> bool:
-    _, action, limit, failed, finished = record
-    return not finished and fails_on_next_eviction(action, limit, failed)
+    _, action, limit, failed, finished, by_indexes = record
+    return not finished and (by_indexes or fails_on_next_eviction(action, limit, failed))
 
 
 def job_reflector(client: Any, sink: Sink) -> Reflector:

@@ -25,7 +25,11 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fairgpu.model.job_failures import fails_on_next_eviction
+from fairgpu.model.job_failures import (
+    fails_by_indexes,
+    fails_on_next_eviction,
+    index_fails_on_eviction,
+)
 from fairgpu.sim.job_backlog import JobAhead, jobs_ahead_in_run
 from fairgpu.sim.jobset_controller import FAIL, RESTART, jobset_action
 from fairgpu.sim.workload import BatchJob, JobSetPolicy, PodArrival
@@ -65,6 +69,13 @@ class JobController:
         self._succeeded: dict[str, int] = {}
         self.failed: dict[str, str] = {}  # Job key -> why it failed
         self._reason: dict[str, str] = {}  # Job key -> its Failed condition's reason
+        # Per-index limits: failures counted per index, indexes failed for good, and what a
+        # failed index changed since the simulator last asked.
+        self._index_failures: dict[str, dict[int, int]] = {}
+        self._failed_indexes: dict[str, set[int]] = {}
+        self._dropped: list[tuple[str, str]] = []
+        self._made: list[PodArrival] = []
+        self.finished_failed: list[str] = []  # Jobs that failed when their last index ended
         # JobSets: policies, restarts counted against maxRestarts, attempts (for names), the
         # pods each Job is made of (copied when it is created again).
         self._jobsets = dict(jobsets or {})
@@ -143,17 +154,27 @@ class JobController:
         if key:
             self._succeeded[key] = self._succeeded.get(key, 0) + 1
             self._fragile = None
+            if self._jobs[key].per_index is not None and self._finished_with_failed_indexes(key):
+                self.finished_failed.append(key)
+        return self._release(key, now)
+
+    def _release(self, key: str, now: float) -> PodArrival | None:
+        """The next pod Job ``key`` creates at ``now`` in a place one of its pods left (None:
+        none left, or its Job failed): a copy of the workload's, created then."""
         later = self._later.get(key)
-        if not later:  # none left, or its Job failed
+        if not later:
             return None
         arrival = later.popleft()
         pod = copy.copy(arrival.pod)
         pod.created = now
         return PodArrival(pod, now, arrival.duration)
 
-    def evicted(self, uids: Iterable[str]) -> list[str]:
-        """Count the evictions of pods ``uids`` against their Jobs; return the Jobs that
-        fail by them (their reason in :attr:`failed`), which then create no more pods."""
+    def evicted(self, uids: Iterable[str], now: float = 0.0) -> list[str]:
+        """Count the evictions of pods ``uids`` at ``now`` against their Jobs; return the
+        Jobs that fail by them (their reason in :attr:`failed`), which then create no more
+        pods. A pod whose index fails for good goes to :meth:`take_dropped` (it does not
+        wait again), and the pod its freed place lets the controller create to
+        :meth:`take_created`."""
         failing = []
         for uid in uids:
             key = self._job_of.get(uid)
@@ -162,10 +183,17 @@ class JobController:
             job = self._jobs[key]
             if job.on_disruption == "Ignore":
                 continue
+            if job.per_index is not None and self._index_evicted(job, uid, now):
+                failing.append(key)
+                continue
+            if job.on_disruption == "FailIndex":
+                continue  # not counted against backoffLimit
             failed = self._failures.get(key, 0)
             self._failures[key] = failed + 1
             self._fragile = None
-            if not fails_on_next_eviction(job.on_disruption, job.backoff_limit, failed):
+            if key in self.failed or not fails_on_next_eviction(
+                job.on_disruption, job.backoff_limit, failed
+            ):
                 continue
             if job.on_disruption == "FailJob":
                 why = "a pod failure policy rule (FailJob) matched an evicted pod"
@@ -177,6 +205,68 @@ class JobController:
             failing.append(key)
         return failing
 
+    def _index_evicted(self, job: BatchJob, uid: str, now: float) -> bool:
+        """The eviction of pod ``uid`` against its index's limit (``backoffLimitPerIndex``):
+        its index fails for good past it, or at once by a ``FailIndex`` rule. True when
+        that fails the Job -- more than ``maxFailedIndexes`` failed, or none left to run."""
+        key, index = job.key, job.pods.index(uid)
+        counts = self._index_failures.setdefault(key, {})
+        done = counts.get(index, 0)
+        if job.on_disruption == "Count":
+            counts[index] = done + 1
+        assert job.per_index is not None
+        if not index_fails_on_eviction(job.on_disruption, job.per_index, done):
+            return False
+        failed = self._failed_indexes.setdefault(key, set())
+        failed.add(index)
+        self._fragile = None
+        why = (
+            f"its index {index} failed for good ({done + 1} eviction(s), more than its "
+            f"backoffLimitPerIndex {job.per_index})"
+            if job.on_disruption == "Count"
+            else f"its index {index} failed for good (a FailIndex rule matched its eviction)"
+        )
+        self._dropped.append((uid, f"Job {key}: {why}"))
+        limit = job.max_failed_indexes
+        if limit is not None and len(failed) > limit:
+            self._fail(
+                key,
+                f"{len(failed)} failed index(es), more than its maxFailedIndexes {limit}",
+                "MaxFailedIndexesExceeded",
+            )
+            return True
+        nxt = self._release(key, now)  # its place goes to the next pod, as a success's
+        if nxt is not None:
+            self._made.append(nxt)
+        return self._finished_with_failed_indexes(key)
+
+    def _finished_with_failed_indexes(self, key: str) -> bool:
+        """Every index of Job ``key`` succeeded or failed, some failed: it fails now
+        (``FailedIndexes``); True if so."""
+        failed = self._failed_indexes.get(key)
+        total = len(self._jobs[key].pods)
+        if not failed or self._succeeded.get(key, 0) + len(failed) < total:
+            return False
+        self._fail(key, f"{len(failed)} of its indexes failed", "FailedIndexes")
+        return True
+
+    def take_finished_failed(self) -> list[str]:
+        """The Jobs that failed since the last call when their last index ended, some of
+        their indexes failed (``FailedIndexes``)."""
+        out, self.finished_failed = self.finished_failed, []
+        return out
+
+    def take_dropped(self) -> list[tuple[str, str]]:
+        """(uid, why) of the evicted pods whose index failed for good since the last call:
+        deleted, not waiting again."""
+        out, self._dropped = self._dropped, []
+        return out
+
+    def take_created(self) -> list[PodArrival]:
+        """The pods created since the last call in the places failed indexes freed."""
+        out, self._made = self._made, []
+        return out
+
     def fragile(self) -> frozenset[str]:
         """The uids of the active Jobs one more evicted pod fails: the scheduler's
         :attr:`~fairgpu.engine.engine.Engine.fragile_jobs`."""
@@ -186,11 +276,19 @@ class JobController:
                 for key, job in self._jobs.items()
                 if job.uid
                 and self.active(key)
-                and fails_on_next_eviction(
-                    job.on_disruption, job.backoff_limit, self._failures.get(key, 0)
+                and (
+                    fails_on_next_eviction(
+                        job.on_disruption, job.backoff_limit, self._failures.get(key, 0)
+                    )
+                    or self._fails_by_its_indexes(job)
                 )
             )
         return self._fragile
+
+    def _fails_by_its_indexes(self, job: BatchJob) -> bool:
+        """:func:`~fairgpu.model.job_failures.fails_by_indexes` for Job ``job``."""
+        failed = len(self._failed_indexes.get(job.key, ()))
+        return fails_by_indexes(job.on_disruption, job.per_index, job.max_failed_indexes, failed)
 
     def ahead(self, present: set[str], now: float) -> list[JobAhead]:
         """The active Jobs as a forecast from ``now`` continues them
@@ -260,6 +358,8 @@ class JobController:
         if not self._later[key]:
             del self._later[key]
         self._failures[key] = self._succeeded[key] = 0
+        self._index_failures.pop(key, None)
+        self._failed_indexes.pop(key, None)
         self.failed.pop(key, None)
         self._reason.pop(key, None)
         self._created[key] = now

@@ -368,7 +368,12 @@ class Simulation:
             if not unsched.resolvable and self.pending.pop(unsched.pod.uid, None) is not None:
                 self._wait(rec, -1)
         # Last: a pod of a failing Job bound or reported in this cycle goes with the rest.
-        for key in self.jobs.evicted(e.pod.uid for e in result.evictions):
+        failing = self.jobs.evicted((e.pod.uid for e in result.evictions), self.now)
+        for uid, why in self.jobs.take_dropped():  # its index failed for good
+            self._delete_pods([uid], why)
+        for arrival in self.jobs.take_created():  # the place it left, to its Job's next pod
+            self._add_arrival(arrival)
+        for key in failing:
             self._job_failed(key)
 
     def _job_failed(self, key: str) -> None:
@@ -406,8 +411,8 @@ class Simulation:
         released = False
         for uid in uids:
             rec = self.records.get(uid)
-            if rec is None or rec.end is not None:
-                continue  # not created yet, or it succeeded
+            if rec is None or rec.end is not None or rec.failed_at is not None:
+                continue  # not created yet, succeeded, or deleted before (its why kept)
             if uid in self.cluster.placements:
                 self._end_run(rec, "deleted")
                 rec.run += 1  # the end scheduled for this run is stale now
@@ -562,6 +567,8 @@ class Simulation:
         created = self.jobs.succeeded(uid, self.now)
         if created is not None:  # its Job's next pod, queued at this instant
             self._add_arrival(created)
+        for key in self.jobs.take_finished_failed():  # its last index ended, some failed
+            self._job_failed(key)
 
     def _release_claims(self, pod: PodInfo, requeue: bool) -> None:
         """The pod stopped: its claims are no longer reserved for it (deallocated when no pod

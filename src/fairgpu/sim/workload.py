@@ -29,7 +29,8 @@ class BatchJob:
     still running ``active_deadline`` seconds after its creation
     (:mod:`fairgpu.sim.job_controller`). ``uid``: the Job's, its pods' controller owner.
     ``jobset``: the key of the JobSet it is a child of ("" for none), ``replicated``: its
-    replicated Job's name there."""
+    replicated Job's name there. ``per_index``: ``backoffLimitPerIndex`` of an Indexed Job
+    (its pods are in index order), with ``max_failed_indexes``."""
 
     key: str
     first: int
@@ -40,6 +41,8 @@ class BatchJob:
     uid: str = ""
     jobset: str = ""
     replicated: str = ""
+    per_index: int | None = None
+    max_failed_indexes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

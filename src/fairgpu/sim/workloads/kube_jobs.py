@@ -18,9 +18,11 @@ against ``backoffLimit`` unless the Job's ``podFailurePolicy`` says what to do w
 disrupted pod (:mod:`~fairgpu.model.job_failures`): with ``backoffLimit: 0`` and no such rule
 the first preemption fails the Job. ``activeDeadlineSeconds`` counts from the Job's creation,
 waiting included: a Job still running (or waiting) then fails (``DeadlineExceeded``). Pods
-never fail by themselves here, so exit-code rules for crashes change nothing. Per-index limits
-(``backoffLimitPerIndex``, ``maxFailedIndexes``) are not replayed: such a Job's evicted pods
-wait again, and its Job-wide ``backoffLimit`` defaults to unlimited, as the API server sets it.
+never fail by themselves here, so exit-code rules for crashes change nothing. An Indexed Job
+may limit failures per index (``backoffLimitPerIndex``; a ``FailIndex`` rule fails the index at
+once): a failed index is not retried, more than ``maxFailedIndexes`` of them fail the Job, and
+a Job whose indexes all succeeded or failed, some failed, fails then (``FailedIndexes``); its
+Job-wide ``backoffLimit`` then defaults to unlimited, as the API server sets it.
 
 The API server's own validation of what this reads is repeated, so a Job it would refuse is
 refused here with the field named (:class:`~fairgpu.sim.workloads.kube_yaml.WorkloadError`).
@@ -67,6 +69,8 @@ class ExpandedJob:
     uid: str = ""
     jobset: str = ""  # the key of the JobSet it is a child of
     replicated: str = ""  # its replicated Job there
+    per_index: int | None = None  # backoffLimitPerIndex
+    max_failed_indexes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,20 +125,45 @@ def expand_job(path: Path, doc: dict[str, Any]) -> ExpandedJob:
     )
     first = total if completions is None else min(parallelism, total)
     limit = _count(spec, "backoffLimit", where)
+    per_index, max_failed = _index_limits(spec, indexed, completions, where)
     if limit is None:
         # As the API server defaults it: with per-index limits the Job-wide one is unlimited.
-        per_index = _count(spec, "backoffLimitPerIndex", where) is not None
-        limit = UNLIMITED_BACKOFF if per_index else DEFAULT_BACKOFF_LIMIT
+        limit = UNLIMITED_BACKOFF if per_index is not None else DEFAULT_BACKOFF_LIMIT
+    action = _disruption_action(spec, where)
+    if action == "FailIndex" and per_index is None:
+        raise JobError(
+            f"{where}: spec.podFailurePolicy: the FailIndex action needs backoffLimitPerIndex"
+        )
     return ExpandedJob(
         f"{namespace}/{name}",
         pods,
         first,
         suspended,
         limit,
-        _disruption_action(spec, where),
+        action,
         _deadline(spec, where),
         uid,
+        per_index=per_index,
+        max_failed_indexes=max_failed,
     )
+
+
+def _index_limits(
+    spec: dict[str, Any], indexed: bool, completions: int | None, where: str
+) -> tuple[int | None, int | None]:
+    """``spec.backoffLimitPerIndex`` and ``spec.maxFailedIndexes``, checked as the API server
+    does: both only for an Indexed Job, the second only with the first and at most
+    ``completions``."""
+    per_index = _count(spec, "backoffLimitPerIndex", where)
+    max_failed = _count(spec, "maxFailedIndexes", where)
+    if per_index is not None and not indexed:
+        raise JobError(f"{where}: spec.backoffLimitPerIndex: requires completionMode Indexed")
+    if max_failed is not None:
+        if per_index is None:
+            raise JobError(f"{where}: spec.maxFailedIndexes: requires backoffLimitPerIndex")
+        if completions is not None and max_failed > completions:
+            raise JobError(f"{where}: spec.maxFailedIndexes: must be at most completions")
+    return per_index, max_failed
 
 
 def _disruption_action(spec: dict[str, Any], where: str) -> str:

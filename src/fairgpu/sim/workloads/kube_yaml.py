@@ -188,6 +188,8 @@ def load_kube_yaml(
             job.uid,
             job.jobset,
             job.replicated,
+            job.per_index,
+            job.max_failed_indexes,
         )
         for at, job in objects.jobs
         if job.pods
