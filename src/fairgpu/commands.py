@@ -417,6 +417,12 @@ QUEUE_COLUMNS = (
 )
 
 
+def aligned(cells: list[list[str]]) -> list[str]:
+    """Rows of cells as kubectl prints them: each column as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    return ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+
+
 def queue_table(rows: list[dict[str, Any]]) -> list[str]:
     """kubectl-style columns (GPU amounts in GPUs; TO-CREATE: pods its Jobs are still to
     create; NOMINAL '-' for no quota; PREEMPTED-1H: its pods preempted in the last hour;
@@ -437,8 +443,7 @@ def queue_table(rows: list[dict[str, Any]]) -> list[str]:
                 for _, k in QUEUE_COLUMNS
             ]
         )
-    widths = [max(len(r[i]) for r in cells) for i in range(len(QUEUE_COLUMNS))]
-    return ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return aligned(cells)
 
 
 # ---- jobs -------------------------------------------------------------------------------------
@@ -511,8 +516,7 @@ def job_table(rows: list[dict[str, Any]]) -> list[str]:
                 for _, k in JOB_COLUMNS
             ]
         )
-    widths = [max(len(r[i]) for r in cells) for i in range(len(JOB_COLUMNS))]
-    return ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return aligned(cells)
 
 
 # ---- what-if ----------------------------------------------------------------------------------
