@@ -16,8 +16,14 @@ from typing import Any
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 KINDS = (
-    "spread", "affinity", "gates", "ports", "mixed", "defaults", "resources", "images", "taints",
-    "preferred", "extended",
+    "spread", "affinity", "gates", "ports", "mixed", "defaults", "stateful", "resources",
+    "images", "taints", "preferred", "extended",
+)  # fmt: skip
+
+#: The labels the StatefulSet controller puts on each of its pods, which its selector never
+#: holds.
+STATEFUL_POD_LABELS = (
+    "statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index", "controller-revision-hash"
 )  # fmt: skip
 
 
@@ -32,7 +38,7 @@ class Case:
     existing: list[dict[str, Any]] = field(default_factory=list)
     incoming: dict[str, Any] = field(default_factory=dict)
     # "defaults" cases: the ReplicaSet owning the pod to place (and some existing pods);
-    # the pods' ownerReferences get its uid once it exists.
+    # "stateful" cases: a StatefulSet; the pods' ownerReferences get its uid once it exists.
     replica_set: dict[str, Any] | None = None
     # "defaults" cases with a Service instead: it selects the (unowned) pods.
     service: dict[str, Any] | None = None
@@ -195,15 +201,25 @@ def _node_affinity(case: Case, rng: random.Random) -> dict[str, Any]:
 
 
 def _owned(case: Case, pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` owned by the case's controller; a StatefulSet's pod also gets the labels its
+    controller puts on each pod (its name, index and revision)."""
+    assert case.replica_set is not None
+    kind = case.replica_set["kind"]
     pod["metadata"]["ownerReferences"] = [
         {
             "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "name": f"{case.cid}-rs",
+            "kind": kind,
+            "name": case.replica_set["metadata"]["name"],
             "uid": "",
             "controller": True,
         }
     ]
+    if kind == "StatefulSet":
+        name = pod["metadata"]["name"]
+        index = str(sum(map(ord, name)) % 7)
+        revision = f"{case.cid}-{'ab'[len(name) % 2]}"
+        per_pod = dict(zip(STATEFUL_POD_LABELS, (name, index, revision), strict=True))
+        pod["metadata"]["labels"].update(per_pod)
     return pod
 
 
@@ -232,15 +248,21 @@ def _replica_set(case: Case, selector: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _defaults_case(case: Case, rng: random.Random, service: bool) -> None:
+def _defaults_case(case: Case, rng: random.Random, service: bool, stateful: bool = False) -> None:
     """A ReplicaSet's pod without constraints of its own: kube's system default spread
     constraints (hostname maxSkew 3, zone maxSkew 5, ScheduleAnyway) score its nodes. With
-    ``service``, no ReplicaSet: a Service selects the pods, which gives them the same."""
+    ``service``, no ReplicaSet: a Service selects the pods, which gives them the same; with
+    ``stateful`` a StatefulSet owns them, each pod labelled with its own name, index and
+    revision, which the StatefulSet's selector leaves out."""
     selector = {"app": "web", "case": case.cid}
     if service:
         case.service = _service(case, selector)
     else:
         case.replica_set = _replica_set(case, selector)
+        if stateful:
+            case.replica_set.update(kind="StatefulSet")
+            case.replica_set["metadata"]["name"] = f"{case.cid}-sts"
+            case.replica_set["spec"]["serviceName"] = f"{case.cid}-sts"
     for k in range(rng.randint(0, 9)):
         node = rng.choice(case.nodes)["name"]
         owned = rng.random() < 0.8
@@ -625,8 +647,10 @@ def make_case(i: int, kind: str, rng: random.Random, service: bool = False) -> C
     ``service`` has a Service select its pods instead of a ReplicaSet owning them."""
     case = Case(f"c{i:03d}", kind)
     _nodes(case, rng)
-    if kind == "defaults":
-        _defaults_case(case, rng, service=service)
+    if kind in ("defaults", "stateful"):
+        _defaults_case(
+            case, rng, service=service and kind == "defaults", stateful=kind == "stateful"
+        )
         return case
     whole = OWN_CASES.get(kind)
     if whole is not None:
@@ -659,7 +683,7 @@ def make_cases(count: int, seed: int = 16) -> list[Case]:
     rng = random.Random(seed)
     kinds = [
         "spread", "spread", "affinity", "affinity", "ports", "gates", "mixed", "defaults",
-        "resources", "images", "taints", "preferred", "extended",
+        "stateful", "resources", "images", "taints", "preferred", "extended",
     ]  # fmt: skip
     # Every other "defaults" case has a Service.
     return [

@@ -105,10 +105,12 @@ def _write_statuses(client: KubeClient, case: Case) -> None:
 
 
 def _create_replica_set(client: KubeClient, case: Case) -> None:
-    """Create the case's ReplicaSet (if any) and give its uid to the pods it owns."""
+    """Create the case's ReplicaSet or StatefulSet (if any) and give its uid to the pods it
+    owns."""
     if case.replica_set is None:
         return
-    rs = client.post(f"/apis/apps/v1/namespaces/{case.main_ns}/replicasets", case.replica_set)
+    plural = "statefulsets" if case.replica_set["kind"] == "StatefulSet" else "replicasets"
+    rs = client.post(f"/apis/apps/v1/namespaces/{case.main_ns}/{plural}", case.replica_set)
     for pod in [*case.existing, case.incoming]:
         for ref in pod["metadata"].get("ownerReferences", []):
             ref["uid"] = rs["metadata"]["uid"]
@@ -239,6 +241,9 @@ def test_fairgpu_agrees_with_kube_scheduler(control_plane: ControlPlane, tmp_pat
     assert top_scored == bound, f"{summary}\n" + "\n".join(off_top)
     assert per_kind["defaults"][2] >= 5, summary
     assert per_kind["defaults/service"][2] >= 5, summary
+    # A StatefulSet's pods spread over its other pods (not over each pod alone, by its own
+    # name label): the scores decide most of those cases, as for a ReplicaSet's.
+    assert per_kind["stateful"][2] >= max(5, 0.6 * per_kind["stateful"][1]), summary
     # ... as do the requests added up every way and the images the nodes have.
     assert per_kind["resources"][2] >= 5, summary
     assert per_kind["images"][2] >= 5, summary

@@ -219,6 +219,27 @@ def test_system_default_constraints_apply_to_controller_pods_only() -> None:
         PodTopologySpread(default_constraints=[{"topologyKey": "", "maxSkew": 1}])
 
 
+def test_a_statefulsets_pods_spread_over_its_other_pods_not_their_own_names() -> None:
+    """A StatefulSet's pods carry labels of their own (name, index, revision) that its
+    selector never holds: the default spreading counts its other pods -- vllm-0 on n1 makes
+    n2 the better node for vllm-1 -- not only pods with vllm-1's own name (none)."""
+
+    def replica(i: int, revision: str) -> Any:
+        labels = {
+            "app": "vllm",
+            "statefulset.kubernetes.io/pod-name": f"vllm-{i}",
+            "apps.kubernetes.io/pod-index": str(i),
+            "controller-revision-hash": revision,
+        }
+        pod = k8s_pod(f"vllm-{i}", labels=labels)
+        pod.owner_kind = "StatefulSet"
+        return pod
+
+    state = cluster(*zones("a", "a"), placed=[(replica(0, "rev-1"), "n1")])
+    scores = _scores(replica(1, "rev-2"), state)
+    assert scores[1] > scores[0]
+
+
 def test_default_constraints_apply_to_a_bare_pod_a_service_selects() -> None:
     front = {"app": "web", "tier": "front"}
     placed = [(web("w1"), "n1"), (k8s_pod("w2", labels=front), "n2")]

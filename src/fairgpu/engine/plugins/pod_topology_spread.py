@@ -18,7 +18,8 @@ kube-scheduler 1.34's rules, vectorised over node slots:
   selects it or it belongs to a ReplicaSet, StatefulSet or ReplicationController. Their
   selector is kube's ``DefaultSelector``: the selectors of every Service selecting the pod
   (``ClusterState.service_selectors``), merged with the controller's selector, which is
-  taken to be the pod's own labels (controllers select their pods by the template labels).
+  taken to be the pod's own labels (controllers select their pods by the template labels)
+  less those a StatefulSet's controller puts on each pod (:data:`STATEFUL_POD_LABELS`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ SKEW = "node(s) didn't match pod topology spread constraints"
 # ReplicaSet owns them).
 DEFAULT_OWNER_KINDS = frozenset(
     {"ReplicaSet", "StatefulSet", "ReplicationController", "Deployment"}
+)
+#: The labels the StatefulSet controller puts on each of its pods (its name, index and
+#: revision): the pod's own, never its StatefulSet's selector, so the default spreading of
+#: a StatefulSet's pods counts its other pods too.
+STATEFUL_POD_LABELS = (
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+    "controller-revision-hash",
 )
 SYSTEM_DEFAULTS = (
     {"topologyKey": HOSTNAME, "maxSkew": 3},
@@ -106,6 +115,9 @@ def default_selector(pod: PodInfo, cluster: ClusterState) -> LabelSelector | Non
             merged.update(selector)
     if pod.owner_kind in DEFAULT_OWNER_KINDS:
         merged.update(pod.labels)
+        if pod.owner_kind == "StatefulSet":  # labels of this one pod, never in its selector
+            for key in STATEFUL_POD_LABELS:
+                merged.pop(key, None)
     return LabelSelector(tuple(sorted(merged.items()))) if merged else None
 
 
