@@ -7,6 +7,7 @@ from typing import Any
 
 from fairgpu.kube.cache import decode_pod
 from fairgpu.kube.job_progress import decode_job_progress, jobs_ahead
+from fairgpu.kube.jobs import decode_job
 from fairgpu.model.pod import PodInfo
 from tests.builders import cluster, node_info, pod_info
 
@@ -36,7 +37,8 @@ def ours(raw: bytes) -> PodInfo | None:
 
 
 def decode(doc: dict[str, Any]) -> Any:
-    return decode_job_progress(json.dumps(doc).encode(), ours)
+    raw = json.dumps(doc).encode()
+    return decode_job_progress(raw, decode_job(raw), ours)
 
 
 def test_counts_and_template_of_a_job() -> None:
@@ -62,7 +64,7 @@ def test_suspended_finished_foreign_and_unreadable_jobs() -> None:
     deleted["metadata"]["deletionTimestamp"] = "2026-11-30T07:00:00Z"
     assert decode(deleted) is None
     assert decode(job_json(template=template("default-scheduler"))) is None
-    assert decode_job_progress(b"not json", ours) is None
+    assert decode_job_progress(b"not json", decode_job(b"not json"), ours) is None
     assert decode({"metadata": {"uid": "x"}}) is None  # no name
     bad = decode(job_json(template=template(gpus="lots")))
     assert bad is not None and bad[1] is None  # counted, but no stand-in pod
@@ -100,4 +102,4 @@ def test_malformed_jobs_are_left_out_never_an_error() -> None:
         assert got is not None
     assert decode({"metadata": "x", "spec": {}, "status": {}}) is None
     assert decode({"metadata": {"name": "j", "uid": "u"}, "spec": [], "status": 3}) is None
-    assert decode_job_progress(b"[]", ours) is None
+    assert decode_job_progress(b"[]", decode_job(b"[]"), ours) is None

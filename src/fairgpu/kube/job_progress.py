@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from fairgpu.cluster.state import ClusterState
-from fairgpu.kube.jobs import decode_job
+from fairgpu.kube.jobs import JobRecord
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.job_backlog import JobAhead, JobCounts, job_ahead
 from fairgpu.sim.workloads.kube_jobs import job_pod_document
@@ -37,14 +37,17 @@ JobProgress = tuple[JobCounts, PodInfo | None]
 PodDecoder = Callable[[bytes], PodInfo | None]
 
 
-def decode_job_progress(raw: bytes, decode_pod: PodDecoder) -> JobProgress | None:
-    """One Job's counts and template (see the module docstring); None when the Job cannot
+def decode_job_progress(
+    raw: bytes, record: JobRecord, decode_pod: PodDecoder
+) -> JobProgress | None:
+    """One Job's counts and template (see the module docstring), ``record`` being what
+    :func:`~fairgpu.kube.jobs.decode_job` read of the same JSON; None when the Job cannot
     be read, creates no more pods (most Jobs kept in a cluster have finished: their
     templates are not decoded) or its pods are another scheduler's."""
+    uid, action, limit, failed, finished, _ = record
     try:
         doc = msgspec.json.decode(raw)
         meta, spec, status = doc["metadata"], doc.get("spec") or {}, doc.get("status") or {}
-        uid, action, limit, failed, finished, _ = decode_job(raw)
         counts = JobCounts(
             f"{meta.get('namespace') or 'default'}/{meta['name']}",
             uid,

@@ -241,11 +241,20 @@ def jobs_in_run(
     "simulated_run", "jobs"}``."""
     from fairgpu.kube.explain import job_rows
 
+    snapshot, head = _at_instant(directory, at, forecast_budget)
+    return {**head, "jobs": job_rows(snapshot, namespace)}
+
+
+def _at_instant(
+    directory: Path, at: float | None, forecast_budget: float
+) -> tuple[ReplaySnapshot, dict[str, Any]]:
+    """The run recorded in ``directory`` replayed to ``at`` (default: :func:`busiest_instant`)
+    and the head of an answer about it: ``{"simulated_run", "at", "at_label"}``."""
     if not (directory / "pods.csv").is_file():
         raise ValueError(f"{directory / 'pods.csv'}: no such file")
     when = busiest_instant(directory) if at is None else at
-    rows = job_rows(replay_snapshot(directory, when, forecast_budget), namespace)
-    return {"simulated_run": str(directory), "at": when, "at_label": sim_label(when), "jobs": rows}
+    head = {"simulated_run": str(directory), "at": when, "at_label": sim_label(when)}
+    return replay_snapshot(directory, when, forecast_budget), head
 
 
 def queues_in_run(
@@ -256,13 +265,5 @@ def queues_in_run(
     "simulated_run", "queues"}``."""
     from fairgpu.kube.explain import queue_rows
 
-    if not (directory / "pods.csv").is_file():
-        raise ValueError(f"{directory / 'pods.csv'}: no such file")
-    when = busiest_instant(directory) if at is None else at
-    rows = queue_rows(replay_snapshot(directory, when, forecast_budget))
-    return {
-        "simulated_run": str(directory),
-        "at": when,
-        "at_label": sim_label(when),
-        "queues": rows,
-    }
+    snapshot, head = _at_instant(directory, at, forecast_budget)
+    return {**head, "queues": queue_rows(snapshot)}

@@ -218,9 +218,11 @@ def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
         def template(raw: bytes) -> PodInfo | None:
             return decode_pod(raw, sched, names, pools).info
 
-        jobs = list_objects(
-            client, JOBS_PATH, lambda raw: (decode_job(raw), decode_job_progress(raw, template))
-        )
+        def job(raw: bytes) -> tuple[JobRecord, JobProgress | None]:
+            record = decode_job(raw)
+            return record, decode_job_progress(raw, record, template)
+
+        jobs = list_objects(client, JOBS_PATH, job)
         snapshot.jobs = [record for record, _ in jobs]
         snapshot.job_progress = [progress for _, progress in jobs if progress is not None]
     return snapshot

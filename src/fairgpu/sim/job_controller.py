@@ -19,7 +19,6 @@ recreates its JobSet's Jobs (:meth:`after_failure`, :mod:`fairgpu.sim.jobset_con
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -164,10 +163,7 @@ class JobController:
         later = self._later.get(key)
         if not later:
             return None
-        arrival = later.popleft()
-        pod = copy.copy(arrival.pod)
-        pod.created = now
-        return PodArrival(pod, now, arrival.duration)
+        return later.popleft().made_at(now)
 
     def evicted(self, uids: Iterable[str], now: float = 0.0) -> list[str]:
         """Count the evictions of pods ``uids`` at ``now`` against their Jobs; return the

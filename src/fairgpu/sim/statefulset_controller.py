@@ -10,7 +10,6 @@ lower one went away). A pod counts as ready when it starts (no readiness probe i
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Iterable, Sequence
 
@@ -44,8 +43,4 @@ class OrderedCreation:
         created already): a copy of the workload's, created and arriving at ``now``, so the
         workload is left as it was for another run."""
         arrival = self._next.pop(uid, None)
-        if arrival is None:
-            return None
-        pod = copy.copy(arrival.pod)
-        pod.created = now
-        return PodArrival(pod, now, arrival.duration)
+        return None if arrival is None else arrival.made_at(now)

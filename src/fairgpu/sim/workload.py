@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,13 @@ class PodArrival:
     pod: PodInfo
     arrival: float = 0.0
     duration: float | None = None
+
+    def made_at(self, now: float) -> PodArrival:
+        """This pod as a controller creates it at ``now`` in a run: a copy, created and
+        arriving then, so the workload itself is left as it was for another run."""
+        pod = copy.copy(self.pod)
+        pod.created = now
+        return PodArrival(pod, now, self.duration)
 
 
 @dataclass(frozen=True, slots=True)
