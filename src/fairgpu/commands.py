@@ -268,6 +268,14 @@ def _job_line(r: dict[str, Any]) -> list[str]:
         f"{job['pods_in_cluster']} pod(s) in the cluster, {job['pods_to_create']} still to be "
         "created"
     )
+    deadline = f" (deadline {job['deadline']})" if job.get("deadline") else ""
+    failure = job.get("predicted_failure")
+    if failure:
+        return [
+            f"{progress}; predicted to FAIL {failure['at']} (in {_in(failure['in_seconds'])}), "
+            f"{failure['succeeded_by_then']} of {job['completions']} completions succeeded by "
+            f"then: {failure['why']}"
+        ]
     if job["predicted_end"] is None:
         why = _unknown(
             r, job["forecast_out_of_budget"], "some of its pods wait on run times nobody declared"
@@ -275,7 +283,7 @@ def _job_line(r: dict[str, Any]) -> list[str]:
         return [f"{progress}; its end: unknown: {why}"]
     return [
         f"{progress}; predicted to end {job['predicted_end']} "
-        f"(in {_in(job['predicted_end_in_seconds'])}), if pods run as declared"
+        f"(in {_in(job['predicted_end_in_seconds'])}){deadline}, if pods run as declared"
     ]
 
 
@@ -295,6 +303,10 @@ def _predicted_line(r: dict[str, Any]) -> str:
     """When the pod is predicted to start, and what the scheduler's own forecast said."""
     theirs = r.get("scheduler_predicted_start")
     said = f" (the scheduler's forecast: {theirs})" if theirs else ""
+    if r.get("predicted_deleted"):
+        return (
+            f"Predicted start: none: it is predicted to be deleted first: {r['predicted_deleted']}"
+        )
     if r.get("predicted_start") is None:
         why = _unknown(
             r,
@@ -498,8 +510,8 @@ JOB_COLUMNS = (
 
 def job_table(rows: list[dict[str, Any]]) -> list[str]:
     """kubectl-style columns (SUCCEEDED: of its completions; ENDS: when its last pod is
-    predicted to end, 'unknown' when the forecast could not tell), or a line saying there
-    is no such Job."""
+    predicted to end, 'FAILS <when> (<reason>)' when it is predicted to fail first,
+    'unknown' when the forecast could not tell), or a line saying there is no such Job."""
     if not rows:
         return ["No Job is running or waiting to run."]
     cells = [[h for h, _ in JOB_COLUMNS]]
@@ -508,6 +520,8 @@ def job_table(rows: list[dict[str, Any]]) -> list[str]:
             [
                 f"{row['succeeded']}/{row['completions']}"
                 if k == "succeeded"
+                else _fails(row["predicted_failure"])
+                if k == "predicted_end" and row["predicted_failure"]
                 else "unknown"
                 if k == "predicted_end" and not row["end_known"]
                 else "-"
@@ -517,6 +531,11 @@ def job_table(rows: list[dict[str, Any]]) -> list[str]:
             ]
         )
     return aligned(cells)
+
+
+def _fails(failure: dict[str, Any]) -> str:
+    """A Job's predicted failure in the ENDS column."""
+    return f"FAILS {failure['at']} ({failure['reason']})"
 
 
 # ---- what-if ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from fairgpu.kube.cache import decode_pod
@@ -103,3 +104,15 @@ def test_malformed_jobs_are_left_out_never_an_error() -> None:
     assert decode({"metadata": "x", "spec": {}, "status": {}}) is None
     assert decode({"metadata": {"name": "j", "uid": "u"}, "spec": [], "status": 3}) is None
     assert decode_job_progress(b"[]", decode_job(b"[]"), ours) is None
+
+
+def test_the_deadline_and_the_start_it_counts_from() -> None:
+    got = decode(job_json(activeDeadlineSeconds=3600, status={"startTime": "2026-11-30T07:00:00Z"}))
+    assert got is not None
+    counts = got[0]
+    assert (
+        counts.active_deadline == 3600
+        and counts.started == datetime(2026, 11, 30, 7, tzinfo=UTC).timestamp()
+    )
+    plain = decode(job_json())
+    assert plain is not None and (plain[0].active_deadline, plain[0].started) == (None, None)

@@ -287,6 +287,19 @@ def test_answers_count_the_pods_a_job_is_still_to_create(
             assert (listed["job"], listed["queue"], listed["running"]) == (f"{ns}/train", "a", 1)
             assert listed["pods_to_create"] == 2
             assert listed["predicted_end_in_seconds"] in three_hours, listed
+            assert listed["deadline"] is None and listed["predicted_failure"] is None
+
+            # A deadline of 2.5 h, counted from the start the Job controller recorded,
+            # comes before the third pod ends: the Job is predicted to fail then, and
+            # ``eval`` to start when its pod is deleted.
+            admin.patch(f"{JOBS.format(ns=ns)}/train", {"spec": {"activeDeadlineSeconds": 9000}})
+            deadline = range(9000 - 300, 9000 + 1)
+            (listed,) = ask("jobs", "-n", ns)
+            failure = listed["predicted_failure"]
+            assert failure is not None and failure["reason"] == "DeadlineExceeded", listed
+            assert failure["in_seconds"] in deadline and failure["succeeded_by_then"] == 2
+            assert listed["predicted_end"] is None and listed["deadline"] == failure["at"]
+            assert ask("explain", f"{ns}/eval")["predicted_in_seconds"] in deadline
         finally:
             drop_jobs(admin, ns)
 

@@ -148,3 +148,71 @@ def test_a_job_created_later_in_the_run_is_not_ahead_yet() -> None:
     upto.run()
     assert upto.jobs.ahead(set(upto.cluster.pods) | set(upto.pending), 100.0) == []
     assert len(upto.jobs.ahead(set(), 500.0)) == 1
+
+
+def test_a_jobs_deadline_counts_from_its_start_and_one_already_past_is_now() -> None:
+    pod = _job_pod("train-0", 0.0)
+    ahead = job_ahead(_counts(active_deadline=1000.0, started=50.0), [pod], None, 100.0, _300)
+    assert ahead is not None
+    assert (ahead.job.active_deadline, ahead.job.created) == (1000.0, 50.0)
+    past = job_ahead(_counts(active_deadline=60.0, started=0.0), [pod], None, 100.0, _300)
+    assert past is not None and past.job.created == 40.0  # its deadline: now, not before
+    unset = job_ahead(_counts(active_deadline=60.0), [pod], None, 100.0, _300)
+    assert unset is not None and unset.job.created == 100.0
+    assert job_ahead(_counts(), [pod], None, 100.0, _300).job.created is None  # type: ignore[union-attr]
+
+
+def test_a_job_past_its_deadline_is_predicted_to_fail_then() -> None:
+    """3 completions of 300 s, one at a time, started at 0 with activeDeadlineSeconds 700:
+    the third pod still runs at 700 s, so the Job is predicted to fail then
+    (DeadlineExceeded, 2 completions by then) and has no end; ``eval`` behind it starts
+    when the controller deletes that pod, not at 900 s."""
+    running = _job_pod("train-0", 0.0)
+    state = cluster(node_info("n0", gpus=1), placed=[(running, "n0", 0.0)])
+    low = pod_info("eval", gpus=1, duration=60.0, created=50.0, priority=0)
+    engine = Engine(seed=0)
+    counts = _counts(active_deadline=700.0, started=0.0)
+    ahead = job_ahead(counts, [running], None, 100.0, _300)
+    assert ahead is not None
+    got = forecast(state, engine, [low], 100.0, _runtimes(engine), jobs=[ahead], job_ends=True)
+    assert got.job_ends == {}
+    failure = got.job_failures["default/train"]
+    assert (failure.at, failure.reason, failure.succeeded) == (700.0, "DeadlineExceeded", 2)
+    assert got.start(low.uid) == 700.0 and got.job_drains["default/train"] == 700.0
+
+
+def test_a_pending_pod_of_a_job_failing_first_is_predicted_deleted_not_unknown() -> None:
+    """parallelism 2 on one GPU: train-1 waits behind train-0 (300 s); the deadline at 200 s
+    comes first, so train-1 is never started: the forecast says it is deleted, and is
+    complete without running to its horizon."""
+    running = _job_pod("train-0", 0.0)
+    waiting = _job_pod("train-1", 0.0)
+    state = cluster(node_info("n0", gpus=1), placed=[(running, "n0", 0.0)])
+    engine = Engine(seed=0)
+    ahead = job_ahead(
+        _counts(2, 2, active_deadline=200.0, started=0.0), [running, waiting], None, 100.0, _300
+    )
+    assert ahead is not None and ahead.future == ()
+    got = forecast(state, engine, [waiting], 100.0, _runtimes(engine), jobs=[ahead], job_ends=True)
+    assert got.start(waiting.uid) is None and got.complete
+    assert "activeDeadlineSeconds" in got.deleted[waiting.uid]
+    assert got.simulated_to == 200.0
+
+
+def test_a_runs_job_keeps_its_deadline_in_forecasts_from_the_run() -> None:
+    """A replayed Job of four 300 s pods one at a time, activeDeadlineSeconds 1000: the run
+    fails it at 1 000 s; the forecast from its controller at 450 s says so too."""
+    pods = [_job_pod(f"train-{i}", 0.0) for i in range(4)]
+    job = BatchJob("default/train", 1, tuple(p.uid for p in pods), active_deadline=1000.0)
+    arrivals = [PodArrival(p, 0.0, 300.0) for p in pods]
+    wl = Workload("w", [node_info("n0", gpus=1)], arrivals, jobs=[job])
+    truth = Simulation(wl, Engine(seed=0)).run()
+    assert truth.failed_jobs["default/train"][0] == 1000.0
+
+    upto = Simulation(wl, Engine(seed=0), until=450.0)
+    upto.run()
+    (ahead,) = upto.jobs.ahead(set(upto.cluster.pods) | set(upto.pending), 450.0)
+    assert (ahead.job.active_deadline, ahead.job.created) == (1000.0, 0.0)
+    engine = Engine(seed=0)
+    got = forecast(upto.cluster, engine, [], 450.0, _runtimes(engine), jobs=[ahead], job_ends=True)
+    assert got.job_failures["default/train"].at == 1000.0 and got.job_ends == {}

@@ -546,7 +546,7 @@ def test_a_job_past_its_active_deadline_fails_waiting_included(tmp_path: Path) -
         "quick", "completions: 1, activeDeadlineSeconds: 99999", gpus=8, duration=60, arrival=20
     )
     result = simulate(load(tmp_path, text))
-    why = "Job team-a/late failed: it was still active 900 s after its creation"
+    why = "Job team-a/late failed: it was still active 900 s after it started"
     assert result.failed_jobs["team-a/late"][0] == 910.0
     assert result.failed_jobs["team-a/late"][1].startswith(why)
     assert "team-a/quick" not in result.failed_jobs

@@ -451,3 +451,34 @@ def test_a_pod_that_fits_nowhere_is_not_said_to_wait_on_run_times(tmp_path: Path
         "Predicted start: unknown: it fits on no node, even an empty one "
         "(see 'Even on empty nodes')"
     ) in said.output
+
+
+def test_answers_in_a_run_say_a_job_misses_its_deadline(tmp_path: Path) -> None:
+    """The same Job with activeDeadlineSeconds 1500: its third pod still runs then, so the
+    run fails it at 1 500 s. Asked at 300 s, ``explain`` and ``jobs`` predict that failure
+    (with 2 of 3 completions) instead of an end, and ``eval`` starts at 1 500 s."""
+    workload = tmp_path / "workload.yaml"
+    timed = JOB_RUN.replace(
+        "  parallelism: 1\n", "  parallelism: 1\n  activeDeadlineSeconds: 1500\n"
+    )
+    workload.write_text(NODE + timed + pod("eval", 100, 60))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    at = ["--run", str(out), "--at", "300"]
+
+    running = runner.invoke(app, ["explain", "team-a/train-0", *at])
+    assert (
+        "predicted to FAIL t=1500 s (in 20m), 2 of 3 completions succeeded by then: it was "
+        "still active 1500 s after it started (activeDeadlineSeconds; DeadlineExceeded)"
+    ) in running.output, running.output
+    waiting = runner.invoke(app, ["explain", "team-a/eval", *at])
+    assert "Predicted start: t=1500 s (in 20m)" in waiting.output, waiting.output
+    assert "In the run: started at t=1500 s" in waiting.output
+
+    listed = runner.invoke(app, ["jobs", *at])
+    row_line = listed.output.splitlines()[2]
+    assert row_line.endswith("   2           FAILS t=1500 s (DeadlineExceeded)"), row_line
+    (row,) = json.loads(runner.invoke(app, ["jobs", *at, "-o", "json"]).output)["jobs"]
+    assert row["predicted_end"] is None and row["deadline"] == "t=1500 s"
+    assert row["predicted_failure"]["reason"] == "DeadlineExceeded"

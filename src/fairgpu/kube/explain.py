@@ -51,7 +51,7 @@ from fairgpu.kube.reporter import PREDICTED_START
 from fairgpu.kube.snapshot import Snapshot
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import PodInfo
-from fairgpu.sim.forecast import Forecast, forecast
+from fairgpu.sim.forecast import Forecast, JobFailure, forecast
 from fairgpu.sim.job_backlog import JobAhead
 from fairgpu.sim.learner import Runtimes
 from fairgpu.tenancy.config import DIM_GPU
@@ -178,7 +178,8 @@ def job_rows(snapshot: Snapshot, namespace: str | None = None) -> list[dict[str,
     """One row per batch/v1 Job still running or to run (of ``namespace``, or all), sorted
     by key: its queue, completions and those succeeded, its pods running and pending, those
     still to be created (:mod:`fairgpu.sim.job_backlog`), and when its last pod is predicted
-    to end (``predicted_end``; None with ``end_known`` False: the forecast could not see it
+    to end (``predicted_end``) or it to fail (``predicted_failure``, e.g. at its
+    ``activeDeadlineSeconds``; ``end_known`` False: neither, the forecast could not see it
     through)."""
     cache, engine = snapshot.build()
     ahead = [
@@ -199,7 +200,7 @@ def job_rows(snapshot: Snapshot, namespace: str | None = None) -> list[dict[str,
         row["queue"] = engine.tenant(model).queue if model is not None else None
         row["running"] = sum(1 for u in job.existing if u in cache.cluster.placements)
         row["pending"] = len(job.existing) - row["running"]
-        row["end_known"] = row["predicted_end"] is not None
+        row["end_known"] = row["predicted_end"] is not None or bool(row["predicted_failure"])
         rows.append(row)
     return rows
 
@@ -226,6 +227,8 @@ def job_progress(snapshot: Snapshot, ahead: JobAhead, predicted: Forecast | None
     """How far a pod's Job is and when it is predicted to end (``predicted``: a forecast
     that followed Jobs to their end; None: not asked)."""
     end = None if predicted is None else predicted.job_ends.get(ahead.job.key)
+    fails = None if predicted is None else predicted.job_failures.get(ahead.job.key)
+    deadline = ahead.job.active_deadline
     return {
         "job": ahead.job.key,
         "completions": ahead.completions,
@@ -234,7 +237,25 @@ def job_progress(snapshot: Snapshot, ahead: JobAhead, predicted: Forecast | None
         "pods_to_create": len(ahead.future),
         "predicted_end": None if end is None else snapshot.label(end),
         "predicted_end_in_seconds": None if end is None else round(end - snapshot.now),
+        "deadline": (
+            None
+            if deadline is None or ahead.job.created is None
+            else snapshot.label(ahead.job.created + deadline)
+        ),
+        "predicted_failure": None if fails is None else _failure(snapshot, ahead, fails),
         "forecast_out_of_budget": None if predicted is None else predicted.out_of_budget,
+    }
+
+
+def _failure(snapshot: Snapshot, ahead: JobAhead, fails: JobFailure) -> dict[str, Any]:
+    """A Job predicted to fail, in a report: when, its Failed condition's reason, why, and
+    how many of its completions will have succeeded by then."""
+    return {
+        "at": snapshot.label(fails.at),
+        "in_seconds": round(fails.at - snapshot.now),
+        "reason": fails.reason,
+        "why": fails.why,
+        "succeeded_by_then": ahead.succeeded + fails.succeeded,
     }
 
 
@@ -255,6 +276,7 @@ def predicted_start(
     t = forecast.start(uid)
     return {
         "predicted_start": None if t is None else label(t),
+        "predicted_deleted": forecast.deleted.get(uid),
         "predicted_in_seconds": None if t is None else round(t - forecast.now),
         "forecast_complete": forecast.complete,
         "forecast_out_of_budget": forecast.out_of_budget,

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from fairgpu.cluster.state import ClusterState
+from fairgpu.kube.decode import parse_time
 from fairgpu.kube.jobs import JobRecord
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.job_backlog import JobAhead, JobCounts, job_ahead
@@ -61,6 +62,9 @@ def decode_job_progress(
             # (``finished``: a Job deleted with the default orphan policy keeps its object
             # until the garbage collector has orphaned its pods).
             finished or spec.get("suspend") is True,
+            _count(spec.get("activeDeadlineSeconds")),
+            # The controller counts the deadline from the start it recorded.
+            parse_time(status.get("startTime")),
         )
         if not uid or counts.done:
             return None

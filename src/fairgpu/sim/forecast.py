@@ -43,6 +43,7 @@ from fairgpu.sim.workload import PodArrival, Workload
 __all__ = [
     "DEFAULT_HORIZON",
     "Forecast",
+    "JobFailure",
     "PredictionSample",
     "carry_state",
     "forecast",
@@ -75,12 +76,25 @@ FutureSource = Callable[[float, float], Sequence[PodArrival]]
 TERMINATING_GRACE = 30.0
 
 
+@dataclass(frozen=True, slots=True)
+class JobFailure:
+    """A Job predicted to fail ``at`` (``reason``: its Failed condition's, e.g.
+    ``DeadlineExceeded``; ``why`` for people), ``succeeded`` more of its pods having
+    succeeded in the forecast by then."""
+
+    at: float
+    reason: str
+    why: str
+    succeeded: int
+
+
 @dataclass(slots=True)
 class Forecast:
     """Predicted starts (``uid`` -> time on the clock of ``now``) of the pending pods asked.
 
-    ``complete``: every pod asked got a start. ``out_of_budget``: the wall-clock budget ran out
-    first. ``simulated_to``: the simulated time reached.
+    ``complete``: every pod asked got a start, or is predicted to be deleted first
+    (:attr:`deleted`). ``out_of_budget``: the wall-clock budget ran out first.
+    ``simulated_to``: the simulated time reached.
     """
 
     now: float
@@ -94,8 +108,13 @@ class Forecast:
     # Job key -> when its last pod is predicted to end (asked with ``job_ends``); a Job the
     # forecast did not see through has none.
     job_ends: dict[str, float] = field(default_factory=dict)
-    # Job key -> when the last of its pods starts (its backlog drains), beside its end.
+    # Job key -> when the last of its pods starts (its backlog drains), beside its end; for
+    # a Job predicted to fail, when it fails (its pods still to come are never created).
     job_drains: dict[str, float] = field(default_factory=dict)
+    # Job key -> how a Job the forecast followed is predicted to fail (it has no end then).
+    job_failures: dict[str, JobFailure] = field(default_factory=dict)
+    # uid -> why a pod asked is predicted to be deleted before it starts (its Job failed).
+    deleted: dict[str, str] = field(default_factory=dict)
 
     def start(self, uid: str) -> float | None:
         """The pod's predicted start, or None when the forecast could not tell."""
@@ -209,6 +228,9 @@ def forecast(
             assert start is not None
             result.starts[uid] = start
             waiting.discard(uid)
+        for uid in [u for u in waiting if run.records[u].failed_at is not None]:
+            result.deleted[uid] = run.records[uid].reason  # its Job failed first
+            waiting.discard(uid)
         for key in [k for k, uids in unfinished.items() if _ended(run, uids, result, k)]:
             del unfinished[key]
         if not waiting and not unfinished:
@@ -236,8 +258,13 @@ def forecast(
 
 def _ended(run: Simulation, uids: Sequence[str], result: Forecast, key: str) -> bool:
     """Whether Job ``key`` is over in ``run``: every pod of it (``uids``) completed -- its
-    end and its last start go to ``result`` -- or it failed."""
+    end and its last start go to ``result`` -- or it failed (how, to ``result``)."""
     if key in run.jobs.failed:
+        at, why = run.failed_jobs.get(key, (run.now, run.jobs.failed[key]))
+        why = why.removeprefix(f"Job {key} failed: ")
+        reason, succeeded = run.jobs.reason(key), run.jobs.succeeded_count(key)
+        result.job_failures[key] = JobFailure(at, reason, why, succeeded)
+        result.job_drains[key] = at
         return True
     ends, starts = [], []
     for uid in uids:

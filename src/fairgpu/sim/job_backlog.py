@@ -10,9 +10,10 @@ continues it: its pods in the cluster now, then those still to come, as a
 
 The adapters build them from what they read: the live cluster from each Job's spec and
 status and the pods it owns (:func:`job_ahead`), a simulated run from its own Job controller
-(:func:`jobs_ahead_in_run`). What is left out, and why: ``activeDeadlineSeconds`` (a forecast
-runs no deadline; such a Job is predicted as if it ran to completion) and work-queue Jobs
-(no ``completions``: the controller creates no pod after a success).
+(:func:`jobs_ahead_in_run`). A Job's ``activeDeadlineSeconds`` runs in the forecast as in
+a replay: a Job predicted to be still active then is predicted to fail then
+(``DeadlineExceeded``), its pods deleted and none created any more. Work-queue Jobs (no
+``completions``) are left out: the controller creates no pod after a success.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ class JobAhead:
 
 @dataclass(frozen=True, slots=True)
 class JobCounts:
-    """What a live Job's spec and status say about its progress (``key``: namespace/name)."""
+    """What a live Job's spec and status say about its progress (``key``: namespace/name);
+    ``active_deadline``: its ``activeDeadlineSeconds``, counted from ``started`` (its
+    ``status.startTime`` on the forecast's clock; None: not set yet)."""
 
     key: str
     uid: str
@@ -62,6 +65,8 @@ class JobCounts:
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
     on_disruption: str = "Count"
     done: bool = False  # finished (Complete, Failed, ...) or suspended: creates no pods
+    active_deadline: float | None = None
+    started: float | None = None
 
 
 def future_pod(model: PodInfo, name: str, uid: str, now: float) -> PodInfo:
@@ -98,7 +103,9 @@ def job_ahead(
 
     As the controller: it keeps ``min(parallelism, completions - succeeded)`` pods, creating
     any missing at once, and one more each time one succeeds until ``completions`` have. Its
-    ``backoffLimit`` is what the failures counted so far left of it."""
+    ``backoffLimit`` is what the failures counted so far left of it; its
+    ``activeDeadlineSeconds`` runs from its start (a deadline already past: the controller
+    fails it at once)."""
     if counts.done or counts.completions is None:
         return None
     remaining = max(0, counts.completions - counts.succeeded)
@@ -116,14 +123,19 @@ def job_ahead(
         assert model is not None
         pod = future_pod(model, f"{name}-next-{i}", f"{counts.uid}/next-{i}", now)
         future.append(PodArrival(pod, now, runtime(pod)))
+    created = None
+    if counts.active_deadline is not None:
+        started = now if counts.started is None else counts.started
+        created = max(started, now - counts.active_deadline)
     job = BatchJob(
         counts.key,
         active + at_once,
         (*(p.uid for p in pods), *(a.pod.uid for a in future)),
         max(0, counts.backoff_limit - counts.failed),
         counts.on_disruption,
-        None,
+        counts.active_deadline,
         counts.uid,
+        created=created,
     )
     return JobAhead(job, tuple(future), counts.completions, counts.succeeded)
 
@@ -135,11 +147,13 @@ def jobs_ahead_in_run(
     succeeded: Mapping[str, int],
     failures: Mapping[str, int],
     now: float,
+    created: Mapping[str, float] | None = None,
 ) -> list[JobAhead]:
     """The active Jobs of a simulated run at ``now``: their pods in ``present`` (pending or
     running), then ``later`` (the controller's pods not created yet, by Job key), with the
-    ``succeeded`` and ``failures`` counted so far. Pods still to come are copied, so the
-    run is left as it was."""
+    ``succeeded`` and ``failures`` counted so far and their ``activeDeadlineSeconds``
+    counted from when each was ``created``. Pods still to come are copied, so the run is
+    left as it was."""
     out = []
     for job in jobs:
         future = tuple(
@@ -154,8 +168,9 @@ def jobs_ahead_in_run(
             (*existing, *(a.pod.uid for a in future)),
             max(0, job.backoff_limit - failures.get(job.key, 0)),
             job.on_disruption,
-            None,
+            job.active_deadline,
             job.uid,
+            created=(created or {}).get(job.key),
         )
         out.append(JobAhead(ahead, future, len(job.pods), succeeded.get(job.key, 0)))
     return out

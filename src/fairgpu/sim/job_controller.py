@@ -97,13 +97,15 @@ class JobController:
                 self._later[job.key] = deque(later)
         self._held = {a.pod.uid for q in self._later.values() for a in q}
         self._created = {
-            job.key: min((by_uid[u].arrival for u in job.pods if u in by_uid), default=0.0)
+            job.key: job.created
+            if job.created is not None
+            else min((by_uid[u].arrival for u in job.pods if u in by_uid), default=0.0)
             for job in self._jobs.values()
         }
 
     def deadlines(self) -> list[tuple[float, str]]:
         """(when, Job key) of each Job's ``activeDeadlineSeconds``, counted from its
-        creation (its first pods' arrival)."""
+        creation (its ``created``, else its first pods' arrival)."""
         return [
             (self._created[key] + job.active_deadline, key)
             for key, job in self._jobs.items()
@@ -122,11 +124,20 @@ class JobController:
             return False
         self._fail(
             key,
-            f"it was still active {deadline:g} s after its creation "
+            f"it was still active {deadline:g} s after it started "
             "(activeDeadlineSeconds; DeadlineExceeded)",
             "DeadlineExceeded",
         )
         return True
+
+    def reason(self, key: str) -> str:
+        """The reason of Job ``key``'s Failed condition (``DeadlineExceeded``,
+        ``BackoffLimitExceeded``, ...); "" while it has not failed."""
+        return self._reason.get(key, "") if key in self.failed else ""
+
+    def succeeded_count(self, key: str) -> int:
+        """How many of Job ``key``'s pods succeeded in this run."""
+        return self._succeeded.get(key, 0)
 
     def _fail(self, key: str, why: str, reason: str) -> None:
         """Job ``key`` fails (``why``; ``reason``: its Failed condition's): it creates no
@@ -295,7 +306,9 @@ class JobController:
             for key, job in self._jobs.items()
             if key not in self.failed and self._created[key] <= now
         ]
-        return jobs_ahead_in_run(active, present, self._later, self._succeeded, self._failures, now)
+        return jobs_ahead_in_run(
+            active, present, self._later, self._succeeded, self._failures, now, self._created
+        )
 
     def after_failure(self, key: str, now: float) -> JobSetTurn | None:
         """What failed Job ``key`` does to its JobSet at ``now`` (None: it has none): the

@@ -34,11 +34,13 @@ class BatchJob:
     their arrival time, each later one when one of the Job's pods succeeds; an evicted pod
     counts as a failed one unless ``on_disruption`` says otherwise (``Ignore``; ``FailJob``
     fails the Job at once), and more than ``backoff_limit`` failures fail the Job, as does
-    still running ``active_deadline`` seconds after its creation
+    still running ``active_deadline`` seconds after it started
     (:mod:`fairgpu.sim.job_controller`). ``uid``: the Job's, its pods' controller owner.
     ``jobset``: the key of the JobSet it is a child of ("" for none), ``replicated``: its
     replicated Job's name there. ``per_index``: ``backoffLimitPerIndex`` of an Indexed Job
-    (its pods are in index order), with ``max_failed_indexes``."""
+    (its pods are in index order), with ``max_failed_indexes``. ``created``: when its
+    ``active_deadline`` starts counting, on the replay's clock (a forecast of a Job started
+    before it); None: its first pods' arrival."""
 
     key: str
     first: int
@@ -51,6 +53,7 @@ class BatchJob:
     replicated: str = ""
     per_index: int | None = None
     max_failed_indexes: int | None = None
+    created: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
