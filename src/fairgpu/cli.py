@@ -203,6 +203,15 @@ def _simulate(spec: Any, out: Path | None, report: Path | None) -> None:
         ]
     shares = add_accounting(summary, result, engine, sim.cluster)  # pool-aware fair shares
     _print_summary(summary)
+    if result.stalled_at is not None:
+        summary["stalled_at_s"] = round(result.stalled_at, 1)
+        waiting = sum(1 for r in result.records if r.start is None and r.failed_at is None)
+        console.print(
+            f"[yellow]note:[/] the replay ends at t={result.stalled_at:g} s, where it last "
+            f"changed: {waiting} pod(s) still wait, and nothing is left to happen (no "
+            "arrival, no deadline, no pod with a run time to end)",
+            highlight=False,
+        )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_summary(summary, out / "summary.json")

@@ -357,6 +357,12 @@ def _freed_lines(r: dict[str, Any]) -> list[str]:
                 if v.get("job_fails_with_it")
                 else ""
             )
+            + (
+                "; its LeaderWorkerSet group restarts with it: "
+                + ", ".join(v["group_restarts_with_it"])
+                if v.get("group_restarts_with_it")
+                else ""
+            )
             + ")"
             for v in item["would_have_to_go"]
         )

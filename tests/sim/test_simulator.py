@@ -135,3 +135,32 @@ def test_the_end_a_preempted_run_would_have_had_is_no_instant_of_the_replay() ->
     assert recs["wait"].start == 160.0
     assert 100.0 not in result.timeline.time
     assert result.cycles == 5  # arrivals at 0, 10, 20; the ends at 60 and 160
+
+
+def test_a_replay_with_nothing_left_to_happen_ends_where_it_last_changed() -> None:
+    """Queue a's pod holds the only node and runs to the end (no run time); queue b's waits
+    from 100 s. Nothing but the scheduler's wake-ups is left, and they change nothing: the
+    replay ends, at 100 s, instead of waking forever."""
+    a = k8s_pod("a", "a", gpus="8", cpu="1")
+    b = k8s_pod("b", "b", gpus="8", cpu="1")
+    workload = Workload(
+        "stall", [k8s_node("n0", gpus=8)], [PodArrival(a, 0.0, None), PodArrival(b, 100.0, None)]
+    )
+    calls = [0]
+
+    def bounded(_done: int, _total: int) -> None:  # without the rule, it never ends
+        calls[0] += 1
+        assert calls[0] < 10_000, "the replay wakes forever"
+
+    sim = Simulation(workload, Engine(policy("fairgpu-frag-plan"), 0), on_progress=bounded)
+    result = sim.run()
+    assert result.stalled_at == 100.0 and result.end_time == 100.0
+    assert max(result.timeline.time) == 100.0
+    assert [r.outcome for r in result.runs] == ["running"]
+
+
+def test_a_replay_that_ends_by_itself_is_not_stalled() -> None:
+    a = k8s_pod("a", "a", gpus="8", cpu="1")
+    workload = Workload("done", [k8s_node("n0", gpus=8)], [PodArrival(a, 0.0, 50.0)])
+    result = Simulation(workload, Engine(policy("fairgpu-frag-plan"), 0)).run()
+    assert result.stalled_at is None and result.end_time == 50.0

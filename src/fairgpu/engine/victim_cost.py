@@ -1,7 +1,8 @@
 """Victim cost: what evicting running pods throws away, and when waiting is cheaper.
 
 **A gang is one victim** (so is a Job one more eviction fails:
-:mod:`~fairgpu.engine.fragile_jobs`). A pod group runs only with at least ``minMember``
+:mod:`~fairgpu.engine.fragile_jobs`, and a LeaderWorkerSet group:
+:mod:`~fairgpu.engine.leader_worker_groups`). A pod group runs only with at least ``minMember``
 members: evicting a member that leaves fewer running tears the whole group down (the engine
 evicts the rest, as a job controller restarts a distributed job that lost a worker). So a
 member's cost is the whole group's, the plan evicts every member, and the reclaim rule
@@ -37,13 +38,17 @@ from __future__ import annotations
 
 import math
 from collections import ChainMap
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from fairgpu.cluster.state import COL_CPU, COL_MEMORY, ClusterState, Placement
 from fairgpu.engine.fragile_jobs import group_key, job_groups
 from fairgpu.engine.gang import declared_runtime
+from fairgpu.engine.leader_worker_groups import LABEL_NAME
+from fairgpu.engine.leader_worker_groups import PREFIX as LEADER_WORKER_PREFIX
+from fairgpu.engine.leader_worker_groups import group_key as leader_worker_key
+from fairgpu.engine.leader_worker_groups import groups as leader_worker_groups
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 from fairgpu.tenancy.book import QueueBook
@@ -124,10 +129,16 @@ def running_gangs(
 
     def group_of(uid: str) -> str:
         key = pod_group_of(uid)
-        if key or not jobs:
+        if key:
             return key
         pod = cluster.pods.get(uid)
-        return group_key(pod, fragile, jobs) if pod is not None else ""
+        if pod is None:
+            return ""
+        if LABEL_NAME in pod.labels:
+            key = leader_worker_key(pod)
+            if key:
+                return key
+        return group_key(pod, fragile, jobs) if jobs else ""
 
     def min_member(key: str) -> int | None:
         for uid in book.group_running.get(key, ()):
@@ -137,10 +148,45 @@ def running_gangs(
                 return ref.min_member
         return None  # a fragile Job's group too: none of it may leave alone
 
-    members: Mapping[str, set[str]] = (
+    known: Mapping[str, set[str]] = (
         ChainMap(jobs, book.group_running) if jobs else book.group_running
     )
+    members = _Members(known, cluster, lambda uid: bool(pod_group_of(uid)))
     return RunningGangs(members, group_of, min_member, book.group_completed)
+
+
+class _Members(Mapping[str, set[str]]):
+    """The running members of pod groups and fragile Jobs (``known``), and of leader-worker
+    groups (:mod:`~fairgpu.engine.leader_worker_groups`), found in ``cluster`` only when
+    one is first asked for: most victim searches meet none."""
+
+    def __init__(
+        self,
+        known: Mapping[str, set[str]],
+        cluster: ClusterState,
+        in_pod_group: Callable[[str], bool],
+    ) -> None:
+        self._known = known
+        self._cluster = cluster
+        self._in_pod_group = in_pod_group
+        self._leader_workers: dict[str, set[str]] | None = None
+
+    def _groups(self) -> dict[str, set[str]]:
+        if self._leader_workers is None:
+            self._leader_workers = leader_worker_groups(self._cluster, self._in_pod_group)
+        return self._leader_workers
+
+    def __getitem__(self, key: str) -> set[str]:
+        if key.startswith(LEADER_WORKER_PREFIX):
+            return self._groups()[key]
+        return self._known[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._known
+        yield from self._groups()
+
+    def __len__(self) -> int:
+        return len(self._known) + len(self._groups())
 
 
 def no_tier(pod: PodInfo) -> float:

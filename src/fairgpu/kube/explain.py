@@ -43,6 +43,8 @@ from fairgpu.engine.engine import Engine
 from fairgpu.engine.fragile_jobs import LABEL_JOBSET, fragile_key, job_groups
 from fairgpu.engine.framework import AttemptError, CycleState
 from fairgpu.engine.jobs import Job, build_jobs
+from fairgpu.engine.leader_worker_groups import group_key as leader_worker_key
+from fairgpu.engine.leader_worker_groups import groups as leader_worker_groups
 from fairgpu.engine.preemption import find_preemption, victim_eligible
 from fairgpu.engine.scheduler import Scheduler
 from fairgpu.kube.cache import SchedulerCache
@@ -479,20 +481,27 @@ def fits_when_empty(engine: Engine, pod: PodInfo, cluster: ClusterState) -> tupl
 def _victim(engine: Engine, pod: PodInfo, cluster: ClusterState | None = None) -> dict[str, Any]:
     """A victim as answers show it; with ``cluster``, ``job_fails_with_it``: the other running
     pods of its Job -- of its JobSet, ``jobset``, if it has one -- when evicting it would fail
-    the Job (:mod:`~fairgpu.engine.fragile_jobs`), else [] (a decision's evictions list them
-    already)."""
+    the Job (:mod:`~fairgpu.engine.fragile_jobs`), and ``group_restarts_with_it``: those of
+    its LeaderWorkerSet group (:mod:`~fairgpu.engine.leader_worker_groups`); else [] (a
+    decision's evictions list them already)."""
     t = engine.tenant(pod)
     siblings: list[str] = []
     if cluster is not None and pod.owner_kind == "Job" and pod.owner in engine.fragile_jobs:
         running = job_groups(cluster, {pod.owner}, lambda uid: False)
         others = running.get(fragile_key(pod), set()) - {pod.uid}
         siblings = sorted(cluster.pods[uid].key for uid in others)
+    group: list[str] = []
+    key = leader_worker_key(pod)
+    if cluster is not None and key:
+        members = leader_worker_groups(cluster, lambda uid: False).get(key, set())
+        group = sorted(cluster.pods[uid].key for uid in members - {pod.uid})
     return {
         "pod": pod.key,
         "queue": t.queue,
         "priority": pod.priority,
         "job_fails_with_it": siblings,
         "jobset": pod.labels.get(LABEL_JOBSET) if siblings else None,
+        "group_restarts_with_it": group,
     }
 
 

@@ -7,6 +7,7 @@ every instant with events the engine runs one scheduling cycle over all pending 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterable
@@ -18,18 +19,27 @@ import numpy as np
 from fairgpu.cluster.state import ClusterState
 from fairgpu.cluster.volumes import apply_decision, settle
 from fairgpu.engine.backlog import PendingChanges
+from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.accounting import RunAttempt, RunLog, sibling_cause
 from fairgpu.sim.job_controller import JobController
 from fairgpu.sim.jobset_controller import FAIL
+from fairgpu.sim.leader_worker_controller import GroupRestarts
 from fairgpu.sim.rendezvous import DEFAULT_TIMEOUT, Rendezvous
 from fairgpu.sim.statefulset_controller import OrderedCreation
 from fairgpu.sim.workload import BatchJob, PodArrival, Workload
 
 # Event kinds, in the order events of one instant are handled; a wake only runs a cycle.
 _COMPLETE, _GIVE_UP, _DEADLINE, _ARRIVE, _WAKE = 0, 1, 2, 3, 4
+
+#: A replay without ``until`` stops when nothing but the scheduler's own wake-ups is left
+#: (no arrival, no run time ending, no deadline) and none of them started or evicted a pod
+#: for this long: pods still waiting then wait for room that only pods running to the end
+#: of time could free, and the engine's timed rules (minimum runtimes, cooldowns,
+#: reservations) would only repeat.
+STALL_SECONDS = 24 * 3600.0
 
 
 @dataclass(slots=True)
@@ -132,6 +142,21 @@ class Timeline:
     tenant_demand_milli: dict[str, list[int]] = field(default_factory=dict)
     fragmentation_milli: list[int] = field(default_factory=list)
 
+    def cut(self, end: float) -> None:
+        """Drop the samples taken after ``end``."""
+        n = bisect.bisect_right(self.time, end)
+        del self.time[n:]
+        counts: list[list[int]] = [
+            self.gpu_allocated_milli,
+            self.pending,
+            self.running,
+            self.fragmentation_milli,
+            *self.tenant_gpu_milli.values(),
+            *self.tenant_demand_milli.values(),
+        ]
+        for series in counts:
+            del series[n:]
+
 
 @dataclass(slots=True)
 class SimulationResult:
@@ -153,6 +178,9 @@ class SimulationResult:
     # JobSet restart: (when, JobSet key, why).
     jobs: list[BatchJob] = field(default_factory=list)
     jobset_restarts: list[tuple[float, str, str]] = field(default_factory=list)
+    # The replay ended here, where it last changed, with pods waiting and nothing left to
+    # change them (STALL_SECONDS).
+    stalled_at: float | None = None
 
 
 class Simulation:
@@ -218,6 +246,8 @@ class Simulation:
         self._wake_at: float | None = None  # the cycle a time rule asked for, if scheduled
         self.jobs = JobController(workload.jobs, workload.arrivals, workload.jobsets)
         self.ordered = OrderedCreation(workload.ordered, workload.arrivals)
+        self.group_restarts = GroupRestarts(workload.recreated_groups)
+        self._progress_at = 0.0  # the last event or cycle that changed more than the time
         # Jobs the engine came with as fragile (a live snapshot's, in a forecast), kept
         # beside those of the replay's own Job controller.
         self._fragile_given = engine.fragile_jobs
@@ -313,14 +343,11 @@ class Simulation:
             if len(series) < samples:
                 series.append(0)
 
-    def _cycle(self) -> None:
-        self.cycles += 1
-        pending = self.pending
-        self.engine.fragile_jobs = self._fragile_given | self.jobs.fragile()
-        result = self.engine.cycle(
-            self.cluster, list(pending.values()), self.now, pending.changes()
-        )
-        self._schedule_wake(result.retry_at)
+    def _taken_down(
+        self, result: CycleResult
+    ) -> tuple[list[PodInfo], dict[str, tuple[str, PodInfo | None]]]:
+        """The cycle's evicted pods and those their controllers take down with them, each
+        with why it goes (kind, preemptor)."""
         evicted = [e.pod for e in result.evictions]
         seen = {p.uid for p in evicted}
         causes = {e.pod.uid: (e.kind, e.preemptor) for e in result.evictions}
@@ -341,6 +368,26 @@ class Simulation:
                     seen.add(uid)
                     evicted.append(self.records[uid].pod)
                     causes[uid] = sibling_cause(causes[pod.uid])
+        for pod in list(evicted):
+            # A LeaderWorkerSet recreates the whole group an evicted pod belongs to.
+            placed = self.cluster.placements
+            for uid in self.group_restarts.taken_with(pod.uid, placed.__contains__, seen):
+                seen.add(uid)
+                evicted.append(self.records[uid].pod)
+                causes[uid] = sibling_cause(causes[pod.uid])
+        return evicted, causes
+
+    def _cycle(self) -> None:
+        self.cycles += 1
+        pending = self.pending
+        self.engine.fragile_jobs = self._fragile_given | self.jobs.fragile()
+        result = self.engine.cycle(
+            self.cluster, list(pending.values()), self.now, pending.changes()
+        )
+        self._schedule_wake(result.retry_at)
+        evicted, causes = self._taken_down(result)
+        if evicted or result.binds:
+            self._progress_at = self.now
         for pod in evicted:
             self._requeue(pod, *causes[pod.uid])
             self.preemptions += 1
@@ -591,6 +638,7 @@ class Simulation:
         for when, key in self.jobs.deadlines():
             self._push(when, _DEADLINE, key)
         arrived = 0
+        stalled_at = None
         while self._events:
             if self._stale(self._events[0]):
                 heapq.heappop(self._events)  # not an instant (see _stale)
@@ -598,28 +646,21 @@ class Simulation:
             now = self._events[0][0]
             if self.until is not None and now > self.until:
                 break
+            if self._stalled(now):
+                # It ends where it last changed: the wake-ups since changed nothing.
+                stalled_at = self.now = self._progress_at
+                self.timeline.cut(stalled_at)
+                break
             self.now = now
             changed = False
             while self._events and self._events[0][0] == now:
                 _, kind, _, uid = heapq.heappop(self._events)
                 if kind == _COMPLETE and self._stale((now, kind, 0, uid)):
                     continue  # at the same instant as another event
-                if kind == _COMPLETE:
-                    self._complete(uid)
-                    changed = True
-                elif kind == _DEADLINE:
-                    if self.jobs.expire(uid, self.now):
-                        self._job_failed(uid)
-                        changed = True
-                elif kind == _GIVE_UP:
-                    changed = self._give_up(uid) or changed
-                elif kind == _WAKE:
-                    self._wake_at = None
-                    changed = True
-                else:
-                    self._arrive(self.records[uid])
-                    arrived += 1
-                    changed = True
+                if kind != _WAKE:
+                    self._progress_at = now
+                changed = self._handle(kind, uid) or changed
+                arrived += kind == _ARRIVE
             if changed and self.pending:
                 self._cycle()
             self._sample()
@@ -640,7 +681,33 @@ class Simulation:
             failed_jobs=dict(self.failed_jobs),
             jobs=self.jobs.jobs(),
             jobset_restarts=list(self.jobset_restarts),
+            stalled_at=stalled_at,
         )
+
+    def _handle(self, kind: int, uid: str) -> bool:
+        """Handle one event of the current instant; whether it may change a decision."""
+        if kind == _COMPLETE:
+            self._complete(uid)
+            return True
+        if kind == _DEADLINE:
+            if self.jobs.expire(uid, self.now):
+                self._job_failed(uid)
+                return True
+            return False
+        if kind == _GIVE_UP:
+            return self._give_up(uid)
+        if kind == _WAKE:
+            self._wake_at = None
+            return True
+        self._arrive(self.records[uid])
+        return True
+
+    def _stalled(self, now: float) -> bool:
+        """Whether a replay without ``until`` is over at ``now`` with pods still waiting:
+        only wake-ups are left and none started or evicted a pod for :data:`STALL_SECONDS`."""
+        if self.until is not None or now - self._progress_at <= STALL_SECONDS:
+            return False
+        return all(kind == _WAKE for _, kind, _, _ in self._events)
 
 
 def unusable_gpu_milli(cluster: ClusterState, pending: list[PodInfo]) -> int:

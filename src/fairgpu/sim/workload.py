@@ -79,7 +79,10 @@ class Workload:
     simulator creates the later ones as earlier ones succeed), ``jobsets`` the failure
     policies of the JobSets some of them belong to; ``ordered``: the pods (uids, in order)
     of each StatefulSet that creates a pod only once the one before it runs
-    (:mod:`fairgpu.sim.statefulset_controller`); ``description`` is shown in reports.
+    (:mod:`fairgpu.sim.statefulset_controller`); ``recreated_groups``: the pods (uids) of
+    each LeaderWorkerSet group whose controller recreates all of it when one of them is
+    evicted, and whether only once all of them have started
+    (:mod:`fairgpu.sim.workloads.leaderworkersets`); ``description`` is shown in reports.
     """
 
     name: str
@@ -91,3 +94,4 @@ class Workload:
     jobs: list[BatchJob] = field(default_factory=list)
     jobsets: dict[str, JobSetPolicy] = field(default_factory=dict)
     ordered: list[tuple[str, ...]] = field(default_factory=list)
+    recreated_groups: list[tuple[tuple[str, ...], bool]] = field(default_factory=list)

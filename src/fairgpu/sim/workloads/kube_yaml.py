@@ -4,8 +4,9 @@ Reads one or more multi-document YAML files (or directories of ``*.yaml``/``*.ym
 Nodes, Namespaces (their labels feed pod affinity's namespaceSelector), Services (their
 selectors give pods default spread constraints), Pods, PriorityClasses,
 Deployments (expanded to their replicas), StatefulSets (their pods, claims and creation
-order: :mod:`~fairgpu.sim.workloads.statefulsets`), batch/v1 Jobs (the pods their controller
-creates: :mod:`~fairgpu.sim.workloads.kube_jobs`), JobSets (their Jobs:
+order: :mod:`~fairgpu.sim.workloads.statefulsets`), LeaderWorkerSets (their groups of a
+leader and workers: :mod:`~fairgpu.sim.workloads.leaderworkersets`), batch/v1 Jobs (the
+pods their controller creates: :mod:`~fairgpu.sim.workloads.kube_jobs`), JobSets (their Jobs:
 :mod:`~fairgpu.sim.workloads.jobsets`), Kubeflow training jobs (their replicas as one gang:
 :mod:`~fairgpu.sim.workloads.kubeflow`) and PodGroups (scheduler-plugins
 ``scheduling.x-k8s.io`` or Volcano ``scheduling.volcano.sh``), and the storage objects pods
@@ -52,6 +53,7 @@ from fairgpu.sim.workload import BatchJob, JobSetPolicy, PodArrival, Workload
 from fairgpu.sim.workloads.jobsets import expand_jobset
 from fairgpu.sim.workloads.kube_jobs import ExpandedJob, JobError, expand_job, pass_timing
 from fairgpu.sim.workloads.kubeflow import expand_training_job, is_training_job
+from fairgpu.sim.workloads.leaderworkersets import RECREATE_AFTER_START, expand_leaderworkerset
 from fairgpu.sim.workloads.statefulsets import expand_statefulset
 
 DEFAULT_POOLS = NodePoolConfig()
@@ -141,6 +143,8 @@ class _Objects:
     jobs: list[tuple[int, ExpandedJob]] = field(default_factory=list)  # (first pod doc, job)
     jobsets: dict[str, JobSetPolicy] = field(default_factory=dict)  # their failure policies
     ordered: list[tuple[int, int]] = field(default_factory=list)  # (first pod doc, pods)
+    # LeaderWorkerSet groups one eviction recreates: (first pod doc, pods, after start only)
+    recreated: list[tuple[int, int, bool]] = field(default_factory=list)
     suspended: list[str] = field(default_factory=list)  # "Job ns/name", "JobSet ns/name"
     finished: int = 0  # pods whose status.phase says they ended: they hold nothing
     storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSI objects
@@ -206,6 +210,10 @@ def load_kube_yaml(
         jobs=jobs,
         jobsets=objects.jobsets,
         ordered=[tuple(a.pod.uid for a in arrivals[at : at + n]) for at, n in objects.ordered],
+        recreated_groups=[
+            (tuple(a.pod.uid for a in arrivals[at : at + n]), after_start)
+            for at, n, after_start in objects.recreated
+        ],
         extra={
             "ignored_kinds": objects.ignored,
             "suspended": objects.suspended,
@@ -276,7 +284,7 @@ def _collect(path: Path, doc: dict[str, Any], out: _Objects) -> None:
         out.ignored[str(kind)] = out.ignored.get(str(kind), 0) + 1
 
 
-_POD_MAKERS = ("Pod", "Deployment", "Job", "JobSet", "StatefulSet")
+_POD_MAKERS = ("Pod", "Deployment", "Job", "JobSet", "StatefulSet", "LeaderWorkerSet")
 
 
 def _collect_pods(path: Path, doc: dict[str, Any], out: _Objects) -> None:
@@ -299,6 +307,13 @@ def _collect_pods(path: Path, doc: dict[str, Any], out: _Objects) -> None:
         out.pod_docs.extend((path, d) for d in made.pods)
         for claim in made.claims:
             _collect(path, claim, out)
+    elif kind == "LeaderWorkerSet":
+        lws = expand_leaderworkerset(path, doc)
+        if lws.recreates_groups:
+            after_start = lws.restart_policy == RECREATE_AFTER_START
+            for at in range(0, len(lws.pods), lws.size):
+                out.recreated.append((len(out.pod_docs) + at, lws.size, after_start))
+        out.pod_docs.extend((path, d) for d in lws.pods)
     elif kind == "JobSet":
         jobs, suspended, policy = expand_jobset(path, doc)
         out.jobsets[policy.key] = policy

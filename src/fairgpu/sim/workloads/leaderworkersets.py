@@ -1,0 +1,122 @@
+"""LeaderWorkerSets (``leaderworkerset.x-k8s.io/v1``) as a simulator workload: the pods their
+controller makes, group by group.
+
+A LeaderWorkerSet is ``spec.replicas`` groups of ``spec.leaderWorkerTemplate.size`` pods:
+group ``i``'s leader ``<name>-<i>`` (from ``leaderTemplate``, else ``workerTemplate``) and its
+workers ``<name>-<i>-<j>``, ``j`` = 1 .. size-1 (from ``workerTemplate``), each labelled with
+the set's name, its group index and its worker index and annotated with the group's size, as
+the controller and its webhook label them (the labels the scheduler groups by:
+:mod:`~fairgpu.engine.leader_worker_groups`); the leaders are one StatefulSet's pods, each
+group's workers another's. ``restartPolicy`` (default ``RecreateGroupOnPodRestart``) decides
+what an eviction does in the replay (:class:`ExpandedLeaderWorkerSet`,
+:meth:`~fairgpu.sim.simulator.Simulation` recreates the group); ``None`` (or the deprecated
+``Default``) restarts only the pod. Timing annotations on the set apply to its pods.
+
+Not replayed: ``startupPolicy: LeaderReady`` (the workers are created with their leader, as
+under the default ``LeaderCreated``), rolling updates, sub-groups, exclusive placement
+annotations and the Volcano provider's pod groups.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fairgpu.engine.leader_worker_groups import LABEL_GROUP_INDEX, LABEL_NAME
+from fairgpu.sim.workloads.kube_jobs import Controller, JobError, pass_timing
+from fairgpu.sim.workloads.statefulsets import LABEL_POD_INDEX, LABEL_POD_NAME
+
+LABEL_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+ANN_SIZE = "leaderworkerset.sigs.k8s.io/size"
+ANN_LEADER_NAME = "leaderworkerset.sigs.k8s.io/leader-name"
+
+#: The restart policies that recreate the whole group when one of its pods goes; the
+#: second only once every pod of the group has started.
+RECREATE = "RecreateGroupOnPodRestart"
+RECREATE_AFTER_START = "RecreateGroupAfterStart"
+_POLICIES = (RECREATE, RECREATE_AFTER_START, "None", "Default")
+
+
+@dataclass(slots=True)
+class ExpandedLeaderWorkerSet:
+    """One LeaderWorkerSet's pods' documents, group after group (leader first), each group's
+    size, and its restart policy."""
+
+    key: str
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    size: int = 1
+    restart_policy: str = RECREATE
+
+    @property
+    def recreates_groups(self) -> bool:
+        """Whether one evicted pod takes its whole group down."""
+        return self.restart_policy in (RECREATE, RECREATE_AFTER_START)
+
+
+def expand_leaderworkerset(path: Path, doc: dict[str, Any]) -> ExpandedLeaderWorkerSet:
+    """The pods the LeaderWorkerSet ``doc`` (read from ``path``) makes (raises
+    :class:`~fairgpu.sim.workloads.kube_jobs.JobError` naming the field it cannot read)."""
+    c = Controller.of(path, doc, "LeaderWorkerSet")
+    meta, spec, namespace, where = c.meta, c.spec, c.namespace, c.where
+    name = meta["name"]
+    replicas = spec.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise JobError(f"{where}: spec.replicas: must be a whole number >= 0")
+    lwt = spec.get("leaderWorkerTemplate")
+    if not isinstance(lwt, dict) or not isinstance(lwt.get("workerTemplate"), dict):
+        raise JobError(f"{where}: spec.leaderWorkerTemplate.workerTemplate: required")
+    size = lwt.get("size", 1)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise JobError(f"{where}: spec.leaderWorkerTemplate.size: must be a whole number >= 1")
+    policy = lwt.get("restartPolicy") or RECREATE
+    if policy not in _POLICIES:
+        raise JobError(
+            f"{where}: spec.leaderWorkerTemplate.restartPolicy: must be one of "
+            f"{', '.join(_POLICIES)}, not {policy!r}"
+        )
+    worker = lwt["workerTemplate"]
+    leader = lwt.get("leaderTemplate") or worker
+    if not isinstance(leader, dict):
+        raise JobError(f"{where}: spec.leaderWorkerTemplate.leaderTemplate: must be a template")
+    out = ExpandedLeaderWorkerSet(f"{namespace}/{name}", size=size, restart_policy=policy)
+    uid = str(meta.get("uid") or f"leaderworkerset/{namespace}/{name}")
+    for i in range(replicas):
+        leader_name = f"{name}-{i}"
+        for j in range(size):
+            pod_name = leader_name if j == 0 else f"{leader_name}-{j}"
+            # The leaders are StatefulSet <name>'s pods, group i's workers <name>-<i>'s.
+            owner, index = (name, i) if j == 0 else (leader_name, j)
+            pod_meta = copy.deepcopy((leader if j == 0 else worker).get("metadata") or {})
+            pod_meta.update(name=pod_name, namespace=namespace)
+            pod_meta.setdefault("labels", {}).update(
+                {
+                    LABEL_NAME: name,
+                    LABEL_GROUP_INDEX: str(i),
+                    LABEL_WORKER_INDEX: str(j),
+                    LABEL_POD_NAME: pod_name,
+                    LABEL_POD_INDEX: str(index),
+                }
+            )
+            notes = pod_meta.setdefault("annotations", {})
+            notes[ANN_SIZE] = str(size)
+            if j:
+                notes[ANN_LEADER_NAME] = leader_name
+            pass_timing(meta, notes)
+            pod_meta["ownerReferences"] = [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": owner,
+                    "uid": f"{uid}/statefulset/{owner}",
+                    "controller": True,
+                }
+            ]
+            pod_spec = copy.deepcopy((leader if j == 0 else worker).get("spec") or {})
+            pod_spec.setdefault("hostname", pod_name)
+            pod_spec.setdefault("subdomain", name)
+            out.pods.append(
+                {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": pod_spec}
+            )
+    return out
