@@ -31,7 +31,7 @@ import sys
 from typing import Any
 
 import numpy as np
-from run import UNTIL, WAVE, WAVES, arguments, costs, node, pod, report
+from run import UNTIL, WAVE, WAVES, compare, costs, node, pod
 
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.fragile_jobs import LABEL_JOBSET
@@ -102,12 +102,7 @@ def measure(seed: int, labelled: bool, ordering: str = "fair") -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = arguments(argv, __doc__)
-    aware = measure(args.seed, labelled=True)
-    job_only = measure(args.seed, labelled=False)
-    kube = measure(args.seed, labelled=True, ordering="kube-default")
-    runs = {"aware": aware, "job_only": job_only, "kube_default": kube}
-    return report("fragile-jobsets", args, runs, "job_only")
+    return compare("fragile-jobsets", argv, __doc__, measure, "job_only")
 
 
 if __name__ == "__main__":

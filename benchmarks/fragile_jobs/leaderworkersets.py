@@ -31,7 +31,7 @@ import sys
 from typing import Any
 
 import numpy as np
-from run import UNTIL, WAVE, WAVES, arguments, costs, node, pod, report
+from run import UNTIL, WAVE, WAVES, compare, costs, node, pod
 
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.leader_worker_groups import LABEL_GROUP_INDEX, LABEL_NAME
@@ -88,12 +88,7 @@ def measure(seed: int, labelled: bool, ordering: str = "fair") -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = arguments(argv, __doc__)
-    aware = measure(args.seed, labelled=True)
-    blind = measure(args.seed, labelled=False)
-    kube = measure(args.seed, labelled=True, ordering="kube-default")
-    runs = {"aware": aware, "blind": blind, "kube_default": kube}
-    return report("leader-worker-groups", args, runs, "blind")
+    return compare("leader-worker-groups", argv, __doc__, measure, "blind")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,12 +153,27 @@ def costs(result: SimulationResult) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = arguments(argv, __doc__)
-    aware = measure(args.seed, aware=True)
-    blind = measure(args.seed, aware=False)
-    kube = measure(args.seed, aware=False, ordering="kube-default")
-    runs = {"aware": aware, "blind": blind, "kube_default": kube}
-    return report("fragile-jobs", args, runs, "blind")
+    return compare("fragile-jobs", argv, __doc__, measure, "blind", kube_aware=False)
+
+
+def compare(
+    scenario: str,
+    argv: list[str] | None,
+    doc: str | None,
+    measure: Callable[..., dict[str, Any]],
+    base: str,
+    kube_aware: bool = True,
+) -> int:
+    """Run ``measure(seed, aware, ordering)`` aware and not (``base``) with fair ordering,
+    and with kube-default ordering (aware as ``kube_aware``), in the same run, and
+    :func:`report` them."""
+    args = arguments(argv, doc)
+    runs = {
+        "aware": measure(args.seed, True, "fair"),
+        base: measure(args.seed, False, "fair"),
+        "kube_default": measure(args.seed, kube_aware, "kube-default"),
+    }
+    return report(scenario, args, runs, base)
 
 
 def arguments(argv: list[str] | None, doc: str | None) -> argparse.Namespace:

@@ -18,15 +18,7 @@ from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.kube_yaml import WorkloadError, skipped_objects
 from fairgpu.tenancy import parse_config
 from tests.builders import node_info, pod_info
-from tests.sim.test_kube_jobs import load
-
-NODE = """\
-apiVersion: v1
-kind: Node
-metadata: {name: gpu-0}
-status:
-  allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "8"}
-"""
+from tests.sim.test_kube_jobs import NODE, load
 
 
 def lws(extra: str = "", replicas: int = 2) -> str:

@@ -388,16 +388,22 @@ spec:
 """
 
 
+def _simulated(tmp_path: Path, text: str) -> Path:
+    """Simulate the workload ``text``; the run's output directory."""
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(text)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
 def test_answers_in_a_run_follow_a_job_to_its_end(tmp_path: Path) -> None:
     """A Job of three 600 s completions, one at a time, at priority 100, and ``eval``
     (priority 0, same queue and user) from 100 s: at 300 s the Job's controller has made one
     pod, yet ``eval`` is predicted to start when the whole Job ends (1 800 s, as it did),
     ``explain`` on the Job's pod says so, and ``queues`` counts the 2 pods to come."""
-    workload = tmp_path / "workload.yaml"
-    workload.write_text(NODE + JOB_RUN + pod("eval", 100, 60))
-    out = tmp_path / "out"
-    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    out = _simulated(tmp_path, NODE + JOB_RUN + pod("eval", 100, 60))
     at = ["--run", str(out), "--at", "300"]
 
     waiting = runner.invoke(app, ["explain", "team-a/eval", *at])
@@ -457,14 +463,10 @@ def test_answers_in_a_run_say_a_job_misses_its_deadline(tmp_path: Path) -> None:
     """The same Job with activeDeadlineSeconds 1500: its third pod still runs then, so the
     run fails it at 1 500 s. Asked at 300 s, ``explain`` and ``jobs`` predict that failure
     (with 2 of 3 completions) instead of an end, and ``eval`` starts at 1 500 s."""
-    workload = tmp_path / "workload.yaml"
     timed = JOB_RUN.replace(
         "  parallelism: 1\n", "  parallelism: 1\n  activeDeadlineSeconds: 1500\n"
     )
-    workload.write_text(NODE + timed + pod("eval", 100, 60))
-    out = tmp_path / "out"
-    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    out = _simulated(tmp_path, NODE + timed + pod("eval", 100, 60))
     at = ["--run", str(out), "--at", "300"]
 
     running = runner.invoke(app, ["explain", "team-a/train-0", *at])

@@ -94,6 +94,15 @@ class Controller:
         return cls(meta, doc.get("spec") or {}, namespace, f"{path}: {kind} {namespace}/{name}")
 
 
+def whole_number(obj: dict[str, Any], key: str, default: int, minimum: int, field: str) -> int:
+    """``obj[key]`` (``default`` when absent), a whole number >= ``minimum``; raises
+    :class:`JobError` naming ``field`` (``<where>: <path>``) otherwise."""
+    value = obj.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise JobError(f"{field}: must be a whole number >= {minimum}")
+    return value
+
+
 def pass_timing(owner: dict[str, Any], annotations: dict[str, Any]) -> None:
     """Copy the controller's ``fairgpu.io/arrival-seconds`` and ``fairgpu.io/duration-seconds``
     (``owner``: its metadata) into ``annotations`` (of the object it makes) where those are

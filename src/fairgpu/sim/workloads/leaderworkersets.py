@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fairgpu.engine.leader_worker_groups import LABEL_GROUP_INDEX, LABEL_NAME
-from fairgpu.sim.workloads.kube_jobs import Controller, JobError, pass_timing
+from fairgpu.sim.workloads.kube_jobs import Controller, JobError, pass_timing, whole_number
 from fairgpu.sim.workloads.statefulsets import LABEL_POD_INDEX, LABEL_POD_NAME
 
 LABEL_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -61,15 +61,11 @@ def expand_leaderworkerset(path: Path, doc: dict[str, Any]) -> ExpandedLeaderWor
     c = Controller.of(path, doc, "LeaderWorkerSet")
     meta, spec, namespace, where = c.meta, c.spec, c.namespace, c.where
     name = meta["name"]
-    replicas = spec.get("replicas", 1)
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-        raise JobError(f"{where}: spec.replicas: must be a whole number >= 0")
+    replicas = whole_number(spec, "replicas", 1, 0, f"{where}: spec.replicas")
     lwt = spec.get("leaderWorkerTemplate")
     if not isinstance(lwt, dict) or not isinstance(lwt.get("workerTemplate"), dict):
         raise JobError(f"{where}: spec.leaderWorkerTemplate.workerTemplate: required")
-    size = lwt.get("size", 1)
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise JobError(f"{where}: spec.leaderWorkerTemplate.size: must be a whole number >= 1")
+    size = whole_number(lwt, "size", 1, 1, f"{where}: spec.leaderWorkerTemplate.size")
     policy = lwt.get("restartPolicy") or RECREATE
     if policy not in _POLICIES:
         raise JobError(

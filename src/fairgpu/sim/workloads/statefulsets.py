@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fairgpu.sim.workloads.kube_jobs import Controller, JobError, pass_timing
+from fairgpu.sim.workloads.kube_jobs import Controller, JobError, pass_timing, whole_number
 
 LABEL_POD_NAME = "statefulset.kubernetes.io/pod-name"
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
@@ -42,9 +42,7 @@ def expand_statefulset(path: Path, doc: dict[str, Any]) -> ExpandedStatefulSet:
     c = Controller.of(path, doc, "StatefulSet")
     meta, spec, namespace, where = c.meta, c.spec, c.namespace, c.where
     name = meta["name"]
-    replicas = spec.get("replicas", 1)
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-        raise JobError(f"{where}: spec.replicas: must be a whole number >= 0")
+    replicas = whole_number(spec, "replicas", 1, 0, f"{where}: spec.replicas")
     policy = spec.get("podManagementPolicy") or "OrderedReady"
     if policy not in ("OrderedReady", "Parallel"):
         raise JobError(
