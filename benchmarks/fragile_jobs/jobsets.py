@@ -31,7 +31,7 @@ import sys
 from typing import Any
 
 import numpy as np
-from run import UNTIL, WAVE, WAVES, compare, costs, node, pod
+from run import UNTIL, compare, costs, node, pod, serve_waves
 
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.fragile_jobs import LABEL_JOBSET
@@ -71,11 +71,7 @@ def workload(seed: int, labelled: bool) -> Workload:
                          replicated=replicated)
             )  # fmt: skip
         at += float(rng.exponential(600))
-    for wave, start in enumerate(WAVES):
-        for k in range(WAVE):
-            d = float(rng.uniform(1800, 3600))
-            t = start + k
-            arrivals.append(PodArrival(pod(f"serve-{wave}-{k:02d}", "serve", t, 1, d), t, d))
+    arrivals.extend(serve_waves(rng))
     nodes = [node(i) for i in range(6)]
     return Workload("fragile-jobsets", nodes, arrivals, jobs=jobs, jobsets=jobsets)
 

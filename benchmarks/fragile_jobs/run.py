@@ -71,6 +71,17 @@ def pod(name: str, queue: str, at: float, gpus: int, duration: float, owner: str
     )
 
 
+def serve_waves(rng: np.random.Generator) -> list[PodArrival]:
+    """Queue ``serve``'s three waves of one-GPU pods (30-60 minutes each)."""
+    out = []
+    for wave, start in enumerate(WAVES):
+        for k in range(WAVE):
+            d = float(rng.uniform(1800, 3600))
+            t = start + k
+            out.append(PodArrival(pod(f"serve-{wave}-{k:02d}", "serve", t, 1, d), t, d))
+    return out
+
+
 def workload(seed: int) -> Workload:
     """The nodes, Jobs and pods described in the module docstring."""
     rng = np.random.default_rng(seed)
@@ -91,11 +102,7 @@ def workload(seed: int) -> Workload:
             BatchJob(f"train/{name}", PARALLELISM, tuple(uids), 0 if strict else 6, uid=uid)
         )
         at += float(rng.exponential(300))
-    for wave, start in enumerate(WAVES):
-        for k in range(WAVE):
-            d = float(rng.uniform(1800, 3600))
-            t = start + k
-            arrivals.append(PodArrival(pod(f"serve-{wave}-{k:02d}", "serve", t, 1, d), t, d))
+    arrivals.extend(serve_waves(rng))
     return Workload("fragile-jobs", [node(i) for i in range(6)], arrivals, jobs=jobs)
 
 
