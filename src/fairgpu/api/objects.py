@@ -237,6 +237,8 @@ class PodSpec(_Base):
     scheduling_gates: list[PodSchedulingGate] = []
     topology_spread_constraints: list[TopologySpreadConstraint] = []
     resource_claims: list[PodResourceClaim] = []
+    # Seconds the kubelet lets the pod run (from its start) before it fails it.
+    active_deadline_seconds: int | None = None
 
 
 class PodCondition(_Base):

@@ -7,7 +7,9 @@ would, reports them through the pod status subresource:
   ``Initialized``, ``ContainersReady`` and ``Ready`` conditions, running container statuses);
 - a pod annotated ``fairgpu.io/duration-seconds: "<seconds>"`` becomes ``Succeeded`` that many
   wall-clock seconds after its ``startTime`` (``Failed`` if ``fairgpu.io/exit-code`` is set
-  and non-zero); without the annotation it runs until deleted;
+  and non-zero); without the annotation it runs until deleted -- or until its
+  ``spec.activeDeadlineSeconds`` pass, when it is ``Failed`` with reason ``DeadlineExceeded``
+  (its containers killed), as a kubelet fails it;
 - a bound pod being deleted gracefully (``deletionTimestamp`` set, e.g. evicted or
   preempted) is reported ``Failed`` (its containers killed, exit code 137) and removed with
   grace period 0, as a kubelet does once its containers stop (``grace_seconds`` after it is
@@ -125,6 +127,7 @@ class FakeKubelet:
         self._heap: list[tuple[float, int, str, str, str]] = []
         self._seq = itertools.count()
         self._scheduled: set[str] = set()  # UIDs with a pending completion
+        self._exceeding: set[str] = set()  # ... of which their deadline ends them
         self._in_flight: set[str] = set()  # UIDs being started or deleted
         # Deletions seen while the pod was still being started: carried out once the start
         # ends (a real kubelet stops a pod whose deletion began while it was starting it).
@@ -238,6 +241,7 @@ class FakeKubelet:
         uid = pod.get("metadata", {}).get("uid", "")
         with self._lock:
             self._scheduled.discard(uid)
+            self._exceeding.discard(uid)
             self._started.discard(uid)
 
     def _submit(self, fn: Any, *args: Any) -> None:
@@ -291,6 +295,11 @@ class FakeKubelet:
 
     def _schedule_completion(self, pod: dict[str, Any], started: float) -> None:
         duration = self._duration(pod)
+        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        if isinstance(deadline, int) and (duration is None or deadline < duration):
+            duration, exceeding = float(deadline), True
+        else:
+            exceeding = False
         if duration is None:
             return
         meta = pod["metadata"]
@@ -298,6 +307,8 @@ class FakeKubelet:
             if meta["uid"] in self._scheduled:
                 return
             self._scheduled.add(meta["uid"])
+            if exceeding:
+                self._exceeding.add(meta["uid"])
             heapq.heappush(
                 self._heap,
                 (started + duration, next(self._seq), meta["namespace"], meta["name"], meta["uid"]),
@@ -495,9 +506,17 @@ class FakeKubelet:
             code = int(annotations.get(EXIT_CODE_ANNOTATION, "0"))
         except ValueError:
             code = 1
+        with self._lock:
+            exceeded = uid in self._exceeding
+        if exceeded:  # activeDeadlineSeconds: the kubelet kills its containers
+            code = 137
         status = _terminated(pod, code)
+        if exceeded:
+            status["reason"] = "DeadlineExceeded"
+            status["message"] = "Pod was active on the node longer than the specified deadline"
         ok = self._patch_status(ns, name, uid, status)
         with self._lock:
+            self._exceeding.discard(uid)
             self._scheduled.discard(uid)
             self._started.discard(uid)
             self._deferred.pop(uid, None)

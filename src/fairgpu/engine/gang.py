@@ -30,12 +30,26 @@ from fairgpu.model.pod import ANN_DURATION, CPU, MEMORY, PodInfo
 
 
 def declared_runtime(pod: PodInfo) -> float | None:
-    """The run time a pod declares (``fairgpu.io/duration-seconds``), or None. Parsed once
-    per pod object (backfill, drain and victim costs ask it for every pod in every cycle)."""
+    """The longest a pod runs by what it declares: its ``fairgpu.io/duration-seconds``, at
+    most its ``spec.activeDeadlineSeconds`` (the kubelet fails it then); None when it
+    declares neither. Parsed once per pod object (backfill, drain and victim costs ask it for
+    every pod in every cycle)."""
     got = pod._declared
     if got is None:
-        got = pod._declared = (_parse_runtime(pod.annotations.get(ANN_DURATION)),)
+        got = pod._declared = (shorter(annotated_runtime(pod), pod.active_deadline),)
     return got[0]
+
+
+def annotated_runtime(pod: PodInfo) -> float | None:
+    """The run time ``pod``'s ``fairgpu.io/duration-seconds`` declares, or None."""
+    return _parse_runtime(pod.annotations.get(ANN_DURATION))
+
+
+def shorter(a: float | None, b: float | None) -> float | None:
+    """The smaller of two optional times (None: unknown, so the other one)."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 def _parse_runtime(text: str | None) -> float | None:

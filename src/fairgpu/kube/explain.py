@@ -732,5 +732,5 @@ def _forecast_with(
         snapshot.now,
         runtimes,
         budget_s=snapshot.forecast_budget,
-        jobs=snapshot.jobs_ahead(cache, runtimes.duration),
+        jobs=snapshot.jobs_ahead(cache, runtimes.replayed),
     )

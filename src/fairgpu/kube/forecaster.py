@@ -116,7 +116,7 @@ def forecast_snapshot(
             snapshot.now,
             runtimes,
             budget_s=budget_s,
-            jobs=snapshot.jobs_ahead(cache, runtimes.duration),
+            jobs=snapshot.jobs_ahead(cache, runtimes.replayed),
             job_ends=job_ends,
         )
         return result, pending, engine

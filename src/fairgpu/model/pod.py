@@ -178,6 +178,9 @@ class PodInfo:
     spread_constraints: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     owner_kind: str = ""
+    # spec.activeDeadlineSeconds: the kubelet fails the pod this long after it started, so
+    # it runs at most this long (None: no deadline).
+    active_deadline: float | None = None
     # Its containers' images (init containers first), each named as kube-scheduler's image
     # locality looks it up (normalized_image_name); one entry per container.
     images: tuple[str, ...] = ()
@@ -359,6 +362,9 @@ def pod_from_k8s(
         field_path, _, problem = str(error).partition(": ")
         raise InvalidObjectError(obj, field_path, problem) from None
     tolerations = _tolerations(spec, obj)
+    deadline = spec.active_deadline_seconds
+    if deadline is not None and deadline < 1:
+        raise InvalidObjectError(obj, "spec.activeDeadlineSeconds", "must be at least 1")
     if priority_classes is None:  # admitted by the API server: its own values
         priority = spec.priority or 0
         preemption = spec.preemption_policy or PREEMPT_LOWER
@@ -402,6 +408,7 @@ def pod_from_k8s(
         spread_constraints=spread,
         host_ports=ports,
         owner_kind=next((o.kind for o in meta.owner_references if o.controller), ""),
+        active_deadline=None if deadline is None else float(deadline),
         images=tuple(
             normalized_image_name(c.image) for c in (*spec.init_containers, *spec.containers)
         ),

@@ -11,6 +11,8 @@ simulated clock stops. Its ``outcome`` says why it ended:
 - ``gang-timeout``: its pod group stayed below minMember too long and was released;
 - ``deleted``: the pod was deleted while running (its batch/v1 Job failed -- its pods were
   evicted more often than its ``backoffLimit`` allows -- and the Job controller deleted it);
+- ``deadline-exceeded``: it still ran at its ``activeDeadlineSeconds`` and the kubelet
+  failed it (a Job's controller replaces it, counting the failure);
 - ``running``: still running when the clock stopped (its end is that instant).
 
 Work of ``completed`` and ``running`` attempts is *useful*; all the others' is *lost*. A gang
@@ -32,7 +34,9 @@ if TYPE_CHECKING:
     from fairgpu.sim.simulator import PodRecord
 
 USEFUL = ("completed", "running")
-LOST = ("preempted", "gang-restart", "gang-timeout", "deleted")
+#: The outcome of a run its pod's activeDeadlineSeconds ended (the kubelet failed it).
+DEADLINE_EXCEEDED = "deadline-exceeded"
+LOST = ("preempted", "gang-restart", "gang-timeout", "deleted", DEADLINE_EXCEEDED)
 #: Lost work that is not an outcome: useful attempts' GPU time before their work began.
 GANG_WAIT = "gang-wait"
 
@@ -141,7 +145,8 @@ class RunLog:
             attempt.work_start = now
 
     def stop(self, uid: str, now: float, kind: str, preemptor: PodInfo | None = None) -> None:
-        """Close ``uid``'s open attempt: ``kind`` is ``completed``, ``deleted``, an eviction
+        """Close ``uid``'s open attempt: ``kind`` is ``completed``, ``deleted``,
+        ``deadline-exceeded``, an eviction
         kind of the engine (``reclaim``/``relocate``/``precedence``/``priority`` -> outcome
         ``preempted``, the kind kept as its cause) or
         one of ``gang-restart``/``gang-timeout``."""

@@ -37,7 +37,7 @@ from fairgpu.model.pod import PodInfo
 from fairgpu.sim.arrivals import ArrivalModel, future_copy
 from fairgpu.sim.job_backlog import JobAhead
 from fairgpu.sim.learner import Runtimes
-from fairgpu.sim.simulator import _COMPLETE, PodRecord, Simulation, SimulationResult
+from fairgpu.sim.simulator import _COMPLETE, _POD_DEADLINE, PodRecord, Simulation, SimulationResult
 from fairgpu.sim.workload import PodArrival, Workload
 
 __all__ = [
@@ -141,7 +141,7 @@ class _ForecastRun(Simulation):
         for uid, placement in cluster.placements.items():
             pod = cluster.pods[uid]
             # Its full run time: preempted in the forecast, it starts over and runs that long.
-            duration = runtimes.duration(pod)
+            duration = runtimes.replayed(pod)
             rec = PodRecord(
                 pod, self.tenant_of(pod), self.user_of(pod), placement.started, duration
             )
@@ -156,6 +156,11 @@ class _ForecastRun(Simulation):
                 end: float | None = now + TERMINATING_GRACE
             else:
                 end = runtimes.end(pod, placement.started, now)
+                ends = runtimes.natural_end(pod, placement.started, now)
+                if end is not None and ends is not None and ends > end:
+                    # Its deadline comes first: the kubelet fails it then.
+                    self._push(end, _POD_DEADLINE, f"{uid}#0")
+                    continue
             if end is not None:
                 self._push(max(now, end), _COMPLETE, f"{uid}#0")
 
@@ -177,7 +182,7 @@ class _Feed:
             end = min(self.until, self.given + FUTURE_CHUNK)
             for arrival in self.more(self.given, end):
                 if arrival.duration is None:
-                    arrival.duration = self.runtimes.duration(arrival.pod)
+                    arrival.duration = self.runtimes.replayed(arrival.pod)
                 run._add_arrival(arrival)
             self.given = end
 
@@ -211,7 +216,7 @@ def forecast(
     deadline = t0 + budget_s
     result = Forecast(now=now, asked=len(pending))
     waiting = {p.uid for p in pending}
-    arrivals = [PodArrival(p, now, runtimes.duration(p)) for p in pending]
+    arrivals = [PodArrival(p, now, runtimes.replayed(p)) for p in pending]
     arrivals.extend(future)
     arrivals.extend(a for j in jobs for a in j.future)
     unfinished = {j.job.key: j.job.pods for j in jobs} if job_ends else {}
@@ -417,7 +422,7 @@ def recent_repeat(
         if not now - window <= arrival < now:
             continue
         copy = future_copy(pod, "~next", arrival + window)
-        out.append(PodArrival(copy, arrival + window, runtimes.duration(pod)))
+        out.append(PodArrival(copy, arrival + window, runtimes.replayed(pod)))
     return out
 
 

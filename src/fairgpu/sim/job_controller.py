@@ -130,6 +130,10 @@ class JobController:
         )
         return True
 
+    def owns(self, uid: str) -> bool:
+        """Whether pod ``uid`` is one of a Job's."""
+        return uid in self._job_of
+
     def reason(self, key: str) -> str:
         """The reason of Job ``key``'s Failed condition (``DeadlineExceeded``,
         ``BackoffLimitExceeded``, ...); "" while it has not failed."""
@@ -176,61 +180,67 @@ class JobController:
             return None
         return later.popleft().made_at(now)
 
-    def evicted(self, uids: Iterable[str], now: float = 0.0) -> list[str]:
+    def evicted(self, uids: Iterable[str], now: float = 0.0, disruption: bool = True) -> list[str]:
         """Count the evictions of pods ``uids`` at ``now`` against their Jobs; return the
         Jobs that fail by them (their reason in :attr:`failed`), which then create no more
         pods. A pod whose index fails for good goes to :meth:`take_dropped` (it does not
         wait again), and the pod its freed place lets the controller create to
-        :meth:`take_created`."""
+        :meth:`take_created`. ``disruption`` False: the pods failed on their own (their
+        ``activeDeadlineSeconds``), which no disruption rule of a pod failure policy
+        matches -- each counts as a plain failure."""
         failing = []
         for uid in uids:
             key = self._job_of.get(uid)
             if key is None or key in self.failed:
                 continue
             job = self._jobs[key]
-            if job.on_disruption == "Ignore":
+            action = job.on_disruption if disruption else "Count"
+            if action == "Ignore":
                 continue
-            if job.per_index is not None and self._index_evicted(job, uid, now):
+            word = "eviction" if disruption else "failure"
+            if job.per_index is not None and self._index_evicted(job, uid, now, action, word):
                 failing.append(key)
                 continue
-            if job.on_disruption == "FailIndex":
+            if action == "FailIndex":
                 continue  # not counted against backoffLimit
             failed = self._failures.get(key, 0)
             self._failures[key] = failed + 1
             self._fragile = None
-            if key in self.failed or not fails_on_next_eviction(
-                job.on_disruption, job.backoff_limit, failed
-            ):
+            if key in self.failed or not fails_on_next_eviction(action, job.backoff_limit, failed):
                 continue
-            if job.on_disruption == "FailJob":
+            if action == "FailJob":
                 why = "a pod failure policy rule (FailJob) matched an evicted pod"
                 self._fail(key, why, "PodFailurePolicy")
             else:
                 limit = job.backoff_limit
-                why = f"{failed + 1} pod(s) evicted, more than its backoffLimit {limit}"
+                what = "evicted" if disruption else "failed"
+                why = f"{failed + 1} pod(s) {what}, more than its backoffLimit {limit}"
                 self._fail(key, why, "BackoffLimitExceeded")
             failing.append(key)
         return failing
 
-    def _index_evicted(self, job: BatchJob, uid: str, now: float) -> bool:
-        """The eviction of pod ``uid`` against its index's limit (``backoffLimitPerIndex``):
-        its index fails for good past it, or at once by a ``FailIndex`` rule. True when
-        that fails the Job -- more than ``maxFailedIndexes`` failed, or none left to run."""
+    def _index_evicted(
+        self, job: BatchJob, uid: str, now: float, action: str, word: str = "eviction"
+    ) -> bool:
+        """The eviction (``word``) of pod ``uid`` against its index's limit
+        (``backoffLimitPerIndex``), ``action`` the Job's pod failure policy for it: its index
+        fails for good past the limit, or at once by a ``FailIndex`` rule. True when that
+        fails the Job -- more than ``maxFailedIndexes`` failed, or none left to run."""
         key, index = job.key, job.pods.index(uid)
         counts = self._index_failures.setdefault(key, {})
         done = counts.get(index, 0)
-        if job.on_disruption == "Count":
+        if action == "Count":
             counts[index] = done + 1
         assert job.per_index is not None
-        if not index_fails_on_eviction(job.on_disruption, job.per_index, done):
+        if not index_fails_on_eviction(action, job.per_index, done):
             return False
         failed = self._failed_indexes.setdefault(key, set())
         failed.add(index)
         self._fragile = None
         why = (
-            f"its index {index} failed for good ({done + 1} eviction(s), more than its "
+            f"its index {index} failed for good ({done + 1} {word}(s), more than its "
             f"backoffLimitPerIndex {job.per_index})"
-            if job.on_disruption == "Count"
+            if action == "Count"
             else f"its index {index} failed for good (a FailIndex rule matched its eviction)"
         )
         self._dropped.append((uid, f"Job {key}: {why}"))

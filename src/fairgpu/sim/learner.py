@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fairgpu.engine.gang import declared_runtime
+from fairgpu.engine.gang import annotated_runtime, shorter
 from fairgpu.model.pod import PodInfo
 
 __all__ = ["RuntimeLearner", "Runtimes"]
@@ -97,16 +97,29 @@ class Runtimes:
     learner: RuntimeLearner | None = None
     use_declared: bool = True
 
-    def duration(self, pod: PodInfo) -> float | None:
-        """How long ``pod`` will run once started (None: unknown)."""
-        declared = declared_runtime(pod) if self.use_declared else None
+    def natural(self, pod: PodInfo) -> float | None:
+        """How long ``pod``'s work takes once started, declared or learned (None: unknown),
+        whatever its ``activeDeadlineSeconds``."""
+        declared = annotated_runtime(pod) if self.use_declared else None
         if declared is not None or self.learner is None:
             return declared
         return self.learner.mean(self.queue_of(pod))
 
-    def end(self, pod: PodInfo, started: float, now: float) -> float | None:
-        """When the running ``pod`` (started at ``started``) will end (None: unknown)."""
-        declared = declared_runtime(pod) if self.use_declared else None
+    def duration(self, pod: PodInfo) -> float | None:
+        """How long ``pod`` will run once started (None: unknown); never past its
+        ``activeDeadlineSeconds``."""
+        return shorter(self.natural(pod), pod.active_deadline)
+
+    def replayed(self, pod: PodInfo) -> float | None:
+        """The run time a replay gives ``pod``: its work's, which its deadline cuts short
+        (the replay fails it then), else its deadline (a run of unknown length ends there)."""
+        natural = self.natural(pod)
+        return natural if natural is not None else pod.active_deadline
+
+    def natural_end(self, pod: PodInfo, started: float, now: float) -> float | None:
+        """When the running ``pod`` (started at ``started``) will end its work (None:
+        unknown), whatever its ``activeDeadlineSeconds``."""
+        declared = annotated_runtime(pod) if self.use_declared else None
         if declared is not None:
             # A pod past its declared time still runs: it ends now, at the earliest.
             return max(now, started + declared)
@@ -115,3 +128,9 @@ class Runtimes:
         elapsed = max(0.0, now - started)
         left = self.learner.remaining(self.queue_of(pod), elapsed)
         return None if left is None else now + left
+
+    def end(self, pod: PodInfo, started: float, now: float) -> float | None:
+        """When the running ``pod`` (started at ``started``) will end (None: unknown); by its
+        ``activeDeadlineSeconds`` at the latest."""
+        cap = None if pod.active_deadline is None else max(now, started + pod.active_deadline)
+        return shorter(self.natural_end(pod, started, now), cap)

@@ -23,7 +23,7 @@ from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
-from fairgpu.sim.accounting import RunAttempt, RunLog, sibling_cause
+from fairgpu.sim.accounting import DEADLINE_EXCEEDED, RunAttempt, RunLog, sibling_cause
 from fairgpu.sim.job_controller import JobController
 from fairgpu.sim.jobset_controller import FAIL
 from fairgpu.sim.leader_worker_controller import GroupRestarts
@@ -33,6 +33,9 @@ from fairgpu.sim.workload import BatchJob, PodArrival, Workload
 
 # Event kinds, in the order events of one instant are handled; a wake only runs a cycle.
 _COMPLETE, _GIVE_UP, _DEADLINE, _ARRIVE, _WAKE = 0, 1, 2, 3, 4
+# A pod's own activeDeadlineSeconds (last: a pod that ends its work at the same instant
+# completes).
+_POD_DEADLINE = 5
 
 #: A replay without ``until`` stops when nothing but the scheduler's own wake-ups is left
 #: (no arrival, no run time ending, no deadline) and none of them started or evicted a pod
@@ -491,6 +494,10 @@ class Simulation:
         self._charge_tenant(rec, +1)
         self.runs.start(rec, self.now, node_name, devices, self._group_key(rec.pod))
         self._join(rec)
+        if rec.pod.active_deadline is not None:  # the kubelet fails it then
+            self._push(
+                self.now + rec.pod.active_deadline, _POD_DEADLINE, f"{rec.pod.uid}#{rec.run}"
+            )
         created = self.ordered.started(rec.pod.uid, self.now)
         if created is not None:  # its StatefulSet's next pod, created at this instant
             self._add_arrival(created)
@@ -565,7 +572,7 @@ class Simulation:
         become an instant of the replay: it would move the clock (and with it the end of the
         run) and run a cycle for nothing that happened."""
         when, kind, _, key = event
-        if kind == _COMPLETE:
+        if kind in (_COMPLETE, _POD_DEADLINE):
             uid, _, run = key.rpartition("#")
             # The pod was preempted (or its group restarted) after this end was scheduled.
             return int(run) != self.records[uid].run or uid not in self.cluster.placements
@@ -655,7 +662,7 @@ class Simulation:
             changed = False
             while self._events and self._events[0][0] == now:
                 _, kind, _, uid = heapq.heappop(self._events)
-                if kind == _COMPLETE and self._stale((now, kind, 0, uid)):
+                if kind in (_COMPLETE, _POD_DEADLINE) and self._stale((now, kind, 0, uid)):
                     continue  # at the same instant as another event
                 if kind != _WAKE:
                     self._progress_at = now
@@ -699,8 +706,35 @@ class Simulation:
         if kind == _WAKE:
             self._wake_at = None
             return True
+        if kind == _POD_DEADLINE:
+            self._deadline_exceeded(uid.rpartition("#")[0])
+            return True
         self._arrive(self.records[uid])
         return True
+
+    def _deadline_exceeded(self, uid: str) -> None:
+        """Pod ``uid`` still runs at its ``activeDeadlineSeconds``: the kubelet fails it
+        (outcome ``deadline-exceeded``, its work lost). A Job counts the failure (no
+        disruption rule of its pod failure policy matches it) and, unless that fails the Job
+        or its index, creates its replacement, which waits now; another pod fails for good."""
+        rec = self.records[uid]
+        deadline = rec.pod.active_deadline
+        why = f"it ran its activeDeadlineSeconds ({deadline:g} s) and failed (DeadlineExceeded)"
+        self._end_run(rec, DEADLINE_EXCEEDED)
+        rec.run += 1  # its end scheduled for this run is stale now
+        rec.node, rec.devices, rec.start = "", (), None
+        failing = self.jobs.evicted([uid], self.now, disruption=False)
+        dropped = {u for u, _ in self.jobs.take_dropped()}
+        for arrival in self.jobs.take_created():  # the place it left, to its Job's next pod
+            self._add_arrival(arrival)
+        if self.jobs.owns(uid) and not failing and uid not in dropped:
+            self.pending[uid] = rec.pod  # the controller's replacement
+            self._wait(rec, +1)
+        else:
+            rec.reason, rec.failed_at = why, self.now
+        for key in failing:
+            self._job_failed(key)
+        self._push(self.now, _WAKE, "")  # the room it leaves is scheduled again now
 
     def _stalled(self, now: float) -> bool:
         """Whether a replay without ``until`` is over at ``now`` with pods still waiting:
