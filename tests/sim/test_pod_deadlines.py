@@ -62,6 +62,7 @@ def test_a_pod_past_its_deadline_fails_and_frees_its_gpus(tmp_path: Path) -> Non
     assert runs[("next", "completed")] == (600.0, 660.0)
     failed = next(r for r in result.records if r.pod.name == "long")
     assert failed.failed_at == 600.0 and "activeDeadlineSeconds (600 s)" in failed.reason
+    assert (failed.start, failed.node) == (0.0, "gpu-0")  # it did run
 
 
 def test_a_pod_that_ends_in_time_completes(tmp_path: Path) -> None:

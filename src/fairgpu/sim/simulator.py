@@ -722,19 +722,18 @@ class Simulation:
         why = f"it ran its activeDeadlineSeconds ({deadline:g} s) and failed (DeadlineExceeded)"
         self._end_run(rec, DEADLINE_EXCEEDED)
         rec.run += 1  # its end scheduled for this run is stale now
-        rec.node, rec.devices, rec.start = "", (), None
         failing = self.jobs.evicted([uid], self.now, disruption=False)
         dropped = {u for u, _ in self.jobs.take_dropped()}
         for arrival in self.jobs.take_created():  # the place it left, to its Job's next pod
             self._add_arrival(arrival)
         if self.jobs.owns(uid) and not failing and uid not in dropped:
+            rec.node, rec.devices, rec.start = "", (), None
             self.pending[uid] = rec.pod  # the controller's replacement
             self._wait(rec, +1)
         else:
             rec.reason, rec.failed_at = why, self.now
         for key in failing:
             self._job_failed(key)
-        self._push(self.now, _WAKE, "")  # the room it leaves is scheduled again now
 
     def _stalled(self, now: float) -> bool:
         """Whether a replay without ``until`` is over at ``now`` with pods still waiting:
