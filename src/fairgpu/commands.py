@@ -668,13 +668,14 @@ def _load_pods(
     # A Job's first pods: the others are created only as those succeed; an OrderedReady
     # StatefulSet's first pod: the others only once the one before runs.
     arrivals = JobController(workload.jobs, workload.arrivals).initial(workload.arrivals)
-    arrivals = OrderedCreation(workload.ordered, workload.arrivals).initial(arrivals)
+    ordered = OrderedCreation(workload.ordered, workload.arrivals, workload.fanned)
+    arrivals = ordered.initial(arrivals)
     if not arrivals:
         suspended = workload.extra.get("suspended") or []
         why = f" (suspended: {', '.join(suspended)})" if suspended else ""
         _fail(
-            f"{', '.join(map(str, paths))}: no Pods, Deployments, StatefulSets, Jobs or "
-            f"JobSets{why}"
+            f"{', '.join(map(str, paths))}: no Pods, Deployments, StatefulSets, "
+            f"LeaderWorkerSets, Jobs or JobSets{why}"
         )
     namespaces = {name for name, _ in snapshot.namespaces}
     pods = []
@@ -696,6 +697,11 @@ def _load_pods(
         f"its pod {by_uid[chain[0]].name} is created first; each other one of its "
         f"{len(chain)} once the one before it runs (podManagementPolicy OrderedReady)"
         for chain in workload.ordered
+    )
+    later.extend(
+        f"LeaderWorkerSet group of {by_uid[fan[0]].key}: its leader is created first; its "
+        f"{len(fan) - 1} worker(s) once it runs (startupPolicy LeaderReady)"
+        for fan in workload.fanned
     )
     return pods, dict(workload.pod_groups), later
 

@@ -18,7 +18,7 @@ from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.kube_yaml import WorkloadError, skipped_objects
 from fairgpu.tenancy import parse_config
 from tests.builders import node_info, pod_info
-from tests.sim.test_kube_jobs import NODE, load
+from tests.sim.test_kube_jobs import NODE, load, simulate
 
 
 def lws(extra: str = "", replicas: int = 2) -> str:
@@ -99,6 +99,7 @@ def test_the_restart_policy_decides_which_groups_are_recreated(
             "spec.leaderWorkerTemplate.restartPolicy",
         ),
         (("workerTemplate:", "otherTemplate:"), "spec.leaderWorkerTemplate.workerTemplate"),
+        (("replicas: 2", "replicas: 2\n  startupPolicy: Eager"), "spec.startupPolicy"),
     ],
 )
 def test_a_leaderworkerset_the_api_server_refuses(
@@ -199,3 +200,55 @@ spec:
     assert "team-a/vllm-0 (queue team-a, priority 0" in line, line
     assert "its LeaderWorkerSet group restarts with it: team-a/vllm-0-1)" in line
     assert "its LeaderWorkerSet group restarts with it: team-a/vllm-0)" in line
+
+
+def test_leader_ready_creates_the_workers_once_the_leader_runs(tmp_path: Path) -> None:
+    """``blocker`` holds the node until 300 s; one group of ``vllm`` arrives at 10 s. Under
+    the default LeaderCreated its workers are created with the leader; under LeaderReady
+    only when the leader starts (300 s). All start at 300 s either way."""
+    blocker = """\
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: blocker
+  namespace: team-a
+  annotations: {fairgpu.io/duration-seconds: "300"}
+spec:
+  schedulerName: fairgpu
+  containers: [{name: b, image: b, resources: {limits: {nvidia.com/gpu: "8"}}}]
+"""
+    group = lws(replicas=1).replace(
+        "  namespace: team-a\n",
+        '  namespace: team-a\n  annotations: {fairgpu.io/arrival-seconds: "10"}\n',
+    )
+    for policy, workers_created in (("", 10.0), ("\n  startupPolicy: LeaderReady", 300.0)):
+        text = (
+            NODE + blocker + group.replace("spec:\n  replicas: 1", f"spec:{policy}\n  replicas: 1")
+        )
+        result = simulate(load(tmp_path, text))
+        got = {r.pod.name: (r.arrival, r.start) for r in result.records}
+        assert got["vllm-0"] == (10.0, 300.0), (policy, got)
+        assert got["vllm-0-1"] == got["vllm-0-2"] == (workers_created, 300.0), (policy, got)
+
+
+def test_what_if_asks_for_the_leader_first_under_leader_ready(tmp_path: Path) -> None:
+    workload = tmp_path / "cluster.yaml"
+    workload.write_text(NODE)
+    out = tmp_path / "out"
+    runner = CliRunner()
+    ran = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    asked_for = tmp_path / "lws.yaml"
+    asked_for.write_text(
+        lws(replicas=1).replace(
+            "spec:\n  replicas: 1", "spec:\n  startupPolicy: LeaderReady\n  replicas: 1"
+        )
+    )
+    said = runner.invoke(app, ["what-if", "-f", str(asked_for), "--run", str(out), "--at", "0"])
+    assert said.exit_code == 0, said.output
+    assert "team-a/vllm-0 (queue team-a" in said.output and "team-a/vllm-0-1 (" not in said.output
+    assert (
+        "LeaderWorkerSet group of team-a/vllm-0: its leader is created first; its 2 worker(s) "
+        "once it runs (startupPolicy LeaderReady)"
+    ) in said.output

@@ -248,7 +248,7 @@ class Simulation:
         self.runs = RunLog(self.tenant_of)
         self._wake_at: float | None = None  # the cycle a time rule asked for, if scheduled
         self.jobs = JobController(workload.jobs, workload.arrivals, workload.jobsets)
-        self.ordered = OrderedCreation(workload.ordered, workload.arrivals)
+        self.ordered = OrderedCreation(workload.ordered, workload.arrivals, workload.fanned)
         self.group_restarts = GroupRestarts(workload.recreated_groups)
         self._progress_at = 0.0  # the last event or cycle that changed more than the time
         # Jobs the engine came with as fragile (a live snapshot's, in a forecast), kept
@@ -498,9 +498,8 @@ class Simulation:
             self._push(
                 self.now + rec.pod.active_deadline, _POD_DEADLINE, f"{rec.pod.uid}#{rec.run}"
             )
-        created = self.ordered.started(rec.pod.uid, self.now)
-        if created is not None:  # its StatefulSet's next pod, created at this instant
-            self._add_arrival(created)
+        for created in self.ordered.started(rec.pod.uid, self.now):
+            self._add_arrival(created)  # its StatefulSet's next pod, created at this instant
 
     def _arrive(self, rec: PodRecord) -> None:
         """``rec``'s pod is created: it starts at once if its spec names its node (see

@@ -17,17 +17,26 @@ from fairgpu.sim.workload import PodArrival
 
 
 class OrderedCreation:
-    """Which pods of ordered StatefulSets exist from the start, and which one a start
-    creates."""
+    """Which pods of ordered StatefulSets exist from the start, and which ones a start
+    creates. ``chains``: pods each created once the one before it starts; ``fans``: pods all
+    created once the first of them starts (a LeaderWorkerSet's workers under
+    ``startupPolicy: LeaderReady``, :mod:`fairgpu.sim.workloads.leaderworkersets`)."""
 
-    def __init__(self, chains: Iterable[Sequence[str]], arrivals: Iterable[PodArrival]) -> None:
+    def __init__(
+        self,
+        chains: Iterable[Sequence[str]],
+        arrivals: Iterable[PodArrival],
+        fans: Iterable[Sequence[str]] = (),
+    ) -> None:
         by_uid = {a.pod.uid: a for a in arrivals}
-        self._next: dict[str, PodArrival] = {}  # uid -> the arrival its start creates
+        self._next: dict[str, list[PodArrival]] = {}  # uid -> the arrivals its start creates
         for chain in chains:
             for before, after in itertools.pairwise(chain):
                 if after in by_uid:
-                    self._next[before] = by_uid[after]
-        self._held = {a.pod.uid for a in self._next.values()}
+                    self._next.setdefault(before, []).append(by_uid[after])
+        for first, *rest in fans:
+            self._next.setdefault(first, []).extend(by_uid[u] for u in rest if u in by_uid)
+        self._held = {a.pod.uid for created in self._next.values() for a in created}
 
     def initial(self, arrivals: Iterable[PodArrival]) -> list[PodArrival]:
         """The ``arrivals`` that exist without waiting for another pod to start."""
@@ -36,11 +45,10 @@ class OrderedCreation:
     @property
     def waiting(self) -> int:
         """How many pods are not created yet."""
-        return len(self._next)
+        return sum(len(created) for created in self._next.values())
 
-    def started(self, uid: str, now: float) -> PodArrival | None:
-        """The pod created because pod ``uid`` started at ``now`` (None: no later pod, or
-        created already): a copy of the workload's, created and arriving at ``now``, so the
+    def started(self, uid: str, now: float) -> list[PodArrival]:
+        """The pods created because pod ``uid`` started at ``now`` (none: no later pod, or
+        created already): copies of the workload's, created and arriving at ``now``, so the
         workload is left as it was for another run."""
-        arrival = self._next.pop(uid, None)
-        return None if arrival is None else arrival.made_at(now)
+        return [arrival.made_at(now) for arrival in self._next.pop(uid, ())]

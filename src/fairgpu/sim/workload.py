@@ -82,7 +82,10 @@ class Workload:
     (:mod:`fairgpu.sim.statefulset_controller`); ``recreated_groups``: the pods (uids) of
     each LeaderWorkerSet group whose controller recreates all of it when one of them is
     evicted, and whether only once all of them have started
-    (:mod:`fairgpu.sim.workloads.leaderworkersets`); ``description`` is shown in reports.
+    (:mod:`fairgpu.sim.workloads.leaderworkersets`); ``fanned``: pods (uids) the first of
+    which must start before the others are created, all at once (a LeaderWorkerSet group's
+    leader and workers under ``startupPolicy: LeaderReady``); ``description`` is shown in
+    reports.
     """
 
     name: str
@@ -95,3 +98,4 @@ class Workload:
     jobsets: dict[str, JobSetPolicy] = field(default_factory=dict)
     ordered: list[tuple[str, ...]] = field(default_factory=list)
     recreated_groups: list[tuple[tuple[str, ...], bool]] = field(default_factory=list)
+    fanned: list[tuple[str, ...]] = field(default_factory=list)

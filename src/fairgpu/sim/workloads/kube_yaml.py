@@ -53,7 +53,11 @@ from fairgpu.sim.workload import BatchJob, JobSetPolicy, PodArrival, Workload
 from fairgpu.sim.workloads.jobsets import expand_jobset
 from fairgpu.sim.workloads.kube_jobs import ExpandedJob, JobError, expand_job, pass_timing
 from fairgpu.sim.workloads.kubeflow import expand_training_job, is_training_job
-from fairgpu.sim.workloads.leaderworkersets import RECREATE_AFTER_START, expand_leaderworkerset
+from fairgpu.sim.workloads.leaderworkersets import (
+    RECREATE_AFTER_START,
+    ExpandedLeaderWorkerSet,
+    expand_leaderworkerset,
+)
 from fairgpu.sim.workloads.statefulsets import expand_statefulset
 
 DEFAULT_POOLS = NodePoolConfig()
@@ -145,6 +149,8 @@ class _Objects:
     ordered: list[tuple[int, int]] = field(default_factory=list)  # (first pod doc, pods)
     # LeaderWorkerSet groups one eviction recreates: (first pod doc, pods, after start only)
     recreated: list[tuple[int, int, bool]] = field(default_factory=list)
+    # LeaderWorkerSet groups whose workers wait for their leader: (first pod doc, pods)
+    fanned: list[tuple[int, int]] = field(default_factory=list)
     suspended: list[str] = field(default_factory=list)  # "Job ns/name", "JobSet ns/name"
     finished: int = 0  # pods whose status.phase says they ended: they hold nothing
     storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSI objects
@@ -214,6 +220,7 @@ def load_kube_yaml(
             (tuple(a.pod.uid for a in arrivals[at : at + n]), after_start)
             for at, n, after_start in objects.recreated
         ],
+        fanned=[tuple(a.pod.uid for a in arrivals[at : at + n]) for at, n in objects.fanned],
         extra={
             "ignored_kinds": objects.ignored,
             "suspended": objects.suspended,
@@ -308,12 +315,7 @@ def _collect_pods(path: Path, doc: dict[str, Any], out: _Objects) -> None:
         for claim in made.claims:
             _collect(path, claim, out)
     elif kind == "LeaderWorkerSet":
-        lws = expand_leaderworkerset(path, doc)
-        if lws.recreates_groups:
-            after_start = lws.restart_policy == RECREATE_AFTER_START
-            for at in range(0, len(lws.pods), lws.size):
-                out.recreated.append((len(out.pod_docs) + at, lws.size, after_start))
-        out.pod_docs.extend((path, d) for d in lws.pods)
+        _add_leader_workers(path, expand_leaderworkerset(path, doc), out)
     elif kind == "JobSet":
         jobs, suspended, policy = expand_jobset(path, doc)
         out.jobsets[policy.key] = policy
@@ -327,6 +329,18 @@ def _collect_pods(path: Path, doc: dict[str, Any], out: _Objects) -> None:
             out.pod_groups.setdefault(*training.group)  # a PodGroup object of it wins
         if training.suspended:
             out.suspended.append(f"{kind} {_key(doc)}")
+
+
+def _add_leader_workers(path: Path, lws: ExpandedLeaderWorkerSet, out: _Objects) -> None:
+    """A LeaderWorkerSet's pods to replay, each group with what its controller does: recreate
+    it whole when one of its pods goes, and create its workers only once its leader runs."""
+    after_start = lws.restart_policy == RECREATE_AFTER_START
+    for at in range(len(out.pod_docs), len(out.pod_docs) + len(lws.pods), lws.size):
+        if lws.recreates_groups:
+            out.recreated.append((at, lws.size, after_start))
+        if lws.leader_first and lws.size > 1:
+            out.fanned.append((at, lws.size))
+    out.pod_docs.extend((path, d) for d in lws.pods)
 
 
 def _add_jobs(path: Path, jobs: list[ExpandedJob], out: _Objects) -> None:

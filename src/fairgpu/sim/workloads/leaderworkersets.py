@@ -12,9 +12,12 @@ what an eviction does in the replay (:class:`ExpandedLeaderWorkerSet`,
 :meth:`~fairgpu.sim.simulator.Simulation` recreates the group); ``None`` (or the deprecated
 ``Default``) restarts only the pod. Timing annotations on the set apply to its pods.
 
-Not replayed: ``startupPolicy: LeaderReady`` (the workers are created with their leader, as
-under the default ``LeaderCreated``), rolling updates, sub-groups, exclusive placement
-annotations and the Volcano provider's pod groups.
+Under the default ``startupPolicy: LeaderCreated`` a group's workers are created with its
+leader; under ``LeaderReady`` only once the leader runs (it counts as ready when it starts:
+no readiness probe is replayed), all at once (:mod:`fairgpu.sim.statefulset_controller`).
+
+Not replayed: rolling updates, sub-groups, exclusive placement annotations and the Volcano
+provider's pod groups.
 """
 
 from __future__ import annotations
@@ -42,12 +45,14 @@ _POLICIES = (RECREATE, RECREATE_AFTER_START, "None", "Default")
 @dataclass(slots=True)
 class ExpandedLeaderWorkerSet:
     """One LeaderWorkerSet's pods' documents, group after group (leader first), each group's
-    size, and its restart policy."""
+    size, its restart policy, and whether a group's workers wait for its leader to run
+    (``startupPolicy: LeaderReady``)."""
 
     key: str
     pods: list[dict[str, Any]] = field(default_factory=list)
     size: int = 1
     restart_policy: str = RECREATE
+    leader_first: bool = False
 
     @property
     def recreates_groups(self) -> bool:
@@ -72,11 +77,21 @@ def expand_leaderworkerset(path: Path, doc: dict[str, Any]) -> ExpandedLeaderWor
             f"{where}: spec.leaderWorkerTemplate.restartPolicy: must be one of "
             f"{', '.join(_POLICIES)}, not {policy!r}"
         )
+    startup = spec.get("startupPolicy") or "LeaderCreated"
+    if startup not in ("LeaderCreated", "LeaderReady"):
+        raise JobError(
+            f"{where}: spec.startupPolicy: must be LeaderCreated or LeaderReady, not {startup!r}"
+        )
     worker = lwt["workerTemplate"]
     leader = lwt.get("leaderTemplate") or worker
     if not isinstance(leader, dict):
         raise JobError(f"{where}: spec.leaderWorkerTemplate.leaderTemplate: must be a template")
-    out = ExpandedLeaderWorkerSet(f"{namespace}/{name}", size=size, restart_policy=policy)
+    out = ExpandedLeaderWorkerSet(
+        f"{namespace}/{name}",
+        size=size,
+        restart_policy=policy,
+        leader_first=startup != "LeaderCreated",
+    )
     uid = str(meta.get("uid") or f"leaderworkerset/{namespace}/{name}")
     for i in range(replicas):
         leader_name = f"{name}-{i}"
