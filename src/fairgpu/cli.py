@@ -251,6 +251,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     ):
         if key is None:
             table.add_row(label, f"{summary['pods_started']} / {summary['pods']}")
+            if summary["pods_failed"]:
+                table.add_row("pods failed", str(summary["pods_failed"]))
         elif key == "preemptions":
             table.add_row(label, preemptions_text(summary))
         else:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from fairgpu.cli import app
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.gang import declared_runtime
 from fairgpu.model.pod import ANN_DURATION
@@ -100,3 +103,14 @@ def test_forecasts_end_a_running_pod_at_its_deadline() -> None:
     runtimes = Runtimes(lambda p: engine.tenant(p).queue, None)
     got = forecast(state, engine, [waiting], 100.0, runtimes)
     assert got.start(waiting.uid) == 600.0
+
+
+def test_the_summary_counts_the_failed_pod(tmp_path: Path) -> None:
+    workload = tmp_path / "w.yaml"
+    workload.write_text(NODE + bare("long", 600, 1000) + bare("next", None, 60))
+    out = tmp_path / "out"
+    said = CliRunner().invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert said.exit_code == 0, said.output
+    assert any(
+        x.split() == ["│", "pods", "failed", "│", "1", "│"] for x in said.output.splitlines()
+    )

@@ -110,6 +110,9 @@ def summarize(result: SimulationResult, params: dict[str, Any]) -> dict[str, Any
         "pods_started": len(waits),
         "pods_completed": sum(1 for r in result.records if r.end is not None),
         "pods_never_started": len(never),
+        # Failed for good: past their activeDeadlineSeconds, deleted with their failed Job,
+        # or their pod group gave up too often.
+        "pods_failed": sum(1 for r in result.records if r.failed_at is not None),
         "gpu_capacity": capacity / 1000.0,
         "gpu_allocation_avg_pct": _round(
             100.0 * time_average(tl.time, alloc, result.end_time) / capacity
