@@ -1,23 +1,24 @@
 """Chaos against the real API server: a seeded random mix of what real clusters do to a scheduler,
 all at once.
 
-Jobs of three queues arrive (whole GPUs, GPU shares, gangs; two priorities), users delete pods
-and whole jobs and submit jobs again under the same names (new uids, another shape), pods get
-stuck terminating (a finalizer nobody removes until the churn is over), PodDisruptionBudgets
-refuse evictions, nodes are deleted and registered again under their names (the status, and so
-the GPUs, written after the object), device plugins restart (a node shows 0 GPUs for a moment),
-running pods are resized in place (their CPU up or down, which the fake kubelet applies, defers
-while the node is short, or refuses), kube-apiserver restarts (every watch resumes with 410
-Gone, a request in flight may or may not have been applied), the scheduler's watches fall
-behind for a while (everything the API server sends it arrives 0.2-2 s late, :mod:`lag_proxy`,
-while the kubelet, users and nodes move on), and the scheduler itself is restarted -- in the
-middle of whatever it was doing: binding, evicting, waiting for victims to go. For a third of
-the churn it runs as the Deployment runs it: two ``fairgpu run`` processes under leader
-election, the leader killed by SIGKILL and the standby taking over, a replica that loses its
-lease (the API server down past its renew deadline) replaced. Reclaim and priority preemption
-are on with their guards off, and jobs are training or inference work with inference first on
-half of the nodes (pool precedence), so victims are chosen all the time; the fake kubelet
-finishes pods at their declared run times and keeps victims terminating for a grace period.
+Jobs of three queues arrive (whole GPUs, GPU shares, gangs, LeaderWorkerSet groups; two
+priorities), users delete pods and whole jobs and submit jobs again under the same names (new
+uids, another shape), pods get stuck terminating (a finalizer nobody removes until the churn is
+over), PodDisruptionBudgets refuse evictions, nodes are deleted and registered again under their
+names (the status, and so the GPUs, written after the object), device plugins restart (a node
+shows 0 GPUs for a moment), running pods are resized in place (their CPU up or down, which the
+fake kubelet applies, defers while the node is short, or refuses), kube-apiserver restarts
+(every watch resumes with 410 Gone, a request in flight may or may not have been applied), the
+scheduler's watches fall behind for a while (everything the API server sends it arrives 0.2-2 s
+late, :mod:`lag_proxy`, while the kubelet, users and nodes move on), and the scheduler itself is
+restarted -- in the middle of whatever it was doing: binding, evicting, waiting for victims to
+go. For a third of the churn it runs as the Deployment runs it: two ``fairgpu run`` processes
+under leader election, the leader killed by SIGKILL and the standby taking over, a replica that
+loses its lease (the API server down past its renew deadline) replaced. Reclaim and priority
+preemption are on with their guards off, and jobs are training or inference work with inference
+first on half of the nodes (pool precedence), so victims are chosen all the time; the fake
+kubelet finishes pods at their declared run times and keeps victims terminating for a grace
+period.
 
 Safety, judged from the API server's own state after every Pod and Node event
 (:class:`~auditor.Auditor`): no device or node over capacity, terminating pods included; no
@@ -68,6 +69,8 @@ from fairgpu.devcluster import (
 )
 from fairgpu.devcluster.client import STRATEGIC_MERGE_PATCH
 from fairgpu.devcluster.kubelet import DURATION_ANNOTATION
+from fairgpu.engine.leader_worker_groups import LABEL_GROUP_INDEX as LWS_GROUP_INDEX
+from fairgpu.engine.leader_worker_groups import LABEL_NAME as LWS_NAME
 from fairgpu.kube import LiveScheduler
 from fairgpu.kube.client import Connection
 from fairgpu.tenancy.resolve import LABEL_POD_GROUP
@@ -149,7 +152,7 @@ class Chaos(Churn):
         half of the nodes. Their node affinity is their own (to this run's nodes), so none is
         derived from the workload type."""
         rng = self.rng
-        kind = rng.choice(["whole", "whole", "share", "gang"])
+        kind = rng.choice(["whole", "whole", "share", "gang", "group"])
         labels = {
             "fairgpu.io/queue": rng.choice(["qa", "qb", "qc"]),
             "chaos-job": name,
@@ -167,6 +170,13 @@ class Chaos(Churn):
             cores = {"nvidia.com/gpucores": str(rng.choice([25, 50]))}
             manifests = [
                 pod(name, labels=labels, annotations=annotations, extra_resources=cores, **common)
+            ]
+        elif kind == "group":  # a LeaderWorkerSet group: no pod group, evicted whole
+            size, gpus = rng.choice([2, 3]), rng.choice([1, 2])
+            group = {**labels, LWS_NAME: name, LWS_GROUP_INDEX: "0"}
+            manifests = [
+                pod(f"{name}-{m}", gpus=gpus, labels=group, annotations=annotations, **common)
+                for m in range(size)
             ]
         else:
             members, gpus = rng.choice([2, 3]), rng.choice([2, 4])

@@ -8,9 +8,9 @@ the set's name, its group index and its worker index and annotated with the grou
 the controller and its webhook label them (the labels the scheduler groups by:
 :mod:`~fairgpu.engine.leader_worker_groups`); the leaders are one StatefulSet's pods, each
 group's workers another's. ``restartPolicy`` (default ``RecreateGroupOnPodRestart``) decides
-what an eviction does in the replay (:class:`ExpandedLeaderWorkerSet`,
-:meth:`~fairgpu.sim.simulator.Simulation` recreates the group); ``None`` (or the deprecated
-``Default``) restarts only the pod. Timing annotations on the set apply to its pods.
+what an eviction does in the replay: the whole group is recreated
+(:mod:`fairgpu.sim.leader_worker_controller`), or -- ``None``, or the deprecated ``Default``
+-- only the pod. Timing annotations on the set apply to its pods.
 
 Under the default ``startupPolicy: LeaderCreated`` a group's workers are created with its
 leader; under ``LeaderReady`` only once the leader runs (it counts as ready when it starts:
