@@ -216,6 +216,11 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
     who = f"queue {r.get('queue', '?')}, user {r.get('user', '?')}"
     if r["state"] == "bound":
         bound = f"Pod {r['pod']} ({who}) is bound to node {r['node']}; phase {r['phase']}."
+        if r.get("deadline"):
+            bound += (
+                f" The kubelet fails it at {r['deadline']} if it still runs then "
+                "(activeDeadlineSeconds)."
+            )
         return [bound, *_job_line(r)]
     if r["state"] == "not ours":
         return [

@@ -114,3 +114,19 @@ def test_the_summary_counts_the_failed_pod(tmp_path: Path) -> None:
     assert any(
         x.split() == ["│", "pods", "failed", "│", "1", "│"] for x in said.output.splitlines()
     )
+
+
+def test_explain_says_when_the_deadline_ends_a_running_pod(tmp_path: Path) -> None:
+    workload = tmp_path / "w.yaml"
+    workload.write_text(NODE + bare("long", 600, 1000) + bare("next", None, 60, arrival=10))
+    out = tmp_path / "out"
+    runner = CliRunner()
+    ran = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    said = runner.invoke(app, ["explain", "team-a/long", "--run", str(out), "--at", "100"])
+    assert (
+        "is bound to node gpu-0; phase Running. The kubelet fails it at t=600 s if it still "
+        "runs then (activeDeadlineSeconds)."
+    ) in said.output, said.output
+    waiting = runner.invoke(app, ["explain", "team-a/next", "--run", str(out), "--at", "100"])
+    assert "Predicted start: t=600 s (in 8m)" in waiting.output, waiting.output

@@ -225,6 +225,15 @@ def _drain(predicted: Forecast, uids: list[str], jobs: list[str]) -> float | Non
     return max(t for t in times if t is not None)
 
 
+def _deadline(snapshot: Snapshot, cache: SchedulerCache, pod: PodInfo | None) -> str | None:
+    """When a running pod's ``activeDeadlineSeconds`` ends it at the latest (None: no
+    deadline, or not running)."""
+    if pod is None or pod.active_deadline is None:
+        return None
+    placement = cache.cluster.placements.get(pod.uid)
+    return None if placement is None else snapshot.label(placement.started + pod.active_deadline)
+
+
 def job_progress(snapshot: Snapshot, ahead: JobAhead, predicted: Forecast | None) -> dict[str, Any]:
     """How far a pod's Job is and when it is predicted to end (``predicted``: a forecast
     that followed Jobs to their end; None: not asked)."""
@@ -604,6 +613,7 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
     if node:
         report["state"] = "bound"
         report["node"] = node
+        report["deadline"] = _deadline(snapshot, cache, pod)
         if job is not None:
             ends = forecast_snapshot(snapshot, None, snapshot.forecast_budget, job_ends=True)[0]
             report["job"] = job_progress(snapshot, job, ends)
