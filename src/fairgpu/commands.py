@@ -221,7 +221,7 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
                 f" The kubelet fails it at {r['deadline']} if it still runs then "
                 "(activeDeadlineSeconds)."
             )
-        return [bound, *_job_line(r)]
+        return [bound, *_group_line(r), *_job_line(r)]
     if r["state"] == "not ours":
         return [
             f"Pod {r['pod']} is not pending for this scheduler "
@@ -259,8 +259,22 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
     if r.get("scheduler_said"):
         lines.append(f"Scheduler said at {r['scheduler_said_at']}: {r['scheduler_said']}")
     lines.append(_predicted_line(r))
+    lines.extend(_group_line(r))
     lines.extend(_job_line(r))
     return lines
+
+
+def _group_line(r: dict[str, Any]) -> list[str]:
+    """The LeaderWorkerSet group of the pod, as its pods stand (none for other pods)."""
+    g = r.get("leader_worker_group")
+    if not g:
+        return []
+    size = f" of {g['size']}" if g["size"] is not None else ""
+    return [
+        f"LeaderWorkerSet {g['set']} group {g['group']}: {g['running']}{size} pod(s) running, "
+        f"{g['pending']} pending; one evicted pod restarts the whole group (its pods are "
+        "placed one by one unless a pod group holds them together)"
+    ]
 
 
 def _job_line(r: dict[str, Any]) -> list[str]:

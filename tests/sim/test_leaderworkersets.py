@@ -200,6 +200,11 @@ spec:
     assert "team-a/vllm-0 (queue team-a, priority 0" in line, line
     assert "its LeaderWorkerSet group restarts with it: team-a/vllm-0-1)" in line
     assert "its LeaderWorkerSet group restarts with it: team-a/vllm-0)" in line
+    leader = runner.invoke(app, ["explain", "team-a/vllm-0", "--run", str(out), "--at", "200"])
+    assert (
+        "LeaderWorkerSet team-a/vllm group 0: 2 of 2 pod(s) running, 0 pending; one evicted "
+        "pod restarts the whole group"
+    ) in leader.output, leader.output
 
 
 def test_leader_ready_creates_the_workers_once_the_leader_runs(tmp_path: Path) -> None:

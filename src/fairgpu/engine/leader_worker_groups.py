@@ -29,6 +29,8 @@ from fairgpu.model.pod import PodInfo
 #: The labels the LeaderWorkerSet controller puts on every pod of a group.
 LABEL_NAME = "leaderworkerset.sigs.k8s.io/name"
 LABEL_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+#: The annotation it puts on them with the group's size (a leader and its workers).
+LABEL_SIZE = "leaderworkerset.sigs.k8s.io/size"
 
 #: How a leader-worker group's key starts (pod group keys are ``namespace/name``).
 PREFIX = "lws:"

@@ -43,6 +43,9 @@ from fairgpu.engine.engine import Engine
 from fairgpu.engine.fragile_jobs import LABEL_JOBSET, fragile_key, job_groups
 from fairgpu.engine.framework import AttemptError, CycleState
 from fairgpu.engine.jobs import Job, build_jobs
+from fairgpu.engine.leader_worker_groups import LABEL_GROUP_INDEX as LWS_GROUP_INDEX
+from fairgpu.engine.leader_worker_groups import LABEL_NAME as LWS_NAME
+from fairgpu.engine.leader_worker_groups import LABEL_SIZE as LWS_SIZE
 from fairgpu.engine.leader_worker_groups import group_key as leader_worker_key
 from fairgpu.engine.leader_worker_groups import groups as leader_worker_groups
 from fairgpu.engine.preemption import find_preemption, victim_eligible
@@ -223,6 +226,25 @@ def _drain(predicted: Forecast, uids: list[str], jobs: list[str]) -> float | Non
     if any(t is None for t in times):
         return None
     return max(t for t in times if t is not None)
+
+
+def _leader_worker_group(cache: SchedulerCache, pod: PodInfo | None) -> dict[str, Any] | None:
+    """The LeaderWorkerSet group ``pod`` belongs to (None: none), as its pods stand: the
+    set, the group index, its size (the controller's annotation; None if unreadable), and
+    how many of its pods run and wait."""
+    key = leader_worker_key(pod) if pod is not None else ""
+    if pod is None or not key:
+        return None
+    running = sum(1 for p in cache.cluster.pods.values() if leader_worker_key(p) == key)
+    waiting = sum(1 for p in cache.pending.values() if leader_worker_key(p) == key)
+    size = pod.annotations.get(LWS_SIZE, "")
+    return {
+        "set": f"{pod.namespace}/{pod.labels[LWS_NAME]}",
+        "group": pod.labels[LWS_GROUP_INDEX],
+        "size": int(size) if size.isdigit() else None,
+        "running": running,
+        "pending": waiting,
+    }
 
 
 def _deadline(snapshot: Snapshot, cache: SchedulerCache, pod: PodInfo | None) -> str | None:
@@ -610,6 +632,7 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
         t = engine.tenant(pod)
         report.update(queue=t.queue, user=t.user, department=t.parent, tenant_error=t.error)
     job = _job_of(snapshot, cache, pod)
+    report["leader_worker_group"] = _leader_worker_group(cache, pod)
     if node:
         report["state"] = "bound"
         report["node"] = node

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from fairgpu.engine.leader_worker_groups import LABEL_GROUP_INDEX, LABEL_NAME
+from fairgpu.engine.leader_worker_groups import LABEL_SIZE as ANN_SIZE
 from fairgpu.sim.workloads.kube_jobs import Controller, JobError, pass_timing, whole_number
 from fairgpu.sim.workloads.statefulsets import LABEL_POD_INDEX, LABEL_POD_NAME
 
 LABEL_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
-ANN_SIZE = "leaderworkerset.sigs.k8s.io/size"
 ANN_LEADER_NAME = "leaderworkerset.sigs.k8s.io/leader-name"
 
 #: The restart policies that recreate the whole group when one of its pods goes; the
