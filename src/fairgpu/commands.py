@@ -221,7 +221,7 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
                 f" The kubelet fails it at {r['deadline']} if it still runs then "
                 "(activeDeadlineSeconds)."
             )
-        return [bound, *_group_line(r), *_job_line(r)]
+        return [bound, *_group_line(r), *_to_create_line(r), *_job_line(r)]
     if r["state"] == "not ours":
         return [
             f"Pod {r['pod']} is not pending for this scheduler "
@@ -260,6 +260,7 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"Scheduler said at {r['scheduler_said_at']}: {r['scheduler_said']}")
     lines.append(_predicted_line(r))
     lines.extend(_group_line(r))
+    lines.extend(_to_create_line(r))
     lines.extend(_job_line(r))
     return lines
 
@@ -274,6 +275,32 @@ def _group_line(r: dict[str, Any]) -> list[str]:
         f"LeaderWorkerSet {g['set']} group {g['group']}: {g['running']}{size} pod(s) running, "
         f"{g['pending']} pending; one evicted pod restarts the whole group (its pods are "
         "placed one by one unless a pod group holds them together)"
+    ]
+
+
+def _to_create_line(r: dict[str, Any]) -> list[str]:
+    """The pods the pod's StatefulSet (or, a leader's, its workers' set) is still to create
+    and when the last is predicted to start (none for other pods)."""
+    c = r.get("to_create")
+    if not c:
+        return []
+    gate = f"once {c['after']} starts" if c["after"] else "at once"
+    if c["at_once"]:
+        how = f"all {gate}"
+    elif c["pods_to_create"] == 1:
+        how = gate
+    else:
+        how = f"the first {gate}, each other once the one before starts"
+    head = (
+        f"{c['controller']}: {c['pods_in_cluster']} pod(s) in the cluster, "
+        f"{c['pods_to_create']} still to be created ({how})"
+    )
+    if c["last_start"] is None:
+        why = _unknown(r, c["forecast_out_of_budget"], "it waits on pods whose run time is unknown")
+        return [f"{head}; the last one's start: unknown: {why}"]
+    return [
+        f"{head}; the last one predicted to start {c['last_start']} "
+        f"(in {_in(c['last_start_in_seconds'])})"
     ]
 
 

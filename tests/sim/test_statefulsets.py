@@ -3,13 +3,17 @@ created one after another (OrderedReady) or at once (Parallel)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from fairgpu.cli import app
+from fairgpu.sim.statefulset_controller import OrderedCreation
+from fairgpu.sim.workload import PodArrival
 from fairgpu.sim.workloads.kube_yaml import WorkloadError, skipped_objects
+from tests.builders import pod_info
 from tests.sim.test_kube_jobs import load, simulate
 
 ONE_GPU_NODE = """\
@@ -125,3 +129,48 @@ def test_what_if_asks_for_the_first_pod_of_an_ordered_statefulset(tmp_path: Path
         "StatefulSet team-a/vllm: its pod vllm-0 is created first; each other one of its 3 "
         "once the one before it runs (podManagementPolicy OrderedReady)"
     ) in asked.output
+
+
+def test_answers_in_a_run_count_the_pods_a_statefulset_is_still_to_create(
+    tmp_path: Path,
+) -> None:
+    """At 400 s ``vllm-0`` runs, ``vllm-1`` waits and ``vllm-2`` is not created yet (it comes
+    once ``vllm-1`` starts): explain says so and predicts the last start (1 800 s, as in the
+    run, after ``other``), and ``queues`` counts it and drains after it -- not at 1 200 s."""
+    workload = tmp_path / "w.yaml"
+    workload.write_text(ONE_GPU_NODE + statefulset() + OTHER)
+    out = tmp_path / "out"
+    runner = CliRunner()
+    ran = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    at = ["--run", str(out), "--at", "400"]
+    said = runner.invoke(app, ["explain", "team-a/vllm-1", *at])
+    assert (
+        "StatefulSet team-a/vllm: 2 pod(s) in the cluster, 1 still to be created (once "
+        "team-a/vllm-1 starts); the last one predicted to start t=1800 s (in 23m)"
+    ) in said.output, said.output
+    running = runner.invoke(app, ["explain", "team-a/vllm-0", *at])
+    assert "the last one predicted to start t=1800 s" in running.output, running.output
+    other = runner.invoke(app, ["explain", "team-a/other", *at])
+    assert "StatefulSet" not in other.output and "Predicted start: t=1200 s" in other.output
+    rows = json.loads(runner.invoke(app, ["queues", *at, "-o", "json"]).output)["queues"]
+    (team,) = rows
+    assert (team["pods_to_create"], team["drains_at"]) == (1, "t=1800 s"), team
+
+
+def test_a_run_s_controller_says_which_pods_are_still_to_come() -> None:
+    pods = [pod_info(f"vllm-{i}", gpus=1, duration=600.0) for i in range(3)]
+    arrivals = [PodArrival(p, 0.0, 600.0) for p in pods]
+    chain = OrderedCreation([tuple(p.uid for p in pods)], arrivals)
+    (ahead,) = chain.ahead({pods[0].uid}, 50.0)
+    assert ahead.gate == pods[0].uid and not ahead.fan
+    assert [a.pod.name for a in ahead.future] == ["vllm-1", "vllm-2"]
+    assert all(a.arrival == 50.0 for a in ahead.future)
+    assert ahead.chain() == ((pods[0].uid, pods[1].uid, pods[2].uid), False)
+    assert chain.ahead(set(), 50.0) == []  # its first pod is not created yet either
+    chain.started(pods[0].uid, 60.0)
+    (later,) = chain.ahead({pods[0].uid, pods[1].uid}, 70.0)
+    assert later.gate == pods[1].uid and [a.pod.name for a in later.future] == ["vllm-2"]
+    fan = OrderedCreation([], arrivals, [tuple(p.uid for p in pods)])
+    (workers,) = fan.ahead({pods[0].uid}, 0.0)
+    assert workers.fan and workers.chain() == ((pods[0].uid, pods[1].uid, pods[2].uid), True)

@@ -59,6 +59,7 @@ from fairgpu.model.pod import PodInfo
 from fairgpu.sim.forecast import Forecast, JobFailure, forecast
 from fairgpu.sim.job_backlog import JobAhead
 from fairgpu.sim.learner import Runtimes
+from fairgpu.sim.statefulset_controller import SetAhead
 from fairgpu.tenancy.config import DIM_GPU
 
 __all__ = ["explain_pod", "job_rows", "queue_rows", "what_if"]
@@ -143,7 +144,8 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
     """One row per queue (see :func:`_queue_state`), sorted by name, with
     ``preemptions_last_hour``: its pods preempted in the hour before the snapshot (None:
     unknown, the scheduler's Events could not be read), ``pods_to_create``: the pods its
-    Jobs are still to create (:mod:`fairgpu.sim.job_backlog`), and ``drains_at``: when the
+    Jobs and StatefulSets are still to create (:mod:`fairgpu.sim.job_backlog`,
+    :mod:`fairgpu.kube.statefulset_progress`), and ``drains_at``: when the
     last of its pending pods and of those is predicted to start (None: nothing pending, or
     unknown -- ``drain_known`` tells which)."""
     cache, engine = snapshot.build()
@@ -159,23 +161,32 @@ def queue_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
             )
         )
     ahead = snapshot.jobs_ahead(cache, _no_runtime)
+    sets = snapshot.sets_ahead(cache, _no_runtime)
     predicted, pending, _ = forecast_snapshot(
-        snapshot, None, snapshot.forecast_budget, job_ends=any(j.future for j in ahead)
+        snapshot,
+        None,
+        snapshot.forecast_budget,
+        job_ends=any(j.future for j in ahead),
+        set_drains=bool(sets),
     )
     by_queue: dict[str, list[str]] = {}
     for pod in pending:
         by_queue.setdefault(engine.tenant(pod).queue, []).append(pod.uid)
-    jobs_of: dict[str, list[str]] = {}  # the Jobs with pods still to create, by queue
+    # The Jobs and StatefulSets with pods still to create, by queue: (key, how many).
+    to_come: dict[str, list[tuple[str, int]]] = {}
     for job in ahead:
         if job.future:
             queue = engine.tenant(job.future[0].pod).queue
-            jobs_of.setdefault(queue, []).append(job.job.key)
+            to_come.setdefault(queue, []).append((job.job.key, len(job.future)))
+    for made in sets:
+        queue = engine.tenant(made.future[0].pod).queue
+        to_come.setdefault(queue, []).append((made.key, len(made.future)))
     for name, row in rows.items():
-        uids, jobs = by_queue.get(name, []), jobs_of.get(name, [])
-        drain = _drain(predicted, uids, jobs)
+        uids, later = by_queue.get(name, []), to_come.get(name, [])
+        drain = _drain(predicted, uids, [key for key, _ in later])
         row["drains_at"] = None if drain is None else snapshot.label(drain)
-        row["drain_known"] = not (uids or jobs) or drain is not None
-        row["pods_to_create"] = sum(len(j.future) for j in ahead if j.job.key in jobs)
+        row["drain_known"] = not (uids or later) or drain is not None
+        row["pods_to_create"] = sum(n for _, n in later)
     return list(rows.values())
 
 
@@ -215,12 +226,13 @@ def _no_runtime(_pod: PodInfo) -> None:
     return None
 
 
-def _drain(predicted: Forecast, uids: list[str], jobs: list[str]) -> float | None:
-    """When the last of pending pods ``uids`` and of the pods Jobs ``jobs`` are to create
-    is predicted to start; None when nothing waits or any of them has no prediction."""
-    if not uids and not jobs:
+def _drain(predicted: Forecast, uids: list[str], later: list[str]) -> float | None:
+    """When the last of pending pods ``uids`` and of the pods Jobs and StatefulSets
+    ``later`` (their keys) are to create is predicted to start; None when nothing waits or
+    any of them has no prediction."""
+    if not uids and not later:
         return None
-    times = [predicted.job_drains.get(key) for key in jobs]
+    times = [predicted.job_drains.get(key, predicted.set_drains.get(key)) for key in later]
     if uids:
         times.append(predicted.drain(uids))
     if any(t is None for t in times):
@@ -299,6 +311,37 @@ def _job_of(snapshot: Snapshot, cache: SchedulerCache, pod: PodInfo | None) -> J
         return None
     jobs = snapshot.jobs_ahead(cache, _no_runtime)
     return next((j for j in jobs if j.job.uid == pod.owner), None)
+
+
+def _set_of(snapshot: Snapshot, cache: SchedulerCache, pod: PodInfo | None) -> SetAhead | None:
+    """The pods still to be created by ``pod``'s StatefulSet, or that its start creates
+    (a LeaderWorkerSet leader's workers); None when there are none."""
+    if pod is None:
+        return None
+    sets = snapshot.sets_ahead(cache, _no_runtime)
+    return next(
+        (c for c in sets if c.gate == pod.uid or (pod.owner and c.owner == pod.owner)), None
+    )
+
+
+def set_progress(
+    snapshot: Snapshot, cache: SchedulerCache, made: SetAhead, predicted: Forecast
+) -> dict[str, Any]:
+    """A controller's pods still to be created, in a report: its pods in the cluster now,
+    those to come and how (at once, or each once the one before starts), and when the last
+    is predicted to start (None: the forecast could not see it)."""
+    present = [*cache.cluster.pods.values(), *cache.pending.values()]
+    last = predicted.set_drains.get(made.key)
+    return {
+        "controller": made.key,
+        "pods_in_cluster": sum(1 for p in present if made.owner and p.owner == made.owner),
+        "pods_to_create": len(made.future),
+        "at_once": made.fan,
+        "after": made.gate and next((p.key for p in present if p.uid == made.gate), None),
+        "last_start": None if last is None else snapshot.label(last),
+        "last_start_in_seconds": None if last is None else round(last - snapshot.now),
+        "forecast_out_of_budget": predicted.out_of_budget,
+    }
 
 
 def predicted_start(
@@ -632,14 +675,24 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
         t = engine.tenant(pod)
         report.update(queue=t.queue, user=t.user, department=t.parent, tenant_error=t.error)
     job = _job_of(snapshot, cache, pod)
+    made = _set_of(snapshot, cache, pod)
     report["leader_worker_group"] = _leader_worker_group(cache, pod)
     if node:
         report["state"] = "bound"
         report["node"] = node
         report["deadline"] = _deadline(snapshot, cache, pod)
-        if job is not None:
-            ends = forecast_snapshot(snapshot, None, snapshot.forecast_budget, job_ends=True)[0]
-            report["job"] = job_progress(snapshot, job, ends)
+        if job is not None or made is not None:
+            ends = forecast_snapshot(
+                snapshot,
+                None,
+                snapshot.forecast_budget,
+                job_ends=job is not None,
+                set_drains=made is not None,
+            )[0]
+            if job is not None:
+                report["job"] = job_progress(snapshot, job, ends)
+            if made is not None:
+                report["to_create"] = set_progress(snapshot, cache, made, ends)
         return report
     if report["scheduler"] != snapshot.settings.scheduler_name or pod is None:
         report["state"] = "not ours"
@@ -649,11 +702,17 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
     _pending_detail(report, snapshot, cache.schedulable(), engine, cluster, pod)
     report.update(_scheduler_notes(status))
     predicted = forecast_snapshot(
-        snapshot, None, snapshot.forecast_budget, job_ends=job is not None
+        snapshot,
+        None,
+        snapshot.forecast_budget,
+        job_ends=job is not None,
+        set_drains=made is not None,
     )[0]
     report.update(predicted_start(predicted, uid, snapshot.label))
     if job is not None:
         report["job"] = job_progress(snapshot, job, predicted)
+    if made is not None:
+        report["to_create"] = set_progress(snapshot, cache, made, predicted)
     ann = meta.get("annotations") or {}
     report["scheduler_predicted_start"] = ann.get(ANN_PREDICTED_START)
     return report
@@ -766,4 +825,5 @@ def _forecast_with(
         runtimes,
         budget_s=snapshot.forecast_budget,
         jobs=snapshot.jobs_ahead(cache, runtimes.replayed),
+        sets=snapshot.sets_ahead(cache, runtimes.replayed),
     )

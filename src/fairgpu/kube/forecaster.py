@@ -89,12 +89,15 @@ def forecast_snapshot(
     state: EngineState | None = None,
     history: ArrivalHistory | None = None,
     job_ends: bool = False,
+    set_drains: bool = False,
 ) -> tuple[Forecast, list[PodInfo], Engine]:
     """Forecast the pending pods of ``snapshot`` (a fresh copy of its state), the engine
     continuing from the scheduler's ``state`` if given; returns the forecast, the pending
     pods and the engine that decided (its tenancy names their queues). The pods Jobs are
     still to create compete too (:meth:`~fairgpu.kube.snapshot.Snapshot.jobs_ahead`); with
-    ``job_ends`` the forecast also predicts when each such Job ends.
+    ``job_ends`` the forecast also predicts when each such Job ends. So do the pods
+    StatefulSets are still to create (:meth:`~fairgpu.kube.snapshot.Snapshot.sets_ahead`);
+    with ``set_drains``, when the last of them starts.
 
     With ``history`` (kept by the caller across rounds) the pods of the snapshot are recorded
     there by creation time, and the forecast adds future arrivals learned from it
@@ -118,6 +121,8 @@ def forecast_snapshot(
             budget_s=budget_s,
             jobs=snapshot.jobs_ahead(cache, runtimes.replayed),
             job_ends=job_ends,
+            sets=snapshot.sets_ahead(cache, runtimes.replayed),
+            set_drains=set_drains,
         )
         return result, pending, engine
     first = [(cache.cluster, engine)]

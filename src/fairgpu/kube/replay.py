@@ -26,6 +26,7 @@ from fairgpu.model.pod import PodInfo
 from fairgpu.sim.job_backlog import JobAhead
 from fairgpu.sim.rerun import RunSpec, load_run, replay
 from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.statefulset_controller import SetAhead
 
 __all__ = ["ReplaySnapshot", "RunPod", "find_pod", "replay_snapshot", "sim_label"]
 
@@ -72,6 +73,15 @@ class ReplaySnapshot(Snapshot):
         assert self.sim is not None
         present = set(cache.cluster.pods) | set(cache.pending)
         return self.sim.jobs.ahead(present, self.now)
+
+    def sets_ahead(
+        self, cache: SchedulerCache, runtime: Callable[[PodInfo], float | None]
+    ) -> list[SetAhead]:
+        """The pods the run's StatefulSet and LeaderWorkerSet controllers are still to
+        create at this instant, from its own record of them."""
+        assert self.sim is not None
+        present = set(cache.cluster.pods) | set(cache.pending)
+        return self.sim.ordered.ahead(present, self.now)
 
 
 @dataclass(slots=True)

@@ -40,10 +40,13 @@ from fairgpu.kube.jobs import JobRecord, JobStore, decode_job
 from fairgpu.kube.namespaces import NamespaceStore, decode_namespace
 from fairgpu.kube.podgroups import PodGroupBook, decode_pod_group, served_pod_group_paths
 from fairgpu.kube.reporter import LABEL_PREEMPTED_QUEUE
+from fairgpu.kube.statefulset_progress import PATH as STATEFULSETS_PATH
+from fairgpu.kube.statefulset_progress import StatefulSetRecord, decode_statefulset, sets_ahead
 from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.node_pools import NodePoolConfig
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.job_backlog import JobAhead
+from fairgpu.sim.statefulset_controller import SetAhead
 
 __all__ = [
     "FORECAST_BUDGET",
@@ -134,6 +137,19 @@ class Snapshot:
     jobs: list[JobRecord] = field(default_factory=list)
     # The same Jobs' progress and pods to come, for forecasts (:mod:`~fairgpu.kube.job_progress`).
     job_progress: list[JobProgress] = field(default_factory=list)
+    # The StatefulSets whose pods this scheduler places, for the pods they are still to
+    # create (:mod:`~fairgpu.kube.statefulset_progress`).
+    statefulsets: list[StatefulSetRecord] = field(default_factory=list)
+
+    def sets_ahead(
+        self, cache: SchedulerCache, runtime: Callable[[PodInfo], float | None]
+    ) -> list[SetAhead]:
+        """The pods controllers are still to create once others start, as a forecast over
+        ``cache`` (one :meth:`build` of this snapshot) continues them: live, the
+        StatefulSets' ordered pods."""
+        return sets_ahead(
+            self.statefulsets, cache.cluster, cache.pending.values(), self.now, runtime
+        )
 
     def jobs_ahead(
         self, cache: SchedulerCache, runtime: Callable[[PodInfo], float | None]
@@ -212,11 +228,12 @@ def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
     dra = read_dra(client, lambda path, decode: list_objects(client, path, decode))
     done = list_objects(client, SUCCEEDED_PATH, decode_completed, SUCCEEDED_PARAMS)
     snapshot = Snapshot(settings, time.time(), nodes, pods, namespaces, volumes, groups, dra, done)
+
+    def template(raw: bytes) -> PodInfo | None:
+        return decode_pod(raw, sched, names, pools).info
+
     # As the scheduler: without the permission to list Jobs, no Job is known fragile.
     with contextlib.suppress(RuntimeError):
-
-        def template(raw: bytes) -> PodInfo | None:
-            return decode_pod(raw, sched, names, pools).info
 
         def job(raw: bytes) -> tuple[JobRecord, JobProgress | None]:
             record = decode_job(raw)
@@ -225,6 +242,12 @@ def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
         jobs = list_objects(client, JOBS_PATH, job)
         snapshot.jobs = [record for record, _ in jobs]
         snapshot.job_progress = [progress for _, progress in jobs if progress is not None]
+    # Without the permission to list StatefulSets, forecasts see only their pods.
+    with contextlib.suppress(RuntimeError):
+        sets = list_objects(
+            client, STATEFULSETS_PATH, lambda raw: decode_statefulset(raw, template)
+        )
+        snapshot.statefulsets = [s for s in sets if s is not None]
     return snapshot
 
 

@@ -38,6 +38,7 @@ from fairgpu.sim.arrivals import ArrivalModel, future_copy
 from fairgpu.sim.job_backlog import JobAhead
 from fairgpu.sim.learner import Runtimes
 from fairgpu.sim.simulator import _COMPLETE, _POD_DEADLINE, PodRecord, Simulation, SimulationResult
+from fairgpu.sim.statefulset_controller import SetAhead
 from fairgpu.sim.workload import PodArrival, Workload
 
 __all__ = [
@@ -115,6 +116,9 @@ class Forecast:
     job_failures: dict[str, JobFailure] = field(default_factory=dict)
     # uid -> why a pod asked is predicted to be deleted before it starts (its Job failed).
     deleted: dict[str, str] = field(default_factory=dict)
+    # Controller key -> when the last of the pods it is still to create is predicted to
+    # start (asked with ``set_drains``; :class:`~fairgpu.sim.statefulset_controller.SetAhead`).
+    set_drains: dict[str, float] = field(default_factory=dict)
 
     def start(self, uid: str) -> float | None:
         """The pod's predicted start, or None when the forecast could not tell."""
@@ -200,6 +204,8 @@ def forecast(
     more: FutureSource | None = None,
     jobs: Sequence[JobAhead] = (),
     job_ends: bool = False,
+    sets: Sequence[SetAhead] = (),
+    set_drains: bool = False,
 ) -> Forecast:
     """Predict when each of ``pending`` starts, by running ``engine`` forward over ``cluster``.
 
@@ -209,8 +215,11 @@ def forecast(
     controller creates more pods as theirs succeed (:mod:`fairgpu.sim.job_backlog`; their
     pods in ``pending`` or ``cluster`` named by uid): those pods compete too, created as the
     controller would; with ``job_ends`` the forecast also runs on until each such Job's last
-    pod ends, or it stops (:attr:`Forecast.job_ends`). See the module docstring for when it
-    stops; a pod not started by then has no predicted start.
+    pod ends, or it stops (:attr:`Forecast.job_ends`). ``sets``: pods controllers create
+    once another pod starts (StatefulSets' ordered pods, LeaderWorkerSets' workers), created
+    as they would be; with ``set_drains`` it runs on until the last of each has started
+    (:attr:`Forecast.set_drains`). See the module docstring for when it stops; a pod not
+    started by then has no predicted start.
     """
     t0 = time.perf_counter()
     deadline = t0 + budget_s
@@ -219,7 +228,9 @@ def forecast(
     arrivals = [PodArrival(p, now, runtimes.replayed(p)) for p in pending]
     arrivals.extend(future)
     arrivals.extend(a for j in jobs for a in j.future)
+    arrivals.extend(a for c in sets for a in c.future)
     unfinished = {j.job.key: j.job.pods for j in jobs} if job_ends else {}
+    unstarted = {c.key: [a.pod.uid for a in c.future] for c in sets} if set_drains else {}
     run: _ForecastRun | None = None
     until = now + horizon_s
     feed = None if more is None else _Feed(more, runtimes, now, until)
@@ -238,14 +249,24 @@ def forecast(
             waiting.discard(uid)
         for key in [k for k, uids in unfinished.items() if _ended(run, uids, result, k)]:
             del unfinished[key]
-        if not waiting and not unfinished:
+        for key in [k for k, uids in unstarted.items() if _all_started(run, uids, result, k)]:
+            del unstarted[key]
+        if not waiting and not unfinished and not unstarted:
             raise _Stop
         if time.perf_counter() > deadline:
             result.out_of_budget = True
             raise _Stop
 
+    chains = [c.chain() for c in sets]
     run = _ForecastRun(
-        Workload("forecast", [], arrivals, jobs=[j.job for j in jobs]),
+        Workload(
+            "forecast",
+            [],
+            arrivals,
+            jobs=[j.job for j in jobs],
+            ordered=[uids for uids, fan in chains if uids and not fan],
+            fanned=[uids for uids, fan in chains if uids and fan],
+        ),
         engine,
         until=until,
         on_progress=progress,
@@ -259,6 +280,21 @@ def forecast(
     result.simulated_to = run.now
     result.cycles = run.cycles
     return result
+
+
+def _all_started(run: Simulation, uids: Sequence[str], result: Forecast, key: str) -> bool:
+    """Whether every pod of ``uids`` (a controller's, ``key``) started in ``run``; the last
+    start goes to ``result``. A pod deleted first counts as done, with no start."""
+    starts = []
+    for uid in uids:
+        rec = run.records.get(uid)
+        if rec is None or (rec.start is None and rec.failed_at is None):
+            return False
+        if rec.start is not None:
+            starts.append(rec.start)
+    if starts:
+        result.set_drains[key] = max(starts)
+    return True
 
 
 def _ended(run: Simulation, uids: Sequence[str], result: Forecast, key: str) -> bool:
