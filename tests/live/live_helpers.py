@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -381,3 +382,29 @@ def create_pod_group(
     }
     r = admin.request("POST", f"/apis/{group}/{version}/namespaces/{ns}/podgroups", body)
     assert r.ok, r
+
+
+@contextlib.contextmanager
+def controller_manager(cp: ControlPlane, *controllers: str) -> Iterator[None]:
+    """The real kube-controller-manager running only ``controllers`` (skips the test when
+    its binary is not built)."""
+    if not (cp.bin_dir / "kube-controller-manager").exists():
+        pytest.skip("kube-controller-manager not built (tools/kube/build-control-plane.sh)")
+    cp.start_controller_manager(controllers)
+    try:
+        yield
+    finally:
+        cp.stop_controller_manager()
+
+
+def ask_cli(cp: ControlPlane, config: Path, *args: str) -> Any:
+    """What a ``fairgpu`` answer command (``explain``, ``queues``, ``jobs``...) prints as
+    JSON against ``cp`` with tenancy ``config``."""
+    from typer.testing import CliRunner
+
+    from fairgpu.cli import app
+
+    flags = ["--config", str(config), "--kubeconfig", str(cp.kubeconfig_path)]
+    said = CliRunner().invoke(app, [*args, *flags, "-o", "json"])
+    assert said.exit_code == 0, said.output
+    return json.loads(said.output)

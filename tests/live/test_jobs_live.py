@@ -11,7 +11,6 @@ Jobs and costs one that a single eviction would fail as a whole
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +18,10 @@ from typing import Any
 
 import pytest
 from live_helpers import (
+    ask_cli,
     bound,
     condition,
+    controller_manager,
     create,
     create_priority_classes,
     pod,
@@ -54,13 +55,8 @@ IGNORE_DISRUPTIONS = {
 @pytest.fixture
 def job_controller(live_cp: ControlPlane, kubelet: Any) -> Iterator[None]:
     """The real kube-controller-manager running only the Job controller."""
-    if not (live_cp.bin_dir / "kube-controller-manager").exists():
-        pytest.skip("kube-controller-manager not built (tools/kube/build-control-plane.sh)")
-    live_cp.start_controller_manager(("job-controller",))
-    try:
+    with controller_manager(live_cp, "job-controller"):
         yield
-    finally:
-        live_cp.stop_controller_manager()
 
 
 def job(name: str, failure_policy: dict[str, Any] | None, gpus: int = 4) -> dict[str, Any]:
@@ -249,10 +245,7 @@ def test_answers_count_the_pods_a_job_is_still_to_create(
     config.write_text(TENANCY)
 
     def ask(*args: str) -> Any:
-        flags = ["--config", str(config), "--kubeconfig", str(live_cp.kubeconfig_path)]
-        said = CliRunner().invoke(app, [*args, *flags, "-o", "json"])
-        assert said.exit_code == 0, said.output
-        return json.loads(said.output)
+        return ask_cli(live_cp, config, *args)
 
     with scheduler(live_cp, tenancy=TENANCY):
         try:

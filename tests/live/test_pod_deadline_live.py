@@ -9,16 +9,13 @@ deadline passes, and so it goes: the (fake, faithful) kubelet fails ``short`` th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import bound, create, pod, scheduler, wait_for
+from live_helpers import ask_cli, bound, create, pod, scheduler, wait_for
 from test_jobs_live import NODE, TENANCY
-from typer.testing import CliRunner
 
-from fairgpu.cli import app
 from fairgpu.devcluster import ControlPlane, KubeClient
 
 pytestmark = pytest.mark.integration
@@ -33,10 +30,7 @@ def test_a_pod_behind_one_with_a_deadline_is_predicted_and_starts_then(
     on_node = {"kubernetes.io/hostname": NODE}
 
     def ask(*args: str) -> Any:
-        flags = ["--config", str(config), "--kubeconfig", str(live_cp.kubeconfig_path)]
-        said = CliRunner().invoke(app, [*args, *flags, "-o", "json"])
-        assert said.exit_code == 0, said.output
-        return json.loads(said.output)
+        return ask_cli(live_cp, config, *args)
 
     with scheduler(live_cp, tenancy=TENANCY):
         short = pod("short", gpus=8, labels=labels, node_selector=on_node)

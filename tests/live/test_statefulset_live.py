@@ -9,17 +9,14 @@ starts, and starts itself when ``vllm-1`` ends -- about 20 minutes from now.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import bound, pod, pods, scheduler, wait_for
+from live_helpers import ask_cli, bound, controller_manager, pod, pods, scheduler, wait_for
 from test_jobs_live import NODE, TENANCY
-from typer.testing import CliRunner
 
-from fairgpu.cli import app
 from fairgpu.devcluster import ControlPlane, KubeClient
 
 pytestmark = pytest.mark.integration
@@ -30,13 +27,8 @@ STATEFULSETS = "/apis/apps/v1/namespaces/{ns}/statefulsets"
 @pytest.fixture
 def statefulset_controller(live_cp: ControlPlane, kubelet: Any) -> Iterator[None]:
     """The real kube-controller-manager running only the StatefulSet controller."""
-    if not (live_cp.bin_dir / "kube-controller-manager").exists():
-        pytest.skip("kube-controller-manager not built (tools/kube/build-control-plane.sh)")
-    live_cp.start_controller_manager(("statefulset-controller",))
-    try:
+    with controller_manager(live_cp, "statefulset-controller"):
         yield
-    finally:
-        live_cp.stop_controller_manager()
 
 
 def test_answers_count_the_pods_a_statefulset_is_still_to_create(
@@ -71,10 +63,7 @@ def test_answers_count_the_pods_a_statefulset_is_still_to_create(
     }
 
     def ask(*args: str) -> Any:
-        flags = ["--config", str(config), "--kubeconfig", str(live_cp.kubeconfig_path)]
-        said = CliRunner().invoke(app, [*args, *flags, "-o", "json"])
-        assert said.exit_code == 0, said.output
-        return json.loads(said.output)
+        return ask_cli(live_cp, config, *args)
 
     with scheduler(live_cp, tenancy=TENANCY):
         try:

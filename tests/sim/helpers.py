@@ -4,11 +4,13 @@ signatures (4 A100s, 32 CPUs and 256 GiB per node; one GPU and one CPU per pod) 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fairgpu.model.node import NodeInfo
 from fairgpu.model.pod import PodInfo
 from tests.builders import k8s_node, k8s_pod
 
-__all__ = ["gpu_node", "gpu_pod"]
+__all__ = ["gpu_node", "gpu_pod", "simulated_run"]
 
 
 def gpu_node(
@@ -32,3 +34,18 @@ def gpu_pod(
 ) -> PodInfo:
     """``k8s_pod`` asking ``gpus`` whole GPUs (plus any ``extra`` resources)."""
     return k8s_pod(name, namespace, gpus=gpus, cpu=cpu, labels=labels, requests=extra)
+
+
+def simulated_run(tmp_path: Path, text: str) -> Path:
+    """Simulate the Kubernetes YAML workload ``text`` with ``fairgpu simulate --out``; the
+    run's output directory (for ``explain``/``queues``/``what-if --run``)."""
+    from typer.testing import CliRunner
+
+    from fairgpu.cli import app
+
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(text)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out

@@ -18,7 +18,10 @@ from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.kube_yaml import WorkloadError, skipped_objects
 from fairgpu.tenancy import parse_config
 from tests.builders import node_info, pod_info
+from tests.sim.helpers import simulated_run
 from tests.sim.test_kube_jobs import NODE, load, simulate
+
+runner = CliRunner()
 
 
 def lws(extra: str = "", replicas: int = 2) -> str:
@@ -188,12 +191,7 @@ spec:
   containers: [{name: b, image: b, resources: {limits: {nvidia.com/gpu: "8"}}}]
 """
     one_group = lws(replicas=1).replace("size: 3", "size: 2").replace('gpu: "1"', 'gpu: "4"')
-    workload = tmp_path / "w.yaml"
-    workload.write_text(NODE + one_group + big)
-    out = tmp_path / "out"
-    runner = CliRunner()
-    ran = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
-    assert ran.exit_code == 0, ran.output
+    out = simulated_run(tmp_path, NODE + one_group + big)
     said = runner.invoke(app, ["explain", "team-b/big", "--run", str(out), "--at", "200"])
     assert said.exit_code == 0, said.output
     line = next(x for x in said.output.splitlines() if x.strip().startswith("gpu-0:"))
@@ -238,12 +236,7 @@ spec:
 
 
 def test_what_if_asks_for_the_leader_first_under_leader_ready(tmp_path: Path) -> None:
-    workload = tmp_path / "cluster.yaml"
-    workload.write_text(NODE)
-    out = tmp_path / "out"
-    runner = CliRunner()
-    ran = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
-    assert ran.exit_code == 0, ran.output
+    out = simulated_run(tmp_path, NODE)
     asked_for = tmp_path / "lws.yaml"
     asked_for.write_text(
         lws(replicas=1).replace(

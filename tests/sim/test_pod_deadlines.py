@@ -16,42 +16,38 @@ from fairgpu.sim.forecast import forecast
 from fairgpu.sim.learner import Runtimes
 from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
 from tests.builders import cluster, k8s_pod, node_info, pod_info
+from tests.sim.helpers import simulated_run
 from tests.sim.test_kube_jobs import IGNORE, NODE, job, load, simulate
+from tests.sim.test_questions_in_run import pod
+
+runner = CliRunner()
 
 
 def bare(name: str, deadline: int | None, duration: float, arrival: float = 0) -> str:
-    """A bare pod of ``team-a`` asking all 8 GPUs of ``NODE``."""
-    limit = f"\n  activeDeadlineSeconds: {deadline}" if deadline is not None else ""
-    return f"""\
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: team-a
-  annotations:
-    fairgpu.io/arrival-seconds: "{arrival}"
-    fairgpu.io/duration-seconds: "{duration}"
-spec:
-  schedulerName: fairgpu{limit}
-  containers: [{{name: m, image: m, resources: {{limits: {{nvidia.com/gpu: "8"}}}}}}]
-"""
+    """A bare pod of ``team-a`` asking all 8 GPUs of ``NODE``, with ``deadline`` as its
+    ``activeDeadlineSeconds`` (None: none)."""
+    text = pod(name, arrival, duration)
+    if deadline is None:
+        return text
+    return text.replace(
+        "  schedulerName: fairgpu", f"  schedulerName: fairgpu\n  activeDeadlineSeconds: {deadline}"
+    )
 
 
 def test_the_deadline_is_read_and_a_bad_one_refused(tmp_path: Path) -> None:
-    pod = load(tmp_path, NODE + bare("p", 600, 1000)).arrivals[0].pod
-    assert pod.active_deadline == 600.0
+    made = load(tmp_path, NODE + bare("p", 600, 1000)).arrivals[0].pod
+    assert made.active_deadline == 600.0
     (tmp_path / "bad.yaml").write_text(NODE + bare("p", 0, 1000))
     bad = load_kube_yaml([tmp_path / "bad.yaml"]).arrivals[0].pod
     assert bad.error is not None and "spec.activeDeadlineSeconds" in bad.error
 
 
 def test_a_declared_run_time_is_never_past_the_deadline() -> None:
-    pod = pod_info("p", gpus=1, duration=1000.0)
-    assert declared_runtime(pod) == 1000.0
-    pod = pod_info("p", gpus=1, duration=1000.0)
-    pod.active_deadline = 600.0
-    assert declared_runtime(pod) == 600.0
+    plain = pod_info("p", gpus=1, duration=1000.0)
+    assert declared_runtime(plain) == 1000.0
+    cut = pod_info("p", gpus=1, duration=1000.0)
+    cut.active_deadline = 600.0
+    assert declared_runtime(cut) == 600.0
     bound_only = pod_info("q", gpus=1)
     bound_only.active_deadline = 600.0
     assert ANN_DURATION not in bound_only.annotations and declared_runtime(bound_only) == 600.0
@@ -117,12 +113,9 @@ def test_the_summary_counts_the_failed_pod(tmp_path: Path) -> None:
 
 
 def test_explain_says_when_the_deadline_ends_a_running_pod(tmp_path: Path) -> None:
-    workload = tmp_path / "w.yaml"
-    workload.write_text(NODE + bare("long", 600, 1000) + bare("next", None, 60, arrival=10))
-    out = tmp_path / "out"
-    runner = CliRunner()
-    ran = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
-    assert ran.exit_code == 0, ran.output
+    out = simulated_run(
+        tmp_path, NODE + bare("long", 600, 1000) + bare("next", None, 60, arrival=10)
+    )
     said = runner.invoke(app, ["explain", "team-a/long", "--run", str(out), "--at", "100"])
     assert (
         "is bound to node gpu-0; phase Running. The kubelet fails it at t=600 s if it still "

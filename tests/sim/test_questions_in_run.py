@@ -15,6 +15,7 @@ from fairgpu.kube.explain import _order
 from fairgpu.kube.replay import busiest_instant, find_pod
 from fairgpu.sim.rerun import RunSpec, load_run
 from tests.builders import cluster, k8s_pod, node_info
+from tests.sim.helpers import simulated_run
 
 runner = CliRunner()
 
@@ -388,22 +389,12 @@ spec:
 """
 
 
-def _simulated(tmp_path: Path, text: str) -> Path:
-    """Simulate the workload ``text``; the run's output directory."""
-    workload = tmp_path / "workload.yaml"
-    workload.write_text(text)
-    out = tmp_path / "out"
-    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
-
-
 def test_answers_in_a_run_follow_a_job_to_its_end(tmp_path: Path) -> None:
     """A Job of three 600 s completions, one at a time, at priority 100, and ``eval``
     (priority 0, same queue and user) from 100 s: at 300 s the Job's controller has made one
     pod, yet ``eval`` is predicted to start when the whole Job ends (1 800 s, as it did),
     ``explain`` on the Job's pod says so, and ``queues`` counts the 2 pods to come."""
-    out = _simulated(tmp_path, NODE + JOB_RUN + pod("eval", 100, 60))
+    out = simulated_run(tmp_path, NODE + JOB_RUN + pod("eval", 100, 60))
     at = ["--run", str(out), "--at", "300"]
 
     waiting = runner.invoke(app, ["explain", "team-a/eval", *at])
@@ -466,7 +457,7 @@ def test_answers_in_a_run_say_a_job_misses_its_deadline(tmp_path: Path) -> None:
     timed = JOB_RUN.replace(
         "  parallelism: 1\n", "  parallelism: 1\n  activeDeadlineSeconds: 1500\n"
     )
-    out = _simulated(tmp_path, NODE + timed + pod("eval", 100, 60))
+    out = simulated_run(tmp_path, NODE + timed + pod("eval", 100, 60))
     at = ["--run", str(out), "--at", "300"]
 
     running = runner.invoke(app, ["explain", "team-a/train-0", *at])

@@ -14,7 +14,10 @@ from fairgpu.sim.statefulset_controller import OrderedCreation
 from fairgpu.sim.workload import PodArrival
 from fairgpu.sim.workloads.kube_yaml import WorkloadError, skipped_objects
 from tests.builders import pod_info
+from tests.sim.helpers import simulated_run
 from tests.sim.test_kube_jobs import load, simulate
+
+runner = CliRunner()
 
 ONE_GPU_NODE = """\
 apiVersion: v1
@@ -113,12 +116,7 @@ def test_a_statefulset_the_api_server_refuses(
 
 
 def test_what_if_asks_for_the_first_pod_of_an_ordered_statefulset(tmp_path: Path) -> None:
-    workload = tmp_path / "cluster.yaml"
-    workload.write_text(ONE_GPU_NODE + OTHER)
-    out = tmp_path / "out"
-    runner = CliRunner()
-    ran = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
-    assert ran.exit_code == 0, ran.output
+    out = simulated_run(tmp_path, ONE_GPU_NODE + OTHER)
     sts = tmp_path / "sts.yaml"
     sts.write_text(statefulset())
     asked = runner.invoke(app, ["what-if", "-f", str(sts), "--run", str(out), "--at", "0"])
@@ -137,12 +135,7 @@ def test_answers_in_a_run_count_the_pods_a_statefulset_is_still_to_create(
     """At 400 s ``vllm-0`` runs, ``vllm-1`` waits and ``vllm-2`` is not created yet (it comes
     once ``vllm-1`` starts): explain says so and predicts the last start (1 800 s, as in the
     run, after ``other``), and ``queues`` counts it and drains after it -- not at 1 200 s."""
-    workload = tmp_path / "w.yaml"
-    workload.write_text(ONE_GPU_NODE + statefulset() + OTHER)
-    out = tmp_path / "out"
-    runner = CliRunner()
-    ran = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
-    assert ran.exit_code == 0, ran.output
+    out = simulated_run(tmp_path, ONE_GPU_NODE + statefulset() + OTHER)
     at = ["--run", str(out), "--at", "400"]
     said = runner.invoke(app, ["explain", "team-a/vllm-1", *at])
     assert (

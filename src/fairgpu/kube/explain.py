@@ -313,6 +313,18 @@ def _job_of(snapshot: Snapshot, cache: SchedulerCache, pod: PodInfo | None) -> J
     return next((j for j in jobs if j.job.uid == pod.owner), None)
 
 
+def _forecast_for(snapshot: Snapshot, job: JobAhead | None, made: SetAhead | None) -> Forecast:
+    """The forecast of ``snapshot``, followed until ``job`` ends and ``made``'s last pod
+    starts when there are such."""
+    return forecast_snapshot(
+        snapshot,
+        None,
+        snapshot.forecast_budget,
+        job_ends=job is not None,
+        set_drains=made is not None,
+    )[0]
+
+
 def _set_of(snapshot: Snapshot, cache: SchedulerCache, pod: PodInfo | None) -> SetAhead | None:
     """The pods still to be created by ``pod``'s StatefulSet, or that its start creates
     (a LeaderWorkerSet leader's workers); None when there are none."""
@@ -682,13 +694,7 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
         report["node"] = node
         report["deadline"] = _deadline(snapshot, cache, pod)
         if job is not None or made is not None:
-            ends = forecast_snapshot(
-                snapshot,
-                None,
-                snapshot.forecast_budget,
-                job_ends=job is not None,
-                set_drains=made is not None,
-            )[0]
+            ends = _forecast_for(snapshot, job, made)
             if job is not None:
                 report["job"] = job_progress(snapshot, job, ends)
             if made is not None:
@@ -701,13 +707,7 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
     report["scheduling_gates"] = list(pod.scheduling_gates)
     _pending_detail(report, snapshot, cache.schedulable(), engine, cluster, pod)
     report.update(_scheduler_notes(status))
-    predicted = forecast_snapshot(
-        snapshot,
-        None,
-        snapshot.forecast_budget,
-        job_ends=job is not None,
-        set_drains=made is not None,
-    )[0]
+    predicted = _forecast_for(snapshot, job, made)
     report.update(predicted_start(predicted, uid, snapshot.label))
     if job is not None:
         report["job"] = job_progress(snapshot, job, predicted)
