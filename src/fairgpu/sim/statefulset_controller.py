@@ -10,7 +10,6 @@ lower one went away). A pod counts as ready when it starts (no readiness probe i
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -80,7 +79,8 @@ class OrderedCreation:
     def ahead(self, present: set[str], now: float) -> list[SetAhead]:
         """The pods not created yet, as a forecast from ``now`` continues them: one
         :class:`SetAhead` per pod in ``present`` (waiting or running) whose start creates
-        more -- its chain followed to the end, the pods copied, arriving at ``now``."""
+        more -- its chain followed to the end, the pods copied, created and arriving at
+        ``now``."""
         out = []
         for gate, created in self._next.items():
             if gate not in present:
@@ -91,7 +91,7 @@ class OrderedCreation:
             while nxt:
                 future.extend(nxt)
                 nxt = [] if fan else list(self._next.get(nxt[-1].pod.uid, ()))
-            copies = tuple(PodArrival(copy.copy(a.pod), now, a.duration) for a in future)
+            copies = tuple(a.made_at(now) for a in future)
             first = copies[0].pod
             out.append(SetAhead(_owner_key(first), gate, copies, fan, first.owner))
         return out
