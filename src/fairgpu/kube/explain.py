@@ -349,7 +349,7 @@ def set_progress(
         "pods_in_cluster": sum(1 for p in present if made.owner and p.owner == made.owner),
         "pods_to_create": len(made.future),
         "at_once": made.fan,
-        "after": made.gate and next((p.key for p in present if p.uid == made.gate), None),
+        "after": next((p.key for p in present if p.uid == made.gate), None) if made.gate else None,
         "last_start": None if last is None else snapshot.label(last),
         "last_start_in_seconds": None if last is None else round(last - snapshot.now),
         "forecast_out_of_budget": predicted.out_of_budget,
