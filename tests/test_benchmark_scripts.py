@@ -90,6 +90,16 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         ("benchmarks/fragile_jobs/run.py", ("--seed", "2"), ("aware", "blind", "kube_default")),
         ("benchmarks/job_forecast/run.py", ("--every", "3600"), ("aware", "blind")),
         ("benchmarks/fragile_jobs/jobsets.py", ("--seed", "1"), ("aware", "job_only")),
+        (
+            "benchmarks/fragile_jobs/leaderworkersets.py",
+            ("--seed", "1"),
+            ("aware", "blind", "kube_default"),
+        ),
+        (
+            "benchmarks/job_forecast/run.py",
+            ("--every", "3600", "--deadlines"),
+            ("aware", "deadline_blind", "jobs_failed"),
+        ),
         pytest.param(
             "benchmarks/fgd_speed/run.py",
             (),
@@ -112,6 +122,8 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         "fragile-jobs",
         "job-forecast",
         "fragile-jobsets",
+        "leader-worker-groups",
+        "job-forecast-deadlines",
         "fgd-speed",
     ],
 )

@@ -23,12 +23,19 @@ instant)`` of the pending pods' starts (those that waited at least 60 s more), o
 for ``train``'s pods, and of the active Jobs' ends, p50/p90 and coverage (share that got a
 prediction), and the forecasts' mean wall seconds; then the ``aware / blind`` ratios.
 
-Usage: ``python benchmarks/job_forecast/run.py [--seed 0] [--every 900] [--results FILE]``
+With ``--deadlines`` every Job gets an ``activeDeadlineSeconds`` of 1-3 times its waves'
+run times, and the baseline is ``deadline_blind`` (the pods to come, but no deadline); a Job
+that fails ends when it fails, and ``job_fate_right`` is the share of verdicts on active Jobs
+(it ends, or it fails) that came true.
+
+Usage: ``python benchmarks/job_forecast/run.py [--seed 0] [--every 900] [--deadlines]
+[--results FILE]``
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -84,8 +91,9 @@ def pod(
     )
 
 
-def workload(seed: int) -> Workload:
-    """The nodes, Jobs and pods described in the module docstring."""
+def workload(seed: int, deadlines: bool = False) -> Workload:
+    """The nodes, Jobs and pods described in the module docstring; with ``deadlines`` each
+    Job has an ``activeDeadlineSeconds`` of 1-3 times its waves' run times."""
     rng = np.random.default_rng(seed)
     arrivals: list[PodArrival] = []
     jobs: list[BatchJob] = []
@@ -99,7 +107,13 @@ def workload(seed: int) -> Workload:
             p = pod(f"{name}-{i}", "train", at, 2, d, 10, owner=uid)
             arrivals.append(PodArrival(p, at, d))
             uids.append(p.uid)
-        jobs.append(BatchJob(f"train/{name}", parallelism, tuple(uids), uid=uid))
+        limit = None
+        if deadlines:  # drawn last, so the workload without deadlines stays the same
+            waves = -(-completions // parallelism)
+            limit = round(float(rng.uniform(1.0, 3.0)) * waves * 1200)
+        jobs.append(
+            BatchJob(f"train/{name}", parallelism, tuple(uids), uid=uid, active_deadline=limit)
+        )
         at += float(rng.exponential(600))
     for k in range(24):
         t, d = 1800.0 + 120 * k, float(rng.uniform(600, 1800))
@@ -124,12 +138,14 @@ class Probe:
     sim: Simulation
     seed: int
     every: float
+    # The baseline: "blind" (no pods to come) or "deadline_blind" (pods to come, no deadline).
+    base: str = "blind"
     next_at: float = 0.0
     # (instant, uid or Job key, queue, predicted) per forecast kind; kind "pod" or "job"
-    rows: dict[str, list[tuple[float, str, str, str, float | None]]] = field(
-        default_factory=lambda: {"aware": [], "blind": []}
-    )
-    walls: dict[str, list[float]] = field(default_factory=lambda: {"aware": [], "blind": []})
+    rows: dict[str, list[tuple[float, str, str, str, float | None]]] = field(default_factory=dict)
+    walls: dict[str, list[float]] = field(default_factory=dict)
+    # (Job key, instant, predicted to fail) per forecast kind.
+    fates: dict[str, list[tuple[str, float, bool]]] = field(default_factory=dict)
 
     def __call__(self, _done: int, _total: int) -> None:
         sim = self.sim
@@ -139,23 +155,29 @@ class Probe:
             self.next_at += self.every
         pending = sorted(sim.pending.values(), key=pod_identity)
         ahead = sim.jobs.ahead(set(sim.cluster.pods) | set(sim.pending), sim.now)
-        for kind in ("aware", "blind"):
+        for kind in ("aware", self.base):
             cluster = snapshot_cluster(sim.cluster)
             fresh = engine(self.seed)
             fresh.state = carry_state(sim.engine.state, cluster)
             runtimes = Runtimes(lambda p, e=fresh: e.tenant(p).queue, None)
-            jobs = ahead if kind == "aware" else []
+            jobs = {"aware": ahead, "blind": []}.get(kind, [_no_deadline(j) for j in ahead])
             got = forecast(
                 cluster, fresh, pending, sim.now, runtimes, budget_s=BUDGET, jobs=jobs,
                 job_ends=bool(jobs),
             )  # fmt: skip
-            self.walls[kind].append(got.wall_seconds)
-            rows = self.rows[kind]
+            self.walls.setdefault(kind, []).append(got.wall_seconds)
+            rows = self.rows.setdefault(kind, [])
             for p in pending:
                 rows.append((sim.now, "pod", p.uid, p.namespace, got.start(p.uid)))
             for job in ahead:
-                end = got.job_ends.get(job.job.key) if jobs else self._blind_end(job, got)
-                rows.append((sim.now, "job", job.job.key, "train", end))
+                key = job.job.key
+                fails = got.job_failures.get(key)
+                end = fails.at if fails is not None else got.job_ends.get(key)
+                if not jobs:
+                    end = self._blind_end(job, got)
+                rows.append((sim.now, "job", key, "train", end))
+                if jobs and (fails is not None or key in got.job_ends):
+                    self.fates.setdefault(kind, []).append((key, sim.now, fails is not None))
 
     def _blind_end(self, job: JobAhead, got: Forecast) -> float | None:
         """When the last of the Job's pods now in the cluster ends, by the blind forecast."""
@@ -169,8 +191,14 @@ class Probe:
         return max(ends) if ends else None
 
 
+def _no_deadline(job: JobAhead) -> JobAhead:
+    """``job`` as a forecast that ignores its ``activeDeadlineSeconds`` continues it."""
+    return dataclasses.replace(job, job=dataclasses.replace(job.job, active_deadline=None))
+
+
 def truth(result: SimulationResult, jobs: Sequence[BatchJob]) -> tuple[dict, dict]:
-    """Each pod's run starts (sorted) and each Job's end (None: did not end)."""
+    """Each pod's run starts (sorted) and each Job's end (None: did not end; a Job that
+    failed ends when it failed)."""
     starts: dict[str, list[float]] = {}
     for attempt in result.runs:
         starts.setdefault(attempt.uid, []).append(attempt.start)
@@ -179,9 +207,19 @@ def truth(result: SimulationResult, jobs: Sequence[BatchJob]) -> tuple[dict, dic
     ends = {r.pod.uid: r.end for r in result.records}
     job_end = {}
     for job in jobs:
+        if job.key in result.failed_jobs:
+            job_end[job.key] = result.failed_jobs[job.key][0]
+            continue
         got = [ends.get(u) for u in job.pods]
         job_end[job.key] = None if any(e is None for e in got) else max(got)  # type: ignore[type-var]
     return starts, job_end
+
+
+def fate_accuracy(fates: list[tuple[str, float, bool]], failed: set[str]) -> float | None:
+    """The share of a forecast's verdicts on active Jobs (fail or end) that came true."""
+    if not fates:
+        return None
+    return round(sum((key in failed) == fail for key, _, fail in fates) / len(fates), 3)
 
 
 def errors(rows: list, starts: dict, job_end: dict, what: str, queue: str | None) -> dict:
@@ -211,15 +249,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--every", type=float, default=900.0, help="seconds between forecasts")
+    ap.add_argument(
+        "--deadlines",
+        action="store_true",
+        help="give every Job an activeDeadlineSeconds; the baseline then ignores it",
+    )
     ap.add_argument("--results", type=Path, help="also write the JSON to this file")
     args = ap.parse_args(argv)
-    wl = workload(args.seed)
+    wl = workload(args.seed, args.deadlines)
     sim = Simulation(wl, engine(args.seed), seed=args.seed, track_fragmentation=False)
-    probe = Probe(sim, args.seed, args.every)
+    base = "deadline_blind" if args.deadlines else "blind"
+    probe = Probe(sim, args.seed, args.every, base)
     sim.on_progress = probe
     result = sim.run()
     starts, job_end = truth(result, wl.jobs)
-    out: dict[str, Any] = {"scenario": "job-forecast", "seed": args.seed, "every_s": args.every}
+    scenario = "job-forecast-deadlines" if args.deadlines else "job-forecast"
+    out: dict[str, Any] = {"scenario": scenario, "seed": args.seed, "every_s": args.every}
+    if args.deadlines:
+        out["jobs_failed"] = sorted(result.failed_jobs)
     for kind, rows in probe.rows.items():
         walls = probe.walls[kind]
         out[kind] = {
@@ -229,13 +276,17 @@ def main(argv: list[str] | None = None) -> int:
             "forecasts": len(walls),
             "wall_s_mean": round(float(np.mean(walls)), 3) if walls else None,
         }
+        if args.deadlines:
+            out[kind]["job_fate_right"] = fate_accuracy(
+                probe.fates.get(kind, []), set(result.failed_jobs)
+            )
     ratios = {}
     for part in ("pod_starts", "train_pod_starts", "job_ends"):
-        a, b = out["aware"][part]["p50"], out["blind"][part]["p50"]
+        a, b = out["aware"][part]["p50"], out[base][part]["p50"]
         ratios[f"{part}_p50"] = round(a / b, 3) if a is not None and b else None
-    a, b = out["aware"]["wall_s_mean"], out["blind"]["wall_s_mean"]
+    a, b = out["aware"]["wall_s_mean"], out[base]["wall_s_mean"]
     ratios["wall"] = round(a / b, 3) if a is not None and b else None
-    out["ratio_aware_to_blind"] = ratios
+    out[f"ratio_aware_to_{base}"] = ratios
     text = json.dumps(out, indent=2)
     print(text)
     if args.results is not None:
