@@ -334,14 +334,21 @@ def create_many(client: KubeClient, ns: str, manifests: list[dict[str, Any]]) ->
 def install_podgroup_crd(admin: KubeClient, group: str, version: str) -> None:
     """Install a PodGroup CRD for ``group``/``version`` (schema kept open, as far as the
     scheduler cares) and wait until the API serves it."""
+    install_crd(admin, group, version, "PodGroup")
+
+
+def install_crd(admin: KubeClient, group: str, version: str, kind: str) -> None:
+    """Install a namespaced CRD of ``kind`` (plural: its name in lower case and an "s") for
+    ``group``/``version``, its schema kept open, and wait until the API serves it."""
+    plural = f"{kind.lower()}s"
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"podgroups.{group}"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
             "group": group,
             "scope": "Namespaced",
-            "names": {"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup"},
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
             "versions": [
                 {
                     "name": version,
@@ -362,7 +369,7 @@ def install_podgroup_crd(admin: KubeClient, group: str, version: str) -> None:
     assert r.ok or r.status == 409, r
 
     def established() -> bool:
-        got = admin.get(f"{path}/podgroups.{group}")
+        got = admin.get(f"{path}/{plural}.{group}")
         conds = (got.get("status") or {}).get("conditions") or []
         ready = any(c["type"] == "Established" and c["status"] == "True" for c in conds)
         return ready and admin.request("GET", f"/apis/{group}/{version}").ok

@@ -2,23 +2,23 @@
 all at once.
 
 Jobs of three queues arrive (whole GPUs, GPU shares, gangs, LeaderWorkerSet groups; two
-priorities), users delete pods and whole jobs and submit jobs again under the same names (new
-uids, another shape), pods get stuck terminating (a finalizer nobody removes until the churn is
-over), PodDisruptionBudgets refuse evictions, nodes are deleted and registered again under their
-names (the status, and so the GPUs, written after the object), device plugins restart (a node
-shows 0 GPUs for a moment), running pods are resized in place (their CPU up or down, which the
-fake kubelet applies, defers while the node is short, or refuses), kube-apiserver restarts
-(every watch resumes with 410 Gone, a request in flight may or may not have been applied), the
-scheduler's watches fall behind for a while (everything the API server sends it arrives 0.2-2 s
-late, :mod:`lag_proxy`, while the kubelet, users and nodes move on), and the scheduler itself is
-restarted -- in the middle of whatever it was doing: binding, evicting, waiting for victims to
-go. For a third of the churn it runs as the Deployment runs it: two ``fairgpu run`` processes
-under leader election, the leader killed by SIGKILL and the standby taking over, a replica that
-loses its lease (the API server down past its renew deadline) replaced. Reclaim and priority
-preemption are on with their guards off, and jobs are training or inference work with inference
-first on half of the nodes (pool precedence), so victims are chosen all the time; the fake
-kubelet finishes pods at their declared run times and keeps victims terminating for a grace
-period.
+priorities; some pods with an ``activeDeadlineSeconds`` the kubelet fails them at), users delete
+pods and whole jobs and submit jobs again under the same names (new uids, another shape), pods
+get stuck terminating (a finalizer nobody removes until the churn is over), PodDisruptionBudgets
+refuse evictions, nodes are deleted and registered again under their names (the status, and so
+the GPUs, written after the object), device plugins restart (a node shows 0 GPUs for a moment),
+running pods are resized in place (their CPU up or down, which the fake kubelet applies, defers
+while the node is short, or refuses), kube-apiserver restarts (every watch resumes with 410
+Gone, a request in flight may or may not have been applied), the scheduler's watches fall behind
+for a while (everything the API server sends it arrives 0.2-2 s late, :mod:`lag_proxy`, while
+the kubelet, users and nodes move on), and the scheduler itself is restarted -- in the middle of
+whatever it was doing: binding, evicting, waiting for victims to go. For a third of the churn it
+runs as the Deployment runs it: two ``fairgpu run`` processes under leader election, the leader
+killed by SIGKILL and the standby taking over, a replica that loses its lease (the API server
+down past its renew deadline) replaced. Reclaim and priority preemption are on with their guards
+off, and jobs are training or inference work with inference first on half of the nodes (pool
+precedence), so victims are chosen all the time; the fake kubelet finishes pods at their
+declared run times and keeps victims terminating for a grace period.
 
 Safety, judged from the API server's own state after every Pod and Node event
 (:class:`~auditor.Auditor`): no device or node over capacity, terminating pods included; no
@@ -166,6 +166,8 @@ class Chaos(Churn):
         if kind == "whole":
             gpus = rng.choice([1, 1, 2, 4, 8])
             manifests = [pod(name, gpus=gpus, labels=labels, annotations=annotations, **common)]
+            if rng.random() < 0.25:  # the kubelet fails it if it still runs then
+                manifests[0]["spec"]["activeDeadlineSeconds"] = rng.choice([3, 6])
         elif kind == "share":
             cores = {"nvidia.com/gpucores": str(rng.choice([25, 50]))}
             manifests = [

@@ -37,6 +37,9 @@ from fairgpu.kube.dra_watch import DraWatch, read_dra
 from fairgpu.kube.job_progress import JobProgress, decode_job_progress, jobs_ahead
 from fairgpu.kube.jobs import PATH as JOBS_PATH
 from fairgpu.kube.jobs import JobRecord, JobStore, decode_job
+from fairgpu.kube.leader_worker_progress import PATH as LWS_PATH
+from fairgpu.kube.leader_worker_progress import LeaderWorkerRecord, decode_leader_worker_set
+from fairgpu.kube.leader_worker_progress import sets_ahead as leader_workers_ahead
 from fairgpu.kube.namespaces import NamespaceStore, decode_namespace
 from fairgpu.kube.podgroups import PodGroupBook, decode_pod_group, served_pod_group_paths
 from fairgpu.kube.reporter import LABEL_PREEMPTED_QUEUE
@@ -140,16 +143,23 @@ class Snapshot:
     # The StatefulSets whose pods this scheduler places, for the pods they are still to
     # create (:mod:`~fairgpu.kube.statefulset_progress`).
     statefulsets: list[StatefulSetRecord] = field(default_factory=list)
+    # ... and the LeaderWorkerSets, for the workers of groups whose leader waits
+    # (:mod:`~fairgpu.kube.leader_worker_progress`).
+    leader_worker_sets: list[LeaderWorkerRecord] = field(default_factory=list)
 
     def sets_ahead(
         self, cache: SchedulerCache, runtime: Callable[[PodInfo], float | None]
     ) -> list[SetAhead]:
         """The pods controllers are still to create once others start, as a forecast over
         ``cache`` (one :meth:`build` of this snapshot) continues them: live, the
-        StatefulSets' ordered pods."""
-        return sets_ahead(
-            self.statefulsets, cache.cluster, cache.pending.values(), self.now, runtime
-        )
+        StatefulSets' ordered pods and the LeaderWorkerSets' workers."""
+        pending = cache.pending.values()
+        return [
+            *sets_ahead(self.statefulsets, cache.cluster, pending, self.now, runtime),
+            *leader_workers_ahead(
+                self.leader_worker_sets, cache.cluster, pending, self.now, runtime
+            ),
+        ]
 
     def jobs_ahead(
         self, cache: SchedulerCache, runtime: Callable[[PodInfo], float | None]
@@ -248,6 +258,12 @@ def read_cluster(client: RestClient, settings: ReadSettings) -> Snapshot:
             client, STATEFULSETS_PATH, lambda raw: decode_statefulset(raw, template)
         )
         snapshot.statefulsets = [s for s in sets if s is not None]
+    # Read where the cluster serves LeaderWorkerSets and the scheduler may list them.
+    with contextlib.suppress(RuntimeError):
+        groups_of = list_objects(
+            client, LWS_PATH, lambda raw: decode_leader_worker_set(raw, template)
+        )
+        snapshot.leader_worker_sets = [g for g in groups_of if g is not None]
     return snapshot
 
 

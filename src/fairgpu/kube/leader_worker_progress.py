@@ -1,0 +1,106 @@
+"""What a forecast reads of a live LeaderWorkerSet: the workers its controller is still to
+create.
+
+Under ``startupPolicy: LeaderReady`` the LeaderWorkerSet controller creates a group's
+workers (its worker StatefulSet) only once the group's leader runs and is ready; while the
+leader waits, the workers do not exist, and a forecast over the pods in the cluster would
+never see them come. :func:`decode_leader_worker_set` reads one LeaderWorkerSet's JSON (its
+pods as its controller makes them: :func:`~fairgpu.sim.workloads.leaderworkersets.
+expand_leaderworkerset`, decoded as the scheduler decodes a pod); :func:`sets_ahead` pairs it
+with its pods in a snapshot, as :class:`~fairgpu.sim.statefulset_controller.SetAhead`: the
+workers of each group missing from the cluster, all created once its waiting leader starts
+(at once when the leader runs already, or under the default ``LeaderCreated``).
+
+Read only when the cluster serves the API; a LeaderWorkerSet that cannot be read is left out
+of forecasts, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from fairgpu.cluster.state import ClusterState
+from fairgpu.model.pod import PodInfo
+from fairgpu.sim.job_backlog import future_pod
+from fairgpu.sim.statefulset_controller import SetAhead
+from fairgpu.sim.workload import PodArrival
+from fairgpu.sim.workloads.kube_jobs import JobError
+from fairgpu.sim.workloads.leaderworkersets import expand_leaderworkerset
+
+__all__ = ["PATH", "LeaderWorkerRecord", "decode_leader_worker_set", "sets_ahead"]
+
+PATH = "/apis/leaderworkerset.x-k8s.io/v1/leaderworkersets"
+
+#: Decodes one pod's JSON as the scheduler does; None when it is not this scheduler's.
+PodDecoder = Callable[[bytes], PodInfo | None]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderWorkerRecord:
+    """One LeaderWorkerSet as a forecast reads it: ``key`` (namespace/name), whether its
+    workers wait for their leader to run (``LeaderReady``), and each group's leader name
+    with its workers as their controller makes them, decoded."""
+
+    key: str
+    leader_first: bool
+    groups: tuple[tuple[str, tuple[PodInfo, ...]], ...]
+
+
+def decode_leader_worker_set(raw: bytes, decode_pod: PodDecoder) -> LeaderWorkerRecord | None:
+    """One LeaderWorkerSet's groups as its controller makes them (None: it cannot be read,
+    is being deleted, or its workers are another scheduler's or cannot be decoded)."""
+    try:
+        doc = msgspec.json.decode(raw)
+        meta = doc["metadata"]
+        if meta.get("deletionTimestamp") or not meta.get("uid"):
+            return None
+        made = expand_leaderworkerset(Path("cluster"), doc)
+    except (msgspec.DecodeError, KeyError, TypeError, AttributeError, JobError):
+        return None
+    groups = []
+    for at in range(0, len(made.pods), made.size):
+        leader, *workers = made.pods[at : at + made.size]
+        decoded = []
+        for pod_doc in workers:
+            pod_doc["metadata"]["uid"] = f"{meta['uid']}/{pod_doc['metadata']['name']}"
+            pod = decode_pod(json.dumps(pod_doc).encode())
+            if pod is None or pod.error:  # not ours, or not a pod the scheduler can place
+                return None
+            decoded.append(pod)
+        groups.append((leader["metadata"]["name"], tuple(decoded)))
+    return LeaderWorkerRecord(made.key, made.leader_first, tuple(groups))
+
+
+def sets_ahead(
+    records: Iterable[LeaderWorkerRecord],
+    cluster: ClusterState,
+    pending: Iterable[PodInfo],
+    now: float,
+    runtime: Callable[[PodInfo], float | None],
+) -> list[SetAhead]:
+    """The groups of ``records`` whose workers are still to come, as a forecast from
+    ``now`` continues them (see the module docstring); the workers run ``runtime(pod)``
+    seconds."""
+    waiting = {(p.namespace, p.name): p for p in pending}
+    running = {(p.namespace, p.name): p for p in cluster.pods.values()}
+    present = waiting.keys() | running.keys()
+    out = []
+    for rec in records:
+        namespace = rec.key.partition("/")[0]
+        for index, (leader_name, workers) in enumerate(rec.groups):
+            leader = waiting.get((namespace, leader_name)) or running.get((namespace, leader_name))
+            missing = [w for w in workers if (namespace, w.name) not in present]
+            if leader is None or not missing:
+                continue
+            gate = leader.uid if rec.leader_first and (namespace, leader_name) in waiting else ""
+            future = tuple(
+                PodArrival(future_pod(w, w.name, w.uid, now), now, runtime(w)) for w in missing
+            )
+            key = f"LeaderWorkerSet {rec.key} group {index}"
+            out.append(SetAhead(key, gate, future, True, "", len(workers) + 1))
+    return out
