@@ -98,10 +98,15 @@ class Churn:
         return items
 
     def unfinished(self) -> list[str]:
-        """Pods not Succeeded yet, each with its node ("-" unbound) and PodScheduled message."""
+        """Pods not finished yet -- Succeeded, or failed by the kubelet at their
+        ``activeDeadlineSeconds`` -- each with its node ("-" unbound) and PodScheduled
+        message."""
         out = []
         for p in self.pods():
-            if p["status"].get("phase") == "Succeeded":
+            status = p["status"]
+            if status.get("phase") == "Succeeded":
+                continue
+            if status.get("phase") == "Failed" and status.get("reason") == "DeadlineExceeded":
                 continue
             cond = [c for c in p["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
             why = cond[0].get("message", "") if cond else ""

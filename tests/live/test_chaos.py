@@ -196,7 +196,9 @@ class Chaos(Churn):
                 }
             }
         work = labels["fairgpu.io/workload-type"]
-        return manifests, f"{kind}, {work}, {labels['fairgpu.io/queue']}, {common}"
+        deadline = manifests[0]["spec"].get("activeDeadlineSeconds")
+        limit = f", activeDeadlineSeconds {deadline}" if deadline else ""
+        return manifests, f"{kind}, {work}, {labels['fairgpu.io/queue']}, {common}{limit}"
 
     def delete_job(self) -> None:
         """A user deletes a job: every pod of it (a gang whole), bound or not."""
