@@ -17,19 +17,15 @@ of forecasts, never an error.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
-
-import msgspec
 
 from fairgpu.cluster.state import ClusterState
+from fairgpu.kube.statefulset_progress import pod_made, read_controller
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.job_backlog import future_pod
 from fairgpu.sim.statefulset_controller import SetAhead
 from fairgpu.sim.workload import PodArrival
-from fairgpu.sim.workloads.kube_jobs import JobError
 from fairgpu.sim.workloads.leaderworkersets import expand_leaderworkerset
 
 __all__ = ["PATH", "LeaderWorkerRecord", "decode_leader_worker_set", "sets_ahead"]
@@ -54,22 +50,17 @@ class LeaderWorkerRecord:
 def decode_leader_worker_set(raw: bytes, decode_pod: PodDecoder) -> LeaderWorkerRecord | None:
     """One LeaderWorkerSet's groups as its controller makes them (None: it cannot be read,
     is being deleted, or its workers are another scheduler's or cannot be decoded)."""
-    try:
-        doc = msgspec.json.decode(raw)
-        meta = doc["metadata"]
-        if meta.get("deletionTimestamp") or not meta.get("uid"):
-            return None
-        made = expand_leaderworkerset(Path("cluster"), doc)
-    except (msgspec.DecodeError, KeyError, TypeError, AttributeError, JobError):
+    read = read_controller(raw, expand_leaderworkerset)
+    if read is None:
         return None
+    uid, made = read
     groups = []
     for at in range(0, len(made.pods), made.size):
         leader, *workers = made.pods[at : at + made.size]
         decoded = []
         for pod_doc in workers:
-            pod_doc["metadata"]["uid"] = f"{meta['uid']}/{pod_doc['metadata']['name']}"
-            pod = decode_pod(json.dumps(pod_doc).encode())
-            if pod is None or pod.error:  # not ours, or not a pod the scheduler can place
+            pod = pod_made(pod_doc, uid, decode_pod)
+            if pod is None:
                 return None
             decoded.append(pod)
         groups.append((leader["metadata"]["name"], tuple(decoded)))

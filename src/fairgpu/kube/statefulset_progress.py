@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -34,12 +35,21 @@ from fairgpu.sim.workload import PodArrival
 from fairgpu.sim.workloads.kube_jobs import JobError
 from fairgpu.sim.workloads.statefulsets import LABEL_POD_INDEX, expand_statefulset
 
-__all__ = ["PATH", "StatefulSetRecord", "decode_statefulset", "sets_ahead"]
+__all__ = [
+    "PATH",
+    "StatefulSetRecord",
+    "decode_statefulset",
+    "pod_made",
+    "read_controller",
+    "sets_ahead",
+]
 
 PATH = "/apis/apps/v1/statefulsets"
 
 #: Decodes one pod's JSON as the scheduler does; None when it is not this scheduler's.
 PodDecoder = Callable[[bytes], PodInfo | None]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,26 +64,44 @@ class StatefulSetRecord:
     pods: tuple[PodInfo, ...]
 
 
-def decode_statefulset(raw: bytes, decode_pod: PodDecoder) -> StatefulSetRecord | None:
-    """One StatefulSet's pods as its controller makes them (None: it cannot be read, is
-    being deleted, or its pods are another scheduler's or cannot be decoded)."""
+def read_controller(
+    raw: bytes, expand: Callable[[Path, dict[str, Any]], T]
+) -> tuple[str, T] | None:
+    """A controller object's uid and what ``expand`` makes of it (its pods' documents, as
+    the simulator's workloads make them); None when it cannot be read or is being deleted."""
     try:
         doc = msgspec.json.decode(raw)
         meta = doc["metadata"]
         if meta.get("deletionTimestamp") or not meta.get("uid"):
             return None
-        made = expand_statefulset(Path("cluster"), doc)
+        return meta["uid"], expand(Path("cluster"), doc)
     except (msgspec.DecodeError, KeyError, TypeError, AttributeError, JobError):
         return None
+
+
+def pod_made(pod_doc: dict[str, Any], owner: str, decode_pod: PodDecoder) -> PodInfo | None:
+    """A pod the controller of uid ``owner`` makes, decoded as the scheduler decodes a pod
+    (uid ``<owner>/<name>``); None when it is another scheduler's or cannot be placed."""
+    pod_doc["metadata"]["uid"] = f"{owner}/{pod_doc['metadata']['name']}"
+    pod = decode_pod(json.dumps(pod_doc).encode())
+    return None if pod is None or pod.error else pod
+
+
+def decode_statefulset(raw: bytes, decode_pod: PodDecoder) -> StatefulSetRecord | None:
+    """One StatefulSet's pods as its controller makes them (None: it cannot be read, is
+    being deleted, or its pods are another scheduler's or cannot be decoded)."""
+    read = read_controller(raw, expand_statefulset)
+    if read is None:
+        return None
+    uid, made = read
     pods = []
     for pod_doc in made.pods:
-        pod_doc["metadata"]["uid"] = f"{meta['uid']}/{pod_doc['metadata']['name']}"
-        pod_doc["metadata"]["ownerReferences"][0]["uid"] = meta["uid"]
-        pod = decode_pod(json.dumps(pod_doc).encode())
-        if pod is None or pod.error:  # not ours, or not a pod the scheduler can place
+        pod_doc["metadata"]["ownerReferences"][0]["uid"] = uid
+        pod = pod_made(pod_doc, uid, decode_pod)
+        if pod is None:
             return None
         pods.append(pod)
-    return StatefulSetRecord(made.key, meta["uid"], made.ordered, tuple(pods))
+    return StatefulSetRecord(made.key, uid, made.ordered, tuple(pods))
 
 
 def sets_ahead(
