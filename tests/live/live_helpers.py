@@ -414,4 +414,5 @@ def ask_cli(cp: ControlPlane, config: Path, *args: str) -> Any:
     flags = ["--config", str(config), "--kubeconfig", str(cp.kubeconfig_path)]
     said = CliRunner().invoke(app, [*args, *flags, "-o", "json"])
     assert said.exit_code == 0, said.output
-    return json.loads(said.output)
+    # Its standard output alone: warnings about other tests' objects go to standard error.
+    return json.loads(said.stdout)

@@ -296,7 +296,7 @@ def test_reclaim_chain_never_evicts_a_waiting_preemptor(world: World, tmp_path: 
         args = ["queues", "--kubeconfig", kubeconfig, "--config", str(tenancy), "-o", "json"]
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
-        rows = {r["queue"]: r for r in json.loads(result.output)}
+        rows = {r["queue"]: r for r in json.loads(result.stdout)}
         assert rows["qa"]["preemptions_last_hour"] == 3
         assert rows["qb"]["preemptions_last_hour"] == 0
     assert_clean(audit, s)
