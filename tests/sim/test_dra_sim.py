@@ -244,3 +244,38 @@ def test_a_claim_another_pod_reserves_is_never_deallocated(tmp_path: Path) -> No
     assert recs["user"].node == "n0" and recs["p"].start is None
     c = sim.cluster.dra.claims["default/shared"]
     assert c.node == "n0" and c.reserved_for == (recs["user"].pod.uid,)
+
+
+def test_a_job_pod_failed_at_its_deadline_waits_again_with_fresh_claims(tmp_path: Path) -> None:
+    """A Job's pod (``backoffLimit: 1``) would run 100 s but its ``activeDeadlineSeconds``
+    is 60: it fails at 60 s, and its replacement -- made from the claim template again, as
+    for a preempted pod -- runs 60-120 s and fails too, which fails the Job."""
+    job = objects(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": "train",
+                "namespace": "default",
+                "annotations": {"fairgpu.io/duration-seconds": "100"},
+            },
+            "spec": {
+                "backoffLimit": 1,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "activeDeadlineSeconds": 60,
+                        "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+                        "resourceClaims": [
+                            {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
+                        ],
+                    }
+                },
+            },
+        }
+    )
+    sim = run(tmp_path, base() + template("one-gpu", gpus=1) + job)
+    runs = [(a.start, a.end, a.outcome) for a in sim.runs.close(sim.now)]
+    assert runs == [(0.0, 60.0, "deadline-exceeded"), (60.0, 120.0, "deadline-exceeded")], runs
+    assert sim.failed_jobs["default/train"][0] == 120.0
+    assert sim.cluster.dra.claims == {}

@@ -528,15 +528,21 @@ class Simulation:
         return True
 
     def _requeue(
-        self, pod: PodInfo, kind: str, preemptor: PodInfo | None, again: bool = True
+        self,
+        pod: PodInfo,
+        kind: str,
+        preemptor: PodInfo | None,
+        again: bool = True,
+        counted: bool = True,
     ) -> None:
-        """``pod`` stopped running before its end (evicted, or its gang gave up): it waits
-        again (unless ``again`` is false: its job failed); its wait is measured to the start
-        of its final run."""
+        """``pod`` stopped running before its end (evicted, or its gang gave up -- counted
+        as a preemption --, or failed and replaced by its Job): it waits again (unless
+        ``again`` is false: its job failed); its wait is measured to the start of its final
+        run."""
         rec = self.records[pod.uid]
         # The engine already released its victims from the cluster; the others go here.
         self._end_run(rec, kind, preemptor, again=True)
-        rec.preempted += 1
+        rec.preempted += counted
         rec.run += 1
         rec.node, rec.devices, rec.start = "", (), None
         if again:
@@ -717,19 +723,18 @@ class Simulation:
         disruption rule of its pod failure policy matches it) and, unless that fails the Job
         or its index, creates its replacement, which waits now; another pod fails for good."""
         rec = self.records[uid]
-        deadline = rec.pod.active_deadline
-        why = f"it ran its activeDeadlineSeconds ({deadline:g} s) and failed (DeadlineExceeded)"
-        self._end_run(rec, DEADLINE_EXCEEDED)
-        rec.run += 1  # its end scheduled for this run is stale now
         failing = self.jobs.evicted([uid], self.now, disruption=False)
         dropped = {u for u, _ in self.jobs.take_dropped()}
         for arrival in self.jobs.take_created():  # the place it left, to its Job's next pod
             self._add_arrival(arrival)
         if self.jobs.owns(uid) and not failing and uid not in dropped:
-            rec.node, rec.devices, rec.start = "", (), None
-            self.pending[uid] = rec.pod  # the controller's replacement
-            self._wait(rec, +1)
+            # The controller's replacement waits, with claims made afresh from templates.
+            self._requeue(rec.pod, DEADLINE_EXCEEDED, None, counted=False)
         else:
+            self._end_run(rec, DEADLINE_EXCEEDED)
+            rec.run += 1  # its end scheduled for this run is stale now
+            deadline = rec.pod.active_deadline
+            why = f"it ran its activeDeadlineSeconds ({deadline:g} s) and failed (DeadlineExceeded)"
             rec.reason, rec.failed_at = why, self.now
         for key in failing:
             self._job_failed(key)
