@@ -31,12 +31,13 @@ import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
+from fairgpu.engine.gang import shorter
 from fairgpu.engine.session import EngineState
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.arrivals import ArrivalModel, future_copy
 from fairgpu.sim.job_backlog import JobAhead
-from fairgpu.sim.learner import Runtimes
+from fairgpu.sim.learner import Runtimes, deadline_end
 from fairgpu.sim.simulator import _COMPLETE, _POD_DEADLINE, PodRecord, Simulation, SimulationResult
 from fairgpu.sim.statefulset_controller import SetAhead
 from fairgpu.sim.workload import PodArrival, Workload
@@ -159,12 +160,13 @@ class _ForecastRun(Simulation):
             if placement.terminating:
                 end: float | None = now + TERMINATING_GRACE
             else:
-                end = runtimes.end(pod, placement.started, now)
                 ends = runtimes.natural_end(pod, placement.started, now)
-                if end is not None and ends is not None and ends > end:
+                cap = deadline_end(pod, placement.started, now)
+                if cap is not None and ends is not None and ends > cap:
                     # Its deadline comes first: the kubelet fails it then.
-                    self._push(end, _POD_DEADLINE, f"{uid}#0")
+                    self._push(cap, _POD_DEADLINE, f"{uid}#0")
                     continue
+                end = shorter(ends, cap)
             if end is not None:
                 self._push(max(now, end), _COMPLETE, f"{uid}#0")
 

@@ -26,7 +26,7 @@ import numpy as np
 from fairgpu.engine.gang import annotated_runtime, shorter
 from fairgpu.model.pod import PodInfo
 
-__all__ = ["RuntimeLearner", "Runtimes"]
+__all__ = ["RuntimeLearner", "Runtimes", "deadline_end"]
 
 
 @dataclass(slots=True)
@@ -132,5 +132,10 @@ class Runtimes:
     def end(self, pod: PodInfo, started: float, now: float) -> float | None:
         """When the running ``pod`` (started at ``started``) will end (None: unknown); by its
         ``activeDeadlineSeconds`` at the latest."""
-        cap = None if pod.active_deadline is None else max(now, started + pod.active_deadline)
-        return shorter(self.natural_end(pod, started, now), cap)
+        return shorter(self.natural_end(pod, started, now), deadline_end(pod, started, now))
+
+
+def deadline_end(pod: PodInfo, started: float, now: float) -> float | None:
+    """When the kubelet fails the running ``pod`` (started at ``started``) at its
+    ``activeDeadlineSeconds``, now at the earliest (None: no deadline)."""
+    return None if pod.active_deadline is None else max(now, started + pod.active_deadline)
