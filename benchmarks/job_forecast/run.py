@@ -47,10 +47,9 @@ import numpy as np
 
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
-from fairgpu.model.gpu import GpuRequest
 from fairgpu.model.node import NodeInfo
 from fairgpu.model.order import pod_identity
-from fairgpu.model.pod import ANN_DURATION, CPU, LABEL_USER, MEMORY, PODS, PodInfo
+from fairgpu.model.pod import ANN_DURATION, PodInfo
 from fairgpu.sim.forecast import Forecast, carry_state, forecast, snapshot_cluster
 from fairgpu.sim.job_backlog import JobAhead
 from fairgpu.sim.learner import Runtimes
@@ -58,37 +57,23 @@ from fairgpu.sim.simulator import Simulation, SimulationResult
 from fairgpu.sim.workload import BatchJob, PodArrival, Workload
 from fairgpu.tenancy import parse_config
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "fairness"))
+from builders import gpu_node, gpu_pod
+
 GI = 2**30
 MIN_LEFT = 60.0
 BUDGET = 10.0
 
 
 def node(i: int) -> NodeInfo:
-    return NodeInfo(
-        name=f"n{i}",
-        allocatable={CPU: 128_000, MEMORY: 1024 * GI, PODS: 110},
-        gpu_count=8,
-        gpu_memory_mib=81920,
-    )
+    return gpu_node(f"n{i}")
 
 
 def pod(
     name: str, queue: str, at: float, gpus: int, duration: float, priority: int, owner: str = ""
 ) -> PodInfo:
-    return PodInfo(
-        name=name,
-        namespace=queue,
-        uid=f"{queue}/{name}",
-        labels={LABEL_USER: f"{queue}-user"},
-        annotations={ANN_DURATION: f"{duration:.1f}"},
-        requests={CPU: 4000, MEMORY: 16 * GI, PODS: 1},
-        gpu=GpuRequest(gpus),
-        created=at,
-        priority=priority,
-        scheduler_name="fairgpu",
-        owner=owner,
-        owner_kind="Job" if owner else "",
-    )
+    made = gpu_pod(name, queue, at, gpus, priority, annotations={ANN_DURATION: f"{duration:.1f}"})
+    return dataclasses.replace(made, owner=owner, owner_kind="Job" if owner else "")
 
 
 def workload(seed: int, deadlines: bool = False) -> Workload:
