@@ -266,9 +266,7 @@ def test_a_job_pod_failed_at_its_deadline_waits_again_with_fresh_claims(tmp_path
                         "restartPolicy": "Never",
                         "activeDeadlineSeconds": 60,
                         "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
-                        "resourceClaims": [
-                            {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
-                        ],
+                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
                     }
                 },
             },
