@@ -69,6 +69,7 @@ def test_answers_count_the_workers_a_waiting_leader_will_bring(
         more = said["to_create"]
         assert more["controller"] == f"LeaderWorkerSet {ns}/vllm group 0", more
         assert (more["pods_to_create"], more["at_once"], more["after"]) == (2, True, f"{ns}/vllm-0")
+        assert more["pods_in_cluster"] == 1, more  # its leader
         assert more["last_start_in_seconds"] in range(600 - 120, 601), more
         group = said["leader_worker_group"]
         assert (group["size"], group["running"], group["pending"]) == (3, 0, 1), group

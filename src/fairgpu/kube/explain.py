@@ -344,9 +344,17 @@ def set_progress(
     is predicted to start (None: the forecast could not see it)."""
     present = [*cache.cluster.pods.values(), *cache.pending.values()]
     last = predicted.set_drains.get(made.key)
+    # Its pods: those of its controller, and -- a LeaderWorkerSet group's leader and workers
+    # having different ones -- those of its group.
+    group = leader_worker_key(made.future[0].pod)
+    mine = [
+        p
+        for p in present
+        if (made.owner and p.owner == made.owner) or (group and leader_worker_key(p) == group)
+    ]
     return {
         "controller": made.key,
-        "pods_in_cluster": sum(1 for p in present if made.owner and p.owner == made.owner),
+        "pods_in_cluster": len(mine),
         "pods_to_create": len(made.future),
         "at_once": made.fan,
         "after": next((p.key for p in present if p.uid == made.gate), None) if made.gate else None,
