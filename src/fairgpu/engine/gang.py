@@ -124,6 +124,24 @@ def choose_reservation(
     where no known end makes room). Ties go to the node with the most idle GPUs and free
     CPU, and a node is filled before the next. None if they cannot fit even on an empty
     cluster outside ``taken``."""
+    places = reservation_places(pods, cluster, static_mask, taken, rank, room)
+    return None if places is None else held_slots(places)
+
+
+# A member's place: (when it has room, -idle GPUs, -free CPU, node rank, node, k-th place).
+Place = tuple[float, int, float, int, int, int]
+
+
+def reservation_places(
+    pods: list[PodInfo],
+    cluster: ClusterState,
+    static_mask: Callable[[PodInfo], np.ndarray],
+    taken: np.ndarray,
+    rank: np.ndarray,
+    room: Callable[[int, int], list[float]],
+) -> list[Place] | None:
+    """The places :func:`choose_reservation` holds, first free first (the last one's time is
+    when the job can start), or None."""
     if not pods:
         return None
     head = pods[0]
@@ -132,7 +150,7 @@ def choose_reservation(
     n = cluster.size
     free = cluster.free()
     idle = cluster.idle_devices[:n]
-    places: list[tuple[float, int, float, int, int, int]] = []
+    places: list[Place] = []
     for idx in np.flatnonzero(per_node[:n] > 0).tolist():
         most = int(per_node[idx])
         times = room(idx, most)
@@ -141,8 +159,13 @@ def choose_reservation(
     if len(places) < len(pods):
         return None
     places.sort()
+    return places[: len(pods)]
+
+
+def held_slots(places: list[Place]) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes of ``places`` and how many of them each holds."""
     counts: dict[int, int] = {}
-    for place in places[: len(pods)]:
+    for place in places:
         counts[place[4]] = counts.get(place[4], 0) + 1
     return np.array(list(counts), dtype=np.int64), np.array(list(counts.values()), dtype=np.int64)
 

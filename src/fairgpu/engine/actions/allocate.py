@@ -24,6 +24,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.actions.admit import Admission, QuotaFull
 from fairgpu.engine.actions.backfill import allowed, backfill_key
+from fairgpu.engine.actions.gang_domains import OUTSIDE_DOMAIN, domains
 from fairgpu.engine.actions.gang_screen import bound_over_time, members_bound
 from fairgpu.engine.actions.order import QueueOrder
 from fairgpu.engine.actions.preempt import VictimPolicy, take_search
@@ -147,29 +148,54 @@ def place_job(session: Session, job: Job, rules: Rules, room: Sequence[PodInfo] 
     if seen is not None and job.need > seen[0]:
         _report_failure(session, job, seen[0], [Member(False, seen[1])], rules)
         return set()
-    stmt = session.statement()
+    head = job.pods[0]
+    confined: list[np.ndarray | None] = []
+    if not room:
+        confined.extend(domains(session, job, rules.victims, allowed(session, job, head)))
+    best: tuple[int, list[Member]] | None = None
+    for restrict in confined or [None]:
+        stmt = session.statement()
+        placed, results = _attempt(session, job, stmt, rules, room, restrict)
+        if placed >= job.need:
+            first = next((m.reason for m in results if m.reason), "")
+            return _commit(session, job, stmt, first, rules)
+        stmt.discard()
+        if best is None or placed > best[0]:
+            best = (placed, results)
+    assert best is not None
+    placed, results = best
+    _report_failure(session, job, placed, results, rules)
+    if gang is not None and not any(m.capped or m.final for m in results):
+        first = next((m.reason for m in results if m.reason), "")
+        session.memo.gangs[gang] = (placed, first)
+    return set()
+
+
+def _attempt(
+    session: Session,
+    job: Job,
+    stmt: Statement,
+    rules: Rules,
+    room: Sequence[PodInfo],
+    restrict: np.ndarray | None,
+) -> tuple[int, list[Member]]:
+    """Place ``job``'s members through ``stmt`` (after evicting ``room``), on the nodes
+    ``restrict`` leaves (None: all; :mod:`~fairgpu.engine.actions.gang_domains`): how many
+    were placed, and the members that were not."""
     for victim in room:
         reason = f"preempted by {_preemptor(job)} (priority) to make room in its queue's quota"
         stmt.evict(victim, job.pods[0], reason, "priority")
     placed = 0
     results: list[Member] = []
     for pod in job.pods:
-        member = place_member(session, job, pod, stmt, rules)
+        member = place_member(session, job, pod, stmt, rules, restrict)
         if member.placed:
             placed += 1
             continue
         results.append(member)
         if member.stop or (not member.capped and placed < job.need):
             break
-    if placed < job.need:
-        stmt.discard()
-        _report_failure(session, job, placed, results, rules)
-        if gang is not None and not any(m.capped or m.final for m in results):
-            first = next((m.reason for m in results if m.reason), "")
-            session.memo.gangs[gang] = (placed, first)
-        return set()
-    first = next((m.reason for m in results if m.reason), "")
-    return _commit(session, job, stmt, first, rules)
+    return placed, results
 
 
 def _screen(
@@ -272,19 +298,32 @@ def _gang_shape(session: Session, job: Job, rules: Rules) -> tuple[object, ...] 
     return (*rules.victims.memo_key(job, head), *key[0], vector)
 
 
-def place_member(session: Session, job: Job, pod: PodInfo, stmt: Statement, rules: Rules) -> Member:
-    """One member: caps, then a plain attempt, then preemption."""
+def place_member(
+    session: Session,
+    job: Job,
+    pod: PodInfo,
+    stmt: Statement,
+    rules: Rules,
+    restrict: np.ndarray | None = None,
+) -> Member:
+    """One member: caps, then a plain attempt, then preemption; only on the nodes
+    ``restrict`` leaves, when given."""
     caps = session.book.namespace_admit(pod)
     if caps:
         return Member(False, caps, capped=True)
     mask = allowed(session, job, pod)
-    # Only an attempt in the committed state says anything about other pods' attempts.
-    key = None if stmt.placed or stmt.evicted else _ask_key(session, job, pod, mask)
+    if restrict is not None:
+        mask = restrict if mask is None else mask[: restrict.size] & restrict
+    # Only an attempt in the committed state, on every node the pod may use, says anything
+    # about other pods' attempts.
+    fresh = restrict is None and not stmt.placed and not stmt.evicted
+    key = _ask_key(session, job, pod, mask) if fresh else None
     known = session.memo.front.find(*key) if key is not None else None
     if known is not None:
         reason = known
     else:
-        result = session.scheduler.schedule(pod, session.cluster, mask, HELD_FOR_OTHERS)
+        label = HELD_FOR_OTHERS if restrict is None else OUTSIDE_DOMAIN
+        result = session.scheduler.schedule(pod, session.cluster, mask, label)
         if result.ok and result.node is not None:
             stmt.assign(pod, result.node, result.devices)
             return Member(True)

@@ -60,6 +60,12 @@ def members_bound(
     return int(per_node.sum()), NAMES[limiting]
 
 
+def copies_per_node(session: Session, pod: PodInfo, victims: Iterable[str]) -> np.ndarray:
+    """Per node, how many copies of ``pod`` its free room holds if every pod in ``victims``
+    (uids) were evicted -- the count :func:`members_bound` sums, before any filter."""
+    return _copies(session, pod, _victim_room(session, victims))[2]
+
+
 def bound_over_time(
     session: Session,
     pod: PodInfo,

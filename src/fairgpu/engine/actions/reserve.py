@@ -81,13 +81,16 @@ from collections.abc import Container, Iterable
 
 import numpy as np
 
+from fairgpu.engine.actions.gang_domains import every_domain
 from fairgpu.engine.actions.precedence_nodes import open_reserved
 from fairgpu.engine.actions.reclaim import below_share
 from fairgpu.engine.gang import (
+    Place,
     Reservation,
     backfill_mask,
-    choose_reservation,
     declared_runtime,
+    held_slots,
+    reservation_places,
     whole_gpus,
 )
 from fairgpu.engine.jobs import Job
@@ -353,17 +356,27 @@ def _reserve(session: Session, job: Job, needed: list[PodInfo]) -> Reservation |
     for res in session.state.reservations.values():
         taken[res.nodes[res.nodes < cluster.size]] = True
     head = needed[0]
-    chosen = choose_reservation(
-        needed,
-        cluster,
-        lambda p: scheduler.static_mask(p, cluster),
-        taken,
-        scheduler.ranks(cluster),
-        lambda node, most: room_times(head, cluster, node, expected_ends(session, node), most),
-    )
+    ranks = scheduler.ranks(cluster)
+
+    def places(outside: np.ndarray) -> list[Place] | None:
+        return reservation_places(
+            needed,
+            cluster,
+            lambda p: scheduler.static_mask(p, cluster),
+            outside,
+            ranks,
+            lambda node, most: room_times(head, cluster, node, expected_ends(session, node), most),
+        )
+
+    confined = every_domain(session, job)
+    if confined:  # one domain's nodes: the one where the job can start first
+        options = [got for d in confined if (got := places(taken | ~d)) is not None]
+        chosen = min(options, key=lambda got: got[-1][0]) if options else None
+    else:
+        chosen = places(taken)
     if chosen is None:
         return None
-    nodes, slots = chosen
+    nodes, slots = held_slots(chosen)
     per_node = int(slots.max())
     return Reservation(
         job.key,
