@@ -5,9 +5,19 @@ land in."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import pytest
+
+from fairgpu.api.errors import InvalidObjectError
 from fairgpu.engine.engine import Engine
+from fairgpu.engine.policies import policy
+from fairgpu.model.gang_topology import (
+    ANN_TOPOLOGY_PREFERRED,
+    ANN_TOPOLOGY_REQUIRED,
+    GangTopology,
+)
 from fairgpu.model.node import NodeInfo
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy import parse_config
@@ -136,7 +146,10 @@ def test_a_gang_no_rack_can_hold_waits_and_says_why() -> None:
     assert not result.binds
     reasons = {u.pod.name: u.reason for u in result.unschedulable}
     assert set(reasons) == {"g-0", "g-1"}
-    assert "pod group q/g: only 1 of 2 needed members fit together" in reasons["g-0"]
+    assert reasons["g-0"] == (
+        "pod group q/g: no example.com/rack domain has room for its 2 members together, "
+        "even with every pod it may preempt evicted"
+    )
 
 
 def test_a_reservation_for_a_gang_holds_nodes_of_one_rack() -> None:
@@ -154,3 +167,79 @@ def test_a_reservation_for_a_gang_holds_nodes_of_one_rack() -> None:
     engine = Engine(tenancy=parse_config({**config, "starvation": {"reserveAfterSeconds": 0}}))
     result = engine.cycle(state, gang("g", 2), now=10.0)
     assert {k: sorted(v) for k, v in result.reserved.items()} == {"q/g": ["b1", "b2"]}
+
+
+def annotated_gang(group: str, members: int, annotation: str, min_member: int = 0) -> list[PodInfo]:
+    """``members`` 4-GPU pods of pod group ``group`` with ``annotation`` = the rack label."""
+    return [
+        pod_info(
+            f"{group}-{i}",
+            "q",
+            gpus=4,
+            group=group,
+            min_member=min_member or members,
+            annotations={annotation: RACK},
+            gang_topology=GangTopology(RACK, annotation == ANN_TOPOLOGY_REQUIRED),
+        )
+        for i in range(members)
+    ]
+
+
+def half_full_racks() -> list[tuple[PodInfo, str, float]]:
+    """4-GPU pods on a1 and b1: each of racks ``a`` and ``b`` has one node with 4 GPUs free."""
+    return [(pod_info(f"half-{n}", "q", gpus=4), n, 0.0) for n in ("a1", "b1")]
+
+
+def test_the_required_annotation_keeps_a_gang_in_one_rack() -> None:
+    """Racks ``a`` and ``b`` have 4 GPUs free each, rack ``c`` 8: two 4-GPU members fit in
+    ``a`` and ``b`` apart, or both in ``c``."""
+    state = cluster(
+        rack_node("a1", "rack-a"),
+        rack_node("b1", "rack-b"),
+        rack_node("c1", "rack-c"),
+        placed=half_full_racks(),
+    )
+    engine = Engine(policy("binpack"), tenancy=parse_config(TENANCY))
+    result = engine.cycle(state, annotated_gang("g", 2, ANN_TOPOLOGY_REQUIRED), now=10.0)
+    assert bound(result) == {"g-0": "c1", "g-1": "c1"}
+
+
+def test_a_preferred_gang_goes_anywhere_when_no_rack_holds_it() -> None:
+    state = cluster(rack_node("a1", "rack-a"), rack_node("b1", "rack-b"), placed=half_full_racks())
+    engine = Engine(tenancy=parse_config(TENANCY))
+    preferred = engine.cycle(state, annotated_gang("p", 2, ANN_TOPOLOGY_PREFERRED), now=10.0)
+    assert sorted(bound(preferred).values()) == ["a1", "b1"]
+    state = cluster(rack_node("a1", "rack-a"), rack_node("b1", "rack-b"), placed=half_full_racks())
+    required = engine.cycle(state, annotated_gang("r", 2, ANN_TOPOLOGY_REQUIRED), now=10.0)
+    assert not required.binds
+    assert "no example.com/rack domain has room" in required.unschedulable[0].reason
+
+
+def test_members_of_a_running_group_join_its_rack() -> None:
+    """Two of three members (minMember 2) run in rack ``a``; the third waits for room there,
+    though rack ``b`` is empty."""
+    members = annotated_gang("g", 3, ANN_TOPOLOGY_REQUIRED, min_member=2)
+    for m in members:
+        m.gpu = pod_info("x", gpus=8).gpu
+    state = cluster(
+        rack_node("a1", "rack-a"),
+        rack_node("a2", "rack-a"),
+        rack_node("b1", "rack-b"),
+        placed=[(members[0], "a1", 0.0), (members[1], "a2", 0.0)],
+    )
+    engine = Engine(tenancy=parse_config(TENANCY))
+    result = engine.cycle(state, [members[2]], now=10.0)
+    assert not result.binds
+    state.release(members[1].uid)  # a2 frees
+    assert bound(engine.cycle(state, [members[2]], now=20.0)) == {"g-2": "a2"}
+
+
+def test_a_bad_topology_annotation_names_the_field() -> None:
+    field = f"field metadata.annotations[{ANN_TOPOLOGY_REQUIRED}]: 'rack label' is not a label key"
+    with pytest.raises(InvalidObjectError, match=re.escape(f"Pod q/g-0: {field}")):
+        k8s_pod("g-0", "q", gpus=1, annotations={ANN_TOPOLOGY_REQUIRED: "rack label"})
+    both = {ANN_TOPOLOGY_REQUIRED: RACK, ANN_TOPOLOGY_PREFERRED: RACK}
+    with pytest.raises(InvalidObjectError, match="not both"):
+        k8s_pod("g-0", "q", gpus=1, annotations=both)
+    good = k8s_pod("g-0", "q", gpus=1, annotations={ANN_TOPOLOGY_PREFERRED: RACK})
+    assert good.error is None and good.gang_topology == GangTopology(RACK, required=False)

@@ -10,6 +10,7 @@ from fairgpu.api import objects as k8s
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.api.quantity import QuantityError
 from fairgpu.model.dra import ClaimRef, pod_claim_refs, pod_claim_statuses
+from fairgpu.model.gang_topology import GangTopology, gang_topology
 from fairgpu.model.gpu import DEFAULT_NAMES, NO_GPU, GpuRequest, GpuResourceNames, gpu_request_from
 from fairgpu.model.pod_constraints import (
     HostPort,
@@ -178,6 +179,9 @@ class PodInfo:
     spread_constraints: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     owner_kind: str = ""
+    # The rack, block or node its pod group's members must or should share (annotations,
+    # :mod:`fairgpu.model.gang_topology`); None: none asked.
+    gang_topology: GangTopology | None = None
     # spec.activeDeadlineSeconds: the kubelet fails the pod this long after it started, so
     # it runs at most this long (None: no deadline).
     active_deadline: float | None = None
@@ -358,6 +362,7 @@ def pod_from_k8s(
         paa, ppaa = _pod_affinity(spec.affinity, ns, meta.labels, anti=True)
         spread = compile_spread(spec.topology_spread_constraints, meta.labels)
         ports = host_ports(spec)
+        topology = gang_topology(meta.annotations)
     except ValueError as error:
         field_path, _, problem = str(error).partition(": ")
         raise InvalidObjectError(obj, field_path, problem) from None
@@ -409,6 +414,7 @@ def pod_from_k8s(
         host_ports=ports,
         owner_kind=next((o.kind for o in meta.owner_references if o.controller), ""),
         active_deadline=None if deadline is None else float(deadline),
+        gang_topology=topology,
         images=tuple(
             normalized_image_name(c.image) for c in (*spec.init_containers, *spec.containers)
         ),

@@ -24,7 +24,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.actions.admit import Admission, QuotaFull
 from fairgpu.engine.actions.backfill import allowed, backfill_key
-from fairgpu.engine.actions.gang_domains import OUTSIDE_DOMAIN, domains
+from fairgpu.engine.actions.gang_domains import OUTSIDE_DOMAIN, attempts, confinement, no_domain
 from fairgpu.engine.actions.gang_screen import bound_over_time, members_bound
 from fairgpu.engine.actions.order import QueueOrder
 from fairgpu.engine.actions.preempt import VictimPolicy, take_search
@@ -140,20 +140,25 @@ def place_job(session: Session, job: Job, rules: Rules, room: Sequence[PodInfo] 
     most ``k`` of them fit, up to tie-breaks among equally scored nodes. A gang that keeps
     failing costs one attempt per shape and cycle, not one per pending gang.
     """
-    # The gang memo and screen judge the committed state, which room changes.
-    gang = None if room else _gang_shape(session, job, rules)
+    # The gang memo and screen judge the committed state, which room changes, on every
+    # node; a gang confined to a domain is screened per domain instead (gang_domains).
+    topology = None if room else confinement(session, job)
+    gang = None if room or topology is not None else _gang_shape(session, job, rules)
     seen = session.memo.gangs.get(gang) if gang is not None else None
     if seen is None and gang is not None:
         seen = _screen(session, job, rules, gang)
     if seen is not None and job.need > seen[0]:
         _report_failure(session, job, seen[0], [Member(False, seen[1])], rules)
         return set()
-    head = job.pods[0]
-    confined: list[np.ndarray | None] = []
-    if not room:
-        confined.extend(domains(session, job, rules.victims, allowed(session, job, head)))
+    tries: list[np.ndarray | None] = [None]
+    if topology is not None:
+        mask = allowed(session, job, job.pods[0])
+        tries = attempts(session, job, topology, rules.victims, mask)
+        if not tries:
+            _report_failure(session, job, 0, [], rules, no_domain(topology, job))
+            return set()
     best: tuple[int, list[Member]] | None = None
-    for restrict in confined or [None]:
+    for restrict in tries:
         stmt = session.statement()
         placed, results = _attempt(session, job, stmt, rules, room, restrict)
         if placed >= job.need:
@@ -462,8 +467,15 @@ def _commit(session: Session, job: Job, stmt: Statement, first: str, rules: Rule
 
 
 def _report_failure(
-    session: Session, job: Job, placed: int, results: list[Member], rules: Rules
+    session: Session,
+    job: Job,
+    placed: int,
+    results: list[Member],
+    rules: Rules,
+    why: str = "",
 ) -> None:
+    """Report ``job`` pending: a pod alone with its own reason, a gang's members with
+    ``why`` or else how many of them fit together and why no more."""
     out = session.out
     if job.group is None:
         # A pod alone reports its own reason.
@@ -473,9 +485,8 @@ def _report_failure(
         out.unschedulable.append(Unschedulable(job.pods[0], member.reason, not member.final))
         return
     first = next((m.reason for m in results if m.reason), "")
-    reason = (
-        f"pod group {job.key}: only {placed} of {job.need} needed members fit "
-        f"together ({first or 'no room'})"
+    reason = f"pod group {job.key}: " + (
+        why or f"only {placed} of {job.need} needed members fit together ({first or 'no room'})"
     )
     out.unschedulable.extend(Unschedulable(p, reason) for p in job.pods)
     if rules.reserve:

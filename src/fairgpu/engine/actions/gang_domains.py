@@ -1,37 +1,45 @@
-"""Gang domains: a pod group whose members must share a topology domain is placed one
-domain at a time.
+"""Gang domains: a pod group whose members must (or should) share a topology domain is
+placed one domain at a time.
 
-A training job asks that its workers share a rack, a network block or a node the Kubernetes
-way: each member carries a required pod-affinity term that selects the group's own pods,
-with ``topologyKey`` the rack label. kube-scheduler places such pods one by one: the first
-may go to any node that has the key (no pod it selects is placed yet, and it selects
-itself), the others only to that node's domain. For a gang placed all-or-nothing that is a
-trap: when the first member lands in a domain too small for the rest, the attempt fails --
-and, the state unchanged, fails the same way the next cycle and every one after, though
-another domain could hold the whole gang. (Measured in the simulator before this module:
-a 2 x 8-GPU gang on five 8-GPU nodes in three racks -- one rack of a single node, one with a
-GPU taken, one empty -- never started under the default and ``binpack`` placement.)
+A training job asks that its workers share a rack, a network block or a node in one of two
+ways: the Kubernetes way, each member carrying a pod-affinity term that selects the group's
+own pods with ``topologyKey`` the rack label (required or preferred); or with the
+``fairgpu.io/topology-required`` / ``-preferred`` annotation naming the label
+(:mod:`fairgpu.model.gang_topology`). :func:`confinement` reads either.
 
-So the allocator places such a gang with its members confined to one domain at a time
-(:func:`domains`), in this order:
+kube-scheduler places pods one by one: with a required term, the first member may go to any
+node that has the key (no pod it selects is placed yet, and it selects itself), the others
+only to its domain. For a gang placed all-or-nothing that is a trap: when the first member
+lands in a domain too small for the rest, the attempt fails -- and, the state unchanged,
+fails the same way every cycle, though another domain could hold the whole gang. (Measured
+in the simulator before this module: a 2 x 8-GPU gang on five 8-GPU nodes in three racks --
+one rack of a single node, one with a GPU taken, one empty -- never started under the
+default and ``binpack`` placement.) With a preferred term the members spread over racks
+whenever the first lands in a small one.
+
+So the allocator tries such a gang with every member confined to one domain at a time
+(:func:`attempts`), in this order:
 
 1. domains where the whole gang fits now, without evicting anyone: the tightest first (the
    fewest copies of a member fit there), so a larger domain stays whole for a larger gang;
-2. then domains where it would fit with every pod the victim policy may evict gone: the
-   roomiest first (the fewest victims to find).
+2. required: then domains where it would fit with every pod the victim policy may evict
+   gone, the roomiest first (the fewest victims to find); preferred: then anywhere, as
+   without a domain.
 
-A domain where not even that holds the gang is not tried; neither is one beyond
-:data:`MOST_DOMAINS` (a cycle's cost stays bounded on a cluster of many racks). Without
-a confining term, or for a pod alone, the list is empty and nothing changes. Inside a
-domain the scheduler's filters and scores decide as for any pod (the term itself keeps the
-members together once the first is placed); what fits is counted as the gang screen counts
-it (:func:`~fairgpu.engine.actions.gang_screen.copies_per_node`), an upper bound: an
-attempt may still fail inside a domain, and the next is tried.
+A required gang no domain can hold even so is not tried (:func:`no_domain` says why);
+domains beyond :data:`MOST_DOMAINS` are not tried (a cycle's cost stays bounded on a
+cluster of many racks). Members of the group already running (an elastic group's first
+members) fix the domain: only theirs is tried. What fits is counted as the gang screen counts
+it (:func:`~fairgpu.engine.actions.gang_screen.copies_per_node`), an upper bound: an attempt
+may still fail inside a domain, and the next is tried. Inside a domain the scheduler's
+filters and scores decide as for any pod. A starvation reservation for a required gang holds
+the nodes of one domain, the one that drains first (:func:`every_domain`,
+:mod:`~fairgpu.engine.actions.reserve`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,7 +47,9 @@ import numpy as np
 from fairgpu.engine.actions.gang_screen import copies_per_node
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.session import Session
+from fairgpu.model.gang_topology import GangTopology
 from fairgpu.model.pod import PodInfo
+from fairgpu.model.selectors import PodAffinityTerm
 
 if TYPE_CHECKING:  # preempt imports reserve, which imports this module
     from fairgpu.engine.actions.preempt import VictimPolicy
@@ -51,11 +61,24 @@ MOST_DOMAINS = 8
 OUTSIDE_DOMAIN = "node(s) outside the topology domain tried or held for other jobs"
 
 
-def confining_key(session: Session, pod: PodInfo) -> str | None:
-    """The topology key of ``pod``'s required pod-affinity terms that select the pod itself
-    -- the key with the most domains among the cluster's nodes when there are several (the
-    finest; the filter still enforces every term) --, or None without such a term."""
-    terms = pod.affinity_terms
+def confinement(session: Session, job: Job) -> GangTopology | None:
+    """The domain ``job``'s members must or should share: its annotation, else a required
+    pod-affinity term selecting the pod itself, else a preferred one (the key with the most
+    domains when several terms do: the finest; the filter still enforces every required
+    term). None for a pod alone or a gang without either."""
+    if job.group is None:
+        return None
+    pod = job.pods[0]
+    if pod.gang_topology is not None:
+        return pod.gang_topology
+    key = _self_selecting(session, pod, pod.affinity_terms)
+    if key is not None:
+        return GangTopology(key, required=True)
+    key = _self_selecting(session, pod, pod.preferred_affinity)
+    return None if key is None else GangTopology(key, required=False)
+
+
+def _self_selecting(session: Session, pod: PodInfo, terms: Sequence[PodAffinityTerm]) -> str | None:
     if not terms:
         return None
     ns_labels = session.cluster.namespace_labels
@@ -65,61 +88,85 @@ def confining_key(session: Session, pod: PodInfo) -> str | None:
     return max(sorted(keys), key=lambda k: len(session.cluster.label_codes(k)[1]))
 
 
-def domains(
-    session: Session, job: Job, victims: VictimPolicy, allowed: np.ndarray | None
-) -> list[np.ndarray]:
-    """Node masks, one per topology domain, to try ``job``'s members in, in order (see the
-    module docstring); [] when the job is not a gang confined to one domain. ``allowed``:
-    the nodes reservations leave the job (None: all)."""
-    found = _domain_codes(session, job, allowed)
+def attempts(
+    session: Session,
+    job: Job,
+    topology: GangTopology,
+    victims: VictimPolicy,
+    allowed: np.ndarray | None,
+) -> list[np.ndarray | None]:
+    """The node masks to try ``job``'s members in, in order (None: every node); see the
+    module docstring. ``allowed``: the nodes reservations leave the job (None: all). Empty
+    when a required gang has no domain to try."""
+    fallback: list[np.ndarray | None] = [] if topology.required else [None]
+    found = _domain_codes(session, job, topology.key, allowed)
     if found is None:
-        return []
+        return fallback
     nodes, codes, size = found
+    fixed = _running_domains(session, job, codes)
+    if fixed:
+        return [nodes & np.isin(codes, fixed), *fallback]
     head = job.pods[0]
     where = np.flatnonzero(nodes)
-    pool: Iterable[str] = victims.freeable(job, head) if victims.may_preempt(head) else ()
     now = _per_domain(codes, where, copies_per_node(session, head, ()), size)
-    most = _per_domain(codes, where, copies_per_node(session, head, pool), size)
-    fit = [d for d in range(size) if now[d] >= job.need]
-    room = [d for d in range(size) if now[d] < job.need <= most[d]]
-    fit.sort(key=lambda d: (now[d], d))
-    room.sort(key=lambda d: (-now[d], d))
-    return [nodes & (codes == d) for d in (fit + room)[:MOST_DOMAINS]]
+    fit = sorted((d for d in range(size) if now[d] >= job.need), key=lambda d: (now[d], d))
+    if topology.required:
+        pool: Iterable[str] = victims.freeable(job, head) if victims.may_preempt(head) else ()
+        most = _per_domain(codes, where, copies_per_node(session, head, pool), size)
+        room = [d for d in range(size) if now[d] < job.need <= most[d]]
+        fit += sorted(room, key=lambda d: (-now[d], d))
+    return [*(nodes & (codes == d) for d in fit[:MOST_DOMAINS]), *fallback]
+
+
+def no_domain(topology: GangTopology, job: Job) -> str:
+    """Why a required gang has no domain to try."""
+    return (
+        f"no {topology.key} domain has room for its {job.need} members together, even "
+        "with every pod it may preempt evicted"
+    )
 
 
 def every_domain(session: Session, job: Job) -> list[np.ndarray]:
-    """Node masks of every topology domain ``job``'s members may use, [] when the job is not
-    a gang confined to one domain: a reservation for such a gang holds nodes of one domain
-    (:mod:`~fairgpu.engine.actions.reserve`)."""
-    found = _domain_codes(session, job, None)
+    """Node masks of every domain a required gang's members may use (only its running
+    members' domain once some run); [] for any other job. A reservation for such a gang
+    holds nodes of one domain (:mod:`~fairgpu.engine.actions.reserve`)."""
+    topology = confinement(session, job)
+    if topology is None or not topology.required:
+        return []
+    found = _domain_codes(session, job, topology.key, None)
     if found is None:
         return []
     nodes, codes, _ = found
-    return [nodes & (codes == d) for d in np.unique(codes[nodes]).tolist()]
+    fixed = _running_domains(session, job, codes)
+    domains = fixed or np.unique(codes[nodes]).tolist()
+    return [nodes & (codes == d) for d in domains]
 
 
 def _domain_codes(
-    session: Session, job: Job, allowed: np.ndarray | None
+    session: Session, job: Job, key: str, allowed: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """(the nodes the gang's members may use that have the confining key, each node's
-    domain code, how many codes), or None for a job that is not a confined gang or has no
-    such node."""
-    if job.group is None or job.need < 2:
-        return None
-    head = job.pods[0]
-    key = confining_key(session, head)
-    if key is None:
-        return None
+    """(the nodes the job's members may use that carry ``key``, each node's domain code,
+    how many codes), or None when no such node exists."""
     cluster = session.cluster
     n = cluster.size
     codes, vocab = cluster.label_codes(key)
     codes = codes[:n]
-    nodes = session.scheduler.static_mask(head, cluster)[:n] & (codes >= 0)
+    nodes = session.scheduler.static_mask(job.pods[0], cluster)[:n] & (codes >= 0)
     if allowed is not None:
         nodes &= allowed[:n]
     if not nodes.any():
         return None
     return nodes, codes, len(vocab)
+
+
+def _running_domains(session: Session, job: Job, codes: np.ndarray) -> list[int]:
+    """The domains (codes) the group's running members are in."""
+    if job.group is None:
+        return []
+    running = session.book.group_running.get(job.group.key, ())
+    placements = session.cluster.placements
+    nodes = [pl.node for uid in running if (pl := placements.get(uid)) is not None]
+    return sorted({int(codes[i]) for i in nodes if i < codes.size and codes[i] >= 0})
 
 
 def _per_domain(
