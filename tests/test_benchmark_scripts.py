@@ -100,6 +100,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
             ("--every", "3600", "--deadlines"),
             ("aware", "deadline_blind", "jobs_failed"),
         ),
+        ("benchmarks/gang_topology/run.py", ("--loads", "12"), ("loads",)),
         pytest.param(
             "benchmarks/fgd_speed/run.py",
             (),
@@ -124,6 +125,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         "fragile-jobsets",
         "leader-worker-groups",
         "job-forecast-deadlines",
+        "gang-topology",
         "fgd-speed",
     ],
 )

@@ -21,7 +21,10 @@ So the allocator tries such a gang with every member confined to one domain at a
 (:func:`attempts`), in this order:
 
 1. domains where the whole gang fits now, without evicting anyone: the tightest first (the
-   fewest copies of a member fit there), so a larger domain stays whole for a larger gang;
+   fewest copies of a member fit there), so a larger domain stays whole for a larger gang
+   (``benchmarks/gang_topology``, seeds 0-2 at three loads: gang wait p50 0/478/0 s at the
+   light load where the roomiest first gave 0/1 645/206 s; over all nine runs a mean p50 of
+   2 394 s against its 2 247 s and the same useful allocation, 68.7%, within noise);
 2. required: then domains where it would fit with every pod the victim policy may evict
    gone, the roomiest first (the fewest victims to find); preferred: then anywhere, as
    without a domain.
