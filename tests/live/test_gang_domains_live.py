@@ -46,3 +46,30 @@ def test_a_gang_confined_to_one_node_starts_on_the_node_that_holds_it(
         time.sleep(0.5)  # a second binding of either would show now
     nodes = bound(admin, ns)
     assert nodes["g-0"] == nodes["g-1"] == "lv-hybrid-a100", nodes
+
+
+@pytest.mark.integration
+def test_the_topology_annotation_confines_a_group_named_by_annotation(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    # A Volcano-style group (named by annotation: no label selector can select it) asks by
+    # annotation that its two 4-GPU members share a node; the same busy nodes as above.
+    for pool in ("training", "inference"):
+        create(admin, ns, pod(f"busy-{pool}", gpus=1, pool=pool))
+    notes = {
+        "scheduling.k8s.io/group-name": "v",
+        "fairgpu.io/min-member": "2",
+        "fairgpu.io/topology-required": HOSTNAME,
+    }
+    with scheduler(live_cp, policy="binpack"):
+        wait_for(lambda: len(bound(admin, ns)) == 2)
+        for i in range(2):
+            m = pod(f"v-{i}", gpus=4, pool=None, annotations=dict(notes))
+            m["spec"]["tolerations"].append(
+                {"key": USAGE, "operator": "Exists", "effect": "NoSchedule"}
+            )
+            create(admin, ns, m)
+        wait_for(lambda: {"v-0", "v-1"} <= set(bound(admin, ns)))
+        time.sleep(0.5)
+    nodes = bound(admin, ns)
+    assert nodes["v-0"] == nodes["v-1"] == "lv-hybrid-a100", nodes
