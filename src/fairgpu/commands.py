@@ -249,7 +249,10 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
             f"Order ({r['ordering']}): job {order['position']} of {order['of']} pending{group}"
             + (f"; queues tried first (lower share): {', '.join(ahead)}" if ahead else "")
         )
-    lines.append(f"Nodes: {r['nodes']}")
+    nodes = r["nodes"]
+    if r["fits_now"] and r["fair_order"]["job_pods"] > 1:
+        nodes += f" (this pod alone; its group needs {_group_places(r)})"
+    lines.append(f"Nodes: {nodes}")
     lines.extend(_freed_lines(r))
     lines.append(_next_line(r["next_cycle"]))
     if r.get("reservation"):
@@ -381,6 +384,17 @@ def _unknown(r: dict[str, Any], out_of_budget: bool | None, otherwise: str) -> s
     return "the forecast ran out of time" if out_of_budget else otherwise
 
 
+def _group_places(r: dict[str, Any]) -> str:
+    """What the pending pod's group needs: its places together, in one topology domain when
+    its members must (or should) share one."""
+    places = f"{r['fair_order']['job_pods']} places together"
+    topology = r.get("gang_topology")
+    if not topology:
+        return places
+    how = "" if topology["required"] else ", if one holds them"
+    return f"{places} in one {topology['key']} domain{how}"
+
+
 def _freed_lines(r: dict[str, Any]) -> list[str]:
     if r["fits_now"] or r["state"] == "gated":
         return []
@@ -388,7 +402,7 @@ def _freed_lines(r: dict[str, Any]) -> list[str]:
     if not empty:
         return [f"Even on empty nodes: {r['empty_nodes_reason']}"]
     group = r["fair_order"]["job_pods"]
-    needs = f" (this pod; its group needs {group} places together)" if group > 1 else ""
+    needs = f" (this pod; its group needs {_group_places(r)})" if group > 1 else ""
     lines = [f"Fits on {len(empty)} of {r['nodes_total']} nodes when they are empty{needs}."]
     for item in r["if_freed"]:
         gone = ", ".join(

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.actions.gang_domains import confinement
 from fairgpu.engine.actions.order import FairOrder, Lanes, kube_default_order, lanes
 from fairgpu.engine.actions.preempt import FairVictims
 from fairgpu.engine.actions.reclaim import (
@@ -746,6 +747,10 @@ def _pending_detail(
     order, rules = _order(engine, cluster, pending, pod, now)
     report["fair_order"] = _position(order, pod.uid)
     report["fair_order"]["queues_ahead"] = _queues_ahead(queues, tenant.queue)
+    topology = confinement(rules.s, rules.job) if rules.job is not None else None
+    report["gang_topology"] = (
+        None if topology is None else {"key": topology.key, "required": topology.required}
+    )
     result = engine.scheduler.schedule(pod, cluster)
     report["fits_now"] = result.node_name if result.ok else None
     report["nodes"] = result.reason() if not result.ok else f"fits on {result.node_name}"

@@ -1,0 +1,101 @@
+"""A gang confined to one rack, replayed by ``fairgpu simulate`` from Kubernetes YAML: it
+starts in the rack that holds it, waits (saying why) while none does, and ``explain`` says
+what its members need."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from fairgpu.cli import app
+from tests.sim.helpers import simulated_run
+
+runner = CliRunner()
+
+
+def node(name: str, rack: str) -> str:
+    return f"""\
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  labels: {{example.com/rack: {rack}, kubernetes.io/hostname: {name}}}
+status:
+  allocatable: {{cpu: "96", memory: 768Gi, pods: "110", nvidia.com/gpu: "8"}}
+"""
+
+
+def busy(on: str) -> str:
+    """A 1-GPU pod pinned to node ``on`` for 10 000 s."""
+    return f"""\
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: busy-{on}
+  namespace: team-a
+  annotations: {{fairgpu.io/arrival-seconds: "0", fairgpu.io/duration-seconds: "10000"}}
+spec:
+  schedulerName: fairgpu
+  nodeSelector: {{kubernetes.io/hostname: {on}}}
+  containers: [{{name: c, image: c, resources: {{limits: {{nvidia.com/gpu: "1"}}}}}}]
+"""
+
+
+def member(i: int) -> str:
+    """Member ``i`` of pod group ``g`` (2 x 8 GPUs), which must share a rack."""
+    return f"""\
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: g-{i}
+  namespace: team-a
+  labels: {{fairgpu.io/pod-group: g}}
+  annotations:
+    fairgpu.io/min-member: "2"
+    fairgpu.io/topology-required: example.com/rack
+    fairgpu.io/arrival-seconds: "10"
+    fairgpu.io/duration-seconds: "600"
+spec:
+  schedulerName: fairgpu
+  containers: [{{name: c, image: c, resources: {{limits: {{nvidia.com/gpu: "8"}}}}}}]
+"""
+
+
+def starts(out: Path) -> dict[str, tuple[str, float]]:
+    with (out / "runs.csv").open() as f:
+        return {row["name"]: (row["node"], float(row["start"])) for row in csv.DictReader(f)}
+
+
+def test_the_gang_starts_in_the_rack_that_holds_it(tmp_path: Path) -> None:
+    """Racks ``a`` (a1 empty, a2 busy), ``c`` (one node), ``b`` (two empty nodes)."""
+    nodes = node("a1", "rack-a") + node("a2", "rack-a") + node("c1", "rack-c")
+    nodes += node("b1", "rack-b") + node("b2", "rack-b")
+    out = simulated_run(tmp_path, nodes + busy("a2") + member(0) + member(1))
+    got = starts(out)
+    assert sorted(got[f"g-{i}"][0] for i in range(2)) == ["b1", "b2"]
+    assert got["g-0"][1] == 10.0
+
+
+def test_a_gang_no_rack_holds_waits_and_explain_says_what_it_needs(tmp_path: Path) -> None:
+    """Racks ``a`` and ``b`` each have a busy node beside an empty one, ``c`` one node: no
+    rack holds two 8-GPU members until the busy pods end at 10 000 s."""
+    nodes = node("a1", "rack-a") + node("a2", "rack-a") + node("c1", "rack-c")
+    nodes += node("b1", "rack-b") + node("b2", "rack-b")
+    out = simulated_run(tmp_path, nodes + busy("a2") + busy("b2") + member(0) + member(1))
+    assert starts(out)["g-0"][1] == 10000.0
+    said = runner.invoke(app, ["explain", "team-a/g-0", "--run", str(out), "--at", "100"])
+    assert said.exit_code == 0, said.output
+    lines = said.output.splitlines()
+    assert (
+        "Nodes: fits on c1 (this pod alone; its group needs 2 places together in one "
+        "example.com/rack domain)"
+    ) in lines, said.output
+    assert (
+        "Next cycle: stays pending: pod group team-a/g: no example.com/rack domain has room "
+        "for its 2 members together, even with every pod it may preempt evicted"
+    ) in lines, said.output
