@@ -35,7 +35,9 @@ from typing import Any
 
 from fairgpu.api.quantity import parse_quantity
 from fairgpu.devcluster import KubeClient, WatchStream
+from fairgpu.model.gang_topology import ANN_TOPOLOGY_REQUIRED
 from fairgpu.model.gpu import ANN_GPU_DEVICES, WHOLE, decode_gpu_devices
+from fairgpu.tenancy.resolve import LABEL_POD_GROUP
 
 GPU = "nvidia.com/gpu"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -232,6 +234,7 @@ class Auditor:
             self._add(loads.setdefault(node, _NodeLoad()), p, found)
         for name, load in sorted(loads.items()):
             found.extend(_node_violations(name, nodes.get(name), load))
+        found.extend(_confined_violations(nodes, pods))
         return found
 
     def _once(self, p: dict[str, Any], node: str) -> list[str]:
@@ -376,6 +379,26 @@ class Auditor:
             held = [p for p in self._pods.values() if _holds(p)]
             self._note(self._audit(self._nodes, held, touched))
         self.checks += 1
+
+
+def _confined_violations(nodes: dict[str, dict[str, Any]], pods: list[dict[str, Any]]) -> list[str]:
+    """Pod groups whose members must share a topology domain (the
+    ``fairgpu.io/topology-required`` annotation) holding nodes of more than one."""
+    domains: dict[tuple[str, str], set[str]] = {}
+    for p in pods:
+        meta = p["metadata"]
+        key = (meta.get("annotations") or {}).get(ANN_TOPOLOGY_REQUIRED)
+        group = (meta.get("labels") or {}).get(LABEL_POD_GROUP)
+        node = nodes.get(_node_of(p))
+        if not key or not group or node is None:
+            continue
+        value = (node["metadata"].get("labels") or {}).get(key, "<no label>")
+        domains.setdefault((f"{meta['namespace']}/{group}", key), set()).add(value)
+    return [
+        f"pod group {group} must share one {key} domain, runs in {sorted(found)}"
+        for (group, key), found in sorted(domains.items())
+        if len(found) > 1
+    ]
 
 
 def _node_violations(name: str, node: dict[str, Any] | None, load: _NodeLoad) -> list[str]:

@@ -1,8 +1,9 @@
 """Chaos against the real API server: a seeded random mix of what real clusters do to a scheduler,
 all at once.
 
-Jobs of three queues arrive (whole GPUs, GPU shares, gangs, LeaderWorkerSet groups; two
-priorities; some pods with an ``activeDeadlineSeconds`` the kubelet fails them at), users delete
+Jobs of three queues arrive (whole GPUs, GPU shares, gangs -- some confined to one node by
+``fairgpu.io/topology-required`` --, LeaderWorkerSet groups; two priorities; some pods with an
+``activeDeadlineSeconds`` the kubelet fails them at), users delete
 pods and whole jobs and submit jobs again under the same names (new uids, another shape), pods
 get stuck terminating (a finalizer nobody removes until the churn is over), PodDisruptionBudgets
 refuse evictions, nodes are deleted and registered again under their names (the status, and so
@@ -22,9 +23,9 @@ declared run times and keeps victims terminating for a grace period.
 
 Safety, judged from the API server's own state after every Pod and Node event
 (:class:`~auditor.Auditor`): no device or node over capacity, terminating pods included; no
-pod bound twice or moved; no pod deleted before it was bound unless the test deleted it (a pod
-that goes while the auditor's watch relists after an API server restart, last seen unbound,
-cannot be judged: it is printed).
+pod bound twice or moved; no pod group confined to one node running on two; no pod deleted
+before it was bound unless the test deleted it (a pod that goes while the auditor's watch
+relists after an API server restart, last seen unbound, cannot be judged: it is printed).
 Liveness, once the churn stops: every pod left runs to completion -- a GPU the scheduler's
 bookkeeping still counts for a pod that is gone, or a gang member waiting for siblings that
 already ran, would leave pods pending for good.
@@ -73,6 +74,7 @@ from fairgpu.engine.leader_worker_groups import LABEL_GROUP_INDEX as LWS_GROUP_I
 from fairgpu.engine.leader_worker_groups import LABEL_NAME as LWS_NAME
 from fairgpu.kube import LiveScheduler
 from fairgpu.kube.client import Connection
+from fairgpu.model.gang_topology import ANN_TOPOLOGY_REQUIRED
 from fairgpu.tenancy.resolve import LABEL_POD_GROUP
 
 pytestmark = pytest.mark.integration
@@ -184,6 +186,8 @@ class Chaos(Churn):
             members, gpus = rng.choice([2, 3]), rng.choice([2, 4])
             group = {**labels, LABEL_POD_GROUP: name}
             ann = {**annotations, "fairgpu.io/min-member": str(members)}
+            if members * gpus <= GPUS and rng.random() < 0.5:  # on one node, or not at all
+                ann[ANN_TOPOLOGY_REQUIRED] = "kubernetes.io/hostname"
             manifests = [
                 pod(f"{name}-{m}", gpus=gpus, labels=group, annotations=ann, **common)
                 for m in range(members)
@@ -198,6 +202,8 @@ class Chaos(Churn):
         work = labels["fairgpu.io/workload-type"]
         deadline = manifests[0]["spec"].get("activeDeadlineSeconds")
         limit = f", activeDeadlineSeconds {deadline}" if deadline else ""
+        if ANN_TOPOLOGY_REQUIRED in manifests[0]["metadata"]["annotations"]:
+            limit += ", on one node"
         return manifests, f"{kind}, {work}, {labels['fairgpu.io/queue']}, {common}{limit}"
 
     def delete_job(self) -> None:
