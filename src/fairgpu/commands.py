@@ -391,8 +391,11 @@ def _group_places(r: dict[str, Any]) -> str:
     topology = r.get("gang_topology")
     if not topology:
         return places
-    how = "" if topology["required"] else ", if one holds them"
-    return f"{places} in one {topology['key']} domain{how}"
+    required, preferred = topology["required"], topology["preferred"]
+    if required is None:
+        return f"{places} in one {preferred} domain, if one holds them"
+    finer = f", in one {preferred} domain if one holds them" if preferred else ""
+    return f"{places} in one {required} domain{finer}"
 
 
 def _freed_lines(r: dict[str, Any]) -> list[str]:

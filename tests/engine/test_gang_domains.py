@@ -25,6 +25,7 @@ from fairgpu.tenancy.resolve import LABEL_POD_GROUP
 from tests.builders import cluster, k8s_pod, node_info, pod_info
 
 RACK = "example.com/rack"
+BLOCK = "example.com/block"
 TENANCY = {"queues": [{"name": "q", "namespaces": ["q"]}], "preemption": {"enabled": True}}
 
 
@@ -179,7 +180,7 @@ def annotated_gang(group: str, members: int, annotation: str, min_member: int = 
             group=group,
             min_member=min_member or members,
             annotations={annotation: RACK},
-            gang_topology=GangTopology(RACK, annotation == ANN_TOPOLOGY_REQUIRED),
+            gang_topology=GangTopology(**{annotation.rpartition("-")[2]: RACK}),
         )
         for i in range(members)
     ]
@@ -238,8 +239,29 @@ def test_a_bad_topology_annotation_names_the_field() -> None:
     field = f"field metadata.annotations[{ANN_TOPOLOGY_REQUIRED}]: 'rack label' is not a label key"
     with pytest.raises(InvalidObjectError, match=re.escape(f"Pod q/g-0: {field}")):
         k8s_pod("g-0", "q", gpus=1, annotations={ANN_TOPOLOGY_REQUIRED: "rack label"})
-    both = {ANN_TOPOLOGY_REQUIRED: RACK, ANN_TOPOLOGY_PREFERRED: RACK}
-    with pytest.raises(InvalidObjectError, match="not both"):
-        k8s_pod("g-0", "q", gpus=1, annotations=both)
+    same = {ANN_TOPOLOGY_REQUIRED: RACK, ANN_TOPOLOGY_PREFERRED: RACK}
+    with pytest.raises(InvalidObjectError, match="already requires; name a finer one"):
+        k8s_pod("g-0", "q", gpus=1, annotations=same)
+    both = {ANN_TOPOLOGY_REQUIRED: BLOCK, ANN_TOPOLOGY_PREFERRED: RACK}
+    nested = k8s_pod("g-0", "q", gpus=1, annotations=both)
+    assert nested.gang_topology == GangTopology(required=BLOCK, preferred=RACK)
     good = k8s_pod("g-0", "q", gpus=1, annotations={ANN_TOPOLOGY_PREFERRED: RACK})
-    assert good.error is None and good.gang_topology == GangTopology(RACK, required=False)
+    assert good.error is None and good.gang_topology == GangTopology(preferred=RACK)
+
+
+def test_a_rack_inside_a_block_goes_first_when_one_holds_the_gang() -> None:
+    """Required: one block; preferred: one rack. Block 1 holds the gang only across its two
+    racks (r1 has one free node, r2 one node); block 2's rack r3 holds it whole."""
+    layout = [("n1", "b1", "r1"), ("n2", "b1", "r1"), ("n3", "b1", "r2")]
+    layout += [("n4", "b2", "r3"), ("n5", "b2", "r3"), ("n6", "b2", "r4")]
+    state = cluster(
+        *(node_info(n, gpus=8, labels={BLOCK: b, RACK: r}) for n, b, r in layout),
+        placed=[(small("busy"), "n2", 0.0), (small("busy-2"), "n6", 0.0)],
+    )
+    engine = Engine(tenancy=parse_config(TENANCY))
+    topology = GangTopology(required=BLOCK, preferred=RACK)
+    pods = [
+        pod_info(f"g-{i}", "q", gpus=8, group="g", min_member=2, gang_topology=topology)
+        for i in range(2)
+    ]
+    assert sorted(bound(engine.cycle(state, pods, now=10.0)).values()) == ["n4", "n5"]

@@ -749,7 +749,9 @@ def _pending_detail(
     report["fair_order"]["queues_ahead"] = _queues_ahead(queues, tenant.queue)
     topology = confinement(rules.s, rules.job) if rules.job is not None else None
     report["gang_topology"] = (
-        None if topology is None else {"key": topology.key, "required": topology.required}
+        None
+        if topology is None
+        else {"required": topology.required, "preferred": topology.preferred}
     )
     result = engine.scheduler.schedule(pod, cluster)
     report["fits_now"] = result.node_name if result.ok else None

@@ -1,12 +1,13 @@
-"""Gang topology: the domain -- rack, network block, node -- a pod group's members must or
-should share, named on its pods by annotation.
+"""Gang topology: the domains -- block, rack, node -- a pod group's members must or should
+share, named on its pods by annotation.
 
 ``fairgpu.io/topology-required: <node label key>``: every member in one domain of that label
 (nodes without the label are never used); ``fairgpu.io/topology-preferred: <key>``: in one
-domain when one holds the gang, else wherever it fits. The same can be said the Kubernetes way,
-with a pod-affinity term that selects the group's own pods (see
-:mod:`~fairgpu.engine.actions.gang_domains`); the annotation also works for groups named by
-annotation (Volcano's), which no label selector can select, and needs no selector.
+domain of that label when one holds the gang -- inside the required domain when both are set
+(a rack inside a block), else wherever it fits. The same can be said the Kubernetes way, with
+pod-affinity terms that select the group's own pods (see
+:mod:`~fairgpu.engine.actions.gang_domains`); the annotations also work for groups named by
+annotation (Volcano's), which no label selector can select, and need no selector.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ _NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 @dataclass(frozen=True, slots=True)
 class GangTopology:
-    """The node label whose domains confine a gang; ``required``: strictly (else preferred)."""
+    """The node labels whose domains confine a gang: all its members in one domain of
+    ``required``, and in one domain of ``preferred`` when one holds them (None: no such
+    label; not both)."""
 
-    key: str
-    required: bool
+    required: str | None = None
+    preferred: str | None = None
 
 
 def label_key_problem(key: str) -> str | None:
@@ -47,19 +50,23 @@ def label_key_problem(key: str) -> str | None:
 
 def gang_topology(annotations: Mapping[str, str]) -> GangTopology | None:
     """The topology a pod's annotations ask for its group, or None. Raises ValueError
-    ("<field>: <problem>") for a value that is not a label key or when both are set."""
-    required = annotations.get(ANN_TOPOLOGY_REQUIRED)
-    preferred = annotations.get(ANN_TOPOLOGY_PREFERRED)
-    if required is not None and preferred is not None:
-        raise ValueError(
-            f"metadata.annotations[{ANN_TOPOLOGY_PREFERRED}]: set it or "
-            f"{ANN_TOPOLOGY_REQUIRED}, not both"
-        )
-    for name, value in ((ANN_TOPOLOGY_REQUIRED, required), (ANN_TOPOLOGY_PREFERRED, preferred)):
+    ("<field>: <problem>") for a value that is not a label key, or a preferred label that
+    is the required one."""
+    keys: dict[str, str] = {}
+    for name in (ANN_TOPOLOGY_REQUIRED, ANN_TOPOLOGY_PREFERRED):
+        value = annotations.get(name)
         if value is None:
             continue
         problem = label_key_problem(value)
         if problem:
             raise ValueError(f"metadata.annotations[{name}]: {problem}")
-        return GangTopology(value, name == ANN_TOPOLOGY_REQUIRED)
-    return None
+        keys[name] = value
+    if not keys:
+        return None
+    required, preferred = keys.get(ANN_TOPOLOGY_REQUIRED), keys.get(ANN_TOPOLOGY_PREFERRED)
+    if required == preferred:
+        raise ValueError(
+            f"metadata.annotations[{ANN_TOPOLOGY_PREFERRED}]: names the label "
+            f"{ANN_TOPOLOGY_REQUIRED} already requires; name a finer one or leave it out"
+        )
+    return GangTopology(required, preferred)

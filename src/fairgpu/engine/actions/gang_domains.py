@@ -4,8 +4,9 @@ placed one domain at a time.
 A training job asks that its workers share a rack, a network block or a node in one of two
 ways: the Kubernetes way, each member carrying a pod-affinity term that selects the group's
 own pods with ``topologyKey`` the rack label (required or preferred); or with the
-``fairgpu.io/topology-required`` / ``-preferred`` annotation naming the label
-(:mod:`fairgpu.model.gang_topology`). :func:`confinement` reads either.
+``fairgpu.io/topology-required`` / ``-preferred`` annotations naming the labels
+(:mod:`fairgpu.model.gang_topology`). :func:`confinement` reads either; a job may name both a
+required label and a finer preferred one (a block, and a rack inside it).
 
 kube-scheduler places pods one by one: with a required term, the first member may go to any
 node that has the key (no pod it selects is placed yet, and it selects itself), the others
@@ -20,6 +21,9 @@ whenever the first lands in a small one.
 So the allocator tries such a gang with every member confined to one domain at a time
 (:func:`attempts`), in this order:
 
+0. with both labels, a preferred domain inside a required one where the whole gang fits now,
+   the tightest first (so a block with a rack that holds the gang goes before a block that
+   holds it only across racks);
 1. domains where the whole gang fits now, without evicting anyone: the tightest first (the
    fewest copies of a member fit there), so a larger domain stays whole for a larger gang
    (``benchmarks/gang_topology``, seeds 0-2 at three loads: gang wait p50 0/478/0 s at the
@@ -65,20 +69,22 @@ OUTSIDE_DOMAIN = "node(s) outside the topology domain tried or held for other jo
 
 
 def confinement(session: Session, job: Job) -> GangTopology | None:
-    """The domain ``job``'s members must or should share: its annotation, else a required
-    pod-affinity term selecting the pod itself, else a preferred one (the key with the most
-    domains when several terms do: the finest; the filter still enforces every required
-    term). None for a pod alone or a gang without either."""
+    """The domains ``job``'s members must and should share: the labels its annotations
+    name, else those of its pod-affinity terms that select the pod itself -- required terms
+    for the required label, preferred ones for the preferred (the key with the most domains
+    when several terms do: the finest; the filter still enforces every required term). None
+    for a pod alone or a gang without either."""
     if job.group is None:
         return None
     pod = job.pods[0]
-    if pod.gang_topology is not None:
-        return pod.gang_topology
-    key = _self_selecting(session, pod, pod.affinity_terms)
-    if key is not None:
-        return GangTopology(key, required=True)
-    key = _self_selecting(session, pod, pod.preferred_affinity)
-    return None if key is None else GangTopology(key, required=False)
+    asked = pod.gang_topology or GangTopology()
+    required = asked.required or _self_selecting(session, pod, pod.affinity_terms)
+    preferred = asked.preferred or _self_selecting(session, pod, pod.preferred_affinity)
+    if preferred == required:
+        preferred = None
+    if required is None and preferred is None:
+        return None
+    return GangTopology(required, preferred)
 
 
 def _self_selecting(session: Session, pod: PodInfo, terms: Sequence[PodAffinityTerm]) -> str | None:
@@ -102,7 +108,9 @@ def attempts(
     module docstring. ``allowed``: the nodes reservations leave the job (None: all). Empty
     when a required gang has no domain to try."""
     fallback: list[np.ndarray | None] = [] if topology.required else [None]
-    found = _domain_codes(session, job, topology.key, allowed)
+    key = topology.required or topology.preferred
+    assert key is not None
+    found = _domain_codes(session, job, key, allowed)
     if found is None:
         return fallback
     nodes, codes, size = found
@@ -110,21 +118,51 @@ def attempts(
     if fixed:
         return [nodes & np.isin(codes, fixed), *fallback]
     head = job.pods[0]
-    where = np.flatnonzero(nodes)
-    now = _per_domain(codes, where, copies_per_node(session, head, ()), size)
-    fit = sorted((d for d in range(size) if now[d] >= job.need), key=lambda d: (now[d], d))
+    now_per_node = copies_per_node(session, head, ())
+    masks: list[np.ndarray | None] = []
+    if topology.required and topology.preferred:  # a preferred domain inside a required one
+        masks += _fitting(nodes, _pair_codes(session, codes, topology.preferred), now_per_node, job)
+    masks += _fitting(nodes, codes, now_per_node, job)
     if topology.required:
+        where = np.flatnonzero(nodes)
+        now = _per_domain(codes, where, now_per_node, size)
         pool: Iterable[str] = victims.freeable(job, head) if victims.may_preempt(head) else ()
         most = _per_domain(codes, where, copies_per_node(session, head, pool), size)
         room = [d for d in range(size) if now[d] < job.need <= most[d]]
-        fit += sorted(room, key=lambda d: (-now[d], d))
-    return [*(nodes & (codes == d) for d in fit[:MOST_DOMAINS]), *fallback]
+        masks += [nodes & (codes == d) for d in sorted(room, key=lambda d: (-now[d], d))]
+    return [*masks[:MOST_DOMAINS], *fallback]
+
+
+def _fitting(
+    nodes: np.ndarray, codes: np.ndarray, per_node: np.ndarray, job: Job
+) -> list[np.ndarray | None]:
+    """Masks of the domains (``codes``; -1: none) among ``nodes`` where ``job``'s members fit
+    now, the tightest first."""
+    where = np.flatnonzero(nodes & (codes >= 0))
+    if where.size == 0:
+        return []
+    size = int(codes[where].max()) + 1
+    now = _per_domain(codes, where, per_node, size)
+    fit = sorted((d for d in range(size) if now[d] >= job.need), key=lambda d: (now[d], d))
+    return [nodes & (codes == d) for d in fit]
+
+
+def _pair_codes(session: Session, codes: np.ndarray, key: str) -> np.ndarray:
+    """Per node, a code for its (``codes`` domain, ``key`` value) pair: a domain of ``key``
+    inside a domain of ``codes`` (-1 where either label is missing)."""
+    finer = session.cluster.label_codes(key)[0][: codes.size]
+    both = (codes >= 0) & (finer >= 0)
+    pairs = np.full(codes.size, -1, dtype=np.int64)
+    if both.any():
+        joined = codes[both].astype(np.int64) * (int(finer.max()) + 1) + finer[both]
+        pairs[both] = np.unique(joined, return_inverse=True)[1]
+    return pairs
 
 
 def no_domain(topology: GangTopology, job: Job) -> str:
     """Why a required gang has no domain to try."""
     return (
-        f"no {topology.key} domain has room for its {job.need} members together, even "
+        f"no {topology.required} domain has room for its {job.need} members together, even "
         "with every pod it may preempt evicted"
     )
 
@@ -134,9 +172,9 @@ def every_domain(session: Session, job: Job) -> list[np.ndarray]:
     members' domain once some run); [] for any other job. A reservation for such a gang
     holds nodes of one domain (:mod:`~fairgpu.engine.actions.reserve`)."""
     topology = confinement(session, job)
-    if topology is None or not topology.required:
+    if topology is None or topology.required is None:
         return []
-    found = _domain_codes(session, job, topology.key, None)
+    found = _domain_codes(session, job, topology.required, None)
     if found is None:
         return []
     nodes, codes, _ = found
