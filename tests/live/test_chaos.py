@@ -136,6 +136,7 @@ class Chaos(Churn):
         self.jobs: list[list[str]] = []  # the pod names of each job submitted
         self.budgets: list[str] = []  # PodDisruptionBudgets created
         self.seq = 0
+        self.confined = 0  # gangs submitted confined to one node
 
     # ---- actions --------------------------------------------------------------------------
     def submit(self) -> None:
@@ -188,6 +189,7 @@ class Chaos(Churn):
             ann = {**annotations, "fairgpu.io/min-member": str(members)}
             if members * gpus <= GPUS and rng.random() < 0.5:  # on one node, or not at all
                 ann[ANN_TOPOLOGY_REQUIRED] = "kubernetes.io/hostname"
+                self.confined += 1
             manifests = [
                 pod(f"{name}-{m}", gpus=gpus, labels=group, annotations=ann, **common)
                 for m in range(members)
@@ -556,6 +558,7 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
             found = auditor.problems()
             print(f"seed {SEED}: {chaos.done} in {time.monotonic() - t0:.1f} s")
             print(f"{len(chaos.jobs)} jobs; {auditor.checks} states audited; {tally.counts}")
+            print(f"gangs confined to one node: {chaos.confined}")
             print(f"evictions during the churn: {churned}")
             kinds = {k.split(":")[1]: v for k, v in tally.counts.items() if "preemptions" in k}
             print(f"victims by kind: {kinds}")
