@@ -10,7 +10,7 @@ import numpy as np
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.actions.reserve import expected_drain, expected_ends, nodes_drain
 from fairgpu.engine.engine import CycleResult, Engine
-from fairgpu.engine.gang import Reservation, backfill_mask, choose_reservation
+from fairgpu.engine.gang import Reservation, backfill_mask, held_slots, reservation_places
 from fairgpu.engine.victim_cost import room_times
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy import parse_config
@@ -47,11 +47,12 @@ def test_reservation_holds_the_node_that_drains_first() -> None:
     def room(node: int, most: int) -> list[float]:
         return room_times(job[0], state, node, expected_ends(session, node), most)
 
-    chosen = choose_reservation(
+    places = reservation_places(
         job, state, lambda _: everywhere, np.zeros(state.size, dtype=bool), rank, room
     )
     # n1 has the most idle GPUs, but n2 is empty at 50 s: the job can start there first.
-    assert chosen is not None and [x.tolist() for x in chosen] == [[1], [1]]
+    assert places is not None and places[-1][0] == 50
+    assert [x.tolist() for x in held_slots(places)] == [[1], [1]]
 
 
 def test_backfill_may_use_a_held_node_until_the_last_one_drains() -> None:

@@ -7,63 +7,68 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import yaml
 from typer.testing import CliRunner
 
 from fairgpu.cli import app
 from tests.sim.helpers import simulated_run
 
 runner = CliRunner()
+RACK = "example.com/rack"
+HOSTNAME = "kubernetes.io/hostname"
+GPU = "nvidia.com/gpu"
 
 
 def node(name: str, rack: str) -> str:
-    return f"""\
----
-apiVersion: v1
-kind: Node
-metadata:
-  name: {name}
-  labels: {{example.com/rack: {rack}, kubernetes.io/hostname: {name}}}
-status:
-  allocatable: {{cpu: "96", memory: 768Gi, pods: "110", nvidia.com/gpu: "8"}}
-"""
+    """An 8-GPU node in ``rack``, as YAML."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {RACK: rack, HOSTNAME: name}},
+            "status": {"allocatable": {"cpu": "96", "memory": "768Gi", "pods": "110", GPU: "8"}},
+        },
+        explicit_start=True,
+    )
+
+
+def pod(
+    name: str,
+    gpus: int,
+    notes: dict[str, str],
+    labels: dict[str, str] | None = None,
+    **spec: object,
+) -> str:
+    """A pod of ``team-a`` asking ``gpus`` GPUs, annotated ``notes``, as YAML."""
+    container = {"name": "c", "image": "c", "resources": {"limits": {GPU: str(gpus)}}}
+    meta = {"name": name, "namespace": "team-a", "labels": labels or {}, "annotations": notes}
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta,
+            "spec": {"schedulerName": "fairgpu", "containers": [container], **spec},
+        },
+        explicit_start=True,
+    )
 
 
 def busy(on: str) -> str:
     """A 1-GPU pod pinned to node ``on`` for 10 000 s."""
-    return f"""\
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: busy-{on}
-  namespace: team-a
-  annotations: {{fairgpu.io/arrival-seconds: "0", fairgpu.io/duration-seconds: "10000"}}
-spec:
-  schedulerName: fairgpu
-  nodeSelector: {{kubernetes.io/hostname: {on}}}
-  containers: [{{name: c, image: c, resources: {{limits: {{nvidia.com/gpu: "1"}}}}}}]
-"""
+    notes = {"fairgpu.io/arrival-seconds": "0", "fairgpu.io/duration-seconds": "10000"}
+    return pod(f"busy-{on}", 1, notes, nodeSelector={HOSTNAME: on})
 
 
 def member(i: int) -> str:
-    """Member ``i`` of pod group ``g`` (2 x 8 GPUs), which must share a rack."""
-    return f"""\
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: g-{i}
-  namespace: team-a
-  labels: {{fairgpu.io/pod-group: g}}
-  annotations:
-    fairgpu.io/min-member: "2"
-    fairgpu.io/topology-required: example.com/rack
-    fairgpu.io/arrival-seconds: "10"
-    fairgpu.io/duration-seconds: "600"
-spec:
-  schedulerName: fairgpu
-  containers: [{{name: c, image: c, resources: {{limits: {{nvidia.com/gpu: "8"}}}}}}]
-"""
+    """Member ``i`` of pod group ``g`` (2 x 8 GPUs, arriving at 10 s), which must share a
+    rack."""
+    notes = {
+        "fairgpu.io/min-member": "2",
+        "fairgpu.io/topology-required": RACK,
+        "fairgpu.io/arrival-seconds": "10",
+        "fairgpu.io/duration-seconds": "600",
+    }
+    return pod(f"g-{i}", 8, notes, labels={"fairgpu.io/pod-group": "g"})
 
 
 def starts(out: Path) -> dict[str, tuple[str, float]]:

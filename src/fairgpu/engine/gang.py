@@ -110,24 +110,6 @@ def members_per_node(pod: PodInfo, cluster: ClusterState, mask: np.ndarray) -> n
     return np.minimum(fits, 1 << 20)
 
 
-def choose_reservation(
-    pods: list[PodInfo],
-    cluster: ClusterState,
-    static_mask: Callable[[PodInfo], np.ndarray],
-    taken: np.ndarray,
-    rank: np.ndarray,
-    room: Callable[[int, int], list[float]],
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """Node slots to hold for ``pods`` (members of one job, alike) and how many members each
-    is to hold: the members' places that come free first. ``room(node, most)``: when the node
-    has room for 1 .. ``most`` members (:func:`~fairgpu.engine.victim_cost.room_times`; inf
-    where no known end makes room). Ties go to the node with the most idle GPUs and free
-    CPU, and a node is filled before the next. None if they cannot fit even on an empty
-    cluster outside ``taken``."""
-    places = reservation_places(pods, cluster, static_mask, taken, rank, room)
-    return None if places is None else held_slots(places)
-
-
 # A member's place: (when it has room, -idle GPUs, -free CPU, node rank, node, k-th place).
 Place = tuple[float, int, float, int, int, int]
 
@@ -140,8 +122,13 @@ def reservation_places(
     rank: np.ndarray,
     room: Callable[[int, int], list[float]],
 ) -> list[Place] | None:
-    """The places :func:`choose_reservation` holds, first free first (the last one's time is
-    when the job can start), or None."""
+    """The places to hold for ``pods`` (members of one job, alike): the members' places that
+    come free first, in that order (the last one's time is when the job can start); their
+    nodes and how many members each holds: :func:`held_slots`. ``room(node, most)``: when
+    the node has room for 1 .. ``most`` members
+    (:func:`~fairgpu.engine.victim_cost.room_times`; inf where no known end makes room).
+    Ties go to the node with the most idle GPUs and free CPU, and a node is filled before
+    the next. None if they cannot fit even on an empty cluster outside ``taken``."""
     if not pods:
         return None
     head = pods[0]

@@ -2,7 +2,7 @@
 
 A large job (many whole GPUs, or a big gang) that stays blocked at the head of fair order for
 ``starvation.reserve_after_seconds`` gets nodes held for it
-(:func:`~fairgpu.engine.gang.choose_reservation`) -- if its queue is below its fair share: a
+(:func:`~fairgpu.engine.gang.reservation_places`) -- if its queue is below its fair share: a
 queue at or above its share is not starving, and what it started there reclaim would take back.
 (The job itself may be larger than what its queue lacks.) While the reservation exists, other
 pods may use those nodes only if they cannot delay the job (:func:`allowed_nodes`, backfill:
@@ -11,7 +11,7 @@ their declared run time ends before the nodes are expected to drain).
 "Drain" means: have room for the members the job is to place there
 (:func:`~fairgpu.engine.victim_cost.room_times`, :func:`expected_room`), not be empty. The
 nodes are the members' places that come free first, a node holding as many members as fit
-(:func:`~fairgpu.engine.gang.choose_reservation`). A gang of 4-GPU members on 8-GPU nodes
+(:func:`~fairgpu.engine.gang.reservation_places`). A gang of 4-GPU members on 8-GPU nodes
 then waits for half a node, not for a fractional inference replica that runs for hours beside
 it; a member as large as its node waits, as before, for the node to empty. On
 ``benchmarks/fairness``'s flood mix (4 x 4-GPU gangs on 8-GPU nodes), seeds 0-3, waiting for
