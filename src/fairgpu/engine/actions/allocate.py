@@ -5,7 +5,9 @@ For every member of a job: check its namespace caps, schedule it (restricted by 
 reservations), and if it does not fit, ask the victim policy for a preemption plan, evict the
 victims tentatively and schedule it again on the plan's node. When at least ``need`` members
 are placed the statement commits (evictions, then binds); otherwise it is discarded and the
-job's pods are reported pending.
+job's pods are reported pending. A gang whose members must or should share a topology domain
+is attempted once per domain, each attempt its own statement
+(:mod:`~fairgpu.engine.actions.gang_domains`).
 
 Two things apply only to a job of one pod, because a gang's attempt is rolled back as a whole
 and what failed inside it says nothing about the cycle's state afterwards: the failed-ask
