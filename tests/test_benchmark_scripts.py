@@ -101,6 +101,11 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
             ("aware", "deadline_blind", "jobs_failed"),
         ),
         ("benchmarks/gang_topology/run.py", ("--loads", "12"), ("loads",)),
+        (
+            "benchmarks/backfill_contract/run.py",
+            ("--seed", "2"),
+            ("preemption_off", "preemption_on"),
+        ),
         pytest.param(
             "benchmarks/fgd_speed/run.py",
             (),
@@ -126,6 +131,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         "leader-worker-groups",
         "job-forecast-deadlines",
         "gang-topology",
+        "backfill-contract",
         "fgd-speed",
     ],
 )

@@ -29,7 +29,9 @@ class Evict:
     """Evict ``pod`` (a preemption victim) to make room for ``preemptor``.
 
     ``kind``: ``reclaim`` (between queues), ``priority`` (inside a queue, or kube-default),
-    ``gang-timeout`` (a pod group stayed below minMember too long).
+    ``relocate`` and ``precedence`` (see the victim policy), ``gang-timeout`` (a pod group
+    stayed below minMember too long), ``backfill-overrun`` (a pod backfilled onto held nodes
+    outlived its declared run time).
     """
 
     pod: PodInfo

@@ -66,6 +66,8 @@ __all__ = [
 
 Ordering = Literal["fair", "kube-default"]
 _UID = attrgetter("uid")
+# Evictions that are not preemptions (no preemptor): the releases of rules with a deadline.
+NOT_PREEMPTIONS = ("gang-timeout", "backfill-overrun")
 _GATES = attrgetter("scheduling_gates")
 ORDERINGS: tuple[str, ...] = tuple(CYCLES)
 
@@ -302,7 +304,7 @@ class Engine:
         _free_stale_claims(out, cluster)
         if not session.report_unchanged:
             out.unschedulable = changed_reports(out.unschedulable, self.backlog.alone)
-        self.state.preemptions += sum(1 for e in out.evictions if e.kind != "gang-timeout")
+        self.state.preemptions += sum(1 for e in out.evictions if e.kind not in NOT_PREEMPTIONS)
         return out
 
 

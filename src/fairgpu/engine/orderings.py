@@ -19,6 +19,7 @@ from typing import Protocol
 
 from fairgpu.engine.actions.admit import FairAdmission, KubeDefaultAdmission
 from fairgpu.engine.actions.allocate import Rules, allocate
+from fairgpu.engine.actions.backfill_contract import evict_backfill_overruns
 from fairgpu.engine.actions.gang_timeout import expire_partial_groups
 from fairgpu.engine.actions.kube_default_victims import KubeDefaultVictims
 from fairgpu.engine.actions.order import FairOrder, KubeDefaultOrder, lanes
@@ -77,6 +78,7 @@ class FairCycle:
             groups = {ref.key for ref in refs if ref is not None}
         deserved = session.deserved = deserved_shares(book, queues, session)
         expire_partial_groups(session)
+        evict_backfill_overruns(session)
         expire_reservations(session, pending_keys, groups)
         order = FairOrder(session, queues)
         session.drain = reservation_drain(session)

@@ -80,7 +80,7 @@ class Metrics:
         self.preemptions = Counter(
             "fairgpu_preemptions",
             "Victims the engine chose to evict, by kind (reclaim, relocate, precedence, priority, "
-            "gang-restart, gang-timeout).",
+            "gang-restart, gang-timeout, backfill-overrun).",
             ["kind"],
             registry=r,
         )

@@ -13,6 +13,9 @@ simulated clock stops. Its ``outcome`` says why it ended:
   evicted more often than its ``backoffLimit`` allows -- and the Job controller deleted it);
 - ``deadline-exceeded``: it still ran at its ``activeDeadlineSeconds`` and the kubelet
   failed it (a Job's controller replaces it, counting the failure);
+- ``backfill-overrun``: it was let onto nodes held for a starving job because it declared
+  it would end first, and was evicted for running past that
+  (:mod:`fairgpu.engine.actions.backfill_contract`);
 - ``running``: still running when the clock stopped (its end is that instant).
 
 Work of ``completed`` and ``running`` attempts is *useful*; all the others' is *lost*. A gang
@@ -36,7 +39,10 @@ if TYPE_CHECKING:
 USEFUL = ("completed", "running")
 #: The outcome of a run its pod's activeDeadlineSeconds ended (the kubelet failed it).
 DEADLINE_EXCEEDED = "deadline-exceeded"
-LOST = ("preempted", "gang-restart", "gang-timeout", "deleted", DEADLINE_EXCEEDED)
+#: The outcome of a run evicted for outliving the run time it declared to backfill onto
+#: held nodes (:mod:`fairgpu.engine.actions.backfill_contract`).
+BACKFILL_OVERRUN = "backfill-overrun"
+LOST = ("preempted", "gang-restart", "gang-timeout", "deleted", DEADLINE_EXCEEDED, BACKFILL_OVERRUN)
 #: Lost work that is not an outcome: useful attempts' GPU time before their work began.
 GANG_WAIT = "gang-wait"
 

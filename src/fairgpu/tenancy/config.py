@@ -272,6 +272,12 @@ class Starvation(_Model):
     bounds how long a queue that started a very long job above its share keeps it. Gang
     timeouts still apply.
 
+    ``evictBackfillOverruns`` (default true): a pod that started on a held node because it
+    declared it would end before the held job starts, and still runs ``drainGraceSeconds``
+    after its declared run time, is evicted while the reservation holds
+    (:mod:`fairgpu.engine.actions.backfill_contract`): otherwise declaring a short run time
+    would buy held GPUs.
+
     ``reserveAfterSeconds`` measured on ``benchmarks/fairness`` (demo seeds 0-7, the mixes on
     seeds 0 and 1): 300 s gives mean useful allocation 72.07%, lost 1.53%, mean lowest share
     ratio 0.725 over the demo seeds; 120 s 71.79% / 1.29% / 0.712; 60 s 72.30% / 1.43% /
@@ -287,6 +293,7 @@ class Starvation(_Model):
     drain_grace_seconds: float = Field(120.0, ge=0, le=1e9)
     reserved_min_runtime_seconds: float = Field(1800.0, ge=0, le=1e9)
     reserved_max_runtime_seconds: float = Field(14400.0, ge=0, le=1e9)
+    evict_backfill_overruns: bool = True
 
 
 class TenancyConfig(_Model):
