@@ -7,7 +7,9 @@ would, reports them through the pod status subresource:
   ``Initialized``, ``ContainersReady`` and ``Ready`` conditions, running container statuses);
 - a pod annotated ``fairgpu.io/duration-seconds: "<seconds>"`` becomes ``Succeeded`` that many
   wall-clock seconds after its ``startTime`` (``Failed`` if ``fairgpu.io/exit-code`` is set
-  and non-zero); without the annotation it runs until deleted -- or until its
+  and non-zero) -- or, annotated ``fairgpu.io/fake-run-seconds``, after that many instead (a
+  pod that runs longer or shorter than it declares); without either it runs until deleted --
+  or until its
   ``spec.activeDeadlineSeconds`` pass, when it is ``Failed`` with reason ``DeadlineExceeded``
   (its containers killed), as a kubelet fails it;
 - a bound pod being deleted gracefully (``deletionTimestamp`` set, e.g. evicted or
@@ -47,12 +49,15 @@ from fairgpu.devcluster.client import (
 __all__ = [
     "DURATION_ANNOTATION",
     "EXIT_CODE_ANNOTATION",
+    "RUN_ANNOTATION",
     "FakeKubelet",
     "KubeletStats",
 ]
 
 #: Seconds a pod runs before it completes.
 DURATION_ANNOTATION = "fairgpu.io/duration-seconds"
+#: Seconds the fake kubelet runs a pod, when that differs from what it declares.
+RUN_ANNOTATION = "fairgpu.io/fake-run-seconds"
 #: Exit code reported on completion; non-zero makes the pod ``Failed``.
 EXIT_CODE_ANNOTATION = "fairgpu.io/exit-code"
 #: The exit code of a container killed when its pod is deleted (128 + SIGKILL).
@@ -283,13 +288,17 @@ class FakeKubelet:
                 self._submit(self._resize, meta["namespace"], meta["name"], uid)
 
     def _duration(self, pod: dict[str, Any]) -> float | None:
-        raw = (pod["metadata"].get("annotations") or {}).get(DURATION_ANNOTATION)
+        """How long ``pod`` runs: its fake run time, else its declared one (None: until
+        deleted)."""
+        notes = pod["metadata"].get("annotations") or {}
+        name = RUN_ANNOTATION if RUN_ANNOTATION in notes else DURATION_ANNOTATION
+        raw = notes.get(name)
         if raw is None:
             return None
         try:
             value = float(raw)
         except ValueError:
-            log.warning("pod %s: bad %s=%r", pod["metadata"]["name"], DURATION_ANNOTATION, raw)
+            log.warning("pod %s: bad %s=%r", pod["metadata"]["name"], name, raw)
             return None
         return max(0.0, value)
 
