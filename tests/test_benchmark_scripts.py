@@ -106,6 +106,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
             ("--seed", "2"),
             ("preemption_off", "preemption_on"),
         ),
+        ("benchmarks/backfill_contract/overdue.py", ("--seed", "1"), ("aware", "at_their_word")),
         pytest.param(
             "benchmarks/fgd_speed/run.py",
             (),
@@ -132,6 +133,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
         "job-forecast-deadlines",
         "gang-topology",
         "backfill-contract",
+        "overdue-pods",
         "fgd-speed",
     ],
 )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ def measure(seed: int, contract: bool, preemption: bool) -> dict[str, Any]:
 def figures(result: SimulationResult) -> dict[str, Any]:
     """Per queue useful GPU-hours and share; train waits; lost work; evictions by kind."""
     capacity_h = result.gpu_capacity_milli / 1000.0 * result.end_time / 3600.0
-    useful = Counter[str]()
+    useful: dict[str, float] = defaultdict(float)
     for a in result.runs:
         if a.useful:
             useful[a.tenant] += a.worked_gpu_seconds() / 3600.0

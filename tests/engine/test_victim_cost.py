@@ -19,6 +19,7 @@ from fairgpu.engine.victim_cost import (
     VictimCost,
     _copies_per_node,
     copies_on_node,
+    declared_ends,
     lost_work,
     remaining,
     time_to_fit,
@@ -344,7 +345,7 @@ def test_a_pod_alone_never_kills_more_work_than_waiting_would_cost(
 ) -> None:
     """Whatever runs (queue a, some in pod groups, some declaring their run time), when b's
     pod alone evicts, the work lost is less than its GPUs x the time declared run times need
-    to free room for it, measured before the cycle."""
+    to free room for it, measured before the cycle (pods long overdue not counted)."""
     state = cluster(*[node_info(f"n{i}", gpus=4) for i in range(4)])
     free = [4] * 4
     for j, (gpus, started, duration, grouped) in enumerate(pods):
@@ -357,7 +358,10 @@ def test_a_pod_alone_never_kills_more_work_than_waiting_would_cost(
         free[node] -= gpus
     now = 1000.0
     small = pod_info("w", "b", gpus=want)
-    wait = time_to_fit(small, 1, state, np.ones(state.size, dtype=bool), now)
+    # Pods overdue by more than drainGraceSeconds (default 120) are not expected to end.
+    grace = parse_config({}).starvation.drain_grace_seconds
+    ends = declared_ends(state, now, grace)
+    wait = time_to_fit(small, 1, state, np.ones(state.size, dtype=bool), now, lambda: ends)
     before = {u: (state.pods[u], state.placements[u]) for u in state.placements}
     res = engine(reclaimMinRuntimeSeconds=0).cycle(state, [small], now)
     if res.evictions:
@@ -413,3 +417,25 @@ def test_copies_of_all_nodes_at_once_are_each_nodes_copies(
     pod.gpu = gpu
     rows = _copies_per_node(pod, milli, memory, need)
     assert rows == [copies_on_node(pod, milli[i], memory[i], need[i]) for i in range(nodes)]
+
+
+def test_a_pod_long_past_its_declared_run_time_is_not_waited_for() -> None:
+    """Queue ``a`` holds both nodes with pods that declared 60 s (or 950 s) and run on; at
+    t=1000 s queue ``b`` needs a node. Taken at their word they free room "now", so waiting
+    would always look cheaper than evicting one, and declaring a minute would buy immunity
+    from reclaim: a pod overdue by more than drainGraceSeconds (120) no longer counts as
+    ending; one overdue by less still does."""
+
+    def evicted_at(declared: float, now: float) -> list[str]:
+        hogs = [(pod_info(f"hog{i}", "a", gpus=8, duration=declared), f"n{i}", 0.0) for i in (1, 2)]
+        state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), placed=hogs)
+        result = Engine(tenancy=parse_config({})).cycle(state, [pod_info("want", "b", gpus=8)], now)
+        return [e.pod.name for e in result.evictions]
+
+    assert evicted_at(60.0, 1000.0) == ["hog1"]
+    assert evicted_at(950.0, 1000.0) == []  # 50 s overdue: still expected to end
+    assert evicted_at(950.0, 2000.0) == ["hog1"]
+    pl = Placement(node=0, started=0.0)
+    late = pod_info("late", "a", gpus=1, duration=60)
+    assert remaining(late, pl, 100.0, grace=120.0) == 0.0
+    assert remaining(late, pl, 200.0, grace=120.0) is None

@@ -73,12 +73,21 @@ def lost_work(uids: Iterable[str], cluster: ClusterState, now: float) -> float:
     return total
 
 
-def remaining(pod: PodInfo, placement: Placement, now: float) -> float | None:
-    """Seconds the pod still runs by its declared run time (0 if overdue), or None."""
+def remaining(
+    pod: PodInfo, placement: Placement, now: float, grace: float = math.inf
+) -> float | None:
+    """Seconds the pod still runs by its declared run time (0 if overdue), or None: it
+    declares none, or it is overdue by more than ``grace`` seconds -- a pod that ran well
+    past its declaration says nothing any more about when it ends (taken at its word, a
+    declaration of one minute would promise room "now" for ever, and waiting for that room
+    would always look cheaper than evicting it)."""
     runtime = declared_runtime(pod)
     if runtime is None:
         return None
-    return max(0.0, placement.started + runtime - now)
+    end = placement.started + runtime
+    if now > end + grace:
+        return None
+    return max(0.0, end - now)
 
 
 class RunningGangs:
@@ -442,25 +451,28 @@ def _copies_per_node(
     return shared
 
 
-def declared_ends(cluster: ClusterState, now: float) -> list[tuple[float, int, Placement]]:
-    """(end, node, placement) of every GPU pod in ``cluster`` that declares its run time,
-    soonest first (ties by uid): what :func:`time_to_fit` walks, for all nodes at once."""
-    return _declared_ends(cluster, range(cluster.size), now)
+def declared_ends(
+    cluster: ClusterState, now: float, grace: float = math.inf
+) -> list[tuple[float, int, Placement]]:
+    """(end, node, placement) of every GPU pod in ``cluster`` that declares its run time and
+    is not overdue by more than ``grace`` (:func:`remaining`), soonest first (ties by uid):
+    what :func:`time_to_fit` walks, for all nodes at once."""
+    return _declared_ends(cluster, range(cluster.size), now, grace)
 
 
 def _declared_ends(
-    cluster: ClusterState, nodes: Collection[int], now: float
+    cluster: ClusterState, nodes: Collection[int], now: float, grace: float = math.inf
 ) -> list[tuple[float, int, Placement]]:
-    """(end, node, placement) of the GPU pods on ``nodes`` that declare their run time,
-    soonest first. (A terminating pod too goes by its declared end: its grace period is not
-    known here.)"""
+    """(end, node, placement) of the GPU pods on ``nodes`` that declare their run time (and
+    are not overdue by more than ``grace``), soonest first. (A terminating pod too goes by
+    its declared end: its grace period is not known here.)"""
     ends: list[tuple[float, str, int, Placement]] = []
     for n in nodes:
         for uid, pod in cluster.node_pods[n].items():
             pl = cluster.placements[uid]
             if not pl.devices:
                 continue
-            left = remaining(pod, pl, now)
+            left = remaining(pod, pl, now, grace)
             if left is not None:
                 ends.append((now + left, uid, n, pl))
     ends.sort(key=lambda e: (e[0], e[1]))

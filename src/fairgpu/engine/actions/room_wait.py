@@ -61,7 +61,9 @@ class RoomWait:
         c = self.s.cluster
         key = (c.load_version, c.static_version, c.size)
         if self._ends is None or self._ends[0] != key:
-            self._ends = (key, declared_ends(c, self.s.now))
+            # A pod overdue by more than the drain grace says nothing about its end.
+            grace = self.s.tenancy.starvation.drain_grace_seconds
+            self._ends = (key, declared_ends(c, self.s.now, grace))
         return self._ends[1]
 
 
