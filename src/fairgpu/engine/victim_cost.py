@@ -31,7 +31,10 @@ every cycle: if the room went elsewhere, ``T`` grows and the kill may become the
 
 **The decision does not flip.** While nothing else changes, ``L`` only grows (victims keep
 running) and ``T`` only shrinks (declared ends come closer): once waiting is cheaper it stays
-cheaper, so a preemptor that waits is never later tempted into the same kill.
+cheaper, so a preemptor that waits is never later tempted into the same kill -- until a pod
+it waits for is overdue by more than ``drainGraceSeconds`` (:func:`remaining`): its
+declaration then says nothing about when room frees, and the kill is weighed as without one.
+Otherwise declaring a minute and running on would hold the room for ever.
 """
 
 from __future__ import annotations
