@@ -120,6 +120,28 @@ def test_namespace_mapping_label_override_and_unknown_queue() -> None:
     assert unmapped.error and "not mapped" in unmapped.error
 
 
+def test_a_queue_that_lists_namespaces_admits_no_pod_labelled_in_from_elsewhere() -> None:
+    """``vision`` belongs to namespace cv: a pod of ml that names it by label would spend
+    vision's share, and is refused with the reason; ``open`` lists no namespaces and takes
+    pods from anywhere."""
+    r = resolver(
+        {
+            "queues": [
+                {"name": "vision", "namespaces": ["cv"]},
+                {"name": "nlp", "namespaces": ["ml"]},
+                {"name": "open"},
+            ]
+        }
+    )
+    assert r.resolve(pod_info("a", "cv", labels={"fairgpu.io/queue": "vision"})).error is None
+    stolen = r.resolve(pod_info("b", "ml", labels={"fairgpu.io/queue": "vision"}))
+    assert stolen.error == (
+        "queue 'vision' (label fairgpu.io/queue) admits pods of namespaces cv only, not 'ml'"
+    )
+    anywhere = r.resolve(pod_info("c", "ml", labels={"fairgpu.io/queue": "open"}))
+    assert (anywhere.queue, anywhere.error) == ("open", None)
+
+
 @pytest.mark.parametrize(
     ("labels", "annotations", "registered", "expected"),
     [

@@ -143,7 +143,12 @@ class QueuePreemption(_Model):
 
 
 class QueueConfig(_Model):
-    """One queue (a team) or, when other queues name it as ``parent``, a department."""
+    """One queue (a team) or, when other queues name it as ``parent``, a department.
+
+    ``namespaces``: the namespaces whose pods go to this queue; a queue that lists any
+    admits pods of those only, also when a pod names it with the queue label (the label
+    cannot spend another team's share). A queue listing none takes labelled pods from
+    anywhere."""
 
     name: str = Field(min_length=1, max_length=253)
     weight: float = Field(1.0, gt=0, le=1e6)

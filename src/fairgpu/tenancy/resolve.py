@@ -69,6 +69,8 @@ class TenantResolver:
         parents = {q.parent for q in config.queues if q.parent}
         self._parents = parents
         self._leaves = {q.name for q in config.queues if q.name not in parents}
+        # A queue that lists namespaces admits pods of those only, labelled or not.
+        self._admits = {q.name: frozenset(q.namespaces) for q in config.queues if q.namespaces}
         for q in config.queues:
             for ns in q.namespaces:
                 self._ns_queue[ns] = q.name
@@ -118,6 +120,16 @@ class TenantResolver:
                     "pods must name a leaf queue",
                 )
             if label in self._leaves or not cfg.queues:
+                admits = self._admits.get(label)
+                if admits and pod.namespace not in admits:
+                    # A queue that lists its namespaces is theirs: a label naming it from
+                    # elsewhere would spend another team's share.
+                    return Tenant(
+                        label,
+                        user,
+                        error=f"queue {label!r} (label {cfg.queue_label}) admits pods of "
+                        f"namespaces {', '.join(sorted(admits))} only, not {pod.namespace!r}",
+                    )
                 return Tenant(label, user, self._parent.get(label, ""))
             if cfg.namespace_queues and label == pod.namespace:
                 return Tenant(label, user)
