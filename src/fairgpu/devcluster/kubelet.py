@@ -7,7 +7,7 @@ would, reports them through the pod status subresource:
   ``Initialized``, ``ContainersReady`` and ``Ready`` conditions, running container statuses);
 - a pod annotated ``fairgpu.io/duration-seconds: "<seconds>"`` becomes ``Succeeded`` that many
   wall-clock seconds after its ``startTime`` (``Failed`` if ``fairgpu.io/exit-code`` is set
-  and non-zero) -- or, annotated ``fairgpu.io/fake-run-seconds``, after that many instead (a
+  and non-zero) -- or, annotated ``fairgpu.io/actual-run-seconds``, after that many instead (a
   pod that runs longer or shorter than it declares); without either it runs until deleted --
   or until its
   ``spec.activeDeadlineSeconds`` pass, when it is ``Failed`` with reason ``DeadlineExceeded``
@@ -45,6 +45,7 @@ from fairgpu.devcluster.client import (
     KubeClient,
     WatchStream,
 )
+from fairgpu.model.pod import ANN_ACTUAL_RUN
 
 __all__ = [
     "DURATION_ANNOTATION",
@@ -57,7 +58,7 @@ __all__ = [
 #: Seconds a pod runs before it completes.
 DURATION_ANNOTATION = "fairgpu.io/duration-seconds"
 #: Seconds the fake kubelet runs a pod, when that differs from what it declares.
-RUN_ANNOTATION = "fairgpu.io/fake-run-seconds"
+RUN_ANNOTATION = ANN_ACTUAL_RUN
 #: Exit code reported on completion; non-zero makes the pod ``Failed``.
 EXIT_CODE_ANNOTATION = "fairgpu.io/exit-code"
 #: The exit code of a container killed when its pod is deleted (128 + SIGKILL).

@@ -42,6 +42,9 @@ from fairgpu.model.volumes import pod_volume_refs
 DOMAIN = "fairgpu.io"
 ANN_ARRIVAL = f"{DOMAIN}/arrival-seconds"
 ANN_DURATION = f"{DOMAIN}/duration-seconds"
+# Simulation and fake-kubelet only: how long a pod really runs when that differs from the run
+# time it declares (the scheduler never reads it).
+ANN_ACTUAL_RUN = f"{DOMAIN}/actual-run-seconds"
 ANN_GPU_MODELS = f"{DOMAIN}/gpu-models"
 ANN_GPU_DEVICES = f"{DOMAIN}/gpu-devices"
 LABEL_QUEUE = f"{DOMAIN}/queue"

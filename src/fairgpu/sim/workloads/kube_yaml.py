@@ -16,7 +16,9 @@ that limit dynamic provisioning; in
 ``Workload.extra["storage"]``), and Dynamic Resource Allocation objects (DeviceClasses,
 ResourceSlices, ResourceClaims and templates; in ``Workload.extra["dra"]``). Simulation-only
 annotations give each pod its timing: ``fairgpu.io/arrival-seconds`` (default 0) and
-``fairgpu.io/duration-seconds`` (default: runs until the end).
+``fairgpu.io/duration-seconds`` (default: runs until the end) -- which the pod also declares to
+the scheduler; ``fairgpu.io/actual-run-seconds`` makes it run that long instead (a declaration
+that is off, as users' estimates are).
 
 A workload may be a cluster's own export (``kubectl get nodes,pods -A -o yaml``): pods that
 already ended (``status.phase`` Succeeded or Failed) are left out, and a pod whose
@@ -46,7 +48,14 @@ from fairgpu.api.errors import InvalidObjectError
 from fairgpu.model.dra import DraObject, decode_dra
 from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
-from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION, PodInfo, invalid_pod, pod_from_k8s
+from fairgpu.model.pod import (
+    ANN_ACTUAL_RUN,
+    ANN_ARRIVAL,
+    ANN_DURATION,
+    PodInfo,
+    invalid_pod,
+    pod_from_k8s,
+)
 from fairgpu.model.priority import PriorityClasses
 from fairgpu.model.volumes import STORAGE_KINDS, StorageObject, decode_storage
 from fairgpu.sim.workload import BatchJob, JobSetPolicy, PodArrival, Workload
@@ -384,7 +393,9 @@ def _arrivals(
             if pools is not None:
                 pod = derive_placement(pod, pools)
             arrival = _seconds(pod, ANN_ARRIVAL, 0.0) or 0.0
-            duration = _seconds(pod, ANN_DURATION, None)
+            # What the pod really runs: its actual run time when the workload gives one
+            # apart from what the pod declares to the scheduler.
+            duration = _seconds(pod, ANN_ACTUAL_RUN, _seconds(pod, ANN_DURATION, None))
             if not (doc.get("metadata") or {}).get("creationTimestamp"):
                 pod.created = arrival  # the API stamps a pod when it arrives
         except InvalidObjectError as error:
