@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fairgpu.model.job_failures import DEFAULT_BACKOFF_LIMIT, PolicyError, disruption_action
-from fairgpu.model.pod import ANN_ARRIVAL, ANN_DURATION
+from fairgpu.model.pod import ANN_ACTUAL_RUN, ANN_ARRIVAL, ANN_DURATION
 
 #: ``spec.backoffLimit`` as the API server defaults it beside ``backoffLimitPerIndex``.
 UNLIMITED_BACKOFF = 2**31 - 1
@@ -104,11 +104,12 @@ def whole_number(obj: dict[str, Any], key: str, default: int, minimum: int, fiel
 
 
 def pass_timing(owner: dict[str, Any], annotations: dict[str, Any]) -> None:
-    """Copy the controller's ``fairgpu.io/arrival-seconds`` and ``fairgpu.io/duration-seconds``
-    (``owner``: its metadata) into ``annotations`` (of the object it makes) where those are
-    not set: users write them once, on the Deployment or the Job."""
+    """Copy the controller's ``fairgpu.io/arrival-seconds``, ``fairgpu.io/duration-seconds``
+    and ``fairgpu.io/actual-run-seconds`` (``owner``: its metadata) into ``annotations`` (of
+    the object it makes) where those are not set: users write them once, on the Deployment or
+    the Job."""
     given = owner.get("annotations") or {}
-    for key in (ANN_ARRIVAL, ANN_DURATION):
+    for key in (ANN_ARRIVAL, ANN_DURATION, ANN_ACTUAL_RUN):
         if key in given and key not in annotations:
             annotations[key] = given[key]
 
