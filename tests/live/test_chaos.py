@@ -3,7 +3,8 @@ all at once.
 
 Jobs of three queues arrive (whole GPUs, GPU shares, gangs -- some confined to one node by
 ``fairgpu.io/topology-required`` --, LeaderWorkerSet groups; two priorities; some pods with an
-``activeDeadlineSeconds`` the kubelet fails them at), users delete
+``activeDeadlineSeconds`` the kubelet fails them at, some running three times what they
+declare), users delete
 pods and whole jobs and submit jobs again under the same names (new uids, another shape), pods
 get stuck terminating (a finalizer nobody removes until the churn is over), PodDisruptionBudgets
 refuse evictions, nodes are deleted and registered again under their names (the status, and so
@@ -69,7 +70,7 @@ from fairgpu.devcluster import (
     ensure_namespace,
 )
 from fairgpu.devcluster.client import STRATEGIC_MERGE_PATCH
-from fairgpu.devcluster.kubelet import DURATION_ANNOTATION
+from fairgpu.devcluster.kubelet import DURATION_ANNOTATION, RUN_ANNOTATION
 from fairgpu.engine.leader_worker_groups import LABEL_GROUP_INDEX as LWS_GROUP_INDEX
 from fairgpu.engine.leader_worker_groups import LABEL_NAME as LWS_NAME
 from fairgpu.kube import LiveScheduler
@@ -137,6 +138,7 @@ class Chaos(Churn):
         self.budgets: list[str] = []  # PodDisruptionBudgets created
         self.seq = 0
         self.confined = 0  # gangs submitted confined to one node
+        self.overrunning = 0  # pods submitted that run three times what they declare
 
     # ---- actions --------------------------------------------------------------------------
     def submit(self) -> None:
@@ -171,6 +173,10 @@ class Chaos(Churn):
             manifests = [pod(name, gpus=gpus, labels=labels, annotations=annotations, **common)]
             if rng.random() < 0.25:  # the kubelet fails it if it still runs then
                 manifests[0]["spec"]["activeDeadlineSeconds"] = rng.choice([3, 6])
+            elif rng.random() < 0.2:  # it runs three times as long as it declares
+                late = str(3 * int(annotations[DURATION_ANNOTATION]))
+                manifests[0]["metadata"]["annotations"][RUN_ANNOTATION] = late
+                self.overrunning += 1
         elif kind == "share":
             cores = {"nvidia.com/gpucores": str(rng.choice([25, 50]))}
             manifests = [
@@ -204,6 +210,8 @@ class Chaos(Churn):
         work = labels["fairgpu.io/workload-type"]
         deadline = manifests[0]["spec"].get("activeDeadlineSeconds")
         limit = f", activeDeadlineSeconds {deadline}" if deadline else ""
+        if RUN_ANNOTATION in manifests[0]["metadata"]["annotations"]:
+            limit += ", runs 3x what it declares"
         if ANN_TOPOLOGY_REQUIRED in manifests[0]["metadata"]["annotations"]:
             limit += ", on one node"
         return manifests, f"{kind}, {work}, {labels['fairgpu.io/queue']}, {common}{limit}"
@@ -559,6 +567,7 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
             print(f"seed {SEED}: {chaos.done} in {time.monotonic() - t0:.1f} s")
             print(f"{len(chaos.jobs)} jobs; {auditor.checks} states audited; {tally.counts}")
             print(f"gangs confined to one node: {chaos.confined}")
+            print(f"pods running three times what they declare: {chaos.overrunning}")
             print(f"evictions during the churn: {churned}")
             kinds = {k.split(":")[1]: v for k, v in tally.counts.items() if "preemptions" in k}
             print(f"victims by kind: {kinds}")
