@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from run import node, pod
+from run import gpu_node, pod, useful_hours
 
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
@@ -46,7 +45,7 @@ def workload(seed: int) -> Workload:
     for j in range(16):
         run = float(rng.lognormal(np.log(3600), 0.3))
         arrivals.append(PodArrival(pod(f"l{j:02d}", "late", 1800.0, 1, run), 1800.0, run))
-    return Workload("overdue", [node(i) for i in range(4)], arrivals)
+    return Workload("overdue", [gpu_node(f"n{i}") for i in range(4)], arrivals)
 
 
 def measure(seed: int, grace: float | None = None) -> dict[str, Any]:
@@ -56,11 +55,7 @@ def measure(seed: int, grace: float | None = None) -> dict[str, Any]:
     config = {} if grace is None else {"starvation": {"drainGraceSeconds": grace}}
     engine = Engine(policy(DEFAULT_POLICY), seed, tenancy=parse_config(config))
     result = Simulation(workload(seed), engine, seed=seed, until=UNTIL).run()
-    capacity_h = result.gpu_capacity_milli / 1000.0 * result.end_time / 3600.0
-    useful: dict[str, float] = defaultdict(float)
-    for a in result.runs:
-        if a.useful:
-            useful[a.tenant] += a.worked_gpu_seconds() / 3600.0
+    useful, capacity_h = useful_hours(result)
     waits = [
         (r.start if r.start is not None else result.end_time) - r.arrival
         for r in result.records

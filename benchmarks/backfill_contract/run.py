@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -33,44 +34,24 @@ import numpy as np
 
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
-from fairgpu.model.gpu import GpuRequest
-from fairgpu.model.node import NodeInfo
-from fairgpu.model.pod import ANN_DURATION, CPU, LABEL_USER, MEMORY, PODS, PodInfo
+from fairgpu.model.pod import ANN_DURATION, PodInfo
 from fairgpu.sim.results import accounting_summary
 from fairgpu.sim.simulator import Simulation, SimulationResult, percentile
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.tenancy import parse_config
 from fairgpu.tenancy.resolve import LABEL_POD_GROUP
 
-GI = 2**30
+sys.path.insert(0, str(Path(__file__).parents[1] / "fairness"))
+from builders import gpu_node, gpu_pod
+
 NODES = 6
 UNTIL = 8 * 3600.0
 QUEUES = ("train", "liar", "honest")
 
 
-def node(i: int) -> NodeInfo:
-    """An 8-GPU node."""
-    return NodeInfo(
-        name=f"n{i}",
-        allocatable={CPU: 128_000, MEMORY: 1024 * GI, PODS: 110},
-        gpu_count=8,
-        gpu_memory_mib=81920,
-    )
-
-
 def pod(name: str, queue: str, at: float, gpus: int, declared: float) -> PodInfo:
     """A pod of ``queue`` declaring ``declared`` seconds of run time."""
-    return PodInfo(
-        name=name,
-        namespace=queue,
-        uid=f"{queue}/{name}",
-        labels={LABEL_USER: f"{queue}-user"},
-        annotations={ANN_DURATION: f"{declared:.1f}"},
-        requests={CPU: 4000, MEMORY: 16 * GI, PODS: 1},
-        gpu=GpuRequest(gpus),
-        created=at,
-        scheduler_name="fairgpu",
-    )
+    return gpu_pod(name, queue, at, gpus, annotations={ANN_DURATION: f"{declared:.1f}"})
 
 
 def workload(seed: int) -> Workload:
@@ -95,7 +76,8 @@ def workload(seed: int) -> Workload:
             run = float(rng.lognormal(np.log(3600), 0.3))
             declared = 300.0 if queue == "liar" else run
             arrivals.append(PodArrival(pod(f"{queue[0]}{j:03d}", queue, at, 1, declared), at, run))
-    return Workload("backfill-contract", [node(i) for i in range(NODES)], arrivals, groups)
+    nodes = [gpu_node(f"n{i}") for i in range(NODES)]
+    return Workload("backfill-contract", nodes, arrivals, groups)
 
 
 def measure(seed: int, contract: bool, preemption: bool) -> dict[str, Any]:
@@ -114,13 +96,19 @@ def measure(seed: int, contract: bool, preemption: bool) -> dict[str, Any]:
     return figures(result) | {"wall_s": round(time.perf_counter() - started, 2)}
 
 
-def figures(result: SimulationResult) -> dict[str, Any]:
-    """Per queue useful GPU-hours and share; train waits; lost work; evictions by kind."""
-    capacity_h = result.gpu_capacity_milli / 1000.0 * result.end_time / 3600.0
+def useful_hours(result: SimulationResult) -> tuple[dict[str, float], float]:
+    """Per tenant the GPU-hours of work its useful run attempts did, and the cluster's
+    GPU-hours over the run."""
     useful: dict[str, float] = defaultdict(float)
     for a in result.runs:
         if a.useful:
             useful[a.tenant] += a.worked_gpu_seconds() / 3600.0
+    return useful, result.gpu_capacity_milli / 1000.0 * result.end_time / 3600.0
+
+
+def figures(result: SimulationResult) -> dict[str, Any]:
+    """Per queue useful GPU-hours and share; train waits; lost work; evictions by kind."""
+    useful, capacity_h = useful_hours(result)
     waits = [
         r.start - r.arrival
         for r in result.records

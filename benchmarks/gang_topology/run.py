@@ -42,16 +42,17 @@ import numpy as np
 from fairgpu.engine.actions import allocate
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import DEFAULT_POLICY, policy
-from fairgpu.model.gpu import GpuRequest
 from fairgpu.model.node import NodeInfo
-from fairgpu.model.pod import ANN_DURATION, CPU, LABEL_USER, MEMORY, PODS, PodInfo
+from fairgpu.model.pod import ANN_DURATION, PodInfo
 from fairgpu.model.selectors import LabelSelector, PodAffinityTerm
 from fairgpu.sim.results import accounting_summary
 from fairgpu.sim.simulator import Simulation, SimulationResult, percentile
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.tenancy.resolve import LABEL_POD_GROUP
 
-GI = 2**30
+sys.path.insert(0, str(Path(__file__).parents[1] / "fairness"))
+from builders import gpu_node, gpu_pod
+
 RACK = "example.com/rack"
 RACKS = (2, 3, 4, 5)
 UNTIL = 8 * 3600.0
@@ -64,31 +65,14 @@ def nodes() -> list[NodeInfo]:
     out = []
     for r, size in enumerate(RACKS):
         for i in range(size):
-            name = f"r{r}-n{i}"
-            out.append(
-                NodeInfo(
-                    name=name,
-                    labels={RACK: f"rack-{r}", "kubernetes.io/hostname": name},
-                    allocatable={CPU: 128_000, MEMORY: 1024 * GI, PODS: 110},
-                    gpu_count=8,
-                    gpu_memory_mib=81920,
-                )
-            )
+            n = gpu_node(f"r{r}-n{i}")
+            n.labels = {RACK: f"rack-{r}", "kubernetes.io/hostname": n.name}
+            out.append(n)
     return out
 
 
 def _pod(name: str, queue: str, created: float, gpus: int, duration: float) -> PodInfo:
-    return PodInfo(
-        name=name,
-        namespace=queue,
-        uid=f"{queue}/{name}",
-        labels={LABEL_USER: f"{queue}-user"},
-        annotations={ANN_DURATION: f"{duration:.1f}"},
-        requests={CPU: 8000, MEMORY: 64 * GI, PODS: 1},
-        gpu=GpuRequest(gpus),
-        created=created,
-        scheduler_name="fairgpu",
-    )
+    return gpu_pod(name, queue, created, gpus, annotations={ANN_DURATION: f"{duration:.1f}"})
 
 
 def workload(seed: int, gangs: int, confined: bool) -> Workload:
