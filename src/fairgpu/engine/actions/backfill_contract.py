@@ -46,8 +46,7 @@ def evict_backfill_overruns(session: Session) -> None:
     late = [
         (pod, res, due)
         for res in session.state.reservations.values()
-        for pod, due in _backfilled(session, res)
-        if session.now > due + grace
+        for pod, due in _overdue(session, res, session.now - grace)
     ]
     if not late:
         return
@@ -63,23 +62,25 @@ def evict_backfill_overruns(session: Session) -> None:
     session.released()
 
 
-def _backfilled(session: Session, res: Reservation) -> list[tuple[PodInfo, float]]:
-    """The pods ``res``'s nodes let on by their declared run time while it held them, and
-    when each declared it would end."""
+def _overdue(session: Session, res: Reservation, before: float) -> list[tuple[PodInfo, float]]:
+    """The pods ``res``'s nodes let on by their declared run time while it held them that
+    declared they would end before ``before``, and when each declared it would end."""
     cluster = session.cluster
     rules = session.tenancy.preemption.pool_precedence
     out = []
     for node in res.nodes[res.nodes < cluster.size].tolist():
         for uid, pod in cluster.node_pods[node].items():
-            placement = cluster.placements[uid]
             runtime = declared_runtime(pod)
-            if runtime is None or not pod.gpu.count or placement.started < res.since:
+            if runtime is None or not pod.gpu.count:
                 continue
+            started = cluster.placements[uid].started
+            if started < res.since or started + runtime >= before:
+                continue  # there before the hold, or not overdue yet (the cheap tests first)
             if res.key in _job_keys(session, pod):
                 continue
             if rules and _opened(session, pod, res, node):
                 continue
-            out.append((pod, placement.started + runtime))
+            out.append((pod, started + runtime))
     return out
 
 
