@@ -104,3 +104,15 @@ def test_a_gang_no_rack_holds_waits_and_explain_says_what_it_needs(tmp_path: Pat
         "Next cycle: stays pending: pod group team-a/g: no example.com/rack domain has room "
         "for its 2 members together, even with every pod it may preempt evicted"
     ) in lines, said.output
+
+
+def test_the_topology_example_keeps_each_gang_in_one_rack(tmp_path: Path) -> None:
+    """``examples/topology``: the 3-worker gang (annotation) in rack-b, the only rack that
+    holds it; the 2-worker gang (pod affinity) in rack-a, the tightest that holds it."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "topology"
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(example), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    racks = {name: node.rpartition("-")[0] for name, (node, _) in starts(out).items()}
+    assert {racks[f"llm-pretrain-{i}"] for i in range(3)} == {"rack-b"}
+    assert {racks[f"vision-{i}"] for i in range(2)} == {"rack-a"}
