@@ -9,6 +9,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairgpu.api.errors import InvalidObjectError
 from fairgpu.engine.engine import Engine
@@ -265,3 +267,48 @@ def test_a_rack_inside_a_block_goes_first_when_one_holds_the_gang() -> None:
         for i in range(2)
     ]
     assert sorted(bound(engine.cycle(state, pods, now=10.0)).values()) == ["n4", "n5"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    racks=st.lists(st.integers(1, 3), min_size=2, max_size=4),
+    busy=st.lists(st.integers(0, 8), min_size=12, max_size=12),
+    members=st.integers(2, 4),
+    gpus=st.sampled_from([2, 4, 8]),
+    how=st.sampled_from(["annotation", "affinity"]),
+)
+def test_a_confined_gang_starts_whenever_a_rack_holds_it_and_never_across_racks(
+    racks: list[int], busy: list[int], members: int, gpus: int, how: str
+) -> None:
+    """Random racks of 8-GPU nodes, each node with some GPUs taken by pods the gang may not
+    preempt (same priority): the gang binds in one rack, and binds whenever some rack has
+    room for all its members now."""
+    nodes, placed, rack_of = [], [], {}
+    for r, size in enumerate(racks):
+        for i in range(size):
+            name = f"r{r}n{i}"
+            rack_of[name] = f"rack-{r}"
+            nodes.append(rack_node(name, f"rack-{r}"))
+            taken = busy[len(nodes) - 1]
+            if taken:
+                placed.append((pod_info(f"busy-{name}", "q", gpus=taken), name, 0.0))
+    state = cluster(*nodes, placed=placed)
+    room: dict[str, int] = {}
+    for name, rack in rack_of.items():
+        free = 8 - next((p.gpu.count for p, n, _ in placed if n == name), 0)
+        room[rack] = room.get(rack, 0) + free // gpus
+    if how == "annotation":
+        pods = annotated_gang("g", members, ANN_TOPOLOGY_REQUIRED)
+        for p in pods:
+            p.gpu = pod_info("x", gpus=gpus).gpu
+    else:
+        pods = [
+            k8s_pod(
+                f"g-{i}", "q", gpus=gpus, group="g", min_member=members, affinity=same_rack("g")
+            )
+            for i in range(members)
+        ]
+    nodes_of = bound(Engine(tenancy=parse_config(TENANCY)).cycle(state, pods, now=10.0))
+    assert len({rack_of[n] for n in nodes_of.values()}) <= 1
+    if any(r >= members for r in room.values()):
+        assert len(nodes_of) == members, (room, nodes_of)
