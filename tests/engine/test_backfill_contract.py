@@ -75,3 +75,14 @@ def test_pods_that_made_no_promise_stay() -> None:
     run(off, state, [big, pod_info("liar", "other", gpus=1, duration=300)], 20.0)
     assert "other/liar" in state.placements
     assert run(off, state, [big], 1000.0) == []
+
+
+def test_a_pod_already_terminating_is_not_evicted_again() -> None:
+    """Live, an evicted pod stays on its node, terminating, until its containers stop: it is
+    going already, and each cycle until then must not evict it again."""
+    state, big = held_node()
+    eng = engine()
+    eng.cycle(state, [big], 10.0)
+    run(eng, state, [big, pod_info("liar", "other", gpus=1, duration=300)], 20.0)
+    state.mark_terminating("other/liar", True)
+    assert run(eng, state, [big], 1000.0) == []

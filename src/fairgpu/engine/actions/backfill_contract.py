@@ -73,9 +73,12 @@ def _overdue(session: Session, res: Reservation, before: float) -> list[tuple[Po
             runtime = declared_runtime(pod)
             if runtime is None or not pod.gpu.count:
                 continue
-            started = cluster.placements[uid].started
+            placement = cluster.placements[uid]
+            started = placement.started
             if started < res.since or started + runtime >= before:
                 continue  # there before the hold, or not overdue yet (the cheap tests first)
+            if placement.terminating or not placement.bound:
+                continue  # going already (an evicted pod lingers while it terminates)
             if res.key in _job_keys(session, pod):
                 continue
             if rules and _opened(session, pod, res, node):
