@@ -237,6 +237,24 @@ def test_members_of_a_running_group_join_its_rack() -> None:
     assert bound(engine.cycle(state, [members[2]], now=20.0)) == {"g-2": "a2"}
 
 
+def test_members_that_are_terminating_do_not_fix_the_rack() -> None:
+    """The two members in rack ``a`` are being deleted (their group torn down): the third
+    starts where it fits now, in rack ``b``."""
+    members = annotated_gang("g", 3, ANN_TOPOLOGY_REQUIRED, min_member=1)
+    for m in members:
+        m.gpu = pod_info("x", gpus=8).gpu
+    state = cluster(
+        rack_node("a1", "rack-a"),
+        rack_node("a2", "rack-a"),
+        rack_node("b1", "rack-b"),
+        placed=[(members[0], "a1", 0.0), (members[1], "a2", 0.0)],
+    )
+    for m in members[:2]:
+        state.mark_terminating(m.uid, True)
+    engine = Engine(tenancy=parse_config(TENANCY))
+    assert bound(engine.cycle(state, [members[2]], now=10.0)) == {"g-2": "b1"}
+
+
 def test_a_bad_topology_annotation_names_the_field() -> None:
     field = f"field metadata.annotations[{ANN_TOPOLOGY_REQUIRED}]: 'rack label' is not a label key"
     with pytest.raises(InvalidObjectError, match=re.escape(f"Pod q/g-0: {field}")):

@@ -201,12 +201,15 @@ def _domain_codes(
 
 
 def _running_domains(session: Session, job: Job, codes: np.ndarray) -> list[int]:
-    """The domains (codes) the group's running members are in."""
+    """The domains (codes) the group's running members are in (not those terminating: a
+    group torn down starts afresh wherever it fits)."""
     if job.group is None:
         return []
     running = session.book.group_running.get(job.group.key, ())
     placements = session.cluster.placements
-    nodes = [pl.node for uid in running if (pl := placements.get(uid)) is not None]
+    nodes = [
+        pl.node for uid in running if (pl := placements.get(uid)) is not None and not pl.terminating
+    ]
     return sorted({int(codes[i]) for i in nodes if i < codes.size and codes[i] >= 0})
 
 
