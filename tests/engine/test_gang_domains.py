@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairgpu.api.errors import InvalidObjectError
+from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import policy
 from fairgpu.model.gang_topology import (
@@ -218,10 +219,10 @@ def test_a_preferred_gang_goes_anywhere_when_no_rack_holds_it() -> None:
     assert "no example.com/rack domain has room" in required.unschedulable[0].reason
 
 
-def test_members_of_a_running_group_join_its_rack() -> None:
-    """Two of three members (minMember 2) run in rack ``a``; the third waits for room there,
-    though rack ``b`` is empty."""
-    members = annotated_gang("g", 3, ANN_TOPOLOGY_REQUIRED, min_member=2)
+def two_in_rack_a(min_member: int) -> tuple[list[PodInfo], ClusterState]:
+    """Three 8-GPU members of group ``g`` confined to a rack, two of them running in rack
+    ``a`` (a1, a2); rack ``b`` (b1) empty."""
+    members = annotated_gang("g", 3, ANN_TOPOLOGY_REQUIRED, min_member=min_member)
     for m in members:
         m.gpu = pod_info("x", gpus=8).gpu
     state = cluster(
@@ -230,6 +231,13 @@ def test_members_of_a_running_group_join_its_rack() -> None:
         rack_node("b1", "rack-b"),
         placed=[(members[0], "a1", 0.0), (members[1], "a2", 0.0)],
     )
+    return members, state
+
+
+def test_members_of_a_running_group_join_its_rack() -> None:
+    """Two of three members (minMember 2) run in rack ``a``; the third waits for room there,
+    though rack ``b`` is empty."""
+    members, state = two_in_rack_a(min_member=2)
     engine = Engine(tenancy=parse_config(TENANCY))
     result = engine.cycle(state, [members[2]], now=10.0)
     assert not result.binds
@@ -240,15 +248,7 @@ def test_members_of_a_running_group_join_its_rack() -> None:
 def test_members_that_are_terminating_do_not_fix_the_rack() -> None:
     """The two members in rack ``a`` are being deleted (their group torn down): the third
     starts where it fits now, in rack ``b``."""
-    members = annotated_gang("g", 3, ANN_TOPOLOGY_REQUIRED, min_member=1)
-    for m in members:
-        m.gpu = pod_info("x", gpus=8).gpu
-    state = cluster(
-        rack_node("a1", "rack-a"),
-        rack_node("a2", "rack-a"),
-        rack_node("b1", "rack-b"),
-        placed=[(members[0], "a1", 0.0), (members[1], "a2", 0.0)],
-    )
+    members, state = two_in_rack_a(min_member=1)
     for m in members[:2]:
         state.mark_terminating(m.uid, True)
     engine = Engine(tenancy=parse_config(TENANCY))
