@@ -113,37 +113,32 @@ def attempts(
     found = _domain_codes(session, job, key, allowed)
     if found is None:
         return fallback
-    nodes, codes, size = found
+    nodes, codes = found
     fixed = _running_domains(session, job, codes)
     if fixed:
         return [nodes & np.isin(codes, fixed), *fallback]
     head = job.pods[0]
     now_per_node = copies_per_node(session, head, ())
+    now = _per_domain(nodes, codes, now_per_node)
     masks: list[np.ndarray | None] = []
     if topology.required and topology.preferred:  # a preferred domain inside a required one
-        masks += _fitting(nodes, _pair_codes(session, codes, topology.preferred), now_per_node, job)
-    masks += _fitting(nodes, codes, now_per_node, job)
+        pairs = _pair_codes(session, codes, topology.preferred)
+        masks += _tightest(nodes, pairs, _per_domain(nodes, pairs, now_per_node), job.need)
+    masks += _tightest(nodes, codes, now, job.need)
     if topology.required:
-        where = np.flatnonzero(nodes)
-        now = _per_domain(codes, where, now_per_node, size)
         pool: Iterable[str] = victims.freeable(job, head) if victims.may_preempt(head) else ()
-        most = _per_domain(codes, where, copies_per_node(session, head, pool), size)
-        room = [d for d in range(size) if now[d] < job.need <= most[d]]
+        most = _per_domain(nodes, codes, copies_per_node(session, head, pool))
+        room = [d for d in range(now.size) if now[d] < job.need <= most[d]]
         masks += [nodes & (codes == d) for d in sorted(room, key=lambda d: (-now[d], d))]
     return [*masks[:MOST_DOMAINS], *fallback]
 
 
-def _fitting(
-    nodes: np.ndarray, codes: np.ndarray, per_node: np.ndarray, job: Job
+def _tightest(
+    nodes: np.ndarray, codes: np.ndarray, per_domain: np.ndarray, need: int
 ) -> list[np.ndarray | None]:
-    """Masks of the domains (``codes``; -1: none) among ``nodes`` where ``job``'s members fit
-    now, the tightest first."""
-    where = np.flatnonzero(nodes & (codes >= 0))
-    if where.size == 0:
-        return []
-    size = int(codes[where].max()) + 1
-    now = _per_domain(codes, where, per_node, size)
-    fit = sorted((d for d in range(size) if now[d] >= job.need), key=lambda d: (now[d], d))
+    """Masks of the domains (``codes``) among ``nodes`` that hold ``need`` members by
+    ``per_domain``, the tightest first."""
+    fit = sorted(np.flatnonzero(per_domain >= need).tolist(), key=lambda d: (per_domain[d], d))
     return [nodes & (codes == d) for d in fit]
 
 
@@ -177,7 +172,7 @@ def every_domain(session: Session, job: Job) -> list[np.ndarray]:
     found = _domain_codes(session, job, topology.required, None)
     if found is None:
         return []
-    nodes, codes, _ = found
+    nodes, codes = found
     fixed = _running_domains(session, job, codes)
     domains = fixed or np.unique(codes[nodes]).tolist()
     return [nodes & (codes == d) for d in domains]
@@ -185,19 +180,18 @@ def every_domain(session: Session, job: Job) -> list[np.ndarray]:
 
 def _domain_codes(
     session: Session, job: Job, key: str, allowed: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """(the nodes the job's members may use that carry ``key``, each node's domain code,
-    how many codes), or None when no such node exists."""
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the nodes the job's members may use that carry ``key``, each node's domain code),
+    or None when no such node exists."""
     cluster = session.cluster
     n = cluster.size
-    codes, vocab = cluster.label_codes(key)
-    codes = codes[:n]
+    codes = cluster.label_codes(key)[0][:n]
     nodes = session.scheduler.static_mask(job.pods[0], cluster)[:n] & (codes >= 0)
     if allowed is not None:
         nodes &= allowed[:n]
     if not nodes.any():
         return None
-    return nodes, codes, len(vocab)
+    return nodes, codes
 
 
 def _running_domains(session: Session, job: Job, codes: np.ndarray) -> list[int]:
@@ -213,8 +207,10 @@ def _running_domains(session: Session, job: Job, codes: np.ndarray) -> list[int]
     return sorted({int(codes[i]) for i in nodes if i < codes.size and codes[i] >= 0})
 
 
-def _per_domain(
-    codes: np.ndarray, where: np.ndarray, per_node: np.ndarray, size: int
-) -> np.ndarray:
-    """Sum of ``per_node`` over the nodes ``where`` of each domain (label code)."""
-    return np.bincount(codes[where], weights=per_node[where], minlength=size)
+def _per_domain(nodes: np.ndarray, codes: np.ndarray, per_node: np.ndarray) -> np.ndarray:
+    """Sum of ``per_node`` over ``nodes`` in each domain (``codes``; -1: none), indexed by
+    domain code."""
+    where = np.flatnonzero(nodes & (codes >= 0))
+    if where.size == 0:
+        return np.zeros(0)
+    return np.bincount(codes[where], weights=per_node[where], minlength=int(codes[where].max()) + 1)
