@@ -25,6 +25,7 @@ import numpy as np
 from fairgpu.engine.actions.precedence_nodes import open_reserved
 from fairgpu.engine.gang import Reservation, declared_runtime
 from fairgpu.engine.session import Session
+from fairgpu.engine.victim_cost import remaining
 from fairgpu.model.pod import PodInfo
 
 KIND = "backfill-overrun"
@@ -44,46 +45,47 @@ def evict_backfill_overruns(session: Session) -> None:
         return
     grace = starvation.drain_grace_seconds
     late = [
-        (pod, res, due)
+        (pod, node, res, due)
         for res in session.state.reservations.values()
-        for pod, due in _overdue(session, res, session.now - grace)
+        for pod, node, due in _overdue(session, res, grace)
     ]
     if not late:
         return
     stmt = session.statement()
-    for pod, res, due in late:
+    for pod, node, res, due in late:
         reason = (
-            f"backfilled onto {session.cluster.node(_node(session, pod)).name}, held for "
-            f"{res.key}, because it declared it would end by {session.time_label(due)}; "
-            f"still running {starvation.drain_grace_seconds:g}s after that"
+            f"backfilled onto {session.cluster.node(node).name}, held for {res.key}, because "
+            f"it declared it would end by {session.time_label(due)}; still running "
+            f"{grace:g}s after that"
         )
         stmt.evict(pod, None, reason, KIND)
     stmt.commit()
     session.released()
 
 
-def _overdue(session: Session, res: Reservation, before: float) -> list[tuple[PodInfo, float]]:
-    """The pods ``res``'s nodes let on by their declared run time while it held them that
-    declared they would end before ``before``, and when each declared it would end."""
+def _overdue(session: Session, res: Reservation, grace: float) -> list[tuple[PodInfo, int, float]]:
+    """The pods ``res``'s nodes let on by their declared run time while it held them and
+    now overdue by more than ``grace`` (:func:`~fairgpu.engine.victim_cost.remaining`), each
+    with its node and when it declared it would end."""
     cluster = session.cluster
     rules = session.tenancy.preemption.pool_precedence
     out = []
     for node in res.nodes[res.nodes < cluster.size].tolist():
         for uid, pod in cluster.node_pods[node].items():
-            runtime = declared_runtime(pod)
-            if runtime is None or not pod.gpu.count:
-                continue
             placement = cluster.placements[uid]
-            started = placement.started
-            if started < res.since or started + runtime >= before:
-                continue  # there before the hold, or not overdue yet (the cheap tests first)
+            if not pod.gpu.count or placement.started < res.since:
+                continue  # not let on by its run time: no GPUs, or there before the hold
+            if remaining(pod, placement, session.now, grace) is not None:
+                continue  # it declares no run time, or is not overdue yet
             if placement.terminating or not placement.bound:
                 continue  # going already (an evicted pod lingers while it terminates)
             if res.key in _job_keys(session, pod):
                 continue
             if rules and _opened(session, pod, res, node):
                 continue
-            out.append((pod, started + runtime))
+            runtime = declared_runtime(pod)
+            assert runtime is not None  # remaining() said it is overdue
+            out.append((pod, node, placement.started + runtime))
     return out
 
 
@@ -99,7 +101,3 @@ def _job_keys(session: Session, pod: PodInfo) -> tuple[str, ...]:
     """The keys a job of ``pod`` may have: its own uid (a pod alone) and its pod group's."""
     ref = session.resolver.pod_group(pod)
     return (pod.uid,) if ref is None else (pod.uid, ref.key)
-
-
-def _node(session: Session, pod: PodInfo) -> int:
-    return session.cluster.placements[pod.uid].node
