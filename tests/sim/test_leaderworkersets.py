@@ -20,24 +20,9 @@ from fairgpu.tenancy import parse_config
 from tests.builders import node_info, pod_info
 from tests.sim.helpers import simulated_run
 from tests.sim.test_kube_jobs import NODE, load, simulate
+from tests.sim.test_questions_in_run import pod
 
 runner = CliRunner()
-
-
-def whole_node_pod(name: str, namespace: str, annotations: str) -> str:
-    """A pod asking all 8 GPUs of ``NODE``, annotated ``annotations`` (YAML flow mapping)."""
-    return f"""\
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: {namespace}
-  annotations: {annotations}
-spec:
-  schedulerName: fairgpu
-  containers: [{{name: b, image: b, resources: {{limits: {{nvidia.com/gpu: "8"}}}}}}]
-"""
 
 
 def lws(extra: str = "", replicas: int = 2) -> str:
@@ -194,7 +179,7 @@ def test_recreate_after_start_waits_until_every_pod_of_the_group_started() -> No
 def test_explain_names_the_group_that_restarts_with_a_victim(tmp_path: Path) -> None:
     """``big`` (team-b, 8 GPUs) waits for the node one group of ``vllm`` holds: explain lists
     both pods as the ones that would have to go, each with the group it restarts."""
-    big = whole_node_pod("big", "team-b", '{fairgpu.io/arrival-seconds: "100"}')
+    big = pod("big", 100, 86400, namespace="team-b")  # runs past the moment looked at
     one_group = lws(replicas=1).replace("size: 3", "size: 2").replace('gpu: "1"', 'gpu: "4"')
     out = simulated_run(tmp_path, NODE + one_group + big)
     said = runner.invoke(app, ["explain", "team-b/big", "--run", str(out), "--at", "200"])
@@ -214,7 +199,7 @@ def test_leader_ready_creates_the_workers_once_the_leader_runs(tmp_path: Path) -
     """``blocker`` holds the node until 300 s; one group of ``vllm`` arrives at 10 s. Under
     the default LeaderCreated its workers are created with the leader; under LeaderReady
     only when the leader starts (300 s). All start at 300 s either way."""
-    blocker = whole_node_pod("blocker", "team-a", '{fairgpu.io/duration-seconds: "300"}')
+    blocker = pod("blocker", 0, 300)
     group = lws(replicas=1).replace(
         "  namespace: team-a\n",
         '  namespace: team-a\n  annotations: {fairgpu.io/arrival-seconds: "10"}\n',
