@@ -77,6 +77,19 @@ def test_pods_that_made_no_promise_stay() -> None:
     assert run(off, state, [big], 1000.0) == []
 
 
+def test_a_pod_without_a_declared_run_time_on_a_held_node_stays() -> None:
+    """A pod that declares no run time can still arrive on a held node after the hold --
+    live, another scheduler binds it there; the cycle goes on and leaves it alone (it made
+    no promise to break). The cycle used to stop on it with an assertion."""
+    state, big = held_node()
+    eng = engine()
+    assert eng.cycle(state, [big], 10.0).reserved == {"wait/big": ["n1"]}
+    stranger = pod_info("stranger", "other", gpus=1)
+    state.assign(stranger, state.node_index["n1"], (7,), started=20.0)
+    assert run(eng, state, [big], 1000.0) == []
+    assert "other/stranger" in state.placements
+
+
 def test_a_pod_already_terminating_is_not_evicted_again() -> None:
     """Live, an evicted pod stays on its node, terminating, until its containers stop: it is
     going already, and each cycle until then must not evict it again."""

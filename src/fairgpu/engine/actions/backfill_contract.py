@@ -75,16 +75,18 @@ def _overdue(session: Session, res: Reservation, grace: float) -> list[tuple[Pod
             placement = cluster.placements[uid]
             if not pod.gpu.count or placement.started < res.since:
                 continue  # not let on by its run time: no GPUs, or there before the hold
+            runtime = declared_runtime(pod)
+            if runtime is None:
+                # No promise: not let on by a run time (another scheduler bound it there).
+                continue
             if remaining(pod, placement, session.now, grace) is not None:
-                continue  # it declares no run time, or is not overdue yet
+                continue  # not overdue by more than the grace yet
             if placement.terminating or not placement.bound:
                 continue  # going already (an evicted pod lingers while it terminates)
             if res.key in _job_keys(session, pod):
                 continue
             if rules and _opened(session, pod, res, node):
                 continue
-            runtime = declared_runtime(pod)
-            assert runtime is not None  # remaining() said it is overdue
             out.append((pod, node, placement.started + runtime))
     return out
 
