@@ -90,6 +90,19 @@ def test_a_pod_without_a_declared_run_time_on_a_held_node_stays() -> None:
     assert "other/stranger" in state.placements
 
 
+def test_a_pod_placed_in_the_cycle_before_the_hold_began_is_not_held_to_it() -> None:
+    """``early`` goes first in the cycle that then reserves n1 for ``big`` (same time
+    stamp): it was not let on by its run time, so overrunning it is no broken promise."""
+    state, big = held_node()
+    eng = engine()
+    early = pod_info("early", "wait", gpus=1, duration=100, priority=10)
+    result = eng.cycle(state, [big, early], 10.0)
+    assert [b.pod.name for b in result.binds] == ["early"]
+    assert result.reserved == {"wait/big": ["n1"]}
+    assert run(eng, state, [big], 10.0 + 100 + GRACE + 1) == []
+    assert "wait/early" in state.placements
+
+
 def test_a_pod_already_terminating_is_not_evicted_again() -> None:
     """Live, an evicted pod stays on its node, terminating, until its containers stop: it is
     going already, and each cycle until then must not evict it again."""

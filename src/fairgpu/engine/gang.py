@@ -87,6 +87,9 @@ class Reservation:
     # members, learned run times, cluster): a cycle asks it three times, and most nodes
     # do not change from one cycle to the next.
     room: dict[tuple[int, ...], float] = field(default_factory=dict, repr=False, compare=False)
+    # The pods on ``nodes`` when the hold began: there before it, whatever their start time
+    # (a pod placed earlier in the cycle that made the reservation has its time stamp).
+    present: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
 
 
 def members_per_node(pod: PodInfo, cluster: ClusterState, mask: np.ndarray) -> np.ndarray:

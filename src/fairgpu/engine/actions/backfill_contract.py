@@ -73,7 +73,7 @@ def _overdue(session: Session, res: Reservation, grace: float) -> list[tuple[Pod
     for node in res.nodes[res.nodes < cluster.size].tolist():
         for uid, pod in cluster.node_pods[node].items():
             placement = cluster.placements[uid]
-            if not pod.gpu.count or placement.started < res.since:
+            if not pod.gpu.count or placement.started < res.since or uid in res.present:
                 continue  # not let on by its run time: no GPUs, or there before the hold
             runtime = declared_runtime(pod)
             if runtime is None:

@@ -388,6 +388,7 @@ def _reserve(session: Session, job: Job, needed: list[PodInfo]) -> Reservation |
         node_names=[cluster.node(int(i)).name for i in nodes],
         member=head,
         slots=slots,
+        present=frozenset(uid for i in nodes.tolist() for uid in cluster.node_pods[i]),
     )
 
 
