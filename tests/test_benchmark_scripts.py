@@ -44,6 +44,11 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
             ("fairgpu", "kube-default", "targets"),
         ),
         (
+            "benchmarks/fairness/unlocked_deficit.py",
+            ("--mix", "flexible-and-confined"),
+            ("lowest", "unlocked_gpu_s", "causes", "clauses"),
+        ),
+        (
             "benchmarks/fairness/reservations.py",
             ("--mix", "flexible-and-confined"),
             ("reservations", "idle_gpus_pct_of_capacity", "useful_allocation_pct"),
@@ -116,6 +121,7 @@ def _run(script: str, *args: str) -> list[dict[str, object]]:
     ],
     ids=[
         "fairness",
+        "unlocked-deficit",
         "reservations",
         "fair-cycle-speed",
         "decision-latency",
