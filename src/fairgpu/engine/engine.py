@@ -303,7 +303,9 @@ class Engine:
         out = session.out
         _free_stale_claims(out, cluster)
         if not session.report_unchanged:
-            out.unschedulable = changed_reports(out.unschedulable, self.backlog.alone)
+            out.unschedulable = changed_reports(
+                out.unschedulable, self.backlog.alone, session.recorded
+            )
         self.state.preemptions += sum(1 for e in out.evictions if e.kind not in NOT_PREEMPTIONS)
         return out
 

@@ -20,7 +20,7 @@ compared in bulk, without building their reports first (:func:`unchanged_dropped
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
 from operator import attrgetter, ne
 
@@ -36,10 +36,31 @@ def unchanged_dropped(jobs: list[Job], outcome: tuple[str, bool]) -> list[Job]:
     return list(compress(jobs, map(ne, map(_REPORTED, jobs), repeat(outcome))))
 
 
-def changed_reports(items: list[Unschedulable], alone: Mapping[str, Job]) -> list[Unschedulable]:
+def changed_reports(
+    items: list[Unschedulable],
+    alone: Mapping[str, Job],
+    recorded: Sequence[tuple[int, int]] = (),
+) -> list[Unschedulable]:
     """``items`` without the reports that repeat the last one for the same pod alone, and
-    record the rest on the pods' jobs (``alone``: the backlog's jobs by pod uid)."""
+    record the rest on the pods' jobs (``alone``: the backlog's jobs by pod uid).
+    ``recorded``: spans (start, end) of ``items``, in order, already compared and recorded
+    (settled followers, :mod:`~fairgpu.engine.actions.settle`): kept as they are, in
+    place."""
     keep: list[Unschedulable] = []
+    at = 0
+    for start, end in recorded:
+        _record_changed(items[at:start], alone, keep)
+        keep.extend(items[start:end])
+        at = end
+    _record_changed(items[at:], alone, keep)
+    return keep
+
+
+def _record_changed(
+    items: list[Unschedulable], alone: Mapping[str, Job], keep: list[Unschedulable]
+) -> None:
+    """Append to ``keep`` the ``items`` that differ from their pods' last reports, and
+    record those on the pods' jobs."""
     for item in items:
         job = alone.get(item.pod.uid)
         if job is None or job.pods[0] is not item.pod:
@@ -49,4 +70,3 @@ def changed_reports(items: list[Unschedulable], alone: Mapping[str, Job]) -> lis
         if job.reported != got:
             job.reported = got
             keep.append(item)
-    return keep

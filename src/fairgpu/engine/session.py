@@ -91,7 +91,11 @@ class Session:
     is there: the adapter hands a displaced pod's victims to the one pod that took its place);
     ``victims_linger`` True where an evicted pod keeps what its preemptor does not take until
     it is gone (:mod:`~fairgpu.engine.lingering`; the live adapter); ``fragile_jobs`` the uids
-    of the Jobs one more evicted pod fails (:mod:`~fairgpu.engine.fragile_jobs`).
+    of the Jobs one more evicted pod fails (:mod:`~fairgpu.engine.fragile_jobs`);
+    ``recorded`` the spans (start, end) of ``out.unschedulable`` whose reports are already
+    known to differ from their pods' last ones and recorded on their jobs (settled
+    followers, :mod:`~fairgpu.engine.actions.settle`), which
+    :func:`~fairgpu.engine.report_changes.changed_reports` keeps as they are.
     """
 
     cluster: ClusterState
@@ -115,6 +119,7 @@ class Session:
     displaced_nodes: set[int] = field(default_factory=set)
     victims_linger: bool = False
     fragile_jobs: frozenset[str] = frozenset()
+    recorded: list[tuple[int, int]] = field(default_factory=list)
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

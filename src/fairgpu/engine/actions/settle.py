@@ -23,6 +23,7 @@ followers' backfill classes are computed at once from their declared run times
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterable
 from itertools import compress, repeat
 from operator import attrgetter, ne
@@ -40,6 +41,11 @@ from fairgpu.engine.session import Session
 Outcome = tuple[str, bool]
 _REPORTED = attrgetter("reported")
 _SORT = attrgetter("sort_key")
+
+
+def consume(it: Iterable[object]) -> None:
+    """Run ``it`` to its end at C speed, keeping nothing."""
+    deque(it, maxlen=0)
 
 
 def settle_followers(
@@ -76,20 +82,34 @@ def settle_followers(
 
 def _report(session: Session, taken: list[Job], outcomes: Iterable[Outcome]) -> None:
     """Report each of ``taken`` with its outcome -- only those whose last report differs,
-    when the adapter does not want repeats (:mod:`~fairgpu.engine.report_changes`)."""
-    if not session.report_unchanged:
-        if isinstance(outcomes, repeat):  # one outcome for all: nothing to keep per job
-            known = next(outcomes)
-            taken = list(compress(taken, map(ne, map(_REPORTED, taken), repeat(known))))
-            outcomes = repeat(known)
-        else:
-            outcomes = list(outcomes)
-            keep = list(map(ne, map(_REPORTED, taken), outcomes))
-            taken = list(compress(taken, keep))
-            outcomes = compress(outcomes, keep)
-    session.out.unschedulable.extend(
-        [Unschedulable(f.pods[0], r, ok) for f, (r, ok) in zip(taken, outcomes, strict=False)]
-    )
+    when the adapter does not want repeats (:mod:`~fairgpu.engine.report_changes`). Those
+    are compared here already, so their outcomes are recorded on their jobs at once and
+    the span of reports is marked (:attr:`~fairgpu.engine.session.Session.recorded`) for
+    the end of the cycle to keep as it is: a settled follower never holds a reservation,
+    so no note is added to its reason after this."""
+    reports = session.out.unschedulable
+    if session.report_unchanged:
+        reports.extend(
+            [Unschedulable(f.pods[0], r, ok) for f, (r, ok) in zip(taken, outcomes, strict=False)]
+        )
+        return
+    if isinstance(outcomes, repeat):  # one outcome for all: nothing to keep per job
+        known = next(outcomes)
+        taken = list(compress(taken, map(ne, map(_REPORTED, taken), repeat(known))))
+        reason, ok = known
+        made = [Unschedulable(f.pods[0], reason, ok) for f in taken]
+        consume(map(setattr, taken, repeat("reported"), repeat(known)))
+    else:
+        outcomes = list(outcomes)
+        keep = list(map(ne, map(_REPORTED, taken), outcomes))
+        taken = list(compress(taken, keep))
+        changed = list(compress(outcomes, keep))
+        made = [Unschedulable(f.pods[0], r, ok) for f, (r, ok) in zip(taken, changed, strict=True)]
+        consume(map(setattr, taken, repeat("reported"), changed))
+    if made:
+        start = len(reports)
+        reports.extend(made)
+        session.recorded.append((start, len(reports)))
 
 
 def _settle_one_by_one(session: Session, order: QueueOrder, job: Job, classes: _Classes) -> None:
@@ -156,7 +176,7 @@ class _Classes:
         session, mask = self.s, self.mask
         known = None if k is None else self._class_keys(other, k)
         mine = allowed(session, other, other.pods[0]) if known is None else known[0]
-        if mine is mask or (mine is not None and mask is not None and np.array_equal(mine, mask)):
+        if mine is mask or (mine is not None and mask is not None and _same_mask(mine, mask)):
             return self.lead
         # Other nodes left by reservations: settled only if that class's outcome is known.
         fast = self.admission.outcome_key(session, other) if known is None else known[1]
@@ -206,16 +226,16 @@ class _RunJudge:
         assert by_class is not None
         # Classes are 0..len(reservations): a table per class, not a search per job.
         seen = np.bincount(ks)
-        for k in np.flatnonzero(seen).tolist():
+        for k in seen.nonzero()[0].tolist():
             if k not in by_class:
-                by_class[k] = self.classes.outcome(lane[start + int(np.argmax(ks == k))])
+                by_class[k] = self.classes.outcome(lane[start + int((ks == k).argmax())])
         unknown = np.zeros(seen.size, dtype=bool)
         for k, known in by_class.items():
             if known is None and k < seen.size:
                 unknown[k] = True
         stop = unknown[ks]
-        if stop.any():
-            limit = int(np.argmax(stop))
+        if np.count_nonzero(stop):
+            limit = int(stop.argmax())
         # Every class before ``limit`` is known (not None).
         if limit and np.count_nonzero(seen) == 1:  # one class: one outcome for all
             self.outcomes = repeat(cast(Outcome, by_class[int(ks[0])]))
@@ -241,6 +261,13 @@ class _RunJudge:
             if at is not None:
                 limit = min(limit, at - start)
         return limit
+
+
+def _same_mask(a: np.ndarray, b: np.ndarray) -> bool:
+    """Do two node masks (boolean, 1-D) hold the same? Their bytes compared: a boolean
+    array stores 0 or 1, and this runs once per follower class in a cycle, where
+    ``np.array_equal``'s wrappers cost several times as much."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
 def _index(lane: list[Job], job: Job, start: int, end: int) -> int | None:
