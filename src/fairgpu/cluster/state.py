@@ -229,7 +229,7 @@ class ClusterState:
             & (self.device_milli_free[idx] >= WHOLE)
             & (self.device_memory_free[idx] >= self.device_memory_total[idx])
         )
-        self.idle_devices[idx] = int(idle.sum())
+        self.idle_devices[idx] = int(np.count_nonzero(idle))
 
     def update_node(self, node: NodeInfo) -> int:
         """Replace a node's static description, keeping its pods and their devices.

@@ -80,19 +80,24 @@ class Diagnosis:
 def _count_reasons(
     reasons: Counter[str], alive: np.ndarray, results: list[tuple[str, FilterResult]]
 ) -> None:
+    # np.count_nonzero: a boolean array's any() and sum() at a fraction of their cost
+    # (no Python-level reduction wrapper), which counts here: once per filter and reason
+    # of every failed attempt.
     for name, res in results:
         failing = alive & ~res.mask
-        if not failing.any():
+        if not np.count_nonzero(failing):
             continue
         counted = np.zeros(alive.shape, dtype=bool)
         for reason, where in res.reasons.items():
             hit = failing & where
-            if hit.any():
-                reasons[reason] += int(hit.sum())
+            hits = int(np.count_nonzero(hit))
+            if hits:
+                reasons[reason] += hits
                 counted |= hit
         rest = failing & ~counted
-        if rest.any():
-            reasons[f"node(s) rejected by {name}"] += int(rest.sum())
+        left = int(np.count_nonzero(rest))
+        if left:
+            reasons[f"node(s) rejected by {name}"] += left
         alive &= res.mask
 
 
@@ -238,7 +243,7 @@ class Scheduler:
         for plugin in self.dynamic_filters:
             if plugin.skips(pod, cluster):
                 continue  # it would pass every node: no result, as a PreFilter Skip
-            if not mask.any():
+            if not np.count_nonzero(mask):
                 break
             # Nodes still feasible: kube-scheduler runs a filter only on those, which matters
             # where a filter can fail the whole attempt (a DRA CEL error) and for cost.
@@ -259,12 +264,12 @@ class Scheduler:
         nodes ``restrict`` leaves out to ``restricted``."""
         n = cluster.size
         alive = cluster.active[:n].copy()
-        total = int(alive.sum())
+        total = int(np.count_nonzero(alive))
         if restrict is not None:
             outside = alive & ~restrict
-            if outside.any():
+            if np.count_nonzero(outside):
                 reasons: Counter[str] = Counter()
-                reasons[restricted] += int(outside.sum())
+                reasons[restricted] += int(np.count_nonzero(outside))
                 alive &= restrict
                 _count_reasons(reasons, alive, results)
                 return Diagnosis(total, reasons)
@@ -390,7 +395,7 @@ class Scheduler:
             if not status.ok:
                 return ScheduleResult(pod, diagnosis=Diagnosis(status=status), code=status.code)
         mask, results = self.filter(pod, cluster, cycle, restrict)
-        nodes = np.flatnonzero(mask)
+        nodes = mask.nonzero()[0]
         if nodes.size == 0:
             return ScheduleResult(
                 pod,

@@ -372,7 +372,10 @@ class QueueBook:
         _, which, positive, some = known
         if not some:
             return 0.0
-        return float(((vec if which is None else vec[which]) / positive).max(initial=0.0))
+        # The largest quotient (at least 0) over a handful of resources: Python's max of the
+        # listed floats, without the array method's reduction wrapper.
+        most: float = max(0.0, *((vec if which is None else vec[which]) / positive).tolist())
+        return most
 
     def queue_share(self, queue: str, delta: np.ndarray | None = None) -> float:
         """Weighted dominant share of ``queue`` (optionally with ``delta`` added)."""

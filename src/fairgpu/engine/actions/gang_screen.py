@@ -53,11 +53,11 @@ def members_bound(
     if mask is not None:
         nodes = nodes & mask
     asked, copies, most = _copies(session, pod, _victim_room(session, victims))
-    if not nodes.any():
+    if not np.count_nonzero(nodes):
         return 0, ""
     per_node = np.where(nodes, most, 0.0)
-    limiting = asked[int(np.argmin(copies[nodes].sum(axis=0)))]
-    return int(per_node.sum()), NAMES[limiting]
+    limiting = asked[int(copies[nodes].sum(axis=0).argmin())]
+    return int(np.add.reduce(per_node)), NAMES[limiting]
 
 
 def copies_per_node(session: Session, pod: PodInfo, victims: Iterable[str]) -> np.ndarray:
@@ -162,7 +162,7 @@ def _copies(
     if got is not None and got[0] is room:
         return got[1]
     ask = _ask(cols, amounts)
-    asked = np.flatnonzero(ask > 0)
+    asked = (ask > 0).nonzero()[0]
     copies = np.floor(np.maximum(room[:, asked], 0.0) / ask[asked])
     out = (asked, copies, copies.min(axis=1))
     table[key] = (room, out)

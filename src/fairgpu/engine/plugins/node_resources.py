@@ -100,13 +100,13 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin):
         free = cluster.allocatable[:n, cols] - cluster.requested[:n, cols]
         short = free < amounts
         if pod.gpu.count:
-            gpu = np.flatnonzero(cols == COL_GPU_MILLI)
-            if gpu.size and short[:, gpu[0]].any():
+            gpu = (cols == COL_GPU_MILLI).nonzero()[0]
+            if gpu.size and np.count_nonzero(short[:, gpu[0]]):
                 short[:, gpu[0]] &= _devices_look_free(pod, cluster, n)
         mask = ~short.any(axis=1)
         reasons = {}
         # Only the columns some node is short of (one reduction for all of them).
-        for j in np.flatnonzero(short.any(axis=0)).tolist():
+        for j in short.any(axis=0).nonzero()[0].tolist():
             col = cols[j]
             rname = _REASON_NAMES.get(int(col), cluster.resources[col])
             reasons["Too many pods" if rname == PODS else f"Insufficient {rname}"] = short[:, j]
