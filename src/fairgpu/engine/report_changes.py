@@ -20,8 +20,8 @@ compared in bulk, without building their reports first (:func:`unchanged_dropped
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from itertools import compress, repeat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import compress, islice, repeat
 from operator import attrgetter, ne
 
 from fairgpu.engine.decisions import Unschedulable
@@ -49,15 +49,27 @@ def changed_reports(
     keep: list[Unschedulable] = []
     at = 0
     for start, end in recorded:
-        _record_changed(items[at:start], alone, keep)
-        keep.extend(items[start:end])
+        _record_changed(islice(items, at, start), alone, keep)
+        keep.extend(islice(items, start, end))
         at = end
-    _record_changed(items[at:], alone, keep)
+    _record_changed(islice(items, at, None), alone, keep)
     return keep
 
 
+def unrecorded(
+    items: list[Unschedulable], recorded: Sequence[tuple[int, int]]
+) -> Iterator[Unschedulable]:
+    """The ``items`` outside the ``recorded`` spans (settled followers, see
+    :func:`changed_reports`), in order."""
+    at = 0
+    for start, end in recorded:
+        yield from islice(items, at, start)
+        at = end
+    yield from islice(items, at, None)
+
+
 def _record_changed(
-    items: list[Unschedulable], alone: Mapping[str, Job], keep: list[Unschedulable]
+    items: Iterable[Unschedulable], alone: Mapping[str, Job], keep: list[Unschedulable]
 ) -> None:
     """Append to ``keep`` the ``items`` that differ from their pods' last reports, and
     record those on the pods' jobs."""

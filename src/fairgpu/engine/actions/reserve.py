@@ -94,6 +94,7 @@ from fairgpu.engine.gang import (
     whole_gpus,
 )
 from fairgpu.engine.jobs import Job
+from fairgpu.engine.report_changes import unrecorded
 from fairgpu.engine.session import Session
 from fairgpu.engine.victim_cost import room_times
 from fairgpu.model.node_pools import workload_type
@@ -482,7 +483,9 @@ def _explain(session: Session) -> None:
     notes: dict[str, str] = {}
     reservations = session.state.reservations
     owner = _held_pods(session)
-    for item in session.out.unschedulable:
+    # Settled followers' reports are left out: such a pod holds no reservation (one that
+    # does goes alone), and they are most of a large backlog's reports.
+    for item in unrecorded(session.out.unschedulable, session.recorded):
         if owner is not None:
             key = owner.get(item.pod.uid)
             if key is None:
