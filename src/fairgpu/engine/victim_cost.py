@@ -76,10 +76,10 @@ def lost_work(uids: Iterable[str], cluster: ClusterState, now: float) -> float:
     return total
 
 
-def remaining(
+def declared_end(
     pod: PodInfo, placement: Placement, now: float, grace: float = math.inf
 ) -> float | None:
-    """Seconds the pod still runs by its declared run time (0 if overdue), or None: it
+    """When the pod ends by its declared run time (past if it is overdue), or None: it
     declares none, or it is overdue by more than ``grace`` seconds -- a pod that ran well
     past its declaration says nothing any more about when it ends (taken at its word, a
     declaration of one minute would promise room "now" for ever, and waiting for that room
@@ -88,9 +88,16 @@ def remaining(
     if runtime is None:
         return None
     end = placement.started + runtime
-    if now > end + grace:
-        return None
-    return max(0.0, end - now)
+    return None if now > end + grace else end
+
+
+def remaining(
+    pod: PodInfo, placement: Placement, now: float, grace: float = math.inf
+) -> float | None:
+    """Seconds the pod still runs by its declared run time (0 if overdue), or None: it
+    declares none, or it is overdue by more than ``grace`` seconds (:func:`declared_end`)."""
+    end = declared_end(pod, placement, now, grace)
+    return None if end is None else max(0.0, end - now)
 
 
 class RunningGangs:
