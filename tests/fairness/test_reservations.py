@@ -97,7 +97,7 @@ def test_a_held_job_on_nodes_without_run_times_is_told_the_end_is_unknown() -> N
     state = cluster(node_info("n3", gpus=8), placed=[(_running("open", None), "n3", 0.0)])
     assert _starved(state).endswith(
         "; GPUs are held for it on n3, "
-        "when they free up is unknown (pods there declare no run time)"
+        "when they free up is unknown (pods there declare no run time or outran it)"
     )
 
 

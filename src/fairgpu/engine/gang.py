@@ -84,9 +84,12 @@ class Reservation:
     member: PodInfo | None = None
     slots: np.ndarray | None = None
     # When each node has that room, by what it was computed from (node and its version,
-    # members, learned run times, cluster): a cycle asks it three times, and most nodes
-    # do not change from one cycle to the next.
-    room: dict[tuple[int, ...], float] = field(default_factory=dict, repr=False, compare=False)
+    # members, learned run times, the grace after which an overdue pod's declaration stops
+    # counting, cluster), and until when that holds (the next pod there to pass that mark):
+    # a cycle asks it three times, and most nodes do not change from one cycle to the next.
+    room: dict[tuple[float, ...], tuple[float, float]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     # The pods on ``nodes`` when the hold began: there before it, whatever their start time
     # (a pod placed earlier in the cycle that made the reservation has its time stamp).
     present: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
