@@ -27,6 +27,7 @@ import numpy as np
 
 from fairgpu.api.objects import Node, Pod, decode
 from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.engine import Engine
 from fairgpu.model.gpu import WHOLE, GpuRequest
 from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.pod import (
@@ -42,6 +43,7 @@ from fairgpu.model.pod import (
 )
 from fairgpu.model.selectors import Taint
 from fairgpu.tenancy.resolve import LABEL_POD_GROUP
+from fairgpu.tenancy.runtimes import MIN_RUNS
 
 GI = 1 << 30
 USAGE_KEY = "example.com/node.usage"  # the node-pool label and taint key
@@ -296,3 +298,16 @@ def cluster(
             devices = tuple(int(d) for d in np.flatnonzero(whole)[: p.gpu.count])
         state.assign(p, idx, devices, started=started)
     return state
+
+
+def learn_run_time(eng: Engine, state: ClusterState, namespace: str, seconds: float) -> None:
+    """Let ``eng`` see ``MIN_RUNS`` one-GPU pods of ``namespace`` that declare no run time
+    run ``seconds`` each on node slot 0 (from t=0; a cycle then, at ``seconds`` and just
+    after they are gone): it then expects that run time of the queue's pods."""
+    for i in range(MIN_RUNS):
+        state.assign(pod_info(f"done{i}", namespace, gpus=1), 0, (i,), started=0.0)
+    eng.cycle(state, [], 0.0)
+    eng.cycle(state, [], seconds)
+    for i in range(MIN_RUNS):
+        state.release(f"{namespace}/done{i}")
+    eng.cycle(state, [], seconds + 1)

@@ -66,7 +66,7 @@ beside it).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -451,3 +451,20 @@ MIXES: dict[str, Callable[..., Mix]] = {
     "flexible-and-confined": flexible_and_confined,
     "priority-abuse-in-tenant": priority_abuse_in_tenant,
 }
+
+
+def select(
+    names: Iterable[str], seed: int, demo_seeds: Iterable[int], flood_scale: float
+) -> list[Mix]:
+    """The mixes named (``MIXES``' keys), built as the benchmark scripts' options say: the
+    demo once per seed of ``demo_seeds``, the flood mix at ``flood_scale``, the rest on
+    ``seed``."""
+    out: list[Mix] = []
+    for name in names:
+        if name == "demo":
+            out.extend(demo(s) for s in demo_seeds)
+        elif name == "flood-gangs-inference":
+            out.append(flood_gangs_inference(seed, flood_scale))
+        else:
+            out.append(MIXES[name](seed))
+    return out

@@ -313,17 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flood-scale", type=float, default=0.25)
     parser.add_argument("--ordering", default="fair")
     args = parser.parse_args(argv)
-    for name in args.mix or ["demo"]:
-        if name == "demo":
-            chosen = [mixes.demo(s) for s in args.demo_seeds]
-        elif name == "flood-gangs-inference":
-            chosen = [mixes.flood_gangs_inference(args.seed, args.flood_scale)]
-        else:
-            chosen = [mixes.MIXES[name](args.seed)]
-        for mix in chosen:
-            row = {"scenario": mix.name, "ordering": args.ordering}
-            row.update(measure(mix, args.ordering, args.seed))
-            print(json.dumps(row), flush=True)
+    for mix in mixes.select(args.mix or ["demo"], args.seed, args.demo_seeds, args.flood_scale):
+        row = {"scenario": mix.name, "ordering": args.ordering}
+        row.update(measure(mix, args.ordering, args.seed))
+        print(json.dumps(row), flush=True)
     return 0
 
 

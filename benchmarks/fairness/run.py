@@ -432,15 +432,8 @@ SCENARIOS: dict[str, Callable[[int], Scenario | None]] = {
 
 def _realistic(args: argparse.Namespace) -> list[Any]:
     """The realistic mixes (:mod:`mixes`): each with fair and kube-default ordering."""
-    mixes_to_run = []
-    for name in args.mix or list(mixes.MIXES):
-        if name == "demo":
-            mixes_to_run.extend(mixes.demo(s) for s in args.demo_seeds)
-        elif name == "flood-gangs-inference":
-            mixes_to_run.append(mixes.flood_gangs_inference(args.seed, args.flood_scale))
-        else:
-            mixes_to_run.append(mixes.MIXES[name](args.seed))
-    return mixes_to_run
+    names = args.mix or list(mixes.MIXES)
+    return mixes.select(names, args.seed, args.demo_seeds, args.flood_scale)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,8 +9,7 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy import parse_config
-from fairgpu.tenancy.runtimes import MIN_RUNS
-from tests.builders import cluster, node_info, pod_info
+from tests.builders import cluster, learn_run_time, node_info, pod_info
 
 GRACE = 100.0
 
@@ -61,13 +60,7 @@ def test_a_long_overdue_pod_is_expected_to_run_its_queues_observed_run_time() ->
     end at 2 000, as a pod of busy that declares nothing would be."""
     state = cluster(node_info("n1", gpus=8))
     eng = engine()
-    for i in range(MIN_RUNS):
-        state.assign(pod_info(f"done{i}", "busy", gpus=1), 0, (i,), started=0.0)
-    eng.cycle(state, [], 0.0)
-    eng.cycle(state, [], 1000.0)
-    for i in range(MIN_RUNS):
-        state.release(f"busy/done{i}")
-    eng.cycle(state, [], 1001.0)
+    learn_run_time(eng, state, "busy", 1000.0)
     state.assign(pod_info("stuck", "busy", gpus=4, duration=60), 0, (0, 1, 2, 3), started=1000.0)
     big = pod_info("big", "wait", gpus=8)
     assert eng.cycle(state, [big], 1010.0).reserved == {"wait/big": ["n1"]}

@@ -8,7 +8,7 @@ from typing import Any
 from fairgpu.engine.engine import Engine
 from fairgpu.tenancy import parse_config
 from fairgpu.tenancy.runtimes import MIN_RUNS, ObservedRuntimes
-from tests.builders import cluster, node_info, pod_info
+from tests.builders import cluster, learn_run_time, node_info, pod_info
 
 
 def _engine(**starvation: Any) -> Engine:
@@ -84,13 +84,7 @@ def test_a_held_job_is_told_the_observed_drain() -> None:
     # 100) is expected to end at 400: the held job is told so.
     state = cluster(node_info("n1", gpus=8))
     eng = _engine()
-    for i in range(MIN_RUNS):
-        state.assign(pod_info(f"done{i}", "busy", gpus=1), 0, (i,), started=0.0)
-    eng.cycle(state, [], 0.0)
-    eng.cycle(state, [], 300.0)
-    for i in range(MIN_RUNS):
-        state.release(f"busy/done{i}")
-    eng.cycle(state, [], 301.0)
+    learn_run_time(eng, state, "busy", 300.0)
     state.assign(pod_info("open", "busy", gpus=4), 0, (0, 1, 2, 3), started=100.0)
     big = pod_info("big", "wait", gpus=8)
     res = eng.cycle(state, [big], 310.0)
