@@ -1,0 +1,131 @@
+"""Replays of random mixes of every kind of work the engine handles at once -- pods alone
+of every size, fractional pods, gangs (rigid, elastic, confined to a rack), node pools with
+taints, priorities, several users, run times declared, undeclared and outrun, quotas or none
+-- never stop the engine and never book a node or a device beyond what it has.
+
+Each feature is tested on its own elsewhere; the cycle meets them together only here (a pod
+that declares no run time on a node held for a starving gang once stopped the cycle on an
+assertion, found this way)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fairgpu.engine.engine import Engine
+from fairgpu.model.gang_topology import ANN_TOPOLOGY_REQUIRED
+from fairgpu.model.pod import PodInfo
+from fairgpu.model.selectors import Taint, Toleration
+from fairgpu.sim.simulator import Simulation
+from fairgpu.sim.workload import PodArrival, Workload
+from fairgpu.tenancy import parse_config
+from tests.builders import node_info, pod_info
+
+RACK = "example.com/rack"
+POOL = "example.com/pool"
+QUOTAS = {
+    "queues": [
+        {"name": "a", "namespaces": ["a"], "quota": {"gpu": 8}},
+        {"name": "b", "namespaces": ["b"], "weight": 2},
+        {"name": "c", "namespaces": ["c"], "quota": {"gpu": 4}},
+    ],
+    "starvation": {"reserveAfterSeconds": 60, "drainGraceSeconds": 30},
+    "preemption": {"minRuntimeSeconds": 30},
+}
+
+
+def _nodes(rng: random.Random) -> list:
+    nodes = []
+    for i in range(rng.randint(3, 6)):
+        node = node_info(f"n{i}", gpus=rng.choice([4, 8]), labels={RACK: f"r{i % 2}"})
+        if rng.random() < 0.3:  # a tainted pool only its own pods tolerate
+            node.labels = {**node.labels, POOL: "train"}
+            node.taints = (Taint(POOL, "train", "NoSchedule"),)
+        nodes.append(node)
+    return nodes
+
+
+def _timing(rng: random.Random) -> tuple[float | None, float]:
+    """(declared run time or None, the run it really takes: as declared, or three times)."""
+    run = float(rng.choice([40, 150, 600, 1500]))
+    declared = rng.choice([None, run, run / 3])  # the last one outruns its declaration
+    return declared, run
+
+
+def _pod(rng: random.Random, name: str, queue: str, at: float, **kw: object) -> PodInfo:
+    pod = pod_info(
+        name,
+        queue,
+        created=at,
+        priority=rng.choice([0, 0, 100]),
+        user=f"u{rng.randint(0, 1)}",
+        **kw,  # type: ignore[arg-type]
+    )
+    if rng.random() < 0.3:
+        pod.tolerations = (Toleration(POOL, "Equal", "train", "NoSchedule"),)
+    return pod
+
+
+def _mix(seed: int) -> Workload:
+    rng = random.Random(seed)
+    arrivals: list[PodArrival] = []
+    groups: dict[str, int] = {}
+    for i in range(rng.randint(10, 40)):
+        at = rng.uniform(0, 1200)
+        declared, run = _timing(rng)
+        size = rng.choice(
+            [(0, 1000), (1, 250), (1, 500), (1, 1000), (2, 1000), (4, 1000), (8, 1000)]
+        )
+        pod = _pod(
+            rng, f"p{i}", rng.choice("abc"), at, gpus=size[0], milli=size[1], duration=declared
+        )
+        arrivals.append(PodArrival(pod, at, run))
+    for g in range(rng.randint(0, 4)):
+        at, members = rng.uniform(0, 1200), rng.randint(2, 4)
+        min_member = rng.choice([members, members - 1])
+        queue, gpus = rng.choice("abc"), rng.choice([2, 4, 8])
+        groups[f"{queue}/g{g}"] = min_member
+        declared, run = _timing(rng)
+        confined = rng.random() < 0.4
+        for m in range(members):
+            notes = {ANN_TOPOLOGY_REQUIRED: RACK} if confined else None
+            pod = _pod(
+                rng,
+                f"g{g}-{m}",
+                queue,
+                at,
+                gpus=gpus,
+                group=f"g{g}",
+                duration=declared,
+                annotations=notes,
+            )
+            arrivals.append(PodArrival(pod, at, run))
+    return Workload("random-mix", _nodes(rng), arrivals, pod_groups=groups)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 1_000_000),
+    st.sampled_from(["fair", "kube-default"]),
+    st.booleans(),
+)
+def test_a_random_mix_never_stops_the_engine_nor_overbooks(
+    seed: int, ordering: str, quotas: bool
+) -> None:
+    wl = _mix(seed)
+    tenancy = parse_config(QUOTAS) if quotas else None
+    engine = Engine(seed=seed, tenancy=tenancy, ordering=ordering)  # type: ignore[arg-type]
+    engine.register_pod_groups(wl.pod_groups)
+    sim = Simulation(wl, engine, seed=seed, until=5000.0, track_fragmentation=False)
+    result = sim.run()
+    assert max(result.timeline.gpu_allocated_milli, default=0) <= result.gpu_capacity_milli
+    cluster = sim.cluster
+    n = cluster.size
+    assert (cluster.device_milli_free[:n] >= 0).all()
+    assert (cluster.device_memory_free[:n] >= 0).all()
+    assert (cluster.requested[:n] <= cluster.allocatable[:n]).all()
+    assert all(cluster.verify_node(i) == [] for i in range(n))  # the books match the pods
+    assert np.isfinite(result.end_time)
