@@ -1,7 +1,9 @@
 """Replays of random mixes of every kind of work the engine handles at once -- pods alone
 of every size, fractional pods, gangs (rigid, elastic, confined to a rack), node pools with
-taints, priorities, several users, run times declared, undeclared and outrun, quotas or none
--- never stop the engine and never book a node or a device beyond what it has.
+taints, priorities, several users, run times declared, undeclared and outrun, quotas or none;
+then pods decoded from manifests with Kubernetes' placement constraints (pod affinity and
+anti-affinity, topology spread, node selectors, scheduling gates) beside gangs preferring a
+rack -- never stop the engine and never book a node or a device beyond what it has.
 
 Each feature is tested on its own elsewhere; the cycle meets them together only here (a pod
 that declares no run time on a node held for a starving gang once stopped the cycle on an
@@ -10,19 +12,20 @@ assertion, found this way)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fairgpu.engine.engine import Engine
-from fairgpu.model.gang_topology import ANN_TOPOLOGY_REQUIRED
+from fairgpu.model.gang_topology import ANN_TOPOLOGY_PREFERRED, ANN_TOPOLOGY_REQUIRED
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.selectors import Taint, Toleration
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.tenancy import parse_config
-from tests.builders import node_info, pod_info
+from tests.builders import k8s_node, k8s_pod, node_info, pod_info
 
 RACK = "example.com/rack"
 POOL = "example.com/pool"
@@ -106,16 +109,88 @@ def _mix(seed: int) -> Workload:
     return Workload("random-mix", _nodes(rng), arrivals, pod_groups=groups)
 
 
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def _constrained_pod(rng: random.Random, i: int, at: float) -> PodInfo:
+    """A pod of app ``web`` or ``db`` with some of the placement constraints kube-scheduler
+    knows, decoded from its manifest."""
+    app = rng.choice(["web", "db"])
+    selects = {"labelSelector": {"matchLabels": {"app": app}}}
+    spec: dict[str, object] = {"priority": rng.choice([0, 100])}
+    affinity: dict[str, object] = {}
+    if rng.random() < 0.3:  # one per node
+        affinity["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{**selects, "topologyKey": HOSTNAME}]
+        }
+    if rng.random() < 0.3:  # near its own kind
+        affinity["podAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 50, "podAffinityTerm": {**selects, "topologyKey": RACK}}
+            ]
+        }
+    if affinity:
+        spec["affinity"] = affinity
+    if rng.random() < 0.3:
+        spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": RACK,
+                "whenUnsatisfiable": rng.choice(["DoNotSchedule", "ScheduleAnyway"]),
+                **selects,
+            }
+        ]
+    if rng.random() < 0.15:
+        spec["nodeSelector"] = {RACK: rng.choice(["r0", "r1"])}
+    if rng.random() < 0.1:
+        spec["schedulingGates"] = [{"name": "example.com/wait"}]
+    declared, _ = _timing(rng)
+    return k8s_pod(
+        f"c{i}",
+        rng.choice("abc"),
+        cpu="1",
+        memory="1Gi",
+        gpus=rng.choice([0, 1, 1, 2, 4]),
+        labels={"app": app},
+        created=at,
+        duration=declared,
+        **spec,
+    )
+
+
+def _constrained_mix(seed: int) -> Workload:
+    rng = random.Random(seed)
+    nodes = [
+        k8s_node(f"n{i}", {RACK: f"r{i % 2}"}, cpu="64", memory="256Gi", gpus=rng.choice([4, 8]))
+        for i in range(rng.randint(3, 6))
+    ]
+    arrivals = []
+    for i in range(rng.randint(10, 40)):
+        at = rng.uniform(0, 1200)
+        _, run = _timing(rng)
+        arrivals.append(PodArrival(_constrained_pod(rng, i, at), at, run))
+    groups: dict[str, int] = {}
+    for g in range(rng.randint(0, 3)):
+        at, members = rng.uniform(0, 1200), rng.randint(2, 3)
+        groups[f"b/g{g}"] = members
+        for m in range(members):
+            notes = {ANN_TOPOLOGY_PREFERRED: RACK}
+            pod = pod_info(f"g{g}-{m}", "b", created=at, gpus=4, group=f"g{g}", annotations=notes)
+            arrivals.append(PodArrival(pod, at, float(rng.choice([300, 900]))))
+    return Workload("constrained-mix", nodes, arrivals, pod_groups=groups)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.integers(0, 1_000_000),
     st.sampled_from(["fair", "kube-default"]),
     st.booleans(),
+    st.sampled_from([_mix, _constrained_mix]),
 )
 def test_a_random_mix_never_stops_the_engine_nor_overbooks(
-    seed: int, ordering: str, quotas: bool
+    seed: int, ordering: str, quotas: bool, make: Callable[[int], Workload]
 ) -> None:
-    wl = _mix(seed)
+    wl = make(seed)
     tenancy = parse_config(QUOTAS) if quotas else None
     engine = Engine(seed=seed, tenancy=tenancy, ordering=ordering)  # type: ignore[arg-type]
     engine.register_pod_groups(wl.pod_groups)
