@@ -259,6 +259,13 @@ class DraChaos(Churn):
                 self.note(f"restoring {[m['metadata']['name'] for m in lost]} of {name}")
                 create_many(self.api, self.ns, lost)
 
+    def settled(self) -> bool:
+        """Has every pod finished? The jobs' controllers go on recreating what the last
+        scheduler still evicts (a pod group's member preempted while its sibling, restored
+        after being stuck, still waits: without it the sibling waits for ever)."""
+        self.restore()
+        return not self.unfinished()
+
     def _live_job(self, unstuck: bool = False) -> str | None:
         live = {p["metadata"]["name"] for p in self.pods()}
         names = [
@@ -408,7 +415,7 @@ def test_dra_chaos_never_allocates_a_device_twice_and_releases_every_claim(
                 chaos.note("churn over; scheduler started")
                 with scheduler(cp, tenancy=tenancy) as s:
                     try:
-                        wait_for(lambda: not chaos.unfinished(), 120)
+                        wait_for(lambda: chaos.settled(), 120)
                         wait_for(lambda: not chaos.held_claims(), 60)
                     finally:
                         left, held = chaos.unfinished(), chaos.held_claims()
