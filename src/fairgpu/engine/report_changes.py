@@ -15,7 +15,10 @@ left out only when it repeats the previous one for that pod.
 The record is made at the end of the cycle, from the reports as they leave the engine (a
 starvation reservation's note is appended to its job's reasons after allocation). The
 settled followers of a failed pod (:func:`~fairgpu.engine.actions.allocate.allocate`) are
-compared in bulk, without building their reports first (:func:`unchanged_dropped`).
+compared in bulk, without building their reports first (:func:`unchanged_dropped`), and
+recorded there and then: such a pod holds no reservation, so its reason gets no note
+later. The spans of their reports (:attr:`~fairgpu.engine.session.Session.recorded`) pass
+the end of the cycle as they are (:func:`changed_reports`).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from fairgpu.engine.actions.backfill import allowed, backfill_key
 from fairgpu.engine.actions.order import QueueOrder
 from fairgpu.engine.decisions import Unschedulable
 from fairgpu.engine.jobs import Job
+from fairgpu.engine.report_changes import unchanged_dropped
 from fairgpu.engine.session import Session
 
 Outcome = tuple[str, bool]
@@ -95,7 +96,7 @@ def _report(session: Session, taken: list[Job], outcomes: Iterable[Outcome]) -> 
         return
     if isinstance(outcomes, repeat):  # one outcome for all: nothing to keep per job
         known = next(outcomes)
-        taken = list(compress(taken, map(ne, map(_REPORTED, taken), repeat(known))))
+        taken = unchanged_dropped(taken, known)
         reason, ok = known
         made = [Unschedulable(f.pods[0], reason, ok) for f in taken]
         consume(map(setattr, taken, repeat("reported"), repeat(known)))
