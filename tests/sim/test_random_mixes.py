@@ -3,7 +3,10 @@ of every size, fractional pods, gangs (rigid, elastic, confined to a rack), node
 taints, priorities, several users, run times declared, undeclared and outrun, quotas or none;
 then pods decoded from manifests with Kubernetes' placement constraints (pod affinity and
 anti-affinity, topology spread, node selectors, scheduling gates) beside gangs preferring a
-rack -- never stop the engine and never book a node or a device beyond what it has.
+rack; then the controllers' work from YAML (Jobs with backoff limits and disruption rules,
+JobSets with and without failure policies, LeaderWorkerSets of each restart policy, under
+two priority classes) -- never stop the engine and never book a node or a device beyond
+what it has.
 
 Each feature is tested on its own elsewhere; the cycle meets them together only here (a pod
 that declares no run time on a node held for a starving gang once stopped the cycle on an
@@ -12,7 +15,9 @@ assertion, found this way)."""
 from __future__ import annotations
 
 import random
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +29,7 @@ from fairgpu.model.pod import PodInfo
 from fairgpu.model.selectors import Taint, Toleration
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import PodArrival, Workload
+from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
 from fairgpu.tenancy import parse_config
 from tests.builders import k8s_node, k8s_pod, node_info, pod_info
 
@@ -180,12 +186,95 @@ def _constrained_mix(seed: int) -> Workload:
     return Workload("constrained-mix", nodes, arrivals, pod_groups=groups)
 
 
+PRIORITY_CLASSES = "".join(
+    f"---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
+    f"metadata: {{name: {name}}}\nvalue: {value}\n"
+    for name, value in (("low", 0), ("high", 1000))
+)
+IGNORE_DISRUPTIONS = (
+    "podFailurePolicy: {rules: [{action: Ignore, onPodConditions: [{type: DisruptionTarget}]}]}, "
+)
+
+
+def _pod_template(rng: random.Random, gpus: int) -> str:
+    prio = rng.choice(["low", "high"])
+    container = f'{{name: m, image: i, resources: {{limits: {{nvidia.com/gpu: "{gpus}"}}}}}}'
+    return (
+        f"{{spec: {{schedulerName: fairgpu, restartPolicy: Never, "
+        f"priorityClassName: {prio}, containers: [{container}]}}}}"
+    )
+
+
+def _head(rng: random.Random, api: str, kind: str, name: str) -> str:
+    """An object's first lines: its kind, namespace (queue), arrival and declared run time
+    (now and then a run three times as long)."""
+    run = rng.choice([60, 300, 900])
+    notes = {
+        "fairgpu.io/arrival-seconds": f"{rng.uniform(0, 900):.0f}",
+        "fairgpu.io/duration-seconds": str(run),
+    }
+    if rng.random() < 0.2:
+        notes["fairgpu.io/actual-run-seconds"] = str(3 * run)
+    items = ", ".join(f'{k}: "{v}"' for k, v in notes.items())
+    ns = rng.choice(["team-a", "team-b"])
+    meta = f"{{name: {name}, namespace: {ns}, annotations: {{{items}}}}}"
+    return f"---\napiVersion: {api}\nkind: {kind}\nmetadata: {meta}\n"
+
+
+def _job(rng: random.Random, name: str) -> str:
+    spec = f"completions: {rng.randint(1, 4)}, parallelism: {rng.randint(1, 3)}, "
+    spec += f"backoffLimit: {rng.choice([0, 1, 6])}, "
+    if rng.random() < 0.4:  # evictions do not count against the limit
+        spec += IGNORE_DISRUPTIONS
+    template = _pod_template(rng, rng.choice([1, 2, 4]))
+    return _head(rng, "batch/v1", "Job", name) + f"spec: {{{spec}template: {template}}}\n"
+
+
+def _jobset(rng: random.Random, name: str) -> str:
+    policy = rng.choice(
+        ["", "failurePolicy: {maxRestarts: 1}, ", "failurePolicy: {maxRestarts: 0}, "]
+    )
+    jobs = ", ".join(
+        f"{{name: r{k}, replicas: {rng.randint(1, 2)}, template: {{spec: {{backoffLimit: "
+        f"{rng.choice([0, 2])}, template: {_pod_template(rng, rng.choice([1, 2, 4]))}}}}}}}"
+        for k in range(rng.randint(1, 2))
+    )
+    head = _head(rng, "jobset.x-k8s.io/v1alpha2", "JobSet", name)
+    return head + f"spec: {{{policy}replicatedJobs: [{jobs}]}}\n"
+
+
+def _lws(rng: random.Random, name: str) -> str:
+    restart = rng.choice(["RecreateGroupOnPodRestart", "None", "RecreateGroupAfterStart"])
+    size, replicas = rng.randint(2, 3), rng.randint(1, 2)
+    template = _pod_template(rng, rng.choice([1, 2]))
+    group = f"{{size: {size}, restartPolicy: {restart}, workerTemplate: {template}}}"
+    head = _head(rng, "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", name)
+    return head + f"spec: {{replicas: {replicas}, leaderWorkerTemplate: {group}}}\n"
+
+
+def _controlled_mix(seed: int) -> Workload:
+    rng = random.Random(seed)
+    docs = [PRIORITY_CLASSES]
+    allocatable = '{cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "8"}'
+    for i in range(rng.randint(2, 4)):
+        docs.append(
+            f"---\napiVersion: v1\nkind: Node\nmetadata: {{name: n{i}}}\n"
+            f"status: {{allocatable: {allocatable}}}\n"
+        )
+    makers = [_job, _job, _jobset, _lws]
+    docs.extend(rng.choice(makers)(rng, f"w{k}") for k in range(rng.randint(3, 10)))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mix.yaml"
+        path.write_text("".join(docs))
+        return load_kube_yaml([path])
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.integers(0, 1_000_000),
     st.sampled_from(["fair", "kube-default"]),
     st.booleans(),
-    st.sampled_from([_mix, _constrained_mix]),
+    st.sampled_from([_mix, _constrained_mix, _controlled_mix]),
 )
 def test_a_random_mix_never_stops_the_engine_nor_overbooks(
     seed: int, ordering: str, quotas: bool, make: Callable[[int], Workload]
