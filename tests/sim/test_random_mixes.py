@@ -1,11 +1,12 @@
 """Replays of random mixes of every kind of work the engine handles at once -- pods alone
 of every size, fractional pods, gangs (rigid, elastic, confined to a rack), node pools with
 taints, priorities, several users, run times declared, undeclared and outrun, quotas or none;
-then pods decoded from manifests with Kubernetes' placement constraints (pod affinity and
+pods decoded from manifests with Kubernetes' placement constraints (pod affinity and
 anti-affinity, topology spread, node selectors, scheduling gates) beside gangs preferring a
-rack; then the controllers' work from YAML (Jobs with backoff limits and disruption rules,
-JobSets with and without failure policies, LeaderWorkerSets of each restart policy, under
-two priority classes) -- never stop the engine and never book a node or a device beyond
+rack; the controllers' work from YAML (Jobs with backoff limits and disruption rules, JobSets
+with and without failure policies, LeaderWorkerSets of each restart policy, two priority
+classes); pods asking GPUs through DRA claim templates (whole GPUs, two at once, MIG slices)
+beside device-plugin GPUs -- never stop the engine and never book a node or a device beyond
 what it has.
 
 Each feature is tested on its own elsewhere; the cycle meets them together only here (a pod
@@ -18,8 +19,10 @@ import random
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,11 +33,13 @@ from fairgpu.model.selectors import Taint, Toleration
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
+from fairgpu.sim.workloads.nvidia_dra import claim_spec, nvidia_device_classes, nvidia_slice
 from fairgpu.tenancy import parse_config
 from tests.builders import k8s_node, k8s_pod, node_info, pod_info
 
 RACK = "example.com/rack"
 POOL = "example.com/pool"
+QUEUES = ("team-a", "team-b")  # the namespaces of the mixes read from YAML
 QUOTAS = {
     "queues": [
         {"name": "a", "namespaces": ["a"], "quota": {"gpu": 8}},
@@ -216,7 +221,7 @@ def _head(rng: random.Random, api: str, kind: str, name: str) -> str:
     if rng.random() < 0.2:
         notes["fairgpu.io/actual-run-seconds"] = str(3 * run)
     items = ", ".join(f'{k}: "{v}"' for k, v in notes.items())
-    ns = rng.choice(["team-a", "team-b"])
+    ns = rng.choice(QUEUES)
     meta = f"{{name: {name}, namespace: {ns}, annotations: {{{items}}}}}"
     return f"---\napiVersion: {api}\nkind: {kind}\nmetadata: {meta}\n"
 
@@ -269,12 +274,82 @@ def _controlled_mix(seed: int) -> Workload:
         return load_kube_yaml([path])
 
 
+DRA_TEMPLATES = {"one": (1, ""), "two": (2, ""), "small": (0, "1g.10gb"), "half": (0, "3g.40gb")}
+
+
+def _dra_mix(seed: int) -> Workload:
+    rng = random.Random(seed)
+    docs: list[dict[str, Any]] = [*nvidia_device_classes()]
+    for i in range(rng.randint(2, 3)):
+        name = f"n{i}"
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {HOSTNAME: name}},
+                "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "50"}},
+            }
+        )
+        docs.append(nvidia_slice(name, gpus=rng.choice([2, 4])))
+    docs.append(  # GPUs of the device plugin beside them
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "plain", "labels": {HOSTNAME: "plain"}},
+            "status": {
+                "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "50", "nvidia.com/gpu": "4"}
+            },
+        }
+    )
+    for ns in QUEUES:
+        for name, (gpus, mig) in DRA_TEMPLATES.items():
+            docs.append(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": {"spec": claim_spec(gpus, mig)},
+                }
+            )
+    for k in range(rng.randint(5, 25)):
+        declared, run = _timing(rng)
+        notes = {"fairgpu.io/arrival-seconds": f"{rng.uniform(0, 900):.0f}"}
+        if declared is not None:
+            notes["fairgpu.io/duration-seconds"] = f"{declared:g}"
+        notes["fairgpu.io/actual-run-seconds"] = f"{run:g}"
+        spec: dict[str, Any] = {
+            "priority": rng.choice([0, 100]),
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+        }
+        ask = rng.choice([*DRA_TEMPLATES, "plain"])
+        if ask == "plain":
+            spec["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+        else:
+            spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": ask}]
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"d{k}",
+                    "namespace": rng.choice(QUEUES),
+                    "annotations": notes,
+                },
+                "spec": spec,
+            }
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mix.yaml"
+        path.write_text(yaml.safe_dump_all(docs))
+        return load_kube_yaml([path])
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.integers(0, 1_000_000),
     st.sampled_from(["fair", "kube-default"]),
     st.booleans(),
-    st.sampled_from([_mix, _constrained_mix, _controlled_mix]),
+    st.sampled_from([_mix, _constrained_mix, _controlled_mix, _dra_mix]),
 )
 def test_a_random_mix_never_stops_the_engine_nor_overbooks(
     seed: int, ordering: str, quotas: bool, make: Callable[[int], Workload]
