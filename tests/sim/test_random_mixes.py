@@ -26,7 +26,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairgpu.engine.engine import Engine
+from fairgpu.cluster.state import ClusterState
+from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.model.gang_topology import ANN_TOPOLOGY_PREFERRED, ANN_TOPOLOGY_REQUIRED
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.selectors import Taint, Toleration
@@ -344,6 +345,16 @@ def _dra_mix(seed: int) -> Workload:
         return load_kube_yaml([path])
 
 
+def _booked_within_capacity(cluster: ClusterState) -> None:
+    """No node holds more than it has -- requests, each device's compute and memory -- and
+    its books match the pods placed on it."""
+    n = cluster.size
+    assert (cluster.device_milli_free[:n] >= 0).all()
+    assert (cluster.device_memory_free[:n] >= 0).all()
+    assert (cluster.requested[:n] <= cluster.allocatable[:n]).all()
+    assert all(cluster.verify_node(i) == [] for i in range(n))
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.integers(0, 1_000_000),
@@ -359,12 +370,15 @@ def test_a_random_mix_never_stops_the_engine_nor_overbooks(
     engine = Engine(seed=seed, tenancy=tenancy, ordering=ordering)  # type: ignore[arg-type]
     engine.register_pod_groups(wl.pod_groups)
     sim = Simulation(wl, engine, seed=seed, until=5000.0, track_fragmentation=False)
+    cycle = engine.cycle
+
+    def checked(cluster: ClusterState, *args: Any, **kw: Any) -> CycleResult:
+        result = cycle(cluster, *args, **kw)
+        _booked_within_capacity(cluster)  # after every cycle's decisions, not only the last
+        return result
+
+    engine.cycle = checked  # type: ignore[method-assign]
     result = sim.run()
     assert max(result.timeline.gpu_allocated_milli, default=0) <= result.gpu_capacity_milli
-    cluster = sim.cluster
-    n = cluster.size
-    assert (cluster.device_milli_free[:n] >= 0).all()
-    assert (cluster.device_memory_free[:n] >= 0).all()
-    assert (cluster.requested[:n] <= cluster.allocatable[:n]).all()
-    assert all(cluster.verify_node(i) == [] for i in range(n))  # the books match the pods
+    _booked_within_capacity(sim.cluster)
     assert np.isfinite(result.end_time)
