@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.model.gang_topology import ANN_TOPOLOGY_PREFERRED, ANN_TOPOLOGY_REQUIRED
+from fairgpu.model.node import NodeInfo
 from fairgpu.model.pod import PodInfo
 from fairgpu.model.selectors import Taint, Toleration
 from fairgpu.sim.simulator import Simulation
@@ -38,6 +39,7 @@ from fairgpu.sim.workloads.nvidia_dra import claim_spec, nvidia_device_classes, 
 from fairgpu.tenancy import parse_config
 from tests.builders import k8s_node, k8s_pod, node_info, pod_info
 
+HOSTNAME = "kubernetes.io/hostname"
 RACK = "example.com/rack"
 POOL = "example.com/pool"
 QUEUES = ("team-a", "team-b")  # the namespaces of the mixes read from YAML
@@ -52,7 +54,7 @@ QUOTAS = {
 }
 
 
-def _nodes(rng: random.Random) -> list:
+def _nodes(rng: random.Random) -> list[NodeInfo]:
     nodes = []
     for i in range(rng.randint(3, 6)):
         node = node_info(f"n{i}", gpus=rng.choice([4, 8]), labels={RACK: f"r{i % 2}"})
@@ -85,6 +87,8 @@ def _pod(rng: random.Random, name: str, queue: str, at: float, **kw: object) -> 
 
 
 def _mix(seed: int) -> Workload:
+    """Pods alone of every size and gangs (rigid, elastic, some confined to a rack) in
+    queues a, b and c, on nodes of two racks, some in a tainted pool."""
     rng = random.Random(seed)
     arrivals: list[PodArrival] = []
     groups: dict[str, int] = {}
@@ -119,9 +123,6 @@ def _mix(seed: int) -> Workload:
             )
             arrivals.append(PodArrival(pod, at, run))
     return Workload("random-mix", _nodes(rng), arrivals, pod_groups=groups)
-
-
-HOSTNAME = "kubernetes.io/hostname"
 
 
 def _constrained_pod(rng: random.Random, i: int, at: float) -> PodInfo:
@@ -171,6 +172,8 @@ def _constrained_pod(rng: random.Random, i: int, at: float) -> PodInfo:
 
 
 def _constrained_mix(seed: int) -> Workload:
+    """Pods with placement constraints (:func:`_constrained_pod`) and gangs preferring a
+    rack, on nodes of two racks."""
     rng = random.Random(seed)
     nodes = [
         k8s_node(f"n{i}", {RACK: f"r{i % 2}"}, cpu="64", memory="256Gi", gpus=rng.choice([4, 8]))
@@ -259,6 +262,8 @@ def _lws(rng: random.Random, name: str) -> str:
 
 
 def _controlled_mix(seed: int) -> Workload:
+    """Jobs, JobSets and LeaderWorkerSets read from YAML, as ``fairgpu simulate`` reads
+    them, on 8-GPU nodes."""
     rng = random.Random(seed)
     docs = [PRIORITY_CLASSES]
     allocatable = '{cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "8"}'
@@ -279,6 +284,8 @@ DRA_TEMPLATES = {"one": (1, ""), "two": (2, ""), "small": (0, "1g.10gb"), "half"
 
 
 def _dra_mix(seed: int) -> Workload:
+    """Pods asking GPUs through claim templates on nodes of NVIDIA-shaped resource slices,
+    and pods asking nvidia.com/gpu on a node of the device plugin."""
     rng = random.Random(seed)
     docs: list[dict[str, Any]] = [*nvidia_device_classes()]
     for i in range(rng.randint(2, 3)):
