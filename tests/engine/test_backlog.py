@@ -424,8 +424,9 @@ def test_what_is_derived_from_a_kept_lane_lasts_until_the_lane_changes() -> None
 
 def test_the_simulators_pending_pods_note_net_changes_by_object() -> None:
     """A pod set and popped between two calls is no change; one popped and set again is
-    none either; a uid set to a new object is the old one removed and the new one added;
-    every way of changing the mapping is noted."""
+    both removed and added (it started and came back: the engine takes it afresh); a uid
+    set to a new object is the old one removed and the new one added; every way of changing
+    the mapping is noted."""
     from fairgpu.sim.simulator import PendingPods
 
     a, b, c, c2 = (pod_info(n, "q") for n in ("a", "b", "c", "c"))
@@ -436,15 +437,19 @@ def test_the_simulators_pending_pods_note_net_changes_by_object() -> None:
     first = pending.changes()
     assert first.source is pending and _ids(first.added) == _ids([a, b, c]) and not first.removed
     pending.pop("a")
-    pending["a"] = a  # popped and set again: no change
+    pending["a"] = a  # popped and set again: gone and back
     pending["x"] = pod_info("x", "q")
     pending.pop("x")  # set and popped: no change
     pending["c"] = c2  # a new object under the same uid
     del pending["b"]
     again = pending.changes()
-    assert _ids(again.added) == _ids([c2]) and _ids(again.removed) == _ids([c, b])
+    assert _ids(again.added) == _ids([a, c2]) and _ids(again.removed) == _ids([a, c, b])
+    pending.pop("a")
+    pending["a"] = a
+    pending.pop("a")  # gone, back and gone again: gone
+    assert _ids(pending.changes().removed) == _ids([a]) and "a" not in pending
     pending.clear()
-    assert _ids(pending.changes().removed) == _ids([c2, a]) and not pending
+    assert _ids(pending.changes().removed) == _ids([c2]) and not pending
 
 
 def _ids(pods: Any) -> list[int]:

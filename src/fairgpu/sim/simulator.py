@@ -72,7 +72,14 @@ class PodRecord:
 class PendingPods(dict[str, PodInfo]):
     """The simulator's pending pods by uid, which also note what changed since the last
     :meth:`changes` (pods set and popped, by object): the engine then updates its backlog
-    by those alone (:class:`~fairgpu.engine.backlog.PendingChanges`)."""
+    by those alone (:class:`~fairgpu.engine.backlog.PendingChanges`).
+
+    A pod set and popped between two calls is no change (the engine never saw it). A pod
+    popped and set again is both: it left the pending pods (it started) and came back (its
+    gang gave up, its Job replaced it) -- the engine forgets what it had (the last reason it
+    reported for it, which the simulator cleared when the pod started) and takes it afresh.
+    Netting that out left such a pod without a reason when the engine's next one repeated
+    the last."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -86,8 +93,7 @@ class PendingPods(dict[str, PodInfo]):
         if old is not None:
             self._gone(old)
         super().__setitem__(uid, pod)
-        if self._removed.pop(id(pod), None) is None:
-            self._added[id(pod)] = pod
+        self._added[id(pod)] = pod
 
     def __delitem__(self, uid: str) -> None:
         self._gone(self[uid])
@@ -123,7 +129,8 @@ class PendingPods(dict[str, PodInfo]):
             self[uid] = pod
 
     def _gone(self, pod: PodInfo) -> None:
-        if self._added.pop(id(pod), None) is None:
+        # Set since the last call: the engine has not seen it come back (or at all).
+        if self._added.pop(id(pod), None) is None or id(pod) in self._removed:
             self._removed[id(pod)] = pod
 
     def changes(self) -> PendingChanges:
