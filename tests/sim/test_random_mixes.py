@@ -362,21 +362,32 @@ def _booked_within_capacity(cluster: ClusterState) -> None:
     assert all(cluster.verify_node(i) == [] for i in range(n))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+#: The replays the properties draw: a seed, an ordering, quotas or none, a kind of mix.
+REPLAYS = (
     st.integers(0, 1_000_000),
     st.sampled_from(["fair", "kube-default"]),
     st.booleans(),
     st.sampled_from([_mix, _constrained_mix, _controlled_mix, _dra_mix]),
 )
-def test_a_random_mix_never_stops_the_engine_nor_overbooks(
-    seed: int, ordering: str, quotas: bool, make: Callable[[int], Workload]
-) -> None:
+
+
+def _replay(
+    make: Callable[[int], Workload], seed: int, ordering: str, quotas: bool
+) -> tuple[Engine, Simulation]:
+    """The engine and simulation of one drawn replay, not run yet."""
     wl = make(seed)
     tenancy = parse_config(QUOTAS) if quotas else None
     engine = Engine(seed=seed, tenancy=tenancy, ordering=ordering)  # type: ignore[arg-type]
     engine.register_pod_groups(wl.pod_groups)
-    sim = Simulation(wl, engine, seed=seed, until=5000.0, track_fragmentation=False)
+    return engine, Simulation(wl, engine, seed=seed, until=5000.0, track_fragmentation=False)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(*REPLAYS)
+def test_a_random_mix_never_stops_the_engine_nor_overbooks(
+    seed: int, ordering: str, quotas: bool, make: Callable[[int], Workload]
+) -> None:
+    engine, sim = _replay(make, seed, ordering, quotas)
     cycle = engine.cycle
 
     def checked(cluster: ClusterState, *args: Any, **kw: Any) -> CycleResult:
@@ -397,23 +408,14 @@ def _last_words(
     """Each pod's last start, node, preemptions and reason in a replay whose engine keeps
     its backlog and reports only changed reasons (``kept``) or groups afresh and reports
     everything."""
-    wl = make(seed)
-    tenancy = parse_config(QUOTAS) if quotas else None
-    engine = Engine(seed=seed, tenancy=tenancy, ordering=ordering)  # type: ignore[arg-type]
-    engine.register_pod_groups(wl.pod_groups)
-    sim = Simulation(wl, engine, seed=seed, until=5000.0, track_fragmentation=False)
+    engine, sim = _replay(make, seed, ordering, quotas)
     engine.keep_backlog = kept
     return {r.pod.uid: (r.start, r.node, r.preempted, r.reason) for r in sim.run().records}
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(2, "kube-default", True, _mix)  # a gang member that started and came back at once
-@given(
-    st.integers(0, 1_000_000),
-    st.sampled_from(["fair", "kube-default"]),
-    st.booleans(),
-    st.sampled_from([_mix, _constrained_mix, _controlled_mix, _dra_mix]),
-)
+@given(*REPLAYS)
 def test_a_kept_backlog_says_and_decides_what_a_fresh_grouping_does(
     seed: int, ordering: str, quotas: bool, make: Callable[[int], Workload]
 ) -> None:
