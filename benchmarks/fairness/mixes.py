@@ -89,7 +89,7 @@ from fairgpu.sim.results import (
     share_ratios,
     share_timeline,
 )
-from fairgpu.sim.simulator import Simulation, percentile
+from fairgpu.sim.simulator import Simulation, SimulationResult, percentile
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.synthetic import A100, L4, PoolSpec, SyntheticSpec, generate
 from fairgpu.tenancy import TenancyConfig, jain_index, parse_config
@@ -297,11 +297,30 @@ def priority_abuse_in_tenant(seed: int) -> Mix:
     )
 
 
-def measure(mix: Mix, ordering: str, seed: int) -> dict[str, Any]:
-    """Simulate ``mix`` with ``ordering`` and return its accounting figures."""
+@dataclass
+class Replay:
+    """One simulated run of a mix: its engine, simulation, result and wall seconds."""
+
+    engine: Engine
+    sim: Simulation
+    result: SimulationResult
+    wall: float
+
+    def weights(self, mix: Mix) -> dict[str, float]:
+        """The weights ``mix`` is judged by: its own, else its queues'."""
+        return mix.weights or {q.name: q.weight for q in self.engine.tenancy.queues}
+
+
+def replay(
+    mix: Mix, ordering: str, seed: int, watch: Callable[[Engine], None] | None = None
+) -> Replay:
+    """Simulate ``mix`` with ``ordering``; ``watch`` sees the engine before the run (to
+    follow its cycles)."""
     config: TenancyConfig | None = parse_config(mix.config) if mix.config else None
     engine = Engine(policy(DEFAULT_POLICY), seed, tenancy=config, ordering=ordering)  # type: ignore[arg-type]
     engine.register_pod_groups(mix.workload.pod_groups)
+    if watch is not None:
+        watch(engine)
     started = time.perf_counter()
     sim = Simulation(
         mix.workload,
@@ -312,18 +331,29 @@ def measure(mix: Mix, ordering: str, seed: int) -> dict[str, Any]:
         track_fragmentation=False,
     )
     result = sim.run()
-    wall = time.perf_counter() - started
+    return Replay(engine, sim, result, time.perf_counter() - started)
+
+
+def useful_ratios(shares: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Each backlogged tenant's useful share ÷ pool-aware fair share (:func:`share_ratios`)."""
+    return {
+        t: r["useful_over_fair"] for t, r in shares.items() if r["useful_over_fair"] is not None
+    }
+
+
+def measure(mix: Mix, ordering: str, seed: int) -> dict[str, Any]:
+    """Simulate ``mix`` with ``ordering`` and return its accounting figures."""
+    run = replay(mix, ordering, seed)
+    engine, sim, result, wall = run.engine, run.sim, run.result, run.wall
     acc = accounting_summary(result)
-    weights = mix.weights or {q.name: q.weight for q in engine.tenancy.queues}
+    weights = run.weights(mix)
     pods = [r.pod for r in result.records]
     capacity, eligible, node_pool = pool_layout(sim.cluster, engine.scheduler, pods)
     timeline = share_timeline(result, capacity, eligible, weights)
     shares = share_ratios(timeline, result.gpu_capacity_milli)
     division = division_ratios(result, timeline, eligible, weights, node_pool)
     locked = locked_deficit(result, timeline, eligible)
-    ratios = {
-        t: r["useful_over_fair"] for t, r in shares.items() if r["useful_over_fair"] is not None
-    }
+    ratios = useful_ratios(shares)
     gangs = gang_qualification(result, capacity, eligible, weights)
     qualified = [g["wait_s"] for g in gangs if g["qualified"]]
     return {

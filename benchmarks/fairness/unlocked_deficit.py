@@ -74,7 +74,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import mixes
 
 from fairgpu.engine.engine import CycleResult, Engine
-from fairgpu.engine.policies import DEFAULT_POLICY, policy
 from fairgpu.sim.results import (
     _run_spans,
     _steps,
@@ -83,8 +82,7 @@ from fairgpu.sim.results import (
     share_ratios,
     share_timeline,
 )
-from fairgpu.sim.simulator import PodRecord, Simulation, SimulationResult
-from fairgpu.tenancy import parse_config
+from fairgpu.sim.simulator import PodRecord, SimulationResult
 
 CLAUSES = {
     "held for other jobs": "nodes held for other jobs",
@@ -118,12 +116,15 @@ def cause(reason: str) -> str:
 
 
 class ReasonLog:
-    """Wraps ``engine.cycle``: every reported pending reason, and the protected pods, with
-    the cycle's time."""
+    """Every reported pending reason, and the protected pods, with the cycle's time, of the
+    engine it :meth:`follow`s."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self) -> None:
         self.reasons: dict[str, list[tuple[float, str]]] = defaultdict(list)
         self.protected: list[tuple[float, dict[str, float]]] = []
+
+    def follow(self, engine: Engine) -> None:
+        """Wrap ``engine.cycle`` to log what it reports."""
         inner = engine.cycle
 
         def cycle(cluster: Any, pending: Any, now: float, changes: Any = None) -> CycleResult:
@@ -231,24 +232,13 @@ def _waited(result: SimulationResult, uid: str, reason: str, t: float) -> str:
 
 def measure(mix: mixes.Mix, seed: int, points: int = 400) -> dict[str, Any]:
     """Replay ``mix`` (fair ordering) and split its lowest tenant's unlocked deficit."""
-    config = parse_config(mix.config) if mix.config else None
-    engine = Engine(policy(DEFAULT_POLICY), seed, tenancy=config, ordering="fair")
-    engine.register_pod_groups(mix.workload.pod_groups)
-    log = ReasonLog(engine)
-    sim = Simulation(
-        mix.workload, engine, seed=seed, until=mix.until, tenant_of=mix.account_as,
-        track_fragmentation=False,
-    )  # fmt: skip
-    result = sim.run()
-    weights = mix.weights or {q.name: q.weight for q in engine.tenancy.queues}
+    log = ReasonLog()
+    run = mixes.replay(mix, "fair", seed, watch=log.follow)
+    result = run.result
     pods = [r.pod for r in result.records]
-    capacity, eligible, _ = pool_layout(sim.cluster, engine.scheduler, pods)
-    tl = share_timeline(result, capacity, eligible, weights, points=points)
-    ratios = {
-        t: r["useful_over_fair"]
-        for t, r in share_ratios(tl, result.gpu_capacity_milli).items()
-        if r["useful_over_fair"] is not None
-    }
+    capacity, eligible, _ = pool_layout(run.sim.cluster, run.engine.scheduler, pods)
+    tl = share_timeline(result, capacity, eligible, run.weights(mix), points=points)
+    ratios = mixes.useful_ratios(share_ratios(tl, result.gpu_capacity_milli))
     low = min(ratios, key=ratios.__getitem__)
     spans_held, _ = _run_spans(result)
     held = {q: _steps(tl.times, spans_held.get(q, [])) for q in tl.fair}
