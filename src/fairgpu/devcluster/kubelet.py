@@ -45,7 +45,7 @@ from fairgpu.devcluster.client import (
     KubeClient,
     WatchStream,
 )
-from fairgpu.model.pod import ANN_ACTUAL_RUN
+from fairgpu.model.pod import ANN_ACTUAL_RUN, ANN_DURATION
 
 __all__ = [
     "DURATION_ANNOTATION",
@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 #: Seconds a pod runs before it completes.
-DURATION_ANNOTATION = "fairgpu.io/duration-seconds"
+DURATION_ANNOTATION = ANN_DURATION
 #: Seconds the fake kubelet runs a pod, when that differs from what it declares.
 RUN_ANNOTATION = ANN_ACTUAL_RUN
 #: Exit code reported on completion; non-zero makes the pod ``Failed``.

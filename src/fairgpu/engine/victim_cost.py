@@ -88,7 +88,13 @@ def declared_end(
     if runtime is None:
         return None
     end = placement.started + runtime
-    return None if now > end + grace else end
+    return None if outran(end, now, grace) else end
+
+
+def outran(end: float, now: float, grace: float) -> bool:
+    """Is a pod that declared it would end at ``end`` overdue by more than ``grace`` seconds
+    at ``now``? (The one definition :func:`declared_end` and the backfill contract share.)"""
+    return now > end + grace
 
 
 def remaining(

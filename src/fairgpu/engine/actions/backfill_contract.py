@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from fairgpu.engine.actions.precedence_nodes import open_reserved
-from fairgpu.engine.gang import Reservation, declared_runtime
+from fairgpu.engine.gang import Reservation
 from fairgpu.engine.session import Session
-from fairgpu.engine.victim_cost import remaining
+from fairgpu.engine.victim_cost import declared_end, outran
 from fairgpu.model.pod import PodInfo
 
 KIND = "backfill-overrun"
@@ -65,7 +65,7 @@ def evict_backfill_overruns(session: Session) -> None:
 
 def _overdue(session: Session, res: Reservation, grace: float) -> list[tuple[PodInfo, int, float]]:
     """The pods ``res``'s nodes let on by their declared run time while it held them and
-    now overdue by more than ``grace`` (:func:`~fairgpu.engine.victim_cost.remaining`), each
+    now overdue by more than ``grace`` (:func:`~fairgpu.engine.victim_cost.outran`), each
     with its node and when it declared it would end."""
     cluster = session.cluster
     rules = session.tenancy.preemption.pool_precedence
@@ -75,11 +75,11 @@ def _overdue(session: Session, res: Reservation, grace: float) -> list[tuple[Pod
             placement = cluster.placements[uid]
             if not pod.gpu.count or placement.started < res.since or uid in res.present:
                 continue  # not let on by its run time: no GPUs, or there before the hold
-            runtime = declared_runtime(pod)
-            if runtime is None:
+            end = declared_end(pod, placement, session.now)
+            if end is None:
                 # No promise: not let on by a run time (another scheduler bound it there).
                 continue
-            if remaining(pod, placement, session.now, grace) is not None:
+            if not outran(end, session.now, grace):
                 continue  # not overdue by more than the grace yet
             if placement.terminating or not placement.bound:
                 continue  # going already (an evicted pod lingers while it terminates)
@@ -87,7 +87,7 @@ def _overdue(session: Session, res: Reservation, grace: float) -> list[tuple[Pod
                 continue
             if rules and _opened(session, pod, res, node):
                 continue
-            out.append((pod, node, placement.started + runtime))
+            out.append((pod, node, end))
     return out
 
 
