@@ -101,38 +101,58 @@ def test_a_queue_within_the_band_of_its_share_is_left_alone() -> None:
     assert [e.pod.namespace for e in run(0.0).evictions] == ["a"]  # exactly to 12 / 12
 
 
-def test_the_band_never_keeps_a_queue_from_its_whole_share() -> None:
-    """A queue whose whole fair share is smaller than the band's margin on another's still
-    gets it: the band leaves a queue a little above its share alone, but a little is never
-    all the preemptor is owed. One queue floods 8 GPUs with pods that run for hours; another
-    asks a quarter of a GPU: its share is 0.25 GPU (3.1%), the flood's 96.9% -- 4.8% of
-    margin with the default band (0.05), which kept the small queue out for good."""
+def test_the_band_never_keeps_a_starved_queue_out() -> None:
+    """A queue holding nothing of its share reclaims from one above its own, however little
+    above: the band leaves a queue a little above its share alone, but only for a queue near
+    its own share. Without that, a queue asking a quarter of a GPU beside one flooding 8 GPUs
+    with pods that run for hours was kept out for good: its share 0.25 GPU (3.1%), the
+    flood's 96.9% with a margin of 4.8% (the default band, 0.05)."""
     placed = [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(8)]
     pending = [pod(f"a{j}", "a") for j in range(8, 16)] + [pod("b0", "b", milli=250)]
     res = engine().cycle(cluster(node("n1"), placed=placed), pending, 1000.0)
     assert [(e.pod.namespace, e.kind) for e in res.evictions] == [("a", "reclaim")]
     assert [b.pod.name for b in res.binds] == ["b0"]
-    # With a wider band, too: b holds nothing, so a is above its share by all b is owed.
-    config = {"preemption": {"reclaimToleranceBand": 0.2}}
-    pending[-1] = pod("b0", "b")
-    res = engine(config).cycle(cluster(node("n1"), placed=placed), pending, 1000.0)
-    assert [(e.pod.namespace, e.kind) for e in res.evictions] == [("a", "reclaim")]
+    # Two queues hold 16 of 32 GPUs each, half a GPU above their shares (15.5 GPUs, a margin
+    # of 0.78 GPU): the third, asking one GPU, takes it from one of them.
+    placed = [
+        (pod(f"{q}{j}", q), f"n{2 * k + j // 8}", 0.0)
+        for k, q in enumerate("ab")
+        for j in range(16)
+    ]
+    pending = [pod(f"{q}{j}", q) for q in "ab" for j in range(16, 24)] + [pod("c0", "c")]
+    state = cluster(*(node(f"n{i}") for i in range(4)), placed=placed)
+    res = engine().cycle(state, pending, 1000.0)
+    assert [e.kind for e in res.evictions] == ["reclaim"]
+    assert [b.pod.name for b in res.binds] == ["c0"]
+    # Once it holds more than 5% of its share, the band holds again: of 64 GPUs c holds one
+    # of its share of two and asks another; a holds 32, one GPU above its share (31, a margin
+    # of 1.55 GPU), b 31.
+    placed = [(pod(f"a{j}", "a"), f"n{j // 8}", 0.0) for j in range(32)]
+    placed += [(pod(f"b{j}", "b"), f"n{4 + j // 8}", 0.0) for j in range(31)]
+    placed += [(pod("c0", "c"), "n7", 0.0)]
+    pending = [pod(f"{q}{j}", q) for q in "ab" for j in range(32, 40)] + [pod("c1", "c")]
+    state = cluster(*(node(f"n{i}") for i in range(8)), placed=placed)
+    res = engine().cycle(state, pending, 1000.0)
+    assert not res.evictions
+    reason = next(u.reason for u in res.unschedulable if u.pod.name == "c1")
+    assert "is not above its fair share by more than the band (0.05)" in reason, reason
 
 
 def test_a_queue_below_its_share_is_told_why_it_may_not_reclaim() -> None:
     """No queue passes the reclaim pre-screen: the reason names the rule that keeps out the
     queue furthest above its share, with what it holds -- not only what the nodes lack."""
-    # 8 GPUs, a holds 7, b 1 and asks 2 more (share 3/8 with a's 8 pending): a is 2 GPUs, 40%,
+    # 8 GPUs, a holds 6, b 2 and asks 1 more (share 3/8 with a's 8 pending): a is 1 GPU, 20%,
     # above its share. With a band of 0.5 it is left alone.
-    placed = [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(7)] + [(pod("b0", "b"), "n1", 0.0)]
-    pending = [pod(f"a{j}", "a") for j in range(8, 16)] + [pod("b1", "b"), pod("b2", "b")]
+    placed = [(pod(f"a{j}", "a"), "n1", 0.0) for j in range(6)]
+    placed += [(pod(f"b{j}", "b"), "n1", 0.0) for j in range(2)]
+    pending = [pod(f"a{j}", "a") for j in range(8, 16)] + [pod("b2", "b")]
     config = {"preemption": {"reclaimToleranceBand": 0.5}}
     res = engine(config).cycle(cluster(node("n1"), placed=placed), pending, 1000.0)
     assert not res.evictions
-    reason = next(u.reason for u in res.unschedulable if u.pod.name == "b1")
+    reason = next(u.reason for u in res.unschedulable if u.pod.name == "b2")
     assert reason.endswith(
         "; reclaim refused: queue 'a' is not above its fair share by more than the band (0.5): "
-        "it holds 87.5% of the cluster, its fair share is 62.5%"
+        "it holds 75.0% of the cluster, its fair share is 62.5%"
     ), reason
     # A queue at or above its own share is told nothing about reclaim (it may not reclaim).
     pending = [pod(f"a{j}", "a") for j in range(8, 16)]

@@ -222,9 +222,9 @@ class Preemption(_Model):
 
     ``reclaimToleranceBand`` (default 0.05): the fair-share reclaim takes only from a queue
     holding more than ``(1 + band) x`` its fair share, and only while the preemptor stays at or
-    below its own share after the move; a queue within 5% of its share is left alone, unless
-    that 5% is all the preemptor is owed or more (a queue with a small share is never kept
-    out by the band). (The nominal-quota guarantee ignores the band.) Measured again on
+    below its own share after the move; a queue within 5% of its share is left alone, except
+    by a queue holding at most 5% of its own (a starved queue is never kept out by the band).
+    (The nominal-quota guarantee ignores the band.) Measured again on
     ``benchmarks/fairness`` (realistic suite; demo seeds 0/1/2 lowest share ratio
     .704/.721/.740, pool mix .839, flood mix .871): band 0 gave .772/.477/.687, pool mix
     .738 (useful 50.5 -> 47.4%); 0.1 gave .774/.630/.749, flood .902, pool mix as before; a

@@ -13,11 +13,13 @@ the victim search (:func:`~fairgpu.engine.preemption.find_preemption`) picks the
    the fair-share rule),
 2. V holds more than ``(1 + band) x`` its fair share (:func:`deserved_shares`) -- a queue a
    little above its share is left alone, so rounding (one pod more or less) never starts a
-   reclaim -- or more than its share by at least Q's whole share, and Q is below its own.
-   A little is never all Q is owed: with one queue flooding the cluster (its share 96.9% of
-   8 GPUs), the band's margin on it (4.8%) was wider than the whole share of a queue asking
-   a quarter of a GPU (3.1%), which then waited until the flood's pods ended of themselves,
-   however long they ran. (On the fairness benchmark's realistic suite no move changed.)
+   reclaim --, and Q is below its own. A queue holding at most ``band x`` its own share is
+   starved, not near it: for it, V need only hold more than its share. Otherwise the band
+   kept a small queue out for good beside one flooding the cluster (a quarter of a GPU
+   asked of 8: its share 3.1%, the flood's 96.9% with a margin of 4.8%), or beside two
+   that each held half of 32 GPUs (half a GPU above their shares, the margin 0.8 GPU): it
+   waited until their pods ended of themselves, however long they ran. (On the fairness
+   benchmark's realistic suite no move changed.)
 3. Q stays at or below its fair share after the move,
 4. ``key(Q) < key(V)`` before the move and ``key(Q) <= key(V)`` after it (victims removed,
    preemptor added), where ``key`` is :func:`reclaim_key` -- (borrowing beyond nominal
@@ -75,8 +77,9 @@ No preemption cycles (under the same state: the victims pending again, nothing e
 changed). After a quota-guarantee move Q is within its nominal quota, so V can take nothing
 back: the quota rule needs Q borrowing, the fair-share rule (1) refuses a queue within its
 quota. After a fair-share move, reclaiming back would need ``key(V) < key(Q)``, contradicting
-(4), and Q above ``(1 + band) x`` its share, contradicting (3) (the move turns Q's pending
-demand into usage and V's usage into pending demand, so neither share changes).
+(4), and Q above its share (by the band, or at all for a starved V), contradicting (3)
+(the move turns Q's pending demand into usage and V's usage into pending demand, so neither
+share changes).
 
 No flipping over time. Shares move as work arrives and ends, so the argument above does not
 bound what happens a few cycles later; three settings of
@@ -190,15 +193,16 @@ def above_band(
     band: float,
     preemptor: str | None = None,
 ) -> bool:
-    """``queue`` holds more than ``(1 + band) x`` its fair share -- or, judged for a
-    ``preemptor``, more than its share by at least the preemptor's whole share (rule 2: the
-    band's margin is never wider than all the preemptor is owed)."""
+    """``queue`` holds more than ``(1 + band) x`` its fair share -- or more than its share
+    at all when the ``preemptor`` it is judged for holds at most ``band x`` its own (rule 2:
+    the band keeps out a queue near its share, never one with next to nothing of it)."""
     mine, share = held(book, deserved, queue), deserved.get(queue, 0.0)
     if mine > share * (1.0 + band) + EPS:
         return True
     if preemptor is None or mine <= share + EPS:
         return False
-    return mine - share >= deserved.get(preemptor, 0.0) - EPS
+    owed = deserved.get(preemptor, 0.0)
+    return owed > EPS and held(book, deserved, preemptor) <= band * owed + EPS
 
 
 def reclaim_refusal(
