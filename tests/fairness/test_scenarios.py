@@ -94,6 +94,24 @@ def test_departments_share_before_teams() -> None:
     assert gpus_by_namespace(state) == {"x1": 4, "x2": 4, "y1": 8}
 
 
+def test_a_team_holding_nothing_reclaims_from_its_department_sibling() -> None:
+    """Department x: x1 holds all 16 GPUs, x2 holds nothing and asks 4. x2 is first in
+    reclaim order before and after taking a GPU of x1 (same department, 1 GPU against 15):
+    the department's total after the move counts x2's new GPU for x1 too -- counted for x2
+    alone, x2's department looked 1 GPU fuller than x1's and the move was refused as "would
+    pass 'x1' in reclaim order" (a team's first pod could then come only from elsewhere)."""
+    config = {
+        "queues": [{"name": "x"}, {"name": "x1", "parent": "x"}, {"name": "x2", "parent": "x"}]
+    }
+    placed = [(pod_info(f"x1-{j}", "x1"), f"n{j // 8}", 0.0) for j in range(16)]
+    state = cluster(node_info("n0", gpus=8), node_info("n1", gpus=8), placed=placed)
+    pending = [pod_info(f"x1-{j}", "x1") for j in range(16, 24)]
+    pending += [pod_info(f"x2-{j}", "x2") for j in range(4)]
+    res = engine(config).cycle(state, pending, 1000.0)
+    assert [e.pod.namespace for e in res.evictions] == ["x1"] * 4
+    assert sorted(b.pod.name for b in res.binds) == [f"x2-{j}" for j in range(4)]
+
+
 def test_late_arrival_reclaims_in_dynamic_mode_only() -> None:
     for mode in ("dynamic", "static"):
         state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8))

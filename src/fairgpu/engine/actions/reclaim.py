@@ -168,7 +168,8 @@ def share_key(
     top = mine
     parent = book.queue_limits(queue).parent
     if parent:
-        siblings = {q for q in book.usage if book.queue_limits(q).parent == parent}
+        # A sibling the move gives its first pods is in ``deltas``, not yet in the book.
+        siblings = {q for q in {*book.usage, *deltas} if book.queue_limits(q).parent == parent}
         siblings.add(queue)
         total = sum(held(book, deserved, q, deltas.get(q)) for q in siblings)
         top = total / book.parent_weight(parent)
