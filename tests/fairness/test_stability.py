@@ -139,44 +139,58 @@ def test_the_band_never_keeps_a_starved_queue_out() -> None:
     assert "is not above its fair share by more than the band (0.05)" in reason, reason
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     nodes=st.integers(1, 4),
     held=st.lists(st.integers(1, 6), min_size=1, max_size=3),
     weights=st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=4, max_size=4),
-    milli=st.sampled_from([250, 500, 1000]),
+    ask=st.sampled_from([(1, 250), (1, 500), (1, 1000), (2, 1000), (3, 1000)]),
     band=st.sampled_from([0.05, 0.2]),
     seed=st.integers(0, 2**16),
 )
-def test_a_starved_queue_gets_a_pod_within_its_share_at_once(
-    nodes: int, held: list[int], weights: list[float], milli: int, band: float, seed: int
+@example(nodes=3, held=[1], weights=[1.0, 1.0, 1.0, 1.0], ask=(2, 1000), band=0.05, seed=0)
+def test_a_starved_queue_gets_a_job_within_its_share_at_once(
+    nodes: int,
+    held: list[int],
+    weights: list[float],
+    ask: tuple[int, int],
+    band: float,
+    seed: int,
 ) -> None:
     """Whatever the weights and whoever holds how much of the cluster, a queue holding
-    nothing gets a pod of at most one GPU (within its share) in the first cycle once the
-    others' pods are old enough to be reclaimed and declare no run time: some queue holds
-    more than its share, the band does not protect it from a starved queue, and the
-    preemptor's share after the move is at most the victim's."""
+    nothing gets a job within its share -- a pod of at most one GPU, or a gang of such pods
+    -- in the first cycle once the others' pods are old enough to be reclaimed and declare
+    no run time: some queue holds more than its share, the band does not protect it from a
+    starved queue (a gang is one preemptor: its second member is judged as its queue stood
+    before the first landed), and the preemptor's share after the move is at most the
+    victim's."""
+    members, milli = ask
     flooders = [f"q{i}" for i in range(len(held))]
     weights = weights[: len(held) + 1]
-    # Within its share: its weight's part of the cluster covers the pod (the flooders ask
+    # Within its share: its weight's part of the cluster covers the job (the flooders ask
     # more than theirs, so that part is the least it may have).
-    assume(8 * nodes * weights[-1] / sum(weights) >= milli / 1000)
+    assume(8 * nodes * weights[-1] / sum(weights) >= members * milli / 1000)
     rng = random.Random(seed)
     # Every GPU busy: each flooder's pods in proportion to ``held``, on shuffled devices.
     owners = [flooders[rng.choices(range(len(held)), weights=held)[0]] for _ in range(8 * nodes)]
     placed = [(pod(f"{q}-{j}", q), f"n{j // 8}", 0.0) for j, q in enumerate(owners)]
     pending = [pod(f"{q}-p{j}", q) for q in flooders for j in range(8)]
-    pending.append(pod("s-0", "s", milli=milli))
+    gang = {"group": "g", "min_member": members} if members > 1 else {}
+    pending += [pod(f"s-{m}", "s", milli=milli, **gang) for m in range(members)]
     config = {
         "queues": [
             {"name": q, "weight": w} for q, w in zip([*flooders, "s"], weights, strict=True)
         ],
         "preemption": {"reclaimToleranceBand": band},
     }
+    eng = engine(config)
+    eng.register_pod_groups({"s/g": members} if members > 1 else {})
     state = cluster(*(node(f"n{i}") for i in range(nodes)), placed=placed)
-    res = engine(config).cycle(state, pending, 1000.0)
-    reason = next((u.reason for u in res.unschedulable if u.pod.name == "s-0"), "")
-    assert "s-0" in [b.pod.name for b in res.binds], reason
+    res = eng.cycle(state, pending, 1000.0)
+    reason = next((u.reason for u in res.unschedulable if u.pod.namespace == "s"), "")
+    assert sorted(b.pod.name for b in res.binds if b.pod.namespace == "s") == [
+        f"s-{m}" for m in range(members)
+    ], reason
     assert res.evictions and all(e.kind == "reclaim" for e in res.evictions)
 
 

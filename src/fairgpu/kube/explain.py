@@ -33,6 +33,7 @@ from fairgpu.engine.actions.order import FairOrder, Lanes, kube_default_order, l
 from fairgpu.engine.actions.preempt import FairVictims
 from fairgpu.engine.actions.reclaim import (
     PoolShares,
+    band_for,
     deserved_shares,
     held,
     may_reclaim_from,
@@ -445,6 +446,7 @@ class _Rules:
             return None
         queue, book = self.job.tenant.queue, self.s.book
         band = self.s.tenancy.preemption.reclaim_tolerance_band
+        band = band_for(book, self.deserved, queue, band)
         vec = book.pending_vector(self.pod)
         # What a pool precedence rule lets go answers to no share rule (as in the search).
         preceded = self.victims.preceded(self.job, self.pod)
@@ -500,6 +502,7 @@ class _Rules:
         if not book.queue_limits(theirs).preemption.preemptible:
             return f"queue {theirs} is not preemptible"
         band = self.s.tenancy.preemption.reclaim_tolerance_band
+        band = band_for(book, self.deserved, mine, band)
         if may_reclaim_from(book, self.deserved, mine, theirs, band):
             return self._protected(uid) or self._cooling(uid, mine, theirs)
         used = held(book, self.deserved, theirs)

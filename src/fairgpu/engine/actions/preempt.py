@@ -41,6 +41,7 @@ from fairgpu.engine.actions.order import Lanes
 from fairgpu.engine.actions.pool_precedence import PoolPrecedences
 from fairgpu.engine.actions.priority_in_queue import UsersInQueue
 from fairgpu.engine.actions.reclaim import (
+    band_for,
     below_share,
     may_reclaim_from,
     note_reclaims,
@@ -313,7 +314,7 @@ class FairVictims:
         victims' queues less) --, so its pods are not freeable."""
         queue = job.tenant.queue
         vec = self._end_vector(job, pod)
-        band = self.s.tenancy.preemption.reclaim_tolerance_band
+        band = self._band(job)
         kept: list[tuple[str, list[str]]] = []
         first = ""
         for other, pool in pools.named:
@@ -354,7 +355,7 @@ class FairVictims:
         queue = job.tenant.queue
         book = session.book
         vec = self._end_vector(job, pod)
-        band = session.tenancy.preemption.reclaim_tolerance_band
+        band = self._band(job)
         self._moves.pop(pod.uid, None)
         self._collateral = self._relocated = self._preceded = frozenset()
         refused: list[str] = []
@@ -406,6 +407,20 @@ class FairVictims:
             first = self._refusal.get(pod.uid)
             self._refusal[pod.uid] = "; ".join([*([first] if first else []), *pools.held_back])
         return None
+
+    def _band(self, job: Job) -> float:
+        """The tolerance band ``job``'s reclaims are judged with
+        (:func:`~fairgpu.engine.actions.reclaim.band_for`): none while its queue is starved,
+        apart from the job's members placed earlier in this cycle."""
+        band = self.s.tenancy.preemption.reclaim_tolerance_band
+        if not band:
+            return band
+        book, placed_now = self.s.book, self.s.placed_now
+        placed = None
+        if job.group is not None:
+            landed = [book.pending_vector(p) for p in job.pods if p.uid in placed_now]
+            placed = sum(landed[1:], landed[0]) if landed else None
+        return band_for(book, self.deserved, job.tenant.queue, band, placed)
 
     def _end_vector(self, job: Job, pod: PodInfo) -> np.ndarray:
         """What the preemptor's queue takes with ``pod``'s placement, as the reclaim rule
@@ -520,7 +535,7 @@ class FairVictims:
         lim = s.book.queue_limits(queue)
         named: list[tuple[str, list[str]]] = []
         if lim.preemption.reclaim:
-            others = self._reclaimable_queues(queue)
+            others = self._reclaimable_queues(job)
             named.extend(self._reclaim_sets(job, pod, pools, others))
             named.extend(self._relocation_sets(job, pod, pools, set(others)))
         preceded: list[str] = []
@@ -613,7 +628,7 @@ class FairVictims:
         book, deserved, queue = self.s.book, self.deserved, job.tenant.queue
         if not below_share(book, deserved, queue):
             return False
-        band = self.s.tenancy.preemption.reclaim_tolerance_band
+        band = self._band(job)
         above = [
             (held_share(book, deserved, other) - deserved.get(other, 0.0), other)
             for other, _ in self._preemptible_others(queue)
@@ -639,12 +654,12 @@ class FairVictims:
             if other != queue and uids and book.queue_limits(other).preemption.preemptible
         ]
 
-    def _reclaimable_queues(self, queue: str) -> list[str]:
-        """The queues ``queue`` may reclaim from (the pre-screen,
+    def _reclaimable_queues(self, job: Job) -> list[str]:
+        """The queues ``job``'s queue may reclaim from (the pre-screen,
         :func:`~fairgpu.engine.actions.reclaim.may_reclaim_from`), those furthest above
         first, at most :data:`MAX_RECLAIM_QUEUES`."""
-        book = self.s.book
-        band = self.s.tenancy.preemption.reclaim_tolerance_band
+        book, queue = self.s.book, job.tenant.queue
+        band = self._band(job)
         above = [
             (reclaim_key(book, other), other)
             for other, _ in self._preemptible_others(queue)

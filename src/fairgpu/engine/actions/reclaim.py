@@ -13,13 +13,14 @@ the victim search (:func:`~fairgpu.engine.preemption.find_preemption`) picks the
    the fair-share rule),
 2. V holds more than ``(1 + band) x`` its fair share (:func:`deserved_shares`) -- a queue a
    little above its share is left alone, so rounding (one pod more or less) never starts a
-   reclaim --, and Q is below its own. A queue holding at most ``band x`` its own share is
-   starved, not near it: for it, V need only hold more than its share. Otherwise the band
-   kept a small queue out for good beside one flooding the cluster (a quarter of a GPU
-   asked of 8: its share 3.1%, the flood's 96.9% with a margin of 4.8%), or beside two
-   that each held half of 32 GPUs (half a GPU above their shares, the margin 0.8 GPU): it
-   waited until their pods ended of themselves, however long they ran. (On the fairness
-   benchmark's realistic suite no move changed.)
+   reclaim --, and Q is below its own. A starved Q -- holding at most ``band x`` its own
+   share, apart from the members of the job it places (:func:`band_for`) -- is judged with
+   no band: it is not near its share. Otherwise the band kept a small queue out for good
+   beside one flooding the cluster (a quarter of a GPU asked of 8: its share 3.1%, the
+   flood's 96.9% with a margin of 4.8%), or beside two that each held half of 32 GPUs (half
+   a GPU above their shares, the margin 0.8 GPU): it waited until their pods ended of
+   themselves, however long they ran. (On the fairness benchmark's realistic suite no move
+   changed.)
 3. Q stays at or below its fair share after the move,
 4. ``key(Q) < key(V)`` before the move and ``key(Q) <= key(V)`` after it (victims removed,
    preemptor added), where ``key`` is :func:`reclaim_key` -- (borrowing beyond nominal
@@ -187,23 +188,25 @@ def quota_guarantee(book: QueueBook, queue: str, vec: np.ndarray, other: str) ->
     return book.within_nominal(queue, vec) and not book.within_nominal(other)
 
 
-def above_band(
+def above_band(book: QueueBook, deserved: Mapping[str, float], queue: str, band: float) -> bool:
+    """``queue`` holds more than ``(1 + band) x`` its fair share."""
+    return held(book, deserved, queue) > deserved.get(queue, 0.0) * (1.0 + band) + EPS
+
+
+def band_for(
     book: QueueBook,
     deserved: Mapping[str, float],
     queue: str,
     band: float,
-    preemptor: str | None = None,
-) -> bool:
-    """``queue`` holds more than ``(1 + band) x`` its fair share -- or more than its share
-    at all when the ``preemptor`` it is judged for holds at most ``band x`` its own (rule 2:
-    the band keeps out a queue near its share, never one with next to nothing of it)."""
-    mine, share = held(book, deserved, queue), deserved.get(queue, 0.0)
-    if mine > share * (1.0 + band) + EPS:
-        return True
-    if preemptor is None or mine <= share + EPS:
-        return False
-    owed = deserved.get(preemptor, 0.0)
-    return owed > EPS and held(book, deserved, preemptor) <= band * owed + EPS
+    placed: np.ndarray | None = None,
+) -> float:
+    """The tolerance band ``queue``'s reclaims are judged with (rule 2): ``band``, or 0
+    while ``queue`` is starved -- holding at most ``band x`` its fair share apart from
+    ``placed``, the members of the job being placed that landed earlier in the cycle (a
+    gang is one preemptor, judged as its queue stood before it)."""
+    owed = deserved.get(queue, 0.0)
+    mine = held(book, deserved, queue, None if placed is None else -placed)
+    return 0.0 if owed > EPS and mine <= band * owed + EPS else band
 
 
 def reclaim_refusal(
@@ -282,7 +285,7 @@ def _victims_aside(
     none depends on which victims."""
     if book.within_nominal(other):
         return f"queue {other!r} is within its nominal quota"
-    if not above_band(book, deserved, other, band, queue):
+    if not above_band(book, deserved, other, band):
         return (
             f"queue {other!r} is not above its fair share by more than the band ({band:g}): "
             f"it holds {held(book, deserved, other):.1%} of the cluster, its fair share is "
@@ -371,7 +374,7 @@ def may_reclaim_from(
     if theirs[0] == 0:
         return False
     below = below_share(book, deserved, queue)
-    return below and above_band(book, deserved, other, band, queue)
+    return below and above_band(book, deserved, other, band)
 
 
 def note_reclaims(
