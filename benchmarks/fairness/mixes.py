@@ -341,9 +341,12 @@ def useful_ratios(shares: dict[str, dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def measure(mix: Mix, ordering: str, seed: int) -> dict[str, Any]:
-    """Simulate ``mix`` with ``ordering`` and return its accounting figures."""
-    run = replay(mix, ordering, seed)
+def measure(
+    mix: Mix, ordering: str, seed: int, watch: Callable[[Engine], None] | None = None
+) -> dict[str, Any]:
+    """Simulate ``mix`` with ``ordering`` and return its accounting figures (``watch`` as in
+    :func:`replay`)."""
+    run = replay(mix, ordering, seed, watch)
     engine, sim, result, wall = run.engine, run.sim, run.result, run.wall
     acc = accounting_summary(result)
     weights = run.weights(mix)

@@ -278,22 +278,21 @@ def _why_idle(
 def measure(mix: mixes.Mix, ordering: str, seed: int) -> dict[str, Any]:
     """:func:`mixes.measure` with the reservations followed."""
     log = ReservationLog()
-    base = mixes.Engine
 
-    class Recording(base):  # type: ignore[misc, valid-type]
+    def follow(engine: Engine) -> None:
+        inner = engine.cycle
+
         def cycle(
-            self, cluster: ClusterState, pending: Any, now: float, changes: Any = None
+            cluster: ClusterState, pending: Any, now: float, changes: Any = None
         ) -> CycleResult:
             pending = list(pending)
-            res = super().cycle(cluster, pending, now, changes)
-            log.after_cycle(self, cluster, pending, res, now)
+            res = inner(cluster, pending, now, changes)
+            log.after_cycle(engine, cluster, pending, res, now)
             return res
 
-    mixes.Engine = Recording  # type: ignore[misc]
-    try:
-        out = mixes.measure(mix, ordering, seed)
-    finally:
-        mixes.Engine = base  # type: ignore[misc]
+        engine.cycle = cycle  # type: ignore[method-assign]
+
+    out = mixes.measure(mix, ordering, seed, watch=follow)
     out["reservations"] = log.summary()
     capacity = sum(out["pools_gpus"].values()) * out["simulated_s"]
     idle = out["reservations"].pop("idle_gpu_seconds_by_cause")
