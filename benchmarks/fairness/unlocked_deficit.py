@@ -24,6 +24,7 @@ user's order (highest priority, then oldest) and its reason then. Its deficit x 
 - ``nobody above share``: no other queue held more than its share (what the tenant lacks
   stood idle, drained for a reservation, or was in pieces);
 - ``within band``: the queue above its share was within the tolerance band;
+  ``victim queue not above share``: a starved tenant (no band) found that queue at its share;
 - ``no room, no preemption refusal``: the filters' summary alone;
 - ``no report since waiting``: the engine said nothing since the job queued again.
 
@@ -107,6 +108,7 @@ def cause(reason: str) -> str:
         ("has pods held back from reclaim", "no plan, some victims held back"),
         ("no other queue holds more than its fair share", "nobody above share"),
         ("by more than the band", "within band"),
+        ("is not above its fair share", "victim queue not above share"),
         ("priority preemption refused", "in-queue priority preemption refused"),
     )
     named = next((name for key, name in rules if key in reason), None)

@@ -508,8 +508,9 @@ class _Rules:
         used = held(book, self.deserved, theirs)
         fair = self.deserved.get(theirs, 0.0)
         if used <= fair * (1.0 + band) + 1e-9:
+            margin = " by more than the band" if band else ""
             return (
-                f"queue {theirs} is not above its fair share by more than the band (it holds "
+                f"queue {theirs} is not above its fair share{margin} (it holds "
                 f"{used:.0%} of the cluster, its fair share is {fair:.0%})"
             )
         return f"reclaiming from queue {theirs} would leave queue {mine} above it"

@@ -286,8 +286,10 @@ def _victims_aside(
     if book.within_nominal(other):
         return f"queue {other!r} is within its nominal quota"
     if not above_band(book, deserved, other, band):
+        # A starved preemptor is judged with no band (band_for): say so plainly.
+        margin = f" by more than the band ({band:g})" if band else ""
         return (
-            f"queue {other!r} is not above its fair share by more than the band ({band:g}): "
+            f"queue {other!r} is not above its fair share{margin}: "
             f"it holds {held(book, deserved, other):.1%} of the cluster, its fair share is "
             f"{deserved.get(other, 0.0):.1%}"
         )
