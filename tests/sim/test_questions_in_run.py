@@ -342,6 +342,32 @@ def _if_freed(
     return {x.split(":")[0]: x for x in lines}
 
 
+def test_explain_judges_a_gang_members_move_with_the_members_its_group_needs() -> None:
+    """Queues a, b, c share two 8-GPU nodes; a holds n0 (two 4-GPU pods), b holds n1. c's
+    gang of two 4-GPU members is owed a third of 16 GPUs: one member alone would fit in
+    that, the group does not. The cycle judges each member with its sibling (the reclaim
+    rule's end state), and so does explain: taking a's pods on n0 is refused for c's
+    member, not allowed as if the member ran alone."""
+    engine = Engine()
+    state = cluster(node_info("n0", gpus=8), node_info("n1", gpus=8))
+    for i in range(2):
+        for q, n in (("a", 0), ("b", 1)):
+            p = k8s_pod(f"{q}{i}", q, gpus="4", cpu="1")
+            state.assign(p, n, tuple(range(4 * i, 4 * i + 4)), 0.0).bound = True
+    gang = [k8s_pod(f"c{i}", "c", gpus="4", cpu="1", group="g", min_member=2) for i in range(2)]
+    engine.register_pod_groups({"c/g": 2})
+    more = [k8s_pod(f"{q}9", q, gpus="4", cpu="1") for q in "ab"]
+    _, rules = _order(engine, state, [*gang, *more], gang[0], 1000.0)
+    victims = [state.pods["a/a0"]]
+    why = rules.veto(victims, frozenset())
+    assert why is not None and "would exceed its fair share after the move" in why, why
+    # The cycle refuses the same move for the same reason.
+    res = engine.cycle(state, [*gang, *more], 1000.0)
+    assert not res.evictions
+    reason = next(u.reason for u in res.unschedulable if u.pod.name == "c0")
+    assert "would exceed its fair share after the move" in reason, reason
+
+
 def test_explain_names_a_reclaim_that_would_reverse_another() -> None:
     """Queue b reclaimed node n0 from queue a at 900 s and holds all of it (8 GPUs, its fair
     share 4). At 1 000 s a's pod may reclaim from b by the shares, but taking b's pods on n0

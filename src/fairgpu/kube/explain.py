@@ -445,9 +445,8 @@ class _Rules:
         if self.job is None or self.victims is None:
             return None
         queue, book = self.job.tenant.queue, self.s.book
-        band = self.s.tenancy.preemption.reclaim_tolerance_band
-        band = band_for(book, self.deserved, queue, band)
-        vec = book.pending_vector(self.pod)
+        # As the search judges it: a gang member with the members its group still needs.
+        vec, band = self.victims.judged_by(self.job, self.pod)
         # What a pool precedence rule lets go answers to no share rule (as in the search).
         preceded = self.victims.preceded(self.job, self.pod)
         judged = [v for v in victims if v.uid not in preceded]

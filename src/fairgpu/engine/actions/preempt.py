@@ -408,6 +408,13 @@ class FairVictims:
             self._refusal[pod.uid] = "; ".join([*([first] if first else []), *pools.held_back])
         return None
 
+    def judged_by(self, job: Job, pod: PodInfo) -> tuple[np.ndarray, float]:
+        """What the reclaim rule judges a move for ``pod`` by: its queue's end state
+        (:meth:`_end_vector`, a gang member with the members its group still needs) and the
+        tolerance band (:meth:`_band`) -- for a reader that asks the rule as the search
+        does (``fairgpu explain``)."""
+        return self._end_vector(job, pod), self._band(job)
+
     def _band(self, job: Job) -> float:
         """The tolerance band ``job``'s reclaims are judged with
         (:func:`~fairgpu.engine.actions.reclaim.band_for`): none while its queue is starved,
