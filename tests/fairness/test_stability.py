@@ -588,6 +588,35 @@ def test_a_queue_within_its_quota_takes_back_even_a_larger_last_job() -> None:
     assert not again.evictions and not again.binds
 
 
+def test_a_gang_within_its_quota_is_one_preemptor_for_the_lenders() -> None:
+    """Queue s (quota 21 GPUs) holds 5 and asks a gang of four 4-GPU members; q0 (quota 0)
+    holds 18, q1 (quota 5) holds 9 -- both borrow. Three members take 4 of q0's pods on n1
+    and n2 and 4 of q1's on n3, which leaves q1 at its quota; the fourth needs n0, where q0
+    has only 3 pods. Judged as q1 stood then, q1 lent nothing and the gang stopped at three
+    of four members; judged as it stood before the gang -- one preemptor -- q1 still
+    borrowed, and the fourth member takes q0's 3 and one of q1's."""
+    layout = [
+        "q1 s q0 q0 q1 q0 q1 s",
+        "q0 q0 q0 q0 q0 q0 s q0",
+        "s q0 q0 q1 q0 q0 q0 q1",
+        "q1 s q1 q0 q0 q0 q1 q1",
+    ]
+    placed = [
+        (pod(f"{q}-{8 * n + j}", q), f"n{n}", 0.0)
+        for n, row in enumerate(layout)
+        for j, q in enumerate(row.split())
+    ]
+    quotas = {"q0": 0, "q1": 5, "s": 21}
+    config = {"queues": [{"name": q, "quota": {"gpu": g}} for q, g in quotas.items()]}
+    eng = engine(config)
+    eng.register_pod_groups({"s/g": 4})
+    gang = [pod(f"g{m}", "s", gpus=4, group="g", min_member=4) for m in range(4)]
+    state = cluster(*(node(f"n{i}") for i in range(4)), placed=placed)
+    res = eng.cycle(state, gang, 1000.0)
+    assert sorted(b.pod.name for b in res.binds) == ["g0", "g1", "g2", "g3"]
+    assert {e.kind for e in res.evictions} == {"reclaim"}
+
+
 def test_a_refused_reclaim_names_the_rule() -> None:
     # a asks beyond its quota (2 + 4 > 4): the guarantee does not apply, and the fair-share
     # rule refuses because a would end above its share (6 > 4).

@@ -41,6 +41,7 @@ from fairgpu.engine.actions.order import Lanes
 from fairgpu.engine.actions.pool_precedence import PoolPrecedences
 from fairgpu.engine.actions.priority_in_queue import UsersInQueue
 from fairgpu.engine.actions.reclaim import (
+    Before,
     band_for,
     below_share,
     may_reclaim_from,
@@ -193,6 +194,8 @@ class FairVictims:
         self.queues = queues or {}
         self._users = UsersInQueue(session, self.queues)
         self._moves: dict[str, list[tuple[str, int]]] = {}
+        # Per gang member, what its last plan took from each queue (:meth:`_before`).
+        self._taken: dict[str, dict[str, np.ndarray]] = {}
         self._flows: dict[str, set[tuple[str, str]]] = {}  # (node, victim queue) per reclaim
         self._refusal: dict[str, str] = {}
         self._gangs = running_gangs(
@@ -314,14 +317,16 @@ class FairVictims:
         victims' queues less) --, so its pods are not freeable."""
         queue = job.tenant.queue
         vec = self._end_vector(job, pod)
-        band = self._band(job)
+        before = self._before(job)
+        band = self._band(job, before)
         kept: list[tuple[str, list[str]]] = []
         first = ""
         for other, pool in pools.named:
             why = None
             if other != queue:
+                moving = other in pools.relocating
                 why = refused_whatever_the_victims(
-                    self.s.book, queue, vec, other, self.deserved, band, other in pools.relocating
+                    self.s.book, queue, vec, other, self.deserved, band, moving, before
                 )
             if why is None:
                 kept.append((other, pool))
@@ -355,14 +360,15 @@ class FairVictims:
         queue = job.tenant.queue
         book = session.book
         vec = self._end_vector(job, pod)
-        band = self._band(job)
+        before = self._before(job)
+        band = self._band(job, before)
         self._moves.pop(pod.uid, None)
         self._collateral = self._relocated = self._preceded = frozenset()
         refused: list[str] = []
         pools = self._entry(job, pod)
         self._retry_for(pools.held)
         sets = pools.sets
-        rule = self._refused_whatever(job, vec, band, pools) if sets else None
+        rule = self._refused_whatever(job, vec, band, pools, before) if sets else None
         if rule is not None:
             self._refusal[pod.uid] = self._reclaim_refused(job, pod, rule)
             return None
@@ -372,7 +378,7 @@ class FairVictims:
             moved = relocate.moved(session, pools.relocation, victims)
             # What a precedence rule lets go answers to no share rule; the rest does.
             judged = [v for v in victims if v.uid not in pools.precedence]
-            why = reclaim_refusal(book, queue, vec, judged, self.deserved, band, moved)
+            why = reclaim_refusal(book, queue, vec, judged, self.deserved, band, moved, before)
             if why is not None:
                 refused.append(self._reclaim_refused(job, pod, why))
                 return False
@@ -396,6 +402,8 @@ class FairVictims:
                 self._relocated = relocate.moved(session, pools.relocation, plan.victims)
                 self._preceded = frozenset(v.uid for v in plan.victims) & pools.precedence
                 self._note_moves(job, pod, plan)
+                if job.group is not None:
+                    self._taken[pod.uid] = self._by_queue(plan.victims)
                 return plan
         if cost.pruned:
             lose = "every plan would lose more work than that wait costs"
@@ -413,21 +421,48 @@ class FairVictims:
         (:meth:`_end_vector`, a gang member with the members its group still needs) and the
         tolerance band (:meth:`_band`) -- for a reader that asks the rule as the search
         does (``fairgpu explain``)."""
-        return self._end_vector(job, pod), self._band(job)
+        return self._end_vector(job, pod), self._band(job, self._before(job))
 
-    def _band(self, job: Job) -> float:
+    def _band(self, job: Job, before: Before | None) -> float:
         """The tolerance band ``job``'s reclaims are judged with
         (:func:`~fairgpu.engine.actions.reclaim.band_for`): none while its queue is starved,
-        apart from the job's members placed earlier in this cycle."""
+        as it stood ``before`` the job (:meth:`_before`)."""
         band = self.s.tenancy.preemption.reclaim_tolerance_band
         if not band:
             return band
+        return band_for(self.s.book, self.deserved, job.tenant.queue, band, before)
+
+    def _before(self, job: Job) -> dict[str, np.ndarray] | None:
+        """The queues as they stood before ``job``'s first member landed in this cycle, as
+        changes to the book now (:data:`~fairgpu.engine.actions.reclaim.Before`): its own
+        queue without the members placed, each queue with what their plans took back. A
+        gang is one preemptor: its later members are judged by the rules' "before" as its
+        first was, so a queue its first members took from down to its quota or into the
+        band still gives the rest (a gang within its nominal quota had three of four
+        members placed and the fourth refused that way). None for a pod alone."""
+        if job.group is None:
+            return None
         book, placed_now = self.s.book, self.s.placed_now
-        placed = None
-        if job.group is not None:
-            landed = [book.pending_vector(p) for p in job.pods if p.uid in placed_now]
-            placed = sum(landed[1:], landed[0]) if landed else None
-        return band_for(book, self.deserved, job.tenant.queue, band, placed)
+        before: dict[str, np.ndarray] = {}
+        for p in job.pods:
+            if p.uid not in placed_now:
+                continue
+            q = job.tenant.queue
+            before[q] = before.get(q, 0.0) - book.pending_vector(p)
+            for other, vec in self._taken.get(p.uid, {}).items():
+                before[other] = before.get(other, 0.0) + vec
+        return before or None
+
+    def _by_queue(self, victims: list[PodInfo]) -> dict[str, np.ndarray]:
+        """What evicting ``victims`` takes from each queue's holding in the book."""
+        book = self.s.book
+        out: dict[str, np.ndarray] = {}
+        for v in victims:
+            entry = book.entries.get(v.uid)
+            if entry is not None:
+                q = entry.tenant.queue
+                out[q] = out.get(q, 0.0) + entry.vec
+        return out
 
     def _end_vector(self, job: Job, pod: PodInfo) -> np.ndarray:
         """What the preemptor's queue takes with ``pod``'s placement, as the reclaim rule
@@ -464,7 +499,7 @@ class FairVictims:
         return f"reclaim refused: {why}, counting the {counted} members its pod group still needs"
 
     def _refused_whatever(
-        self, job: Job, vec: np.ndarray, band: float, pools: _Pools
+        self, job: Job, vec: np.ndarray, band: float, pools: _Pools, before: Before | None
     ) -> str | None:
         """The reclaim rule that refuses every plan, known before any search: all the
         pools' pods belong to other queues (``pools.queues``), and for each of them the rule
@@ -480,7 +515,9 @@ class FairVictims:
         first: str | None = None
         for other in queues:
             moving = other in pools.relocating
-            why = refused_whatever_the_victims(book, queue, vec, other, self.deserved, band, moving)
+            why = refused_whatever_the_victims(
+                book, queue, vec, other, self.deserved, band, moving, before
+            )
             if why is None:
                 return None
             first = first or why
@@ -633,9 +670,10 @@ class FairVictims:
         said once the candidates are known). Nothing is said while ``queue`` is at or above
         its share (it may not reclaim at all)."""
         book, deserved, queue = self.s.book, self.deserved, job.tenant.queue
-        if not below_share(book, deserved, queue):
+        before = self._before(job)
+        if not below_share(book, deserved, queue, before):
             return False
-        band = self._band(job)
+        band = self._band(job, before)
         above = [
             (held_share(book, deserved, other) - deserved.get(other, 0.0), other)
             for other, _ in self._preemptible_others(queue)
@@ -644,7 +682,7 @@ class FairVictims:
         if excess <= 0.0:
             return bool(above)
         vec = self._end_vector(job, pod)
-        why = refused_whatever_the_victims(book, queue, vec, other, deserved, band)
+        why = refused_whatever_the_victims(book, queue, vec, other, deserved, band, False, before)
         if why is not None:
             self._refusal.setdefault(pod.uid, self._reclaim_refused(job, pod, why))
         return False
@@ -666,11 +704,12 @@ class FairVictims:
         :func:`~fairgpu.engine.actions.reclaim.may_reclaim_from`), those furthest above
         first, at most :data:`MAX_RECLAIM_QUEUES`."""
         book, queue = self.s.book, job.tenant.queue
-        band = self._band(job)
+        before = self._before(job)
+        band = self._band(job, before)
         above = [
             (reclaim_key(book, other), other)
             for other, _ in self._preemptible_others(queue)
-            if may_reclaim_from(book, self.deserved, queue, other, band)
+            if may_reclaim_from(book, self.deserved, queue, other, band, before)
         ]
         return [other for _, other in sorted(above, reverse=True)[:MAX_RECLAIM_QUEUES]]
 
