@@ -194,8 +194,8 @@ class FairVictims:
         self.queues = queues or {}
         self._users = UsersInQueue(session, self.queues)
         self._moves: dict[str, list[tuple[str, int]]] = {}
-        # Per gang member, what its last plan took from each queue (:meth:`_before`).
-        self._taken: dict[str, dict[str, np.ndarray]] = {}
+        # Per gang member, the victims of its last plan: uid -> (queue, what it held).
+        self._taken: dict[str, dict[str, tuple[str, np.ndarray]]] = {}
         self._flows: dict[str, set[tuple[str, str]]] = {}  # (node, victim queue) per reclaim
         self._refusal: dict[str, str] = {}
         self._gangs = running_gangs(
@@ -363,6 +363,7 @@ class FairVictims:
         before = self._before(job)
         band = self._band(job, before)
         self._moves.pop(pod.uid, None)
+        self._taken.pop(pod.uid, None)
         self._collateral = self._relocated = self._preceded = frozenset()
         refused: list[str] = []
         pools = self._entry(job, pod)
@@ -403,7 +404,7 @@ class FairVictims:
                 self._preceded = frozenset(v.uid for v in plan.victims) & pools.precedence
                 self._note_moves(job, pod, plan)
                 if job.group is not None:
-                    self._taken[pod.uid] = self._by_queue(plan.victims)
+                    self._taken[pod.uid] = self._holdings(plan.victims)
                 return plan
         if cost.pruned:
             lose = "every plan would lose more work than that wait costs"
@@ -442,26 +443,28 @@ class FairVictims:
         members placed and the fourth refused that way). None for a pod alone."""
         if job.group is None:
             return None
-        book, placed_now = self.s.book, self.s.placed_now
+        s, q = self.s, job.tenant.queue
         before: dict[str, np.ndarray] = {}
+        gone: dict[str, tuple[str, np.ndarray]] = {}
         for p in job.pods:
-            if p.uid not in placed_now:
+            if p.uid not in s.placed_now:
                 continue
-            q = job.tenant.queue
-            before[q] = before.get(q, 0.0) - book.pending_vector(p)
-            for other, vec in self._taken.get(p.uid, {}).items():
-                before[other] = before.get(other, 0.0) + vec
+            before[q] = before.get(q, 0.0) - s.book.pending_vector(p)
+            # Only victims still gone: a plan of an attempt since discarded put them back.
+            taken = self._taken.get(p.uid, {})
+            gone.update((u, x) for u, x in taken.items() if u not in s.cluster.placements)
+        for other, vec in gone.values():
+            before[other] = before.get(other, 0.0) + vec
         return before or None
 
-    def _by_queue(self, victims: list[PodInfo]) -> dict[str, np.ndarray]:
-        """What evicting ``victims`` takes from each queue's holding in the book."""
+    def _holdings(self, victims: list[PodInfo]) -> dict[str, tuple[str, np.ndarray]]:
+        """Each of ``victims`` with its queue and what it holds in the book."""
         book = self.s.book
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, tuple[str, np.ndarray]] = {}
         for v in victims:
             entry = book.entries.get(v.uid)
             if entry is not None:
-                q = entry.tenant.queue
-                out[q] = out.get(q, 0.0) + entry.vec
+                out[v.uid] = (entry.tenant.queue, entry.vec)
         return out
 
     def _end_vector(self, job: Job, pod: PodInfo) -> np.ndarray:
