@@ -617,6 +617,60 @@ def test_a_gang_within_its_quota_is_one_preemptor_for_the_lenders() -> None:
     assert {e.kind for e in res.evictions} == {"reclaim"}
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    nodes=st.integers(1, 4),
+    held=st.lists(st.integers(1, 6), min_size=1, max_size=3),
+    quotas=st.lists(st.integers(0, 8), min_size=3, max_size=3),
+    mine=st.integers(0, 6),
+    members=st.integers(1, 4),
+    per=st.sampled_from([1, 2, 4]),
+    seed=st.integers(0, 2**16),
+)
+@example(nodes=4, held=[3, 1], quotas=[0, 5, 0], mine=5, members=4, per=4, seed=2687)
+def test_a_queue_within_its_quota_gets_a_job_back_at_once(
+    nodes: int,
+    held: list[int],
+    quotas: list[int],
+    mine: int,
+    members: int,
+    per: int,
+    seed: int,
+) -> None:
+    """Whatever the borrowers hold where, a queue that holds ``mine`` GPUs and asks a job
+    (a pod, or a gang judged as one preemptor) that keeps it within its nominal quota gets
+    it in the first cycle when the borrowers' pods could make the room."""
+    flooders = [f"q{i}" for i in range(len(held))]
+    quotas = quotas[: len(held)]
+    cap, quota_s = 8 * nodes, mine + members * per
+    assume(mine < cap and sum(quotas) + quota_s <= cap)
+    rng = random.Random(seed)
+    owners = ["s"] * mine
+    owners += [flooders[rng.choices(range(len(held)), weights=held)[0]] for _ in range(cap - mine)]
+    rng.shuffle(owners)
+    # Every other queue borrows, and the room exists: per node, what is not s's fits members.
+    assume(all(owners.count(q) > quotas[i] for i, q in enumerate(flooders)))
+    room = [sum(1 for o in owners[8 * n : 8 * n + 8] if o != "s") // per for n in range(nodes)]
+    assume(sum(room) >= members)
+    placed = [(pod(f"{q}-{j}", q), f"n{j // 8}", 0.0) for j, q in enumerate(owners)]
+    pending: list[PodInfo] = []
+    gang = {"group": "g", "min_member": members} if members > 1 else {}
+    pending += [pod(f"new-{m}", "s", gpus=per, **gang) for m in range(members)]
+    config = {
+        "queues": [
+            {"name": q, "quota": {"gpu": g}}
+            for q, g in zip([*flooders, "s"], [*quotas, quota_s], strict=True)
+        ]
+    }
+    eng = engine(config)
+    eng.register_pod_groups({"s/g": members} if members > 1 else {})
+    state = cluster(*(node(f"n{i}") for i in range(nodes)), placed=placed)
+    res = eng.cycle(state, pending, 1000.0)
+    bound = sorted(b.pod.name for b in res.binds if b.pod.namespace == "s")
+    reason = next((u.reason for u in res.unschedulable if u.pod.namespace == "s"), "")
+    assert bound == [f"new-{m}" for m in range(members)], reason
+
+
 def test_a_refused_reclaim_names_the_rule() -> None:
     # a asks beyond its quota (2 + 4 > 4): the guarantee does not apply, and the fair-share
     # rule refuses because a would end above its share (6 > 4).
