@@ -449,7 +449,8 @@ class FairVictims:
         for p in job.pods:
             if p.uid not in s.placed_now:
                 continue
-            before[q] = before.get(q, 0.0) - s.book.pending_vector(p)
+            entry = s.book.entries.get(p.uid)  # what it holds as placed
+            before[q] = before.get(q, 0.0) - (entry.vec if entry else s.book.pending_vector(p))
             # Only victims still gone: a plan of an attempt since discarded put them back.
             taken = self._taken.get(p.uid, {})
             gone.update((u, x) for u, x in taken.items() if u not in s.cluster.placements)
