@@ -501,7 +501,7 @@ class _Rules:
         if not book.queue_limits(theirs).preemption.preemptible:
             return f"queue {theirs} is not preemptible"
         band = self.s.tenancy.preemption.reclaim_tolerance_band
-        band = band_for(book, self.deserved, mine, band)
+        band = band_for(band, book, self.deserved, mine, None)
         if may_reclaim_from(book, self.deserved, mine, theirs, band):
             return self._protected(uid) or self._cooling(uid, mine, theirs)
         used = held(book, self.deserved, theirs)

@@ -431,7 +431,7 @@ class FairVictims:
         band = self.s.tenancy.preemption.reclaim_tolerance_band
         if not band:
             return band
-        return band_for(self.s.book, self.deserved, job.tenant.queue, band, before)
+        return band_for(band, self.s.book, self.deserved, job.tenant.queue, before)
 
     def _before(self, job: Job) -> dict[str, np.ndarray] | None:
         """The queues as they stood before ``job``'s first member landed in this cycle, as

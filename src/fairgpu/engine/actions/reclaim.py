@@ -221,15 +221,11 @@ def above_band(
 
 
 def band_for(
-    book: QueueBook,
-    deserved: Mapping[str, float],
-    queue: str,
-    band: float,
-    before: Before | None = None,
+    band: float, book: QueueBook, deserved: Mapping[str, float], queue: str, before: Before | None
 ) -> float:
     """The tolerance band ``queue``'s reclaims are judged with (rule 2): ``band``, or 0
     while ``queue`` is starved -- holding at most ``band x`` its fair share as it stood
-    ``before`` the job being placed (a gang is one preemptor)."""
+    ``before`` the job being placed (a gang is one preemptor; None: as it stands)."""
     owed = deserved.get(queue, 0.0)
     mine = held(book, deserved, queue, _at(before, queue))
     return 0.0 if owed > EPS and mine <= band * owed + EPS else band
