@@ -17,6 +17,7 @@ Quota rules (per resource, only where the queue sets a value):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -384,7 +385,7 @@ class QueueBook:
             u = u + delta
         return self.dominant(u) / self.weight(queue)
 
-    def top_share(self, queue: str, deltas: dict[str, np.ndarray] | None = None) -> float:
+    def top_share(self, queue: str, deltas: Mapping[str, np.ndarray] | None = None) -> float:
         """Weighted dominant share at the top level: the queue's department, or the queue
         itself when it has no parent. ``deltas`` maps queues to hypothetical changes."""
         lim = self.queue_limits(queue)

@@ -133,7 +133,7 @@ EPS = 1e-9
 
 
 def reclaim_key(
-    book: QueueBook, queue: str, deltas: dict[str, np.ndarray] | None = None
+    book: QueueBook, queue: str, deltas: Mapping[str, np.ndarray] | None = None
 ) -> ReclaimKey:
     """The order reclaim respects: (borrowing beyond nominal?, department share, queue
     share), instantaneous; ``deltas`` applies hypothetical changes (queue -> vector)."""
@@ -170,7 +170,7 @@ def share_key(
     book: QueueBook,
     deserved: Mapping[str, float],
     queue: str,
-    deltas: dict[str, np.ndarray] | None = None,
+    deltas: Mapping[str, np.ndarray] | None = None,
 ) -> ReclaimKey:
     """:func:`reclaim_key` in the unit of ``deserved`` (:func:`held`): (borrowing beyond
     nominal?, department's held ÷ its weight, queue's held ÷ its weight)."""
@@ -339,8 +339,7 @@ def _preemptor_aside(
         return f"queue {queue!r} is not below its fair share"
     if after > deserved.get(queue, 0.0) + EPS:
         return f"queue {queue!r} would exceed its fair share after the move"
-    then = dict(before or {})
-    if not share_key(book, deserved, queue, then) < share_key(book, deserved, other, then):
+    if not share_key(book, deserved, queue, before) < share_key(book, deserved, other, before):
         return f"queue {queue!r} does not come before {other!r} in reclaim order"
     return None
 
@@ -403,8 +402,8 @@ def may_reclaim_from(
     quota, ``other`` borrowing), or the fair-share rule could (``other`` outside its quota and
     above its share by more than ``band``, ``queue`` below its own, ``key(queue) <
     key(other)``) -- the queues as they stood ``before`` the preemptor's job."""
-    then = dict(before or {})
-    mine, theirs = share_key(book, deserved, queue, then), share_key(book, deserved, other, then)
+    mine = share_key(book, deserved, queue, before)
+    theirs = share_key(book, deserved, other, before)
     if not mine < theirs:
         return False
     if mine[0] == 0 and theirs[0] == 1:
