@@ -18,7 +18,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairgpu.cluster.state import ClusterState
+from fairgpu.cluster.state import ClusterState, Placement
 from fairgpu.engine.actions.admit import _needed
 from fairgpu.engine.actions.gang_screen import (
     COLUMNS,
@@ -179,12 +179,19 @@ def _session(case: dict[str, Any]) -> tuple[Session, list[str]]:
 
 
 def _cooling(session: Session, uid: str) -> bool:
-    """Does the pod sit on a GPU that changed tenant within the cooldown?"""
-    changed = session.state.tenant_changed
+    """Does the pod sit on a GPU that changed tenant within the cooldown, at or before the
+    pod started (the part it holds is what changed)?"""
     pl = session.cluster.placements[uid]
-    name = session.cluster.node(pl.node).name
     cooldown = session.tenancy.preemption.reclaim_cooldown_seconds
-    return any(session.now - changed.get((name, d), -np.inf) < cooldown for d in pl.devices)
+    return any(session.now - t < cooldown for t in _changes_for(session, pl))
+
+
+def _changes_for(session: Session, pl: Placement) -> list[float]:
+    """When each GPU of ``pl`` changed tenant, where that was at or before ``pl`` started."""
+    changed = session.state.tenant_changed
+    name = session.cluster.node(pl.node).name
+    times = [changed.get((name, d)) for d in pl.devices]
+    return [t for t in times if t is not None and t <= pl.started]
 
 
 def _protected(session: Session, uid: str) -> bool:
@@ -220,8 +227,7 @@ def _rules_as_written(session: Session, pool: list[str], min_run: float) -> list
                 continue
             when = pl.started + min_run
             if changed:
-                name = session.cluster.node(pl.node).name
-                cooled = max((changed.get((name, d), -np.inf) for d in pl.devices), default=-np.inf)
+                cooled = max(_changes_for(session, pl), default=-np.inf)
                 when = max(when, cooled + cfg.reclaim_cooldown_seconds)
             if when > session.now:
                 session.out.retry_no_later_than(float(when))

@@ -278,17 +278,18 @@ def test_dominant_share_counts_only_resources_the_cluster_has_and_follows_its_ca
 
 def test_reclaimable_pods_are_worked_out_again_when_a_reclaim_or_the_queue_changes() -> None:
     """Queue a's pods that queue b may reclaim, kept within a cycle: the same answer while
-    nothing it reads changed; after a committed reclaim that made a GPU of a's pod change
-    tenant (a shared GPU), that pod is held back by the cooldown; after one of a's pods is
-    evicted, it is gone from the answer."""
-    running = [(pod_info(f"a{i}", "a"), "n1", 0.0) for i in range(3)]
+    nothing it reads changed; after a committed reclaim that made the GPU a's pod a1 holds
+    change tenant (a shared GPU; a1 placed there at this instant, by an earlier cycle), a1
+    is held back by the cooldown; after one of a's pods is evicted, it is gone from the
+    answer. No minimum run, so only those rules are asked."""
+    running = [(pod_info(f"a{i}", "a"), "n1", 1000.0 if i == 1 else 0.0) for i in range(3)]
     state = cluster(node_info("n1", gpus=4), placed=running)
     engine = Engine()
     session = engine.session(state, 1000.0)
     victims = FairVictims(session, {"a": 0.25, "b": 0.25})
-    first = victims.eligibility.kept("a", "b", 60.0, HeldBack())
+    first = victims.eligibility.kept("a", "b", 0.0, HeldBack())
     assert first[0] == ["a/a0", "a/a1", "a/a2"]
-    assert victims.eligibility.kept("a", "b", 60.0, HeldBack())[0] is first[0]  # kept
+    assert victims.eligibility.kept("a", "b", 0.0, HeldBack())[0] is first[0]  # kept
     # A reclaim by b commits (its victims' and its own GPUs change tenant): a1's GPU too.
     device = state.placements["a/a1"].devices[0]
     b0 = pod_info("b0", "b")
@@ -296,11 +297,11 @@ def test_reclaimable_pods_are_worked_out_again_when_a_reclaim_or_the_queue_chang
     victims._flows[b0.uid] = set()
     victims.placed(b0)
     held = HeldBack()
-    assert victims.eligibility.kept("a", "b", 60.0, held)[0] == ["a/a0", "a/a2"]
+    assert victims.eligibility.kept("a", "b", 0.0, held)[0] == ["a/a0", "a/a2"]
     assert held.pods == {"a/a1": 1600.0}
     stmt = session.statement()
     stmt.evict(state.pods["a/a0"], None, "test", "reclaim")
-    assert victims.eligibility.kept("a", "b", 60.0, HeldBack())[0] == ["a/a2"]
+    assert victims.eligibility.kept("a", "b", 0.0, HeldBack())[0] == ["a/a2"]
 
 
 def test_only_a_group_left_with_no_member_running_counts_as_torn_down() -> None:

@@ -296,6 +296,29 @@ def test_a_queue_does_not_take_back_other_gpus_of_a_node_it_just_lost() -> None:
     assert [(e.pod.name, e.kind) for e in res.evictions] == [("b4", "reclaim")]
 
 
+def test_a_shared_gpu_cools_only_for_the_slice_that_changed_tenant() -> None:
+    """One GPU in quarters, b holding three and c one. At t=1000 a reclaims one of b's; at
+    1100 d, holding nothing, asks a quarter: b still holds twice its share, in a quarter that
+    started at 0 and never changed tenant. It is d's victim at once -- the cooldown holds
+    back the quarter a took (and b's way back to it), not every pod on the GPU for 600 s."""
+    guards = {"reclaimCooldownSeconds": 600, "reclaimMinRuntimeSeconds": 300}
+    eng = engine({"preemption": guards})
+    state = cluster(node("n1", gpus=1))
+    for name, queue in (("b0", "b"), ("b1", "b"), ("b2", "b"), ("c0", "c")):
+        state.assign(pod(name, queue, milli=250), 0, (0,), started=0.0)
+    res = eng.cycle(state, [pod("a0", "a", milli=250)], 1000.0)
+    assert [(e.pod.namespace, e.kind) for e in res.evictions] == [("b", "reclaim")]
+    apply(state, res)
+    res = eng.cycle(state, [pod("d0", "d", milli=250)], 1100.0)
+    reason = next((u.reason for u in res.unschedulable), "")
+    assert [(e.pod.namespace, e.kind) for e in res.evictions] == [("b", "reclaim")], reason
+    assert [b.pod.name for b in res.binds] == ["d0"]
+    # a's quarter, which did change tenant, stays out of reach: b cannot take it back.
+    apply(state, res)
+    res = eng.cycle(state, [pod("b9", "b", milli=250)], 1450.0)
+    assert not res.evictions
+
+
 @dataclass(frozen=True)
 class Move:
     """One reclaim (or relocation, or precedence) eviction: GPUs of queue ``src``'s victim

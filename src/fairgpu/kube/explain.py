@@ -40,6 +40,7 @@ from fairgpu.engine.actions.reclaim import (
     reclaim_refusal,
 )
 from fairgpu.engine.actions.reserve import protected_until
+from fairgpu.engine.actions.victim_eligibility import cooling
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.fragile_jobs import LABEL_JOBSET, fragile_key, job_groups
@@ -469,7 +470,7 @@ class _Rules:
         pl = s.cluster.placements[uid]
         node = s.cluster.node(pl.node).name
         changed = [s.state.tenant_changed.get((node, d)) for d in pl.devices]
-        recent = [t for t in changed if t is not None and s.now - t < cooldown]
+        recent = [t for t in changed if cooling(t, pl.started) and s.now - t < cooldown]
         if recent:
             return (
                 "it sits on GPUs that changed tenant at "

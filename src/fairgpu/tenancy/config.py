@@ -235,7 +235,9 @@ class Preemption(_Model):
 
     ``reclaimCooldownSeconds`` (default 600): the GPUs (node, device) a reclaim freed or took
     do not change tenant through another reclaim within this long, so they never flip back
-    and forth (see :mod:`fairgpu.engine.actions.reclaim`).
+    and forth (see :mod:`fairgpu.engine.actions.reclaim`); on a GPU shared by fractions,
+    only the pods placed on it since the change are held back -- a fraction that shared it
+    before kept its part.
 
     ``poolPrecedence`` (default none): rules giving one kind of work precedence over another
     on some nodes (:class:`PoolPrecedence`), e.g. inference over training on the hybrid

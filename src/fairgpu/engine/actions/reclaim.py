@@ -95,9 +95,14 @@ bound what happens a few cycles later; three settings of
 ``reclaimMinRuntimeSeconds``; the band (``reclaimToleranceBand``) keeps a queue near its
 share out of reach; and the GPUs (node, device) a reclaim freed or took are recorded in
 :class:`~fairgpu.engine.session.EngineState` at the cycle's ``now``, and for
-``reclaimCooldownSeconds`` no pod on them is a reclaim victim. So no reclaim over the same
-GPUs can follow a reclaim -- in the opposite direction or any other -- within the cooldown:
-the second reclaim's victims sit on GPUs the first one recorded.
+``reclaimCooldownSeconds`` no pod placed on them since is a reclaim victim. So no reclaim
+over the same GPUs can follow a reclaim -- in the opposite direction or any other -- within
+the cooldown: the second reclaim's victims sit on GPUs the first one recorded. A GPU shared
+by fractions changes tenant by the part: a pod that shared it before the reclaim (beside the
+victim) kept its part and stays a victim like any other
+(:func:`~fairgpu.engine.actions.victim_eligibility.cooling`); its queue taking the moved
+part back is still a reversal on the node (below). Holding every pod on the GPU back kept a
+starved queue from a quarter that never moved, for the whole cooldown.
 
 The same holds per node and direction (:func:`reverses`): after Q reclaimed from V on node N,
 V takes none of Q's pods on N by reclaim for ``reclaimCooldownSeconds`` (the bound included),

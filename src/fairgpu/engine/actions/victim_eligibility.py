@@ -5,9 +5,9 @@ this cycle, bound (or a held preemptor whose place may be taken, :func:`displace
 terminating, run the policy's minimum time. Reclaim between queues adds time rules that keep
 the GPUs from changing hands back and forth (:mod:`~fairgpu.engine.actions.reclaim`'s "No
 flipping over time"): a victim ran ``reclaimMinRuntimeSeconds``; it sits on no GPU that
-changed tenant within ``reclaimCooldownSeconds`` (:func:`record_tenant_change`); taking it
-would not undo, on its node, a reclaim its queue made from the preemptor's within the
-cooldown; and it is not protected after starting from a reservation
+changed tenant for it within ``reclaimCooldownSeconds`` (:func:`record_tenant_change`,
+:func:`cooling`); taking it would not undo, on its node, a reclaim its queue made from the
+preemptor's within the cooldown; and it is not protected after starting from a reservation
 (:func:`~fairgpu.engine.actions.reserve.protected_until`). :class:`ReclaimEligibility` asks
 them for a queue's pods in one pass, keeps the answer while nothing it reads changes, and
 says what holds the rest back (:class:`HeldCauses`, :meth:`ReclaimEligibility.held_back_text`)
@@ -193,8 +193,7 @@ class ReclaimEligibility:
             when = pl.started + min_run
             devices = changed.get(pl.node)
             if devices is not None:
-                cooled = max((devices.get(d, -np.inf) for d in pl.devices), default=-np.inf)
-                when = max(when, cooled + cooldown)
+                when = max(when, _cooled(devices, pl) + cooldown)
             if now < when < soonest:
                 soonest = when
             # victim_eligible, inlined: this loop runs over every pod of the queue.
@@ -202,7 +201,9 @@ class ReclaimEligibility:
                 later[u] = when
                 causes.add("young")
                 continue
-            if pl.node in hot_nodes and any((pl.node, d) in hot for d in pl.devices):
+            if pl.node in hot_nodes and any(
+                cooling(hot.get((pl.node, d)), pl.started) for d in pl.devices
+            ):
                 later[u] = when
                 causes.add("cooling")
                 continue
@@ -254,12 +255,13 @@ class ReclaimEligibility:
                 out.setdefault(slot, {})[device] = when
         return out
 
-    def _hot_gpus(self, changed: dict[int, dict[int, float]]) -> set[tuple[int, int]]:
-        """(node slot, device) of every GPU that changed tenant within the cooldown (a pod on
-        one is held back from reclaim), from :meth:`_changed_by_slot`, once per pass."""
+    def _hot_gpus(self, changed: dict[int, dict[int, float]]) -> dict[tuple[int, int], float]:
+        """(node slot, device) of every GPU that changed tenant within the cooldown, to when it
+        did (a pod on one that started then or later is held back from reclaim), from
+        :meth:`_changed_by_slot`, once per pass."""
         now, cooldown = self.s.now, self.s.tenancy.preemption.reclaim_cooldown_seconds
         return {
-            (slot, d)
+            (slot, d): when
             for slot, devices in changed.items()
             for d, when in devices.items()
             if now - when < cooldown
@@ -291,6 +293,23 @@ class ReclaimEligibility:
             parts[-1] += f", {'' if n == 1 else 'the first '}until "
             parts[-1] += s.time_label(causes.protected_until)
         return ", ".join(parts)
+
+
+def cooling(changed_at: float | None, started: float) -> bool:
+    """Did the part of a GPU a pod that ``started`` then holds change tenant at
+    ``changed_at`` (when the GPU last changed tenant, None: not recently)? Only if the pod
+    started then or later: a reclaim's preemptor is placed in the reclaim's cycle, and a pod
+    that shared the GPU before (a fraction beside the victim's) kept its part -- holding it
+    back would keep a starved queue from a pod that never moved, for the whole cooldown.
+    Whole GPUs are not shared, so every pod on one that changed tenant started after."""
+    return changed_at is not None and changed_at <= started
+
+
+def _cooled(devices: dict[int, float], pl: Placement) -> float:
+    """When the last of ``pl``'s GPUs that changed tenant for it did (:func:`cooling`;
+    ``devices``: device -> when, on its node), or -inf."""
+    times = (devices.get(d) for d in pl.devices)
+    return max((t for t in times if t is not None and cooling(t, pl.started)), default=-np.inf)
 
 
 def record_tenant_change(
