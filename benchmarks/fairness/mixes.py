@@ -307,8 +307,14 @@ class Replay:
     wall: float
 
     def weights(self, mix: Mix) -> dict[str, float]:
-        """The weights ``mix`` is judged by: its own, else its queues'."""
+        """The weights ``mix`` is judged by: its own, else its queues' (departments too)."""
         return mix.weights or {q.name: q.weight for q in self.engine.tenancy.queues}
+
+    def parents(self, mix: Mix) -> dict[str, str]:
+        """Each queue's department when ``mix`` is judged by queues (none by its own
+        weights)."""
+        queues = self.engine.tenancy.queues
+        return {} if mix.weights else {q.name: q.parent for q in queues if q.parent}
 
 
 def replay(
@@ -352,12 +358,13 @@ def measure(
     weights = run.weights(mix)
     pods = [r.pod for r in result.records]
     capacity, eligible, node_pool = pool_layout(sim.cluster, engine.scheduler, pods)
-    timeline = share_timeline(result, capacity, eligible, weights)
+    parents = run.parents(mix)
+    timeline = share_timeline(result, capacity, eligible, weights, parent=parents)
     shares = share_ratios(timeline, result.gpu_capacity_milli)
-    division = division_ratios(result, timeline, eligible, weights, node_pool)
+    division = division_ratios(result, timeline, eligible, weights, node_pool, parents)
     locked = locked_deficit(result, timeline, eligible)
     ratios = useful_ratios(shares)
-    gangs = gang_qualification(result, capacity, eligible, weights)
+    gangs = gang_qualification(result, capacity, eligible, weights, parents)
     qualified = [g["wait_s"] for g in gangs if g["qualified"]]
     return {
         "useful_allocation_pct": acc["useful_allocation_pct"],

@@ -241,7 +241,9 @@ def measure(mix: mixes.Mix, seed: int, points: int = 400) -> dict[str, Any]:
     result = run.result
     pods = [r.pod for r in result.records]
     capacity, eligible, _ = pool_layout(run.sim.cluster, run.engine.scheduler, pods)
-    tl = share_timeline(result, capacity, eligible, run.weights(mix), points=points)
+    tl = share_timeline(
+        result, capacity, eligible, run.weights(mix), points=points, parent=run.parents(mix)
+    )
     ratios = mixes.useful_ratios(share_ratios(tl, result.gpu_capacity_milli))
     low = min(ratios, key=ratios.__getitem__)
     spans_held, _ = _run_spans(result)

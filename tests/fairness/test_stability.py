@@ -19,6 +19,7 @@ from fairgpu.model.node_pools import derive_placement
 from fairgpu.model.pod import LABEL_USER, LABEL_WORKLOAD, PodInfo
 from fairgpu.model.selectors import Toleration
 from fairgpu.tenancy import parse_config
+from fairgpu.tenancy.pool_share import PoolDemand, hierarchical_pool_shares
 from tests.builders import pool_node
 
 
@@ -192,6 +193,74 @@ def test_a_starved_queue_gets_a_job_within_its_share_at_once(
         f"s-{m}" for m in range(members)
     ], reason
     assert res.evictions and all(e.kind == "reclaim" for e in res.evictions)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    nodes=st.integers(1, 2),
+    asks=st.lists(st.just(250), min_size=1, max_size=3),
+    parents=st.lists(st.sampled_from(["", "d0", "d1"]), min_size=5, max_size=5),
+    weights=st.lists(st.sampled_from([1.0, 2.0]), min_size=7, max_size=7),
+    seed=st.integers(0, 2**16),
+)
+# Found by it: shares that split a department's weight among its queues refused s0 its
+# quarter ("would pass 'q1' in reclaim order"); the cooldown held back every pod on a GPU
+# where another starved queue had just reclaimed a quarter.
+@example(
+    nodes=1,
+    asks=[250, 250],
+    parents=["d0", "d1", "d0", "d1", ""],
+    weights=[1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0],
+    seed=700,
+)
+@example(
+    nodes=1,
+    asks=[250, 250],
+    parents=["", "d0", "", "d0", ""],
+    weights=[2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+    seed=0,
+)
+def test_starved_queues_get_their_fractions_at_once_in_departments(
+    nodes: int, asks: list[int], parents: list[str], weights: list[float], seed: int
+) -> None:
+    """Two flooding queues fill every GPU of 4-GPU nodes with quarters, shuffled so GPUs
+    are shared between them; up to three queues holding nothing, in departments or not,
+    each ask a quarter within their share (departments share first, then their queues).
+    Each gets it in the first cycle, or in the next once the victims are gone, however the
+    reclaims made for the others land on the GPUs its victims share. (A half asked of
+    quarters may need one from each flooder on one GPU; the search tries one set of victims
+    per node.)"""
+    flooders = ["q0", "q1"]
+    starved = [f"s{i}" for i in range(len(asks))]
+    names = [*flooders, *starved]
+    parent = {q: d for q, d in zip(names, parents, strict=False) if d}
+    weight = dict(zip([*names, "d0", "d1"], weights, strict=False))
+    cap = 4000 * nodes
+    want = [PoolDemand(q, frozenset({"all"}), 2 * cap) for q in flooders]
+    want += [PoolDemand(q, frozenset({"all"}), a) for q, a in zip(starved, asks, strict=True)]
+    owed = hierarchical_pool_shares({"all": cap}, want, weight, parent)
+    assume(all(owed[q] >= a for q, a in zip(starved, asks, strict=True)))
+    rng = random.Random(seed)
+    state = cluster(*(node(f"n{i}", gpus=4) for i in range(nodes)))
+    for j in range(4 * 4 * nodes):
+        q = rng.choice(flooders)
+        state.assign(pod(f"{q}-{j}", q, milli=250), j // 16, (j // 4 % 4,), started=0.0)
+    pending = [pod(f"{q}-p{k}", q, milli=250) for q in flooders for k in range(4 * cap // 1000)]
+    pending += [pod(f"{q}-x", q, milli=a) for q, a in zip(starved, asks, strict=True)]
+    queues: list[dict[str, Any]] = [
+        {"name": d, "weight": weight[d]} for d in ("d0", "d1") if d in parent.values()
+    ]
+    queues += [{"name": q, "weight": weight[q], "parent": parent.get(q)} for q in names]
+    eng = engine({"queues": queues})
+    res = eng.cycle(state, pending, 1000.0)
+    bound = {b.pod.uid for b in res.binds}
+    # The victims leave; what a preemptor did not take of a shared GPU is free then.
+    apply(state, res)
+    res = eng.cycle(state, [p for p in pending if p.uid not in bound], 1030.0)
+    bound |= {b.pod.uid for b in res.binds}
+    reasons = {u.pod.namespace: u.reason for u in res.unschedulable}
+    for q in starved:
+        assert f"{q}/{q}-x" in bound, reasons.get(q)
 
 
 def test_a_queue_below_its_share_is_told_why_it_may_not_reclaim() -> None:

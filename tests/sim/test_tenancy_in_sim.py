@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from fairgpu.cli import app
 from fairgpu.engine.engine import Engine
+from fairgpu.sim.results import add_accounting, summarize
 from fairgpu.sim.simulator import Simulation
 from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.tenancy import parse_config
@@ -71,3 +73,32 @@ def test_losing_one_gang_member_restarts_the_group() -> None:
     # Both members were stopped together and restarted together later.
     assert recs["g0"].preempted == 1 and recs["g1"].preempted == 1
     assert recs["g0"].start == recs["g1"].start and recs["g0"].start >= 110.0
+
+
+def test_the_reported_fair_shares_let_departments_share_first() -> None:
+    """Department d (a and b) and queue c weigh the same, all three flooding one 8-GPU
+    node for as long as the run lasts: c is owed half of it and a and b a quarter each --
+    not a third each, as queue weights alone would say -- the shares the engine reclaims
+    by."""
+    config = parse_config(
+        {
+            "queues": [
+                {"name": "d"},
+                {"name": "a", "parent": "d", "namespaces": ["a"]},
+                {"name": "b", "parent": "d", "namespaces": ["b"]},
+                {"name": "c", "namespaces": ["c"]},
+            ]
+        }
+    )
+    engine = Engine(tenancy=config)
+    arrivals = [
+        PodArrival(k8s_pod(f"{q}{j}", q, gpus=1, cpu="1"), 0.0, 600.0)
+        for q in "abc"
+        for j in range(40)
+    ]
+    sim = Simulation(Workload("t", [k8s_node("n0", gpus=8)], arrivals), engine, until=1800.0)
+    result = sim.run()
+    summary = summarize(result, {})
+    add_accounting(summary, result, engine, sim.cluster)
+    fair = {t: row["fair_share_pct"] for t, row in summary["tenants"].items()}
+    assert fair == {"a": pytest.approx(25.0), "b": pytest.approx(25.0), "c": pytest.approx(50.0)}

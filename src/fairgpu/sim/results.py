@@ -6,7 +6,7 @@ import csv
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,7 @@ from fairgpu.sim.accounting import (
 )
 from fairgpu.sim.simulator import PodRecord, SimulationResult, percentile, time_average
 from fairgpu.sim.workload import BatchJob
-from fairgpu.tenancy.pool_share import PoolDemand, node_pools, pool_fair_shares
+from fairgpu.tenancy.pool_share import PoolDemand, hierarchical_pool_shares, node_pools
 
 if TYPE_CHECKING:
     from fairgpu.cluster.state import ClusterState
@@ -341,13 +341,17 @@ def share_timeline(
     eligible: dict[str, frozenset[str]],
     weight: dict[str, float],
     points: int = 400,
+    parent: Mapping[str, str] | None = None,
 ) -> ShareTimeline:
-    """Pool-aware fair shares (:func:`pool_fair_shares`) of every tenant at ``points`` evenly
+    """Pool-aware fair shares (:func:`hierarchical_pool_shares`: ``parent`` names each
+    tenant's department, weighed in ``weight`` too) of every tenant at ``points`` evenly
     spaced instants. A pod demands its GPUs from arrival to its final end (held or pending);
     pods no pool can run are left out (no scheduler could give them anything)."""
     end = max(result.end_time, 1e-9)
     grid = (np.arange(points) + 0.5) * end / points
-    fair, useful, held, total = _share_series(result, capacity, eligible, weight, grid)
+    fair, useful, held, total = _share_series(
+        result, capacity, eligible, weight, grid, parent=parent
+    )
     return ShareTimeline(
         times=grid,
         fair=fair,
@@ -380,10 +384,12 @@ def _share_series(
     weight: dict[str, float],
     grid: np.ndarray,
     capacity_at: list[dict[str, int]] | None = None,
+    parent: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, np.ndarray], ...]:
     """At each instant of ``grid`` (sorted), per tenant: pool-aware fair share, useful
     allocation, held allocation (every run attempt) and total GPU demand, milli-GPU.
-    ``capacity_at``: each instant's pool capacities instead of ``capacity``."""
+    ``capacity_at``: each instant's pool capacities instead of ``capacity``; ``parent``:
+    each tenant's department (:func:`hierarchical_pool_shares`)."""
     demand: dict[tuple[str, frozenset[str]], list[tuple[float, float, int]]] = defaultdict(list)
     for rec in result.records:
         pools = eligible.get(rec.pod.uid)
@@ -400,7 +406,8 @@ def _share_series(
         cap = capacity if capacity_at is None else capacity_at[k]
         memo = (wants, tuple(sorted(cap.items())))
         if memo not in cache:
-            cache[memo] = pool_fair_shares(cap, [PoolDemand(*w) for w in wants], weight)
+            demands = [PoolDemand(*w) for w in wants]
+            cache[memo] = hierarchical_pool_shares(cap, demands, weight, parent)
         for t, v in cache[memo].items():
             fair[t][k] = v
     total = {
@@ -419,6 +426,7 @@ def gang_qualification(
     capacity: dict[str, int],
     eligible: dict[str, frozenset[str]],
     weight: dict[str, float],
+    parent: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Per pod group that started: its tenant, arrival (first member), GPUs (its members'
     asks together), wait (:func:`~fairgpu.sim.accounting.gang_stats`), and whether its share
@@ -429,7 +437,7 @@ def gang_qualification(
     arrival instant, with the gang's own demand counted). A gang larger than what its tenant
     lacks must wait for the tenant's other work to end, and a gang behind its own user's
     older work for that work to start, whatever the scheduler does; the gang-wait target is
-    about the others."""
+    about the others. ``parent``: each tenant's department (:func:`share_timeline`)."""
     arrival = {r.pod.uid: r.arrival for r in result.records}
     members: dict[str, dict[str, RunAttempt]] = defaultdict(dict)
     attempts: dict[str, list[RunAttempt]] = defaultdict(list)
@@ -447,7 +455,7 @@ def gang_qualification(
         return []
     order = np.argsort(at, kind="stable")
     grid = at[order]
-    fair, _, held, _ = _share_series(result, capacity, eligible, weight, grid)
+    fair, _, held, _ = _share_series(result, capacity, eligible, weight, grid, parent=parent)
     by_uid = {r.pod.uid: r for r in result.records}
     queued = _queued_ahead(result, eligible)
     out: list[dict[str, Any]] = []
@@ -546,6 +554,7 @@ def division_ratios(
     eligible: dict[str, frozenset[str]],
     weight: dict[str, float],
     node_pool: dict[str, str],
+    parent: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A diagnostic that separates how the GPUs in use were *divided* from how many were
     *used*; targets stay judged on :func:`share_ratios`.
@@ -559,7 +568,8 @@ def division_ratios(
     of the pools the pods waiting at each instant may use, averaged over the instants when
     any GPU pod waited.
 
-    Returns ``{"ratios": {tenant: ratio}, "min", "max", "idle_pct_while_backlogged"}``.
+    ``parent``: each tenant's department, as for ``tl``. Returns ``{"ratios": {tenant:
+    ratio}, "min", "max", "idle_pct_while_backlogged"}``.
     """
     grid = tl.times
     spans: Spans = defaultdict(list)
@@ -571,7 +581,9 @@ def division_ratios(
     capacity_at = [
         {p: min(int(v[k]), tl.pools[p]) for p, v in in_use.items()} for k in range(grid.size)
     ]
-    fair, useful, _, _ = _share_series(result, tl.pools, eligible, weight, grid, capacity_at)
+    fair, useful, _, _ = _share_series(
+        result, tl.pools, eligible, weight, grid, capacity_at, parent
+    )
     ratios: dict[str, float] = {}
     for t, share in fair.items():
         b = tl.backlogged.get(t)
@@ -692,10 +704,12 @@ def add_accounting(
     and the queue weights.
     """
     summary["accounting"] = accounting_summary(result)
+    # Departments are queues too: their weights, and each queue's department.
     weight = {q.name: float(q.weight) for q in engine.tenancy.queues}
+    parent = {q.name: q.parent for q in engine.tenancy.queues if q.parent}
     pods = [r.pod for r in result.records]
     capacity, eligible = pool_eligibility(cluster, engine.scheduler, pods)
-    timeline = share_timeline(result, capacity, eligible, weight)
+    timeline = share_timeline(result, capacity, eligible, weight, parent=parent)
     summary["pools_gpus"] = {p: c / 1000.0 for p, c in capacity.items()}
     locked = locked_deficit(result, timeline, eligible)
     for tenant, row in share_ratios(timeline, result.gpu_capacity_milli).items():

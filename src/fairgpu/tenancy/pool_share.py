@@ -16,8 +16,9 @@ fair shares are the **weighted max-min fair allocation subject to those pool con
 Within one contended pool whose tenants can use nothing else, this is the ordinary weighted
 water-filling; a tenant confined to one pool gets no share of the others; spare capacity of a
 pool goes to whoever can use it. The sum of the shares never exceeds what some placement (of
-divisible amounts) achieves. Not modelled: gangs' all-or-nothing, fragmentation of whole GPUs
-across nodes, departments (leaf queue weights only).
+divisible amounts) achieves. Departments share first, then their tenants
+(:func:`hierarchical_pool_shares`). Not modelled: gangs' all-or-nothing, fragmentation of
+whole GPUs across nodes.
 
 Amounts are integers of ``resolution`` units (milli-GPU in the simulator's reports).
 
@@ -140,10 +141,12 @@ def pool_fair_shares(
     capacity: Mapping[str, int],
     demands: Iterable[PoolDemand],
     weight: Mapping[str, float] | None = None,
+    fixed: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """Each tenant's weighted max-min fair share of ``capacity`` (pool -> amount) under the
     pool constraints of its ``demands``; never above its total demand. Tenants missing from
-    ``weight`` weigh 1."""
+    ``weight`` weigh 1. The tenants in ``fixed`` get that amount (at most their demand; it
+    must fit) and the others share what is left around them."""
     weight = weight or {}
     classes: dict[tuple[str, frozenset[str]], int] = {}
     for d in demands:
@@ -155,14 +158,14 @@ def pool_fair_shares(
         want[tenant] = want.get(tenant, 0) + amount
     if not want:
         return {}
+    share = {t: min(int(v), want[t]) for t, v in (fixed or {}).items() if t in want}
     pools = {p for _, ps in classes for p in ps}
     net: _Network | _Cuts = (
         _Cuts(capacity, classes) if len(pools) <= CUT_POOLS else _Network(capacity, classes)
     )
-    if net.fits(want):
-        return dict(want)
-    share: dict[str, int] = {}
-    active = sorted(want)
+    if net.fits({**want, **share}):
+        return {**want, **share}
+    active = sorted(t for t in want if t not in share)
     level = 0.0
     while active:
         w = {t: max(float(weight.get(t, 1.0)), 1e-9) for t in active}
@@ -178,6 +181,66 @@ def pool_fair_shares(
         for t in frozen or active:  # no one can grow even so: integer rounding, stop here
             share[t] = target[t]
         active = [t for t in active if t not in share]
+    return share
+
+
+def hierarchical_pool_shares(
+    capacity: Mapping[str, int],
+    demands: Iterable[PoolDemand],
+    weight: Mapping[str, float] | None = None,
+    parent: Mapping[str, str] | None = None,
+) -> dict[str, int]:
+    """:func:`pool_fair_shares` over two levels: the departments (``parent``: tenant -> its
+    department, weighted by ``weight`` like the tenants) and the tenants without one share
+    ``capacity`` by weighted max-min under their tenants' pool constraints; then each
+    department's amount is split among its tenants by weighted max-min, every other tenant
+    and department held at what it got (departments already split, tenant by tenant).
+
+    Flattening the departments into leaf weights (a department's weight split among its
+    tenants) differs once a tenant's demand caps it: what it leaves goes to every tenant in
+    proportion, not to its siblings first. Two departments of equal weight over 4 GPUs, each
+    with a tenant asking a quarter of a GPU beside one that floods: flattened, the flooders'
+    shares are 2.1 and 1.4 GPUs (leaf weights 1/2 and 1/3), where each department is owed 2
+    and each flooder 1.75 -- and the reclaim order, which compares departments first, then
+    refused a starved tenant its quarter from either flooder. With no department this is
+    :func:`pool_fair_shares`."""
+    demands = [d for d in demands if d.amount > 0]
+    parent = parent or {}
+    if not any(parent.get(d.tenant) for d in demands):
+        return pool_fair_shares(capacity, demands, weight)
+
+    def top(tenant: str) -> str:
+        return parent.get(tenant) or tenant
+
+    outer = pool_fair_shares(
+        capacity, [PoolDemand(top(d.tenant), d.pools, d.amount) for d in demands], weight
+    )
+    members: dict[str, set[str]] = {}
+    for d in demands:
+        members.setdefault(top(d.tenant), set()).add(d.tenant)
+    share: dict[str, int] = {}
+    split: set[str] = set()
+    for group in sorted(members):
+        inner = members[group]
+        if len(inner) == 1:
+            share[next(iter(inner))] = outer.get(group, 0)
+            split.add(group)
+            continue
+        held: dict[str, int] = {}
+        around: list[PoolDemand] = []
+        for d in demands:
+            owner = top(d.tenant)
+            if owner == group:
+                around.append(d)
+            elif owner in split:
+                around.append(d)
+                held[d.tenant] = share[d.tenant]
+            else:
+                around.append(PoolDemand(owner, d.pools, d.amount))
+                held[owner] = outer.get(owner, 0)
+        got = pool_fair_shares(capacity, around, weight, fixed=held)
+        share.update({t: got.get(t, 0) for t in inner})
+        split.add(group)
     return share
 
 
@@ -382,12 +445,16 @@ class PoolDemandIndex:
                 merged[(queue, pools)] = merged.get((queue, pools), 0) + milli
         return [PoolDemand(q, p, a) for (q, p), a in sorted(merged.items(), key=_class_key)]
 
-    def shares(self, weight: Mapping[str, float]) -> dict[str, int]:
-        """:func:`pool_fair_shares` of the current demands (the last few answers cached:
-        between cycles the demands often come back to an earlier state), or the last answer
-        when only demands it capped below what they ask have moved (:func:`_same_answer`)."""
+    def shares(
+        self, weight: Mapping[str, float], parent: Mapping[str, str] | None = None
+    ) -> dict[str, int]:
+        """:func:`hierarchical_pool_shares` of the current demands (the last few answers
+        cached: between cycles the demands often come back to an earlier state), or the last
+        answer when only demands it capped below what they ask have moved
+        (:func:`_same_answer`: a tenant capped below its demand leaves its department capped
+        too, so the argument holds at both levels)."""
         demands = self.demands()
-        weights = tuple(sorted(weight.items()))
+        weights = (tuple(sorted(weight.items())), tuple(sorted((parent or {}).items())))
         key = (tuple(demands), weights)
         got = self._cache.get(key)
         if got is None and self._last is not None and self._last[1] == weights:
@@ -395,7 +462,9 @@ class PoolDemandIndex:
         if got is None:
             if len(self._cache) >= 64:
                 self._cache.clear()
-            got = self._cache[key] = pool_fair_shares(self.capacity, demands, weight)
+            got = self._cache[key] = hierarchical_pool_shares(
+                self.capacity, demands, weight, parent
+            )
         self._last = (demands, weights, got)
         return got
 

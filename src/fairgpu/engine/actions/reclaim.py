@@ -496,9 +496,9 @@ def pool_gpu_shares(session: Session, queues: Lanes) -> dict[str, int]:
     """Each queue's pool-aware fair share of GPUs (milli): weighted max-min over the pools
     its held and pending GPU pods may use (their load-independent filters), updated
     incrementally (:class:`~fairgpu.tenancy.pool_share.PoolDemandIndex`). Queue weights;
-    within a department a queue weighs the department's weight split in proportion to its
-    siblings with GPU demand (one level of pools, not a second max-min inside the
-    department)."""
+    departments share first by their own weights, then each department's amount is shared
+    among its queues (:func:`~fairgpu.tenancy.pool_share.hierarchical_pool_shares`), as
+    the reclaim order compares departments before queues (:func:`share_key`)."""
     cluster, book, scheduler = session.cluster, session.book, session.scheduler
     n = cluster.size
     index = session.state.pool_demand
@@ -528,7 +528,8 @@ def pool_gpu_shares(session: Session, queues: Lanes) -> dict[str, int]:
         return book.resolver.resolve(pod).queue, (pod.static_key(), least), mask, int(milli)
 
     _update_demand(session, pending, describe)
-    return index.shares(_weights(book, index.queue_demand()))
+    weight, parent = _hierarchy(book, index.queue_demand())
+    return index.shares(weight, parent)
 
 
 def _update_demand(session: Session, pending: Mapping[str, PodInfo], describe: Describe) -> None:
@@ -549,19 +550,20 @@ def _update_demand(session: Session, pending: Mapping[str, PodInfo], describe: D
         index.update(pending.keys() | held.keys(), describe, basis)
 
 
-def _weights(book: QueueBook, queues: Mapping[str, int]) -> dict[str, float]:
-    """Leaf weights; a department's weight split among its queues by their own weights."""
-    by_parent: dict[str, float] = {}
+def _hierarchy(
+    book: QueueBook, queues: Mapping[str, int]
+) -> tuple[dict[str, float], dict[str, str]]:
+    """The weights of ``queues`` and of their departments, and each queue's department (for
+    :func:`~fairgpu.tenancy.pool_share.hierarchical_pool_shares`)."""
+    weight: dict[str, float] = {}
+    parent: dict[str, str] = {}
     for q in queues:
-        parent = book.queue_limits(q).parent
-        if parent:
-            by_parent[parent] = by_parent.get(parent, 0.0) + book.weight(q)
-    out: dict[str, float] = {}
-    for q in queues:
-        parent = book.queue_limits(q).parent
-        w = book.weight(q)
-        out[q] = book.parent_weight(parent) * w / by_parent[parent] if parent else w
-    return out
+        weight[q] = book.weight(q)
+        dept = book.queue_limits(q).parent
+        if dept:
+            parent[q] = dept
+            weight[dept] = book.parent_weight(dept)
+    return weight, parent
 
 
 def _shares(book: QueueBook, demand: dict[str, float]) -> dict[str, float]:
