@@ -68,9 +68,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from builders import gpu_node, gpu_pod
 
 from fairgpu.engine.engine import Engine
@@ -125,6 +127,19 @@ def demo(seed: int) -> Mix:
     """``fairgpu simulate``'s built-in workload, unchanged."""
     wl = generate(SyntheticSpec(), seed=seed)
     return Mix(f"demo-seed{seed}", wl.description, wl)
+
+
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "tenancy.yaml"
+
+
+def demo_departments(seed: int) -> Mix:
+    """The built-in workload under ``examples/tenancy.yaml`` (``fairgpu simulate --config``):
+    departments research (team-a weighing twice team-b) and product (team-c, team-d) of equal
+    weight, nominal quotas, its own preemption, gang and starvation settings. Shares are
+    judged as the config sets them: departments first, then their queues."""
+    wl = generate(SyntheticSpec(), seed=seed)
+    config = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    return Mix("demo-departments", f"{wl.description}; examples/tenancy.yaml", wl, config=config)
 
 
 # Full size: one tenant floods 2 000 one-GPU pods on 32 8-GPU nodes, others submit 4-member
@@ -486,6 +501,7 @@ def _cell(value: Any) -> str:
 
 MIXES: dict[str, Callable[..., Mix]] = {
     "demo": demo,
+    "demo-departments": demo_departments,
     "flood-gangs-inference": flood_gangs_inference,
     "pool-mix": pool_mix,
     "flexible-and-confined": flexible_and_confined,

@@ -9,8 +9,9 @@ preemption reversals (a queue taking back, in the same or the next cycle, from t
 just preempted it — a preemption cycle; must be 0).
 
 These six are the *idealised* suite (one pool, equal pods). The *realistic* suite
-(:mod:`mixes`: the built-in demo on several seeds, a flood + gangs + fractional-inference mix,
-a training/inference/hybrid pool mix, priority abuse inside one tenant) measures what fairness
+(:mod:`mixes`: the built-in demo on several seeds and once under ``examples/tenancy.yaml``'s
+departments, a flood + gangs + fractional-inference mix, a training/inference/hybrid pool mix,
+a flexible tenant beside confined ones, priority abuse inside one tenant) measures what fairness
 costs from every run attempt: useful and lost GPU time, useful share ÷ pool-aware fair share
 per backlogged tenant, reversals, gang starts and waits, beside the issue's targets with
 pass/fail; its table goes to stderr.
