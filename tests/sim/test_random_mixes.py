@@ -1,13 +1,13 @@
 """Replays of random mixes of every kind of work the engine handles at once -- pods alone
 of every size, fractional pods, gangs (rigid, elastic, confined to a rack), node pools with
-taints, priorities, several users, run times declared, undeclared and outrun, quotas or none;
-pods decoded from manifests with Kubernetes' placement constraints (pod affinity and
-anti-affinity, topology spread, node selectors, scheduling gates) beside gangs preferring a
-rack; the controllers' work from YAML (Jobs with backoff limits and disruption rules, JobSets
-with and without failure policies, LeaderWorkerSets of each restart policy, two priority
-classes); pods asking GPUs through DRA claim templates (whole GPUs, two at once, MIG slices)
-beside device-plugin GPUs -- never stop the engine and never book a node or a device beyond
-what it has.
+taints, priorities, several users, run times declared, undeclared and outrun, quotas and a
+department or none; pods decoded from manifests with Kubernetes' placement constraints (pod
+affinity and anti-affinity, topology spread, node selectors, scheduling gates) beside gangs
+preferring a rack; the controllers' work from YAML (Jobs with backoff limits and disruption
+rules, JobSets with and without failure policies, LeaderWorkerSets of each restart policy,
+two priority classes); pods asking GPUs through DRA claim templates (whole GPUs, two at
+once, MIG slices) beside device-plugin GPUs -- never stop the engine and never book a node
+or a device beyond what it has.
 
 Each feature is tested on its own elsewhere; the cycle meets them together only here (a pod
 that declares no run time on a node held for a starving gang once stopped the cycle on an
@@ -43,11 +43,12 @@ HOSTNAME = "kubernetes.io/hostname"
 RACK = "example.com/rack"
 POOL = "example.com/pool"
 QUEUES = ("team-a", "team-b")  # the namespaces of the mixes read from YAML
-QUOTAS = {
+QUOTAS = {  # a and c share department x, which weighs what b does
     "queues": [
-        {"name": "a", "namespaces": ["a"], "quota": {"gpu": 8}},
+        {"name": "x", "weight": 2},
+        {"name": "a", "namespaces": ["a"], "quota": {"gpu": 8}, "parent": "x"},
         {"name": "b", "namespaces": ["b"], "weight": 2},
-        {"name": "c", "namespaces": ["c"], "quota": {"gpu": 4}},
+        {"name": "c", "namespaces": ["c"], "quota": {"gpu": 4}, "parent": "x"},
     ],
     "starvation": {"reserveAfterSeconds": 60, "drainGraceSeconds": 30},
     "preemption": {"minRuntimeSeconds": 30},
