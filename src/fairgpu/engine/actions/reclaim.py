@@ -24,7 +24,8 @@ the victim search (:func:`~fairgpu.engine.preemption.find_preemption`) picks the
 3. Q stays at or below its fair share after the move,
 4. ``key(Q) < key(V)`` before the move and ``key(Q) <= key(V)`` after it (victims removed,
    preemptor added), where ``key`` is :func:`reclaim_key` -- (borrowing beyond nominal
-   quota?, department share, queue share), instantaneous, without history.
+   quota?, department share, queue share), instantaneous, without history; the queue share
+   breaks a tie only inside one department (:func:`comes_before`).
 
 **Relocation.** Victims that run elsewhere at once (:mod:`~fairgpu.engine.actions.relocate`:
 pods of a queue Q may not reclaim from, which fit now on nodes Q's pod may not use) leave their
@@ -128,7 +129,8 @@ from fairgpu.tenancy.config import DIM_GPU, Preemption
 from fairgpu.tenancy.fairshare import hierarchical_fair_shares
 from fairgpu.tenancy.pool_share import Describe
 
-ReclaimKey = tuple[int, float, float]
+# (borrowing beyond nominal?, department share, queue share, department): see reclaim_key.
+ReclaimKey = tuple[int, float, float, str]
 # Per queue, what the cycle changed before the move being judged that the move must be judged
 # without: a gang is one preemptor, so its later members are judged as the queues stood
 # before its first landed (its own queue without the members placed, each victim queue with
@@ -141,13 +143,28 @@ def reclaim_key(
     book: QueueBook, queue: str, deltas: Mapping[str, np.ndarray] | None = None
 ) -> ReclaimKey:
     """The order reclaim respects: (borrowing beyond nominal?, department share, queue
-    share), instantaneous; ``deltas`` applies hypothetical changes (queue -> vector)."""
+    share, department), instantaneous; ``deltas`` applies hypothetical changes (queue ->
+    vector). Compare keys with :func:`comes_before`: the queue share breaks a tie only
+    between queues of one department."""
     d = (deltas or {}).get(queue)
     return (
         0 if book.within_nominal(queue, d) else 1,
         book.top_share(queue, deltas),
         book.queue_share(queue, d),
+        book.queue_limits(queue).parent,
     )
+
+
+def comes_before(a: ReclaimKey, b: ReclaimKey) -> bool:
+    """Does key ``a`` come strictly before ``b`` in reclaim order? By borrowing, then by
+    department share; by queue share only inside one department (a queue without one is
+    its own top level). Two departments at the same share are level whatever their queues
+    hold: a queue's share is weighed by its weight inside its department, which says nothing
+    about another department's queues -- comparing them let a starved department's gang
+    "pass" a victim department it only drew level with."""
+    if a[:2] != b[:2]:
+        return a[:2] < b[:2]
+    return a[3] == b[3] and a[2] < b[2]
 
 
 class PoolShares(dict[str, float]):
@@ -191,7 +208,7 @@ def share_key(
         siblings.add(queue)
         total = sum(held(book, deserved, q, deltas.get(q)) for q in siblings)
         top = total / book.parent_weight(parent)
-    return (0 if book.within_nominal(queue, deltas.get(queue)) else 1, top, mine)
+    return (0 if book.within_nominal(queue, deltas.get(queue)) else 1, top, mine, parent)
 
 
 def below_share(
@@ -344,7 +361,8 @@ def _preemptor_aside(
         return f"queue {queue!r} is not below its fair share"
     if after > deserved.get(queue, 0.0) + EPS:
         return f"queue {queue!r} would exceed its fair share after the move"
-    if not share_key(book, deserved, queue, before) < share_key(book, deserved, other, before):
+    mine = share_key(book, deserved, queue, before)
+    if not comes_before(mine, share_key(book, deserved, other, before)):
         return f"queue {queue!r} does not come before {other!r} in reclaim order"
     return None
 
@@ -378,7 +396,8 @@ def _order_after(
     deltas: dict[str, np.ndarray],
 ) -> str | None:
     """Rule 4 after the move: ``queue`` does not pass ``other`` in reclaim order."""
-    if not share_key(book, deserved, queue, deltas) <= share_key(book, deserved, other, deltas):
+    theirs = share_key(book, deserved, other, deltas)
+    if comes_before(theirs, share_key(book, deserved, queue, deltas)):
         return f"queue {queue!r} would pass {other!r} in reclaim order after the move"
     return None
 
@@ -409,7 +428,7 @@ def may_reclaim_from(
     key(other)``) -- the queues as they stood ``before`` the preemptor's job."""
     mine = share_key(book, deserved, queue, before)
     theirs = share_key(book, deserved, other, before)
-    if not mine < theirs:
+    if not comes_before(mine, theirs):
         return False
     if mine[0] == 0 and theirs[0] == 1:
         return True

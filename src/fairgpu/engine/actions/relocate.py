@@ -53,7 +53,7 @@ import numpy as np
 
 from fairgpu.cluster.state import COL_GPU_MILLI, ClusterState
 from fairgpu.engine.actions.order import Lanes
-from fairgpu.engine.actions.reclaim import below_share, share_key
+from fairgpu.engine.actions.reclaim import below_share, comes_before, share_key
 from fairgpu.engine.actions.victim_eligibility import HeldBack, ReclaimEligibility
 from fairgpu.engine.memo import memoisable
 from fairgpu.engine.plugins.gpu import shared_fit, whole_devices
@@ -259,7 +259,7 @@ class RelocationSearch:
         for other, uids in sorted(others()):
             if flexible.isdisjoint(uids):
                 continue
-            if not mine < share_key(book, deserved, other):
+            if not comes_before(mine, share_key(book, deserved, other)):
                 # Its pods could make room by moving, but the order rule keeps them.
                 say(
                     f"relocation refused: queue {queue!r} does not come before {other!r} "
