@@ -34,7 +34,7 @@ from fairgpu.cluster.dra import DraStore
 from fairgpu.cluster.state import ClusterState
 from fairgpu.kube.client import CONNECTION_ERRORS, RestClient
 from fairgpu.kube.decode import Invalid, or_invalid
-from fairgpu.kube.reflector import Reflector
+from fairgpu.kube.reflector import Reflector, stop_all
 from fairgpu.model.dra import (
     ClaimInfo,
     DeviceClassInfo,
@@ -97,8 +97,7 @@ class DraWatch:
 
     def stop(self) -> None:
         """Stop every reflector."""
-        for r in self.reflectors:
-            r.stop()
+        stop_all(self.reflectors)
 
     def synced(self) -> bool:
         """True once every collection has been listed (at once when DRA is not served)."""

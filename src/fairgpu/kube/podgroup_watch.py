@@ -16,7 +16,7 @@ from fairgpu.kube.podgroups import (
     decode_pod_group,
     served_pod_group_paths,
 )
-from fairgpu.kube.reflector import Reflector
+from fairgpu.kube.reflector import Reflector, stop_all
 
 __all__ = ["PodGroupWatch"]
 
@@ -77,5 +77,4 @@ class PodGroupWatch:
 
     def stop(self) -> None:
         """Stop the reflectors (discovery ends with the ``stop`` event)."""
-        for reflector in self.reflectors:
-            reflector.stop()
+        stop_all(self.reflectors)

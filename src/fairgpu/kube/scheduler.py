@@ -71,7 +71,7 @@ from fairgpu.kube.metrics_export import MetricsExporter
 from fairgpu.kube.namespaces import NamespaceStore, namespace_reflector
 from fairgpu.kube.podgroup_watch import PodGroupWatch
 from fairgpu.kube.preemption_hold import PreemptionHolds
-from fairgpu.kube.reflector import Reflector
+from fairgpu.kube.reflector import Reflector, stop_all
 from fairgpu.kube.reporter import Reporter, report_unschedulable
 from fairgpu.kube.services import ServiceStore, service_reflector
 from fairgpu.kube.sharing_check import SharingCheck
@@ -316,15 +316,19 @@ class LiveScheduler:
         if self.elector is not None:
             self.elector.stop(release=not self.lost_lease)
         self.metrics.leader.set(0)
-        self.pod_reflector.stop()
-        self.completed_reflector.stop()
-        self.node_reflector.stop()
-        self.namespace_reflector.stop()
-        self.job_reflector.stop()
-        self.service_reflector.stop()
-        self.volume_watch.stop()
-        self.dra_watch.stop()
-        self.pod_groups.stop()
+        stop_all(
+            [
+                self.pod_reflector,
+                self.completed_reflector,
+                self.node_reflector,
+                self.namespace_reflector,
+                self.job_reflector,
+                self.service_reflector,
+                *self.volume_watch.reflectors,
+                *self.dra_watch.reflectors,
+                *self.pod_groups.reflectors,
+            ]
+        )
         self.forecaster.stop()
         self.reporter.stop()
         self.health.stop()

@@ -30,7 +30,7 @@ from fairgpu.api import objects as k8s
 from fairgpu.cluster.state import ClusterState
 from fairgpu.kube.client import CONNECTION_ERRORS, MERGE_PATCH, RestClient
 from fairgpu.kube.decode import Invalid, or_invalid
-from fairgpu.kube.reflector import Reflector
+from fairgpu.kube.reflector import Reflector, stop_all
 from fairgpu.model.volumes import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
@@ -131,8 +131,7 @@ class VolumeWatch:
 
     def stop(self) -> None:
         """Stop every reflector."""
-        for r in self.reflectors:
-            r.stop()
+        stop_all(self.reflectors)
 
     def synced(self) -> bool:
         """True once every collection has been listed."""
