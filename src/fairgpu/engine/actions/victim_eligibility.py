@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import numpy as np
 
@@ -295,7 +296,7 @@ class ReclaimEligibility:
         return ", ".join(parts)
 
 
-def cooling(changed_at: float | None, started: float) -> bool:
+def cooling(changed_at: float | None, started: float) -> TypeGuard[float]:
     """Did the part of a GPU a pod that ``started`` then holds change tenant at
     ``changed_at`` (when the GPU last changed tenant, None: not recently)? Only if the pod
     started then or later: a reclaim's preemptor is placed in the reclaim's cycle, and a pod
