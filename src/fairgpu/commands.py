@@ -196,8 +196,10 @@ def _queue_line(q: dict[str, Any]) -> str:
         else f"nominal quota {q['nominal_gpus']:g} GPUs, may hold {_gpus(q['max_gpus'])}"
     )
     n = q["pending_pods"]
+    # Departments share first: name the queue's, whose weight its own is weighed within.
+    dept = f" (department {q['parent']})" if q.get("parent") else ""
     return (
-        f"Queue {q['queue']}: weight {q['weight']:g}, holds {q['allocated_gpus']:g} GPUs, "
+        f"Queue {q['queue']}{dept}: weight {q['weight']:g}, holds {q['allocated_gpus']:g} GPUs, "
         f"fair share {q['fair_share_gpus']:g} GPUs ({_state(q)}); {quota}; "
         f"borrowing {q['borrowed_gpus']:g} GPUs; {n} pod{'' if n == 1 else 's'} pending "
         f"({q['pending_gpus']:g} GPUs)"

@@ -199,6 +199,29 @@ def test_explain_judges_by_the_pool_aware_fair_share(tmp_path: Path) -> None:
     )
 
 
+def test_explain_names_the_department_a_queue_shares_within(tmp_path: Path) -> None:
+    """``train`` and ``serve`` share department ``d``: explain names it beside the queue, and
+    the fair share it prints is the one departments share first by."""
+    workload = tmp_path / "w.yaml"
+    workload.write_text(
+        NODE + pod("t1", 0, 1000, gpus=8, namespace="train") + pod("t2", 0, 1000, namespace="train")
+    )
+    config = tmp_path / "tenancy.yaml"
+    config.write_text(
+        "queues:\n"
+        "  - {name: d}\n"
+        "  - {name: train, parent: d, namespaces: [train]}\n"
+        "  - {name: serve, parent: d, namespaces: [serve]}\n"
+    )
+    out = tmp_path / "out"
+    args = ["simulate", "--workload", str(workload), "--config", str(config), "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["explain", "train/t2", "--run", str(out), "--at", "500"])
+    assert result.exit_code == 0, result.output
+    assert "Queue train (department d): weight 1, holds 8 GPUs" in result.output
+
+
 def test_what_if_in_a_run(run_dir: Path, tmp_path: Path) -> None:
     """At 300 s ``first`` holds the node until 600 s and ``second`` has waited for it since
     100 s: a 4-GPU pod of another queue would wait (killing ``first`` loses more than
