@@ -33,6 +33,7 @@ from fairgpu.engine.actions.order import FairOrder, Lanes, kube_default_order, l
 from fairgpu.engine.actions.preempt import FairVictims
 from fairgpu.engine.actions.reclaim import (
     PoolShares,
+    above_band,
     band_for,
     deserved_shares,
     held,
@@ -501,13 +502,14 @@ class _Rules:
             return f"queue {mine} may not reclaim"
         if not book.queue_limits(theirs).preemption.preemptible:
             return f"queue {theirs} is not preemptible"
-        band = self.s.tenancy.preemption.reclaim_tolerance_band
-        band = band_for(band, book, self.deserved, mine, None)
+        band = band_for(
+            self.s.tenancy.preemption.reclaim_tolerance_band, book, self.deserved, mine, None
+        )
         if may_reclaim_from(book, self.deserved, mine, theirs, band):
             return self._protected(uid) or self._cooling(uid, mine, theirs)
-        used = held(book, self.deserved, theirs)
-        fair = self.deserved.get(theirs, 0.0)
-        if used <= fair * (1.0 + band) + 1e-9:
+        if not above_band(book, self.deserved, theirs, band):
+            used = held(book, self.deserved, theirs)
+            fair = self.deserved.get(theirs, 0.0)
             margin = " by more than the band" if band else ""
             return (
                 f"queue {theirs} is not above its fair share{margin} (it holds "

@@ -195,7 +195,8 @@ def share_key(
     deltas: Mapping[str, np.ndarray] | None = None,
 ) -> ReclaimKey:
     """:func:`reclaim_key` in the unit of ``deserved`` (:func:`held`): (borrowing beyond
-    nominal?, department's held ÷ its weight, queue's held ÷ its weight)."""
+    nominal?, department's held ÷ its weight, queue's held ÷ its weight, department);
+    compared with :func:`comes_before`."""
     if not isinstance(deserved, PoolShares):
         return reclaim_key(book, queue, deltas)
     deltas = deltas or {}
