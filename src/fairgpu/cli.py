@@ -293,9 +293,12 @@ def _print_jobs(jobs: dict[str, dict[str, Any]], restarts: list[dict[str, Any]])
     """One row per batch/v1 Job -- how far it got, when it started and finished -- the failed
     ones first, at most :data:`MAX_JOB_ROWS`; then why each failed Job failed, and each
     JobSet restart."""
-    table = Table(title="Jobs", title_justify="left")
-    for col in ("job", "succeeded", "created s", "first start s", "finished s", "failed s"):
-        table.add_column(col, justify="left" if col == "job" else "right")
+    table = Table(title="Jobs (times in simulated seconds)", title_justify="left")
+    # A Job is found by its whole name: short number headers leave the name room, and a
+    # name too long for it folds onto the next line instead of being cut short.
+    table.add_column("job", overflow="fold")
+    for col in ("succeeded", "created", "first start", "finished", "failed"):
+        table.add_column(col, justify="right")
     ordered = sorted(jobs.items(), key=lambda kv: kv[1]["failed_reason"] is None)
     for name, row in ordered[:MAX_JOB_ROWS]:
         cells = (row["arrival_s"], row["first_start_s"], row["finished_s"], row["failed_s"])

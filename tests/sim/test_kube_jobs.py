@@ -239,6 +239,18 @@ def test_simulate_reports_each_job_and_what_it_skipped(tmp_path: Path) -> None:
     assert jobs["team-a/sweep"]["finished_s"] is None
 
 
+def test_the_jobs_table_shows_each_job_s_whole_name(tmp_path: Path) -> None:
+    """A name too long for its column folds onto the next line; it is never cut short."""
+    path = tmp_path / "w.yaml"
+    name = "nightly-evaluation-sweep-of-checkpoints"
+    path.write_text(NODE + job(name, "parallelism: 1, completions: 1"))
+    result = runner.invoke(app, ["simulate", "--workload", str(path)])
+    assert result.exit_code == 0, result.output
+    rows = result.output.split("Jobs")[-1].splitlines()
+    cells = [r.split("│")[1].strip() for r in rows if r.startswith("│")]
+    assert "".join(cells) == f"team-a/{name}", rows
+
+
 def test_what_if_asks_for_the_pods_a_job_creates_first(tmp_path: Path) -> None:
     """The example training Job (4 workers of 8 GPUs, one pod group) in a run of one 8-GPU
     A100 node: all four members are asked about, together (one fits)."""
