@@ -510,23 +510,28 @@ def queue_table(rows: list[dict[str, Any]]) -> list[str]:
     """kubectl-style columns (GPU amounts in GPUs; TO-CREATE: pods its Jobs are still to
     create; NOMINAL '-' for no quota; PREEMPTED-1H: its pods preempted in the last hour;
     DRAINS: when the last pending pod -- or pod still to be created -- is predicted to start,
-    '-' with nothing pending)."""
-    cells = [[h for h, _ in QUEUE_COLUMNS]]
+    '-' with nothing pending). When some queue is in a department, a DEPARTMENT column
+    follows QUEUE ('-' for a queue without one): a queue's weight counts only within its
+    department, as departments share first."""
+    columns = list(QUEUE_COLUMNS)
+    if any(row.get("parent") for row in rows):
+        columns.insert(1, ("DEPARTMENT", "parent"))
+    cells = [[h for h, _ in columns]]
     for row in rows:
-        cells.append(
-            [
-                "unknown"
-                if (k == "drains_at" and not row["drain_known"])
-                or (k == "preemptions_last_hour" and row[k] is None)
-                else "-"
-                if row[k] is None
-                else f"{row[k]:g}"
-                if isinstance(row[k], float)
-                else str(row[k])
-                for _, k in QUEUE_COLUMNS
-            ]
-        )
+        cells.append([_queue_cell(row, k) for _, k in columns])
     return aligned(cells)
+
+
+def _queue_cell(row: dict[str, Any], key: str) -> str:
+    """One cell of :func:`queue_table`."""
+    value = row.get(key)
+    if (key == "drains_at" and not row["drain_known"]) or (
+        key == "preemptions_last_hour" and value is None
+    ):
+        return "unknown"
+    if value is None or (key == "parent" and not value):
+        return "-"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 # ---- jobs -------------------------------------------------------------------------------------

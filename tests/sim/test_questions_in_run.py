@@ -525,3 +525,32 @@ def test_answers_in_a_run_say_a_job_misses_its_deadline(tmp_path: Path) -> None:
     (row,) = json.loads(runner.invoke(app, ["jobs", *at, "-o", "json"]).output)["jobs"]
     assert row["predicted_end"] is None and row["deadline"] == "t=1500 s"
     assert row["predicted_failure"]["reason"] == "DeadlineExceeded"
+
+
+def test_queues_name_each_queue_s_department(tmp_path: Path) -> None:
+    """With departments, ``queues`` says which one each queue is in: its weight counts only
+    there."""
+    workload = tmp_path / "w.yaml"
+    workload.write_text(
+        NODE
+        + pod("a", 0, 600, namespace="team-a")
+        + pod("b", 0, 600, namespace="team-b")
+        + pod("c", 0, 600, namespace="team-c")
+    )
+    config = tmp_path / "tenancy.yaml"
+    config.write_text(
+        "queues:\n"
+        "  - {name: research, weight: 2}\n"
+        "  - {name: team-a, parent: research, namespaces: [team-a]}\n"
+        "  - {name: team-b, parent: research, namespaces: [team-b]}\n"
+        "  - {name: team-c, namespaces: [team-c]}\n"
+    )
+    out = tmp_path / "out"
+    args = ["simulate", "--workload", str(workload), "--config", str(config), "--out", str(out)]
+    assert runner.invoke(app, args).exit_code == 0
+    result = runner.invoke(app, ["queues", "--run", str(out), "--at", "100"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].split()[:3] == ["QUEUE", "DEPARTMENT", "WEIGHT"]
+    rows = {line.split()[0]: line.split()[1:3] for line in lines[2:]}
+    assert rows == {"team-a": ["research", "1"], "team-b": ["research", "1"], "team-c": ["-", "1"]}
