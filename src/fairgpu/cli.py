@@ -281,8 +281,24 @@ def _print_summary(summary: dict[str, Any]) -> None:
             str(row["wait_p99_s"]),
         )
     console.print(tenants)
+    departments = department_line(summary["tenants"])
+    if departments:
+        console.print(departments, highlight=False, soft_wrap=True)
     if summary.get("jobs"):
         _print_jobs(summary["jobs"], summary.get("jobset_restarts") or [])
+
+
+def department_line(tenants: dict[str, dict[str, Any]]) -> str:
+    """Under the tenant table, which tenants each department holds ("" without
+    departments): the fair shares are the departments' first, then their queues'."""
+    members: dict[str, list[str]] = {}
+    for name, row in tenants.items():
+        if row.get("department"):
+            members.setdefault(row["department"], []).append(name)
+    if not members:
+        return ""
+    groups = "; ".join(f"{d}: {', '.join(sorted(m))}" for d, m in sorted(members.items()))
+    return f"Departments (share first, then their queues) -- {groups}"
 
 
 #: Jobs the summary table shows at most (failed ones first); summary.json has them all.

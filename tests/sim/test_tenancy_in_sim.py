@@ -20,6 +20,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_summary_shows_fair_share_beside_share(tmp_path: Path) -> None:
+    report = tmp_path / "report.html"
     result = CliRunner().invoke(
         app,
         [
@@ -30,6 +31,8 @@ def test_summary_shows_fair_share_beside_share(tmp_path: Path) -> None:
             str(EXAMPLES / "tenancy.yaml"),
             "--out",
             str(tmp_path),
+            "--report",
+            str(report),
         ],
     )
     assert result.exit_code == 0, result.output
@@ -38,6 +41,29 @@ def test_summary_shows_fair_share_beside_share(tmp_path: Path) -> None:
     for row in tenants.values():
         assert 0.0 <= row["fair_share_pct"] <= 100.0
     assert sum(r["fair_share_pct"] for r in tenants.values()) <= 100.0 + 1e-6
+    # Each tenant's department, which its weight counts within: in the summary, under the
+    # tenant table, and in the report's.
+    assert {t: row["department"] for t, row in tenants.items()} == {
+        "team-a": "research",
+        "team-b": "research",
+        "team-c": "product",
+        "team-d": "product",
+    }
+    line = "Departments (share first, then their queues) -- product: team-c, team-d; research"
+    assert line in result.output
+    page = report.read_text()
+    assert "<th>tenant</th><th>department</th>" in page
+    assert "<tr><td>team-c</td><td>product</td>" in page
+
+
+def test_without_departments_no_department_is_shown(tmp_path: Path) -> None:
+    report = tmp_path / "report.html"
+    args = ["simulate", "--jobs", "40", "--out", str(tmp_path), "--report", str(report)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    tenants = json.loads((tmp_path / "summary.json").read_text())["tenants"]
+    assert not any("department" in row for row in tenants.values())
+    assert "Departments" not in result.output and "department" not in report.read_text()
 
 
 def test_namespace_mapping_decides_the_tenant() -> None:

@@ -242,8 +242,14 @@ def _jobs_section(summary: dict[str, Any]) -> str:
     )
 
 
+def _departments(summary: dict[str, Any]) -> bool:
+    """Is some tenant in a department (then the tenant table shows a department column)?"""
+    return any("department" in t for t in summary.get("tenants", {}).values())
+
+
 def _tenant_rows(summary: dict[str, Any]) -> str:
     rows = []
+    departments = _departments(summary)
     for tenant, t in summary.get("tenants", {}).items():
         rows.append(
             "<tr>"
@@ -251,6 +257,7 @@ def _tenant_rows(summary: dict[str, Any]) -> str:
                 f"<td>{html.escape(str(v))}</td>"
                 for v in (
                     tenant,
+                    *([t.get("department", "-")] if departments else []),
                     t.get("pods"),
                     t.get("started"),
                     t.get("gpu_share_of_capacity_pct"),
@@ -278,6 +285,7 @@ h1{margin-bottom:.2rem} .sub{color:#4a5568;margin-top:0}
 .n{font-size:.8rem;color:#4a5568;margin-top:.1rem}
 table{border-collapse:collapse;width:100%;margin:1rem 0} th,td{border-bottom:1px solid #e2e8f0;
 padding:.35rem .6rem;text-align:right} th:first-child,td:first-child{text-align:left}
+.dept th:nth-child(2),.dept td:nth-child(2){text-align:left}
 th{background:#edf2f7} figure{margin:1.5rem 0} figcaption{font-weight:600;margin-bottom:.4rem}
 img{max-width:100%} code{background:#edf2f7;padding:0 .25rem;border-radius:3px}
 """
@@ -460,7 +468,7 @@ def write_report(
 <p class="sub">{html.escape(str(params.get("workload_description", result.workload)))}</p>
 <div class="cards">{_cards(summary)}</div>
 <h2>Tenants</h2>
-<table><thead><tr><th>tenant</th><th>pods</th><th>started</th><th>GPU share (% of cluster,
+<table{' class="dept"' if _departments(summary) else ""}><thead><tr><th>tenant</th>{"<th>department</th>" if _departments(summary) else ""}<th>pods</th><th>started</th><th>GPU share (% of cluster,
 time avg)</th><th>pool-aware fair share (%)</th><th>useful share (%)</th>
 <th>useful ÷ fair, backlogged</th><th title="the part of its shortfall that fell while
 every job it had waiting was larger than the shortfall: reclaim may not take a tenant above

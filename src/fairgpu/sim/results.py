@@ -699,7 +699,8 @@ def add_accounting(
     ``summary["accounting"]`` gets :func:`accounting_summary`; each tenant row gets its
     pool-aware ``fair_share_pct`` (replacing any whole-cluster figure), ``useful_share_pct``,
     ``useful_over_fair`` and ``deficit_gpus`` (:func:`share_ratios`), and
-    ``deficit_locked_pct`` (:func:`locked_deficit`; None without a shortfall). ``cluster`` is the
+    ``deficit_locked_pct`` (:func:`locked_deficit`; None without a shortfall), and a tenant
+    in a department its ``department``. ``cluster`` is the
     simulated cluster (for the nodes) and ``engine`` supplies the scheduler's static filters
     and the queue weights.
     """
@@ -715,4 +716,7 @@ def add_accounting(
     for tenant, row in share_ratios(timeline, result.gpu_capacity_milli).items():
         row["deficit_locked_pct"] = locked.get(tenant)
         summary["tenants"].setdefault(tenant, {}).update(row)
+    for tenant, row in summary["tenants"].items():
+        if tenant in parent:
+            row["department"] = parent[tenant]
     return timeline
