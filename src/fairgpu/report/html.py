@@ -461,6 +461,10 @@ def write_report(
         f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>"
         for k, v in params.items()
     )
+    # A department column (left-aligned, as names are) when some tenant is in one.
+    dept = _departments(summary)
+    table_open = '<table class="dept">' if dept else "<table>"
+    dept_head = "<th>department</th>" if dept else ""
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>fairgpu simulation report</title>
 <style>{_CSS}</style></head><body>
@@ -468,8 +472,9 @@ def write_report(
 <p class="sub">{html.escape(str(params.get("workload_description", result.workload)))}</p>
 <div class="cards">{_cards(summary)}</div>
 <h2>Tenants</h2>
-<table{' class="dept"' if _departments(summary) else ""}><thead><tr><th>tenant</th>{"<th>department</th>" if _departments(summary) else ""}<th>pods</th><th>started</th><th>GPU share (% of cluster,
-time avg)</th><th>pool-aware fair share (%)</th><th>useful share (%)</th>
+{table_open}<thead><tr><th>tenant</th>{dept_head}<th>pods</th><th>started</th>
+<th>GPU share (% of cluster, time avg)</th><th>pool-aware fair share (%)</th>
+<th>useful share (%)</th>
 <th>useful ÷ fair, backlogged</th><th title="the part of its shortfall that fell while
 every job it had waiting was larger than the shortfall: reclaim may not take a tenant above
 its share, so only others' work ending could start those jobs">shortfall locked by job size
