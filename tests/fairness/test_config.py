@@ -93,6 +93,16 @@ def test_no_config_is_dynamic_with_namespace_queues() -> None:
             lambda d: (d["queues"][0].update(namespaces=["x"]), d["queues"][1].update(parent="a")),
             "queues[0].namespaces",
         ),
+        # A department carries a weight only: a quota or users set on it would be ignored.
+        (lambda d: d["queues"][1].update(parent="a"), "queues[0].quota"),
+        (
+            lambda d: (
+                d["queues"][0].pop("quota"),
+                d["queues"][0].update(users={"x": 1}),
+                d["queues"][1].update(parent="a"),
+            ),
+            "queues[0].users",
+        ),
         (lambda d: d.update(defaultQueue="zzz"), "defaultQueue"),
         (
             lambda d: d.update(namespaceQuotas={"ns": {"limits.gpu": 1}}),
@@ -114,6 +124,14 @@ def test_bad_config_names_the_field(mutate: Any, path: str) -> None:
         parse_config(data)
     assert info.value.field == path, str(info.value)
     assert str(info.value).startswith("tenancy config: field ")
+
+
+def test_a_department_with_a_quota_is_told_where_quotas_go() -> None:
+    data = {"queues": [{"name": "d", "quota": {"gpu": 4}}, {"name": "a", "parent": "d"}]}
+    with pytest.raises(InvalidObjectError, match="set quotas, limits and preemption on its"):
+        parse_config(data)
+    data["queues"][0] = {"name": "d", "weight": 3}
+    assert parse_config(data).queue("d") is not None  # a weight is what it may carry
 
 
 def test_yaml_that_is_not_a_mapping_is_rejected() -> None:

@@ -370,6 +370,7 @@ def _check(cfg: TenancyConfig) -> None:
         _check_gpu_fields(i, q)
         _check_parent(cfg, i, q, names)
         _check_namespaces(i, q, parents, owner)
+        _check_department(i, q, parents)
     _check_default_queue(cfg, names, parents)
     _check_namespace_quotas(cfg)
 
@@ -431,6 +432,27 @@ def _check_namespaces(i: int, q: QueueConfig, parents: set[str], owner: dict[str
                 f"namespace {ns!r} is already mapped to queue {owner[ns]!r}",
             )
         owner[ns] = q.name
+
+
+#: What a department may set (namespaces and a parent of its own are refused by their own
+#: checks, with their own words): its queues share what its weight gets.
+_DEPARTMENT_FIELDS = frozenset({"name", "weight", "namespaces", "parent"})
+
+
+def _check_department(i: int, q: QueueConfig, parents: set[str]) -> None:
+    """A department (a queue others name as ``parent``) carries a weight only: quotas,
+    limits, cohorts, preemption settings and users belong to the queues that hold pods, and
+    set on a department they would be silently ignored."""
+    if q.name not in parents:
+        return
+    extra = sorted(f for f in q.model_fields_set - _DEPARTMENT_FIELDS)
+    if extra:
+        raise InvalidObjectError(
+            CONFIG_OBJECT,
+            f"queues[{i}].{to_camel(extra[0])}",
+            f"{q.name!r} is a department (other queues name it as parent): it carries only "
+            "a weight; set quotas, limits and preemption on its queues",
+        )
 
 
 def _check_default_queue(cfg: TenancyConfig, names: dict[str, int], parents: set[str]) -> None:
