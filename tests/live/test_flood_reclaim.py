@@ -289,3 +289,46 @@ def test_the_auditor_sees_unbound_pods_deleted_and_devices_booked_twice(cp: Cont
     assert auditor.violations == [
         f"node {node}: GPU 5 booked 2000m by [('{ns}/twice-0', 1000), ('{ns}/twice-1', 1000)]"
     ]
+
+
+def test_departments_share_first_on_a_live_cluster(cp: ControlPlane, tmp_path: Path) -> None:
+    """Queues qa and qb form a department weighing as much as queue qc. qa fills an 8-GPU
+    node; then qb and qc ask for all of it: qc takes back half the node and qb a quarter,
+    qa keeps a quarter -- not a third each, as queue weights alone would split it. The live
+    scheduler reclaims by the shares the simulator reports, departments first."""
+    tenancy = tmp_path / "tenancy.yaml"
+    tenancy.write_text(
+        CHURN_TENANCY
+        + """queues:
+  - {name: dept}
+  - {name: qa, parent: dept}
+  - {name: qb, parent: dept}
+  - {name: qc}
+"""
+    )
+    tag = uuid.uuid4().hex[:6]
+    ns = f"fl-{tag}"
+    with cp.client(maxsize=12) as api, cp.client(maxsize=4) as kubelet_api:
+        ensure_namespace(api, ns, ca_pem=Path(cp.ca_file).read_text())
+        flood = Flood(api, ns, tag, nodes=1)
+        flood.create_nodes()
+        auditor = Auditor(api, namespace=ns)
+        kubelet = FakeKubelet(kubelet_api, namespace=ns, workers=4, grace_seconds=0.5)
+        held: dict[str, int] = {}
+        try:
+            with kubelet, auditor.watching(), scheduler(cp, tenancy=tenancy):
+                assert kubelet.wait_synced(20)
+                flood.submit("qa", GPUS, "qa", QA_SECONDS, "fl-low")
+                wait_for(lambda: len(flood.holding("qa")) == GPUS, 30)
+                flood.submit("qb", GPUS, "qb", QA_SECONDS, "fl-low")
+                flood.submit("qc", GPUS, "qc", QA_SECONDS, "fl-low")
+
+                def settled() -> bool:
+                    held.update({q: len(flood.holding(q)) for q in ("qa", "qb", "qc")})
+                    return held == {"qa": 2, "qb": 2, "qc": 4}
+
+                wait_for(settled, 45)
+        finally:
+            print(f"held at the end: {held}; pods: {flood.summary()}")
+            print("\n".join(auditor.problems()))
+    assert auditor.problems() == []
