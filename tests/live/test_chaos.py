@@ -85,7 +85,8 @@ GRACE = 1.0  # seconds a deleted pod stays terminating
 SEED = int(os.environ.get("FAIRGPU_CHAOS_SEED", "2"))
 STEPS = int(os.environ.get("FAIRGPU_CHAOS_STEPS", "150"))
 SEGMENTS = 3  # the scheduler runs this many times during the churn (restarted in between)
-# CHURN_TENANCY's settings, and inference first on half of the nodes (pool precedence).
+# CHURN_TENANCY's settings, and inference first on half of the nodes (pool precedence); qa
+# and qb share a department, weighed as qc is (departments share first, then their queues).
 TENANCY = """mode: dynamic
 history: {halfLifeSeconds: 0}
 preemption:
@@ -96,8 +97,9 @@ preemption:
   poolPrecedence:
     - {nodes: {chaos-tier: shared}, preemptor: inference, victims: training}
 queues:
-  - {name: qa}
-  - {name: qb}
+  - {name: dept, weight: 2}
+  - {name: qa, parent: dept}
+  - {name: qb, parent: dept}
   - {name: qc, weight: 2}
 """
 PRIORITIES = {"ch-low": 1, "ch-high": 100}
