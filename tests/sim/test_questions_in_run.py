@@ -199,24 +199,31 @@ def test_explain_judges_by_the_pool_aware_fair_share(tmp_path: Path) -> None:
     )
 
 
+def _run_with_config(tmp_path: Path, workload: str, config: str) -> Path:
+    """``fairgpu simulate --out`` of the YAML ``workload`` under the tenancy ``config``; the
+    run's output directory."""
+    (tmp_path / "w.yaml").write_text(workload)
+    (tmp_path / "tenancy.yaml").write_text(config)
+    out = tmp_path / "out"
+    args = ["simulate", "--workload", str(tmp_path / "w.yaml"), "--out", str(out)]
+    result = runner.invoke(app, [*args, "--config", str(tmp_path / "tenancy.yaml")])
+    assert result.exit_code == 0, result.output
+    return out
+
+
 def test_explain_names_the_department_a_queue_shares_within(tmp_path: Path) -> None:
     """``train`` and ``serve`` share department ``d``: explain names it beside the queue, and
     the fair share it prints is the one departments share first by."""
-    workload = tmp_path / "w.yaml"
-    workload.write_text(
-        NODE + pod("t1", 0, 1000, gpus=8, namespace="train") + pod("t2", 0, 1000, namespace="train")
-    )
-    config = tmp_path / "tenancy.yaml"
-    config.write_text(
+    out = _run_with_config(
+        tmp_path,
+        NODE
+        + pod("t1", 0, 1000, gpus=8, namespace="train")
+        + pod("t2", 0, 1000, namespace="train"),
         "queues:\n"
         "  - {name: d}\n"
         "  - {name: train, parent: d, namespaces: [train]}\n"
-        "  - {name: serve, parent: d, namespaces: [serve]}\n"
+        "  - {name: serve, parent: d, namespaces: [serve]}\n",
     )
-    out = tmp_path / "out"
-    args = ["simulate", "--workload", str(workload), "--config", str(config), "--out", str(out)]
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["explain", "train/t2", "--run", str(out), "--at", "500"])
     assert result.exit_code == 0, result.output
     assert "Queue train (department d): weight 1, holds 8 GPUs" in result.output
@@ -530,24 +537,18 @@ def test_answers_in_a_run_say_a_job_misses_its_deadline(tmp_path: Path) -> None:
 def test_queues_name_each_queue_s_department(tmp_path: Path) -> None:
     """With departments, ``queues`` says which one each queue is in: its weight counts only
     there."""
-    workload = tmp_path / "w.yaml"
-    workload.write_text(
+    out = _run_with_config(
+        tmp_path,
         NODE
         + pod("a", 0, 600, namespace="team-a")
         + pod("b", 0, 600, namespace="team-b")
-        + pod("c", 0, 600, namespace="team-c")
-    )
-    config = tmp_path / "tenancy.yaml"
-    config.write_text(
+        + pod("c", 0, 600, namespace="team-c"),
         "queues:\n"
         "  - {name: research, weight: 2}\n"
         "  - {name: team-a, parent: research, namespaces: [team-a]}\n"
         "  - {name: team-b, parent: research, namespaces: [team-b]}\n"
-        "  - {name: team-c, namespaces: [team-c]}\n"
+        "  - {name: team-c, namespaces: [team-c]}\n",
     )
-    out = tmp_path / "out"
-    args = ["simulate", "--workload", str(workload), "--config", str(config), "--out", str(out)]
-    assert runner.invoke(app, args).exit_code == 0
     result = runner.invoke(app, ["queues", "--run", str(out), "--at", "100"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
