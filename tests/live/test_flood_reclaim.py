@@ -296,18 +296,20 @@ def test_departments_share_first_on_a_live_cluster(cp: ControlPlane, tmp_path: P
     node; then qb and qc ask for all of it: qc takes back half the node and qb a quarter,
     qa keeps a quarter -- not a third each, as queue weights alone would split it. The live
     scheduler reclaims by the shares the simulator reports, departments first."""
+    tag = uuid.uuid4().hex[:6]
+    ns = f"fl-{tag}"
+    # Queues of this test only: the module's other test leaves pods of its queues running.
+    queue = {q: f"{q}-{tag}" for q in ("qa", "qb", "qc")}
     tenancy = tmp_path / "tenancy.yaml"
     tenancy.write_text(
         CHURN_TENANCY
-        + """queues:
-  - {name: dept}
-  - {name: qa, parent: dept}
-  - {name: qb, parent: dept}
-  - {name: qc}
+        + f"""queues:
+  - {{name: dept-{tag}}}
+  - {{name: {queue["qa"]}, parent: dept-{tag}}}
+  - {{name: {queue["qb"]}, parent: dept-{tag}}}
+  - {{name: {queue["qc"]}}}
 """
     )
-    tag = uuid.uuid4().hex[:6]
-    ns = f"fl-{tag}"
     with cp.client(maxsize=12) as api, cp.client(maxsize=4) as kubelet_api:
         ensure_namespace(api, ns, ca_pem=Path(cp.ca_file).read_text())
         flood = Flood(api, ns, tag, nodes=1)
@@ -318,13 +320,13 @@ def test_departments_share_first_on_a_live_cluster(cp: ControlPlane, tmp_path: P
         try:
             with kubelet, auditor.watching(), scheduler(cp, tenancy=tenancy):
                 assert kubelet.wait_synced(20)
-                flood.submit("qa", GPUS, "qa", QA_SECONDS, "fl-low")
+                flood.submit("qa", GPUS, queue["qa"], QA_SECONDS, "fl-low")
                 wait_for(lambda: len(flood.holding("qa")) == GPUS, 30)
-                flood.submit("qb", GPUS, "qb", QA_SECONDS, "fl-low")
-                flood.submit("qc", GPUS, "qc", QA_SECONDS, "fl-low")
+                flood.submit("qb", GPUS, queue["qb"], QA_SECONDS, "fl-low")
+                flood.submit("qc", GPUS, queue["qc"], QA_SECONDS, "fl-low")
 
                 def settled() -> bool:
-                    held.update({q: len(flood.holding(q)) for q in ("qa", "qb", "qc")})
+                    held.update({q: len(flood.holding(q)) for q in queue})
                     return held == {"qa": 2, "qb": 2, "qc": 4}
 
                 wait_for(settled, 45)
