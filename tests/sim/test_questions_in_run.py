@@ -507,6 +507,18 @@ def test_a_pod_that_fits_nowhere_is_not_said_to_wait_on_run_times(tmp_path: Path
     ) in said.output
 
 
+def test_a_queue_whose_pods_fit_no_node_is_owed_nothing(tmp_path: Path) -> None:
+    """The only pods waiting ask a GPU model no node has: their queue's pool-aware share is
+    0 GPUs, not a share of a cluster none of its pods can use."""
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(NODE + pod("lost", 0, 60, model="H100") + pod("lost2", 0, 60, model="H100"))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    said = runner.invoke(app, ["explain", "team-a/lost", "--run", str(out), "--at", "0"])
+    assert "Queue team-a: weight 1, holds 0 GPUs, fair share 0 GPUs" in said.output, said.output
+
+
 def test_answers_in_a_run_say_a_job_misses_its_deadline(tmp_path: Path) -> None:
     """The same Job with activeDeadlineSeconds 1500: its third pod still runs then, so the
     run fails it at 1 500 s. Asked at 300 s, ``explain`` and ``jobs`` predict that failure

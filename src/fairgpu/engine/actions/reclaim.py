@@ -486,9 +486,11 @@ def deserved_shares(
         return _shares(book, _dominant_demand(book, queues))
     gpu_cap = float(book.capacity[DIM_GPU])
     gpu = pool_gpu_shares(session, queues) if gpu_cap > 0 else {}
-    if not gpu:
+    # Queues that hold or want GPUs are judged by their pool-aware shares, also when none
+    # of their pods fits any pool (each is owed nothing then, not a share of the cluster).
+    wanted = session.state.pool_demand.queue_demand() if gpu_cap > 0 else {}
+    if not wanted:
         return _shares(book, _dominant_demand(book, queues))
-    wanted = session.state.pool_demand.queue_demand()
     demand = _dominant_demand(book, queues, skip=set(wanted))
     demand.update({q: m / gpu_cap for q, m in wanted.items()})
     shares = _shares(book, demand)
