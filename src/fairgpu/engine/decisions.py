@@ -9,19 +9,38 @@ import msgspec
 from fairgpu.model.pod import PodInfo
 
 
+@dataclass(frozen=True, slots=True)
+class ReclaimNote:
+    """What a placement that reclaimed changed, for the reclaim cooldown
+    (:mod:`~fairgpu.engine.actions.reclaim`): at ``at`` its queue took from each (node name,
+    victim queue) of ``flows``, and the GPUs (node name, device) of ``gpus`` changed tenant.
+
+    The engine keeps these in its state between cycles. An adapter whose engine may start
+    afresh while they still count -- the live scheduler restarted, or another replica
+    leading -- writes each down with the pod it placed and hands it back
+    (:meth:`~fairgpu.engine.engine.Engine.restore_reclaim`): otherwise the first cycle of
+    a fresh engine could undo a reclaim its predecessor made a minute earlier."""
+
+    at: float
+    flows: tuple[tuple[str, str], ...] = ()
+    gpus: tuple[tuple[str, int], ...] = ()
+
+
 @dataclass(slots=True)
 class Bind:
     """Bind ``pod`` to ``node_name`` using GPU ``devices``.
 
     ``wait_for`` lists the uids of the pods its job evicted to make room (for it, or for
     another member of its pod group): the live adapter posts the binding only once they are
-    gone (the simulator removes them at once).
+    gone (the simulator removes them at once). ``reclaim``: what its placement reclaimed
+    (None: nothing).
     """
 
     pod: PodInfo
     node_name: str
     devices: tuple[int, ...] = ()
     wait_for: tuple[str, ...] = ()
+    reclaim: ReclaimNote | None = None
 
 
 @dataclass(slots=True)

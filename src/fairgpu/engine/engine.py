@@ -30,7 +30,15 @@ from fairgpu.engine.actions.preempt import MAX_PREEMPTION_ATTEMPTS, MAX_RECLAIM_
 from fairgpu.engine.actions.reclaim import ReclaimKey, reclaim_allowed, reclaim_key
 from fairgpu.engine.actions.reserve import publish_reservations
 from fairgpu.engine.backlog import Backlog, PendingChanges
-from fairgpu.engine.decisions import Bind, CycleResult, Deallocate, Displace, Evict, Unschedulable
+from fairgpu.engine.decisions import (
+    Bind,
+    CycleResult,
+    Deallocate,
+    Displace,
+    Evict,
+    ReclaimNote,
+    Unschedulable,
+)
 from fairgpu.engine.gang import Reservation
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.orderings import CYCLES
@@ -188,6 +196,23 @@ class Engine:
     def has_reservations(self) -> bool:
         """Are nodes held for a starving job? (Then a cycle is due even without events.)"""
         return bool(self.state.reservations)
+
+    def restore_reclaim(self, pod: PodInfo, note: ReclaimNote, now: float) -> bool:
+        """Take back what placing ``pod`` reclaimed (its :class:`ReclaimNote`, written down
+        by an adapter whose engine started afresh), while the reclaim cooldown still counts
+        at ``now``: the node flows and the GPUs that changed tenant, as the cycle that
+        placed it recorded them (a later record of the same kind wins). Returns whether it
+        still counted."""
+        if now - note.at > self.tenancy.preemption.reclaim_cooldown_seconds:
+            return False
+        queue = self.tenant(pod).queue
+        reclaimed, changed = self.state.reclaimed, self.state.tenant_changed
+        for node, victim in note.flows:
+            key = (node, queue, victim)
+            reclaimed[key] = max(reclaimed.get(key, note.at), note.at)
+        for gpu in note.gpus:
+            changed[gpu] = max(changed.get(gpu, note.at), note.at)
+        return True
 
     @property
     def history(self) -> UsageHistory:

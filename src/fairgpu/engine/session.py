@@ -20,7 +20,7 @@ import numpy as np
 
 from fairgpu.cluster.state import ClusterState
 from fairgpu.engine.backlog import Backlog
-from fairgpu.engine.decisions import CycleResult
+from fairgpu.engine.decisions import CycleResult, ReclaimNote
 from fairgpu.engine.gang import Reservation
 from fairgpu.engine.memo import CycleMemo
 from fairgpu.engine.scheduler import Scheduler
@@ -120,6 +120,8 @@ class Session:
     victims_linger: bool = False
     fragile_jobs: frozenset[str] = frozenset()
     recorded: list[tuple[int, int]] = field(default_factory=list)
+    # What each placement of this cycle reclaimed, by pod uid, until its Bind is made.
+    reclaim_notes: dict[str, ReclaimNote] = field(default_factory=dict)
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

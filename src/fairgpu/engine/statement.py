@@ -102,7 +102,8 @@ class Statement:
         victims = tuple(e.victim.uid for e in self.evicted)
         for a in self.placed:
             name = s.cluster.node(a.placement.node).name
-            out.binds.append(Bind(a.pod, name, a.placement.devices, victims))
+            note = s.reclaim_notes.pop(a.pod.uid, None)
+            out.binds.append(Bind(a.pod, name, a.placement.devices, victims, note))
         if s.victims_linger and self.evicted:
             self._linger()
         self.placed = []

@@ -58,6 +58,7 @@ from fairgpu.engine.actions.victim_eligibility import (
     held_first,
     record_tenant_change,
 )
+from fairgpu.engine.decisions import ReclaimNote
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.preemption import PreemptionPlan, find_preemption
 from fairgpu.engine.session import Session
@@ -263,12 +264,15 @@ class FairVictims:
             return
         self.eligibility.note_reclaim()
         s = self.s
-        note_reclaims(s.state, s.resolver.resolve(pod).queue, self._flows.pop(pod.uid), s.now)
+        flows = self._flows.pop(pod.uid)
+        note_reclaims(s.state, s.resolver.resolve(pod).queue, flows, s.now)
         pl = s.cluster.placements.get(pod.uid)
         if pl is not None:
             name = s.cluster.node(pl.node).name
             moved = moved + [(name, d) for d in pl.devices]
         record_tenant_change(s.state, moved, s.now, s.tenancy.preemption.reclaim_cooldown_seconds)
+        gpus = tuple(sorted(set(moved)))  # what the live adapter writes on the pod
+        s.reclaim_notes[pod.uid] = ReclaimNote(s.now, tuple(sorted(flows)), gpus)
 
     def freeable(self, job: Job, pod: PodInfo) -> set[str]:
         """The pods of every candidate pool (:meth:`candidate_sets`), computed once for the

@@ -1,0 +1,114 @@
+"""Reclaim notes: the reclaim cooldown an engine built afresh from the API takes back."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from fairgpu.engine.decisions import ReclaimNote
+from fairgpu.engine.engine import Engine
+from fairgpu.kube.reclaim_notes import ANN_RECLAIM, decode, encode, restore
+from fairgpu.model.pod import PodInfo
+from tests.builders import cluster, k8s_pod, node_info
+
+T0 = 1_764_540_000.0  # an epoch time, as the live scheduler's clock gives
+
+
+def test_a_note_reads_back_as_written() -> None:
+    note = ReclaimNote(T0 + 0.25, (("n0", "a"), ("n1", "c")), (("n0", 3), ("n0", 4)))
+    text = encode(note)
+    assert '"at":"2025-11-30T22:00:00.250Z"' in text  # RFC 3339, to the millisecond
+    assert decode(text) == note
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("{", "not JSON"),
+        ("[]", "not a JSON object"),
+        ('{"from": []}', "'at' is not an RFC 3339 time"),
+        ('{"at": "yesterday"}', "'at' is not an RFC 3339 time"),
+        ('{"at": "2025-11-30T22:00:00Z", "from": {}}', "'from' is not a list"),
+        ('{"at": "2025-11-30T22:00:00Z", "gpus": [["n0", "3"]]}', "'gpus' holds ['n0', '3']"),
+        ('{"at": "2025-11-30T22:00:00Z", "gpus": [["n0", true]]}', "'gpus' holds ['n0', True]"),
+        ('{"at": "2025-11-30T22:00:00Z", "from": [["n0"]]}', "'from' holds ['n0']"),
+    ],
+)
+def test_a_malformed_note_is_an_error_naming_what_is_wrong(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match="^" + why.replace("[", r"\[").replace("]", r"\]")):
+        decode(text)
+
+
+def _with_note(name: str, queue: str, note: str) -> PodInfo:
+    pod = k8s_pod(name, queue, gpus="4", cpu="1")
+    pod.annotations[ANN_RECLAIM] = note
+    return pod
+
+
+def test_restore_takes_back_what_still_counts_and_skips_what_it_cannot_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Within the cooldown (600 s) a note restores its node flow and GPUs; an older one is
+    over, and one that cannot be read is logged and skipped -- never an error."""
+    engine = Engine()
+    fresh = _with_note("b0", "b", encode(ReclaimNote(T0, (("n0", "a"),), (("n0", 0),))))
+    old = _with_note("b1", "b", encode(ReclaimNote(T0 - 900, (("n1", "a"),), (("n1", 0),))))
+    bad = _with_note("b2", "b", "{nope")
+    with caplog.at_level(logging.WARNING, logger="fairgpu.kube"):
+        assert restore(engine, [fresh, old, bad, k8s_pod("c0", "c")], T0 + 60) == 1
+    assert engine.state.reclaimed == {("n0", "b", "a"): T0}
+    assert engine.state.tenant_changed == {("n0", 0): T0}
+    assert [r.getMessage() for r in caplog.records] == ["unreadable reclaim note"]
+
+
+def test_a_restored_engine_does_not_undo_the_reclaim_its_predecessor_made() -> None:
+    """Queue b reclaimed four GPUs of n0 from queue a, and holds all 8 of them now; a asks
+    again two minutes later (past the minimum run before a reclaim, 60 s). An engine that
+    remembers the reclaim waits out the cooldown; a fresh one would take b's pods on n0 at
+    once -- unless it is handed b's notes."""
+
+    def state_and_pods() -> tuple[object, list[PodInfo], PodInfo]:
+        state = cluster(node_info("n0", gpus=8))
+        held = []
+        for i in range(2):
+            note = ""
+            if i == 0:  # placed by the reclaim
+                note = encode(ReclaimNote(T0, (("n0", "a"),), tuple(("n0", d) for d in range(4))))
+            b = _with_note(f"b{i}", "b", note) if note else k8s_pod(f"b{i}", "b", gpus="4")
+            state.assign(b, 0, tuple(range(4 * i, 4 * i + 4)), T0 + 1).bound = True
+            held.append(b)
+        return state, held, k8s_pod("a1", "a", gpus="4", cpu="1")
+
+    state, held, a1 = state_and_pods()
+    fresh = Engine().cycle(state, [a1], T0 + 120)
+    assert [e.pod.name for e in fresh.evictions]  # without the note: b's pods are taken
+
+    state, held, a1 = state_and_pods()
+    engine = Engine()
+    assert restore(engine, held, T0 + 120) == 1
+    result = engine.cycle(state, [a1], T0 + 120)
+    assert not result.evictions and not result.binds
+    assert result.unschedulable[0].reason.endswith(
+        "reclaim refused: every pod of queue 'b' is held back: 1 on GPUs that changed tenant "
+        "within reclaimCooldownSeconds (600), 1 on a node where it would undo a reclaim made "
+        "within reclaimCooldownSeconds (600)"
+    )
+
+
+def test_a_placement_by_reclaim_carries_its_note() -> None:
+    """The Bind of a pod that reclaimed names the node and queue it took from and the GPUs
+    that changed tenant -- what the live scheduler writes on the pod."""
+    state = cluster(node_info("n0", gpus=8))
+    for i in range(2):
+        a = k8s_pod(f"a{i}", "a", gpus="4", cpu="1")
+        state.assign(a, 0, tuple(range(4 * i, 4 * i + 4)), T0 - 3600).bound = True
+    b = k8s_pod("b0", "b", gpus="4", cpu="1")
+    result = Engine().cycle(state, [b], T0)
+    assert len(result.evictions) == 1 and result.evictions[0].kind == "reclaim"
+    (bind,) = result.binds
+    assert bind.reclaim is not None and bind.reclaim.at == T0
+    assert bind.reclaim.flows == (("n0", "a"),)
+    assert [d for _, d in bind.reclaim.gpus] == sorted(bind.devices) and all(
+        n == "n0" for n, _ in bind.reclaim.gpus
+    )
