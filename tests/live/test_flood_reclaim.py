@@ -343,7 +343,7 @@ def test_a_restarted_scheduler_keeps_the_reclaim_cooldown(cp: ControlPlane, tmp_
     """qb reclaims half of an 8-GPU node from qa, then gets the rest when qa's other pods
     are deleted; the scheduler restarts; qa asks for its half again. Taking qb's pods on the
     node back within reclaimCooldownSeconds would undo the reclaim: the restarted scheduler
-    knows of it from the note on qb's pods (:mod:`fairgpu.kube.reclaim_notes`) and lets qa
+    knows of it from the note on qb's pods (:mod:`fairgpu.kube.engine_notes`) and lets qa
     wait -- as ``fairgpu explain`` says -- instead of reclaiming at once, as an engine
     started without that memory did."""
     tag = uuid.uuid4().hex[:6]

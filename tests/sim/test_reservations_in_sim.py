@@ -62,7 +62,9 @@ def test_a_large_gang_holds_its_nodes_until_they_drain_and_starts_once() -> None
     assert made == {("train/big", 310.0)}
 
 
-def _protected_run(reserved_min_runtime: float, declared: float | None = None) -> dict[str, Any]:
+def _protected_run(
+    reserved_min_runtime: float, declared: float | None = None, binds: list[Any] | None = None
+) -> dict[str, Any]:
     # Queue a's gang (8 x 1 GPU) waits behind queue b's pods (until t=500) and starts from
     # its reservation at 500. At 600 a pod of queue a with a higher priority arrives: priority
     # preemption inside the queue would take a gang member (and so the whole gang) at once.
@@ -87,6 +89,15 @@ def _protected_run(reserved_min_runtime: float, declared: float | None = None) -
     urgent = _pod("urgent", "a", 1, None, created=600.0, priority=100)
     arrivals.append(PodArrival(urgent, 600.0, 100.0))
     workload = Workload("protect", [k8s_node("n0", gpus=8)], arrivals, pod_groups={"a/big": 8})
+    if binds is not None:  # every Bind the engine makes
+        inner = engine.cycle
+
+        def cycle(cluster: Any, pending: Any, now: float, changes: Any = None) -> CycleResult:
+            out = inner(cluster, pending, now, changes)
+            binds.extend(out.binds)
+            return out
+
+        engine.cycle = cycle  # type: ignore[method-assign]
     result = Simulation(workload, engine).run()
     return {r.pod.name: r for r in result.records}
 
@@ -95,8 +106,13 @@ def test_a_job_started_from_its_reservation_is_not_preempted_for_its_minimum_run
     # The gang declares no run time: protected for reservedMinRuntimeSeconds (1800 s), the
     # urgent pod may preempt only when that ends at 500 + 1800 (the engine asks the simulator
     # for a cycle then); the gang then restarts once it is done.
-    recs = _protected_run(1800.0)
+    binds: list[Any] = []
+    recs = _protected_run(1800.0, binds=binds)
     assert recs["urgent"].start == 2300.0
+    # Each member's Bind says so, for an adapter that writes it down (the live scheduler).
+    first = [b for b in binds if b.pod.name.startswith("big")][:8]
+    assert [b.protected_until for b in first] == [2300.0] * 8
+    assert all(b.protected_until is None for b in binds if not b.pod.name.startswith("big"))
     assert {recs[f"big{m}"].start for m in range(8)} == {2400.0}
     # Unprotected, it preempts at once (600), 100 s into the gang's run.
     unprotected = _protected_run(0.0)

@@ -33,7 +33,11 @@ class Bind:
     ``wait_for`` lists the uids of the pods its job evicted to make room (for it, or for
     another member of its pod group): the live adapter posts the binding only once they are
     gone (the simulator removes them at once). ``reclaim``: what its placement reclaimed
-    (None: nothing).
+    (None: nothing). ``protected_until``: until when it is no preemption victim, started
+    from its job's reservation (:mod:`~fairgpu.engine.actions.reserve`; None: not
+    protected). An adapter whose engine may start afresh writes both down with the pod
+    (:meth:`~fairgpu.engine.engine.Engine.restore_reclaim`,
+    :meth:`~fairgpu.engine.engine.Engine.restore_protection`).
     """
 
     pod: PodInfo
@@ -41,6 +45,7 @@ class Bind:
     devices: tuple[int, ...] = ()
     wait_for: tuple[str, ...] = ()
     reclaim: ReclaimNote | None = None
+    protected_until: float | None = None
 
 
 @dataclass(slots=True)

@@ -214,6 +214,16 @@ class Engine:
             changed[gpu] = max(changed.get(gpu, note.at), note.at)
         return True
 
+    def restore_protection(self, pod: PodInfo, until: float, now: float) -> bool:
+        """Take back that ``pod``, started from its job's reservation, is no preemption
+        victim until ``until`` (its Bind's ``protected_until``, written down by an adapter
+        whose engine started afresh). Returns whether it still counted at ``now``."""
+        if until <= now:
+            return False
+        protected = self.state.protected
+        protected[pod.uid] = max(protected.get(pod.uid, until), until)
+        return True
+
     @property
     def history(self) -> UsageHistory:
         """Decayed usage per queue (fair ordering)."""

@@ -120,8 +120,10 @@ class Session:
     victims_linger: bool = False
     fragile_jobs: frozenset[str] = frozenset()
     recorded: list[tuple[int, int]] = field(default_factory=list)
-    # What each placement of this cycle reclaimed, by pod uid, until its Bind is made.
+    # What each placement of this cycle reclaimed, and until when a pod started from its
+    # job's reservation is protected, by pod uid, until its Bind is made.
     reclaim_notes: dict[str, ReclaimNote] = field(default_factory=dict)
+    protected_now: dict[str, float] = field(default_factory=dict)
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

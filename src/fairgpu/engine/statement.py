@@ -103,7 +103,8 @@ class Statement:
         for a in self.placed:
             name = s.cluster.node(a.placement.node).name
             note = s.reclaim_notes.pop(a.pod.uid, None)
-            out.binds.append(Bind(a.pod, name, a.placement.devices, victims, note))
+            until = s.protected_now.pop(a.pod.uid, None)
+            out.binds.append(Bind(a.pod, name, a.placement.devices, victims, note, until))
         if s.victims_linger and self.evicted:
             self._linger()
         self.placed = []

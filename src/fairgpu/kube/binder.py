@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from fairgpu.engine.engine import Bind
-from fairgpu.kube import dra_binding, reclaim_notes
+from fairgpu.kube import dra_binding, engine_notes
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, SchedulerCache
 from fairgpu.kube.client import CONNECTION_ERRORS, STRATEGIC_MERGE_PATCH, RestClient
@@ -29,7 +29,6 @@ from fairgpu.kube.decode import PodRecord
 from fairgpu.kube.events import BindResult, LoopEvent
 from fairgpu.kube.loop_calls import LoopCalls
 from fairgpu.kube.metrics import Metrics
-from fairgpu.kube.reclaim_notes import ANN_RECLAIM
 from fairgpu.kube.reporter import Reporter
 from fairgpu.model.gpu import ANN_GPU_DEVICES, WHOLE, encode_gpu_devices
 from fairgpu.model.pod import PodInfo
@@ -109,8 +108,7 @@ class Binder(LoopCalls):
             if pl is not None and not gpu.is_whole and (gpu.memory_mib or gpu.memory_percent):
                 mem = pl.device_memory
             annotations[ANN_GPU_DEVICES] = encode_gpu_devices(b.devices, milli, mem)
-        if b.reclaim is not None:  # the cooldown outlives this process (reclaim_notes)
-            annotations[ANN_RECLAIM] = reclaim_notes.encode(b.reclaim)
+        annotations.update(engine_notes.binding_annotations(b))  # time rules outlive this process
         self.inflight += 1
         self.cache.bind_sent(b.pod.uid, b.node_name, b.devices or None)
         plan = storage.plan_for(cluster, b.pod.uid, b.node_name)  # volumes first, as PreBind does

@@ -37,7 +37,7 @@ from typing import Any
 
 from fairgpu.engine.engine import Bind, Engine, Evict
 from fairgpu.engine.policies import policy as named_policy
-from fairgpu.kube import reclaim_notes
+from fairgpu.kube import engine_notes
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.batching import batch
 from fairgpu.kube.binder import ANN_SCHEDULED_BY, Binder
@@ -154,7 +154,7 @@ class LiveScheduler:
         self.lost_lease = False
         self._dirty = True
         self._heartbeat = time.monotonic()
-        self._notes_restored = False  # reclaim_notes taken back before the first cycle
+        self._notes_restored = False  # engine_notes taken back before the first cycle
         self._last_cycle = 0.0
         self._last_metrics = 0.0
 
@@ -394,9 +394,9 @@ class LiveScheduler:
             now = time.time()
             if leader and not self._notes_restored:
                 # A fresh engine (a restart, or this replica newly leading) first takes back
-                # the reclaims its predecessor made within the cooldown.
-                taken = reclaim_notes.restore(self.engine, self.cache.cluster.pods.values(), now)
-                log.info("reclaim cooldown restored", extra={"reclaims": taken})
+                # its predecessor's recent reclaims and protections.
+                taken = engine_notes.restore(self.engine, self.cache.cluster.pods.values(), now)
+                log.info("engine notes restored", extra={"notes": taken})
                 self._notes_restored = True
             if leader:
                 self._expire_held(now)

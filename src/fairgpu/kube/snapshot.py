@@ -23,7 +23,7 @@ import msgspec
 from fairgpu.engine.engine import Engine
 from fairgpu.engine.policies import DEFAULT_POLICY
 from fairgpu.engine.policies import policy as named_policy
-from fairgpu.kube import reclaim_notes
+from fairgpu.kube import engine_notes
 from fairgpu.kube import volumes as storage
 from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode_pod
 from fairgpu.kube.client import RestClient
@@ -205,8 +205,8 @@ class Snapshot:
                     engine.set_pod_group(namespace, name, group.min_member)
         apply_completed(cache.cluster, "SYNC", self.completed)
         cache.sync_pods(self.pods, self.now, out)
-        # The reclaim cooldown the scheduler works under, as it restores it (reclaim_notes).
-        reclaim_notes.restore(engine, cache.cluster.pods.values(), self.now)
+        # The time rules the scheduler works under, as it restores them (engine_notes).
+        engine_notes.restore(engine, cache.cluster.pods.values(), self.now)
         jobs = JobStore()
         jobs.apply("SYNC", self.jobs)
         engine.fragile_jobs = jobs.fragile()

@@ -456,6 +456,7 @@ def _commit(session: Session, job: Job, stmt: Statement, first: str, rules: Rule
     placed = {a.pod.uid for a in stmt.placed}
     for a in stmt.placed:
         rules.victims.placed(a.pod)
+    note_placed(session, job)  # before the binds are made: they carry its protection
     stmt.commit()
     for pod in job.pods:
         if pod.uid not in placed:
@@ -464,7 +465,6 @@ def _commit(session: Session, job: Job, stmt: Statement, first: str, rules: Rule
             )
     if evicted:
         session.released()
-    note_placed(session, job)
     return changed
 
 

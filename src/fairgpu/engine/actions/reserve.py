@@ -295,7 +295,7 @@ def note_placed(session: Session, job: Job) -> None:
             span = max(
                 cfg.reserved_min_runtime_seconds, min(declared, cfg.reserved_max_runtime_seconds)
             )
-            state.protected[pod.uid] = session.now + span
+            state.protected[pod.uid] = session.protected_now[pod.uid] = session.now + span
 
 
 def note_torn_down(session: Session, victims: Iterable[PodInfo]) -> None:

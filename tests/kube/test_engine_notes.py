@@ -1,4 +1,5 @@
-"""Reclaim notes: the reclaim cooldown an engine built afresh from the API takes back."""
+"""Engine notes: the reclaim cooldown and the protection of reserved starts that an engine
+built afresh from the API takes back."""
 
 from __future__ import annotations
 
@@ -6,9 +7,16 @@ import logging
 
 import pytest
 
-from fairgpu.engine.decisions import ReclaimNote
+from fairgpu.engine.decisions import Bind, ReclaimNote
 from fairgpu.engine.engine import Engine
-from fairgpu.kube.reclaim_notes import ANN_RECLAIM, decode, encode, restore
+from fairgpu.kube.engine_notes import (
+    ANN_PROTECTED_UNTIL,
+    ANN_RECLAIM,
+    binding_annotations,
+    decode,
+    encode,
+    restore,
+)
 from fairgpu.model.pod import PodInfo
 from tests.builders import cluster, k8s_pod, node_info
 
@@ -59,7 +67,7 @@ def test_restore_takes_back_what_still_counts_and_skips_what_it_cannot_read(
         assert restore(engine, [fresh, old, bad, k8s_pod("c0", "c")], T0 + 60) == 1
     assert engine.state.reclaimed == {("n0", "b", "a"): T0}
     assert engine.state.tenant_changed == {("n0", 0): T0}
-    assert [r.getMessage() for r in caplog.records] == ["unreadable reclaim note"]
+    assert [r.getMessage() for r in caplog.records] == ["unreadable engine note"]
 
 
 def test_a_restored_engine_does_not_undo_the_reclaim_its_predecessor_made() -> None:
@@ -112,3 +120,42 @@ def test_a_placement_by_reclaim_carries_its_note() -> None:
     assert [d for _, d in bind.reclaim.gpus] == sorted(bind.devices) and all(
         n == "n0" for n, _ in bind.reclaim.gpus
     )
+
+
+def _gang(protected_until: str | None) -> tuple[object, list[PodInfo]]:
+    """Queue a's 8 x 1-GPU gang runs on n0 since 500 s (started from its reservation)."""
+    state = cluster(node_info("n0", gpus=8))
+    members = []
+    for m in range(8):
+        pod = k8s_pod(f"big{m}", "a", gpus="1", cpu="1", group="big", min_member=8)
+        if protected_until is not None:
+            pod.annotations[ANN_PROTECTED_UNTIL] = protected_until
+        state.assign(pod, 0, (m,), T0 + 500).bound = True
+        members.append(pod)
+    return state, members
+
+
+def test_a_restored_engine_keeps_a_reserved_start_protected() -> None:
+    """At 600 s a pod of queue a with a higher priority arrives: a fresh engine takes the
+    gang (priority preemption inside the queue); one handed the gang's notes -- protected
+    until 2 300 s, reservedMinRuntimeSeconds after its reserved start -- leaves it running."""
+    urgent = k8s_pod("urgent", "a", gpus="1", cpu="1", priority=100)
+    state, _ = _gang(None)
+    assert Engine().cycle(state, [urgent], T0 + 600).evictions
+
+    state, members = _gang(
+        binding_annotations(Bind(urgent, "n0", protected_until=T0 + 2300))[ANN_PROTECTED_UNTIL]
+    )
+    engine = Engine()
+    assert restore(engine, members, T0 + 600) == 8
+    result = engine.cycle(state, [urgent], T0 + 600)
+    assert not result.evictions and not result.binds
+    # Past its end, the protection is over: nothing to take back.
+    assert restore(Engine(), members, T0 + 2300) == 0
+
+
+def test_an_unreadable_protection_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    _, members = _gang("soon")
+    with caplog.at_level(logging.WARNING, logger="fairgpu.kube"):
+        assert restore(Engine(), members[:1], T0) == 0
+    assert caplog.records[0].annotation == ANN_PROTECTED_UNTIL  # type: ignore[attr-defined]

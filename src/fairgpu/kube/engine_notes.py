@@ -1,0 +1,137 @@
+"""What the engine remembers between cycles that must outlive the scheduler process.
+
+Two of the engine's time rules rest on memory kept in the engine
+(:class:`~fairgpu.engine.session.EngineState`):
+
+* the reclaim cooldown (:mod:`~fairgpu.engine.actions.reclaim`): which GPUs changed tenant
+  by reclaim and which queue took which node from which, so that no reclaim undoes another
+  within ``reclaimCooldownSeconds``;
+* the protection of a job started from its reservation (:mod:`~fairgpu.engine.actions.
+  reserve`): no preemption victim for its declared run time, so the idle time its nodes
+  spent draining for it is not thrown away with its run.
+
+A scheduler restarted -- or a standby replica taking the lease -- would start without them,
+and could take back at once what its predecessor reclaimed a minute earlier, or reclaim a
+gang an hour into the run its reservation bought; ``fairgpu explain`` and the forecasts,
+which build a fresh engine from the API, would promise such moves too.
+
+So the live scheduler writes them into each pod's Binding (copied onto the pod with
+``spec.nodeName`` in one write, as the GPU devices are): the pod's
+:class:`~fairgpu.engine.decisions.ReclaimNote` (:data:`ANN_RECLAIM`) and the end of its
+protection (:data:`ANN_PROTECTED_UNTIL`); an engine built from the API takes the notes of the
+bound pods back (:func:`restore`). A reclaim note names nodes and queues, not pods, so it
+keeps counting whoever runs on those GPUs now. A note lives as long as its pod: one deleted
+before its cooldown ends takes its note along.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from fairgpu.engine.decisions import Bind, ReclaimNote
+from fairgpu.engine.engine import Engine
+from fairgpu.kube.decode import parse_time
+from fairgpu.model.pod import DOMAIN, PodInfo
+
+log = logging.getLogger("fairgpu.kube")
+
+#: The annotation a pod placed by reclaim carries: when, from which queue on which node, and
+#: the GPUs that changed tenant, as JSON.
+ANN_RECLAIM = f"{DOMAIN}/reclaim"
+#: The annotation a pod started from its job's reservation carries: until when (RFC 3339)
+#: it is no preemption victim.
+ANN_PROTECTED_UNTIL = f"{DOMAIN}/protected-until"
+
+
+def rfc3339_ms(t: float) -> str:
+    """Epoch seconds ``t`` as RFC 3339 UTC to the millisecond."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def binding_annotations(bind: Bind) -> dict[str, str]:
+    """The notes of ``bind`` to write into its Binding (none for most pods)."""
+    out: dict[str, str] = {}
+    if bind.reclaim is not None:
+        out[ANN_RECLAIM] = encode(bind.reclaim)
+    if bind.protected_until is not None:
+        out[ANN_PROTECTED_UNTIL] = rfc3339_ms(bind.protected_until)
+    return out
+
+
+def encode(note: ReclaimNote) -> str:
+    """``note`` as the JSON of :data:`ANN_RECLAIM`: ``at`` (RFC 3339, milliseconds),
+    ``from`` ([node, victim queue] pairs) and ``gpus`` ([node, device] pairs)."""
+    body = {
+        "at": rfc3339_ms(note.at),
+        "from": [list(f) for f in note.flows],
+        "gpus": [list(g) for g in note.gpus],
+    }
+    return json.dumps(body, separators=(",", ":"))
+
+
+def decode(text: str) -> ReclaimNote:
+    """The note :func:`encode` wrote (``ValueError`` naming what is wrong otherwise)."""
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise ValueError("not a JSON object")
+    at = parse_time(body.get("at")) if isinstance(body.get("at"), str) else None
+    if at is None:
+        raise ValueError("'at' is not an RFC 3339 time")
+    flows = tuple((node, str(queue)) for node, queue in _pairs(body.get("from", []), "from", str))
+    gpus = tuple((node, int(str(dev))) for node, dev in _pairs(body.get("gpus", []), "gpus", int))
+    return ReclaimNote(at, flows, gpus)
+
+
+def _pairs(value: object, name: str, second: type) -> list[tuple[str, object]]:
+    """``value`` as [node name, ``second``] pairs (``ValueError`` naming ``name``)."""
+    if not isinstance(value, list):
+        raise ValueError(f"'{name}' is not a list")
+    out: list[tuple[str, object]] = []
+    for item in value:
+        ok = (
+            isinstance(item, list)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], second)
+            and not isinstance(item[1], bool)
+        )
+        if not ok:
+            raise ValueError(f"'{name}' holds {item!r}, not [node, {second.__name__}]")
+        out.append((item[0], item[1]))
+    return out
+
+
+def restore(engine: Engine, pods: Iterable[PodInfo], now: float) -> int:
+    """Hand ``engine`` the notes of the bound ``pods`` that still count at ``now``
+    (:meth:`~fairgpu.engine.engine.Engine.restore_reclaim`,
+    :meth:`~fairgpu.engine.engine.Engine.restore_protection`); a note that cannot be read is
+    logged and left out -- it only ever holds pods back, so scheduling goes on without it.
+    Returns how many were taken back."""
+    taken = 0
+    for pod in pods:
+        text = pod.annotations.get(ANN_RECLAIM)
+        if text:
+            try:
+                taken += engine.restore_reclaim(pod, decode(text), now)
+            except ValueError as error:
+                _unreadable(pod, ANN_RECLAIM, str(error))
+        text = pod.annotations.get(ANN_PROTECTED_UNTIL)
+        if text:
+            until = parse_time(text)
+            if until is None:
+                _unreadable(pod, ANN_PROTECTED_UNTIL, "not an RFC 3339 time")
+            else:
+                taken += engine.restore_protection(pod, until, now)
+    return taken
+
+
+def _unreadable(pod: PodInfo, annotation: str, error: str) -> None:
+    log.warning(
+        "unreadable engine note", extra={"pod": pod.key, "annotation": annotation, "error": error}
+    )
