@@ -23,6 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -294,13 +295,28 @@ def test_the_auditor_sees_unbound_pods_deleted_and_devices_booked_twice(cp: Cont
     ]
 
 
+@contextmanager
+def one_node(
+    cp: ControlPlane, tag: str
+) -> Iterator[tuple[KubeClient, Flood, Auditor, FakeKubelet]]:
+    """Namespace ``fl-<tag>`` with one 8-GPU node of its own: the API client, the
+    :class:`Flood` helper, the namespace's audit and a fake kubelet (the caller starts
+    both)."""
+    ns = f"fl-{tag}"
+    with cp.client(maxsize=12) as api, cp.client(maxsize=4) as kubelet_api:
+        ensure_namespace(api, ns, ca_pem=Path(cp.ca_file).read_text())
+        flood = Flood(api, ns, tag, nodes=1)
+        flood.create_nodes()
+        kubelet = FakeKubelet(kubelet_api, namespace=ns, workers=4, grace_seconds=0.5)
+        yield api, flood, Auditor(api, namespace=ns), kubelet
+
+
 def test_departments_share_first_on_a_live_cluster(cp: ControlPlane, tmp_path: Path) -> None:
     """Queues qa and qb form a department weighing as much as queue qc. qa fills an 8-GPU
     node; then qb and qc ask for all of it: qc takes back half the node and qb a quarter,
     qa keeps a quarter -- not a third each, as queue weights alone would split it. The live
     scheduler reclaims by the shares the simulator reports, departments first."""
     tag = uuid.uuid4().hex[:6]
-    ns = f"fl-{tag}"
     # Queues of this test only: the module's other test leaves pods of its queues running.
     queue = {q: f"{q}-{tag}" for q in ("qa", "qb", "qc")}
     tenancy = tmp_path / "tenancy.yaml"
@@ -313,12 +329,7 @@ def test_departments_share_first_on_a_live_cluster(cp: ControlPlane, tmp_path: P
   - {{name: {queue["qc"]}}}
 """
     )
-    with cp.client(maxsize=12) as api, cp.client(maxsize=4) as kubelet_api:
-        ensure_namespace(api, ns, ca_pem=Path(cp.ca_file).read_text())
-        flood = Flood(api, ns, tag, nodes=1)
-        flood.create_nodes()
-        auditor = Auditor(api, namespace=ns)
-        kubelet = FakeKubelet(kubelet_api, namespace=ns, workers=4, grace_seconds=0.5)
+    with one_node(cp, tag) as (_, flood, auditor, kubelet):
         held: dict[str, int] = {}
         try:
             with kubelet, auditor.watching(), scheduler(cp, tenancy=tenancy):
@@ -357,12 +368,7 @@ def test_a_restarted_scheduler_keeps_the_reclaim_cooldown(cp: ControlPlane, tmp_
         f"queues:\n  - {{name: {qa}}}\n  - {{name: {qb}}}\n"
     )
     half = GPUS // 2
-    with cp.client(maxsize=12) as api, cp.client(maxsize=4) as kubelet_api:
-        ensure_namespace(api, ns, ca_pem=Path(cp.ca_file).read_text())
-        flood = Flood(api, ns, tag, nodes=1)
-        flood.create_nodes()
-        auditor = Auditor(api, namespace=ns)
-        kubelet = FakeKubelet(kubelet_api, namespace=ns, workers=4, grace_seconds=0.5)
+    with one_node(cp, tag) as (api, flood, auditor, kubelet):
         held: dict[str, int] = {}
         try:
             with kubelet, auditor.watching():
