@@ -111,6 +111,12 @@ def time_label(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def time_label_ms(t: float) -> str:
+    """``t`` (epoch seconds) as RFC 3339 UTC to the millisecond: :func:`time_label` for
+    times a later reader compares with others of the same second (the engine's notes)."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def parse_time(text: str | None) -> float | None:
     """The epoch seconds of an RFC 3339 time, or None when absent or unreadable."""
     if not text:

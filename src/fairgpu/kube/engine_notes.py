@@ -29,11 +29,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from typing import Any
 
 from fairgpu.engine.decisions import Bind, ReclaimNote
 from fairgpu.engine.engine import Engine
-from fairgpu.kube.decode import parse_time
+from fairgpu.kube.decode import parse_time, time_label_ms
 from fairgpu.model.pod import DOMAIN, PodInfo
 
 log = logging.getLogger("fairgpu.kube")
@@ -46,18 +46,13 @@ ANN_RECLAIM = f"{DOMAIN}/reclaim"
 ANN_PROTECTED_UNTIL = f"{DOMAIN}/protected-until"
 
 
-def rfc3339_ms(t: float) -> str:
-    """Epoch seconds ``t`` as RFC 3339 UTC to the millisecond."""
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def binding_annotations(bind: Bind) -> dict[str, str]:
     """The notes of ``bind`` to write into its Binding (none for most pods)."""
     out: dict[str, str] = {}
     if bind.reclaim is not None:
         out[ANN_RECLAIM] = encode(bind.reclaim)
     if bind.protected_until is not None:
-        out[ANN_PROTECTED_UNTIL] = rfc3339_ms(bind.protected_until)
+        out[ANN_PROTECTED_UNTIL] = time_label_ms(bind.protected_until)
     return out
 
 
@@ -65,7 +60,7 @@ def encode(note: ReclaimNote) -> str:
     """``note`` as the JSON of :data:`ANN_RECLAIM`: ``at`` (RFC 3339, milliseconds),
     ``from`` ([node, victim queue] pairs) and ``gpus`` ([node, device] pairs)."""
     body = {
-        "at": rfc3339_ms(note.at),
+        "at": time_label_ms(note.at),
         "from": [list(f) for f in note.flows],
         "gpus": [list(g) for g in note.gpus],
     }
@@ -83,16 +78,16 @@ def decode(text: str) -> ReclaimNote:
     at = parse_time(body.get("at")) if isinstance(body.get("at"), str) else None
     if at is None:
         raise ValueError("'at' is not an RFC 3339 time")
-    flows = tuple((node, str(queue)) for node, queue in _pairs(body.get("from", []), "from", str))
-    gpus = tuple((node, int(str(dev))) for node, dev in _pairs(body.get("gpus", []), "gpus", int))
+    flows = _pairs(body.get("from", []), "from", str)
+    gpus = _pairs(body.get("gpus", []), "gpus", int)
     return ReclaimNote(at, flows, gpus)
 
 
-def _pairs(value: object, name: str, second: type) -> list[tuple[str, object]]:
+def _pairs(value: object, name: str, second: type) -> tuple[tuple[str, Any], ...]:
     """``value`` as [node name, ``second``] pairs (``ValueError`` naming ``name``)."""
     if not isinstance(value, list):
         raise ValueError(f"'{name}' is not a list")
-    out: list[tuple[str, object]] = []
+    out: list[tuple[str, Any]] = []
     for item in value:
         ok = (
             isinstance(item, list)
@@ -104,7 +99,7 @@ def _pairs(value: object, name: str, second: type) -> list[tuple[str, object]]:
         if not ok:
             raise ValueError(f"'{name}' holds {item!r}, not [node, {second.__name__}]")
         out.append((item[0], item[1]))
-    return out
+    return tuple(out)
 
 
 def restore(engine: Engine, pods: Iterable[PodInfo], now: float) -> int:
