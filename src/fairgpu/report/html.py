@@ -247,9 +247,9 @@ def _departments(summary: dict[str, Any]) -> bool:
     return any("department" in t for t in summary.get("tenants", {}).values())
 
 
-def _tenant_rows(summary: dict[str, Any]) -> str:
+def _tenant_rows(summary: dict[str, Any], departments: bool) -> str:
+    """The tenant table's rows; ``departments``: with each tenant's department."""
     rows = []
-    departments = _departments(summary)
     for tenant, t in summary.get("tenants", {}).items():
         rows.append(
             "<tr>"
@@ -479,7 +479,7 @@ def write_report(
 every job it had waiting was larger than the shortfall: reclaim may not take a tenant above
 its share, so only others' work ending could start those jobs">shortfall locked by job size
 (%)</th><th>wait p50 (s)</th><th>wait p99 (s)</th></tr></thead>
-<tbody>{_tenant_rows(summary)}</tbody></table>
+<tbody>{_tenant_rows(summary, dept)}</tbody></table>
 {_jobs_section(summary)}
 <h2>Over time</h2>
 {figures}
