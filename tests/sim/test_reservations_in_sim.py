@@ -4,6 +4,7 @@ tore it down -- is not reclaimed at once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fairgpu.engine.engine import CycleResult, Engine
@@ -17,17 +18,24 @@ def _pod(name: str, ns: str, gpus: int, runtime: float | None, **kw: Any) -> Any
     return k8s_pod(name, ns, gpus=gpus, cpu="1", duration=runtime, **kw)
 
 
-def _held(engine: Engine) -> set[tuple[str, float]]:
-    """Wrap ``engine.cycle`` to collect every (job, since) reservation it made."""
-    seen: set[tuple[str, float]] = set()
+def _after_each_cycle(engine: Engine, see: Callable[[CycleResult], None]) -> None:
+    """Wrap ``engine.cycle`` so that ``see`` gets every cycle's result."""
     inner = engine.cycle
 
     def cycle(cluster: Any, pending: Any, now: float, changes: Any = None) -> CycleResult:
         out = inner(cluster, pending, now, changes)
-        seen.update((k, r.since) for k, r in engine.reservations.items())
+        see(out)
         return out
 
     engine.cycle = cycle  # type: ignore[method-assign]
+
+
+def _held(engine: Engine) -> set[tuple[str, float]]:
+    """Collect every (job, since) reservation ``engine`` makes."""
+    seen: set[tuple[str, float]] = set()
+    _after_each_cycle(
+        engine, lambda _: seen.update((k, r.since) for k, r in engine.reservations.items())
+    )
     return seen
 
 
@@ -90,14 +98,7 @@ def _protected_run(
     arrivals.append(PodArrival(urgent, 600.0, 100.0))
     workload = Workload("protect", [k8s_node("n0", gpus=8)], arrivals, pod_groups={"a/big": 8})
     if binds is not None:  # every Bind the engine makes
-        inner = engine.cycle
-
-        def cycle(cluster: Any, pending: Any, now: float, changes: Any = None) -> CycleResult:
-            out = inner(cluster, pending, now, changes)
-            binds.extend(out.binds)
-            return out
-
-        engine.cycle = cycle  # type: ignore[method-assign]
+        _after_each_cycle(engine, lambda out: binds.extend(out.binds))
     result = Simulation(workload, engine).run()
     return {r.pod.name: r for r in result.records}
 
