@@ -9,6 +9,7 @@ alone by :data:`kubectl_app`, the ``kubectl-fairgpu`` plugin (``kubectl fairgpu 
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -155,8 +156,11 @@ def explain(
     at: At = None,
     forecast_budget: Budget = 3.0,
 ) -> None:
-    """Why is this pod pending? Its queue, fair order, quota, node reasons and what would help.
-    Live through the kubeconfig, or in a simulated run with --run."""
+    """Why is this pod pending, and when will it start?
+
+    Its queue, fair order, quota, node reasons and what would help. Live through the
+    kubeconfig, or in a simulated run with --run.
+    """
     from fairgpu.kube.explain import explain_pod
 
     ns, _, name = target.rpartition("/")
@@ -458,9 +462,12 @@ def queues(
     at: At = None,
     forecast_budget: Budget = 3.0,
 ) -> None:
-    """One row per queue: weight, fair share, allocated, pending pods and GPUs, borrowed, its
-    pods preempted in the last hour, and when its backlog is predicted to drain. Live, or in a
-    simulated run with --run."""
+    """One row per queue: its share, what it holds and waits for, when its backlog drains.
+
+    Weight, fair share, allocated, pending pods and GPUs, borrowed, its pods preempted in the
+    last hour, and when its backlog is predicted to drain. Live, or in a simulated run with
+    --run.
+    """
     from fairgpu.kube.explain import queue_rows
     from fairgpu.kube.snapshot import read_preemptions
 
@@ -551,9 +558,11 @@ def jobs(
     at: At = None,
     forecast_budget: Budget = 3.0,
 ) -> None:
-    """One row per batch/v1 Job still running or to run: its queue, completions succeeded,
-    pods running, pending and still to be created, and when it is predicted to end. Live, or
-    in a simulated run with --run."""
+    """One row per batch/v1 Job still running or to run, and when it is predicted to end.
+
+    Its queue, completions succeeded, pods running, pending and still to be created, and when
+    it is predicted to end. Live, or in a simulated run with --run.
+    """
     from fairgpu.kube.explain import job_rows
 
     _check_budget(forecast_budget)
@@ -635,9 +644,11 @@ def what_if(
     at: At = None,
     forecast_budget: Budget = 3.0,
 ) -> None:
-    """Where would these pods go now, or which rule stops them, and when would they start?
-    Creates nothing. Live, or in a simulated run with --run (default --at: when the most
-    pods waited)."""
+    """Where would these pods go now, or which rule stops them? Creates nothing.
+
+    Where and when they would start. Live, or in a simulated run with --run (default --at:
+    when the most pods waited).
+    """
     from fairgpu.kube.explain import what_if as answer
 
     _check_budget(forecast_budget)
@@ -776,12 +787,22 @@ def _load_pods(
     return pods, dict(workload.pod_groups), later
 
 
+def command_help(command: Callable[..., object]) -> str:
+    """``command``'s docstring as ``--help`` shows it: each paragraph on one line, so the
+    terminal wraps it (the help formatter keeps a docstring's own line breaks)."""
+    text = inspect.cleandoc(command.__doc__ or "")
+    return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+
+
 def register(app: typer.Typer) -> None:
     """Add ``explain``, ``queues``, ``jobs`` and ``what-if`` to ``app``."""
-    app.command()(explain)
-    app.command()(queues)
-    app.command()(jobs)
-    app.command("what-if")(what_if)
+    for name, command in (
+        ("explain", explain),
+        ("queues", queues),
+        ("jobs", jobs),
+        ("what-if", what_if),
+    ):
+        app.command(name, help=command_help(command))(command)
 
 
 kubectl_app = typer.Typer(
