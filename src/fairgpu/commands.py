@@ -385,8 +385,13 @@ def _taken_down(victim: dict[str, Any]) -> str:
 def _unknown(r: dict[str, Any], out_of_budget: bool | None, otherwise: str) -> str:
     """Why a forecast has no time for the pod of report ``r``: it fits on no node even when
     they are empty (nothing ending helps), the forecast's budget ran out, or ``otherwise``."""
-    if r.get("state") == "pending" and not r.get("fits_now") and not r.get("fits_on_empty_nodes"):
-        return "it fits on no node, even an empty one (see 'Even on empty nodes')"
+    pending = r.get("state", r.get("outcome")) == "pending"  # explain's state, what-if's outcome
+    if pending and not r.get("fits_now") and not r.get("fits_on_empty_nodes"):
+        # what-if prints no 'Even on empty nodes' line when it would repeat the pod's reason
+        shown = r.get("empty_nodes_reason") != r.get("reason")
+        return "it fits on no node, even an empty one" + (
+            " (see 'Even on empty nodes')" if shown else ""
+        )
     return "the forecast ran out of time" if out_of_budget else otherwise
 
 
@@ -685,6 +690,8 @@ def what_if(
             )
         else:
             typer.echo(head + f"would stay pending: {row['reason']}")
+            if row.get("fits_on_empty_nodes") == [] and row["empty_nodes_reason"] != row["reason"]:
+                typer.echo(f"  Even on empty nodes: {row['empty_nodes_reason']}")
             if "predicted_start" in row:
                 typer.echo(f"  {_predicted_line(row)}")
         if row.get("note"):

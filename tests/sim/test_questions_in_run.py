@@ -246,6 +246,28 @@ def test_what_if_in_a_run(run_dir: Path, tmp_path: Path) -> None:
     assert "team-b/probe (queue team-b, user team-b): would start on gpu-0 now" in later.output
 
 
+def test_what_if_says_a_pod_that_fits_no_empty_node_will_not_start(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """A pod pinned to a GPU model no node has fits nowhere even once every pod has ended:
+    ``what-if`` says so instead of blaming run times it does not know; a pod beside it that
+    fits the node when empty still gets its forecast."""
+    job = tmp_path / "job.yaml"
+    pinned = pod("pinned", 0, 60, gpus=4, namespace="team-b", model="H100")
+    job.write_text(pinned + pod("probe", 0, 60, gpus=4, namespace="team-b"))
+    args = ["what-if", "-f", str(job), "--run", str(run_dir), "--at", "300"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("team-b/pinned (queue team-b, user team-b): would stay pending: ")
+    assert "didn't match Pod's node affinity/selector" in lines[0]
+    assert lines[1] == "  Predicted start: unknown: it fits on no node, even an empty one"
+    assert lines[3].startswith("  Predicted start: t=900 s (in 10m)")
+    rows = json.loads(runner.invoke(app, [*args, "-o", "json"]).output)
+    assert [r["fits_on_empty_nodes"] for r in rows] == [[], ["gpu-0"]]
+    assert rows[0]["predicted_start"] is None
+
+
 def test_queues_count_a_queues_pods_preempted_in_the_last_hour(tmp_path: Path) -> None:
     """team-a fills the node with four long 2-GPU pods; team-b (below its share) reclaims one
     at 100 s. ``queues`` counts that preemption for team-a for an hour, then no more."""

@@ -807,7 +807,9 @@ def what_if(
     """Where each of ``pods`` (not in the cluster) would go in one cycle starting now, beside
     the pods already pending, or why not (queue quota, node reasons); and, for a pod that
     would wait but could fit, when it is predicted to start (the live forecast's path, the
-    pods added). Creates nothing."""
+    pods added). A pod that would wait carries ``fits_on_empty_nodes`` and
+    ``empty_nodes_reason`` (:func:`fits_when_empty`): one that fits no node even when they are
+    empty gets no forecast -- nothing ending would start it. Creates nothing."""
     cache, engine = snapshot.build()
     if pod_groups:
         engine.register_pod_groups(pod_groups)
@@ -816,10 +818,15 @@ def what_if(
     rows = []
     for pod in pods:
         t = engine.tenant(pod)
-        row = {"pod": pod.key, "queue": t.queue, "user": t.user}
+        row: dict[str, Any] = {"pod": pod.key, "queue": t.queue, "user": t.user}
         row.update(_decision(result, engine, pod.uid))
+        if row["outcome"] == "pending" and row.get("resolvable", True):
+            empty, why = fits_when_empty(engine, pod, cache.cluster)
+            row["fits_on_empty_nodes"], row["empty_nodes_reason"] = empty, why
+            if not empty:
+                row["predicted_start"] = None
         rows.append(row)
-    waiting = [r for r in rows if r["outcome"] == "pending" and r.get("resolvable", True)]
+    waiting = [r for r in rows if r.get("fits_on_empty_nodes")]
     if waiting:
         predicted = _forecast_with(snapshot, pods, pod_groups)
         uids = {p.key: p.uid for p in pods}
