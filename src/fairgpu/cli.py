@@ -571,7 +571,7 @@ def dev_cluster_up(
 ) -> None:
     """Start etcd + kube-apiserver with fake GPU nodes and block until Ctrl-C.
 
-    Then, in another shell: ``fairgpu run --kubeconfig <printed path> --no-leader-elect``.
+    Then, in another shell: 'fairgpu run --kubeconfig <printed path> --no-leader-elect'.
     """
     from fairgpu.devcluster import ControlPlaneError, up
 
