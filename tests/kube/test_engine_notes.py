@@ -9,6 +9,7 @@ import pytest
 
 from fairgpu.engine.decisions import Bind, ReclaimNote
 from fairgpu.engine.engine import Engine
+from fairgpu.kube.cache import SchedulerCache
 from fairgpu.kube.engine_notes import (
     ANN_PROTECTED_UNTIL,
     ANN_RECLAIM,
@@ -159,3 +160,20 @@ def test_an_unreadable_protection_is_skipped(caplog: pytest.LogCaptureFixture) -
     with caplog.at_level(logging.WARNING, logger="fairgpu.kube"):
         assert restore(Engine(), members[:1], T0) == 0
     assert caplog.records[0].annotation == ANN_PROTECTED_UNTIL  # type: ignore[attr-defined]
+
+
+def test_a_cache_hands_over_the_notes_of_placed_and_of_nominated_pending_pods() -> None:
+    """A preemptor nominated while its victims terminate carries its reclaim's note before
+    it is bound: an engine built from the cache takes it back from the pending pod too, and
+    a pod both placed and still listed pending is handed over once."""
+    cache = SchedulerCache("fairgpu")
+    cache.cluster.add_node(node_info("n0", gpus=8))
+    placed = _with_note("b0", "b", encode(ReclaimNote(T0, (("n0", "a"),), (("n0", 0),))))
+    cache.cluster.assign(placed, 0, (0, 1, 2, 3), T0).bound = True
+    waiting = _with_note("b1", "b", encode(ReclaimNote(T0 + 5, (("n0", "c"),), (("n0", 1),))))
+    cache.pending[waiting.uid] = waiting
+    cache.pending[placed.uid] = placed  # assumed: listed in both until its bind is seen
+    assert [p.name for p in cache.noted_pods()] == ["b0", "b1"]
+    engine = Engine()
+    assert restore(engine, cache.noted_pods(), T0 + 60) == 2
+    assert engine.state.reclaimed == {("n0", "b", "a"): T0, ("n0", "b", "c"): T0 + 5}

@@ -297,18 +297,95 @@ def test_the_auditor_sees_unbound_pods_deleted_and_devices_booked_twice(cp: Cont
 
 @contextmanager
 def one_node(
-    cp: ControlPlane, tag: str
+    cp: ControlPlane, tag: str, grace: float = 0.5
 ) -> Iterator[tuple[KubeClient, Flood, Auditor, FakeKubelet]]:
     """Namespace ``fl-<tag>`` with one 8-GPU node of its own: the API client, the
-    :class:`Flood` helper, the namespace's audit and a fake kubelet (the caller starts
-    both)."""
+    :class:`Flood` helper, the namespace's audit and a fake kubelet whose deleted pods stay
+    terminating ``grace`` seconds (the caller starts both)."""
     ns = f"fl-{tag}"
     with cp.client(maxsize=12) as api, cp.client(maxsize=4) as kubelet_api:
         ensure_namespace(api, ns, ca_pem=Path(cp.ca_file).read_text())
         flood = Flood(api, ns, tag, nodes=1)
         flood.create_nodes()
-        kubelet = FakeKubelet(kubelet_api, namespace=ns, workers=4, grace_seconds=0.5)
+        kubelet = FakeKubelet(kubelet_api, namespace=ns, workers=4, grace_seconds=grace)
         yield api, flood, Auditor(api, namespace=ns), kubelet
+
+
+def test_a_reclaim_whose_victims_outlive_the_scheduler_keeps_its_cooldown(
+    cp: ControlPlane, tmp_path: Path
+) -> None:
+    """qb reclaims half of an 8-GPU node from qa; the scheduler stops while qa's victims are
+    still terminating (qb's pods wait for them, nominated, unbound), and another starts once
+    they are gone. It binds qb's pods into the free room, a placement of its own -- the
+    reclaim was its predecessor's. The reclaim note travels on the waiting pods from their
+    nomination (:mod:`fairgpu.kube.engine_notes`), so when qa's other pods are deleted and qa
+    asks again, the new scheduler lets it wait out reclaimCooldownSeconds instead of taking
+    qb's pods back at once (as it did without the note: qa 4, qb 4)."""
+    tag = uuid.uuid4().hex[:6]
+    ns = f"fl-{tag}"
+    qa, qb = f"qa-{tag}", f"qb-{tag}"
+    tenancy = tmp_path / "tenancy.yaml"
+    tenancy.write_text(
+        "mode: dynamic\nhistory: {halfLifeSeconds: 0}\npreemption:\n"
+        "  {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 0,"
+        " reclaimCooldownSeconds: 600}\n"
+        f"queues:\n  - {{name: {qa}}}\n  - {{name: {qb}}}\n"
+    )
+    half = GPUS // 2
+    with one_node(cp, tag, grace=8.0) as (api, flood, auditor, kubelet):
+        held: dict[str, int] = {}
+        noted: list[str] = []
+        try:
+            with kubelet, auditor.watching():
+                assert kubelet.wait_synced(20)
+                with scheduler(cp, tenancy=tenancy):
+                    flood.submit("qa1", GPUS, qa, QA_SECONDS, "fl-low")
+                    wait_for(lambda: len(flood.holding("qa1")) == GPUS, 30)
+                    flood.submit("qb", GPUS, qb, QA_SECONDS, "fl-low")
+                    wait_for(lambda: flood.terminating("qa1") == half, 30)
+
+                    def nominated() -> list[str]:
+                        return [
+                            p["metadata"]["name"]
+                            for p in flood.pods("qb")
+                            if p["status"].get("nominatedNodeName")
+                        ]
+
+                    wait_for(lambda: len(nominated()) == half, 10)
+                waiting = nominated()
+                assert flood.terminating("qa1") == half, "the victims went before the stop"
+                # No scheduler while they go: the next one finds the room free.
+                wait_for(lambda: flood.terminating("qa1") == 0, 30)
+                assert flood.holding("qb") == []
+                noted = [
+                    p["metadata"]["name"]
+                    for p in flood.pods("qb")
+                    if "fairgpu.io/reclaim" in p["metadata"].get("annotations", {})
+                ]
+                with scheduler(cp, tenancy=tenancy):
+                    wait_for(lambda: len(flood.holding("qb")) == half, 30)
+                    for name in flood.holding("qa1"):  # their user deletes qa's other pods
+                        api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+                    wait_for(lambda: len(flood.holding("qb")) == GPUS, 30)
+                    flood.submit("qa2", half, qa, QA_SECONDS, "fl-low")
+                    probe = f"qa2-{0:02d}"
+
+                    def said() -> str:
+                        got = api.get(f"/api/v1/namespaces/{ns}/pods/{probe}")
+                        return (condition(got) or {}).get("message", "")
+
+                    wait_for(lambda: "reclaim refused" in said() or flood.holding("qa2"), 30)
+                    time.sleep(3)  # several cycles: none takes qb's pods
+                    held.update({q: len(flood.holding(q)) for q in ("qa2", "qb")})
+                    message = said()
+        finally:
+            print(f"held at the end: {held}; pods: {flood.summary()}")
+            print("\n".join(auditor.problems()))
+    assert auditor.problems() == []
+    print("MESSAGE", message)
+    assert sorted(noted) == sorted(waiting)  # the note is written with the nomination
+    assert held == {"qa2": 0, "qb": GPUS}
+    assert "would undo a reclaim made within reclaimCooldownSeconds (600)" in message, message
 
 
 def test_departments_share_first_on_a_live_cluster(cp: ControlPlane, tmp_path: Path) -> None:

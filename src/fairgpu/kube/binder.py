@@ -19,6 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from fairgpu.engine.engine import Bind
 from fairgpu.kube import dra_binding, engine_notes
@@ -76,15 +77,23 @@ class Binder(LoopCalls):
         self.bound_count = 0
         self.dra = dra_binding.DraBinder(client, self.pool, cache.scheduler_name)  # claims
 
-    def nominate(self, pod: PodInfo, node_name: str | None) -> None:
+    def nominate(
+        self, pod: PodInfo, node_name: str | None, notes: dict[str, str] | None = None
+    ) -> None:
         """Post ``status.nominatedNodeName`` of a preemptor waiting for its victims (as
         kube-scheduler does: the pod's status names the node it waits for); ``None`` clears
-        a nomination that no longer holds."""
-        self.pool.submit(self._nominate_call, pod, node_name)
+        a nomination that no longer holds. ``notes``: the engine notes of its placement
+        (:func:`~fairgpu.kube.engine_notes.binding_annotations`), written in the same patch
+        -- a scheduler that stops before the victims are gone has not bound it, and the one
+        after it binds the pod into free room, a placement of its own that reclaimed
+        nothing: without them it would not know of the reclaim its predecessor made."""
+        self.pool.submit(self._nominate_call, pod, node_name, notes or {})
 
-    def _nominate_call(self, pod: PodInfo, node_name: str | None) -> None:
+    def _nominate_call(self, pod: PodInfo, node_name: str | None, notes: dict[str, str]) -> None:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
-        body = {"status": {"nominatedNodeName": node_name}}
+        body: dict[str, Any] = {"status": {"nominatedNodeName": node_name}}
+        if notes:  # the status subresource keeps a pod's annotations, not its spec
+            body["metadata"] = {"annotations": notes}
         try:
             r = self.client.request("PATCH", path, body, content_type=STRATEGIC_MERGE_PATCH)
         except CONNECTION_ERRORS as error:

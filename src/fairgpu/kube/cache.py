@@ -153,6 +153,14 @@ class SchedulerCache:
         pods.sort(key=pod_identity)
         return pods
 
+    def noted_pods(self) -> list[PodInfo]:
+        """The pods whose engine notes (:mod:`~fairgpu.kube.engine_notes`) an engine built
+        from this cache takes back: the placed ones, and the pending ones -- a preemptor
+        nominated while its victims terminated carries its reclaim's note before it is
+        bound."""
+        placed = self.cluster.pods
+        return [*placed.values(), *(p for uid, p in self.pending.items() if uid not in placed)]
+
     def node_name_of(self, uid: str) -> str | None:
         """Name of the node ``uid`` is placed on in the cluster, if any."""
         pl = self.cluster.placements.get(uid)

@@ -18,10 +18,13 @@ which build a fresh engine from the API, would promise such moves too.
 So the live scheduler writes them into each pod's Binding (copied onto the pod with
 ``spec.nodeName`` in one write, as the GPU devices are): the pod's
 :class:`~fairgpu.engine.decisions.ReclaimNote` (:data:`ANN_RECLAIM`) and the end of its
-protection (:data:`ANN_PROTECTED_UNTIL`); an engine built from the API takes the notes of the
-bound pods back (:func:`restore`). A reclaim note names nodes and queues, not pods, so it
-keeps counting whoever runs on those GPUs now. A note lives as long as its pod: one deleted
-before its cooldown ends takes its note along.
+protection (:data:`ANN_PROTECTED_UNTIL`). A preemptor that waits for its victims gets its
+notes earlier, with its nomination (a status patch keeps annotations): a scheduler stopped
+before the victims are gone never binds it, and the next one, finding the room free, binds it
+as a placement of its own that reclaimed nothing. An engine built from the API takes the notes
+of the bound pods and of the pending ones back (:func:`restore`). A reclaim note names nodes
+and queues, not pods, so it keeps counting whoever runs on those GPUs now. A note lives as
+long as its pod: one deleted before its cooldown ends takes its note along.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def _pairs(value: object, name: str, second: type) -> tuple[tuple[str, Any], ...
 
 
 def restore(engine: Engine, pods: Iterable[PodInfo], now: float) -> int:
-    """Hand ``engine`` the notes of the bound ``pods`` that still count at ``now``
+    """Hand ``engine`` the notes of ``pods`` (bound, or waiting nominated) that count at ``now``
     (:meth:`~fairgpu.engine.engine.Engine.restore_reclaim`,
     :meth:`~fairgpu.engine.engine.Engine.restore_protection`); a note that cannot be read is
     logged and left out -- it only ever holds pods back, so scheduling goes on without it.

@@ -395,7 +395,7 @@ class LiveScheduler:
             if leader and not self._notes_restored:
                 # A fresh engine (a restart, or this replica newly leading) first takes back
                 # its predecessor's recent reclaims and protections.
-                taken = engine_notes.restore(self.engine, self.cache.cluster.pods.values(), now)
+                taken = engine_notes.restore(self.engine, self.cache.noted_pods(), now)
                 log.info("engine notes restored", extra={"notes": taken})
                 self._notes_restored = True
             if leader:
@@ -557,7 +557,7 @@ class LiveScheduler:
                 extra={"pod": b.pod.key, "node": b.node_name, "victims": waiting},
             )
             # As kube-scheduler does: the pod's status names the node it waits for.
-            self.binder.nominate(b.pod, b.node_name)
+            self.binder.nominate(b.pod, b.node_name, engine_notes.binding_annotations(b))
             return
         self.binder.submit(b)
 

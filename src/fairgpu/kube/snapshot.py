@@ -206,7 +206,7 @@ class Snapshot:
         apply_completed(cache.cluster, "SYNC", self.completed)
         cache.sync_pods(self.pods, self.now, out)
         # The time rules the scheduler works under, as it restores them (engine_notes).
-        engine_notes.restore(engine, cache.cluster.pods.values(), self.now)
+        engine_notes.restore(engine, cache.noted_pods(), self.now)
         jobs = JobStore()
         jobs.apply("SYNC", self.jobs)
         engine.fragile_jobs = jobs.fragile()
