@@ -13,6 +13,7 @@ from fairgpu.kube.cache import SchedulerCache
 from fairgpu.kube.engine_notes import (
     ANN_PROTECTED_UNTIL,
     ANN_RECLAIM,
+    ANN_TORE_DOWN,
     binding_annotations,
     decode,
     encode,
@@ -177,3 +178,25 @@ def test_a_cache_hands_over_the_notes_of_placed_and_of_nominated_pending_pods() 
     engine = Engine()
     assert restore(engine, cache.noted_pods(), T0 + 60) == 2
     assert engine.state.reclaimed == {("n0", "b", "a"): T0, ("n0", "b", "c"): T0 + 5}
+
+
+def test_a_teardown_note_restores_the_groups_not_running_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The pod whose placement tore groups g and h down names them: an engine handed the
+    notes takes back g, whose members are all pending again, not h, one of whose members
+    runs (it started since); an unreadable note is logged and skipped."""
+    bind = Bind(k8s_pod("b0", "b"), "n0", tore_down=("a/g", "a/h"))
+    notes = binding_annotations(bind)
+    assert notes == {ANN_TORE_DOWN: '["a/g","a/h"]'}
+    preemptor = k8s_pod("b0", "b", annotations=notes)
+    preemptor.node_name = "n0"
+    g = [k8s_pod(f"g{i}", "a", group="g", min_member=2) for i in range(2)]
+    h = [k8s_pod(f"h{i}", "a", group="h", min_member=2) for i in range(2)]
+    h[0].node_name = "n1"
+    bad = k8s_pod("b1", "b", annotations={ANN_TORE_DOWN: '{"a/g": 1}'})
+    engine = Engine()
+    with caplog.at_level(logging.WARNING, logger="fairgpu.kube"):
+        assert restore(engine, [preemptor, *g, *h, bad], T0) == 1
+    assert engine.state.torn_down == {"a/g"}
+    assert [r.getMessage() for r in caplog.records] == ["unreadable engine note"]

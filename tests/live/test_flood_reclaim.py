@@ -388,6 +388,85 @@ def test_a_reclaim_whose_victims_outlive_the_scheduler_keeps_its_cooldown(
     assert "would undo a reclaim made within reclaimCooldownSeconds (600)" in message, message
 
 
+def test_a_gang_torn_down_before_a_restart_is_protected_when_it_starts_again(
+    cp: ControlPlane, tmp_path: Path
+) -> None:
+    """qa runs four one-GPU pods and then a gang of 2 x 2 GPUs on an 8-GPU node; qb's
+    4-GPU pod reclaims the gang, the cheaper victim (it has run less). The scheduler
+    stops, the gang's pods are created again (as their controller would) and another
+    scheduler starts; the gang starts again when qb's pod is deleted. A gang torn down once
+    is protected when it starts again -- a second teardown would lose a second run: the new
+    scheduler knows of the teardown from the note on qb's pod
+    (:mod:`fairgpu.kube.engine_notes`), so when qb asks again it reclaims qa's older pods
+    instead. Without the note it tore the gang down a second time. (The cooldown and minimum
+    run times are off.)"""
+    tag = uuid.uuid4().hex[:6]
+    ns = f"fl-{tag}"
+    qa, qb = f"qa-{tag}", f"qb-{tag}"
+    tenancy = tmp_path / "tenancy.yaml"
+    tenancy.write_text(
+        "mode: dynamic\nhistory: {halfLifeSeconds: 0}\npreemption:\n"
+        "  {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 0,"
+        " reclaimCooldownSeconds: 0}\n"
+        f"queues:\n  - {{name: {qa}}}\n  - {{name: {qb}}}\n"
+    )
+    half = GPUS // 2
+    # Long runs: waiting for them to end always costs more than a preemption.
+    long = {DURATION_ANNOTATION: "3600"}
+
+    def gang(run: str) -> list[dict[str, Any]]:
+        return [
+            pod(
+                f"g{run}-{i}",
+                gpus=2,
+                node_selector={"t": tag},
+                labels={"fairgpu.io/queue": qa, "fairgpu.io/pod-group": f"g-{tag}"},
+                annotations={**long, "fairgpu.io/min-member": "2"},
+                priority_class="fl-low",
+            )
+            for i in range(2)
+        ]
+
+    def claim(name: str) -> list[dict[str, Any]]:
+        labels = {"fairgpu.io/queue": qb}
+        return [pod(name, gpus=half, node_selector={"t": tag}, labels=labels, annotations=long)]
+
+    with one_node(cp, tag) as (api, flood, auditor, kubelet):
+        held: dict[str, int] = {}
+        noted: list[str] = []
+        try:
+            with kubelet, auditor.watching():
+                assert kubelet.wait_synced(20)
+                with scheduler(cp, tenancy=tenancy):
+                    flood.submit("fa", half, qa, 3600, "fl-low")
+                    wait_for(lambda: len(flood.holding("fa")) == half, 30)
+                    time.sleep(2)  # the gang runs less than qa's other pods
+                    create_many(api, ns, gang("a"))
+                    wait_for(lambda: len(flood.holding("ga")) == 2, 30)
+                    create_many(api, ns, claim("qb1"))
+                    wait_for(lambda: len(flood.holding("qb1")) == 1, 30)
+                    wait_for(lambda: not flood.pods("ga"), 30)  # torn down: both evicted
+                noted = [
+                    p["metadata"]["name"]
+                    for p in flood.pods("qb1")
+                    if "fairgpu.io/tore-down" in p["metadata"].get("annotations", {})
+                ]
+                create_many(api, ns, gang("b"))  # its controller creates the gang again
+                with scheduler(cp, tenancy=tenancy):
+                    api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/qb1")
+                    wait_for(lambda: len(flood.holding("gb")) == 2, 30)
+                    create_many(api, ns, claim("qb2"))
+                    wait_for(lambda: flood.holding("qb2") == ["qb2"], 30)
+                    time.sleep(1)
+                    held.update({q: len(flood.holding(q)) for q in ("fa", "gb", "qb2")})
+        finally:
+            print(f"held at the end: {held}; pods: {flood.summary()}")
+            print("\n".join(auditor.problems()))
+    assert auditor.problems() == []
+    assert noted == ["qb1"]  # the pod whose reclaim tore the gang down
+    assert held == {"fa": 0, "gb": 2, "qb2": 1}
+
+
 def test_departments_share_first_on_a_live_cluster(cp: ControlPlane, tmp_path: Path) -> None:
     """Queues qa and qb form a department weighing as much as queue qc. qa fills an 8-GPU
     node; then qb and qc ask for all of it: qc takes back half the node and qb a quarter,

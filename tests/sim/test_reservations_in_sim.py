@@ -128,15 +128,18 @@ def test_a_job_started_from_its_reservation_runs_its_declared_time() -> None:
     assert recs["urgent"].start == 3500.0
 
 
-def _restarted_gang() -> dict[str, Any]:
+def _restarted_gang(see: Callable[[Engine, CycleResult], None] | None = None) -> dict[str, Any]:
     """Queue a runs ``fill`` (8 GPUs from 0 s) and a gang of 2 x 4 GPUs (from 50 s) on two
     8-GPU nodes. Queue b's 8-GPU pod (150 s) reclaims the gang -- the cheaper victim, 100 s
     run -- and ends at 250 s; the gang starts again. Queue c's 8-GPU pod arrives at 400 s:
     the gang (150 s into its second run) is again cheaper than ``fill`` (400 s). Returns the
-    records and the run attempts' outcomes per pod name."""
+    records and the run attempts' outcomes per pod name; ``see`` gets the engine and every
+    cycle's result."""
     # No reclaim cooldown: the gang's GPUs changed tenant at 150 s and would otherwise be
     # held back at 400 s for that alone.
     engine = Engine(tenancy=parse_config({"preemption": {"reclaimCooldownSeconds": 0}}))
+    if see is not None:
+        _after_each_cycle(engine, lambda out: see(engine, out))
     arrivals = [PodArrival(_pod("fill", "a", 8, 5000.0), 0.0, 5000.0)]
     arrivals += [
         PodArrival(_pod(f"g{m}", "a", 4, 3000.0, group="g", min_member=2), 50.0, 3000.0)
@@ -162,3 +165,28 @@ def test_a_gang_torn_down_by_a_preemption_is_protected_when_it_starts_again() ->
     assert recs["g0"].start == recs["g1"].start == 250.0
     assert recs["c1"].start == 400.0
     assert outcomes["fill"] == ["preempted", "completed"]
+
+
+def test_a_gang_torn_down_is_still_protected_by_an_engine_that_took_back_the_note() -> None:
+    """The Bind of the pod whose preemption tore the gang down names it: an engine that
+    forgot the teardown (a scheduler started afresh before the gang started again) and was
+    handed that note protects the gang as the first would; without it, c's pod tears the gang
+    down a second time."""
+    tore: list[tuple[str, tuple[str, ...]]] = []
+
+    def restart(restore: bool) -> Callable[[Engine, CycleResult], None]:
+        def see(engine: Engine, out: CycleResult) -> None:
+            notes = [k for b in out.binds for k in b.tore_down]
+            tore.extend((b.pod.name, b.tore_down) for b in out.binds if b.tore_down)
+            if notes:  # the engine restarts: what it remembered is gone but for the notes
+                engine.state.torn_down.clear()
+                for key in notes if restore else ():
+                    engine.restore_torn_down(key)
+
+        return see
+
+    restored = _restarted_gang(restart(True))
+    assert tore == [("b1", ("a/g",))]
+    assert restored["outcomes"] == _restarted_gang()["outcomes"]
+    forgot = _restarted_gang(restart(False))["outcomes"]
+    assert forgot["g0"] == forgot["g1"] == ["preempted", "preempted", "completed"]

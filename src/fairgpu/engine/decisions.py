@@ -35,9 +35,12 @@ class Bind:
     gone (the simulator removes them at once). ``reclaim``: what its placement reclaimed
     (None: nothing). ``protected_until``: until when it is no preemption victim, started
     from its job's reservation (:mod:`~fairgpu.engine.actions.reserve`; None: not
-    protected). An adapter whose engine may start afresh writes both down with the pod
+    protected). ``tore_down``: the keys of the pod groups its job's preemption tore down,
+    protected once they start again (:func:`~fairgpu.engine.actions.reserve.note_torn_down`).
+    An adapter whose engine may start afresh writes all three down with the pod
     (:meth:`~fairgpu.engine.engine.Engine.restore_reclaim`,
-    :meth:`~fairgpu.engine.engine.Engine.restore_protection`).
+    :meth:`~fairgpu.engine.engine.Engine.restore_protection`,
+    :meth:`~fairgpu.engine.engine.Engine.restore_torn_down`).
     """
 
     pod: PodInfo
@@ -46,6 +49,7 @@ class Bind:
     wait_for: tuple[str, ...] = ()
     reclaim: ReclaimNote | None = None
     protected_until: float | None = None
+    tore_down: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -214,6 +214,14 @@ class Engine:
             changed[gpu] = max(changed.get(gpu, note.at), note.at)
         return True
 
+    def restore_torn_down(self, key: str) -> None:
+        """Take back that a preemption tore pod group ``key`` down and it has not started
+        again since (a :class:`Bind`'s ``tore_down``, written down by an adapter whose engine
+        started afresh): it is protected when it does, as a reserved start is. The adapter
+        leaves out groups running now; a group with no pod left is forgotten at the next
+        cycle."""
+        self.state.torn_down.add(key)
+
     def restore_protection(self, pod: PodInfo, until: float, now: float) -> bool:
         """Take back that ``pod``, started from its job's reservation, is no preemption
         victim until ``until`` (its Bind's ``protected_until``, written down by an adapter

@@ -124,6 +124,7 @@ class Session:
     # job's reservation is protected, by pod uid, until its Bind is made.
     reclaim_notes: dict[str, ReclaimNote] = field(default_factory=dict)
     protected_now: dict[str, float] = field(default_factory=dict)
+    tore_down_now: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def statement(self) -> Statement:
         """A new transaction over this session's cluster and book."""

@@ -104,7 +104,8 @@ class Statement:
             name = s.cluster.node(a.placement.node).name
             note = s.reclaim_notes.pop(a.pod.uid, None)
             until = s.protected_now.pop(a.pod.uid, None)
-            out.binds.append(Bind(a.pod, name, a.placement.devices, victims, note, until))
+            tore = s.tore_down_now.pop(a.pod.uid, ())
+            out.binds.append(Bind(a.pod, name, a.placement.devices, victims, note, until, tore))
         if s.victims_linger and self.evicted:
             self._linger()
         self.placed = []

@@ -8,23 +8,28 @@ Two of the engine's time rules rest on memory kept in the engine
   within ``reclaimCooldownSeconds``;
 * the protection of a job started from its reservation (:mod:`~fairgpu.engine.actions.
   reserve`): no preemption victim for its declared run time, so the idle time its nodes
-  spent draining for it is not thrown away with its run.
+  spent draining for it is not thrown away with its run -- and the same protection of a pod
+  group a preemption tore down, once it starts again, for which the engine remembers which
+  groups were torn down.
 
 A scheduler restarted -- or a standby replica taking the lease -- would start without them,
 and could take back at once what its predecessor reclaimed a minute earlier, or reclaim a
-gang an hour into the run its reservation bought; ``fairgpu explain`` and the forecasts,
-which build a fresh engine from the API, would promise such moves too.
+gang an hour into the run its reservation bought, or tear a gang down a second time;
+``fairgpu explain`` and the forecasts, which build a fresh engine from the API, would promise
+such moves too.
 
 So the live scheduler writes them into each pod's Binding (copied onto the pod with
 ``spec.nodeName`` in one write, as the GPU devices are): the pod's
-:class:`~fairgpu.engine.decisions.ReclaimNote` (:data:`ANN_RECLAIM`) and the end of its
-protection (:data:`ANN_PROTECTED_UNTIL`). A preemptor that waits for its victims gets its
-notes earlier, with its nomination (a status patch keeps annotations): a scheduler stopped
-before the victims are gone never binds it, and the next one, finding the room free, binds it
-as a placement of its own that reclaimed nothing. An engine built from the API takes the notes
-of the bound pods and of the pending ones back (:func:`restore`). A reclaim note names nodes
-and queues, not pods, so it keeps counting whoever runs on those GPUs now. A note lives as
-long as its pod: one deleted before its cooldown ends takes its note along.
+:class:`~fairgpu.engine.decisions.ReclaimNote` (:data:`ANN_RECLAIM`), the end of its
+protection (:data:`ANN_PROTECTED_UNTIL`) and the pod groups its placement's preemption tore
+down (:data:`ANN_TORE_DOWN`; their pods are gone, the preemptor stays). A preemptor that
+waits for its victims gets its notes earlier, with its nomination (a status patch keeps
+annotations): a scheduler stopped before the victims are gone never binds it, and the next
+one, finding the room free, binds it as a placement of its own that reclaimed nothing. An
+engine built from the API takes the notes of the bound pods and of the pending ones back
+(:func:`restore`). A reclaim note names nodes and queues, not pods, so it keeps counting
+whoever runs on those GPUs now. A note lives as long as its pod: one deleted before its
+cooldown ends takes its note along.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ ANN_RECLAIM = f"{DOMAIN}/reclaim"
 #: The annotation a pod started from its job's reservation carries: until when (RFC 3339)
 #: it is no preemption victim.
 ANN_PROTECTED_UNTIL = f"{DOMAIN}/protected-until"
+#: The annotation a pod whose placement tore pod groups down carries: their keys
+#: (``namespace/name``), as a JSON list.
+ANN_TORE_DOWN = f"{DOMAIN}/tore-down"
 
 
 def binding_annotations(bind: Bind) -> dict[str, str]:
@@ -56,7 +64,20 @@ def binding_annotations(bind: Bind) -> dict[str, str]:
         out[ANN_RECLAIM] = encode(bind.reclaim)
     if bind.protected_until is not None:
         out[ANN_PROTECTED_UNTIL] = time_label_ms(bind.protected_until)
+    if bind.tore_down:
+        out[ANN_TORE_DOWN] = json.dumps(list(bind.tore_down), separators=(",", ":"))
     return out
+
+
+def decode_tore_down(text: str) -> list[str]:
+    """The pod group keys of :data:`ANN_TORE_DOWN` (``ValueError`` naming what is wrong)."""
+    try:
+        keys = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON: {error}") from None
+    if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+        raise ValueError("not a JSON list of pod group keys")
+    return keys
 
 
 def encode(note: ReclaimNote) -> str:
@@ -110,9 +131,23 @@ def restore(engine: Engine, pods: Iterable[PodInfo], now: float) -> int:
     (:meth:`~fairgpu.engine.engine.Engine.restore_reclaim`,
     :meth:`~fairgpu.engine.engine.Engine.restore_protection`); a note that cannot be read is
     logged and left out -- it only ever holds pods back, so scheduling goes on without it.
+    A pod group a note says was torn down is taken back only while none of its pods runs:
+    one running again has started since (its pods carry their own protection).
     Returns how many were taken back."""
+    pods = list(pods)
+    running = {ref.key for p in pods if p.node_name and (ref := engine.pod_group(p)) is not None}
     taken = 0
     for pod in pods:
+        text = pod.annotations.get(ANN_TORE_DOWN)
+        if text:
+            try:
+                keys = [k for k in decode_tore_down(text) if k not in running]
+            except ValueError as error:
+                _unreadable(pod, ANN_TORE_DOWN, str(error))
+                keys = []
+            for key in keys:
+                engine.restore_torn_down(key)
+            taken += len(keys)
         text = pod.annotations.get(ANN_RECLAIM)
         if text:
             try:

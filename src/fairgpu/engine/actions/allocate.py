@@ -451,9 +451,11 @@ def _commit(session: Session, job: Job, stmt: Statement, first: str, rules: Rule
     for e in stmt.evicted:
         changed.add(session.resolver.resolve(e.victim).queue)
     evicted = bool(stmt.evicted)
-    if evicted and rules.reserve:  # what ran and goes (a displaced held pod ran nothing)
-        note_torn_down(session, [e.victim for e in stmt.evicted if e.placement.bound])
     placed = {a.pod.uid for a in stmt.placed}
+    if evicted and rules.reserve:  # what ran and goes (a displaced held pod ran nothing)
+        tore = note_torn_down(session, [e.victim for e in stmt.evicted if e.placement.bound])
+        if tore:  # the binds carry it: an engine started afresh learns it from them
+            session.tore_down_now.update(dict.fromkeys(placed, tore))
     for a in stmt.placed:
         rules.victims.placed(a.pod)
     note_placed(session, job)  # before the binds are made: they carry its protection

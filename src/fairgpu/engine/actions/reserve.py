@@ -304,7 +304,7 @@ def note_placed(session: Session, job: Job) -> None:
             state.protected[pod.uid] = session.protected_now[pod.uid] = session.now + span
 
 
-def note_torn_down(session: Session, victims: Iterable[PodInfo]) -> None:
+def note_torn_down(session: Session, victims: Iterable[PodInfo]) -> tuple[str, ...]:
     """A committed preemption evicted ``victims``: the pod groups among them were torn down
     (the victim search evicts a group's members together). When such a group starts again
     it is protected as a job started from its reservation (:func:`note_placed`): torn down a
@@ -312,13 +312,16 @@ def note_torn_down(session: Session, victims: Iterable[PodInfo]) -> None:
     finishes (on the built-in demo, seed 1, a 2 x 8-GPU gang was reclaimed after 462 s, and
     again 1 017 s after its restart, by another queue). Kept by group key, which a job
     controller's new pods share, until the group starts again or is gone
-    (:func:`expire_reservations`)."""
+    (:func:`expire_reservations`). Returns the keys of the groups torn down."""
     running = session.book.group_running  # the statement's evictions already show here
+    tore: list[str] = []
     for pod in victims:
         ref = session.resolver.pod_group(pod)
         # A member beyond minMember of an elastic group goes alone: the group still runs.
-        if ref is not None and not running.get(ref.key):
+        if ref is not None and not running.get(ref.key) and ref.key not in tore:
             session.state.torn_down.add(ref.key)
+            tore.append(ref.key)
+    return tuple(tore)
 
 
 def protected_until(session: Session, uid: str) -> float | None:
