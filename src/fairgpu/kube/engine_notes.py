@@ -132,7 +132,10 @@ def restore(engine: Engine, pods: Iterable[PodInfo], now: float) -> int:
     :meth:`~fairgpu.engine.engine.Engine.restore_protection`); a note that cannot be read is
     logged and left out -- it only ever holds pods back, so scheduling goes on without it.
     A pod group a note says was torn down is taken back only while none of its pods runs:
-    one running again has started since (its pods carry their own protection).
+    one running again has started since (its pods carry their own protection). (A group
+    created anew under the same name after the old one ended, and pending at such a restart,
+    is taken for it while the pod with the note runs: its start is protected too -- for at
+    most ``reservedMaxRuntimeSeconds``.)
     Returns how many were taken back."""
     pods = list(pods)
     running = {ref.key for p in pods if p.node_name and (ref := engine.pod_group(p)) is not None}
