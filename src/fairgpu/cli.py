@@ -258,6 +258,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         else:
             table.add_row(label, f"{summary[key]}{unit}")
     console.print(table)
+    for line in never_started_lines(summary):  # reasons name fields as a[b]: not markup
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     tenants = Table(title="Tenants", title_justify="left")
     for col in (
         "tenant",
@@ -286,6 +288,23 @@ def _print_summary(summary: dict[str, Any]) -> None:
         console.print(departments, highlight=False, soft_wrap=True)
     if summary.get("jobs"):
         _print_jobs(summary["jobs"], summary.get("jobset_restarts") or [])
+
+
+def never_started_lines(summary: dict[str, Any]) -> list[str]:
+    """Under the summary, why the pods that never started did not: each reason with how many
+    pods it held back and one of them (none when every pod started)."""
+    rows = summary.get("never_started") or []
+    if not rows:
+        return []
+    count = summary["pods_never_started"]
+    lines = [f"Never started ({count} pod{'s' if count != 1 else ''}), by last reason:"]
+    for row in rows:
+        more = f" and {row['pods'] - 1} more" if row["pods"] > 1 else ""
+        lines.append(f"  {row['example']}{more}: {row['reason']}")
+    shown = sum(row["pods"] for row in rows)
+    if shown < count:
+        lines.append(f"  ... {count - shown} more, for other reasons")
+    return lines
 
 
 def department_line(tenants: dict[str, dict[str, Any]]) -> str:

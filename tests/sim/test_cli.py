@@ -89,6 +89,38 @@ def test_bad_yaml_is_one_message(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+def test_the_summary_says_why_pods_never_started(tmp_path: Path) -> None:
+    """A pod with a malformed field never starts: the summary names the field (brackets
+    and all) and the pod, beside how many pods each reason held back; so does summary.json."""
+    workload = tmp_path / "w.yaml"
+    node = (
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n0}\nstatus:\n"
+        '  allocatable: {cpu: "8", memory: 64Gi, pods: "110", nvidia.com/gpu: "1"}\n'
+    )
+
+    def pod(name: str, arrival: str = "0") -> str:
+        return (
+            f"---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: a\n"
+            f'  annotations: {{fairgpu.io/arrival-seconds: "{arrival}"}}\n'
+            "spec:\n  schedulerName: fairgpu\n  containers: [{name: c, image: x, "
+            'resources: {limits: {nvidia.com/gpu: "1"}}}]\n'
+        )
+
+    workload.write_text(node + pod("bad", "-5") + pod("also") + pod("runs") + pod("waits"))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    at = lines.index("Never started (3 pods), by last reason:")
+    assert lines[at + 1].startswith("  a/runs and 1 more: 0/1 nodes are available"), lines[at + 1]
+    assert lines[at + 2] == (
+        "  a/bad: Pod a/bad: field metadata.annotations[fairgpu.io/arrival-seconds]: '-5' is "
+        "not a non-negative number of seconds"
+    )
+    rows = json.loads((out / "summary.json").read_text())["never_started"]
+    assert [(r["pods"], r["example"]) for r in rows] == [(2, "a/runs"), (1, "a/bad")]
+
+
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 OPENB = SHARED / "traces" / "openb"
 

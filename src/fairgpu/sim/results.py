@@ -95,6 +95,22 @@ def job_table(jobs: Iterable[BatchJob], result: SimulationResult) -> dict[str, d
     return out
 
 
+def never_started(records: Iterable[PodRecord], limit: int = 10) -> list[dict[str, Any]]:
+    """Why the pods that never started did not: each distinct last reason (a malformed
+    field, a node none fits, a rule) with how many pods it held back and the first of them,
+    most pods first, at most ``limit`` reasons. A pod that failed for good before it started
+    (its deadline passed, or its Job or pod group gave up) is counted under that."""
+    by_reason: dict[str, list[str]] = {}
+    for r in records:
+        if r.failed_at is not None:
+            reason = "failed for good before it started (deadline, or its Job or group gave up)"
+        else:
+            reason = r.reason or "no reason reported (it arrived as the replay ended)"
+        by_reason.setdefault(reason, []).append(r.pod.key)
+    ranked = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return [{"reason": k, "pods": len(v), "example": v[0]} for k, v in ranked[:limit]]
+
+
 def summarize(result: SimulationResult, params: dict[str, Any]) -> dict[str, Any]:
     """The headline figures and run parameters written to ``summary.json``."""
     tl = result.timeline
@@ -110,6 +126,7 @@ def summarize(result: SimulationResult, params: dict[str, Any]) -> dict[str, Any
         "pods_started": len(waits),
         "pods_completed": sum(1 for r in result.records if r.end is not None),
         "pods_never_started": len(never),
+        "never_started": never_started(never),
         # Failed for good: past their activeDeadlineSeconds, deleted with their failed Job,
         # or their pod group gave up too often.
         "pods_failed": sum(1 for r in result.records if r.failed_at is not None),
