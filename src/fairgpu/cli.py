@@ -297,7 +297,7 @@ def never_started_lines(summary: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     count = summary["pods_never_started"]
-    lines = [f"Never started ({count} pod{'s' if count != 1 else ''}), by last reason:"]
+    lines = [f"Never started ({count} pod{'s' * (count != 1)}), by last reason:"]
     for row in rows:
         more = f" and {row['pods'] - 1} more" if row["pods"] > 1 else ""
         lines.append(f"  {row['example']}{more}: {row['reason']}")

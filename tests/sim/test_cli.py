@@ -91,7 +91,8 @@ def test_bad_yaml_is_one_message(tmp_path: Path) -> None:
 
 def test_the_summary_says_why_pods_never_started(tmp_path: Path) -> None:
     """A pod with a malformed field never starts: the summary names the field (brackets
-    and all) and the pod, beside how many pods each reason held back; so does summary.json."""
+    and all) and the pod, beside how many pods each reason held back; so do summary.json
+    and the HTML report."""
     workload = tmp_path / "w.yaml"
     node = (
         "apiVersion: v1\nkind: Node\nmetadata: {name: n0}\nstatus:\n"
@@ -108,8 +109,11 @@ def test_the_summary_says_why_pods_never_started(tmp_path: Path) -> None:
 
     workload.write_text(node + pod("bad", "-5") + pod("also") + pod("runs") + pod("waits"))
     out = tmp_path / "out"
-    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    report = out / "report.html"
+    args = ["simulate", "--workload", str(workload), "--out", str(out), "--report", str(report)]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert "1 node, 4 pods from" in result.output
     lines = result.output.splitlines()
     at = lines.index("Never started (3 pods), by last reason:")
     assert lines[at + 1].startswith("  a/runs and 1 more: 0/1 nodes are available"), lines[at + 1]
@@ -119,6 +123,9 @@ def test_the_summary_says_why_pods_never_started(tmp_path: Path) -> None:
     )
     rows = json.loads((out / "summary.json").read_text())["never_started"]
     assert [(r["pods"], r["example"]) for r in rows] == [(2, "a/runs"), (1, "a/bad")]
+    page = report.read_text()
+    assert "<h2>Never started (3 pods)</h2>" in page
+    assert "<td>2</td><td>a/runs</td>" in page and "<td>1</td><td>a/bad</td>" in page
 
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"

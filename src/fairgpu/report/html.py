@@ -242,6 +242,25 @@ def _jobs_section(summary: dict[str, Any]) -> str:
     )
 
 
+def _never_started_section(summary: dict[str, Any]) -> str:
+    """Why the pods that never started did not (``summary["never_started"]``): each last
+    reason, how many pods it held back and one of them; "" when every pod started."""
+    rows = summary.get("never_started") or []
+    if not rows:
+        return ""
+    count = summary.get("pods_never_started", 0)
+    body = "".join(
+        f"<tr><td>{html.escape(r['reason'])}</td><td>{r['pods']}</td>"
+        f"<td>{html.escape(r['example'])}</td></tr>"
+        for r in rows
+    )
+    return (
+        f"<h2>Never started ({count} pod{'s' * (count != 1)})</h2>"
+        '<table class="reasons"><thead><tr><th>last reason</th><th>pods</th><th>for example</th>'
+        f"</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
 def _departments(summary: dict[str, Any]) -> bool:
     """Is some tenant in a department (then the tenant table shows a department column)?"""
     return any("department" in t for t in summary.get("tenants", {}).values())
@@ -286,6 +305,7 @@ h1{margin-bottom:.2rem} .sub{color:#4a5568;margin-top:0}
 table{border-collapse:collapse;width:100%;margin:1rem 0} th,td{border-bottom:1px solid #e2e8f0;
 padding:.35rem .6rem;text-align:right} th:first-child,td:first-child{text-align:left}
 .dept th:nth-child(2),.dept td:nth-child(2){text-align:left}
+.reasons th:nth-child(3),.reasons td:nth-child(3){text-align:left}
 th{background:#edf2f7} figure{margin:1.5rem 0} figcaption{font-weight:600;margin-bottom:.4rem}
 img{max-width:100%} code{background:#edf2f7;padding:0 .25rem;border-radius:3px}
 """
@@ -480,6 +500,7 @@ every job it had waiting was larger than the shortfall: reclaim may not take a t
 its share, so only others' work ending could start those jobs">shortfall locked by job size
 (%)</th><th>wait p50 (s)</th><th>wait p99 (s)</th></tr></thead>
 <tbody>{_tenant_rows(summary, dept)}</tbody></table>
+{_never_started_section(summary)}
 {_jobs_section(summary)}
 <h2>Over time</h2>
 {figures}

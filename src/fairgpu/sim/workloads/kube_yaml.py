@@ -213,7 +213,8 @@ def load_kube_yaml(
         for at, job in objects.jobs
         if job.pods
     ]
-    description = f"{len(nodes)} nodes, {len(arrivals)} pods from " + ", ".join(
+    n, m = len(nodes), len(arrivals)
+    description = f"{n} node{'s' * (n != 1)}, {m} pod{'s' * (m != 1)} from " + ", ".join(
         str(p) for p in paths
     )
     return Workload(
