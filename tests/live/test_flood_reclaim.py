@@ -295,6 +295,36 @@ def test_the_auditor_sees_unbound_pods_deleted_and_devices_booked_twice(cp: Cont
     ]
 
 
+def two_queues(tmp_path: Path, cooldown: int) -> tuple[str, str, str, str, Path]:
+    """A fresh tag, its namespace ``fl-<tag>``, queues ``qa-<tag>`` and ``qb-<tag>`` of
+    equal weight and their tenancy file: no usage history, no minimum run before a
+    preemption, ``cooldown`` seconds of reclaim cooldown."""
+    tag = uuid.uuid4().hex[:6]
+    qa, qb = f"qa-{tag}", f"qb-{tag}"
+    tenancy = tmp_path / "tenancy.yaml"
+    tenancy.write_text(
+        "mode: dynamic\nhistory: {halfLifeSeconds: 0}\npreemption:\n"
+        "  {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 0,"
+        f" reclaimCooldownSeconds: {cooldown}}}\n"
+        f"queues:\n  - {{name: {qa}}}\n  - {{name: {qb}}}\n"
+    )
+    return tag, f"fl-{tag}", qa, qb, tenancy
+
+
+def fill_then_ask(flood: Flood, qa: str, qb: str) -> None:
+    """Queue ``qa``'s pods ``qa1-*`` fill the node (one GPU each); then queue ``qb`` asks for
+    all of it (``qb-*``)."""
+    flood.submit("qa1", GPUS, qa, QA_SECONDS, "fl-low")
+    wait_for(lambda: len(flood.holding("qa1")) == GPUS, 30)
+    flood.submit("qb", GPUS, qb, QA_SECONDS, "fl-low")
+
+
+def scheduler_said(api: KubeClient, ns: str, name: str) -> str:
+    """The message of pod ``ns/name``'s PodScheduled condition ("" without one)."""
+    got = api.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+    return (condition(got) or {}).get("message", "")
+
+
 @contextmanager
 def one_node(
     cp: ControlPlane, tag: str, grace: float = 0.5
@@ -321,16 +351,7 @@ def test_a_reclaim_whose_victims_outlive_the_scheduler_keeps_its_cooldown(
     nomination (:mod:`fairgpu.kube.engine_notes`), so when qa's other pods are deleted and qa
     asks again, the new scheduler lets it wait out reclaimCooldownSeconds instead of taking
     qb's pods back at once (as it did without the note: qa 4, qb 4)."""
-    tag = uuid.uuid4().hex[:6]
-    ns = f"fl-{tag}"
-    qa, qb = f"qa-{tag}", f"qb-{tag}"
-    tenancy = tmp_path / "tenancy.yaml"
-    tenancy.write_text(
-        "mode: dynamic\nhistory: {halfLifeSeconds: 0}\npreemption:\n"
-        "  {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 0,"
-        " reclaimCooldownSeconds: 600}\n"
-        f"queues:\n  - {{name: {qa}}}\n  - {{name: {qb}}}\n"
-    )
+    tag, ns, qa, qb, tenancy = two_queues(tmp_path, cooldown=600)
     half = GPUS // 2
     with one_node(cp, tag, grace=8.0) as (api, flood, auditor, kubelet):
         held: dict[str, int] = {}
@@ -339,9 +360,7 @@ def test_a_reclaim_whose_victims_outlive_the_scheduler_keeps_its_cooldown(
             with kubelet, auditor.watching():
                 assert kubelet.wait_synced(20)
                 with scheduler(cp, tenancy=tenancy):
-                    flood.submit("qa1", GPUS, qa, QA_SECONDS, "fl-low")
-                    wait_for(lambda: len(flood.holding("qa1")) == GPUS, 30)
-                    flood.submit("qb", GPUS, qb, QA_SECONDS, "fl-low")
+                    fill_then_ask(flood, qa, qb)
                     wait_for(lambda: flood.terminating("qa1") == half, 30)
 
                     def nominated() -> list[str]:
@@ -370,14 +389,14 @@ def test_a_reclaim_whose_victims_outlive_the_scheduler_keeps_its_cooldown(
                     flood.submit("qa2", half, qa, QA_SECONDS, "fl-low")
                     probe = f"qa2-{0:02d}"
 
-                    def said() -> str:
-                        got = api.get(f"/api/v1/namespaces/{ns}/pods/{probe}")
-                        return (condition(got) or {}).get("message", "")
+                    def decided() -> bool:  # refused, or (wrongly) reclaimed
+                        said = scheduler_said(api, ns, probe)
+                        return "reclaim refused" in said or bool(flood.holding("qa2"))
 
-                    wait_for(lambda: "reclaim refused" in said() or flood.holding("qa2"), 30)
+                    wait_for(decided, 30)
                     time.sleep(3)  # several cycles: none takes qb's pods
                     held.update({q: len(flood.holding(q)) for q in ("qa2", "qb")})
-                    message = said()
+                    message = scheduler_said(api, ns, probe)
         finally:
             print(f"held at the end: {held}; pods: {flood.summary()}")
             print("\n".join(auditor.problems()))
@@ -400,16 +419,7 @@ def test_a_gang_torn_down_before_a_restart_is_protected_when_it_starts_again(
     (:mod:`fairgpu.kube.engine_notes`), so when qb asks again it reclaims qa's older pods
     instead. Without the note it tore the gang down a second time. (The cooldown and minimum
     run times are off.)"""
-    tag = uuid.uuid4().hex[:6]
-    ns = f"fl-{tag}"
-    qa, qb = f"qa-{tag}", f"qb-{tag}"
-    tenancy = tmp_path / "tenancy.yaml"
-    tenancy.write_text(
-        "mode: dynamic\nhistory: {halfLifeSeconds: 0}\npreemption:\n"
-        "  {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 0,"
-        " reclaimCooldownSeconds: 0}\n"
-        f"queues:\n  - {{name: {qa}}}\n  - {{name: {qb}}}\n"
-    )
+    tag, ns, qa, qb, tenancy = two_queues(tmp_path, cooldown=0)
     half = GPUS // 2
     # Long runs: waiting for them to end always costs more than a preemption.
     long = {DURATION_ANNOTATION: "3600"}
@@ -513,16 +523,7 @@ def test_a_restarted_scheduler_keeps_the_reclaim_cooldown(cp: ControlPlane, tmp_
     knows of it from the note on qb's pods (:mod:`fairgpu.kube.engine_notes`) and lets qa
     wait -- as ``fairgpu explain`` says -- instead of reclaiming at once, as an engine
     started without that memory did."""
-    tag = uuid.uuid4().hex[:6]
-    ns = f"fl-{tag}"
-    qa, qb = f"qa-{tag}", f"qb-{tag}"
-    tenancy = tmp_path / "tenancy.yaml"
-    tenancy.write_text(
-        "mode: dynamic\nhistory: {halfLifeSeconds: 0}\npreemption:\n"
-        "  {enabled: true, minRuntimeSeconds: 0, reclaimMinRuntimeSeconds: 0,"
-        " reclaimCooldownSeconds: 600}\n"
-        f"queues:\n  - {{name: {qa}}}\n  - {{name: {qb}}}\n"
-    )
+    tag, ns, qa, qb, tenancy = two_queues(tmp_path, cooldown=600)
     half = GPUS // 2
     with one_node(cp, tag) as (api, flood, auditor, kubelet):
         held: dict[str, int] = {}
@@ -530,9 +531,7 @@ def test_a_restarted_scheduler_keeps_the_reclaim_cooldown(cp: ControlPlane, tmp_
             with kubelet, auditor.watching():
                 assert kubelet.wait_synced(20)
                 with scheduler(cp, tenancy=tenancy):
-                    flood.submit("qa1", GPUS, qa, QA_SECONDS, "fl-low")
-                    wait_for(lambda: len(flood.holding("qa1")) == GPUS, 30)
-                    flood.submit("qb", GPUS, qb, QA_SECONDS, "fl-low")
+                    fill_then_ask(flood, qa, qb)
                     wait_for(lambda: len(flood.holding("qb")) == half, 30)
                     for name in flood.holding("qa1"):  # their user deletes qa's other pods
                         api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
@@ -545,15 +544,10 @@ def test_a_restarted_scheduler_keeps_the_reclaim_cooldown(cp: ControlPlane, tmp_
                 with scheduler(cp, tenancy=tenancy):
                     flood.submit("qa2", half, qa, QA_SECONDS, "fl-low")
                     probe = f"qa2-{0:02d}"
-
-                    def said() -> str:
-                        got = api.get(f"/api/v1/namespaces/{ns}/pods/{probe}")
-                        return (condition(got) or {}).get("message", "")
-
-                    wait_for(lambda: "reclaim refused" in said(), 20)
+                    wait_for(lambda: "reclaim refused" in scheduler_said(api, ns, probe), 20)
                     time.sleep(3)  # several cycles: none takes qb's pods
                     held.update({q: len(flood.holding(q)) for q in ("qa2", "qb")})
-                    message = said()
+                    message = scheduler_said(api, ns, probe)
                     args = ["--kubeconfig", str(cp.kubeconfig_path), "--config", str(tenancy)]
                     explained = CliRunner().invoke(app, ["explain", f"{ns}/{probe}", *args])
         finally:
