@@ -212,6 +212,19 @@ def _simulate(spec: Any, out: Path | None, report: Path | None) -> None:
             "arrival, no deadline, no pod with a run time to end)",
             highlight=False,
         )
+    # Pods that run for ever keep the clock only as far as the last event: say so.
+    endless = sum(
+        r.start is not None and r.end is None and r.duration is None for r in result.records
+    )
+    if spec.until is None and result.stalled_at is None and endless > 0:
+        console.print(
+            f"[yellow]note:[/] {endless} pod(s) declare no run time "
+            f"(fairgpu.io/duration-seconds) and run until the replay ends, at "
+            f"t={result.end_time:g} s (its last event); time averages cover that span -- "
+            "pass --until SECONDS to run the clock longer",
+            highlight=False,
+            soft_wrap=True,
+        )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_summary(summary, out / "summary.json")

@@ -128,6 +128,37 @@ def test_the_summary_says_why_pods_never_started(tmp_path: Path) -> None:
     assert "<td>2</td><td>a/runs</td>" in page and "<td>1</td><td>a/bad</td>" in page
 
 
+def test_pods_without_a_run_time_are_said_to_keep_the_clock_only_to_the_last_event(
+    tmp_path: Path,
+) -> None:
+    """Two pods that declare no run time start at 0 and run for ever: the replay ends at its
+    last event, t=0, and the summary says so and how to run the clock longer; with --until
+    the clock runs there and nothing needs saying."""
+    workload = tmp_path / "w.yaml"
+    workload.write_text(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n0}\nstatus:\n"
+        '  allocatable: {cpu: "8", memory: 64Gi, pods: "110", nvidia.com/gpu: "8"}\n'
+        + "".join(
+            f"---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: a}}\n"
+            "spec:\n  schedulerName: fairgpu\n  containers: [{name: c, image: x, "
+            'resources: {limits: {nvidia.com/gpu: "2"}}}]\n'
+            for i in range(2)
+        )
+    )
+    result = runner.invoke(app, ["simulate", "--workload", str(workload)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert (
+        "note: 2 pod(s) declare no run time (fairgpu.io/duration-seconds) and run until the "
+        "replay ends, at t=0 s (its last event); time averages cover that span -- pass "
+        "--until SECONDS to run the clock longer"
+    ) in said
+    longer = runner.invoke(app, ["simulate", "--workload", str(workload), "--until", "600"])
+    assert longer.exit_code == 0, longer.output
+    assert "declare no run time" not in longer.output
+    assert "600.0 s" in longer.output  # the simulated time
+
+
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 OPENB = SHARED / "traces" / "openb"
 
