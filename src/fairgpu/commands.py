@@ -233,6 +233,12 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
             f"Pod {r['pod']} is not pending for this scheduler "
             f"(spec.schedulerName {r['scheduler']!r}, phase {r['phase'] or 'unknown'})."
         ]
+    if r["state"] == "invalid":
+        return [
+            f"Pod {r['pod']} ({who}) is pending and will stay so: {r['error']}",
+            "No node, queue or wait changes that; the object must be fixed (a spec field: "
+            "the pod created again).",
+        ]
     lines = [f"Pod {r['pod']} ({who}) is {r['state']}."]
     if r.get("tenant_error"):
         lines.append(f"It has no queue: {r['tenant_error']}")

@@ -74,6 +74,23 @@ def test_explain_names_insufficient_gpus_queue_and_what_would_free_it(
     assert missing.exit_code == 2 and f"pod {ns}/nope not found" in missing.output
 
 
+def test_explain_a_malformed_pod_names_its_field(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    """A pod asking more than a whole GPU's cores as a share stays pending whatever happens:
+    explain says so and names the field, instead of node reasons and a start time."""
+    bad = pod("bad", gpus=1, extra_resources={"nvidia.com/gpucores": "150"})
+    create(admin, ns, bad)
+    text = _run(live_cp, "explain", f"{ns}/bad")
+    lines = text.splitlines()
+    head = f"Pod {ns}/bad (queue {ns}, user {ns}) is pending and will stay so: "
+    assert lines[0].startswith(head), text
+    assert "nvidia.com/gpucores: 150% is more than one whole GPU" in lines[0], text
+    assert "Predicted start" not in text and "Nodes:" not in text
+    report = json.loads(_run(live_cp, "explain", f"{ns}/bad", "-o", "json"))
+    assert report["state"] == "invalid" and "nvidia.com/gpucores" in report["error"]
+
+
 def test_queues_shows_one_row_per_queue(live_cp: ControlPlane, admin: KubeClient, ns: str) -> None:
     _fill_and_wait(admin, ns)
     rows = json.loads(_run(live_cp, "queues", "-o", "json"))

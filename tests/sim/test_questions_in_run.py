@@ -268,6 +268,26 @@ def test_what_if_says_a_pod_that_fits_no_empty_node_will_not_start(
     assert rows[0]["predicted_start"] is None
 
 
+def test_explain_in_a_run_names_the_field_of_a_malformed_pod(tmp_path: Path) -> None:
+    """The run stopped trying a pod whose arrival cannot be read; explain still finds it
+    pending, as the live cache keeps such a pod, and names the field (it said the pod was
+    not pending for this scheduler)."""
+    workload = tmp_path / "workload.yaml"
+    bad = pod("bad", 0, 60).replace('arrival-seconds: "0"', 'arrival-seconds: "-5"')
+    workload.write_text(NODE + bad + pod("fine", 0, 60))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--workload", str(workload), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    said = runner.invoke(app, ["explain", "team-a/bad", "--run", str(out), "--at", "10"])
+    assert said.exit_code == 0, said.output
+    lines = said.output.splitlines()
+    assert lines[1] == (
+        "Pod team-a/bad (queue team-a, user team-a) is pending and will stay so: Pod "
+        "team-a/bad: field metadata.annotations[fairgpu.io/arrival-seconds]: '-5' is not a "
+        "non-negative number of seconds"
+    ), said.output
+
+
 def test_queues_count_a_queues_pods_preempted_in_the_last_hour(tmp_path: Path) -> None:
     """team-a fills the node with four long 2-GPU pods; team-b (below its share) reclaims one
     at 100 s. ``queues`` counts that preemption for team-a for an hour, then no more."""

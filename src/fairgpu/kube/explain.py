@@ -718,6 +718,10 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
     if report["scheduler"] != snapshot.settings.scheduler_name or pod is None:
         report["state"] = "not ours"
         return report
+    if pod.error:  # malformed: no node, queue or time changes that -- only a fixed object
+        report["state"] = "invalid"
+        report["error"] = pod.error
+        return report
     report["state"] = "gated" if pod.scheduling_gates else "pending"
     report["scheduling_gates"] = list(pod.scheduling_gates)
     _pending_detail(report, snapshot, cache.schedulable(), engine, cluster, pod)
