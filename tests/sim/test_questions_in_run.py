@@ -288,6 +288,29 @@ def test_explain_in_a_run_names_the_field_of_a_malformed_pod(tmp_path: Path) -> 
     ), said.output
 
 
+def test_what_if_answers_a_pod_that_could_not_be_made_with_why(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """A pod named as one the run has (the API server would refuse it) and a malformed one
+    are answered with what is wrong with them -- the first was 'not handed to the engine',
+    the second got a note that its schedulerName was not fairgpu's."""
+    job = tmp_path / "job.yaml"
+    broken = pod("broken", 0, 60, namespace="team-b").replace(
+        'arrival-seconds: "0"', 'arrival-seconds: "-5"'
+    )
+    job.write_text(pod("first", 0, 60) + broken)
+    args = ["what-if", "-f", str(job), "--run", str(run_dir), "--at", "300"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "team-a/first (queue team-a, user team-a): would stay pending: Pod team-a/first: a "
+        "pod of that name exists already (it would not be made)",
+        "team-b/broken (queue team-b, user team-b): would stay pending: Pod team-b/broken: "
+        "field metadata.annotations[fairgpu.io/arrival-seconds]: '-5' is not a non-negative "
+        "number of seconds",
+    ]
+
+
 def test_queues_count_a_queues_pods_preempted_in_the_last_hour(tmp_path: Path) -> None:
     """team-a fills the node with four long 2-GPU pods; team-b (below its share) reclaims one
     at 100 s. ``queues`` counts that preemption for team-a for an hour, then no more."""

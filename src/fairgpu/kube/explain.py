@@ -817,13 +817,18 @@ def what_if(
     cache, engine = snapshot.build()
     if pod_groups:
         engine.register_pod_groups(pod_groups)
-    pending = [*cache.schedulable(), *pods]
+    # A pod that could not be made as it is (malformed, its namespace missing, its name
+    # taken) is answered with that alone: the cycle is not asked about it.
+    pending = [*cache.schedulable(), *(p for p in pods if not p.error)]
     result = engine.cycle(cache.cluster, pending, snapshot.now)
     rows = []
     for pod in pods:
         t = engine.tenant(pod)
         row: dict[str, Any] = {"pod": pod.key, "queue": t.queue, "user": t.user}
-        row.update(_decision(result, engine, pod.uid))
+        if pod.error:
+            row.update(outcome="pending", reason=pod.error, resolvable=False)
+        else:
+            row.update(_decision(result, engine, pod.uid))
         if row["outcome"] == "pending" and row.get("resolvable", True):
             empty, why = fits_when_empty(engine, pod, cache.cluster)
             row["fits_on_empty_nodes"], row["empty_nodes_reason"] = empty, why

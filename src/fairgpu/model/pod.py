@@ -500,11 +500,16 @@ def invalid_pod(raw: Any, error: Exception) -> PodInfo:
     uid = str(meta.get("uid") or f"{namespace}/{name}")
     raw_labels = meta.get("labels")
     labels = raw_labels if isinstance(raw_labels, dict) else {}
+    spec = raw.get("spec", {}) if isinstance(raw, dict) else {}
+    scheduler = spec.get("schedulerName") if isinstance(spec, dict) else None
     return PodInfo(
         name=name,
         namespace=namespace,
         uid=uid,
         labels={str(k): str(v) for k, v in labels.items()},
+        scheduler_name=scheduler
+        if isinstance(scheduler, str) and scheduler
+        else "default-scheduler",
         error=str(error),
     )
 
