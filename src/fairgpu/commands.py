@@ -239,9 +239,13 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
             "No node, queue or wait changes that; the object must be fixed (a spec field: "
             "the pod created again).",
         ]
+    if r["state"] == "no queue":
+        return [
+            f"Pod {r['pod']} is pending and not tried: it has no queue: {r['tenant_error']}",
+            "It is tried once its queue exists (the tenancy config names it; the scheduler "
+            "reads the config at start) or its labels name one that does.",
+        ]
     lines = [f"Pod {r['pod']} ({who}) is {r['state']}."]
-    if r.get("tenant_error"):
-        lines.append(f"It has no queue: {r['tenant_error']}")
     if r["scheduling_gates"]:
         lines.append(
             f"Scheduling gates: {', '.join(r['scheduling_gates'])} (not tried until removed)"

@@ -91,6 +91,23 @@ def test_explain_a_malformed_pod_names_its_field(
     assert report["state"] == "invalid" and "nvidia.com/gpucores" in report["error"]
 
 
+def test_explain_a_pod_of_an_unknown_queue_says_it_has_none(
+    live_cp: ControlPlane, admin: KubeClient, ns: str, tmp_path: Path
+) -> None:
+    """A pod whose queue label names no queue of the config is not tried: explain says so,
+    not a fair share and a start time for a queue that does not exist."""
+    create(admin, ns, pod("lost", gpus=1, labels={"fairgpu.io/queue": "nope"}))
+    config = tmp_path / "tenancy.yaml"
+    config.write_text(f"queues:\n  - {{name: qa, namespaces: [{ns}]}}\n")
+    text = _run(live_cp, "explain", f"{ns}/lost", "--config", str(config))
+    assert text.splitlines() == [
+        f"Pod {ns}/lost is pending and not tried: it has no queue: queue 'nope' (label "
+        "fairgpu.io/queue) does not exist; known queues: qa",
+        "It is tried once its queue exists (the tenancy config names it; the scheduler reads "
+        "the config at start) or its labels name one that does.",
+    ]
+
+
 def test_queues_shows_one_row_per_queue(live_cp: ControlPlane, admin: KubeClient, ns: str) -> None:
     _fill_and_wait(admin, ns)
     rows = json.loads(_run(live_cp, "queues", "-o", "json"))

@@ -288,6 +288,28 @@ def test_explain_in_a_run_names_the_field_of_a_malformed_pod(tmp_path: Path) -> 
     ), said.output
 
 
+def test_explain_in_a_run_finds_a_pod_of_an_unknown_queue(tmp_path: Path) -> None:
+    """The run stopped trying a pod whose queue label names no queue; explain still finds it
+    pending and says it has no queue (it said the pod was not pending for this scheduler)."""
+    workload = tmp_path / "workload.yaml"
+    lost = pod("lost", 0, 60).replace(
+        "  annotations:", "  labels: {fairgpu.io/queue: nope}\n  annotations:"
+    )
+    workload.write_text(NODE + lost)
+    config = tmp_path / "tenancy.yaml"
+    config.write_text("queues:\n  - {name: team-a, namespaces: [team-a]}\n")
+    out = tmp_path / "out"
+    args = ["simulate", "--workload", str(workload), "--config", str(config), "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    said = runner.invoke(app, ["explain", "team-a/lost", "--run", str(out), "--at", "10"])
+    assert said.exit_code == 0, said.output
+    assert said.output.splitlines()[1] == (
+        "Pod team-a/lost is pending and not tried: it has no queue: queue 'nope' (label "
+        "fairgpu.io/queue) does not exist; known queues: team-a"
+    ), said.output
+
+
 def test_what_if_answers_a_pod_that_could_not_be_made_with_why(
     run_dir: Path, tmp_path: Path
 ) -> None:

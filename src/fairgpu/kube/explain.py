@@ -722,6 +722,9 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
         report["state"] = "invalid"
         report["error"] = pod.error
         return report
+    if report.get("tenant_error"):  # no queue: no share, order or start time to speak of
+        report["state"] = "no queue"
+        return report
     report["state"] = "gated" if pod.scheduling_gates else "pending"
     report["scheduling_gates"] = list(pod.scheduling_gates)
     _pending_detail(report, snapshot, cache.schedulable(), engine, cluster, pod)

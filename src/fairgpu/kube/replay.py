@@ -60,11 +60,11 @@ class ReplaySnapshot(Snapshot):
         cache = SchedulerCache(self.settings.scheduler_name)
         cache.cluster = cluster
         cache.pending = dict(pending)
-        # A pod the run stopped trying because no change can help (a malformed object) is
-        # still pending, as the live cache keeps it: the engine names its error again.
-        for uid, rec in self.sim.records.items():
-            if rec.pod.error and rec.start is None and uid not in cache.pending:
-                cache.pending[uid] = rec.pod
+        # A pod the run stopped trying because no change can help (a malformed object, an
+        # unknown queue) is still pending, as the live cache keeps it: the engine names why.
+        for uid, pod in self.sim.given_up.items():
+            if uid not in cache.pending and uid not in cluster.placements:
+                cache.pending[uid] = pod
         for uid, placement in cluster.placements.items():
             name = cluster.node(placement.node).name
             cache.bound_on.setdefault(name, {})[uid] = cluster.pods[uid]

@@ -246,6 +246,9 @@ class Simulation:
         self._seq = 0
         self.records: dict[str, PodRecord] = {}
         self.pending = PendingPods()
+        # Pods no change can help (an invalid object, an unknown queue): no longer tried,
+        # still pending as in the API (answers about the run read them here).
+        self.given_up: dict[str, PodInfo] = {}
         self.tenant_milli: dict[str, int] = {}
         self._claimed: dict[tuple[str, str], int] = {}  # DRA GPU milli counted per pod
         self.timeline = Timeline()
@@ -423,6 +426,7 @@ class Simulation:
             rec.reason = unsched.reason
             # No change to the cluster can help (e.g. invalid object): stop retrying it.
             if not unsched.resolvable and self.pending.pop(unsched.pod.uid, None) is not None:
+                self.given_up[unsched.pod.uid] = unsched.pod
                 self._wait(rec, -1)
         # Last: a pod of a failing Job bound or reported in this cycle goes with the rest.
         failing = self.jobs.evicted((e.pod.uid for e in result.evictions), self.now)
