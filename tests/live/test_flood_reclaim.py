@@ -477,6 +477,39 @@ def test_a_gang_torn_down_before_a_restart_is_protected_when_it_starts_again(
     assert held == {"fa": 0, "gb": 2, "qb2": 1}
 
 
+def test_pods_of_a_missing_queue_take_no_share_on_a_live_cluster(
+    cp: ControlPlane, tmp_path: Path
+) -> None:
+    """Beside qb's pods wait eight whose queue label names no queue; the scheduler keeps
+    them pending (and says why) cycle after cycle. They must not count as demand: qb
+    reclaims its half of the node from qa, as without them (counted, they held qb to a
+    quarter)."""
+    tag, ns, qa, qb, tenancy = two_queues(tmp_path, cooldown=0)
+    with one_node(cp, tag) as (api, flood, auditor, kubelet):
+        held: dict[str, int] = {}
+        try:
+            with kubelet, auditor.watching():
+                assert kubelet.wait_synced(20)
+                with scheduler(cp, tenancy=tenancy):
+                    flood.submit("qa1", GPUS, qa, QA_SECONDS, "fl-low")
+                    wait_for(lambda: len(flood.holding("qa1")) == GPUS, 30)
+                    flood.submit("ghost", GPUS, f"missing-{tag}", QA_SECONDS, "fl-low")
+                    wait_for(lambda: "does not exist" in scheduler_said(api, ns, "ghost-00"), 20)
+                    flood.submit("qb", GPUS, qb, QA_SECONDS, "fl-low")
+                    wait_for(lambda: len(flood.holding("qb")) >= GPUS // 4, 30)
+                    time.sleep(3)  # several cycles, the ghosts pending in each
+
+                    def settled() -> bool:
+                        held.update({q: len(flood.holding(q)) for q in ("qa1", "qb", "ghost")})
+                        return held == {"qa1": GPUS // 2, "qb": GPUS // 2, "ghost": 0}
+
+                    wait_for(settled, 20)
+        finally:
+            print(f"held at the end: {held}; pods: {flood.summary()}")
+            print("\n".join(auditor.problems()))
+    assert auditor.problems() == []
+
+
 def test_departments_share_first_on_a_live_cluster(cp: ControlPlane, tmp_path: Path) -> None:
     """Queues qa and qb form a department weighing as much as queue qc. qa fills an 8-GPU
     node; then qb and qc ask for all of it: qc takes back half the node and qb a quarter,

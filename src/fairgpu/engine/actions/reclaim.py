@@ -546,13 +546,18 @@ def pool_gpu_shares(session: Session, queues: Lanes) -> dict[str, int]:
         if pod is None or not pod.gpu.count:
             return None
         entry = book.entries.get(uid)
+        tenant = book.resolver.resolve(pod)
+        if entry is None and tenant.error is not None:
+            # Pending with no queue to take it (its queue does not exist): it is never
+            # tried, so it wants nothing -- counted, it took a share from every real queue.
+            return None
         milli = entry.vec[DIM_GPU] if entry is not None else book.pending_vector(pod)[DIM_GPU]
         least = pod.gpu.count if pod.gpu.is_whole else 1
 
         def mask() -> np.ndarray:
             return scheduler.static_mask(pod, cluster)[:n] & (gpus >= least)
 
-        return book.resolver.resolve(pod).queue, (pod.static_key(), least), mask, int(milli)
+        return tenant.queue, (pod.static_key(), least), mask, int(milli)
 
     _update_demand(session, pending, describe)
     weight, parent = _hierarchy(book, index.queue_demand())
