@@ -3,6 +3,7 @@ evictions out (in the style of Volcano's scheduler tests)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -182,19 +183,24 @@ def test_unknown_queue_and_impossible_ask_are_explained_not_crashes() -> None:
     assert not res.binds
 
 
-def test_pods_of_a_queue_that_does_not_exist_take_no_share() -> None:
+@pytest.mark.parametrize("gpus", [1, 0])
+def test_pods_of_a_queue_that_does_not_exist_take_no_share(gpus: int) -> None:
     """Pods labelled with a queue the config lacks are never tried; kept pending cycle after
-    cycle (as the live scheduler keeps them), they must not count as demand: counted, they
-    took a third of the node as a share, and b reclaimed 2 GPUs from a instead of 4."""
+    cycle (as the live scheduler keeps them), they must not count as demand -- GPU pods (the
+    pool-aware shares) or CPU-only pods (dominant shares): counted, they took a third of the
+    node as a share, and b reclaimed 2 of a's 8 pods instead of 4."""
     config = {**NO_CHURN_GUARDS, "queues": [{"name": "a"}, {"name": "b"}]}
-    placed = [(pod_info(f"a{j}", "a", created=j), "n1", 0.0) for j in range(8)]
-    state = cluster(node_info("n1", gpus=8), placed=placed)
-    ghosts = [pod_info(f"g{j}", "b", labels={"fairgpu.io/queue": "ghost"}) for j in range(8)]
-    pending = [pod_info(f"b{j}", "b", created=10 + j) for j in range(8)]
+    size = {"gpus": gpus, "cpu": 1000}
+    placed = [(pod_info(f"a{j}", "a", created=j, **size), "n1", 0.0) for j in range(8)]
+    state = cluster(node_info("n1", gpus=8 * gpus, cpu=8000), placed=placed)
+    ghost = {"fairgpu.io/queue": "ghost"}
+    ghosts = [pod_info(f"g{j}", "b", labels=ghost, **size) for j in range(8)]
+    pending = [pod_info(f"b{j}", "b", created=10 + j, **size) for j in range(8)]
     eng = engine(config)
     for now in (10.0, 11.0):  # the second cycle meets the ghosts again
         eng.cycle(state, [*ghosts, *(p for p in pending if p.uid not in state.placements)], now)
-    assert gpus_by_namespace(state) == {"a": 4, "b": 4}
+    held = Counter(state.pods[uid].namespace for uid in state.placements)
+    assert held == {"a": 4, "b": 4}
 
 
 def test_history_makes_a_recent_heavy_user_yield() -> None:

@@ -510,6 +510,8 @@ def _dominant_demand(
         vec = book.used(q).copy()
         for lst in users.values():
             for job in lst:
+                if job.tenant.error is not None:
+                    continue  # its queue does not exist: never tried, it wants nothing
                 for p in job.pods:
                     vec += book.pending_vector(p)
         demand[q] = book.dominant(vec)
