@@ -290,7 +290,8 @@ def test_explain_in_a_run_names_the_field_of_a_malformed_pod(tmp_path: Path) -> 
 
 def test_explain_in_a_run_finds_a_pod_of_an_unknown_queue(tmp_path: Path) -> None:
     """The run stopped trying a pod whose queue label names no queue; explain still finds it
-    pending and says it has no queue (it said the pod was not pending for this scheduler)."""
+    pending and says it has no queue (it said the pod was not pending for this scheduler),
+    and the summary owes that queue no fair share."""
     workload = tmp_path / "workload.yaml"
     lost = pod("lost", 0, 60).replace(
         "  annotations:", "  labels: {fairgpu.io/queue: nope}\n  annotations:"
@@ -302,6 +303,9 @@ def test_explain_in_a_run_finds_a_pod_of_an_unknown_queue(tmp_path: Path) -> Non
     args = ["simulate", "--workload", str(workload), "--config", str(config), "--out", str(out)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
+    # Never tried, it is owed nothing: no fair share for a queue that does not exist.
+    tenants = json.loads((out / "summary.json").read_text())["tenants"]
+    assert tenants["nope"].get("fair_share_pct") is None
     said = runner.invoke(app, ["explain", "team-a/lost", "--run", str(out), "--at", "10"])
     assert said.exit_code == 0, said.output
     assert said.output.splitlines()[1] == (

@@ -725,7 +725,8 @@ def add_accounting(
     # Departments are queues too: their weights, and each queue's department.
     weight = {q.name: float(q.weight) for q in engine.tenancy.queues}
     parent = {q.name: q.parent for q in engine.tenancy.queues if q.parent}
-    pods = [r.pod for r in result.records]
+    # A pod whose queue does not exist is never tried: it is owed nothing (as in the engine).
+    pods = [r.pod for r in result.records if engine.tenant(r.pod).error is None]
     capacity, eligible = pool_eligibility(cluster, engine.scheduler, pods)
     timeline = share_timeline(result, capacity, eligible, weight, parent=parent)
     summary["pools_gpus"] = {p: c / 1000.0 for p, c in capacity.items()}
