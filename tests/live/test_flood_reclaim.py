@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -311,12 +311,28 @@ def two_queues(tmp_path: Path, cooldown: int) -> tuple[str, str, str, str, Path]
     return tag, f"fl-{tag}", qa, qb, tenancy
 
 
+def fill(flood: Flood, qa: str) -> None:
+    """Queue ``qa``'s pods ``qa1-*`` fill the node (one GPU each)."""
+    flood.submit("qa1", GPUS, qa, QA_SECONDS, "fl-low")
+    wait_for(lambda: len(flood.holding("qa1")) == GPUS, 30)
+
+
 def fill_then_ask(flood: Flood, qa: str, qb: str) -> None:
     """Queue ``qa``'s pods ``qa1-*`` fill the node (one GPU each); then queue ``qb`` asks for
     all of it (``qb-*``)."""
-    flood.submit("qa1", GPUS, qa, QA_SECONDS, "fl-low")
-    wait_for(lambda: len(flood.holding("qa1")) == GPUS, 30)
+    fill(flood, qa)
     flood.submit("qb", GPUS, qb, QA_SECONDS, "fl-low")
+
+
+def holds(flood: Flood, want: dict[str, int], held: dict[str, int]) -> Callable[[], bool]:
+    """A :func:`wait_for` condition: the pods of each name prefix of ``want`` hold that many
+    GPUs; ``held`` keeps what they held when last asked (for the test's report)."""
+
+    def settled() -> bool:
+        held.update({prefix: len(flood.holding(prefix)) for prefix in want})
+        return held == want
+
+    return settled
 
 
 def scheduler_said(api: KubeClient, ns: str, name: str) -> str:
@@ -327,18 +343,26 @@ def scheduler_said(api: KubeClient, ns: str, name: str) -> str:
 
 @contextmanager
 def one_node(
-    cp: ControlPlane, tag: str, grace: float = 0.5
-) -> Iterator[tuple[KubeClient, Flood, Auditor, FakeKubelet]]:
-    """Namespace ``fl-<tag>`` with one 8-GPU node of its own: the API client, the
-    :class:`Flood` helper, the namespace's audit and a fake kubelet whose deleted pods stay
-    terminating ``grace`` seconds (the caller starts both)."""
+    cp: ControlPlane, tag: str, held: dict[str, int], grace: float = 0.5
+) -> Iterator[tuple[KubeClient, Flood, Auditor]]:
+    """Namespace ``fl-<tag>`` with one 8-GPU node of its own, its fake kubelet (whose deleted
+    pods stay terminating ``grace`` seconds) and the namespace's audit running: the API
+    client, the :class:`Flood` helper and the audit. On the way out, whatever failed, it
+    prints ``held`` (what the test last saw held), the pods and the audit's problems."""
     ns = f"fl-{tag}"
     with cp.client(maxsize=12) as api, cp.client(maxsize=4) as kubelet_api:
         ensure_namespace(api, ns, ca_pem=Path(cp.ca_file).read_text())
         flood = Flood(api, ns, tag, nodes=1)
         flood.create_nodes()
         kubelet = FakeKubelet(kubelet_api, namespace=ns, workers=4, grace_seconds=grace)
-        yield api, flood, Auditor(api, namespace=ns), kubelet
+        auditor = Auditor(api, namespace=ns)
+        try:
+            with kubelet, auditor.watching():
+                assert kubelet.wait_synced(20)
+                yield api, flood, auditor
+        finally:
+            print(f"held at the end: {held}; pods: {flood.summary()}")
+            print("\n".join(auditor.problems()))
 
 
 def test_a_reclaim_whose_victims_outlive_the_scheduler_keeps_its_cooldown(
@@ -353,55 +377,48 @@ def test_a_reclaim_whose_victims_outlive_the_scheduler_keeps_its_cooldown(
     qb's pods back at once (as it did without the note: qa 4, qb 4)."""
     tag, ns, qa, qb, tenancy = two_queues(tmp_path, cooldown=600)
     half = GPUS // 2
-    with one_node(cp, tag, grace=8.0) as (api, flood, auditor, kubelet):
-        held: dict[str, int] = {}
-        noted: list[str] = []
-        try:
-            with kubelet, auditor.watching():
-                assert kubelet.wait_synced(20)
-                with scheduler(cp, tenancy=tenancy):
-                    fill_then_ask(flood, qa, qb)
-                    wait_for(lambda: flood.terminating("qa1") == half, 30)
+    held: dict[str, int] = {}
+    noted: list[str] = []
+    with one_node(cp, tag, held, grace=8.0) as (api, flood, auditor):
+        with scheduler(cp, tenancy=tenancy):
+            fill_then_ask(flood, qa, qb)
+            wait_for(lambda: flood.terminating("qa1") == half, 30)
 
-                    def nominated() -> list[str]:
-                        return [
-                            p["metadata"]["name"]
-                            for p in flood.pods("qb")
-                            if p["status"].get("nominatedNodeName")
-                        ]
-
-                    wait_for(lambda: len(nominated()) == half, 10)
-                waiting = nominated()
-                assert flood.terminating("qa1") == half, "the victims went before the stop"
-                # No scheduler while they go: the next one finds the room free.
-                wait_for(lambda: flood.terminating("qa1") == 0, 30)
-                assert flood.holding("qb") == []
-                noted = [
+            def nominated() -> list[str]:
+                return [
                     p["metadata"]["name"]
                     for p in flood.pods("qb")
-                    if "fairgpu.io/reclaim" in p["metadata"].get("annotations", {})
+                    if p["status"].get("nominatedNodeName")
                 ]
-                with scheduler(cp, tenancy=tenancy):
-                    wait_for(lambda: len(flood.holding("qb")) == half, 30)
-                    for name in flood.holding("qa1"):  # their user deletes qa's other pods
-                        api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
-                    wait_for(lambda: len(flood.holding("qb")) == GPUS, 30)
-                    flood.submit("qa2", half, qa, QA_SECONDS, "fl-low")
-                    probe = f"qa2-{0:02d}"
 
-                    def decided() -> bool:  # refused, or (wrongly) reclaimed
-                        said = scheduler_said(api, ns, probe)
-                        return "reclaim refused" in said or bool(flood.holding("qa2"))
+            wait_for(lambda: len(nominated()) == half, 10)
+        waiting = nominated()
+        assert flood.terminating("qa1") == half, "the victims went before the stop"
+        # No scheduler while they go: the next one finds the room free.
+        wait_for(lambda: flood.terminating("qa1") == 0, 30)
+        assert flood.holding("qb") == []
+        noted = [
+            p["metadata"]["name"]
+            for p in flood.pods("qb")
+            if "fairgpu.io/reclaim" in p["metadata"].get("annotations", {})
+        ]
+        with scheduler(cp, tenancy=tenancy):
+            wait_for(lambda: len(flood.holding("qb")) == half, 30)
+            for name in flood.holding("qa1"):  # their user deletes qa's other pods
+                api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+            wait_for(lambda: len(flood.holding("qb")) == GPUS, 30)
+            flood.submit("qa2", half, qa, QA_SECONDS, "fl-low")
+            probe = f"qa2-{0:02d}"
 
-                    wait_for(decided, 30)
-                    time.sleep(3)  # several cycles: none takes qb's pods
-                    held.update({q: len(flood.holding(q)) for q in ("qa2", "qb")})
-                    message = scheduler_said(api, ns, probe)
-        finally:
-            print(f"held at the end: {held}; pods: {flood.summary()}")
-            print("\n".join(auditor.problems()))
+            def decided() -> bool:  # refused, or (wrongly) reclaimed
+                said = scheduler_said(api, ns, probe)
+                return "reclaim refused" in said or bool(flood.holding("qa2"))
+
+            wait_for(decided, 30)
+            time.sleep(3)  # several cycles: none takes qb's pods
+            held.update({q: len(flood.holding(q)) for q in ("qa2", "qb")})
+            message = scheduler_said(api, ns, probe)
     assert auditor.problems() == []
-    print("MESSAGE", message)
     assert sorted(noted) == sorted(waiting)  # the note is written with the nomination
     assert held == {"qa2": 0, "qb": GPUS}
     assert "would undo a reclaim made within reclaimCooldownSeconds (600)" in message, message
@@ -441,37 +458,31 @@ def test_a_gang_torn_down_before_a_restart_is_protected_when_it_starts_again(
         labels = {"fairgpu.io/queue": qb}
         return [pod(name, gpus=half, node_selector={"t": tag}, labels=labels, annotations=long)]
 
-    with one_node(cp, tag) as (api, flood, auditor, kubelet):
-        held: dict[str, int] = {}
-        noted: list[str] = []
-        try:
-            with kubelet, auditor.watching():
-                assert kubelet.wait_synced(20)
-                with scheduler(cp, tenancy=tenancy):
-                    flood.submit("fa", half, qa, 3600, "fl-low")
-                    wait_for(lambda: len(flood.holding("fa")) == half, 30)
-                    time.sleep(2)  # the gang runs less than qa's other pods
-                    create_many(api, ns, gang("a"))
-                    wait_for(lambda: len(flood.holding("ga")) == 2, 30)
-                    create_many(api, ns, claim("qb1"))
-                    wait_for(lambda: len(flood.holding("qb1")) == 1, 30)
-                    wait_for(lambda: not flood.pods("ga"), 30)  # torn down: both evicted
-                noted = [
-                    p["metadata"]["name"]
-                    for p in flood.pods("qb1")
-                    if "fairgpu.io/tore-down" in p["metadata"].get("annotations", {})
-                ]
-                create_many(api, ns, gang("b"))  # its controller creates the gang again
-                with scheduler(cp, tenancy=tenancy):
-                    api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/qb1")
-                    wait_for(lambda: len(flood.holding("gb")) == 2, 30)
-                    create_many(api, ns, claim("qb2"))
-                    wait_for(lambda: flood.holding("qb2") == ["qb2"], 30)
-                    time.sleep(1)
-                    held.update({q: len(flood.holding(q)) for q in ("fa", "gb", "qb2")})
-        finally:
-            print(f"held at the end: {held}; pods: {flood.summary()}")
-            print("\n".join(auditor.problems()))
+    held: dict[str, int] = {}
+    noted: list[str] = []
+    with one_node(cp, tag, held) as (api, flood, auditor):
+        with scheduler(cp, tenancy=tenancy):
+            flood.submit("fa", half, qa, 3600, "fl-low")
+            wait_for(lambda: len(flood.holding("fa")) == half, 30)
+            time.sleep(2)  # the gang runs less than qa's other pods
+            create_many(api, ns, gang("a"))
+            wait_for(lambda: len(flood.holding("ga")) == 2, 30)
+            create_many(api, ns, claim("qb1"))
+            wait_for(lambda: len(flood.holding("qb1")) == 1, 30)
+            wait_for(lambda: not flood.pods("ga"), 30)  # torn down: both evicted
+        noted = [
+            p["metadata"]["name"]
+            for p in flood.pods("qb1")
+            if "fairgpu.io/tore-down" in p["metadata"].get("annotations", {})
+        ]
+        create_many(api, ns, gang("b"))  # its controller creates the gang again
+        with scheduler(cp, tenancy=tenancy):
+            api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/qb1")
+            wait_for(lambda: len(flood.holding("gb")) == 2, 30)
+            create_many(api, ns, claim("qb2"))
+            wait_for(lambda: flood.holding("qb2") == ["qb2"], 30)
+            time.sleep(1)
+            held.update({q: len(flood.holding(q)) for q in ("fa", "gb", "qb2")})
     assert auditor.problems() == []
     assert noted == ["qb1"]  # the pod whose reclaim tore the gang down
     assert held == {"fa": 0, "gb": 2, "qb2": 1}
@@ -485,28 +496,16 @@ def test_pods_of_a_missing_queue_take_no_share_on_a_live_cluster(
     reclaims its half of the node from qa, as without them (counted, they held qb to a
     quarter)."""
     tag, ns, qa, qb, tenancy = two_queues(tmp_path, cooldown=0)
-    with one_node(cp, tag) as (api, flood, auditor, kubelet):
-        held: dict[str, int] = {}
-        try:
-            with kubelet, auditor.watching():
-                assert kubelet.wait_synced(20)
-                with scheduler(cp, tenancy=tenancy):
-                    flood.submit("qa1", GPUS, qa, QA_SECONDS, "fl-low")
-                    wait_for(lambda: len(flood.holding("qa1")) == GPUS, 30)
-                    flood.submit("ghost", GPUS, f"missing-{tag}", QA_SECONDS, "fl-low")
-                    wait_for(lambda: "does not exist" in scheduler_said(api, ns, "ghost-00"), 20)
-                    flood.submit("qb", GPUS, qb, QA_SECONDS, "fl-low")
-                    wait_for(lambda: len(flood.holding("qb")) >= GPUS // 4, 30)
-                    time.sleep(3)  # several cycles, the ghosts pending in each
-
-                    def settled() -> bool:
-                        held.update({q: len(flood.holding(q)) for q in ("qa1", "qb", "ghost")})
-                        return held == {"qa1": GPUS // 2, "qb": GPUS // 2, "ghost": 0}
-
-                    wait_for(settled, 20)
-        finally:
-            print(f"held at the end: {held}; pods: {flood.summary()}")
-            print("\n".join(auditor.problems()))
+    held: dict[str, int] = {}
+    with one_node(cp, tag, held) as (api, flood, auditor), scheduler(cp, tenancy=tenancy):
+        fill(flood, qa)
+        flood.submit("ghost", GPUS, f"missing-{tag}", QA_SECONDS, "fl-low")
+        wait_for(lambda: "does not exist" in scheduler_said(api, ns, "ghost-00"), 20)
+        flood.submit("qb", GPUS, qb, QA_SECONDS, "fl-low")
+        wait_for(lambda: len(flood.holding("qb")) >= GPUS // 4, 30)
+        time.sleep(3)  # several cycles, the ghosts pending in each
+        half = GPUS // 2
+        wait_for(holds(flood, {"qa1": half, "qb": half, "ghost": 0}, held), 20)
     assert auditor.problems() == []
 
 
@@ -528,24 +527,13 @@ def test_departments_share_first_on_a_live_cluster(cp: ControlPlane, tmp_path: P
   - {{name: {queue["qc"]}}}
 """
     )
-    with one_node(cp, tag) as (_, flood, auditor, kubelet):
-        held: dict[str, int] = {}
-        try:
-            with kubelet, auditor.watching(), scheduler(cp, tenancy=tenancy):
-                assert kubelet.wait_synced(20)
-                flood.submit("qa", GPUS, queue["qa"], QA_SECONDS, "fl-low")
-                wait_for(lambda: len(flood.holding("qa")) == GPUS, 30)
-                flood.submit("qb", GPUS, queue["qb"], QA_SECONDS, "fl-low")
-                flood.submit("qc", GPUS, queue["qc"], QA_SECONDS, "fl-low")
-
-                def settled() -> bool:
-                    held.update({q: len(flood.holding(q)) for q in queue})
-                    return held == {"qa": 2, "qb": 2, "qc": 4}
-
-                wait_for(settled, 45)
-        finally:
-            print(f"held at the end: {held}; pods: {flood.summary()}")
-            print("\n".join(auditor.problems()))
+    held: dict[str, int] = {}
+    with one_node(cp, tag, held) as (_, flood, auditor), scheduler(cp, tenancy=tenancy):
+        flood.submit("qa", GPUS, queue["qa"], QA_SECONDS, "fl-low")
+        wait_for(lambda: len(flood.holding("qa")) == GPUS, 30)
+        flood.submit("qb", GPUS, queue["qb"], QA_SECONDS, "fl-low")
+        flood.submit("qc", GPUS, queue["qc"], QA_SECONDS, "fl-low")
+        wait_for(holds(flood, {"qa": 2, "qb": 2, "qc": 4}, held), 45)
     assert auditor.problems() == []
 
 
@@ -558,34 +546,28 @@ def test_a_restarted_scheduler_keeps_the_reclaim_cooldown(cp: ControlPlane, tmp_
     started without that memory did."""
     tag, ns, qa, qb, tenancy = two_queues(tmp_path, cooldown=600)
     half = GPUS // 2
-    with one_node(cp, tag) as (api, flood, auditor, kubelet):
-        held: dict[str, int] = {}
-        try:
-            with kubelet, auditor.watching():
-                assert kubelet.wait_synced(20)
-                with scheduler(cp, tenancy=tenancy):
-                    fill_then_ask(flood, qa, qb)
-                    wait_for(lambda: len(flood.holding("qb")) == half, 30)
-                    for name in flood.holding("qa1"):  # their user deletes qa's other pods
-                        api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
-                    wait_for(lambda: len(flood.holding("qb")) == GPUS, 30)
-                noted = [
-                    p["metadata"]["name"]
-                    for p in flood.pods("qb")
-                    if "fairgpu.io/reclaim" in p["metadata"].get("annotations", {})
-                ]
-                with scheduler(cp, tenancy=tenancy):
-                    flood.submit("qa2", half, qa, QA_SECONDS, "fl-low")
-                    probe = f"qa2-{0:02d}"
-                    wait_for(lambda: "reclaim refused" in scheduler_said(api, ns, probe), 20)
-                    time.sleep(3)  # several cycles: none takes qb's pods
-                    held.update({q: len(flood.holding(q)) for q in ("qa2", "qb")})
-                    message = scheduler_said(api, ns, probe)
-                    args = ["--kubeconfig", str(cp.kubeconfig_path), "--config", str(tenancy)]
-                    explained = CliRunner().invoke(app, ["explain", f"{ns}/{probe}", *args])
-        finally:
-            print(f"held at the end: {held}; pods: {flood.summary()}")
-            print("\n".join(auditor.problems()))
+    held: dict[str, int] = {}
+    with one_node(cp, tag, held) as (api, flood, auditor):
+        with scheduler(cp, tenancy=tenancy):
+            fill_then_ask(flood, qa, qb)
+            wait_for(lambda: len(flood.holding("qb")) == half, 30)
+            for name in flood.holding("qa1"):  # their user deletes qa's other pods
+                api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+            wait_for(lambda: len(flood.holding("qb")) == GPUS, 30)
+        noted = [
+            p["metadata"]["name"]
+            for p in flood.pods("qb")
+            if "fairgpu.io/reclaim" in p["metadata"].get("annotations", {})
+        ]
+        with scheduler(cp, tenancy=tenancy):
+            flood.submit("qa2", half, qa, QA_SECONDS, "fl-low")
+            probe = f"qa2-{0:02d}"
+            wait_for(lambda: "reclaim refused" in scheduler_said(api, ns, probe), 20)
+            time.sleep(3)  # several cycles: none takes qb's pods
+            held.update({q: len(flood.holding(q)) for q in ("qa2", "qb")})
+            message = scheduler_said(api, ns, probe)
+            args = ["--kubeconfig", str(cp.kubeconfig_path), "--config", str(tenancy)]
+            explained = CliRunner().invoke(app, ["explain", f"{ns}/{probe}", *args])
     assert auditor.problems() == []
     assert len(noted) == half  # the pods placed by the reclaim, and only they
     assert held == {"qa2": 0, "qb": GPUS}
