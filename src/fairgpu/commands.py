@@ -776,16 +776,12 @@ def _load_pods(
             f"LeaderWorkerSets, Jobs or JobSets{why}"
         )
     namespaces = {name for name, _ in snapshot.namespaces}
-    cache, _ = snapshot.build()
-    taken = {p.key for p in (*cache.pending.values(), *cache.cluster.pods.values())}
     pods = []
     for arrival in arrivals:
         pod = arrival.pod
         pod.created = pod.created or snapshot.now
         if pod.error is None and client is not None and pod.namespace not in namespaces:
             pod.error = f"Pod {pod.key}: namespace {pod.namespace!r} not found"
-        if pod.error is None and pod.key in taken:
-            pod.error = f"Pod {pod.key}: a pod of that name exists already (it would not be made)"
         pods.append(pod)
     later = [
         f"Job {job.key}: {job.first} of its {len(job.pods)} pods are created at first; its "

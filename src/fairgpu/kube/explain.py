@@ -820,9 +820,14 @@ def what_if(
     cache, engine = snapshot.build()
     if pod_groups:
         engine.register_pod_groups(pod_groups)
+    taken = {p.key for p in (*cache.pending.values(), *cache.cluster.pods.values())}
+    for pod in pods:
+        if pod.error is None and pod.key in taken:
+            pod.error = f"Pod {pod.key}: a pod of that name exists already (it would not be made)"
     # A pod that could not be made as it is (malformed, its namespace missing, its name
-    # taken) is answered with that alone: the cycle is not asked about it.
-    pending = [*cache.schedulable(), *(p for p in pods if not p.error)]
+    # taken) is answered with that alone: neither the cycle nor the forecast is asked.
+    asked = [p for p in pods if not p.error]
+    pending = [*cache.schedulable(), *asked]
     result = engine.cycle(cache.cluster, pending, snapshot.now)
     rows = []
     for pod in pods:
@@ -840,7 +845,7 @@ def what_if(
         rows.append(row)
     waiting = [r for r in rows if r.get("fits_on_empty_nodes")]
     if waiting:
-        predicted = _forecast_with(snapshot, pods, pod_groups)
+        predicted = _forecast_with(snapshot, asked, pod_groups)
         uids = {p.key: p.uid for p in pods}
         for row in waiting:
             row.update(predicted_start(predicted, uids[row["pod"]], snapshot.label))
