@@ -71,10 +71,7 @@ def binding_annotations(bind: Bind) -> dict[str, str]:
 
 def decode_tore_down(text: str) -> list[str]:
     """The pod group keys of :data:`ANN_TORE_DOWN` (``ValueError`` naming what is wrong)."""
-    try:
-        keys = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not JSON: {error}") from None
+    keys = _json(text)
     if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
         raise ValueError("not a JSON list of pod group keys")
     return keys
@@ -93,10 +90,7 @@ def encode(note: ReclaimNote) -> str:
 
 def decode(text: str) -> ReclaimNote:
     """The note :func:`encode` wrote (``ValueError`` naming what is wrong otherwise)."""
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not JSON: {error}") from None
+    body = _json(text)
     if not isinstance(body, dict):
         raise ValueError("not a JSON object")
     at = parse_time(body.get("at")) if isinstance(body.get("at"), str) else None
@@ -105,6 +99,14 @@ def decode(text: str) -> ReclaimNote:
     flows = _pairs(body.get("from", []), "from", str)
     gpus = _pairs(body.get("gpus", []), "gpus", int)
     return ReclaimNote(at, flows, gpus)
+
+
+def _json(text: str) -> Any:
+    """A note's JSON (``ValueError`` when it is not JSON)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON: {error}") from None
 
 
 def _pairs(value: object, name: str, second: type) -> tuple[tuple[str, Any], ...]:
@@ -129,7 +131,8 @@ def _pairs(value: object, name: str, second: type) -> tuple[tuple[str, Any], ...
 def restore(engine: Engine, pods: Iterable[PodInfo], now: float) -> int:
     """Hand ``engine`` the notes of ``pods`` (bound, or waiting nominated) that count at ``now``
     (:meth:`~fairgpu.engine.engine.Engine.restore_reclaim`,
-    :meth:`~fairgpu.engine.engine.Engine.restore_protection`); a note that cannot be read is
+    :meth:`~fairgpu.engine.engine.Engine.restore_protection`,
+    :meth:`~fairgpu.engine.engine.Engine.restore_torn_down`); a note that cannot be read is
     logged and left out -- it only ever holds pods back, so scheduling goes on without it.
     A pod group a note says was torn down is taken back only while none of its pods runs:
     one running again has started since (its pods carry their own protection). (A group
@@ -141,16 +144,7 @@ def restore(engine: Engine, pods: Iterable[PodInfo], now: float) -> int:
     running = {ref.key for p in pods if p.node_name and (ref := engine.pod_group(p)) is not None}
     taken = 0
     for pod in pods:
-        text = pod.annotations.get(ANN_TORE_DOWN)
-        if text:
-            try:
-                keys = [k for k in decode_tore_down(text) if k not in running]
-            except ValueError as error:
-                _unreadable(pod, ANN_TORE_DOWN, str(error))
-                keys = []
-            for key in keys:
-                engine.restore_torn_down(key)
-            taken += len(keys)
+        taken += _restore_tore_down(engine, pod, running)
         text = pod.annotations.get(ANN_RECLAIM)
         if text:
             try:
@@ -165,6 +159,22 @@ def restore(engine: Engine, pods: Iterable[PodInfo], now: float) -> int:
             else:
                 taken += engine.restore_protection(pod, until, now)
     return taken
+
+
+def _restore_tore_down(engine: Engine, pod: PodInfo, running: set[str]) -> int:
+    """Hand ``engine`` the pod groups ``pod``'s note says it tore down, but those ``running``
+    again; returns how many."""
+    text = pod.annotations.get(ANN_TORE_DOWN)
+    if not text:
+        return 0
+    try:
+        keys = [k for k in decode_tore_down(text) if k not in running]
+    except ValueError as error:
+        _unreadable(pod, ANN_TORE_DOWN, str(error))
+        return 0
+    for key in keys:
+        engine.restore_torn_down(key)
+    return len(keys)
 
 
 def _unreadable(pod: PodInfo, annotation: str, error: str) -> None:
