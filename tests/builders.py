@@ -41,6 +41,7 @@ from fairgpu.model.pod import (
     PodInfo,
     pod_from_k8s,
 )
+from fairgpu.model.pod_requests import overcommit_allowed
 from fairgpu.model.selectors import Taint
 from fairgpu.tenancy.resolve import LABEL_POD_GROUP
 from fairgpu.tenancy.runtimes import MIN_RUNS
@@ -100,7 +101,8 @@ def pod_manifest(
     """A v1 Pod with one container named ``main``.
 
     The container requests ``cpu``, ``memory`` and ``gpus`` (``nvidia.com/gpu``) when given,
-    then ``requests`` on top (so ``requests`` wins); ``limits`` are set only when given. No
+    then ``requests`` on top (so ``requests`` wins); ``limits`` are those given, and for a
+    resource that cannot be overcommitted (a GPU, any extended resource) its request. No
     request at all is the default, as for a pod that names none. ``created``: seconds after
     ``EPOCH`` (creationTimestamp). ``spec``: further v1 PodSpec fields, camelCase
     (``priority``, ``nodeSelector``, ``affinity``, ``tolerations``, ``schedulerName``...).
@@ -109,9 +111,13 @@ def pod_manifest(
     for key, value in ((CPU, cpu), (MEMORY, memory), (GPU, gpus)):
         if value is not None:
             base[key] = value
-    resources: dict[str, Any] = {"requests": {**base, **(requests or {})}}
-    if limits:
-        resources["limits"] = limits
+    asked = {**base, **(requests or {})}
+    # A GPU or any resource that cannot be overcommitted is asked as a limit too, equal to
+    # its request, or the API server refuses the pod.
+    fixed = {k: v for k, v in asked.items() if not overcommit_allowed(k)}
+    resources: dict[str, Any] = {"requests": asked}
+    if limits or fixed:
+        resources["limits"] = {**fixed, **(limits or {})}
     all_labels, notes = _tenancy(labels, annotations, group, min_member, queue, user, duration)
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": all_labels}
     if notes:

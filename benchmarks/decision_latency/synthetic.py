@@ -160,8 +160,8 @@ def pod_object(
         elif rng.random() < 0.5:
             limits["nvidia.com/gpu"] = 1
         else:
-            requests["nvidia.com/gpucores"] = rng.choice([10, 25, 50])
-            requests["nvidia.com/gpumem"] = rng.choice([2048, 4096, 8192])
+            limits["nvidia.com/gpucores"] = rng.choice([10, 25, 50])
+            limits["nvidia.com/gpumem"] = rng.choice([2048, 4096, 8192])
     if rng.random() < anti_affinity_share:
         spec.setdefault("affinity", {})["podAntiAffinity"] = {
             "preferredDuringSchedulingIgnoredDuringExecution": [

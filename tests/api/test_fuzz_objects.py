@@ -99,8 +99,12 @@ POD_TEMPLATE: dict[str, Any] = {
             {
                 "name": "c",
                 "resources": {
-                    "requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpucores": 50},
-                    "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024},
+                    "requests": {"cpu": "500m", "memory": "1Gi"},
+                    "limits": {
+                        "nvidia.com/gpu": 1,
+                        "nvidia.com/gpumem": 1024,
+                        "nvidia.com/gpucores": 50,
+                    },
                 },
             }
         ],

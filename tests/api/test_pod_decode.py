@@ -158,7 +158,7 @@ REQUEST_CASES = [
         id="explicit-request-beats-limit",
     ),
     pytest.param(
-        {"containers": [ctr("a", {"example.com/fpga": "2", "ephemeral-storage": "1Gi"})]},
+        {"containers": [ctr("a", {"ephemeral-storage": "1Gi"}, {"example.com/fpga": "2"})]},
         {"example.com/fpga": 2, "ephemeral-storage": Gi},
         id="extended-and-ephemeral",
     ),
@@ -180,7 +180,7 @@ def test_effective_requests(spec: dict[str, Any], expected: dict[str, int]) -> N
 def test_gpu_requests_fold_into_gpu_not_plain_requests() -> None:
     info = pod_info(
         {
-            "initContainers": [ctr("i", {"nvidia.com/gpu": 2})],
+            "initContainers": [ctr("i", None, {"nvidia.com/gpu": 2})],
             "containers": [ctr("a", {"cpu": "1"}, {"nvidia.com/gpu": 1})],
         }
     )

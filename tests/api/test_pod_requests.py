@@ -59,7 +59,7 @@ def test_only_cpu_memory_and_hugepages_count_at_pod_level() -> None:
     info = pod(
         {
             "resources": {"requests": {"cpu": "2", "hugepages-2Mi": "4Mi", "example.com/x": "3"}},
-            "containers": [ctr("a", {"cpu": "1", "example.com/x": "1"})],
+            "containers": [ctr("a", {"cpu": "1"}, {"example.com/x": "1"})],
         }
     )
     assert plain(info) == {"cpu": 2000, "hugepages-2Mi": 4 * Mi, "example.com/x": 1}

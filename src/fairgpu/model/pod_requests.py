@@ -115,7 +115,12 @@ def _resource_list(values: k8s.ResourceList, where: str, obj: str) -> dict[str, 
 
 
 def container_requests(container: k8s.Container, where: str, obj: str) -> dict[str, int]:
-    """A container's requests, defaulting each request to its limit as the API server does."""
+    """A container's requests, defaulting each request to its limit as the API server does.
+
+    What the API server refuses in a container's resources is refused here too
+    (:func:`_check_requirements`): a simulated workload or a what-if pod then fails where its
+    file would fail ``kubectl apply``, instead of being placed as asked.
+    """
     res = container.resources
     merged: dict[str, object] = dict(res.limits)
     merged.update(res.requests)
@@ -128,7 +133,59 @@ def container_requests(container: k8s.Container, where: str, obj: str) -> dict[s
             raise InvalidObjectError(
                 obj, f"{where}.resources.{section}.{name}", str(error)
             ) from None
+    _check_requirements(res, f"{where}.resources", obj)
     return out
+
+
+def overcommit_allowed(name: str) -> bool:
+    """May a request of ``name`` be below its limit, or stand without one (kube's
+    ``IsOvercommitAllowed``)? Only for resources of the kubernetes.io namespace (cpu,
+    memory, ephemeral-storage), hugepages excepted; a GPU or any other extended resource
+    is asked as a limit, its request equal to it."""
+    native = "/" not in name or "kubernetes.io/" in name
+    return native and not name.startswith(HUGEPAGES_PREFIX)
+
+
+def integer_resource(name: str) -> bool:
+    """Must amounts of ``name`` be whole numbers (kube's ``IsIntegerResourceName``: the
+    extended resources, those outside the kubernetes.io namespace)?"""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+def _check_requirements(res: k8s.ResourceRequirements, where: str, obj: str) -> None:
+    """Refuse, naming the field, what the API server's validation of a container's
+    resources refuses: a fractional amount of an extended resource, a request of a resource
+    that cannot be overcommitted without a limit or other than it, a request above its
+    limit. (Amounts were parsed already, so each parses.)"""
+    for section, values in (("limits", res.limits), ("requests", res.requests)):
+        for name, value in values.items():
+            if integer_resource(name) and parse_quantity(value).denominator != 1:
+                raise InvalidObjectError(
+                    obj, f"{where}.{section}.{name}", f"must be a whole number (got {value})"
+                )
+    for name, value in res.requests.items():
+        if name not in res.limits:
+            if not overcommit_allowed(name):
+                raise InvalidObjectError(
+                    obj,
+                    f"{where}.limits.{name}",
+                    f"required: {name} cannot be overcommitted, so its request needs a limit "
+                    "equal to it (the API server refuses the pod without one)",
+                )
+            continue
+        asked, limit = parse_quantity(value), parse_quantity(res.limits[name])
+        if asked != limit and not overcommit_allowed(name):
+            raise InvalidObjectError(
+                obj,
+                f"{where}.requests.{name}",
+                f"{value} must equal the limit {res.limits[name]} ({name} cannot be overcommitted)",
+            )
+        if asked > limit:
+            raise InvalidObjectError(
+                obj,
+                f"{where}.requests.{name}",
+                f"{value} must be at most the limit {res.limits[name]}",
+            )
 
 
 def pod_level_resource(name: str) -> bool:
