@@ -85,7 +85,14 @@ job's declared run time, spends it, and its job is protected from reclaim for th
 demo seeds 0/1/2 lowest ratio .704/.721/.740 -> .770/.603/.702 (the largest queue, 0.92x
 its share, spent its credit and took seed 1's lowest to 0.60x), lost GPU time on seed 0 1.31
 -> 3.41%, flexible-and-confined useful 76.1 -> 78.3% but lost 0.9 -> 4.0%, pool mix unchanged
-within 0.02; capping the credit at 180 or 720 share-seconds changed none of that.
+within 0.02; capping the credit at 180 or 720 share-seconds changed none of that. Letting
+the preemptor end above its share when it ends nearer it than it stood (the overshoot less
+than the shortfall) and every victim queue at or above its own share after the move, rule 4
+after the move then waived (the victim cannot take back: it is not below its share): demo
+seeds 0/1/2 lowest ratio .768/.721/.755 -> .699/.627/.731, seed 2 useful 74.7 -> 68.8%, the
+other mixes unchanged -- flexible-and-confined too: there the training queue's job needs a
+node on which the flexible queue holds five pods, and taking them leaves that queue below
+its share.
 
 No preemption cycles (under the same state: the victims pending again, nothing else
 changed). After a quota-guarantee move Q is within its nominal quota, so V can take nothing
