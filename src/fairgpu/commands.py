@@ -1,10 +1,12 @@
 """The commands users run against a live cluster: ``explain``, ``queues``, ``jobs`` and
 ``what-if``.
 
-They read the cluster once through the kubeconfig (:mod:`fairgpu.kube.snapshot`), let the
-engine answer (:mod:`fairgpu.kube.explain`) and print plain text, or JSON with ``-o json``.
-Nothing is written to the cluster. Registered on ``fairgpu`` by :mod:`fairgpu.cli` and served
-alone by :data:`kubectl_app`, the ``kubectl-fairgpu`` plugin (``kubectl fairgpu explain ...``).
+They read the cluster once through the kubeconfig (:mod:`fairgpu.kube.snapshot`), build the
+engine with the settings the running scheduler published
+(:mod:`fairgpu.kube.published_settings`; each overridden by its option), let it answer
+(:mod:`fairgpu.kube.explain`) and print plain text, or JSON with ``-o json``. Nothing is
+written to the cluster. Registered on ``fairgpu`` by :mod:`fairgpu.cli` and served alone by
+:data:`kubectl_app`, the ``kubectl-fairgpu`` plugin (``kubectl fairgpu explain ...``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -28,12 +31,28 @@ Kubeconfig = Annotated[
 Context = Annotated[str | None, typer.Option(help="Kubeconfig context.")]
 Config = Annotated[
     Path | None,
-    typer.Option(help="Tenancy config YAML, the same file as `fairgpu run --config`."),
+    typer.Option(
+        help="Tenancy config YAML, the same file as `fairgpu run --config` (default: the one "
+        "the running scheduler published)."
+    ),
 ]
 Policy = Annotated[str | None, typer.Option(help="Placement policy, as `fairgpu run --policy`.")]
-Ordering = Annotated[str, typer.Option(help="Queue ordering: 'fair' or 'kube-default'.")]
+Ordering = Annotated[
+    str | None, typer.Option(help="Queue ordering: 'fair' or 'kube-default' (default: fair).")
+]
 SchedulerName = Annotated[str, typer.Option(help="The scheduler's spec.schedulerName.")]
-PoolLabel = Annotated[str, typer.Option(help="Node-pool label key, as `fairgpu run`.")]
+PoolLabel = Annotated[
+    str | None,
+    typer.Option(help="Node-pool label key, as `fairgpu run` (default: example.com/node.usage)."),
+]
+SettingsFrom = Annotated[
+    str,
+    typer.Option(
+        "--settings-namespace",
+        help="Where the running scheduler publishes its settings (its --lease-namespace): "
+        "options not given here are taken from them.",
+    ),
+]
 Output = Annotated[str, typer.Option("--output", "-o", help="'text' or 'json'.")]
 Run = Annotated[
     Path | None,
@@ -109,35 +128,100 @@ def run_explain_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True, slots=True)
+class Given:
+    """The settings a command was given (None: not given, so taken from what the running
+    scheduler published, else the defaults of ``fairgpu run``)."""
+
+    config: Path | None
+    policy: str | None
+    ordering: str | None
+    node_pool_label: str | None
+    scheduler_name: str = "fairgpu"
+    settings_namespace: str = "fairgpu-system"
+
+
 def _read(
-    kubeconfig: str | None,
-    context: str | None,
-    config: Path | None,
-    policy: str | None,
-    ordering: str,
-    scheduler_name: str,
-    pool_label: str,
-    output: str,
+    kubeconfig: str | None, context: str | None, output: str, given: Given
 ) -> tuple[Any, Any]:
     """The API client and a snapshot of the cluster (exits with a message on bad input)."""
-    from fairgpu.engine.policies import DEFAULT_POLICY
     from fairgpu.kube.client import CONNECTION_ERRORS, RestClient, load_connection
-    from fairgpu.kube.snapshot import ReadSettings, read_cluster
+    from fairgpu.kube.snapshot import read_cluster
 
     _check_output(output)
-    if ordering not in ("fair", "kube-default"):
-        _fail(f"--ordering must be 'fair' or 'kube-default', not {ordering!r}")
-    if config is not None and not config.exists():
-        _fail(f"{config}: no such file or directory")
-    settings = ReadSettings(config, policy or DEFAULT_POLICY, ordering, scheduler_name, pool_label)
+    if given.ordering not in (None, "fair", "kube-default"):
+        _fail(f"--ordering must be 'fair' or 'kube-default', not {given.ordering!r}")
+    if given.config is not None and not given.config.exists():
+        _fail(f"{given.config}: no such file or directory")
     errors: tuple[type[BaseException], ...] = (ValueError, RuntimeError, *CONNECTION_ERRORS)
     try:
         client = RestClient(load_connection(kubeconfig, context))
-        snapshot = read_cluster(client, settings)
+        snapshot = read_cluster(client, _settings(client, given))
         snapshot.build()  # a bad tenancy file or policy fails here, once
     except errors as error:
         _fail(str(error) or type(error).__name__)
     return client, snapshot
+
+
+def _settings(client: Any, given: Given) -> Any:
+    """The settings to build the engine with: each one given, else the one the running
+    scheduler published (:mod:`~fairgpu.kube.published_settings`), else ``fairgpu run``'s
+    default. Says on stderr where they came from, and when a given config is not the one
+    the scheduler runs with."""
+    from fairgpu.engine.policies import DEFAULT_POLICY
+    from fairgpu.kube.published_settings import read_published
+    from fairgpu.kube.snapshot import ReadSettings
+
+    defaults = ReadSettings()
+    published, where = read_published(client, given.settings_namespace, given.scheduler_name)
+    if published is None:
+        if given.config is None:
+            typer.echo(
+                f"note: {where}; without --config every namespace is a queue of weight 1",
+                err=True,
+            )
+        return ReadSettings(
+            given.config,
+            given.policy or DEFAULT_POLICY,
+            given.ordering or defaults.ordering,
+            given.scheduler_name,
+            given.node_pool_label or defaults.node_pool_label,
+        )
+    taken: list[str] = []
+    tenancy: Path | str | None = given.config
+    if given.config is None:
+        tenancy = published.tenancy
+        taken.append("its tenancy config" if tenancy is not None else "no tenancy config")
+    elif given.config.read_text() != (published.tenancy or ""):
+        typer.echo(
+            f"note: --config {given.config} is not the tenancy config the scheduler runs with "
+            f"({where}); these answers follow --config",
+            err=True,
+        )
+
+    def pick(mine: str | None, theirs: str, default: str, what: str) -> str:
+        if mine is not None:
+            return mine
+        taken.append(f"{what} {theirs or default}")
+        return theirs or default
+
+    settings = ReadSettings(
+        tenancy + "\n" if isinstance(tenancy, str) and "\n" not in tenancy else tenancy,
+        pick(given.policy, published.policy, DEFAULT_POLICY, "policy"),
+        pick(given.ordering, published.ordering, defaults.ordering, "ordering"),
+        given.scheduler_name,
+        pick(
+            given.node_pool_label,
+            published.node_pool_label,
+            defaults.node_pool_label,
+            "node-pool label",
+        ),
+        published.seed,
+    )
+    if taken:
+        when = f", published {published.at}" if published.at else ""
+        typer.echo(f"using the scheduler's settings ({where}{when}): " + ", ".join(taken), err=True)
+    return settings
 
 
 # ---- explain ------------------------------------------------------------------------------------
@@ -149,9 +233,10 @@ def explain(
     context: Context = None,
     config: Config = None,
     policy: Policy = None,
-    ordering: Ordering = "fair",
+    ordering: Ordering = None,
     scheduler_name: SchedulerName = "fairgpu",
-    node_pool_label: PoolLabel = "example.com/node.usage",
+    node_pool_label: PoolLabel = None,
+    settings_namespace: SettingsFrom = "fairgpu-system",
     run: Run = None,
     at: At = None,
     forecast_budget: Budget = 3.0,
@@ -174,7 +259,10 @@ def explain(
         _echo(output, report, run_explain_lines(report))
         return
     client, snapshot = _read(
-        kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
+        kubeconfig,
+        context,
+        output,
+        Given(config, policy, ordering, node_pool_label, scheduler_name, settings_namespace),
     )
     resp = client.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}", limited=False)
     if resp.status == 404:
@@ -470,9 +558,10 @@ def queues(
     context: Context = None,
     config: Config = None,
     policy: Policy = None,
-    ordering: Ordering = "fair",
+    ordering: Ordering = None,
     scheduler_name: SchedulerName = "fairgpu",
-    node_pool_label: PoolLabel = "example.com/node.usage",
+    node_pool_label: PoolLabel = None,
+    settings_namespace: SettingsFrom = "fairgpu-system",
     run: Run = None,
     at: At = None,
     forecast_budget: Budget = 3.0,
@@ -496,7 +585,10 @@ def queues(
         _echo(output, answer, [head, *queue_table(answer["queues"])])
         return
     client, snapshot = _read(
-        kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
+        kubeconfig,
+        context,
+        output,
+        Given(config, policy, ordering, node_pool_label, scheduler_name, settings_namespace),
     )
     snapshot.forecast_budget = forecast_budget
     snapshot.preemptions = read_preemptions(client)
@@ -566,9 +658,10 @@ def jobs(
     context: Context = None,
     config: Config = None,
     policy: Policy = None,
-    ordering: Ordering = "fair",
+    ordering: Ordering = None,
     scheduler_name: SchedulerName = "fairgpu",
-    node_pool_label: PoolLabel = "example.com/node.usage",
+    node_pool_label: PoolLabel = None,
+    settings_namespace: SettingsFrom = "fairgpu-system",
     run: Run = None,
     at: At = None,
     forecast_budget: Budget = 3.0,
@@ -590,7 +683,10 @@ def jobs(
         _echo(output, answer, [head, *job_table(answer["jobs"])])
         return
     _, snapshot = _read(
-        kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
+        kubeconfig,
+        context,
+        output,
+        Given(config, policy, ordering, node_pool_label, scheduler_name, settings_namespace),
     )
     snapshot.forecast_budget = forecast_budget
     rows = job_rows(snapshot, namespace)
@@ -652,9 +748,10 @@ def what_if(
     context: Context = None,
     config: Config = None,
     policy: Policy = None,
-    ordering: Ordering = "fair",
+    ordering: Ordering = None,
     scheduler_name: SchedulerName = "fairgpu",
-    node_pool_label: PoolLabel = "example.com/node.usage",
+    node_pool_label: PoolLabel = None,
+    settings_namespace: SettingsFrom = "fairgpu-system",
     run: Run = None,
     at: At = None,
     forecast_budget: Budget = 3.0,
@@ -675,10 +772,14 @@ def what_if(
         client = None
     else:
         client, snapshot = _read(
-            kubeconfig, context, config, policy, ordering, scheduler_name, node_pool_label, output
+            kubeconfig,
+            context,
+            output,
+            Given(config, policy, ordering, node_pool_label, scheduler_name, settings_namespace),
         )
     snapshot.forecast_budget = forecast_budget
-    pods, groups, later = _load_pods(file, client, snapshot, node_pool_label, namespace)
+    pool_label = snapshot.settings.node_pool_label
+    pods, groups, later = _load_pods(file, client, snapshot, pool_label, namespace)
     rows = answer(snapshot, pods, groups)
     for row, pod in zip(rows, pods, strict=True):
         if pod.scheduler_name != scheduler_name:

@@ -94,6 +94,22 @@ def ns(live_cp: ControlPlane, admin: KubeClient, kubelet: FakeKubelet) -> Iterat
         delete_pods(admin, name)
 
 
+@pytest.fixture(autouse=True)
+def no_published_settings(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test on the shared control plane starts and ends without published scheduler
+    settings (:mod:`fairgpu.kube.published_settings`): they outlive their scheduler, and a
+    command in one test must not answer with another test's scheduler's settings."""
+    if "live_cp" not in request.fixturenames:
+        yield
+        return
+    admin: KubeClient = request.getfixturevalue("admin")
+    path = "/api/v1/namespaces/fairgpu-system/configmaps"
+    ours = {"labelSelector": "app.kubernetes.io/name=fairgpu"}
+    admin.request("DELETE", path, params=ours)
+    yield
+    admin.request("DELETE", path, params=ours)
+
+
 @pytest.fixture(scope="session")
 def podgroup_crd(admin: KubeClient) -> Iterator[None]:
     """The coscheduling PodGroup CRD (scheduling.x-k8s.io/v1alpha1)."""

@@ -96,6 +96,9 @@ def test_runs_with_the_least_privilege_rbac_of_deploy(
         assert c["status"] == "False"
         assert wait_for(lambda: events_for(admin, ns, "too-big"))
         assert s.metrics.binds.labels("error")._value.get() == 0
+        # The leader publishes its settings for the read-only commands.
+        published = admin.get("/api/v1/namespaces/fairgpu-system/configmaps/fairgpu-settings")
+        assert published["data"]["ordering"] == "fair"
     lease = admin.get(
         "/apis/coordination.k8s.io/v1/namespaces/fairgpu-system/leases/fairgpu-scheduler"
     )

@@ -30,7 +30,7 @@ runner = CliRunner()
 def _run(cp: ControlPlane, *args: str) -> str:
     result = runner.invoke(app, [*args, "--kubeconfig", str(cp.kubeconfig_path)])
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout  # notes on where the settings came from go to standard error
 
 
 def _fill_and_wait(admin: KubeClient, ns: str) -> None:

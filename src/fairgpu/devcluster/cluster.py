@@ -22,6 +22,9 @@ from fairgpu.devcluster.nodes import POOLS, NodeSpec, create_nodes, gpu_node_spe
 
 __all__ = ["DevCluster", "up"]
 
+#: The namespace `fairgpu run` uses by default for its Lease and published settings.
+SYSTEM_NAMESPACE = "fairgpu-system"
+
 
 class DevCluster:
     """Control plane plus fake nodes, namespaces and (optionally) kubelet and kube-scheduler.
@@ -93,7 +96,9 @@ class DevCluster:
         try:
             self.client = cp.client(maxsize=32)
             ca_pem = Path(cp.ca_file).read_text()
-            for ns in self.namespaces:
+            # fairgpu-system: where `fairgpu run` keeps its Lease and publishes its settings,
+            # as deploy/ creates it on a real cluster.
+            for ns in dict.fromkeys([*self.namespaces, SYSTEM_NAMESPACE]):
                 ensure_namespace(self.client, ns, ca_pem=ca_pem)
             create_nodes(self.client, self.node_specs, domain=self.domain)
             if self.with_kubelet:

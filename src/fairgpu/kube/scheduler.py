@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
@@ -72,6 +73,7 @@ from fairgpu.kube.metrics_export import MetricsExporter
 from fairgpu.kube.namespaces import NamespaceStore, namespace_reflector
 from fairgpu.kube.podgroup_watch import PodGroupWatch
 from fairgpu.kube.preemption_hold import PreemptionHolds
+from fairgpu.kube.published_settings import Published, publish, tenancy_text
 from fairgpu.kube.reflector import Reflector, stop_all
 from fairgpu.kube.reporter import Reporter, report_unschedulable
 from fairgpu.kube.services import ServiceStore, service_reflector
@@ -98,6 +100,15 @@ class LiveScheduler:
         from fairgpu.tenancy import load_config
 
         tenancy = load_config(config.tenancy) if config.tenancy is not None else None
+        # What the read-only commands are told this scheduler decides with (published once
+        # it leads): the config's text as it was loaded.
+        self.published = Published(
+            tenancy_text(config.tenancy),
+            config.policy,
+            config.ordering,
+            config.node_pool_label,
+            config.seed,
+        )
         self.engine = Engine(
             named_policy(config.policy),
             config.seed,
@@ -260,6 +271,13 @@ class LiveScheduler:
         self._dirty = True  # schedule at once with the warm cache
         self.events.put(Wake())
 
+    def _publish(self) -> None:
+        """Publish the settings this scheduler decides with, for ``explain`` and the other
+        read-only commands (:mod:`~fairgpu.kube.published_settings`)."""
+        cfg = self.config
+        mine = replace(self.published, by=self.identity)
+        publish(self.client, cfg.lease_namespace, cfg.scheduler_name, mine)
+
     def _lost_lease(self) -> None:
         self.lost_lease = True
         self.stop()
@@ -398,6 +416,7 @@ class LiveScheduler:
                 taken = engine_notes.restore(self.engine, self.cache.noted_pods(), now)
                 log.info("engine notes restored", extra={"notes": taken})
                 self._notes_restored = True
+                self._publish()
             if leader:
                 self._expire_held(now)
                 periodic = now - self._last_cycle >= cfg.resync_seconds and (

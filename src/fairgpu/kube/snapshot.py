@@ -81,7 +81,7 @@ _list_decoder = msgspec.json.Decoder(_List)
 class ReadSettings:
     """How the state is built: the same meaning as ``fairgpu run``'s options."""
 
-    tenancy: Path | None = None
+    tenancy: Path | str | None = None  # a file, or YAML text (with a newline)
     policy: str = DEFAULT_POLICY
     ordering: str = "fair"
     scheduler_name: str = "fairgpu"
