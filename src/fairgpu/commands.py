@@ -799,6 +799,8 @@ def what_if(
                 + f"would start on {row['node']}"
                 + (f" after preempting {victims}" if victims else " now")
             )
+        elif row["outcome"] == "refused":
+            typer.echo(head + f"the API server would refuse it: {row['reason']}")
         else:
             typer.echo(head + f"would stay pending: {row['reason']}")
             if row.get("fits_on_empty_nodes") == [] and row["empty_nodes_reason"] != row["reason"]:

@@ -147,6 +147,10 @@ def test_what_if_names_a_node_and_creates_nothing(
     docs: list[dict[str, Any]] = []
     for name, gpus, pool in (("fits", 8, "hybrid"), ("too-big", 16, "training")):
         docs.append(pod(name, gpus=gpus, pool=pool))  # no namespace: -n gives it
+    # A GPU asked in requests alone: the API server refuses such a pod.
+    refused = pod("requests-only", pool="hybrid")
+    refused["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "1"}}
+    docs.append(refused)
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump_all(docs))
     before = _objects(admin)
@@ -156,8 +160,12 @@ def test_what_if_names_a_node_and_creates_nothing(
         f"{ns}/too-big (queue {ns}, user {ns}): would stay pending: 16 GPUs asked "
         "(nvidia.com/gpu), but no node has more than 8"
     ) in text
+    assert (
+        f"{ns}/requests-only (queue {ns}, user {ns}): the API server would refuse it: Pod "
+        f"{ns}/requests-only: field spec.containers[0].resources.limits.nvidia.com/gpu: required"
+    ) in text
     rows = json.loads(_run(live_cp, "what-if", "-f", str(job), "-n", ns, "-o", "json"))
-    assert [r["outcome"] for r in rows] == ["bind", "pending"]
+    assert [r["outcome"] for r in rows] == ["bind", "pending", "refused"]
     assert _objects(admin) == before
     names = {p["metadata"]["name"] for p in admin.get(f"/api/v1/namespaces/{ns}/pods")["items"]}
     assert names == {"fill", "want"}

@@ -15,3 +15,8 @@ class InvalidObjectError(ValueError):
         self.field = field
         self.problem = problem
         super().__init__(f"{obj}: field {field}: {problem}")
+
+
+class RefusedObjectError(InvalidObjectError):
+    """An object the API server itself refuses to store: read from a file (a simulated
+    workload, a what-if), it could never exist in a cluster."""

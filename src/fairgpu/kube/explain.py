@@ -816,7 +816,9 @@ def what_if(
     would wait but could fit, when it is predicted to start (the live forecast's path, the
     pods added). A pod that would wait carries ``fits_on_empty_nodes`` and
     ``empty_nodes_reason`` (:func:`fits_when_empty`): one that fits no node even when they are
-    empty gets no forecast -- nothing ending would start it. Creates nothing."""
+    empty gets no forecast -- nothing ending would start it. A pod the API server would
+    refuse (:class:`~fairgpu.api.errors.RefusedObjectError`) is answered ``refused``, with
+    the field at fault. Creates nothing."""
     cache, engine = snapshot.build()
     if pod_groups:
         engine.register_pod_groups(pod_groups)
@@ -834,7 +836,9 @@ def what_if(
         t = engine.tenant(pod)
         row: dict[str, Any] = {"pod": pod.key, "queue": t.queue, "user": t.user}
         if pod.error:
-            row.update(outcome="pending", reason=pod.error, resolvable=False)
+            # One the API server refuses would never exist; one it accepts would wait.
+            outcome = "refused" if pod.refused else "pending"
+            row.update(outcome=outcome, reason=pod.error, resolvable=False)
         else:
             row.update(_decision(result, engine, pod.uid))
         if row["outcome"] == "pending" and row.get("resolvable", True):

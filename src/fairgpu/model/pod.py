@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from fairgpu.api import objects as k8s
-from fairgpu.api.errors import InvalidObjectError
+from fairgpu.api.errors import InvalidObjectError, RefusedObjectError
 from fairgpu.api.quantity import QuantityError
 from fairgpu.model.dra import ClaimRef, pod_claim_refs, pod_claim_statuses
 from fairgpu.model.gang_topology import GangTopology, gang_topology
@@ -176,6 +176,8 @@ class PodInfo:
     owner: str = ""
     source: k8s.Pod | None = None
     error: str | None = None
+    # The error is one the API server refuses the pod for (it would never be created).
+    refused: bool = False
     _static_key: tuple[Any, ...] | None = None
     # Non-empty: the pod waits for these spec.schedulingGates and is not scheduled.
     scheduling_gates: tuple[str, ...] = ()
@@ -511,6 +513,7 @@ def invalid_pod(raw: Any, error: Exception) -> PodInfo:
         if isinstance(scheduler, str) and scheduler
         else "default-scheduler",
         error=str(error),
+        refused=isinstance(error, RefusedObjectError),
     )
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fairgpu.api import objects as k8s
-from fairgpu.api.errors import InvalidObjectError
+from fairgpu.api.errors import InvalidObjectError, RefusedObjectError
 from fairgpu.api.quantity import QuantityError, parse_quantity
 
 CPU = "cpu"
@@ -160,28 +160,28 @@ def _check_requirements(res: k8s.ResourceRequirements, where: str, obj: str) -> 
     for section, values in (("limits", res.limits), ("requests", res.requests)):
         for name, value in values.items():
             if integer_resource(name) and parse_quantity(value).denominator != 1:
-                raise InvalidObjectError(
+                raise RefusedObjectError(
                     obj, f"{where}.{section}.{name}", f"must be a whole number (got {value})"
                 )
     for name, value in res.requests.items():
         if name not in res.limits:
             if not overcommit_allowed(name):
-                raise InvalidObjectError(
+                raise RefusedObjectError(
                     obj,
                     f"{where}.limits.{name}",
                     f"required: {name} cannot be overcommitted, so its request needs a limit "
-                    "equal to it (the API server refuses the pod without one)",
+                    "equal to it",
                 )
             continue
         asked, limit = parse_quantity(value), parse_quantity(res.limits[name])
         if asked != limit and not overcommit_allowed(name):
-            raise InvalidObjectError(
+            raise RefusedObjectError(
                 obj,
                 f"{where}.requests.{name}",
                 f"{value} must equal the limit {res.limits[name]} ({name} cannot be overcommitted)",
             )
         if asked > limit:
-            raise InvalidObjectError(
+            raise RefusedObjectError(
                 obj,
                 f"{where}.requests.{name}",
                 f"{value} must be at most the limit {res.limits[name]}",
