@@ -368,3 +368,34 @@ def test_a_bound_pod_relabelled_is_seen_with_its_new_labels() -> None:
     apply(cache, "MODIFIED", _resized(bound, "1", labels={"app": "web"}))
     assert cache.cluster.pods["uid-p"].labels == {"app": "web"}
     assert cache.cluster.placements["uid-p"].devices == (0,)
+
+
+def _annotated(raw: bytes, annotations: dict[str, str]) -> bytes:
+    obj = msgspec.json.decode(raw)
+    obj["metadata"]["annotations"].update(annotations)
+    return msgspec.json.encode(obj)
+
+
+def test_a_bound_pod_that_no_longer_decodes_keeps_holding_its_node() -> None:
+    """Annotations change on running pods: one that makes a bound pod malformed for this
+    scheduler (a bad topology label), or a share another scheduler placed that this one
+    cannot read (two devices of 4 GiB each, as HAMi allows), must not free what the pod
+    holds, or the node is booked twice."""
+    cache = make_cache("n1")
+    apply(cache, "ADDED", pod_json("mine", gpus=6, node="n1", devices="0,1,2,3,4,5"))
+    bad = _annotated(
+        pod_json("mine", gpus=6, node="n1", devices="0,1,2,3,4,5"),
+        {"fairgpu.io/topology-required": "not a label!"},
+    )
+    rec = decode_pod(bad, "fairgpu")
+    assert rec.info is not None and "topology-required" in (rec.info.error or "")
+    apply(cache, "MODIFIED", bad)
+    assert free_devices(cache, "n1") == [6, 7]
+    idx = cache.cluster.node_index["n1"]
+    assert cache.cluster.requested[idx, COL_CPU] == 1000  # its cpu request too
+    theirs = pod_json(
+        "theirs", gpus=2, node="n1", scheduler="hami", extra={"nvidia.com/gpumem": "4096"}
+    )
+    apply(cache, "ADDED", theirs)
+    assert free_devices(cache, "n1") == []  # counted as two whole GPUs: never fewer
+    assert cache.overcommits == 0

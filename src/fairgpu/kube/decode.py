@@ -19,7 +19,7 @@ from fairgpu.model.gpu import ANN_GPU_DEVICES, DEFAULT_NAMES, GpuResourceNames
 from fairgpu.model.gpu import decode_gpu_devices as _decode_devices
 from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
-from fairgpu.model.pod import PodInfo, invalid_pod, pod_from_k8s
+from fairgpu.model.pod import PodInfo, bound_pod_holding, invalid_pod, pod_from_k8s
 
 __all__ = [
     "Invalid",
@@ -133,7 +133,8 @@ def decode_pod(
     names: GpuResourceNames = DEFAULT_NAMES,
     pools: NodePoolConfig | None = None,
 ) -> PodRecord:
-    """Decode one Pod's JSON; malformed pods of ``scheduler_name`` become ``invalid_pod``."""
+    """Decode one Pod's JSON; malformed pods of ``scheduler_name`` become ``invalid_pod``,
+    malformed bound pods (of any scheduler) what they hold (:func:`bound_pod_holding`)."""
     try:
         pod = k8s.decode_json(raw, k8s.Pod)
     except InvalidObjectError as error:
@@ -171,7 +172,10 @@ def decode_pod(
     try:
         info = pod_from_k8s(pod, names)
     except InvalidObjectError as error:
-        info = invalid_pod(msgspec.json.decode(raw), error)
+        if spec.node_name:  # it holds what it asked on its node all the same
+            info = bound_pod_holding(pod, names, error)
+        else:
+            info = invalid_pod(msgspec.json.decode(raw), error)
     else:
         info.source = None  # keep the cache lean: the scheduler never reads the raw object
         if pools is not None:

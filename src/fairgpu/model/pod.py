@@ -493,6 +493,51 @@ def _tolerations(spec: k8s.PodSpec, obj: str) -> list[Toleration]:
     return tolerations
 
 
+def bound_pod_holding(pod: k8s.Pod, names: GpuResourceNames, error: Exception) -> PodInfo:
+    """What a pod bound to a node holds there, when it failed to decode (``error``).
+
+    Annotations change on running pods -- one can make a bound pod malformed for this
+    scheduler (a topology label that is no label) -- and another scheduler may have placed a
+    GPU ask this one cannot read (HAMi's share of two devices, ``nvidia.com/gpu: 2`` with
+    ``nvidia.com/gpumem``). Such a pod still holds its requests on its node: counting it
+    with none would book the node twice. So its requests are parsed as for any pod (the API
+    server accepted them), and its GPUs as decoded or, when the ask itself is what failed,
+    as whole devices -- the number asked, at least one: never fewer than it holds. Only what
+    accounting needs is read (no affinity, no spread); the pod carries ``error``.
+    """
+    meta, spec = pod.metadata, pod.spec
+    ns = meta.namespace or "default"
+    obj = f"Pod {ns}/{meta.name}"
+    try:
+        parsed = ParsedRequests.of(spec, obj, pod.status)
+        requests, scoring = parsed.effective(), parsed.scoring()
+    except InvalidObjectError:
+        requests, scoring = {}, None  # nothing readable to count beyond the pod itself
+    gpu_names = names.all_request_names()
+    try:
+        gpu = gpu_request_from(requests, names, None)
+    except ValueError:
+        gpu = GpuRequest(count=max(requests.get(names.gpu, 0), 1))
+    plain = {k: v for k, v in requests.items() if k not in gpu_names}
+    plain[PODS] = 1
+    return PodInfo(
+        name=meta.name,
+        namespace=ns,
+        uid=meta.uid or f"{ns}/{meta.name}",
+        labels=dict(meta.labels),
+        annotations=dict(meta.annotations),
+        requests=plain,
+        scoring_requests=scoring,
+        gpu=gpu,
+        node_name=spec.node_name,
+        priority=spec.priority or 0,
+        scheduler_name=spec.scheduler_name,
+        created=_timestamp(meta.creation_timestamp),
+        owner=next((o.uid or o.name for o in meta.owner_references if o.controller), ""),
+        error=str(error),
+    )
+
+
 def invalid_pod(raw: Any, error: Exception) -> PodInfo:
     """A placeholder for a pod that failed to decode, carrying the error as its reason."""
     meta = raw.get("metadata", {}) if isinstance(raw, dict) else {}
@@ -517,4 +562,4 @@ def invalid_pod(raw: Any, error: Exception) -> PodInfo:
     )
 
 
-__all__ = ["PodInfo", "Requirement", "invalid_pod", "pod_from_k8s"]
+__all__ = ["PodInfo", "Requirement", "bound_pod_holding", "invalid_pod", "pod_from_k8s"]
