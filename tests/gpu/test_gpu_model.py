@@ -42,12 +42,13 @@ def test_annotation_rejects_malformed(bad: str) -> None:
         decode_gpu_devices(bad)
 
 
-def test_request_parsing_rejects_impossible_asks() -> None:
+def test_request_parsing_rejects_impossible_asks_only() -> None:
     names = DEFAULT_NAMES
     with pytest.raises(ValueError, match="gpucores"):
         gpu_request_from({names.cores_percent: 150}, names, None)
-    with pytest.raises(ValueError, match="only be asked for one device"):
-        gpu_request_from({names.gpu: 2, names.cores_percent: 50}, names, None)
+    # A share of several devices is a share of each (HAMi's several virtual GPUs).
+    pair = gpu_request_from({names.gpu: 2, names.cores_percent: 50}, names, None)
+    assert (pair.count, pair.milli, pair.is_shared) == (2, 500, True)
     share = gpu_request_from({names.cores_percent: 30, names.memory_mib: 2048}, names, None)
     assert (share.count, share.milli, share.memory_mib, share.is_shared) == (1, 300, 2048, True)
 
@@ -61,8 +62,11 @@ def test_validate_reports_each_problem() -> None:
     assert any("no node with GPU model T4 has more than 2" in p for p in too_many)
     memory = validate_gpu_request(pod_info("mem", milli=500, gpu_memory_mib=40000), nodes)
     assert any("40000 MiB" in p for p in memory)
-    fraction = pod_info("f", gpus=2, milli=500)
-    assert any("one device" in p for p in validate_gpu_request(fraction, cluster(*nodes)))
+    # A share of each of several devices: as many devices as any allowed node has.
+    pair = pod_info("f", gpus=2, milli=500)
+    assert validate_gpu_request(pair, cluster(*nodes)) == []
+    five = validate_gpu_request(pod_info("g", gpus=5, milli=500), cluster(*nodes))
+    assert any("5 GPUs asked" in p for p in five)
 
 
 def test_mig_mixed_strategy_is_a_plain_extended_resource() -> None:

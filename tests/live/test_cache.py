@@ -378,9 +378,9 @@ def _annotated(raw: bytes, annotations: dict[str, str]) -> bytes:
 
 def test_a_bound_pod_that_no_longer_decodes_keeps_holding_its_node() -> None:
     """Annotations change on running pods: one that makes a bound pod malformed for this
-    scheduler (a bad topology label), or a share another scheduler placed that this one
-    cannot read (two devices of 4 GiB each, as HAMi allows), must not free what the pod
-    holds, or the node is booked twice."""
+    scheduler (a bad topology label), or a GPU ask another scheduler placed that this one
+    cannot read (150% of a GPU on each of two), must not free what the pod holds, or the node
+    is booked twice."""
     cache = make_cache("n1")
     apply(cache, "ADDED", pod_json("mine", gpus=6, node="n1", devices="0,1,2,3,4,5"))
     bad = _annotated(
@@ -394,8 +394,10 @@ def test_a_bound_pod_that_no_longer_decodes_keeps_holding_its_node() -> None:
     idx = cache.cluster.node_index["n1"]
     assert cache.cluster.requested[idx, COL_CPU] == 1000  # its cpu request too
     theirs = pod_json(
-        "theirs", gpus=2, node="n1", scheduler="hami", extra={"nvidia.com/gpumem": "4096"}
+        "theirs", gpus=2, node="n1", scheduler="other", extra={"nvidia.com/gpucores": "150"}
     )
+    unreadable = decode_pod(theirs, "fairgpu").info
+    assert unreadable is not None and "150%" in (unreadable.error or "")
     apply(cache, "ADDED", theirs)
     assert free_devices(cache, "n1") == []  # counted as two whole GPUs: never fewer
     assert cache.overcommits == 0

@@ -52,3 +52,31 @@ def test_share_on_a_node_without_virtual_devices_is_reported_once(
     assert len(warned) == 1
     problem = warned[0].__dict__["problem"]
     assert problem.startswith(f"Node {node}: allocatable nvidia.com/gpu (8) equals")
+
+
+def test_a_share_of_two_devices_is_bound_with_a_part_of_each(
+    live_cp: ControlPlane, admin: KubeClient, ns: str
+) -> None:
+    """HAMi's share of several devices (``nvidia.com/gpu: 2`` with ``gpucores``): each pod
+    is bound with its part on two distinct devices, and no device holds more than it has
+    (audited from the pods' annotations on the API server)."""
+    from auditor import Auditor
+
+    from fairgpu.model.gpu import ANN_GPU_DEVICES, decode_gpu_devices
+
+    node = {"kubernetes.io/hostname": "lv-training-a100"}
+    for i in range(5):
+        m = pod(f"pair-{i}", gpus=2, extra_resources={"nvidia.com/gpucores": "40"})
+        m["spec"]["nodeSelector"] = node
+        create(admin, ns, m)
+    auditor = Auditor(admin, namespace=None)
+    with scheduler(live_cp):
+        placed = wait_for(lambda: b if len(b := bound(admin, ns)) == 5 else None, 30)
+    assert set(placed.values()) == {"lv-training-a100"}
+    parts = []
+    for p in admin.get(f"/api/v1/namespaces/{ns}/pods")["items"]:
+        devices = decode_gpu_devices(p["metadata"]["annotations"][ANN_GPU_DEVICES])
+        assert len({d.index for d in devices}) == 2 and {d.milli for d in devices} == {400}
+        parts += [d.index for d in devices]
+    assert len(parts) == 10 and max(parts.count(d) for d in set(parts)) <= 2  # 2 x 400m fit
+    assert auditor.check() == []

@@ -105,7 +105,8 @@ def members_per_node(pod: PodInfo, cluster: ClusterState, mask: np.ndarray) -> n
         if gpu.is_whole:
             fits = np.minimum(fits, cluster.gpu_count[:n] // gpu.count)
         else:
-            fits = np.minimum(fits, alloc[:, COL_GPU_MILLI] // max(1, gpu.milli))
+            # A share of several devices takes its part of that many (an upper bound).
+            fits = np.minimum(fits, alloc[:, COL_GPU_MILLI] // (max(1, gpu.milli) * gpu.count))
     for col, need in (
         (COL_CPU, pod.requests.get(CPU, 0)),
         (COL_MEMORY, pod.requests.get(MEMORY, 0)),

@@ -7,8 +7,10 @@ device plugin and HAMi use. A GPU ask is normalised to ``count`` devices each ne
 
 * ``nvidia.com/gpu: N`` -- N whole devices;
 * ``nvidia.com/gpucores: P`` (percent, 1% granularity) and/or ``nvidia.com/gpumem: MiB`` /
-  ``nvidia.com/gpumem-percentage: P`` -- a share of one device (``nvidia.com/gpu`` may be 1 or
-  absent); ``fairgpu.io/gpu-milli`` (the openb trace's ``gpu_milli``) is the same in milli-GPU.
+  ``nvidia.com/gpumem-percentage: P`` -- a share of one device (``nvidia.com/gpu`` absent or
+  1), or of each of ``nvidia.com/gpu: N`` distinct devices (HAMi's N virtual GPUs, each on
+  its own physical GPU); ``fairgpu.io/gpu-milli`` (the openb trace's ``gpu_milli``) is the
+  same in milli-GPU.
 
 MIG
 ---
@@ -100,7 +102,7 @@ class GpuRequest:
 
     @property
     def is_shared(self) -> bool:
-        """True for an ask for part of one device."""
+        """True for an ask for part of a device (of each of ``count`` distinct devices)."""
         return self.count > 0 and not self.is_whole
 
     @property
@@ -117,9 +119,9 @@ def gpu_request_from(
 ) -> GpuRequest:
     """Build a :class:`GpuRequest` from a pod's effective requests.
 
-    Raises ``ValueError`` for asks no device can meet: cores above 100%, a fraction together
-    with more than one device, negative values, a fraction together with MIG slices (mixed
-    strategy ``nvidia.com/mig-*``: a share would be a share of a slice).
+    Raises ``ValueError`` for asks no device can meet: cores above 100%, negative values, a
+    fraction together with MIG slices (mixed strategy ``nvidia.com/mig-*``: a share would be a
+    share of a slice).
     """
     count = requests.get(names.gpu, 0)
     cores = requests.get(names.cores_percent)
@@ -151,10 +153,6 @@ def gpu_request_from(
         _refuse_shared_mig(requests, names, cores, mem, mem_pct)
     if count == 0 and (fraction_asked or cores or milli):
         count = 1  # a compute or memory share implies one device, as in HAMi
-    if count > 1 and fraction_asked:
-        raise ValueError(
-            f"{names.gpu}: a fraction of a GPU can only be asked for one device (got {count})"
-        )
     if count == 0:
         return NO_GPU if models is None else GpuRequest(models=models)
     if milli is None:
@@ -349,10 +347,6 @@ def _ask_problems(gpu: GpuRequest, names: GpuResourceNames) -> list[str]:
         problems.append(f"{names.cores_percent}: {gpu.milli / 10:g}% is outside 1..100 (one GPU)")
     if gpu.count < 0:
         problems.append(f"{names.gpu}: must not be negative (got {gpu.count})")
-    if gpu.count > 1 and gpu.is_shared:
-        problems.append(
-            f"{names.gpu}: a fraction of a GPU can only be asked for one device (got {gpu.count})"
-        )
     if gpu.memory_percent < 0 or gpu.memory_percent > 100:
         problems.append(f"{names.memory_percent}: {gpu.memory_percent}% is outside 0..100")
     return problems
@@ -361,9 +355,9 @@ def _ask_problems(gpu: GpuRequest, names: GpuResourceNames) -> list[str]:
 def check_gpu_request(pod: PodInfo, limits: GpuLimits) -> list[str]:
     """Problems that make the pod's GPU ask impossible on the nodes ``limits`` sums up.
 
-    Checks: the ask itself (compute above one GPU, a fraction together with more than one
-    device, negative values), an unknown GPU model, more devices than any allowed node has,
-    memory above every allowed device, a share that only MIG single-strategy nodes could serve
+    Checks: the ask itself (compute above one GPU, negative values), an unknown GPU model,
+    more devices than any allowed node has (a share of several devices included), memory
+    above every allowed device, a share that only MIG single-strategy nodes could serve
     (slices cannot be time-shared), and mixed-strategy MIG profiles no node advertises or not
     in the number asked. Each message starts with the resource (or field) at fault. Empty if
     none; also empty for an empty cluster (nothing is known yet).

@@ -182,7 +182,8 @@ def _gpu_text(gpu: GpuRequest) -> str:
     if gpu.is_whole:
         return str(gpu.count)
     mem = f"/{gpu.memory_mib}Mi" if gpu.memory_mib else ""
-    return f"{gpu.milli}m{mem}"
+    each = f"{gpu.count}x" if gpu.count > 1 else ""
+    return f"{each}{gpu.milli}m{mem}"
 
 
 def write_pods_csv(result: SimulationResult, path: Path) -> None:
@@ -332,7 +333,7 @@ def pool_layout(
         if not pod.gpu.count:
             continue
         mask = np.ones(n, dtype=bool) if scheduler is None else scheduler.static_mask(pod, cluster)
-        mask = mask[:n] & (gpus >= (pod.gpu.count if pod.gpu.is_whole else 1))
+        mask = mask[:n] & (gpus >= pod.gpu.count)
         which[pod.uid] = index.setdefault(mask.tobytes(), len(masks))
         if which[pod.uid] == len(masks):
             masks.append(mask)

@@ -561,7 +561,7 @@ def pool_gpu_shares(session: Session, queues: Lanes) -> dict[str, int]:
             # tried, so it wants nothing -- counted, it took a share from every real queue.
             return None
         milli = entry.vec[DIM_GPU] if entry is not None else book.pending_vector(pod)[DIM_GPU]
-        least = pod.gpu.count if pod.gpu.is_whole else 1
+        least = pod.gpu.count  # nodes with at least as many GPUs (a share: on each of them)
 
         def mask() -> np.ndarray:
             return scheduler.static_mask(pod, cluster)[:n] & (gpus >= least)

@@ -186,8 +186,8 @@ def _first_fit(
                 return node, devices
         else:
             room = np.flatnonzero(shared_fit(pod, cluster, node))
-            if room.size:
-                return node, (int(room[0]),)
+            if room.size >= pod.gpu.count:
+                return node, tuple(int(d) for d in room[: pod.gpu.count])
     return None
 
 

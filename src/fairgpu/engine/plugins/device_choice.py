@@ -25,12 +25,21 @@ class DeviceFromScore(DevicePolicy):
     def choose(
         self, cycle: CycleState, pod: PodInfo, cluster: ClusterState, node: int
     ) -> tuple[int, ...] | None:
-        """The scored device if it still fits, else best-fit."""
+        """The scored device if it still fits, else best-fit; a share of several devices
+        takes the scored one and the tightest fits beside it."""
         gpu = pod.gpu
         if gpu.is_shared:
             choice = scored_device(cycle, node)
-            if choice is not None and choice >= 0 and bool(shared_fit(pod, cluster, node)[choice]):
-                return (choice,)
+            fits = shared_fit(pod, cluster, node)
+            if choice is not None and choice >= 0 and bool(fits[choice]):
+                if gpu.count == 1:
+                    return (choice,)
+                others = np.flatnonzero(fits)
+                others = others[others != choice]
+                if others.size >= gpu.count - 1:
+                    tight = np.argsort(cluster.device_milli_free[node, others], kind="stable")
+                    rest = others[tight[: gpu.count - 1]]
+                    return tuple(sorted([choice, *(int(d) for d in rest)]))
         return DeviceBestFit().choose(cycle, pod, cluster, node)
 
 

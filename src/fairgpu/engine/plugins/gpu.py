@@ -30,6 +30,7 @@ from fairgpu.model.pod import PodInfo
 
 INSUFFICIENT_GPU = "Insufficient nvidia.com/gpu"
 NO_DEVICE = "no single GPU with enough free compute and memory"
+NO_DEVICES = "too few GPUs with enough free compute and memory for a share on each"
 WRONG_MODEL = "GPU model not requested by the pod"
 MIG_NOT_SHARED = "node(s) had only MIG slices, which cannot be shared"
 
@@ -163,15 +164,18 @@ class GpuFit(FilterPlugin):
             mask = cluster.idle_devices[:n] >= gpu.count
             return FilterResult(mask, {INSUFFICIENT_GPU: ~mask})
         sliced = self._mig_single(cluster)
-        room = shared_fit(pod, cluster, slice(0, n)).any(axis=1)
+        # A share of several devices needs that many distinct devices with room.
+        room = shared_fit(pod, cluster, slice(0, n)).sum(axis=1) >= gpu.count
         mask = room & ~sliced
         # One reason per node, so a bigger share fails each node for the same reason.
-        return FilterResult(mask, {MIG_NOT_SHARED: sliced, NO_DEVICE: ~room & ~sliced})
+        lacking = NO_DEVICE if gpu.count == 1 else NO_DEVICES
+        return FilterResult(mask, {MIG_NOT_SHARED: sliced, lacking: ~room & ~sliced})
 
 
 class _SharedDevicePolicy(DevicePolicy):
     """Whole-GPU pods take the lowest-index idle devices; a sharing pod gets the device that
-    :meth:`pick` selects among those with room."""
+    :meth:`pick` selects among those with room (a share of several devices: that many
+    distinct devices, picked one after the other)."""
 
     def pick(self, cycle: CycleState, cluster: ClusterState, node: int, fits: np.ndarray) -> int:
         """Index into ``fits`` (device indexes with room, ascending) of the chosen device."""
@@ -187,9 +191,15 @@ class _SharedDevicePolicy(DevicePolicy):
         if gpu.is_whole:
             return whole_devices(pod, cluster, node)
         fits = np.flatnonzero(shared_fit(pod, cluster, node))
-        if fits.size == 0:
+        if fits.size < gpu.count:
             return None
-        return (int(fits[self.pick(cycle, cluster, node, fits)]),)
+        # A share of several devices: one device each, chosen in turn by the same rule.
+        chosen: list[int] = []
+        for _ in range(gpu.count):
+            at = self.pick(cycle, cluster, node, fits)
+            chosen.append(int(fits[at]))
+            fits = np.delete(fits, at)
+        return tuple(sorted(chosen))
 
 
 class DeviceBestFit(_SharedDevicePolicy):

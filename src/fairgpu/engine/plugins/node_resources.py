@@ -49,7 +49,7 @@ def _devices_look_free(pod: PodInfo, cluster: ClusterState, n: int) -> np.ndarra
     if gpu.is_whole:
         return cluster.idle_devices[:n] >= gpu.count
     roomy = cluster.device_exists[:n] & (cluster.device_milli_free[:n] >= gpu.milli)
-    return np.asarray(roomy.any(axis=1))
+    return np.asarray(roomy.sum(axis=1) >= gpu.count)
 
 
 class NodeResourcesFit(FilterPlugin, ScorePlugin):
