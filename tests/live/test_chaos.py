@@ -140,12 +140,13 @@ class Chaos(Churn):
         self.budgets: list[str] = []  # PodDisruptionBudgets created
         self.seq = 0
         self.confined = 0  # gangs submitted confined to one node
+        self.pairs = 0  # shares of each of two GPUs submitted
         self.overrunning = 0  # pods submitted that run three times what they declare
 
     # ---- actions --------------------------------------------------------------------------
     def submit(self) -> None:
-        """A job: a pod of 1-8 whole GPUs, a share of one GPU, or a gang of 2-3 members of
-        2 or 4 GPUs; a random queue, priority and run time."""
+        """A job: a pod of 1-8 whole GPUs, a share of one GPU or of each of two, or a gang of
+        2-3 members of 2 or 4 GPUs; a random queue, priority and run time."""
         self.seq += 1
         name = f"j{self.seq:03d}"
         manifests, what = self.manifests(name)
@@ -179,10 +180,19 @@ class Chaos(Churn):
                 late = str(3 * int(annotations[DURATION_ANNOTATION]))
                 manifests[0]["metadata"]["annotations"][RUN_ANNOTATION] = late
                 self.overrunning += 1
-        elif kind == "share":
+        elif kind == "share":  # of one GPU, or of each of two (HAMi's two virtual GPUs)
             cores = {"nvidia.com/gpucores": str(rng.choice([25, 50]))}
+            each = rng.choice([0, 0, 2])
+            self.pairs += each == 2
             manifests = [
-                pod(name, labels=labels, annotations=annotations, extra_resources=cores, **common)
+                pod(
+                    name,
+                    gpus=each,
+                    labels=labels,
+                    annotations=annotations,
+                    extra_resources=cores,
+                    **common,
+                )
             ]
         elif kind == "group":  # a LeaderWorkerSet group: no pod group, evicted whole
             size, gpus = rng.choice([2, 3]), rng.choice([1, 2])
@@ -569,6 +579,7 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
             print(f"seed {SEED}: {chaos.done} in {time.monotonic() - t0:.1f} s")
             print(f"{len(chaos.jobs)} jobs; {auditor.checks} states audited; {tally.counts}")
             print(f"gangs confined to one node: {chaos.confined}")
+            print(f"shares of each of two GPUs: {chaos.pairs}")
             print(f"pods running three times what they declare: {chaos.overrunning}")
             print(f"evictions during the churn: {churned}")
             kinds = {k.split(":")[1]: v for k, v in tally.counts.items() if "preemptions" in k}

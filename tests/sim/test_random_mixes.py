@@ -87,6 +87,11 @@ def _pod(rng: random.Random, name: str, queue: str, at: float, **kw: object) -> 
     return pod
 
 
+# (GPUs, milli of each) of pods alone: whole devices, shares of one and of several devices.
+SIZES = [(0, 1000), (1, 250), (1, 500), (2, 500), (3, 250), (1, 1000), (2, 1000), (4, 1000)]
+SIZES += [(8, 1000)]
+
+
 def _mix(seed: int) -> Workload:
     """Pods alone of every size and gangs (rigid, elastic, some confined to a rack) in
     queues a, b and c, on nodes of two racks, some in a tainted pool."""
@@ -96,9 +101,7 @@ def _mix(seed: int) -> Workload:
     for i in range(rng.randint(10, 40)):
         at = rng.uniform(0, 1200)
         declared, run = _timing(rng)
-        size = rng.choice(
-            [(0, 1000), (1, 250), (1, 500), (1, 1000), (2, 1000), (4, 1000), (8, 1000)]
-        )
+        size = rng.choice(SIZES)
         pod = _pod(
             rng, f"p{i}", rng.choice("abc"), at, gpus=size[0], milli=size[1], duration=declared
         )
