@@ -499,11 +499,11 @@ def bound_pod_holding(pod: k8s.Pod, names: GpuResourceNames, error: Exception) -
     Annotations change on running pods -- one can make a bound pod malformed for this
     scheduler (a topology label that is no label) -- and another scheduler may have placed a
     GPU ask this one cannot read (``nvidia.com/gpucores`` above 100, a share of a MIG slice).
-    Such a pod still holds its requests on its node: counting it
-    with none would book the node twice. So its requests are parsed as for any pod (the API
-    server accepted them), and its GPUs as decoded or, when the ask itself is what failed,
-    as whole devices -- the number asked, at least one: never fewer than it holds. Only what
-    accounting needs is read (no affinity, no spread); the pod carries ``error``.
+    Such a pod still holds its requests on its node: counting it with none would book the
+    node twice. So its requests are parsed as for any pod (the API server accepted them),
+    and its GPUs as decoded or, when the ask itself is what failed, as whole devices -- the
+    number asked, at least one: never fewer than it holds. Only what accounting needs is
+    read (no affinity, no spread); the pod carries ``error``.
     """
     meta, spec = pod.metadata, pod.spec
     ns = meta.namespace or "default"
