@@ -74,3 +74,20 @@ def test_a_bound_pod_that_does_not_fit_waits_for_its_node(tmp_path: Path) -> Non
     result, _ = run(tmp_path, NODES + pod("first", 6, "n1") + pod("pinned", 4, "n1"))
     got = {r.pod.name: (r.node, r.start) for r in result.records}
     assert got == {"first": ("n1", 0.0), "pinned": ("n1", 600.0)}
+
+
+def test_a_bound_pod_this_scheduler_cannot_read_still_holds_its_node(tmp_path: Path) -> None:
+    """``theirs`` runs on n1 (bound by another scheduler) with an annotation this one cannot
+    read; it holds its 6 GPUs all the same, as the live scheduler counts it: of three 4-GPU
+    pods, two start on n2 and the third waits for ``theirs`` to end."""
+    theirs = pod("theirs", 6, "n1", "Running").replace(
+        'annotations: {fairgpu.io/duration-seconds: "600"}',
+        'annotations: {fairgpu.io/duration-seconds: "600", '
+        'fairgpu.io/topology-required: "not a label!"}',
+    )
+    text = NODES + theirs + pod("a", 4) + pod("b", 4) + pod("c", 4)
+    result, _ = run(tmp_path, text)
+    got = {r.pod.name: (r.node, r.start) for r in result.records}
+    assert got["theirs"] == ("n1", 0.0), got
+    assert sorted((got[p][1], got[p][0]) for p in "abc")[:2] == [(0.0, "n2"), (0.0, "n2")]
+    assert max(got[p][1] for p in "abc") == 600.0, got

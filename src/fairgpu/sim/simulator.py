@@ -21,6 +21,7 @@ from fairgpu.cluster.volumes import apply_decision, settle
 from fairgpu.engine.backlog import PendingChanges
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
+from fairgpu.engine.plugins.gpu import shared_fit, whole_devices
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.accounting import DEADLINE_EXCEEDED, RunAttempt, RunLog, sibling_cause
@@ -529,6 +530,8 @@ class Simulation:
         or resource claims (their binding is the scheduler's part), is queued instead,
         restricted to that node (False)."""
         pod = rec.pod
+        if pod.error:
+            return self._admit_unreadable(rec)
         if pod.claims or pod.disks or pod.resource_claims or pod.scheduling_gates:
             return False
         found = self.engine.scheduler.schedule(pod, self.cluster)  # NodeName: that node only
@@ -536,6 +539,31 @@ class Simulation:
             return False
         self.cluster.assign(pod, found.node, found.devices, self.now)
         self._started(rec, found.node_name or self.cluster.node(found.node).name, found.devices)
+        return True
+
+    def _admit_unreadable(self, rec: PodRecord) -> bool:
+        """A pod bound to a node that the scheduler cannot read (it carries its decode error,
+        :func:`~fairgpu.model.pod.bound_pod_holding`) holds what it asked there, as the live
+        cache counts it: it starts on its node if that has the room, on the lowest devices
+        with room (True); else it is queued, and reported with its error (False)."""
+        pod, cluster = rec.pod, self.cluster
+        idx = cluster.node_index.get(pod.node_name)
+        if idx is None:
+            return False
+        cols, amounts = cluster.request_vector(pod)
+        if (cluster.free()[idx, cols] < amounts).any():
+            return False
+        devices: tuple[int, ...] | None = ()
+        if pod.gpu.is_whole and pod.gpu.count:
+            devices = whole_devices(pod, cluster, idx)
+        elif pod.gpu.count:
+            room = np.flatnonzero(shared_fit(pod, cluster, idx))
+            devices = tuple(int(d) for d in room[: pod.gpu.count])
+            devices = devices if len(devices) == pod.gpu.count else None
+        if devices is None:
+            return False
+        cluster.assign(pod, idx, devices, self.now)
+        self._started(rec, pod.node_name, devices)
         return True
 
     def _requeue(

@@ -44,8 +44,9 @@ import yaml
 
 from fairgpu.api import objects as k8s
 from fairgpu.api.dra import DRA_KINDS
-from fairgpu.api.errors import InvalidObjectError
+from fairgpu.api.errors import InvalidObjectError, RefusedObjectError
 from fairgpu.model.dra import DraObject, decode_dra
+from fairgpu.model.gpu import DEFAULT_NAMES
 from fairgpu.model.node import NodeInfo, node_from_k8s
 from fairgpu.model.node_pools import NodePoolConfig, derive_placement
 from fairgpu.model.pod import (
@@ -53,6 +54,7 @@ from fairgpu.model.pod import (
     ANN_ARRIVAL,
     ANN_DURATION,
     PodInfo,
+    bound_pod_holding,
     invalid_pod,
     pod_from_k8s,
 )
@@ -390,7 +392,7 @@ def _arrivals(
     seen: set[str] = set()
     for _path, doc in pod_docs:
         try:
-            pod = pod_from_k8s(k8s.decode(doc, k8s.Pod), priority_classes=priority_classes)
+            pod = _decode_pod(doc, priority_classes)
             if pools is not None:
                 pod = derive_placement(pod, pools)
             arrival = _seconds(pod, ANN_ARRIVAL, 0.0) or 0.0
@@ -409,6 +411,21 @@ def _arrivals(
         seen.add(pod.uid)
         arrivals.append(PodArrival(pod, arrival, duration))
     return arrivals
+
+
+def _decode_pod(doc: dict[str, Any], priority_classes: PriorityClasses) -> PodInfo:
+    """A pod document decoded as the scheduler decodes it; one bound to a node that fails to
+    decode (and that the API server would have accepted) holds what it asked there all the
+    same, as in the live cache (:func:`~fairgpu.model.pod.bound_pod_holding`)."""
+    raw = k8s.decode(doc, k8s.Pod)
+    try:
+        return pod_from_k8s(raw, priority_classes=priority_classes)
+    except RefusedObjectError:
+        raise
+    except InvalidObjectError as error:
+        if not raw.spec.node_name:
+            raise
+        return bound_pod_holding(raw, DEFAULT_NAMES, error)
 
 
 def _expand_deployment(path: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
