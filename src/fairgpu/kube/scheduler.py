@@ -273,10 +273,12 @@ class LiveScheduler:
 
     def _publish(self) -> None:
         """Publish the settings this scheduler decides with, for ``explain`` and the other
-        read-only commands (:mod:`~fairgpu.kube.published_settings`)."""
+        read-only commands (:mod:`~fairgpu.kube.published_settings`), from a thread of its
+        own: a slow API server never holds the first cycle of a new leader."""
         cfg = self.config
         mine = replace(self.published, by=self.identity)
-        publish(self.client, cfg.lease_namespace, cfg.scheduler_name, mine)
+        args = (self.client, cfg.lease_namespace, cfg.scheduler_name, mine)
+        threading.Thread(target=publish, args=args, name="publish-settings", daemon=True).start()
 
     def _lost_lease(self) -> None:
         self.lost_lease = True
