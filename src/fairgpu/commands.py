@@ -315,7 +315,14 @@ def explain_lines(r: dict[str, Any]) -> list[str]:
                 f" The kubelet fails it at {r['deadline']} if it still runs then "
                 "(activeDeadlineSeconds)."
             )
-        return [bound, *_group_line(r), *_to_create_line(r), *_job_line(r)]
+        unread = []
+        if r.get("error"):
+            unread = [
+                f"The scheduler cannot read it ({r['error']}); it counts the pod with the "
+                "resources it asks on its node (its GPUs as whole devices if that ask is "
+                "what it cannot read)."
+            ]
+        return [bound, *unread, *_group_line(r), *_to_create_line(r), *_job_line(r)]
     if r["state"] == "not ours":
         return [
             f"Pod {r['pod']} is not pending for this scheduler "

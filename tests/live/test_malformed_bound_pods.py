@@ -8,7 +8,9 @@ import time
 
 from auditor import Auditor
 from live_helpers import bound, condition, create, pod, pods, scheduler, wait_for
+from typer.testing import CliRunner
 
+from fairgpu.cli import app
 from fairgpu.devcluster import ControlPlane, KubeClient
 
 NODE = "lv-training-a100"
@@ -47,3 +49,11 @@ def test_a_running_pod_annotated_malformed_keeps_its_gpus(
         placed = bound(admin, ns)
     assert auditor.check() == [], auditor.check()
     assert placed == {"first": NODE}, placed
+    # explain says why and how the pod is counted.
+    said = CliRunner().invoke(
+        app, ["explain", f"{ns}/first", "--kubeconfig", str(live_cp.kubeconfig_path)]
+    )
+    assert said.exit_code == 0, said.output
+    assert f"is bound to node {NODE}" in said.stdout
+    assert "The scheduler cannot read it (Pod " in said.stdout, said.stdout
+    assert "topology-required" in said.stdout

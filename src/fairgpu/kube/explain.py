@@ -708,6 +708,8 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str, raw: dict[str, An
         report["state"] = "bound"
         report["node"] = node
         report["deadline"] = _deadline(snapshot, cache, pod)
+        if pod is not None and pod.error:  # counted with what it asked all the same
+            report["error"] = pod.error
         if job is not None or made is not None:
             ends = _forecast_for(snapshot, job, made)
             if job is not None:
