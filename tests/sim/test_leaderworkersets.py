@@ -4,6 +4,7 @@ default restart policy."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -116,12 +117,13 @@ def test_a_leaderworkerset_the_api_server_refuses(
 TENANCY = {"queues": [{"name": "q", "namespaces": ["q"]}], "preemption": {"enabled": True}}
 
 
-def replay(labelled: bool) -> SimulationResult:
+def replay(labelled: bool, loose: bool = False) -> SimulationResult:
     """One 8-GPU node: ``solo`` (3 GPUs, from 0 s) and a group of ``vllm`` (a leader and a
     worker, 2 GPUs each, from 100 s) run on; at 500 s an urgent 3-GPU pod needs room. Alone,
     a pod of the group (400 s x 2 = 800 GPU-s, with the free GPU) is a cheaper victim than
     ``solo`` (1 500 GPU-s); the group as a whole (1 600) is not. The engine decides the
-    victims, the group's controller what follows."""
+    victims, the group's controller what follows. ``loose``: the set's ``restartPolicy`` is
+    None (each pod restarted alone)."""
     labels = {LABEL_NAME: "vllm", LABEL_GROUP_INDEX: "0"} if labelled else {}
     leader = pod_info("vllm-0", "q", gpus=2, labels=dict(labels), created=100.0)
     worker = pod_info("vllm-0-1", "q", gpus=2, labels=dict(labels), created=100.0)
@@ -137,7 +139,8 @@ def replay(labelled: bool) -> SimulationResult:
         "lws",
         [node_info("n1", gpus=8)],
         arrivals,
-        recreated_groups=[((leader.uid, worker.uid), False)],
+        recreated_groups=[] if loose else [((leader.uid, worker.uid), False)],
+        loose_leader_worker_sets=frozenset({"q/vllm"} if loose else ()),
     )
     engine = Engine(tenancy=parse_config(TENANCY))
     return Simulation(workload, engine, until=550.0).run()
@@ -164,6 +167,21 @@ def test_a_scheduler_that_knows_the_group_spares_it() -> None:
     got = _outcomes(replay(labelled=True))
     assert got["solo"] == ["preempted"], got
     assert got["vllm-0"] == ["running"] and got["vllm-0-1"] == ["running"]
+
+
+def test_a_set_whose_pods_restart_alone_loses_one_pod_not_the_group() -> None:
+    """Under ``restartPolicy: None`` one pod of the group (800 GPU-s) is the cheapest victim:
+    it alone goes, and the rest of the group and ``solo`` run on."""
+    got = _outcomes(replay(labelled=True, loose=True))
+    assert sorted([got["vllm-0"][0], got["vllm-0-1"][0]]) == ["preempted", "running"], got
+    assert got["solo"] == ["running"], got
+
+
+def test_the_restart_policy_of_a_workload_file_tells_the_engine(tmp_path: Path) -> None:
+    restarting = load(tmp_path, NODE + lws())
+    alone = load(tmp_path, NODE + lws("\n    restartPolicy: None"))
+    assert restarting.loose_leader_worker_sets == frozenset()
+    assert alone.loose_leader_worker_sets == frozenset({"team-a/vllm"})
 
 
 def test_recreate_after_start_waits_until_every_pod_of_the_group_started() -> None:
@@ -229,3 +247,27 @@ def test_what_if_asks_for_the_leader_first_under_leader_ready(tmp_path: Path) ->
         "LeaderWorkerSet group of team-a/vllm-0: its leader is created first; its 2 worker(s) "
         "once it runs (startupPolicy LeaderReady)"
     ) in said.output
+
+
+@pytest.mark.parametrize(
+    ("policy", "alone"),
+    [
+        (None, False),
+        ("RecreateGroupOnPodRestart", False),
+        ("RecreateGroupAfterStart", False),
+        ("None", True),
+        ("Default", True),
+    ],
+)
+def test_the_live_scheduler_reads_which_sets_restart_pods_alone(
+    policy: str | None, alone: bool
+) -> None:
+    from fairgpu.kube.leader_worker_progress import restarting_alone
+
+    template: dict[str, object] = {"size": 2, "workerTemplate": {}}
+    if policy is not None:
+        template["restartPolicy"] = policy
+    doc = {"metadata": {"name": "vllm", "namespace": "team-a"}, "spec": {}}
+    doc["spec"] = {"leaderWorkerTemplate": template}
+    assert restarting_alone(json.dumps(doc).encode()) == ("team-a/vllm" if alone else None)
+    assert restarting_alone(b'{"metadata": {}}') is None  # unreadable: costed whole

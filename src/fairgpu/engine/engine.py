@@ -129,6 +129,9 @@ class Engine:
         # Uids of batch/v1 Jobs that fail when one more of their pods is evicted (both
         # adapters): the running pods of one are a single victim (fragile_jobs.py).
         self.fragile_jobs: frozenset[str] = frozenset()
+        # "namespace/name" of LeaderWorkerSets whose restartPolicy is None (both adapters):
+        # their pods are victims one by one, not whole groups (leader_worker_groups.py).
+        self.loose_leader_worker_sets: frozenset[str] = frozenset()
         # False: a pending pod's reason is reported only when it differs from the last one
         # reported for it (report_changes.py; for an adapter that keeps the last reason).
         self.report_unchanged = True
@@ -284,6 +287,7 @@ class Engine:
             displaceable=self.displaceable,
             victims_linger=self.victims_linger,
             fragile_jobs=self.fragile_jobs,
+            loose_leader_worker_sets=self.loose_leader_worker_sets,
         )
 
     def cycle(

@@ -92,6 +92,8 @@ class Session:
     ``victims_linger`` True where an evicted pod keeps what its preemptor does not take until
     it is gone (:mod:`~fairgpu.engine.lingering`; the live adapter); ``fragile_jobs`` the uids
     of the Jobs one more evicted pod fails (:mod:`~fairgpu.engine.fragile_jobs`);
+    ``loose_leader_worker_sets`` the LeaderWorkerSets whose pods restart alone
+    (:mod:`~fairgpu.engine.leader_worker_groups`);
     ``recorded`` the spans (start, end) of ``out.unschedulable`` whose reports are already
     known to differ from their pods' last ones and recorded on their jobs (settled
     followers, :mod:`~fairgpu.engine.actions.settle`), which
@@ -119,6 +121,7 @@ class Session:
     displaced_nodes: set[int] = field(default_factory=set)
     victims_linger: bool = False
     fragile_jobs: frozenset[str] = frozenset()
+    loose_leader_worker_sets: frozenset[str] = frozenset()
     recorded: list[tuple[int, int]] = field(default_factory=list)
     # What each placement of this cycle reclaimed, and until when a pod started from its
     # job's reservation is protected, by pod uid, until its Bind is made.

@@ -52,6 +52,7 @@ from fairgpu.engine.leader_worker_groups import LABEL_NAME
 from fairgpu.engine.leader_worker_groups import PREFIX as LEADER_WORKER_PREFIX
 from fairgpu.engine.leader_worker_groups import group_key as leader_worker_key
 from fairgpu.engine.leader_worker_groups import groups as leader_worker_groups
+from fairgpu.engine.leader_worker_groups import set_key as leader_worker_set
 from fairgpu.model.gpu import WHOLE
 from fairgpu.model.pod import CPU, MEMORY, PodInfo
 from fairgpu.tenancy.book import QueueBook
@@ -141,10 +142,12 @@ def running_gangs(
     resolver: TenantResolver,
     cluster: ClusterState,
     fragile: Collection[str] = (),
+    loose: Collection[str] = (),
 ) -> RunningGangs:
-    """The running pod groups the queue book tracks (``minMember`` from the resolver), and
-    the running pods of each Job of ``fragile`` (uids) as a group none of which may leave
-    alone (:mod:`~fairgpu.engine.fragile_jobs`)."""
+    """The running pod groups the queue book tracks (``minMember`` from the resolver), the
+    running pods of each Job of ``fragile`` (uids) as a group none of which may leave alone
+    (:mod:`~fairgpu.engine.fragile_jobs`), and the leader-worker groups of LeaderWorkerSets
+    not in ``loose`` (``namespace/name``: those whose pods restart alone)."""
 
     def pod_group_of(uid: str) -> str:
         entry = book.entries.get(uid)
@@ -159,7 +162,7 @@ def running_gangs(
         pod = cluster.pods.get(uid)
         if pod is None:
             return ""
-        if LABEL_NAME in pod.labels:
+        if LABEL_NAME in pod.labels and leader_worker_set(pod) not in loose:
             key = leader_worker_key(pod)
             if key:
                 return key
@@ -176,7 +179,7 @@ def running_gangs(
     known: Mapping[str, set[str]] = (
         ChainMap(jobs, book.group_running) if jobs else book.group_running
     )
-    members = _Members(known, cluster, lambda uid: bool(pod_group_of(uid)))
+    members = _Members(known, cluster, lambda uid: bool(pod_group_of(uid)), loose)
     return RunningGangs(members, group_of, min_member, book.group_completed)
 
 
@@ -190,15 +193,19 @@ class _Members(Mapping[str, set[str]]):
         known: Mapping[str, set[str]],
         cluster: ClusterState,
         in_pod_group: Callable[[str], bool],
+        loose: Collection[str] = (),
     ) -> None:
         self._known = known
         self._cluster = cluster
         self._in_pod_group = in_pod_group
+        self._loose = loose
         self._leader_workers: dict[str, set[str]] | None = None
 
     def _groups(self) -> dict[str, set[str]]:
         if self._leader_workers is None:
-            self._leader_workers = leader_worker_groups(self._cluster, self._in_pod_group)
+            self._leader_workers = leader_worker_groups(
+                self._cluster, self._in_pod_group, self._loose
+            )
         return self._leader_workers
 
     def __getitem__(self, key: str) -> set[str]:

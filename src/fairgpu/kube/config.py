@@ -42,7 +42,9 @@ class RunConfig:
         preemption_wait: seconds a preemptor waits for its victims to go before it is requeued.
         pdb_backoff: seconds a victim whose eviction a PodDisruptionBudget refused is spared.
         podgroup_discovery_seconds: how often to look for PodGroup APIs (CRDs) not watched
-            yet, so one installed after the start is picked up.
+            yet, so one installed after the start is picked up, and to list the
+            LeaderWorkerSets whose pods restart alone (:mod:`~fairgpu.kube.
+            leader_worker_policies`).
         forecast_seconds: how often the leader predicts pending pods' start times (in a
             separate process; see :mod:`fairgpu.kube.forecaster`); ``<= 0``: never.
         forecast_budget: wall seconds one forecast may simulate ahead.

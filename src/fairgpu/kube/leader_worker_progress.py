@@ -20,15 +20,27 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import msgspec
+
 from fairgpu.cluster.state import ClusterState
 from fairgpu.kube.statefulset_progress import pod_made, read_controller
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.job_backlog import future_pod
 from fairgpu.sim.statefulset_controller import SetAhead
 from fairgpu.sim.workload import PodArrival
-from fairgpu.sim.workloads.leaderworkersets import expand_leaderworkerset
+from fairgpu.sim.workloads.leaderworkersets import (
+    RECREATE,
+    RECREATE_AFTER_START,
+    expand_leaderworkerset,
+)
 
-__all__ = ["PATH", "LeaderWorkerRecord", "decode_leader_worker_set", "sets_ahead"]
+__all__ = [
+    "PATH",
+    "LeaderWorkerRecord",
+    "decode_leader_worker_set",
+    "restarting_alone",
+    "sets_ahead",
+]
 
 PATH = "/apis/leaderworkerset.x-k8s.io/v1/leaderworkersets"
 
@@ -45,6 +57,7 @@ class LeaderWorkerRecord:
     key: str
     leader_first: bool
     groups: tuple[tuple[str, tuple[PodInfo, ...]], ...]
+    restarts_alone: bool = False  # restartPolicy None: an evicted pod takes no group down
 
 
 def decode_leader_worker_set(raw: bytes, decode_pod: PodDecoder) -> LeaderWorkerRecord | None:
@@ -64,7 +77,21 @@ def decode_leader_worker_set(raw: bytes, decode_pod: PodDecoder) -> LeaderWorker
                 return None
             decoded.append(pod)
         groups.append((leader["metadata"]["name"], tuple(decoded)))
-    return LeaderWorkerRecord(made.key, made.leader_first, tuple(groups))
+    return LeaderWorkerRecord(made.key, made.leader_first, tuple(groups), not made.recreates_groups)
+
+
+def restarting_alone(raw: bytes) -> str | None:
+    """``namespace/name`` of the LeaderWorkerSet ``raw`` when its pods restart alone
+    (``restartPolicy: None``), else None -- also when it cannot be read: an unread set is
+    costed group by group, never broken by surprise."""
+    try:
+        data = msgspec.json.decode(raw)
+        meta, template = data["metadata"], data["spec"]["leaderWorkerTemplate"]
+        policy = template.get("restartPolicy") or RECREATE
+        key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
+    except (msgspec.DecodeError, KeyError, TypeError, AttributeError):
+        return None
+    return None if policy in (RECREATE, RECREATE_AFTER_START) else key
 
 
 def sets_ahead(

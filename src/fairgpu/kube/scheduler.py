@@ -68,6 +68,7 @@ from fairgpu.kube.eviction import Evictor
 from fairgpu.kube.forecaster import Forecaster
 from fairgpu.kube.jobs import JobStore, job_reflector
 from fairgpu.kube.leader import LeaderElector
+from fairgpu.kube.leader_worker_policies import LeaderWorkerPolicies
 from fairgpu.kube.metrics import HealthServer, Metrics
 from fairgpu.kube.metrics_export import MetricsExporter
 from fairgpu.kube.namespaces import NamespaceStore, namespace_reflector
@@ -158,6 +159,9 @@ class LiveScheduler:
             on_evicted=self._preempted,
         )
         self.exporter = MetricsExporter(self.metrics)
+        self.leader_worker_policies = LeaderWorkerPolicies(
+            self.client, self._loose_leader_worker_sets, self._stop
+        )
         queue_of = lambda p: self.engine.tenant(p).queue  # noqa: E731
         self.forecaster = Forecaster(
             config, self.metrics, self.reporter, queue_of, self.is_leader, self._busy
@@ -280,6 +284,12 @@ class LiveScheduler:
         args = (self.client, cfg.lease_namespace, cfg.scheduler_name, mine)
         threading.Thread(target=publish, args=args, name="publish-settings", daemon=True).start()
 
+    def _loose_leader_worker_sets(self, loose: frozenset[str]) -> None:
+        """The LeaderWorkerSets whose pods restart alone changed (from the lister's thread:
+        the engine reads the whole set at the start of a cycle)."""
+        self.engine.loose_leader_worker_sets = loose
+        log.info("LeaderWorkerSets restarting pods alone", extra={"sets": sorted(loose)})
+
     def _lost_lease(self) -> None:
         self.lost_lease = True
         self.stop()
@@ -318,6 +328,7 @@ class LiveScheduler:
         self.volume_watch.start()
         self.dra_watch.start()
         self.pod_groups.start(cfg.podgroup_discovery_seconds)
+        self.leader_worker_policies.start(cfg.podgroup_discovery_seconds)
         self.forecaster.start()
         if self.elector is not None:
             self.elector.start()

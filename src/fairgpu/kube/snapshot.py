@@ -210,6 +210,9 @@ class Snapshot:
         jobs = JobStore()
         jobs.apply("SYNC", self.jobs)
         engine.fragile_jobs = jobs.fragile()
+        engine.loose_leader_worker_sets = frozenset(
+            r.key for r in self.leader_worker_sets if r.restarts_alone
+        )
         return cache, engine
 
 

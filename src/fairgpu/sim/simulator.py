@@ -265,6 +265,8 @@ class Simulation:
         # Jobs the engine came with as fragile (a live snapshot's, in a forecast), kept
         # beside those of the replay's own Job controller.
         self._fragile_given = engine.fragile_jobs
+        # LeaderWorkerSets whose pods restart alone: victims one by one, as they go.
+        engine.loose_leader_worker_sets |= workload.loose_leader_worker_sets
         self.failed_jobs: dict[str, tuple[float, str]] = {}
         self.jobset_restarts: list[tuple[float, str, str]] = []
 

@@ -84,8 +84,9 @@ class Workload:
     evicted, and whether only once all of them have started
     (:mod:`fairgpu.sim.workloads.leaderworkersets`); ``fanned``: pods (uids) the first of
     which must start before the others are created, all at once (a LeaderWorkerSet group's
-    leader and workers under ``startupPolicy: LeaderReady``); ``description`` is shown in
-    reports.
+    leader and workers under ``startupPolicy: LeaderReady``); ``loose_leader_worker_sets``:
+    the LeaderWorkerSets (``namespace/name``) whose pods restart alone (``restartPolicy:
+    None``), told to the engine; ``description`` is shown in reports.
     """
 
     name: str
@@ -99,3 +100,4 @@ class Workload:
     ordered: list[tuple[str, ...]] = field(default_factory=list)
     recreated_groups: list[tuple[tuple[str, ...], bool]] = field(default_factory=list)
     fanned: list[tuple[str, ...]] = field(default_factory=list)
+    loose_leader_worker_sets: frozenset[str] = frozenset()

@@ -200,7 +200,11 @@ class FairVictims:
         self._flows: dict[str, set[tuple[str, str]]] = {}  # (node, victim queue) per reclaim
         self._refusal: dict[str, str] = {}
         self._gangs = running_gangs(
-            session.book, session.resolver, session.cluster, session.fragile_jobs
+            session.book,
+            session.resolver,
+            session.cluster,
+            session.fragile_jobs,
+            session.loose_leader_worker_sets,
         )
         self._collateral: frozenset[str] = frozenset()
         self._relocated: frozenset[str] = frozenset()  # of the last plan

@@ -56,9 +56,10 @@ def quota_room(
         return None
     book, cluster = session.book, session.cluster
     queue = job.tenant.queue
-    cost = VictimCost(
-        cluster, running_gangs(book, session.resolver, cluster, session.fragile_jobs), session.now
+    gangs = running_gangs(
+        book, session.resolver, cluster, session.fragile_jobs, session.loose_leader_worker_sets
     )
+    cost = VictimCost(cluster, gangs, session.now)
     eligible = set(candidates)
     units = [uid for uid in candidates if cost.admissible(uid, eligible)]
 

@@ -162,6 +162,7 @@ class _Objects:
     recreated: list[tuple[int, int, bool]] = field(default_factory=list)
     # LeaderWorkerSet groups whose workers wait for their leader: (first pod doc, pods)
     fanned: list[tuple[int, int]] = field(default_factory=list)
+    loose: set[str] = field(default_factory=set)  # LeaderWorkerSets restarting pods alone
     suspended: list[str] = field(default_factory=list)  # "Job ns/name", "JobSet ns/name"
     finished: int = 0  # pods whose status.phase says they ended: they hold nothing
     storage: list[StorageObject] = field(default_factory=list)  # PVCs, PVs, classes, CSI objects
@@ -233,6 +234,7 @@ def load_kube_yaml(
             for at, n, after_start in objects.recreated
         ],
         fanned=[tuple(a.pod.uid for a in arrivals[at : at + n]) for at, n in objects.fanned],
+        loose_leader_worker_sets=frozenset(objects.loose),
         extra={
             "ignored_kinds": objects.ignored,
             "suspended": objects.suspended,
@@ -347,6 +349,8 @@ def _add_leader_workers(path: Path, lws: ExpandedLeaderWorkerSet, out: _Objects)
     """A LeaderWorkerSet's pods to replay, each group with what its controller does: recreate
     it whole when one of its pods goes, and create its workers only once its leader runs."""
     after_start = lws.restart_policy == RECREATE_AFTER_START
+    if not lws.recreates_groups:
+        out.loose.add(lws.key)
     for at in range(len(out.pod_docs), len(out.pod_docs) + len(lws.pods), lws.size):
         if lws.recreates_groups:
             out.recreated.append((at, lws.size, after_start))
