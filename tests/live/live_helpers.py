@@ -337,6 +337,35 @@ def install_podgroup_crd(admin: KubeClient, group: str, version: str) -> None:
     install_crd(admin, group, version, "PodGroup")
 
 
+#: The LeaderWorkerSet API group (its CRD is installed by :func:`install_crd`).
+LWS_API = "leaderworkerset.x-k8s.io"
+
+
+def leader_worker_set(
+    name: str,
+    size: int,
+    member: dict[str, Any],
+    startup_policy: str | None = None,
+    **template: Any,
+) -> dict[str, Any]:
+    """A LeaderWorkerSet ``name`` of one group of ``size`` pods made from the pod manifest
+    ``member`` (its labels and spec); ``template``: further fields of its
+    ``leaderWorkerTemplate`` (``restartPolicy``...)."""
+    worker = {"metadata": {"labels": member["metadata"].get("labels", {})}, "spec": member["spec"]}
+    spec: dict[str, Any] = {
+        "replicas": 1,
+        "leaderWorkerTemplate": {"size": size, "workerTemplate": worker, **template},
+    }
+    if startup_policy is not None:
+        spec["startupPolicy"] = startup_policy
+    return {
+        "apiVersion": f"{LWS_API}/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
 def install_crd(admin: KubeClient, group: str, version: str, kind: str) -> None:
     """Install a namespaced CRD of ``kind`` (plural: its name in lower case and an "s") for
     ``group``/``version``, its schema kept open, and wait until the API serves it."""

@@ -12,43 +12,41 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from live_helpers import ask_cli, bound, create, install_crd, pod, scheduler, wait_for
+from live_helpers import (
+    LWS_API,
+    ask_cli,
+    bound,
+    create,
+    install_crd,
+    leader_worker_set,
+    pod,
+    scheduler,
+    wait_for,
+)
 from test_jobs_live import NODE, TENANCY
 
 from fairgpu.devcluster import ControlPlane, KubeClient
 
 pytestmark = pytest.mark.integration
 
-GROUP, VERSION = "leaderworkerset.x-k8s.io", "v1"
-
 
 def test_answers_count_the_workers_a_waiting_leader_will_bring(
     live_cp: ControlPlane, admin: KubeClient, ns: str, tmp_path: Path
 ) -> None:
-    install_crd(admin, GROUP, VERSION, "LeaderWorkerSet")
+    install_crd(admin, LWS_API, "v1", "LeaderWorkerSet")
     config = tmp_path / "tenancy.yaml"
     config.write_text(TENANCY)
     on_node = {"kubernetes.io/hostname": NODE}
     labels = {"fairgpu.io/queue": "a"}
     member = pod("template", gpus=2, labels=labels, node_selector=on_node)
-    template = {"metadata": {"labels": labels}, "spec": member["spec"]}
-    lws = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "LeaderWorkerSet",
-        "metadata": {"name": "vllm"},
-        "spec": {
-            "replicas": 1,
-            "startupPolicy": "LeaderReady",
-            "leaderWorkerTemplate": {"size": 3, "workerTemplate": template},
-        },
-    }
+    lws = leader_worker_set("vllm", 3, member, startup_policy="LeaderReady")
     with scheduler(live_cp, tenancy=TENANCY):
         notes = {"fairgpu.io/duration-seconds": "600"}
         create(
             admin, ns, pod("solo", gpus=8, labels=labels, annotations=notes, node_selector=on_node)
         )
         wait_for(lambda: bound(admin, ns).get("solo") == NODE, timeout=30)
-        admin.post(f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/leaderworkersets", lws)
+        admin.post(f"/apis/{LWS_API}/v1/namespaces/{ns}/leaderworkersets", lws)
         leader = pod(
             "vllm-0",
             gpus=2,

@@ -13,10 +13,12 @@ import time
 
 import pytest
 from live_helpers import (
+    LWS_API,
     bound,
     create,
     create_priority_classes,
     install_crd,
+    leader_worker_set,
     pod,
     scheduler,
     wait_for,
@@ -28,35 +30,43 @@ from fairgpu.devcluster import ControlPlane, KubeClient
 pytestmark = pytest.mark.integration
 
 
+MEMBERS = ["vllm-0", "vllm-0-1", "vllm-0-2"]
+LABELS = {"fairgpu.io/queue": "a"}
+ON_NODE = {"kubernetes.io/hostname": NODE}
+
+
+def solo_then_group(admin: KubeClient, ns: str) -> set[str]:
+    """With a scheduler running: ``solo`` (2 GPUs) starts first, then group 0 of ``vllm`` --
+    a leader and two workers, 2 GPUs each, labelled as the controller labels them -- fills
+    the rest of the 8-GPU node; once solo has run about 6 s (12 GPU-s) and each pod of the
+    group about 4 s (8 GPU-s alone, 24 with the group), an urgent 2-GPU pod needs room. The
+    namespace's pods once it is bound."""
+    create_priority_classes(admin, {"lv-urgent": 1000})
+    create(admin, ns, pod("solo", gpus=2, labels=LABELS, node_selector=ON_NODE))
+    wait_for(lambda: bound(admin, ns).get("solo") == NODE, timeout=30)
+    time.sleep(2)  # solo has run longer than the group's pods
+    group = {
+        **LABELS,
+        "leaderworkerset.sigs.k8s.io/name": "vllm",
+        "leaderworkerset.sigs.k8s.io/group-index": "0",
+    }
+    for name in MEMBERS:
+        create(admin, ns, pod(name, gpus=2, labels=group, node_selector=ON_NODE))
+    wait_for(lambda: len(bound(admin, ns)) == 4, timeout=30)
+    time.sleep(4)
+    return urgent_takes_room(admin, ns, LABELS)
+
+
 def test_a_leader_worker_group_is_spared_as_a_whole(
     live_cp: ControlPlane, admin: KubeClient, ns: str
 ) -> None:
-    """``solo`` (2 GPUs) ran longest; group 0 of ``vllm`` -- a leader and two workers, 2 GPUs
-    each -- fills the rest of the 8-GPU node. Alone, any pod of the group is a cheaper victim
-    than ``solo``; with the group (3 x its work) it is not: the urgent pod takes ``solo``'s
-    place and the group runs on (without the grouping, a pod of the group goes)."""
-    create_priority_classes(admin, {"lv-urgent": 1000})
-    on_node = {"kubernetes.io/hostname": NODE}
-    labels = {"fairgpu.io/queue": "a"}
+    """Alone, any pod of the group is a cheaper victim than ``solo``; with the group (3 x
+    its work) it is not: the urgent pod takes ``solo``'s place and the group runs on
+    (without the grouping, a pod of the group goes)."""
     with scheduler(live_cp, tenancy=TENANCY):
-        create(admin, ns, pod("solo", gpus=2, labels=labels, node_selector=on_node))
-        wait_for(lambda: bound(admin, ns).get("solo") == NODE, timeout=30)
-        time.sleep(2)  # solo has run longer than the group's pods
-        group = {
-            **labels,
-            "leaderworkerset.sigs.k8s.io/name": "vllm",
-            "leaderworkerset.sigs.k8s.io/group-index": "0",
-        }
-        members = ["vllm-0", "vllm-0-1", "vllm-0-2"]
-        for name in members:
-            create(admin, ns, pod(name, gpus=2, labels=group, node_selector=on_node))
-        wait_for(lambda: len(bound(admin, ns)) == 4, timeout=30)
-        # solo has now run about 6 s (12 GPU-s), each pod of the group about 4 s (8 GPU-s
-        # alone, 24 with the group).
-        time.sleep(4)
-        names = urgent_takes_room(admin, ns, labels)
-        assert "solo" not in names
-        assert set(members) <= names
+        names = solo_then_group(admin, ns)
+    assert "solo" not in names
+    assert set(MEMBERS) <= names
 
 
 def test_a_set_whose_pods_restart_alone_loses_one_pod(
@@ -65,41 +75,12 @@ def test_a_set_whose_pods_restart_alone_loses_one_pod(
     """The same node under ``restartPolicy: None`` (each pod of the set restarted alone):
     the scheduler reads the LeaderWorkerSet, and the cheapest victim is one pod of the group
     -- ``solo`` and the rest of the group run on."""
-    group_api = "leaderworkerset.x-k8s.io"
-    install_crd(admin, group_api, "v1", "LeaderWorkerSet")
-    create_priority_classes(admin, {"lv-urgent": 1000})
-    on_node = {"kubernetes.io/hostname": NODE}
-    labels = {"fairgpu.io/queue": "a"}
-    member = pod("template", gpus=2, labels=labels, node_selector=on_node)
-    lws = {
-        "apiVersion": f"{group_api}/v1",
-        "kind": "LeaderWorkerSet",
-        "metadata": {"name": "vllm"},
-        "spec": {
-            "replicas": 1,
-            "leaderWorkerTemplate": {
-                "size": 3,
-                "restartPolicy": "None",
-                "workerTemplate": {"metadata": {"labels": labels}, "spec": member["spec"]},
-            },
-        },
-    }
-    admin.post(f"/apis/{group_api}/v1/namespaces/{ns}/leaderworkersets", lws)
+    install_crd(admin, LWS_API, "v1", "LeaderWorkerSet")
+    member = pod("template", gpus=2, labels=LABELS, node_selector=ON_NODE)
+    lws = leader_worker_set("vllm", 3, member, restartPolicy="None")
+    admin.post(f"/apis/{LWS_API}/v1/namespaces/{ns}/leaderworkersets", lws)
     with scheduler(live_cp, tenancy=TENANCY, podgroup_discovery_seconds=0.5) as s:
         wait_for(lambda: f"{ns}/vllm" in s.engine.loose_leader_worker_sets, timeout=20)
-        create(admin, ns, pod("solo", gpus=2, labels=labels, node_selector=on_node))
-        wait_for(lambda: bound(admin, ns).get("solo") == NODE, timeout=30)
-        time.sleep(2)  # solo has run longer than the group's pods
-        group = {
-            **labels,
-            "leaderworkerset.sigs.k8s.io/name": "vllm",
-            "leaderworkerset.sigs.k8s.io/group-index": "0",
-        }
-        members = ["vllm-0", "vllm-0-1", "vllm-0-2"]
-        for name in members:
-            create(admin, ns, pod(name, gpus=2, labels=group, node_selector=on_node))
-        wait_for(lambda: len(bound(admin, ns)) == 4, timeout=30)
-        time.sleep(4)
-        names = urgent_takes_room(admin, ns, labels)
+        names = solo_then_group(admin, ns)
     assert "solo" in names, names
-    assert len(set(members) - names) == 1, names
+    assert len(set(MEMBERS) - names) == 1, names
