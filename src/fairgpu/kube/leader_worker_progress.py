@@ -30,8 +30,8 @@ from fairgpu.sim.statefulset_controller import SetAhead
 from fairgpu.sim.workload import PodArrival
 from fairgpu.sim.workloads.leaderworkersets import (
     RECREATE,
-    RECREATE_AFTER_START,
     expand_leaderworkerset,
+    recreates_groups,
 )
 
 __all__ = [
@@ -91,7 +91,7 @@ def restarting_alone(raw: bytes) -> str | None:
         key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
     except (msgspec.DecodeError, KeyError, TypeError, AttributeError):
         return None
-    return None if policy in (RECREATE, RECREATE_AFTER_START) else key
+    return None if recreates_groups(policy) else key
 
 
 def sets_ahead(

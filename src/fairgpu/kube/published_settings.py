@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,19 +92,7 @@ def publish(client: RestClient, namespace: str, scheduler_name: str, settings: P
     """Write ``settings`` (stamped now) into the scheduler's ConfigMap, replacing what an
     earlier leader wrote; True when written. Never raises: a refusal is logged."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    doc = _configmap(
-        namespace,
-        scheduler_name,
-        Published(
-            settings.tenancy,
-            settings.policy,
-            settings.ordering,
-            settings.node_pool_label,
-            settings.seed,
-            settings.by,
-            stamp,
-        ),
-    )
+    doc = _configmap(namespace, scheduler_name, replace(settings, at=stamp))
     collection = f"/api/v1/namespaces/{namespace}/configmaps"
     path = f"{collection}/{configmap_name(scheduler_name)}"
     try:

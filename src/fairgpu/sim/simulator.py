@@ -21,7 +21,7 @@ from fairgpu.cluster.volumes import apply_decision, settle
 from fairgpu.engine.backlog import PendingChanges
 from fairgpu.engine.decisions import CycleResult
 from fairgpu.engine.engine import Engine
-from fairgpu.engine.plugins.gpu import shared_fit, whole_devices
+from fairgpu.engine.plugins.gpu import lowest_devices
 from fairgpu.model.order import pod_identity
 from fairgpu.model.pod import PodInfo
 from fairgpu.sim.accounting import DEADLINE_EXCEEDED, RunAttempt, RunLog, sibling_cause
@@ -555,13 +555,7 @@ class Simulation:
         cols, amounts = cluster.request_vector(pod)
         if (cluster.free()[idx, cols] < amounts).any():
             return False
-        devices: tuple[int, ...] | None = ()
-        if pod.gpu.is_whole and pod.gpu.count:
-            devices = whole_devices(pod, cluster, idx)
-        elif pod.gpu.count:
-            room = np.flatnonzero(shared_fit(pod, cluster, idx))
-            devices = tuple(int(d) for d in room[: pod.gpu.count])
-            devices = devices if len(devices) == pod.gpu.count else None
+        devices = lowest_devices(pod, cluster, idx)
         if devices is None:
             return False
         cluster.assign(pod, idx, devices, self.now)

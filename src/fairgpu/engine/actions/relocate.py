@@ -56,7 +56,7 @@ from fairgpu.engine.actions.order import Lanes
 from fairgpu.engine.actions.reclaim import below_share, comes_before, share_key
 from fairgpu.engine.actions.victim_eligibility import HeldBack, ReclaimEligibility
 from fairgpu.engine.memo import memoisable
-from fairgpu.engine.plugins.gpu import shared_fit, whole_devices
+from fairgpu.engine.plugins.gpu import lowest_devices
 from fairgpu.engine.session import Session
 from fairgpu.model.pod import PodInfo
 
@@ -180,14 +180,9 @@ def _first_fit(
     """The first of ``nodes`` (that passed the filters) with devices for ``pod``, and those
     devices; None if none has them."""
     for node in nodes.tolist():
-        if pod.gpu.is_whole:
-            devices = whole_devices(pod, cluster, node)
-            if devices is not None:
-                return node, devices
-        else:
-            room = np.flatnonzero(shared_fit(pod, cluster, node))
-            if room.size >= pod.gpu.count:
-                return node, tuple(int(d) for d in room[: pod.gpu.count])
+        devices = lowest_devices(pod, cluster, node)
+        if devices is not None:
+            return node, devices
     return None
 
 

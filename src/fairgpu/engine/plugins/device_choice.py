@@ -37,9 +37,8 @@ class DeviceFromScore(DevicePolicy):
                 others = np.flatnonzero(fits)
                 others = others[others != choice]
                 if others.size >= gpu.count - 1:
-                    tight = np.argsort(cluster.device_milli_free[node, others], kind="stable")
-                    rest = others[tight[: gpu.count - 1]]
-                    return tuple(sorted([choice, *(int(d) for d in rest)]))
+                    rest = DeviceBestFit().pick_many(cycle, cluster, node, others, gpu.count - 1)
+                    return tuple(sorted([choice, *rest]))
         return DeviceBestFit().choose(cycle, pod, cluster, node)
 
 

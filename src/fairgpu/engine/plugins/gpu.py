@@ -68,6 +68,19 @@ def whole_devices(pod: PodInfo, cluster: ClusterState, node: int) -> tuple[int, 
     return tuple(int(d) for d in idle[:count]) if idle.size >= count else None
 
 
+def lowest_devices(pod: PodInfo, cluster: ClusterState, node: int) -> tuple[int, ...] | None:
+    """The lowest-index devices of node slot ``node`` with room for ``pod`` -- idle ones for
+    whole GPUs, ones with its part free for a share (one per device it asks) --, () for a pod
+    without GPUs, or None if the node has too few."""
+    gpu = pod.gpu
+    if gpu.count == 0:
+        return ()
+    if gpu.is_whole:
+        return whole_devices(pod, cluster, node)
+    room = np.flatnonzero(shared_fit(pod, cluster, node))
+    return tuple(int(d) for d in room[: gpu.count]) if room.size >= gpu.count else None
+
+
 class GpuRequestCheck(PreFilterPlugin):
     """Reject GPU asks no node in the cluster could ever satisfy, with a clear reason.
 
@@ -193,13 +206,19 @@ class _SharedDevicePolicy(DevicePolicy):
         fits = np.flatnonzero(shared_fit(pod, cluster, node))
         if fits.size < gpu.count:
             return None
-        # A share of several devices: one device each, chosen in turn by the same rule.
+        return tuple(sorted(self.pick_many(cycle, cluster, node, fits, gpu.count)))
+
+    def pick_many(
+        self, cycle: CycleState, cluster: ClusterState, node: int, fits: np.ndarray, count: int
+    ) -> list[int]:
+        """``count`` distinct devices of ``fits`` (at least that many), chosen in turn by
+        :meth:`pick`: a share of several devices takes one each."""
         chosen: list[int] = []
-        for _ in range(gpu.count):
+        for _ in range(count):
             at = self.pick(cycle, cluster, node, fits)
             chosen.append(int(fits[at]))
             fits = np.delete(fits, at)
-        return tuple(sorted(chosen))
+        return chosen
 
 
 class DeviceBestFit(_SharedDevicePolicy):

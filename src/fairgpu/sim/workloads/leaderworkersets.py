@@ -57,7 +57,13 @@ class ExpandedLeaderWorkerSet:
     @property
     def recreates_groups(self) -> bool:
         """Whether one evicted pod takes its whole group down."""
-        return self.restart_policy in (RECREATE, RECREATE_AFTER_START)
+        return recreates_groups(self.restart_policy)
+
+
+def recreates_groups(restart_policy: str) -> bool:
+    """Does a LeaderWorkerSet under ``restart_policy`` take a whole group down when one of
+    its pods goes (``None`` / ``Default``: the pod restarts alone)?"""
+    return restart_policy in (RECREATE, RECREATE_AFTER_START)
 
 
 def expand_leaderworkerset(path: Path, doc: dict[str, Any]) -> ExpandedLeaderWorkerSet:
