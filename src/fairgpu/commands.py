@@ -282,11 +282,14 @@ def _gpus(value: float | None) -> str:
 
 
 def _queue_line(q: dict[str, Any]) -> str:
-    quota = (
-        "no quota"
-        if q["nominal_gpus"] is None
-        else f"nominal quota {q['nominal_gpus']:g} GPUs, may hold {_gpus(q['max_gpus'])}"
-    )
+    quota = "no quota" if q["nominal_gpus"] is None else f"nominal quota {q['nominal_gpus']:g} GPUs"
+    if q["nominal_gpus"] is not None or q["max_gpus"] is not None:
+        quota += f", may hold {_gpus(q['max_gpus'])}"
+    if q.get("department_max_gpus") is not None:
+        quota += (
+            f"; department {q['parent']} may hold {q['department_max_gpus']:g} GPUs "
+            f"together (holds {q['department_allocated_gpus']:g})"
+        )
     n = q["pending_pods"]
     # Departments share first: name the queue's, whose weight its own is weighed within.
     dept = f" (department {q['parent']})" if q.get("parent") else ""
@@ -633,10 +636,17 @@ def queue_table(rows: list[dict[str, Any]]) -> list[str]:
     DRAINS: when the last pending pod -- or pod still to be created -- is predicted to start,
     '-' with nothing pending). When some queue is in a department, a DEPARTMENT column
     follows QUEUE ('-' for a queue without one): a queue's weight counts only within its
-    department, as departments share first."""
+    department, as departments share first. MAX (the most a queue may hold: its quota and
+    borrowing limit, or its limit) shows when some queue's differs from its nominal quota,
+    DEPT-MAX (its department's limit, over its queues together) when some department sets
+    one."""
     columns = list(QUEUE_COLUMNS)
+    if any(row.get("max_gpus") not in (None, row.get("nominal_gpus")) for row in rows):
+        columns.insert(columns.index(("NOMINAL", "nominal_gpus")) + 1, ("MAX", "max_gpus"))
     if any(row.get("parent") for row in rows):
         columns.insert(1, ("DEPARTMENT", "parent"))
+        if any(row.get("department_max_gpus") is not None for row in rows):
+            columns.insert(2, ("DEPT-MAX", "department_max_gpus"))
     cells = [[h for h, _ in columns]]
     for row in rows:
         cells.append([_queue_cell(row, k) for _, k in columns])

@@ -149,7 +149,9 @@ def test_the_index_solves_again_only_when_a_capped_demand_is_not_all_that_moved(
     solves: list[int] = []
     with pytest.MonkeyPatch.context() as mp:
         real = pool_share.pool_fair_shares
-        mp.setattr(pool_share, "pool_fair_shares", lambda *a: solves.append(1) or real(*a))
+        mp.setattr(
+            pool_share, "pool_fair_shares", lambda *a, **k: solves.append(1) or real(*a, **k)
+        )
         index.update(pods.keys(), describe)
         assert index.shares({}) == {"x": 12000, "y": 4000} and len(solves) == 1
         index.update(pods.keys() - {"x0"}, describe)  # the flood: one pod fewer

@@ -93,7 +93,8 @@ def test_no_config_is_dynamic_with_namespace_queues() -> None:
             lambda d: (d["queues"][0].update(namespaces=["x"]), d["queues"][1].update(parent="a")),
             "queues[0].namespaces",
         ),
-        # A department carries a weight only: a quota or users set on it would be ignored.
+        # A department carries a weight and a limit only: a quota or users set on it would
+        # be ignored.
         (lambda d: d["queues"][1].update(parent="a"), "queues[0].quota"),
         (
             lambda d: (
@@ -128,10 +129,10 @@ def test_bad_config_names_the_field(mutate: Any, path: str) -> None:
 
 def test_a_department_with_a_quota_is_told_where_quotas_go() -> None:
     data = {"queues": [{"name": "d", "quota": {"gpu": 4}}, {"name": "a", "parent": "d"}]}
-    with pytest.raises(InvalidObjectError, match="set quotas, limits and preemption on its"):
+    with pytest.raises(InvalidObjectError, match="set quotas, borrowing and preemption on its"):
         parse_config(data)
-    data["queues"][0] = {"name": "d", "weight": 3}
-    assert parse_config(data).queue("d") is not None  # a weight is what it may carry
+    data["queues"][0] = {"name": "d", "weight": 3, "limit": {"gpu": 8}}
+    assert parse_config(data).queue("d") is not None  # a weight and a limit it may carry
 
 
 def test_yaml_that_is_not_a_mapping_is_rejected() -> None:

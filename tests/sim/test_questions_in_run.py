@@ -3,6 +3,7 @@ replayed from what ``fairgpu simulate --out`` recorded, as a user reads them."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -658,3 +659,39 @@ def test_queues_name_each_queue_s_department(tmp_path: Path) -> None:
     assert lines[1].split()[:3] == ["QUEUE", "DEPARTMENT", "WEIGHT"]
     rows = {line.split()[0]: line.split()[1:3] for line in lines[2:]}
     assert rows == {"team-a": ["research", "1"], "team-b": ["research", "1"], "team-c": ["-", "1"]}
+
+
+def test_a_department_limit_holds_its_queues_and_the_answers_say_so(tmp_path: Path) -> None:
+    """Department ``d`` may hold 4 GPUs: ``t1`` and ``t2`` (2 GPUs each) run on the 8-GPU
+    node, ``t3`` waits beside 4 free GPUs until one ends; explain says why, queues shows the
+    limit, and the report's fair share of ``train`` is 4 GPUs while all three wait or run
+    (not the 6 they ask), 2 once only ``t3`` is left: 41.7% of the node over the run."""
+    out = _run_with_config(
+        tmp_path,
+        NODE
+        + pod("t1", 0, 1000, gpus=2, namespace="train")
+        + pod("t2", 0, 1000, gpus=2, namespace="train")
+        + pod("t3", 0, 500, gpus=2, namespace="train"),
+        "queues:\n"
+        "  - {name: d, limit: {gpu: 4}}\n"
+        "  - {name: train, parent: d, namespaces: [train]}\n"
+        "  - {name: serve, parent: d, namespaces: [serve]}\n",
+    )
+    result = runner.invoke(app, ["explain", "train/t3", "--run", str(out), "--at", "500"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "department 'd' would hold 6 GPU, above its limit of 4 GPU (its queues together)"
+        in result.output
+    )
+    assert "department d may hold 4 GPUs together (holds 4)" in result.output
+    table = runner.invoke(app, ["queues", "--run", str(out), "--at", "500"]).output
+    header, serve, train = table.splitlines()[1:4]  # after the line naming the run
+    assert header.split()[:5] == ["QUEUE", "DEPARTMENT", "DEPT-MAX", "WEIGHT", "FAIR-SHARE"]
+    assert serve.split()[:5] == ["serve", "d", "4", "1", "0"]
+    assert train.split()[:5] == ["train", "d", "4", "1", "4"]
+    summary = json.loads((out / "summary.json").read_text())
+    # (1000 s x 4 GPUs + 500 s x 2 GPUs) / 1500 s / 8 GPUs.
+    assert summary["tenants"]["train"]["fair_share_pct"] == pytest.approx(41.67, abs=0.1)
+    with (out / "runs.csv").open() as f:
+        starts = {r["name"]: float(r["start"]) for r in csv.DictReader(f)}
+    assert starts["t3"] == pytest.approx(1000.0)

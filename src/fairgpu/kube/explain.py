@@ -99,8 +99,10 @@ def _deserved(
 def _queue_state(
     engine: Engine, cluster: ClusterState, pending: Sequence[PodInfo], now: float
 ) -> dict:
-    """Per queue: weight, fair share, allocated, quota, borrowed, pending (GPUs). A queue
-    with GPU work shows its pool-aware fair share of GPUs, the one reclaim is judged by."""
+    """Per queue: weight, fair share, allocated, quota, most it may hold, borrowed, its
+    department's limit and holdings (when the department sets a limit), pending (GPUs). A
+    queue with GPU work shows its pool-aware fair share of GPUs, the one reclaim is judged
+    by."""
     fair = dict(engine.fair_shares(cluster, pending))
     deserved = _deserved(engine, cluster, pending, now)[3]
     if isinstance(deserved, PoolShares):
@@ -114,6 +116,7 @@ def _queue_state(
         nominal = float(book.nominal(q)[DIM_GPU])
         top = float(book.max_usage(q)[DIM_GPU])
         borrowed = max(0.0, used - nominal) if np.isfinite(nominal) else 0.0
+        dept = book.department_limit(q)
         queues[q] = {
             "queue": q,
             "parent": book.queue_limits(q).parent,
@@ -124,6 +127,11 @@ def _queue_state(
             "nominal_gpus": _finite(nominal),
             "max_gpus": _finite(top),
             "borrowed_gpus": _gpus(borrowed),
+            # A department's limit caps its queues together: what it holds beside it.
+            "department_max_gpus": None if dept is None else _finite(dept.limit[DIM_GPU]),
+            "department_allocated_gpus": None
+            if dept is None
+            else _gpus(book.department_used(dept.name)[DIM_GPU]),
             "pending_pods": 0,
             "pending_gpus": 0.0,
         }

@@ -360,15 +360,17 @@ def share_timeline(
     weight: dict[str, float],
     points: int = 400,
     parent: Mapping[str, str] | None = None,
+    caps: Mapping[str, int] | None = None,
 ) -> ShareTimeline:
     """Pool-aware fair shares (:func:`hierarchical_pool_shares`: ``parent`` names each
-    tenant's department, weighed in ``weight`` too) of every tenant at ``points`` evenly
-    spaced instants. A pod demands its GPUs from arrival to its final end (held or pending);
-    pods no pool can run are left out (no scheduler could give them anything)."""
+    tenant's department, weighed in ``weight`` too; ``caps`` the most a tenant or department
+    may hold) of every tenant at ``points`` evenly spaced instants. A pod demands its GPUs
+    from arrival to its final end (held or pending); pods no pool can run are left out (no
+    scheduler could give them anything)."""
     end = max(result.end_time, 1e-9)
     grid = (np.arange(points) + 0.5) * end / points
     fair, useful, held, total = _share_series(
-        result, capacity, eligible, weight, grid, parent=parent
+        result, capacity, eligible, weight, grid, parent=parent, caps=caps
     )
     return ShareTimeline(
         times=grid,
@@ -403,11 +405,13 @@ def _share_series(
     grid: np.ndarray,
     capacity_at: list[dict[str, int]] | None = None,
     parent: Mapping[str, str] | None = None,
+    caps: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, np.ndarray], ...]:
     """At each instant of ``grid`` (sorted), per tenant: pool-aware fair share, useful
     allocation, held allocation (every run attempt) and total GPU demand, milli-GPU.
     ``capacity_at``: each instant's pool capacities instead of ``capacity``; ``parent``:
-    each tenant's department (:func:`hierarchical_pool_shares`)."""
+    each tenant's department, ``caps`` the most a tenant or department may hold
+    (:func:`hierarchical_pool_shares`)."""
     demand: dict[tuple[str, frozenset[str]], list[tuple[float, float, int]]] = defaultdict(list)
     for rec in result.records:
         pools = eligible.get(rec.pod.uid)
@@ -425,7 +429,7 @@ def _share_series(
         memo = (wants, tuple(sorted(cap.items())))
         if memo not in cache:
             demands = [PoolDemand(*w) for w in wants]
-            cache[memo] = hierarchical_pool_shares(cap, demands, weight, parent)
+            cache[memo] = hierarchical_pool_shares(cap, demands, weight, parent, caps)
         for t, v in cache[memo].items():
             fair[t][k] = v
     total = {
@@ -729,7 +733,9 @@ def add_accounting(
     # A pod whose queue does not exist is never tried: it is owed nothing (as in the engine).
     pods = [r.pod for r in result.records if engine.tenant(r.pod).error is None]
     capacity, eligible = pool_eligibility(cluster, engine.scheduler, pods)
-    timeline = share_timeline(result, capacity, eligible, weight, parent=parent)
+    queues = {r.tenant for r in result.records} | (set(weight) - set(parent.values()))
+    caps = engine.book.gpu_caps(queues)
+    timeline = share_timeline(result, capacity, eligible, weight, parent=parent, caps=caps)
     summary["pools_gpus"] = {p: c / 1000.0 for p, c in capacity.items()}
     locked = locked_deficit(result, timeline, eligible)
     for tenant, row in share_ratios(timeline, result.gpu_capacity_milli).items():

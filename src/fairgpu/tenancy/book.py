@@ -17,7 +17,8 @@ Quota rules (per resource, only where the queue sets a value):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -98,6 +99,9 @@ class QueueLimits:
     borrowing: np.ndarray = field(default_factory=lambda: INF.copy())
     lending: np.ndarray = field(default_factory=lambda: INF.copy())
     has_quota: bool = False
+    # The hard cap (``limit``; a department's caps its queues together).
+    limit: np.ndarray = field(default_factory=lambda: INF.copy())
+    has_limit: bool = False
     preemption: QueuePreemption = field(default_factory=QueuePreemption)
     users: dict[str, float] = field(default_factory=dict)
 
@@ -113,6 +117,8 @@ def _limits(q: QueueConfig) -> QueueLimits:
         borrowing=np.array(q.borrowing_limit.vector()),
         lending=np.array(q.lending_limit.vector()),
         has_quota=not q.quota.is_empty(),
+        limit=np.array(q.limit.vector()),
+        has_limit=not q.limit.is_empty(),
         preemption=q.preemption,
         users=dict(q.users),
     )
@@ -360,6 +366,11 @@ class QueueBook:
         u = self.usage.get(queue)
         return u if u is not None else zero()
 
+    def department_used(self, department: str) -> np.ndarray:
+        """Current usage vector of ``department``'s queues together."""
+        u = self.parent_usage.get(department)
+        return u if u is not None else zero()
+
     # ---- shares -------------------------------------------------------------------------
     def dominant(self, vec: np.ndarray) -> float:
         """Dominant resource share of ``vec`` against cluster capacity."""
@@ -457,33 +468,63 @@ class QueueBook:
         return bool((u <= self.nominal(queue) + 1e-6).all())
 
     def max_usage(self, queue: str) -> np.ndarray:
-        """The most ``queue`` may ever hold per resource."""
+        """The most ``queue`` may ever hold per resource (its department's limit aside:
+        :meth:`department_limit`)."""
         nominal = self.nominal(queue)
-        if self.static:
-            return nominal
         lim = self.queue_limits(queue)
-        top: np.ndarray = nominal + lim.borrowing  # inf where either is unset
+        top: np.ndarray = nominal if self.static else nominal + lim.borrowing  # inf if unset
+        if lim.has_limit:
+            top = np.minimum(top, lim.limit)
         return top
 
+    def department_limit(self, queue: str) -> QueueLimits | None:
+        """The limits of ``queue``'s department when that department sets a ``limit``."""
+        parent = self.queue_limits(queue).parent
+        dept = self.limits.get(parent) if parent else None
+        return dept if dept is not None and dept.has_limit else None
+
     def unlimited(self, queue: str) -> bool:
-        """May ``queue`` hold anything? (Dynamic mode and no nominal quota -- every
-        resource of :meth:`max_usage` is then ``inf``, whatever the borrowing limit --:
-        :meth:`never_fits` and :meth:`admit` always pass.)"""
-        return not (self.static or self.queue_limits(queue).has_quota)
+        """May ``queue`` hold anything? (Dynamic mode, no nominal quota and no limit on it or
+        its department -- every resource of :meth:`max_usage` is then ``inf``, whatever the
+        borrowing limit --: :meth:`never_fits` and :meth:`admit` always pass.)"""
+        lim = self.queue_limits(queue)
+        if self.static or lim.has_quota or lim.has_limit:
+            return False
+        return self.department_limit(queue) is None
+
+    def _cap_words(self, queue: str, dim: int) -> str:
+        """What caps ``queue`` at :meth:`max_usage` in resource ``dim``: its limit when that
+        is below what its quota (and borrowing) allow, else the quota."""
+        lim = self.queue_limits(queue)
+        nominal = self.nominal(queue)[dim]
+        by_quota = nominal if self.static else nominal + lim.borrowing[dim]
+        if lim.has_limit and lim.limit[dim] < by_quota:
+            return "limit"
+        return "nominal quota" if self.static else "nominal quota + borrowing limit"
 
     def never_fits(self, queue: str, vec: np.ndarray) -> str | None:
-        """A reason if ``vec`` alone exceeds what ``queue`` may ever hold."""
+        """A reason if ``vec`` alone exceeds what ``queue`` (or its department) may ever
+        hold."""
         if self.unlimited(queue):
             return None
         top = self.max_usage(queue)
         over = np.flatnonzero(vec > top + 1e-6)
+        if over.size:
+            d = int(over[0])
+            return (
+                f"pod asks {_fmt(d, vec[d])} but queue {queue!r} may never hold more than "
+                f"{_fmt(d, top[d])} ({self._cap_words(queue, d)})"
+            )
+        dept = self.department_limit(queue)
+        if dept is None:
+            return None
+        over = np.flatnonzero(vec > dept.limit + 1e-6)
         if over.size == 0:
             return None
         d = int(over[0])
-        how = "nominal quota" if self.static else "nominal quota + borrowingLimit"
         return (
-            f"pod asks {_fmt(d, vec[d])} but queue {queue!r} may never hold more than "
-            f"{_fmt(d, top[d])} ({how})"
+            f"pod asks {_fmt(d, vec[d])} but department {dept.name!r} may never hold more "
+            f"than {_fmt(d, dept.limit[d])} (its limit)"
         )
 
     def admit(self, queue: str, vec: np.ndarray, freed: np.ndarray | None = None) -> str | None:
@@ -499,11 +540,13 @@ class QueueBook:
         over = np.flatnonzero((after > top + 1e-6) & (vec > 0))
         if over.size:
             d = int(over[0])
-            what = "nominal quota" if self.static else "nominal quota + borrowing limit"
             return (
-                f"queue {queue!r} would hold {_fmt(d, after[d])}, above its {what} "
-                f"of {_fmt(d, top[d])}"
+                f"queue {queue!r} would hold {_fmt(d, after[d])}, above its "
+                f"{self._cap_words(queue, d)} of {_fmt(d, top[d])}"
             )
+        refused = self._department_admit(queue, vec, freed)
+        if refused:
+            return refused
         if self.static or lim.cohort is None or not lim.has_quota:
             return None
         nominal = lim.nominal
@@ -527,6 +570,26 @@ class QueueBook:
                     f"{lim.cohort!r} lends only {_fmt(d, max(0.0, lendable[d] - borrowed[d]))}"
                 )
         return None
+
+    def _department_admit(
+        self, queue: str, vec: np.ndarray, freed: np.ndarray | None
+    ) -> str | None:
+        """The reason ``queue``'s department's limit refuses ``vec`` more now, if it does
+        (``freed``: what the queue would hold less first -- its department too)."""
+        dept = self.department_limit(queue)
+        if dept is None:
+            return None
+        after = self.department_used(dept.name) + vec
+        if freed is not None:
+            after = after - freed
+        over = np.flatnonzero((after > dept.limit + 1e-6) & (vec > 0))
+        if over.size == 0:
+            return None
+        d = int(over[0])
+        return (
+            f"department {dept.name!r} would hold {_fmt(d, after[d])}, above its limit of "
+            f"{_fmt(d, dept.limit[d])} (its queues together)"
+        )
 
     def namespace_admit(self, pod: PodInfo) -> str | None:
         """None if the namespace's ResourceQuota-style caps allow ``pod``; else the reason."""
@@ -560,7 +623,8 @@ class QueueBook:
 
     def gpu_fair_shares(self, demand_milli: dict[str, float]) -> dict[str, float]:
         """Per queue, the weighted max-min fair share of cluster GPUs (milli), capped by
-        ``demand_milli``; static mode caps by the nominal quota instead."""
+        ``demand_milli`` and by :meth:`gpu_caps`; static mode caps by the nominal quota
+        instead."""
         cap = float(self.capacity[DIM_GPU])
         if self.static:
             return {q: float(min(d, self.nominal(q)[DIM_GPU])) for q, d in demand_milli.items()}
@@ -570,4 +634,21 @@ class QueueBook:
             self.weight,
             lambda q: self.queue_limits(q).parent,
             self.parent_weight,
+            self.gpu_caps(demand_milli),
         )
+
+    def gpu_caps(self, queues: Iterable[str]) -> dict[str, int]:
+        """The most each of ``queues`` -- and each of their departments, its queues
+        together -- may ever hold, in milli-GPU, where its quota, borrowing limit or limit
+        bounds it (static mode's shares of unset quotas aside): no fair share lies above."""
+        out: dict[str, int] = {}
+        for q in queues:
+            lim = self.queue_limits(q)
+            if lim.has_quota or lim.has_limit:
+                top = float(self.max_usage(q)[DIM_GPU])
+                if math.isfinite(top):
+                    out[q] = int(top)
+            dept = self.department_limit(q)
+            if dept is not None and math.isfinite(dept.limit[DIM_GPU]):
+                out[dept.name] = int(dept.limit[DIM_GPU])
+        return out

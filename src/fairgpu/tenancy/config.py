@@ -18,7 +18,8 @@ Example::
     namespaceQuotas:
       sandbox: {requests.nvidia.com/gpu: 2}
     queues:
-      - {name: research, weight: 2}                 # a department (parent)
+      - {name: research, weight: 2, limit: {gpu: 24}}   # a department (parent): its
+                                                        # queues together hold <= 24 GPUs
       - name: vision
         parent: research
         weight: 1
@@ -27,6 +28,7 @@ Example::
         quota: {gpu: 8, cpu: "64", memory: 256Gi}
         borrowingLimit: {gpu: 4}
         lendingLimit: {gpu: 2}
+        limit: {gpu: 10}            # a hard cap, whatever quota and borrowing allow
         preemption: {withinQueue: LowerPriority, reclaim: true, preemptible: true}
         users: {alice: 2}
 
@@ -158,6 +160,7 @@ class QueueConfig(_Model):
     quota: Resources = Field(default_factory=Resources)
     borrowing_limit: Resources = Field(default_factory=Resources)
     lending_limit: Resources = Field(default_factory=Resources)
+    limit: Resources = Field(default_factory=Resources)
     preemption: QueuePreemption = Field(default_factory=QueuePreemption)
     users: dict[str, float] = Field(default_factory=dict)
 
@@ -388,7 +391,7 @@ def _queue_names(cfg: TenancyConfig) -> dict[str, int]:
 
 
 def _check_gpu_fields(i: int, q: QueueConfig) -> None:
-    for field in ("quota", "borrowing_limit", "lending_limit"):
+    for field in ("quota", "borrowing_limit", "lending_limit", "limit"):
         res: Resources = getattr(q, field)
         if res.gpu is not None and res.gpu_cores is not None:
             raise InvalidObjectError(
@@ -435,14 +438,15 @@ def _check_namespaces(i: int, q: QueueConfig, parents: set[str], owner: dict[str
 
 
 #: What a department may set (namespaces and a parent of its own are refused by their own
-#: checks, with their own words): its queues share what its weight gets.
-_DEPARTMENT_FIELDS = frozenset({"name", "weight", "namespaces", "parent"})
+#: checks, with their own words): its queues share what its weight gets, and never hold
+#: more than its limit together.
+_DEPARTMENT_FIELDS = frozenset({"name", "weight", "namespaces", "parent", "limit"})
 
 
 def _check_department(i: int, q: QueueConfig, parents: set[str]) -> None:
-    """A department (a queue others name as ``parent``) carries a weight only: quotas,
-    limits, cohorts, preemption settings and users belong to the queues that hold pods, and
-    set on a department they would be silently ignored."""
+    """A department (a queue others name as ``parent``) carries a weight and a limit only:
+    quotas, borrowing and lending limits, cohorts, preemption settings and users belong to
+    the queues that hold pods, and set on a department they would be silently ignored."""
     if q.name not in parents:
         return
     extra = sorted(f for f in q.model_fields_set - _DEPARTMENT_FIELDS)
@@ -451,7 +455,7 @@ def _check_department(i: int, q: QueueConfig, parents: set[str]) -> None:
             CONFIG_OBJECT,
             f"queues[{i}].{to_camel(extra[0])}",
             f"{q.name!r} is a department (other queues name it as parent): it carries only "
-            "a weight; set quotas, limits and preemption on its queues",
+            "a weight and a limit; set quotas, borrowing and preemption on its queues",
         )
 
 

@@ -47,13 +47,20 @@ def hierarchical_fair_shares(
     queue_weight: Callable[[str], float],
     parent_of: Callable[[str], str],
     parent_weight: Callable[[str], float],
+    caps: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """Two-level weighted max-min shares of ``capacity`` for the leaf queues in ``demand``."""
+    """Two-level weighted max-min shares of ``capacity`` for the leaf queues in ``demand``;
+    ``caps``: the most a queue, or a department's queues together, may ever hold (a share
+    is never above it)."""
+    caps = caps or {}
+    demand = {q: min(d, caps.get(q, math.inf)) for q, d in demand.items()}
     groups: dict[str, list[str]] = {}
     for q in demand:
         top = parent_of(q) or q
         groups.setdefault(top, []).append(q)
-    top_demand = {g: sum(demand[q] for q in qs) for g, qs in groups.items()}
+    top_demand = {
+        g: min(sum(demand[q] for q in qs), caps.get(g, math.inf)) for g, qs in groups.items()
+    }
     top_weight = {
         g: (parent_weight(g) if parent_of(qs[0]) else queue_weight(qs[0]))
         for g, qs in groups.items()

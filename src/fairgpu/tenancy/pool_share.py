@@ -137,17 +137,35 @@ def _class_key(item: tuple[tuple[str, frozenset[str]], int]) -> tuple[str, tuple
     return tenant, tuple(sorted(pools))
 
 
+class _Together:
+    """A feasibility check with one more constraint: ``members`` together get at most
+    ``total`` (a department's limit, shared by its tenants)."""
+
+    def __init__(self, net: _Network | _Cuts, members: Set[str], total: int) -> None:
+        self.net, self.members, self.total = net, members, total
+
+    def fits(self, target: Mapping[str, int]) -> bool:
+        """True when the targets fit the pools and the members' sum fits ``total``."""
+        together = sum(int(v) for t, v in target.items() if t in self.members)
+        return together <= self.total and self.net.fits(target)
+
+
 def pool_fair_shares(
     capacity: Mapping[str, int],
     demands: Iterable[PoolDemand],
     weight: Mapping[str, float] | None = None,
     fixed: Mapping[str, int] | None = None,
+    caps: Mapping[str, int] | None = None,
+    together: tuple[Set[str], int] | None = None,
 ) -> dict[str, int]:
     """Each tenant's weighted max-min fair share of ``capacity`` (pool -> amount) under the
-    pool constraints of its ``demands``; never above its total demand. Tenants missing from
-    ``weight`` weigh 1. The tenants in ``fixed`` get that amount (at most their demand; it
-    must fit) and the others share what is left around them."""
+    pool constraints of its ``demands``; never above its total demand nor its cap in
+    ``caps`` (the most it may ever hold: a share beyond it no scheduler could give).
+    Tenants missing from ``weight`` weigh 1. The tenants in ``fixed`` get that amount (at
+    most their demand; it must fit) and the others share what is left around them.
+    ``together``: a set of tenants and the most they get together."""
     weight = weight or {}
+    caps = caps or {}
     classes: dict[tuple[str, frozenset[str]], int] = {}
     for d in demands:
         if d.amount > 0:
@@ -156,13 +174,17 @@ def pool_fair_shares(
     want: dict[str, int] = {}
     for (tenant, _), amount in classes.items():
         want[tenant] = want.get(tenant, 0) + amount
+    for tenant, cap in caps.items():
+        if tenant in want:
+            want[tenant] = min(want[tenant], int(cap))
     if not want:
         return {}
     share = {t: min(int(v), want[t]) for t, v in (fixed or {}).items() if t in want}
     pools = {p for _, ps in classes for p in ps}
-    net: _Network | _Cuts = (
+    pooled: _Network | _Cuts = (
         _Cuts(capacity, classes) if len(pools) <= CUT_POOLS else _Network(capacity, classes)
     )
+    net = pooled if together is None else _Together(pooled, *together)
     if net.fits({**want, **share}):
         return {**want, **share}
     active = sorted(t for t in want if t not in share)
@@ -189,12 +211,14 @@ def hierarchical_pool_shares(
     demands: Iterable[PoolDemand],
     weight: Mapping[str, float] | None = None,
     parent: Mapping[str, str] | None = None,
+    caps: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """:func:`pool_fair_shares` over two levels: the departments (``parent``: tenant -> its
     department, weighted by ``weight`` like the tenants) and the tenants without one share
     ``capacity`` by weighted max-min under their tenants' pool constraints; then each
     department's amount is split among its tenants by weighted max-min, every other tenant
     and department held at what it got (departments already split, tenant by tenant).
+    ``caps``: the most a tenant, or a department's tenants together, may ever hold.
 
     Flattening the departments into leaf weights (a department's weight split among its
     tenants) differs once a tenant's demand caps it: what it leaves goes to every tenant in
@@ -206,14 +230,19 @@ def hierarchical_pool_shares(
     :func:`pool_fair_shares`."""
     demands = [d for d in demands if d.amount > 0]
     parent = parent or {}
+    caps = caps or {}
     if not any(parent.get(d.tenant) for d in demands):
-        return pool_fair_shares(capacity, demands, weight)
+        return pool_fair_shares(capacity, demands, weight, caps=caps)
 
     def top(tenant: str) -> str:
         return parent.get(tenant) or tenant
 
+    # A department's demand is its tenants', each within its own cap; its cap is its own.
     outer = pool_fair_shares(
-        capacity, [PoolDemand(top(d.tenant), d.pools, d.amount) for d in demands], weight
+        capacity,
+        [PoolDemand(top(d.tenant), d.pools, d.amount) for d in _capped(demands, caps)],
+        weight,
+        caps=caps,
     )
     members: dict[str, set[str]] = {}
     for d in demands:
@@ -238,14 +267,30 @@ def hierarchical_pool_shares(
             else:
                 around.append(PoolDemand(owner, d.pools, d.amount))
                 held[owner] = outer.get(owner, 0)
-        got = pool_fair_shares(capacity, around, weight, fixed=held)
+        limit = (inner, outer.get(group, 0)) if group in caps else None
+        got = pool_fair_shares(capacity, around, weight, fixed=held, caps=caps, together=limit)
         share.update({t: got.get(t, 0) for t in inner})
         split.add(group)
     return share
 
 
+def _capped(demands: Sequence[PoolDemand], caps: Mapping[str, int]) -> list[PoolDemand]:
+    """``demands`` with each capped tenant's scaled down to its cap, in proportion over its
+    sets of pools (which of them its cap binds in is not known before the split)."""
+    total: dict[str, int] = {}
+    for d in demands:
+        total[d.tenant] = total.get(d.tenant, 0) + d.amount
+    out = []
+    for d in demands:
+        cap = caps.get(d.tenant)
+        if cap is not None and cap < total[d.tenant]:
+            d = PoolDemand(d.tenant, d.pools, int(d.amount * cap / total[d.tenant]))
+        out.append(d)
+    return out
+
+
 def _frozen(
-    net: _Network | _Cuts,
+    net: _Network | _Cuts | _Together,
     target: Mapping[str, int],
     active: Sequence[str],
     want: Mapping[str, int],
@@ -271,7 +316,7 @@ def _targets(
 
 
 def _highest_level(
-    net: _Network | _Cuts,
+    net: _Network | _Cuts | _Together,
     share: Mapping[str, int],
     active: Sequence[str],
     want: Mapping[str, int],
@@ -446,15 +491,22 @@ class PoolDemandIndex:
         return [PoolDemand(q, p, a) for (q, p), a in sorted(merged.items(), key=_class_key)]
 
     def shares(
-        self, weight: Mapping[str, float], parent: Mapping[str, str] | None = None
+        self,
+        weight: Mapping[str, float],
+        parent: Mapping[str, str] | None = None,
+        caps: Mapping[str, int] | None = None,
     ) -> dict[str, int]:
         """:func:`hierarchical_pool_shares` of the current demands (the last few answers
         cached: between cycles the demands often come back to an earlier state), or the last
         answer when only demands it capped below what they ask have moved
         (:func:`_same_answer`: a tenant capped below its demand leaves its department capped
-        too, so the argument holds at both levels)."""
+        too, so the argument holds at both levels; a cap only lowers what a tenant asks)."""
         demands = self.demands()
-        weights = (tuple(sorted(weight.items())), tuple(sorted((parent or {}).items())))
+        weights = (
+            tuple(sorted(weight.items())),
+            tuple(sorted((parent or {}).items())),
+            tuple(sorted((caps or {}).items())),
+        )
         key = (tuple(demands), weights)
         got = self._cache.get(key)
         if got is None and self._last is not None and self._last[1] == weights:
@@ -463,7 +515,7 @@ class PoolDemandIndex:
             if len(self._cache) >= 64:
                 self._cache.clear()
             got = self._cache[key] = hierarchical_pool_shares(
-                self.capacity, demands, weight, parent
+                self.capacity, demands, weight, parent, caps
             )
         self._last = (demands, weights, got)
         return got

@@ -534,7 +534,8 @@ def pool_gpu_shares(session: Session, queues: Lanes) -> dict[str, int]:
     incrementally (:class:`~fairgpu.tenancy.pool_share.PoolDemandIndex`). Queue weights;
     departments share first by their own weights, then each department's amount is shared
     among its queues (:func:`~fairgpu.tenancy.pool_share.hierarchical_pool_shares`), as
-    the reclaim order compares departments before queues (:func:`share_key`)."""
+    the reclaim order compares departments before queues (:func:`share_key`); never above
+    what a queue or department may hold (:meth:`~fairgpu.tenancy.book.QueueBook.gpu_caps`)."""
     cluster, book, scheduler = session.cluster, session.book, session.scheduler
     n = cluster.size
     index = session.state.pool_demand
@@ -569,8 +570,9 @@ def pool_gpu_shares(session: Session, queues: Lanes) -> dict[str, int]:
         return tenant.queue, (pod.static_key(), least), mask, int(milli)
 
     _update_demand(session, pending, describe)
-    weight, parent = _hierarchy(book, index.queue_demand())
-    return index.shares(weight, parent)
+    demand = index.queue_demand()
+    weight, parent = _hierarchy(book, demand)
+    return index.shares(weight, parent, book.gpu_caps(demand))
 
 
 def _update_demand(session: Session, pending: Mapping[str, PodInfo], describe: Describe) -> None:

@@ -1,0 +1,115 @@
+"""Hard caps: a queue's ``limit`` and a department's, which caps its queues together
+(fairgpu.tenancy.book.QueueBook.admit / never_fits)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fairgpu.engine.engine import CycleResult, Engine
+from fairgpu.model.pod import PodInfo
+from fairgpu.tenancy import parse_config
+from tests.builders import cluster, node_info, pod_info
+
+DEPARTMENT = {
+    "queues": [
+        {"name": "research", "limit": {"gpu": 4}},
+        {"name": "team-a", "parent": "research", "namespaces": ["team-a"]},
+        {"name": "team-b", "parent": "research", "namespaces": ["team-b"]},
+        {"name": "product"},
+        {"name": "team-c", "parent": "product", "namespaces": ["team-c"]},
+    ]
+}
+
+
+def cycle(
+    config: dict[str, Any], placed: list[tuple[PodInfo, str, float]], pending: list[PodInfo]
+) -> CycleResult:
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), placed=placed)
+    return Engine(tenancy=parse_config(config)).cycle(state, pending, 100.0)
+
+
+def bound(res: CycleResult) -> list[str]:
+    return sorted(b.pod.name for b in res.binds)
+
+
+def reasons(res: CycleResult) -> dict[str, str]:
+    return {u.pod.name: u.reason for u in res.unschedulable}
+
+
+def test_a_queue_limit_caps_a_queue_without_a_quota() -> None:
+    config = {"queues": [{"name": "a", "namespaces": ["a"], "limit": {"gpu": 3}}]}
+    res = cycle(config, [], [pod_info(f"p{j}", "a") for j in range(5)])
+    assert bound(res) == ["p0", "p1", "p2"]
+    assert "queue 'a' would hold 4 GPU, above its limit of 3 GPU" in reasons(res)["p3"]
+
+
+def test_a_limit_below_quota_and_borrowing_is_the_cap_named() -> None:
+    config = {
+        "queues": [{"name": "a", "namespaces": ["a"], "quota": {"gpu": 2}, "limit": {"gpu": 3}}]
+    }
+    res = cycle(config, [], [pod_info(f"p{j}", "a") for j in range(5)])
+    assert bound(res) == ["p0", "p1", "p2"]
+    assert "above its limit of 3 GPU" in reasons(res)["p3"]
+
+
+def test_a_department_limit_caps_its_queues_together_and_no_other() -> None:
+    placed = [(pod_info(f"a{j}", "team-a"), "n1", 0.0) for j in range(3)]
+    pending = [pod_info(f"b{j}", "team-b") for j in range(3)]
+    pending += [pod_info(f"c{j}", "team-c") for j in range(6)]
+    res = cycle(DEPARTMENT, placed, pending)
+    names = bound(res)
+    assert [n for n in names if n.startswith("b")] == ["b0"]  # 3 + 1 = the limit of 4
+    assert [n for n in names if n.startswith("c")] == [f"c{j}" for j in range(6)]
+    assert reasons(res)["b1"] == (
+        "department 'research' would hold 5 GPU, above its limit of 4 GPU (its queues together)"
+    )
+
+
+def test_without_the_department_limit_its_queues_take_what_is_free() -> None:
+    config = {"queues": [dict(q) for q in DEPARTMENT["queues"]]}
+    del config["queues"][0]["limit"]
+    placed = [(pod_info(f"a{j}", "team-a"), "n1", 0.0) for j in range(3)]
+    res = cycle(config, placed, [pod_info(f"b{j}", "team-b") for j in range(3)])
+    assert bound(res) == ["b0", "b1", "b2"]
+
+
+def test_a_pod_larger_than_its_departments_limit_never_fits() -> None:
+    res = cycle(DEPARTMENT, [], [pod_info("big", "team-a", gpus=8)])
+    [refusal] = res.unschedulable
+    assert not refusal.resolvable
+    assert refusal.reason == (
+        "pod asks 8 GPU but department 'research' may never hold more than 4 GPU (its limit)"
+    )
+
+
+def test_priority_at_the_department_limit_evicts_in_its_own_queue_only() -> None:
+    placed = [(pod_info(f"a{j}", "team-a", priority=0), "n1", 0.0) for j in range(2)]
+    placed += [(pod_info(f"b{j}", "team-b", priority=0), "n1", 0.0) for j in range(2)]
+    res = cycle(DEPARTMENT, placed, [pod_info("urgent", "team-a", priority=100)])
+    assert bound(res) == ["urgent"]
+    [eviction] = res.evictions
+    assert eviction.pod.namespace == "team-a" and eviction.kind == "priority"
+
+
+CAPPED_A = {
+    "queues": [
+        {"name": "a", "namespaces": ["a"], "limit": {"gpu": 4}},
+        {"name": "b", "namespaces": ["b"]},
+        {"name": "c", "namespaces": ["c"]},
+    ]
+}
+
+
+def test_a_capped_queues_share_goes_to_the_others_and_reclaim_follows_it() -> None:
+    # 16 GPUs; a, asking more, may hold 4, so b and c are owed 6 each (not 16/3): c,
+    # holding 5 with b at 7, takes one back from b. Shares that ignored the limit (5.33 each)
+    # refused it, as c would end above 5.33.
+    placed = [(pod_info(f"a{j}", "a"), "n1", -1000.0) for j in range(4)]
+    placed += [(pod_info(f"b{j}", "b"), "n1" if j < 4 else "n2", -1000.0) for j in range(7)]
+    placed += [(pod_info(f"c{j}", "c"), "n2", -1000.0) for j in range(5)]
+    pending = [pod_info(f"a-more{j}", "a") for j in range(4)] + [pod_info("c-more", "c")]
+    res = cycle(CAPPED_A, placed, pending)
+    assert [e.pod.namespace for e in res.evictions] == ["b"]
+    assert res.evictions[0].kind == "reclaim"
+    assert bound(res) == ["c-more"]
+    assert "above its limit of 4 GPU" in reasons(res)["a-more0"]
