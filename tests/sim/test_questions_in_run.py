@@ -212,6 +212,13 @@ def _run_with_config(tmp_path: Path, workload: str, config: str) -> Path:
     return out
 
 
+#: Queues ``train`` and ``serve`` of department ``d`` (which the config names first).
+D_QUEUES = (
+    "  - {name: train, parent: d, namespaces: [train]}\n"
+    "  - {name: serve, parent: d, namespaces: [serve]}\n"
+)
+
+
 def test_explain_names_the_department_a_queue_shares_within(tmp_path: Path) -> None:
     """``train`` and ``serve`` share department ``d``: explain names it beside the queue, and
     the fair share it prints is the one departments share first by."""
@@ -220,10 +227,7 @@ def test_explain_names_the_department_a_queue_shares_within(tmp_path: Path) -> N
         NODE
         + pod("t1", 0, 1000, gpus=8, namespace="train")
         + pod("t2", 0, 1000, namespace="train"),
-        "queues:\n"
-        "  - {name: d}\n"
-        "  - {name: train, parent: d, namespaces: [train]}\n"
-        "  - {name: serve, parent: d, namespaces: [serve]}\n",
+        "queues:\n  - {name: d}\n" + D_QUEUES,
     )
     result = runner.invoke(app, ["explain", "train/t2", "--run", str(out), "--at", "500"])
     assert result.exit_code == 0, result.output
@@ -672,10 +676,7 @@ def test_a_department_limit_holds_its_queues_and_the_answers_say_so(tmp_path: Pa
         + pod("t1", 0, 1000, gpus=2, namespace="train")
         + pod("t2", 0, 1000, gpus=2, namespace="train")
         + pod("t3", 0, 500, gpus=2, namespace="train"),
-        "queues:\n"
-        "  - {name: d, limit: {gpu: 4}}\n"
-        "  - {name: train, parent: d, namespaces: [train]}\n"
-        "  - {name: serve, parent: d, namespaces: [serve]}\n",
+        "queues:\n  - {name: d, limit: {gpu: 4}}\n" + D_QUEUES,
     )
     result = runner.invoke(app, ["explain", "train/t3", "--run", str(out), "--at", "500"])
     assert result.exit_code == 0, result.output

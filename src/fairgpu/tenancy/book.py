@@ -124,6 +124,18 @@ def _limits(q: QueueConfig) -> QueueLimits:
     )
 
 
+def _after(held: np.ndarray, vec: np.ndarray, freed: np.ndarray | None) -> np.ndarray:
+    """What is held once ``vec`` is added and ``freed`` (if any) taken away."""
+    after: np.ndarray = held + vec if freed is None else held + vec - freed
+    return after
+
+
+def _first_over(after: np.ndarray, vec: np.ndarray, top: np.ndarray) -> int | None:
+    """The first resource ``vec`` asks for whose amount ``after`` exceeds ``top``."""
+    over = np.flatnonzero((after > top + 1e-6) & (vec > 0))
+    return int(over[0]) if over.size else None
+
+
 def _fmt(dim: int, amount: float) -> str:
     if dim == DIM_GPU:
         return f"{amount / WHOLE:g} GPU"
@@ -533,13 +545,10 @@ class QueueBook:
         if self.unlimited(queue):
             return None
         lim = self.queue_limits(queue)
-        after = self.used(queue) + vec
-        if freed is not None:
-            after = after - freed
+        after = _after(self.used(queue), vec, freed)
         top = self.max_usage(queue)
-        over = np.flatnonzero((after > top + 1e-6) & (vec > 0))
-        if over.size:
-            d = int(over[0])
+        d = _first_over(after, vec, top)
+        if d is not None:
             return (
                 f"queue {queue!r} would hold {_fmt(d, after[d])}, above its "
                 f"{self._cap_words(queue, d)} of {_fmt(d, top[d])}"
@@ -579,13 +588,10 @@ class QueueBook:
         dept = self.department_limit(queue)
         if dept is None:
             return None
-        after = self.department_used(dept.name) + vec
-        if freed is not None:
-            after = after - freed
-        over = np.flatnonzero((after > dept.limit + 1e-6) & (vec > 0))
-        if over.size == 0:
+        after = _after(self.department_used(dept.name), vec, freed)
+        d = _first_over(after, vec, dept.limit)
+        if d is None:
             return None
-        d = int(over[0])
         return (
             f"department {dept.name!r} would hold {_fmt(d, after[d])}, above its limit of "
             f"{_fmt(d, dept.limit[d])} (its queues together)"
