@@ -53,7 +53,8 @@ def test_a_limit_below_quota_and_borrowing_is_the_cap_named() -> None:
 
 
 def test_a_department_limit_caps_its_queues_together_and_no_other() -> None:
-    placed = [(pod_info(f"a{j}", "team-a"), "n1", 0.0) for j in range(3)]
+    # team-a's pods started 30 s ago: too young to give back (the next test).
+    placed = [(pod_info(f"a{j}", "team-a"), "n1", 70.0) for j in range(3)]
     pending = [pod_info(f"b{j}", "team-b") for j in range(3)]
     pending += [pod_info(f"c{j}", "team-c") for j in range(6)]
     res = cycle(DEPARTMENT, placed, pending)
@@ -113,3 +114,57 @@ def test_a_capped_queues_share_goes_to_the_others_and_reclaim_follows_it() -> No
     assert res.evictions[0].kind == "reclaim"
     assert bound(res) == ["c-more"]
     assert "above its limit of 4 GPU" in reasons(res)["a-more0"]
+
+
+WEIGHTED = {
+    "queues": [
+        {"name": "research", "limit": {"gpu": 6}},
+        {"name": "team-a", "parent": "research", "weight": 2, "namespaces": ["team-a"]},
+        {"name": "team-b", "parent": "research", "namespaces": ["team-b"]},
+    ]
+}
+
+
+def test_at_the_department_limit_a_queue_below_its_share_takes_back_from_a_sibling() -> None:
+    # research may hold 6: team-a (weight 2) is owed 4, team-b 2. team-b filled the limit
+    # first; team-a's pods take back from it down to team-b's share, never further, though
+    # both nodes have room: four pods, each in the place of one of team-b's.
+    placed = [(pod_info(f"b{j}", "team-b"), "n1", -1000.0) for j in range(6)]
+    pending = [pod_info(f"a{j}", "team-a") for j in range(6)]
+    state = cluster(node_info("n1", gpus=8), node_info("n2", gpus=8), placed=placed)
+    engine = Engine(tenancy=parse_config(WEIGHTED))
+    res = engine.cycle(state, pending, 100.0)
+    assert bound(res) == ["a0", "a1", "a2", "a3"]
+    assert len(res.evictions) == 4
+    for eviction in res.evictions:
+        assert eviction.pod.namespace == "team-b" and eviction.kind == "reclaim"
+        assert "to make room in its department's limit" in eviction.reason
+    assert "above its limit of 6 GPU" in reasons(res)["a4"]
+    # Each bind carries what it reclaimed (the cooldown's record, as any reclaim's).
+    for bind in res.binds:
+        assert bind.reclaim is not None and bind.reclaim.flows == (("n1", "team-b"),)
+
+
+def test_a_sibling_at_its_share_is_not_taken_from() -> None:
+    placed = [(pod_info(f"a{j}", "team-a"), "n1", -1000.0) for j in range(4)]
+    placed += [(pod_info(f"b{j}", "team-b"), "n1", -1000.0) for j in range(2)]
+    res = cycle(WEIGHTED, placed, [pod_info("a-more", "team-a"), pod_info("b-more", "team-b")])
+    assert not res.evictions and not res.binds
+    assert "above its limit of 6 GPU" in reasons(res)["a-more"]
+
+
+def test_young_sibling_pods_are_not_taken_back() -> None:
+    # Placed 30 s before: younger than the reclaim minimum run time.
+    placed = [(pod_info(f"b{j}", "team-b"), "n1", 70.0) for j in range(6)]
+    res = cycle(WEIGHTED, placed, [pod_info("a0", "team-a")])
+    assert not res.evictions and not res.binds
+
+
+def test_a_queue_never_takes_back_past_its_share_in_the_department() -> None:
+    # team-a holds 3 of its 4; a 2-GPU pod would take it to 5, above its share: team-b
+    # (3, above its 2) keeps its pods and the pod waits.
+    placed = [(pod_info(f"a{j}", "team-a"), "n1", -1000.0) for j in range(3)]
+    placed += [(pod_info(f"b{j}", "team-b"), "n1", -1000.0) for j in range(3)]
+    res = cycle(WEIGHTED, placed, [pod_info("a-big", "team-a", gpus=2)])
+    assert not res.evictions and not res.binds
+    assert "above its limit of 6 GPU" in reasons(res)["a-big"]

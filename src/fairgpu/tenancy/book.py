@@ -539,9 +539,17 @@ class QueueBook:
             f"than {_fmt(d, dept.limit[d])} (its limit)"
         )
 
-    def admit(self, queue: str, vec: np.ndarray, freed: np.ndarray | None = None) -> str | None:
+    def admit(
+        self,
+        queue: str,
+        vec: np.ndarray,
+        freed: np.ndarray | None = None,
+        others_freed: np.ndarray | None = None,
+    ) -> str | None:
         """None if ``queue`` may take ``vec`` more now; otherwise the reason it may not.
-        ``freed``: what the queue would hold less first (pods of its own it would evict)."""
+        ``freed``: what the queue would hold less first (pods of its own it would evict);
+        ``others_freed``: what the other queues of its department would hold less (pods it
+        would take back from them), which its department's limit counts."""
         if self.unlimited(queue):
             return None
         lim = self.queue_limits(queue)
@@ -553,7 +561,10 @@ class QueueBook:
                 f"queue {queue!r} would hold {_fmt(d, after[d])}, above its "
                 f"{self._cap_words(queue, d)} of {_fmt(d, top[d])}"
             )
-        refused = self._department_admit(queue, vec, freed)
+        gone = freed
+        if others_freed is not None:
+            gone = others_freed if freed is None else freed + others_freed
+        refused = self._department_admit(queue, vec, gone)
         if refused:
             return refused
         if self.static or lim.cohort is None or not lim.has_quota:

@@ -120,8 +120,12 @@ def _within_quota(session: Session, job: Job, rules: Rules, full: QuotaFull) -> 
     (:mod:`~fairgpu.engine.actions.quota_room`), else reported with the quota's reason."""
     room = quota_room(session, job, rules.victims, full)
     if room is not None:
+        head = job.pods[0]
+        rules.victims.note_room(job, head, room)  # recorded as reclaims if it lands
         n_before = len(session.out.unschedulable)
         changed = place_job(session, job, rules, room)
+        if not changed:
+            rules.victims.note_room(job, head, [])
         if changed or len(session.out.unschedulable) > n_before:
             return changed
     refused = rules.victims.refusal(job.pods[0])  # a rule that kept candidates out
@@ -131,8 +135,8 @@ def _within_quota(session: Session, job: Job, rules: Rules, full: QuotaFull) -> 
 
 
 def place_job(session: Session, job: Job, rules: Rules, room: Sequence[PodInfo] = ()) -> set[str]:
-    """Place at least ``job.need`` members together, or none; ``room``: pods of the job's
-    own queue to evict first, whose place in its quota the job takes
+    """Place at least ``job.need`` members together, or none; ``room``: pods to evict first,
+    whose place in its queue's quota or its department's limit the job takes
     (:mod:`~fairgpu.engine.actions.quota_room`).
 
     A gang of identical members whose failure shape (:func:`_gang_shape`) already failed
@@ -190,8 +194,14 @@ def _attempt(
     ``restrict`` leaves (None: all; :mod:`~fairgpu.engine.actions.gang_domains`): how many
     were placed, and the members that were not."""
     for victim in room:
-        reason = f"preempted by {_preemptor(job)} (priority) to make room in its queue's quota"
-        stmt.evict(victim, job.pods[0], reason, "priority")
+        if session.resolver.resolve(victim).queue == job.tenant.queue:
+            reason = f"preempted by {_preemptor(job)} (priority) to make room in its queue's quota"
+            stmt.evict(victim, job.pods[0], reason, "priority")
+        else:  # another queue of its department, above its share there
+            reason = (
+                f"preempted by {_preemptor(job)} (reclaim) to make room in its department's limit"
+            )
+            stmt.evict(victim, job.pods[0], reason, "reclaim")
     placed = 0
     results: list[Member] = []
     for pod in job.pods:

@@ -51,6 +51,17 @@ class KubeDefaultVictims:
         """No queues, no quotas: none."""
         return []
 
+    def department_candidates(self, job: Job, pod: PodInfo) -> list[str]:
+        """No departments: none."""
+        return []
+
+    def department_refusal(self, job: Job, pod: PodInfo, victims: list[PodInfo]) -> str | None:
+        """No departments: nothing to refuse."""
+        return None
+
+    def note_room(self, job: Job, pod: PodInfo, victims: list[PodInfo]) -> None:
+        """No reclaims to record."""
+
     def freeable(self, job: Job, pod: PodInfo) -> set[str]:
         """Every placed pod of strictly lower priority that may be a victim."""
         return set(self._lower(pod))

@@ -157,6 +157,19 @@ class VictimPolicy(Protocol):
         queue's quota (:mod:`~fairgpu.engine.actions.quota_room`); [] where queues have no
         quotas."""
 
+    def department_candidates(self, job: Job, pod: PodInfo) -> list[str]:
+        """The pods of the other queues of ``job``'s department that ``pod`` may take back
+        to make room in the department's limit (:mod:`~fairgpu.engine.actions.quota_room`);
+        [] where departments have no limits."""
+
+    def department_refusal(self, job: Job, pod: PodInfo, victims: list[PodInfo]) -> str | None:
+        """The rule that refuses ``job`` taking ``victims`` (pods of its department's other
+        queues, whole groups included) back, or None."""
+
+    def note_room(self, job: Job, pod: PodInfo, victims: list[PodInfo]) -> None:
+        """``victims`` of other queues go to make room for ``job`` (recorded as reclaims if
+        ``pod`` is placed: :meth:`placed`); none: forget an earlier note."""
+
 
 def _members_needed(job: Job) -> int:
     """How many members the preemptor's end state holds in a committed-state search: 1 for
@@ -198,6 +211,8 @@ class FairVictims:
         # Per gang member, the victims of its last plan: uid -> (queue, what it held).
         self._taken: dict[str, dict[str, tuple[str, np.ndarray]]] = {}
         self._flows: dict[str, set[tuple[str, str]]] = {}  # (node, victim queue) per reclaim
+        # Per preemptor, what the department-limit room it evicts moves (quota_room).
+        self._room: dict[str, tuple[list[tuple[str, int]], set[tuple[str, str]]]] = {}
         self._refusal: dict[str, str] = {}
         self._gangs = running_gangs(
             session.book,
@@ -264,11 +279,15 @@ class FairVictims:
         """A committed placement: if it reclaimed, the GPUs its victims freed and those it
         took changed tenant now (the reclaim cooldown)."""
         moved = self._moves.pop(pod.uid, None)
+        flows = self._flows.pop(pod.uid, set())
+        room = self._room.pop(pod.uid, None)
+        if room is not None:
+            moved = (moved or []) + room[0]
+            flows = flows | room[1]
         if moved is None:
             return
         self.eligibility.note_reclaim()
         s = self.s
-        flows = self._flows.pop(pod.uid)
         note_reclaims(s.state, s.resolver.resolve(pod).queue, flows, s.now)
         pl = s.cluster.placements.get(pod.uid)
         if pl is not None:
@@ -538,17 +557,62 @@ class FairVictims:
     def _note_moves(self, job: Job, pod: PodInfo, plan: PreemptionPlan) -> None:
         """Remember the GPUs a reclaim plan frees, whole groups included (recorded if the
         placement commits)."""
-        s = self.s
-        moved = [
-            (s.cluster.node(s.cluster.placements[v.uid].node).name, d)
-            for v in plan.victims
-            if not self._same_queue(job, v)
-            for d in s.cluster.placements[v.uid].devices
-        ]
+        moved, flows = self._moved(job, plan.victims)
         if moved:
             self._moves[pod.uid] = moved
-            flows = {(self._node_of(v.uid), s.resolver.resolve(v).queue) for v in plan.victims}
-            self._flows[pod.uid] = {f for f in flows if f[1] != job.tenant.queue}
+            self._flows[pod.uid] = flows
+
+    def _moved(
+        self, job: Job, victims: list[PodInfo]
+    ) -> tuple[list[tuple[str, int]], set[tuple[str, str]]]:
+        """The GPUs (node, device) ``victims`` of other queues than ``job``'s hold, and the
+        (node, victim queue) flows of that reclaim."""
+        s = self.s
+        others = [v for v in victims if not self._same_queue(job, v)]
+        moved = [
+            (s.cluster.node(s.cluster.placements[v.uid].node).name, d)
+            for v in others
+            for d in s.cluster.placements[v.uid].devices
+        ]
+        flows = {(self._node_of(v.uid), s.resolver.resolve(v).queue) for v in others}
+        return moved, flows
+
+    def department_candidates(self, job: Job, pod: PodInfo) -> list[str]:
+        """See :meth:`VictimPolicy.department_candidates`: the pods of the department's
+        other queues that the reclaim pre-screen lets ``job``'s queue reclaim from
+        (:func:`~fairgpu.engine.actions.reclaim.may_reclaim_from`: below its share, they
+        above theirs, first in reclaim order), which the time rules let go."""
+        s = self.s
+        queue = job.tenant.queue
+        dept = s.book.department_limit(queue)
+        if dept is None or not self.may_preempt(pod):
+            return []
+        before = self._before(job)
+        band = self._band(job, before)
+        out: list[str] = []
+        for other, _ in self._preemptible_others(queue):
+            if s.book.queue_limits(other).parent != dept.name:
+                continue
+            if may_reclaim_from(s.book, self.deserved, queue, other, band, before):
+                out.extend(self.eligibility.kept(other, queue, self._min_run, HeldBack())[0])
+        return out
+
+    def department_refusal(self, job: Job, pod: PodInfo, victims: list[PodInfo]) -> str | None:
+        """See :meth:`VictimPolicy.department_refusal`: the reclaim rules
+        (:func:`~fairgpu.engine.actions.reclaim.reclaim_refusal`) on the end state."""
+        before = self._before(job)
+        vec = self._end_vector(job, pod)
+        band = self._band(job, before)
+        book, queue = self.s.book, job.tenant.queue
+        return reclaim_refusal(book, queue, vec, victims, self.deserved, band, (), before)
+
+    def note_room(self, job: Job, pod: PodInfo, victims: list[PodInfo]) -> None:
+        """See :meth:`VictimPolicy.note_room`."""
+        moved, flows = self._moved(job, victims)
+        if moved:
+            self._room[pod.uid] = (moved, flows)
+        else:
+            self._room.pop(pod.uid, None)
 
     def candidate_sets(self, job: Job, pod: PodInfo) -> list[list[str]]:
         """Victim pools to try in order: each queue above the preemptor's (most above first),
