@@ -137,7 +137,7 @@ def _node_of(p: dict[str, Any] | None) -> str:
     return ((p or {}).get("spec") or {}).get("nodeName") or ""
 
 
-def _holds(p: dict[str, Any]) -> bool:
+def holds(p: dict[str, Any]) -> bool:
     """Does ``p`` hold its node's resources (bound, not finished; terminating ones do)?"""
     return bool(_node_of(p)) and (p.get("status") or {}).get("phase") not in TERMINAL
 
@@ -209,7 +209,7 @@ class Auditor:
         nodes = {n["metadata"]["name"]: n for n in self.client.get("/api/v1/nodes")["items"]}
         pods = self.client.get(self._pods_path())["items"]
         with self._lock:
-            found = self._audit(nodes, [p for p in pods if _holds(p)], None)
+            found = self._audit(nodes, [p for p in pods if holds(p)], None)
             self.checks += 1
             self._note(found)
         return found
@@ -376,7 +376,7 @@ class Auditor:
                 if not self._expected(obj) and key not in self.unbound_deleted:
                     self.unbound_deleted.append(key)
         if touched:
-            held = [p for p in self._pods.values() if _holds(p)]
+            held = [p for p in self._pods.values() if holds(p)]
             self._note(self._audit(self._nodes, held, touched))
         self.checks += 1
 
