@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from fairgpu.engine.engine import CycleResult, Engine
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy import parse_config
@@ -168,3 +170,25 @@ def test_a_queue_never_takes_back_past_its_share_in_the_department() -> None:
     res = cycle(WEIGHTED, placed, [pod_info("a-big", "team-a", gpus=2)])
     assert not res.evictions and not res.binds
     assert "above its limit of 6 GPU" in reasons(res)["a-big"]
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        ({"queues": [{"name": "a", "namespaces": ["a"], "limit": {"gpu": 3}}]}, "limit"),
+        (
+            {"mode": "static", "queues": [{"name": "a", "namespaces": ["a"], "quota": {"gpu": 3}}]},
+            "nominal quota",
+        ),
+    ],
+    ids=["limit", "static-quota"],
+)
+def test_an_elastic_groups_members_beyond_min_member_stay_within_the_cap(
+    config: dict[str, Any], words: str
+) -> None:
+    # Admission judges the members a group needs (minMember 1); the rest are placed only
+    # while queue a's cap of 3 holds -- before, all five were placed.
+    group = [pod_info(f"e{j}", "a", group="elastic", min_member=1) for j in range(5)]
+    res = cycle(config, [], group)
+    assert bound(res) == ["e0", "e1", "e2"]
+    assert f"above its {words} of 3 GPU" in reasons(res)["e3"]

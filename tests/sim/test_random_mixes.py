@@ -1,13 +1,13 @@
 """Replays of random mixes of every kind of work the engine handles at once -- pods alone
 of every size, fractional pods, gangs (rigid, elastic, confined to a rack), node pools with
-taints, priorities, several users, run times declared, undeclared and outrun, quotas and a
-department or none; pods decoded from manifests with Kubernetes' placement constraints (pod
+taints, priorities, several users, run times declared, undeclared and outrun, quotas, limits
+and a department or none; pods decoded from manifests with Kubernetes' placement constraints (pod
 affinity and anti-affinity, topology spread, node selectors, scheduling gates) beside gangs
 preferring a rack; the controllers' work from YAML (Jobs with backoff limits and disruption
 rules, JobSets with and without failure policies, LeaderWorkerSets of each restart policy,
 two priority classes); pods asking GPUs through DRA claim templates (whole GPUs, two at
 once, MIG slices) beside device-plugin GPUs -- never stop the engine and never book a node
-or a device beyond what it has.
+or a device beyond what it has, nor a queue or department beyond its limit.
 
 Each feature is tested on its own elsewhere; the cycle meets them together only here (a pod
 that declares no run time on a node held for a starving gang once stopped the cycle on an
@@ -37,17 +37,18 @@ from fairgpu.sim.workload import PodArrival, Workload
 from fairgpu.sim.workloads.kube_yaml import load_kube_yaml
 from fairgpu.sim.workloads.nvidia_dra import claim_spec, nvidia_device_classes, nvidia_slice
 from fairgpu.tenancy import parse_config
+from fairgpu.tenancy.config import DIM_GPU
 from tests.builders import k8s_node, k8s_pod, node_info, pod_info
 
 HOSTNAME = "kubernetes.io/hostname"
 RACK = "example.com/rack"
 POOL = "example.com/pool"
 QUEUES = ("team-a", "team-b")  # the namespaces of the mixes read from YAML
-QUOTAS = {  # a and c share department x, which weighs what b does
+QUOTAS = {  # a and c share department x, which weighs what b does and may hold 10 GPUs
     "queues": [
-        {"name": "x", "weight": 2},
+        {"name": "x", "weight": 2, "limit": {"gpu": 10}},
         {"name": "a", "namespaces": ["a"], "quota": {"gpu": 8}, "parent": "x"},
-        {"name": "b", "namespaces": ["b"], "weight": 2},
+        {"name": "b", "namespaces": ["b"], "weight": 2, "limit": {"gpu": 12}},
         {"name": "c", "namespaces": ["c"], "quota": {"gpu": 4}, "parent": "x"},
     ],
     "starvation": {"reserveAfterSeconds": 60, "drainGraceSeconds": 30},
@@ -356,6 +357,15 @@ def _dra_mix(seed: int) -> Workload:
         return load_kube_yaml([path])
 
 
+def _within_limits(engine: Engine) -> None:
+    """Department x and queue b hold no more than their limits (:data:`QUOTAS`), under the
+    fair ordering (kube-scheduler's knows no queues)."""
+    book = engine.book
+    if book.config.queue("x") is not None and engine.ordering == "fair":
+        assert book.department_used("x")[DIM_GPU] <= 10_000 + 1e-6
+        assert book.used("b")[DIM_GPU] <= 12_000 + 1e-6
+
+
 def _booked_within_capacity(cluster: ClusterState) -> None:
     """No node holds more than it has -- requests, each device's compute and memory -- and
     its books match the pods placed on it."""
@@ -397,6 +407,7 @@ def test_a_random_mix_never_stops_the_engine_nor_overbooks(
     def checked(cluster: ClusterState, *args: Any, **kw: Any) -> CycleResult:
         result = cycle(cluster, *args, **kw)
         _booked_within_capacity(cluster)  # after every cycle's decisions, not only the last
+        _within_limits(engine)
         return result
 
     engine.cycle = checked  # type: ignore[method-assign]

@@ -18,6 +18,7 @@ from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.decisions import Unschedulable
 from fairgpu.engine.jobs import Job
 from fairgpu.engine.session import Session
+from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy.book import QueueBook
 
 
@@ -45,6 +46,11 @@ class Admission(Protocol):
         """True to place the job; False (after reporting) if quotas or caps refuse it;
         :class:`QuotaFull` (not reported) if only its queue's quota refuses it now."""
 
+    def extra(self, session: Session, job: Job, pod: PodInfo) -> str | None:
+        """Why ``pod``, a member beyond those ``job`` needs (an elastic group's, past its
+        minMember: :meth:`admit` judged only the needed ones), may not be placed now, or
+        None."""
+
 
 class KubeDefaultAdmission:
     """Namespace caps only; no queues, no quotas."""
@@ -65,6 +71,10 @@ class KubeDefaultAdmission:
             session.out.unschedulable.append(Unschedulable(pod, reason, False))
             return False
         return True
+
+    def extra(self, session: Session, job: Job, pod: PodInfo) -> str | None:
+        """No quotas: none."""
+        return None
 
 
 class FairAdmission:
@@ -111,6 +121,12 @@ class FairAdmission:
         if reason:
             return QuotaFull(need_vec, reason)
         return True
+
+    def extra(self, session: Session, job: Job, pod: PodInfo) -> str | None:
+        """Its queue's quota and limit, and its department's limit, with the members placed
+        before it counted (the book holds them)."""
+        book = session.book
+        return book.admit(job.tenant.queue, book.pending_vector(pod))
 
 
 def _needed(book: QueueBook, job: Job) -> np.ndarray:

@@ -59,7 +59,8 @@ class Rules:
 @dataclass(slots=True)
 class Member:
     """One member's attempt. ``final``: no change can help (unresolvable); ``capped``:
-    refused by namespace caps; ``stop``: a preemption was planned but the pod still did not
+    refused by namespace caps (or, past the members its job needs, by its queue's quota or
+    limit or its department's limit); ``stop``: a preemption was planned but the pod still did not
     fit, so the job stops here."""
 
     placed: bool
@@ -205,6 +206,10 @@ def _attempt(
     placed = 0
     results: list[Member] = []
     for pod in job.pods:
+        refused = rules.admission.extra(session, job, pod) if placed >= job.need else None
+        if refused:  # admission judged the needed members only
+            results.append(Member(False, refused, capped=True))
+            continue
         member = place_member(session, job, pod, stmt, rules, restrict)
         if member.placed:
             placed += 1
