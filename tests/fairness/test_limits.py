@@ -169,7 +169,10 @@ def test_a_queue_never_takes_back_past_its_share_in_the_department() -> None:
     placed += [(pod_info(f"b{j}", "team-b"), "n1", -1000.0) for j in range(3)]
     res = cycle(WEIGHTED, placed, [pod_info("a-big", "team-a", gpus=2)])
     assert not res.evictions and not res.binds
-    assert "above its limit of 6 GPU" in reasons(res)["a-big"]
+    assert reasons(res)["a-big"] == (
+        "department 'research' would hold 8 GPU, above its limit of 6 GPU (its queues "
+        "together); reclaim refused: queue 'team-a' would exceed its fair share after the move"
+    )
 
 
 @pytest.mark.parametrize(

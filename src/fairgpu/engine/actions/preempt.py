@@ -599,12 +599,16 @@ class FairVictims:
 
     def department_refusal(self, job: Job, pod: PodInfo, victims: list[PodInfo]) -> str | None:
         """See :meth:`VictimPolicy.department_refusal`: the reclaim rules
-        (:func:`~fairgpu.engine.actions.reclaim.reclaim_refusal`) on the end state."""
+        (:func:`~fairgpu.engine.actions.reclaim.reclaim_refusal`) on the end state; a
+        refusal is named for ``pod`` (:meth:`refusal`)."""
         before = self._before(job)
         vec = self._end_vector(job, pod)
         band = self._band(job, before)
         book, queue = self.s.book, job.tenant.queue
-        return reclaim_refusal(book, queue, vec, victims, self.deserved, band, (), before)
+        why = reclaim_refusal(book, queue, vec, victims, self.deserved, band, (), before)
+        if why is not None:
+            self._refusal[pod.uid] = self._reclaim_refused(job, pod, why)
+        return why
 
     def note_room(self, job: Job, pod: PodInfo, victims: list[PodInfo]) -> None:
         """See :meth:`VictimPolicy.note_room`."""
