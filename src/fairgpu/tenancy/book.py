@@ -13,6 +13,8 @@ Quota rules (per resource, only where the queue sets a value):
   unset); inside a cohort the total borrowed never exceeds what the other members lend
   (``min(lendingLimit, unused nominal)``). Queues outside any cohort borrow idle cluster
   capacity. Borrowed capacity is reclaimed by preemption when its owner needs it.
+- either mode: usage never exceeds the queue's ``limit``, and a department's queues together
+  never exceed the department's ``limit``.
 """
 
 from __future__ import annotations
@@ -640,11 +642,11 @@ class QueueBook:
 
     def gpu_fair_shares(self, demand_milli: dict[str, float]) -> dict[str, float]:
         """Per queue, the weighted max-min fair share of cluster GPUs (milli), capped by
-        ``demand_milli`` and by :meth:`gpu_caps`; static mode caps by the nominal quota
-        instead."""
+        ``demand_milli`` and by :meth:`gpu_caps`; static mode caps by the nominal quota (and
+        limit) instead."""
         cap = float(self.capacity[DIM_GPU])
         if self.static:
-            return {q: float(min(d, self.nominal(q)[DIM_GPU])) for q, d in demand_milli.items()}
+            return {q: float(min(d, self.max_usage(q)[DIM_GPU])) for q, d in demand_milli.items()}
         return hierarchical_fair_shares(
             cap,
             demand_milli,
