@@ -198,3 +198,87 @@ def test_every_pod_a_preemption_places_on_a_victims_node_waits_for_it() -> None:
     rest = [state.placements[u] for u in ("a/a0", "a/a1")]
     assert all(r.remainder and r.terminating and not r.devices for r in rest)
     assert not any(state.pods[u].requests.get("cpu") for u in ("a/a0", "a/a1"))
+
+
+def test_what_a_victim_keeps_counts_for_its_queues_limit_while_it_terminates() -> None:
+    # Queue a may hold 4 GPUs and holds them: two 2-GPU pods of priority 0 on n1. high (1
+    # GPU, priority 100) takes the place of one of them, which terminates holding its other
+    # GPU (both, when high lands on n2). other (1 GPU, priority 100) must not take their
+    # place in the limit -- on n2, where it fits -- until the victim is gone: in the API, a
+    # would then hold more than 4.
+    config = parse_config({"queues": [{"name": "a", "namespaces": ["a"], "limit": {"gpu": 4}}]})
+    low = [pod_info(f"low{i}", "a", gpus=2, priority=0) for i in range(2)]
+    state = cluster(
+        node_info("n1", gpus=8), node_info("n2", gpus=8), placed=[(p, "n1", 0.0) for p in low]
+    )
+    engine = Engine(tenancy=config)
+    engine.victims_linger = True
+    high = pod_info("high", "a", gpus=1, priority=100, created=1.0)
+    other = pod_info("other", "a", gpus=1, priority=100, created=2.0)
+    out = engine.cycle(state, [high], 100.0)
+    [victim] = [e.pod.uid for e in out.evictions]
+    assert [b.pod.name for b in out.binds] == ["high"]
+    rest = state.placements[victim]  # what the victim keeps while it terminates
+    assert rest.remainder and rest.terminating and rest.devices
+    assert engine.book.used("a")[0] == (2 + 1 + len(rest.devices)) * WHOLE
+    refused = engine.cycle(state, [other], 110.0)
+    assert refused.binds == [] and "above its limit of 4 GPU" in refused.unschedulable[0].reason
+    state.release(victim)  # gone
+    assert [b.pod.name for b in engine.cycle(state, [other], 120.0).binds] == ["other"]
+
+
+def test_a_victim_of_another_queue_still_counts_for_its_own_queues_limit() -> None:
+    # Queue a (limit 4) holds n1's four GPUs; b reclaims two of them (its share of n1, the
+    # only node its pods may use), taking their devices -- the victims terminate holding
+    # nothing the cluster could give anyone. a's limit is not free for them yet: a pod of a
+    # that fits on n2 waits until they are gone, or a would hold 5 in the API.
+    config = parse_config(
+        {
+            "preemption": {"reclaimMinRuntimeSeconds": 0, "minRuntimeSeconds": 0},
+            "queues": [
+                {"name": "a", "namespaces": ["a"], "limit": {"gpu": 4}},
+                {"name": "b", "namespaces": ["b"]},
+            ],
+        }
+    )
+    only_n1 = (("pool", "one"),)
+    held = [pod_info(f"a{i}", "a", node_selector=only_n1) for i in range(4)]
+    state = cluster(
+        node_info("n1", gpus=4, labels={"pool": "one"}),
+        node_info("n2", gpus=4),
+        placed=[(p, "n1", 0.0) for p in held],
+    )
+    engine = Engine(tenancy=config)
+    engine.victims_linger = True
+    b = [pod_info(f"b{i}", "b", node_selector=only_n1, created=1.0) for i in range(2)]
+    out = engine.cycle(state, b, 100.0)
+    victims = sorted(e.pod.uid for e in out.evictions)
+    assert len(victims) == 2 and all(e.kind == "reclaim" for e in out.evictions)
+    assert engine.book.used("a")[0] == 2 * WHOLE  # the victims keep no GPU in the cluster
+    more = pod_info("a-more", "a", created=2.0)
+    refused = engine.cycle(state, [more], 110.0)
+    assert refused.binds == [] and "above its limit of 4 GPU" in refused.unschedulable[0].reason
+    for uid in victims:  # gone
+        state.release(uid)
+    assert [b.pod.name for b in engine.cycle(state, [more], 120.0).binds] == ["a-more"]
+
+
+def test_a_victim_put_back_whole_is_counted_whole_again() -> None:
+    # As above, but high's preemption is given up (the live scheduler puts the victim back
+    # whole, still terminating): queue a's book counts the victim's two GPUs, not what its
+    # remainder kept, nor that beside them.
+    config = parse_config({"queues": [{"name": "a", "namespaces": ["a"], "limit": {"gpu": 4}}]})
+    low = [pod_info(f"low{i}", "a", gpus=2, priority=0) for i in range(2)]
+    state = cluster(node_info("n1", gpus=8), placed=[(p, "n1", 0.0) for p in low])
+    devices = {uid: pl.devices for uid, pl in state.placements.items()}
+    engine = Engine(tenancy=config)
+    engine.victims_linger = True
+    out = engine.cycle(state, [pod_info("high", "a", gpus=1, priority=100)], 100.0)
+    [victim] = [e.pod for e in out.evictions]
+    [before] = out.binds  # high
+    state.release(before.pod.uid)  # high gives up
+    state.release(victim.uid)
+    back = state.assign(victim, 0, devices[victim.uid], started=0.0)
+    back.bound = back.terminating = True
+    engine.cycle(state, [], 110.0)
+    assert engine.book.used("a")[0] == 4 * WHOLE and not engine.book.leaving

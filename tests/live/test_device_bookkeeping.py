@@ -20,6 +20,7 @@ from fairgpu.kube.cache import CacheChanges, SchedulerCache, decode_node, decode
 from fairgpu.kube.consistency import check
 from fairgpu.model.node import NodeInfo
 from fairgpu.model.pod import PodInfo, pod_from_k8s
+from fairgpu.tenancy import parse_config
 
 
 def node_event(cache: SchedulerCache, etype: str, raw: bytes) -> CacheChanges:
@@ -275,3 +276,21 @@ def test_the_scheduling_loop_checks_after_each_batch_and_counts_repairs() -> Non
     finally:
         s.health.server.server_close()
         s.client.close()
+
+
+def test_pods_waiting_for_their_deleted_node_still_count_for_their_queues_limit() -> None:
+    """Queue ``ns`` may hold 4 GPUs and holds them on n1; n1 is deleted (to come back under
+    its name, its pods still bound to it in the API): a new pod of the queue is not bound on
+    n2 in their place -- once n1 is back the queue would hold 5."""
+    cache = make_cache("n1", "n2")
+    fill(cache, count=4)
+    node_event(cache, "DELETED", node_json("n1"))
+    assert not cache.cluster.placements and len(cache.cluster.detached) == 4
+    apply(cache, "ADDED", pod_json("new"))
+    config = parse_config({"queues": [{"name": "ns", "namespaces": ["ns"], "limit": {"gpu": 4}}]})
+    result = Engine(tenancy=config).cycle(cache.cluster, cache.schedulable(), 3.0)
+    assert not result.binds
+    [refusal] = result.unschedulable
+    assert "queue 'ns' would hold 5 GPU, above its limit of 4 GPU" in refusal.reason
+    node_event(cache, "ADDED", gpu_node_json("n1", 8))  # back: its pods are placed again
+    assert not cache.cluster.detached and len(cache.cluster.placements) == 4

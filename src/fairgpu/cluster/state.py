@@ -102,6 +102,12 @@ class ClusterState:
         # Pods of pod groups that ran to completion and still exist (:meth:`complete`).
         self.completed: dict[str, PodInfo] = {}
         self.completed_version = 0
+        # Bound pods whose node is not in the cluster now (deleted while they exist; the live
+        # cache keeps them for its return under its name): they hold no node here but still
+        # count for their queue's quota and limits, as a ResourceQuota counts them
+        # (:meth:`detach`).
+        self.detached: dict[str, PodInfo] = {}
+        self.detached_version = 0
 
     # ---- storage ------------------------------------------------------------------------
     def _grow(self, capacity: int) -> None:
@@ -441,6 +447,18 @@ class ClusterState:
         """A completed pod's object is gone (:meth:`complete`)."""
         if self.completed.pop(uid, None) is not None:
             self.completed_version += 1
+
+    def detach(self, pod: PodInfo) -> None:
+        """Record that ``pod`` is bound to a node the cluster does not have now (deleted, to
+        come back under its name): it still counts for its queue's quota and limits."""
+        if pod.uid not in self.detached:
+            self.detached[pod.uid] = pod
+            self.detached_version += 1
+
+    def attach(self, uid: str) -> None:
+        """Pod ``uid`` is no longer detached (:meth:`detach`): placed again, or gone."""
+        if self.detached.pop(uid, None) is not None:
+            self.detached_version += 1
 
     def release(self, uid: str) -> tuple[PodInfo, Placement] | None:
         """Remove a placed pod and give back what it held; returns it, or None if unknown."""

@@ -21,9 +21,11 @@ GPU device, the compute and memory the victims hold there beyond those pods' sha
 new pod then fits only where it fits beside the victims now *and* beside those pods later.
 (One victim's devices all get its largest remainder: exact for whole GPUs, on the safe side
 otherwise.) The adapter forgets the remainder when the victim is gone, and puts the whole
-victim back when its preemptor gives up. Devices a victim holds through DRA claims stay held
-too, whole: a claim is free only once every pod it is reserved for has left the cluster
-state, and the remainder keeps the victim's uid there.
+victim back when its preemptor gives up. The queue book counts a remainder as it counts every
+terminating pod, from the moment it is put back: a queue's quota or limit, or its department's,
+is not free for another pod while the victim still holds it in the API. Devices a victim
+holds through DRA claims stay held too, whole: a claim is free only once every pod it is
+reserved for has left the cluster state, and the remainder keeps the victim's uid there.
 """
 
 from __future__ import annotations
@@ -65,11 +67,11 @@ def hold_remainders(
     cluster: ClusterState,
     victims: Sequence[tuple[PodInfo, Placement]],
     taken: Sequence[tuple[PodInfo, Placement]],
-) -> None:
+) -> list[PodInfo]:
     """Put back, as terminating remainders, what ``victims`` (each with the placement it had)
     hold beyond what the pods of ``taken`` -- placed where their placements say, waiting for
-    the victims on their nodes -- take there (see the module docstring). Victims already
-    placed are left alone."""
+    the victims on their nodes -- take there (see the module docstring); returns the
+    remainders put back. Victims already placed are left alone."""
     take: dict[int, dict[str, int]] = {}
     milli: dict[int, dict[int, int]] = {}
     memory: dict[int, dict[int, int]] = {}
@@ -82,6 +84,7 @@ def hold_remainders(
         for d in placed.devices:
             on_milli[d] = on_milli.get(d, 0) + placed.device_milli
             on_memory[d] = on_memory.get(d, 0) + placed.device_memory
+    back: list[PodInfo] = []
     for victim, where in victims:
         if victim.uid in cluster.placements or not cluster.active[where.node]:
             continue
@@ -97,6 +100,8 @@ def hold_remainders(
         whole = rest_milli >= WHOLE and rest_memory >= _device_memory(cluster, where)
         pod = _remainder_pod(victim, rest, len(devices), rest_milli, 0 if whole else rest_memory)
         put_back(cluster, pod, replace(where, devices=devices))
+        back.append(pod)
+    return back
 
 
 def put_back(cluster: ClusterState, remainder: PodInfo, where: Placement) -> None:

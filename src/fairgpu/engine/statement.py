@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from fairgpu.cluster.state import Placement
 from fairgpu.engine.decisions import Bind, Displace, Evict
 from fairgpu.engine.lingering import hold_remainders
@@ -131,8 +133,36 @@ class Statement:
                 displaced.append((e.victim, e.placement))
             else:
                 evicted.append((e.victim, e.placement))
-        hold_remainders(s.cluster, [*displaced, *evicted], taken)
-        hold_remainders(s.cluster, alone, ())
+        back = hold_remainders(s.cluster, [*displaced, *evicted], taken)
+        back += hold_remainders(s.cluster, alone, ())
+        self._book_leaving(back, [*evicted, *alone])
+
+    def _book_leaving(self, back: list[PodInfo], bound: list[tuple[PodInfo, Placement]]) -> None:
+        """Tell the queue book what the victims put ``back`` hold: the remainder as a placed
+        pod (as it counts every terminating pod; the book is marked in line with the cluster
+        after the cycle, so it would not see it before some later change), and what a bound
+        victim holds in the API beyond it against quotas and limits only -- the room its
+        preemptor takes on the node is the preemptor's there, but a quota or a limit,
+        perhaps of another queue, is not free before the victim is gone."""
+        s = self.session
+        book, placements = s.book, s.cluster.placements
+        was = {victim.uid: (victim, placement) for victim, placement in bound}
+        for pod in back:
+            placement = placements[pod.uid]
+            vec = placed_vector(pod, placement)
+            book.add(pod.uid, pod, vec, placement.dra_milli)
+            book.remainders.add(pod.uid)
+            whole = was.get(pod.uid)
+            if whole is None:
+                continue
+            victim, held = whole
+            extra = np.maximum(placed_vector(victim, held) - vec, 0.0)
+            ns_extra = np.maximum(
+                book.ns_vector(victim, held.dra_milli) - book.ns_vector(pod, placement.dra_milli),
+                0.0,
+            )
+            if extra.any() or ns_extra.any():
+                book.hold_leaving(pod.uid, victim, extra, ns_extra)
 
     def discard(self) -> None:
         """Undo everything, newest first, leaving cluster and book as before."""

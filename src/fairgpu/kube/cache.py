@@ -228,8 +228,7 @@ class SchedulerCache:
         self.deleting.discard(uid)
         self.evicted.discard(uid)
         self.nominated.pop(uid, None)
-        for pods in self.orphans.values():
-            pods.pop(uid, None)
+        self.unorphan(uid)
         if self.cluster.release(uid) is not None:
             out.dirty = True
         out.gone.add(uid)
@@ -277,6 +276,29 @@ class SchedulerCache:
         if rec.info is not None:
             self.bound_on.setdefault(rec.node_name, {})[rec.uid] = rec.info
 
+    # ---- orphans: bound pods whose node is gone, waiting for its return ---------------------
+    def orphan(self, node_name: str, pod: PodInfo) -> None:
+        """``pod`` is bound to ``node_name``, which the cluster does not have now: it waits
+        for the node's return, and still counts for its queue (:meth:`ClusterState.detach`)."""
+        self.orphans.setdefault(node_name, {})[pod.uid] = pod
+        self.cluster.detach(pod)
+
+    def unorphan(self, uid: str, node_name: str | None = None) -> None:
+        """``uid`` waits for no node any more (of ``node_name``, or of any when None)."""
+        names = list(self.orphans) if node_name is None else [node_name]
+        for name in names:
+            pods = self.orphans.get(name)
+            if pods is not None and pods.pop(uid, None) is not None and not pods:
+                del self.orphans[name]
+        self.cluster.attach(uid)
+
+    def take_orphans(self, node_name: str) -> dict[str, PodInfo]:
+        """The pods waiting for ``node_name``, which is back: none waits any more."""
+        pods = self.orphans.pop(node_name, {})
+        for uid in pods:
+            self.cluster.attach(uid)
+        return pods
+
     def _unindex(self, uid: str, node_name: str) -> None:
         pods = self.bound_on.get(node_name)
         if pods is not None:
@@ -289,7 +311,7 @@ class SchedulerCache:
     ) -> None:
         idx = self.cluster.node_index.get(node_name)
         if idx is None:
-            self.orphans.setdefault(node_name, {})[pod.uid] = pod
+            self.orphan(node_name, pod)
             return
         devs = self._devices_for(pod, idx, devices)
         self.cluster.assign(pod, idx, devs, started=started)
@@ -378,7 +400,7 @@ class SchedulerCache:
         self.assumed.pop(uid, None)
         where = self.binding.pop(uid, None)
         if where is not None:  # waiting for its node's return: it no longer does
-            self.orphans.get(where[0], {}).pop(uid, None)
+            self.unorphan(uid, where[0])
         if uid in self.bound:
             return False
         return self.cluster.release(uid) is not None
@@ -510,7 +532,7 @@ class SchedulerCache:
                     "node GPUs changed; devices of its pods re-read",
                     extra={"node": rec.name, "gpus": info.gpu_count, "pods_moved": moved},
                 )
-        for uid, pod in self.orphans.pop(rec.name, {}).items():
+        for uid, pod in self.take_orphans(rec.name).items():
             where = self.bound.get(uid) or self.binding.get(uid)
             if where is None or uid in self.cluster.placements:
                 continue
@@ -558,7 +580,7 @@ class SchedulerCache:
             return
         for pod in self.cluster.remove_node(name):
             if pod.uid in self.bound or pod.uid in self.binding:
-                self.orphans.setdefault(name, {})[pod.uid] = pod
+                self.orphan(name, pod)
             self.assumed.pop(pod.uid, None)
         out.dirty = True
 

@@ -61,9 +61,8 @@ def check_node(cache: SchedulerCache, name: str, out: CacheChanges, now: float) 
             if uid in cluster.placements:
                 cluster.release(uid)
                 _repaired(cache, out, "node", pod, name)
-            waiting = cache.orphans.setdefault(name, {})
-            if uid not in waiting:
-                waiting[uid] = pod
+            if uid not in cache.orphans.get(name, {}):
+                cache.orphan(name, pod)
                 _repaired(cache, out, "orphan", pod, name)
         return
     for uid, pod in bound:
@@ -96,9 +95,7 @@ def _check_bound(
         _repaired(cache, out, "node", pod, name)
         placement = None
     if placement is None:
-        waiting = cache.orphans.get(name)
-        if waiting is not None:
-            waiting.pop(uid, None)
+        cache.unorphan(uid, name)
         cache._place_bound(pod, name, annotation, now)
         _repaired(cache, out, "missing", pod, name)
         return

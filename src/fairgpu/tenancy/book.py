@@ -175,6 +175,18 @@ class QueueBook:
         # running ones, what a group has toward its minMember (members_toward_min).
         self.group_completed: dict[str, set[str]] = {}
         self._completed_of: tuple[ClusterState | None, int] = (None, -1)
+        # What pods hold against quotas and limits only, not in shares (_sync_caps_only): the
+        # cluster's detached pods (bound to a node it does not have now), and what terminating
+        # victims hold in the API beyond the remainder the cluster keeps of them (leaving).
+        self.leaving: dict[str, tuple[PodInfo, np.ndarray, np.ndarray]] = {}
+        # Entries counted from a victim's remainder (lingering): counted afresh once the
+        # cluster holds the whole victim again (its preemptor gave up).
+        self.remainders: set[str] = set()
+        self._leaving_version = 0
+        self.caps_only_usage: dict[str, np.ndarray] = {}
+        self.caps_only_parent: dict[str, np.ndarray] = {}
+        self.caps_only_ns: dict[str, np.ndarray] = {}
+        self._caps_only_of: tuple[ClusterState | None, int, int] = (None, -1, -1)
         self.ns_caps: dict[str, np.ndarray] = {}
         for ns, caps in config.namespace_quotas.items():
             self.set_namespace_caps(ns, caps)
@@ -262,6 +274,7 @@ class QueueBook:
     def sync(self, cluster: ClusterState) -> None:
         """Bring the book in line with ``cluster``'s placements and capacity."""
         self._sync_completed(cluster)
+        self._sync_caps_only(cluster)
         static = (cluster.static_version, cluster.dra.slice_version)  # slices publish GPUs too
         if (
             cluster is self._cluster
@@ -274,9 +287,16 @@ class QueueBook:
         placed = cluster.placements
         for uid in self.entries.keys() - placed.keys():
             self.remove(uid)
+        if self.leaving:
+            self._forget_leaving(cluster)
+            self._sync_caps_only(cluster)
+        if self.remainders:
+            self._recount_restored(cluster)
         for uid in placed.keys() - self.entries.keys():
             pod = cluster.pods[uid]
             self.add(uid, pod, placed_vector(pod, placed[uid]), placed[uid].dra_milli)
+            if placed[uid].remainder:
+                self.remainders.add(uid)
         if self.static:
             self._static_nominal = self._weighted_nominal()
         self.mark_synced(cluster)
@@ -293,6 +313,67 @@ class QueueBook:
             if ref is not None:
                 groups.setdefault(ref.key, set()).add(uid)
         self.group_completed = groups
+
+    def _sync_caps_only(self, cluster: ClusterState) -> None:
+        """Total what is held against quotas and limits only (when it changed): each of
+        ``cluster``'s detached pods as admission judged it (:meth:`pending_vector`; it holds
+        no node to read it from), and what each terminating victim of :attr:`leaving` holds
+        beyond its remainder."""
+        seen, version, leaving = self._caps_only_of
+        if (
+            seen is cluster
+            and version == cluster.detached_version
+            and leaving == self._leaving_version
+        ):
+            return
+        self._caps_only_of = (cluster, cluster.detached_version, self._leaving_version)
+        held = [
+            (pod, self.pending_vector(pod), self._pending_ns_vector(pod))
+            for pod in cluster.detached.values()
+        ]
+        held += self.leaving.values()
+        usage: dict[str, np.ndarray] = {}
+        parent: dict[str, np.ndarray] = {}
+        ns: dict[str, np.ndarray] = {}
+        for pod, vec, ns_vec in held:
+            tenant = self.resolver.resolve(pod)
+            usage[tenant.queue] = usage.get(tenant.queue, zero()) + vec
+            if tenant.parent:
+                parent[tenant.parent] = parent.get(tenant.parent, zero()) + vec
+            ns[pod.namespace] = ns.get(pod.namespace, np.zeros(4)) + ns_vec
+        self.caps_only_usage, self.caps_only_parent, self.caps_only_ns = usage, parent, ns
+
+    def hold_leaving(self, uid: str, pod: PodInfo, vec: np.ndarray, ns_vec: np.ndarray) -> None:
+        """Victim ``uid`` (``pod``) terminates, holding ``vec`` (and ``ns_vec`` against its
+        namespace's caps) in the API beyond the remainder the cluster keeps of it: its queue's
+        quota and limits, and its department's, count it until the victim is gone."""
+        self.leaving[uid] = (pod, vec, ns_vec)
+        self._leaving_version += 1
+        if self._cluster is not None:
+            self._sync_caps_only(self._cluster)
+
+    def _recount_restored(self, cluster: ClusterState) -> None:
+        """Count afresh the victims :attr:`remainders` counted by what they kept, now gone or
+        held whole by ``cluster`` again."""
+        placed = cluster.placements
+        for uid in list(self.remainders):
+            placement = placed.get(uid)
+            if placement is not None and placement.remainder:
+                continue
+            self.remainders.discard(uid)
+            if placement is not None and uid in self.entries:
+                self.remove(uid)
+                pod = cluster.pods[uid]
+                self.add(uid, pod, placed_vector(pod, placement), placement.dra_milli)
+
+    def _forget_leaving(self, cluster: ClusterState) -> None:
+        """Victims of :attr:`leaving` no longer kept as remainders (gone, or put back whole)."""
+        placements = cluster.placements
+        gone = [u for u in self.leaving if u not in placements or not placements[u].remainder]
+        for uid in gone:
+            del self.leaving[uid]
+        if gone:
+            self._leaving_version += 1
 
     def members_toward_min(self, group: str) -> int:
         """Members of pod group ``group`` that count toward its minMember: those running
@@ -379,6 +460,12 @@ class QueueBook:
         """Current usage vector of ``queue``."""
         u = self.usage.get(queue)
         return u if u is not None else zero()
+
+    @staticmethod
+    def _held(used: np.ndarray, caps_only: np.ndarray | None) -> np.ndarray:
+        """What is held for a quota: ``used`` (placed pods) and what is held against quotas
+        only (``caps_only``, :meth:`_sync_caps_only`)."""
+        return used if caps_only is None else used + caps_only
 
     def department_used(self, department: str) -> np.ndarray:
         """Current usage vector of ``department``'s queues together."""
@@ -555,7 +642,7 @@ class QueueBook:
         if self.unlimited(queue):
             return None
         lim = self.queue_limits(queue)
-        after = _after(self.used(queue), vec, freed)
+        after = _after(self._held(self.used(queue), self.caps_only_usage.get(queue)), vec, freed)
         top = self.max_usage(queue)
         d = _first_over(after, vec, top)
         if d is not None:
@@ -601,7 +688,8 @@ class QueueBook:
         dept = self.department_limit(queue)
         if dept is None:
             return None
-        after = _after(self.department_used(dept.name), vec, freed)
+        held = self._held(self.department_used(dept.name), self.caps_only_parent.get(dept.name))
+        after = _after(held, vec, freed)
         d = _first_over(after, vec, dept.limit)
         if d is None:
             return None
@@ -615,7 +703,9 @@ class QueueBook:
         caps = self.ns_caps.get(pod.namespace)
         if caps is None:
             return None
-        used = self.ns_usage.get(pod.namespace, np.zeros(4))
+        used = self._held(
+            self.ns_usage.get(pod.namespace, np.zeros(4)), self.caps_only_ns.get(pod.namespace)
+        )
         need = self._pending_ns_vector(pod)
         after = used + need
         for i in range(4):
