@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from fairgpu.engine.engine import CycleResult, Engine
+from fairgpu.engine.policies import policy
+from fairgpu.model.gang_topology import ANN_TOPOLOGY_REQUIRED
 from fairgpu.model.pod import PodInfo
 from fairgpu.tenancy import parse_config
 from tests.builders import cluster, node_info, pod_info
@@ -195,3 +197,22 @@ def test_an_elastic_groups_members_beyond_min_member_stay_within_the_cap(
     res = cycle(config, [], group)
     assert bound(res) == ["e0", "e1", "e2"]
     assert f"above its {words} of 3 GPU" in reasons(res)["e3"]
+
+
+def test_a_gang_confined_to_one_node_stays_on_one_when_it_takes_its_queues_room() -> None:
+    # Queue a (limit 3) holds one GPU of n1 and both of n2 (younger pods, cheaper to evict).
+    # An urgent gang of two 1-GPU members that must share a node takes the room of n2's pods
+    # in the limit: both members on n2 -- a spreading policy would otherwise put one on n1.
+    config = {"queues": [{"name": "a", "namespaces": ["a"], "limit": {"gpu": 3}}]}
+    placed = [(pod_info("old", "a"), "n1", -1000.0)]
+    placed += [(pod_info(f"young{i}", "a"), "n2", 50.0) for i in range(2)]
+    state = cluster(node_info("n1", gpus=2), node_info("n2", gpus=2), placed=placed)
+    hostname = {ANN_TOPOLOGY_REQUIRED: "kubernetes.io/hostname"}
+    gang = [
+        pod_info(f"g{i}", "a", priority=100, group="g", min_member=2, annotations=hostname)
+        for i in range(2)
+    ]
+    engine = Engine(policy("spread"), tenancy=parse_config(config))
+    res = engine.cycle(state, gang, 100.0)
+    assert bound(res) == ["g0", "g1"]
+    assert {b.node_name for b in res.binds} == {"n2"}, res.binds

@@ -26,7 +26,13 @@ from fairgpu.cluster.state import ClusterState
 from fairgpu.engine import memo as memo_keys
 from fairgpu.engine.actions.admit import Admission, QuotaFull
 from fairgpu.engine.actions.backfill import allowed, backfill_key
-from fairgpu.engine.actions.gang_domains import OUTSIDE_DOMAIN, attempts, confinement, no_domain
+from fairgpu.engine.actions.gang_domains import (
+    OUTSIDE_DOMAIN,
+    attempts,
+    confinement,
+    every_domain,
+    no_domain,
+)
 from fairgpu.engine.actions.gang_screen import bound_over_time, members_bound
 from fairgpu.engine.actions.order import QueueOrder
 from fairgpu.engine.actions.preempt import VictimPolicy, take_search
@@ -149,7 +155,7 @@ def place_job(session: Session, job: Job, rules: Rules, room: Sequence[PodInfo] 
     """
     # The gang memo and screen judge the committed state, which room changes, on every
     # node; a gang confined to a domain is screened per domain instead (gang_domains).
-    topology = None if room else confinement(session, job)
+    topology = confinement(session, job)
     gang = None if room or topology is not None else _gang_shape(session, job, rules)
     seen = session.memo.gangs.get(gang) if gang is not None else None
     if seen is None and gang is not None:
@@ -158,12 +164,16 @@ def place_job(session: Session, job: Job, rules: Rules, room: Sequence[PodInfo] 
         _report_failure(session, job, seen[0], [Member(False, seen[1])], rules)
         return set()
     tries: list[np.ndarray | None] = [None]
-    if topology is not None:
+    if topology is not None and room:
+        # The domains' order judges the committed state, which room changes: each domain in
+        # turn (anywhere for a gang that only prefers one), never the members split.
+        tries = [*every_domain(session, job)] if topology.required else [None]
+    elif topology is not None:
         mask = allowed(session, job, job.pods[0])
         tries = attempts(session, job, topology, rules.victims, mask)
-        if not tries:
-            _report_failure(session, job, 0, [], rules, no_domain(topology, job))
-            return set()
+    if topology is not None and not tries:
+        _report_failure(session, job, 0, [], rules, no_domain(topology, job))
+        return set()
     best: tuple[int, list[Member]] | None = None
     for restrict in tries:
         stmt = session.statement()
