@@ -16,6 +16,8 @@ never the scheduler's cache, and reports every violation as a sentence naming th
   was bound with: a pod is bound once;
 * no pod is deleted before it was ever bound, unless the test deleted it itself (an Eviction
   of a pod never bound deletes it outright: a scheduler must never choose one as a victim).
+* when the test names queue limits (:attr:`Auditor.limits`), the pods of those queues
+  (``fairgpu.io/queue``) hold at most that many GPUs together.
 
 Pods bound to a node that does not exist (deleted, not re-created yet) are still checked for
 device overlap among themselves; a node showing 0 GPUs (its status not written yet) is not
@@ -37,6 +39,7 @@ from fairgpu.api.quantity import parse_quantity
 from fairgpu.devcluster import KubeClient, WatchStream
 from fairgpu.model.gang_topology import ANN_TOPOLOGY_REQUIRED
 from fairgpu.model.gpu import ANN_GPU_DEVICES, WHOLE, decode_gpu_devices
+from fairgpu.model.pod import LABEL_QUEUE
 from fairgpu.tenancy.resolve import LABEL_POD_GROUP
 
 GPU = "nvidia.com/gpu"
@@ -162,6 +165,8 @@ class Auditor:
             that are not in :attr:`expected_deletes` (seen by :meth:`watching` only).
         expected_deletes: ``namespace/name`` or uid of pods the test deletes itself (the uid
             when the test creates a pod again under the same name).
+        limits: per limit's name, the queues it caps together and the most milli-GPU their
+            pods may hold (a department's ``limit``).
         checks: states audited so far (lists, or events while watching).
         gaps: times a watch had to relist (410 Gone): the states in between were not seen.
             A problem (:meth:`problems`) unless ``gaps_allowed`` is set (a test that restarts
@@ -177,6 +182,7 @@ class Auditor:
         self.violations: list[str] = []
         self.unbound_deleted: list[str] = []
         self.expected_deletes: set[str] = set()
+        self.limits: dict[str, tuple[frozenset[str], int]] = {}
         self.checks = 0
         self.gaps = 0
         self.gaps_allowed = False
@@ -235,6 +241,18 @@ class Auditor:
         for name, load in sorted(loads.items()):
             found.extend(_node_violations(name, nodes.get(name), load))
         found.extend(_confined_violations(nodes, pods))
+        found.extend(self._limit_violations(pods))
+        return found
+
+    def _limit_violations(self, pods: list[dict[str, Any]]) -> list[str]:
+        """The limits of :attr:`limits` that ``pods`` (those holding their node) exceed."""
+        found = []
+        for name, (queues, most) in sorted(self.limits.items()):
+            mine = [p for p in pods if _labels(p).get(LABEL_QUEUE) in queues]
+            held = sum(_gpu_milli(p) for p in mine)
+            if held > most:
+                keys = sorted(_key(p) for p in mine)
+                found.append(f"{name} holds {held} milli-GPU, above its limit of {most}: {keys}")
         return found
 
     def _once(self, p: dict[str, Any], node: str) -> list[str]:
@@ -379,6 +397,21 @@ class Auditor:
             held = [p for p in self._pods.values() if holds(p)]
             self._note(self._audit(self._nodes, held, touched))
         self.checks += 1
+
+
+def _labels(p: dict[str, Any]) -> dict[str, str]:
+    return p["metadata"].get("labels") or {}
+
+
+def _gpu_milli(p: dict[str, Any]) -> int:
+    """The milli-GPU ``p`` holds: its devices' shares as annotated, else its whole GPUs."""
+    ann = (p["metadata"].get("annotations") or {}).get(ANN_GPU_DEVICES)
+    if ann:
+        try:
+            return sum(s.milli for s in decode_gpu_devices(ann))
+        except ValueError:
+            pass  # reported per node
+    return int(effective_requests(p).get(GPU, 0)) * WHOLE
 
 
 def _confined_violations(nodes: dict[str, dict[str, Any]], pods: list[dict[str, Any]]) -> list[str]:

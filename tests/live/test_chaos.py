@@ -76,6 +76,7 @@ from fairgpu.engine.leader_worker_groups import LABEL_NAME as LWS_NAME
 from fairgpu.kube import LiveScheduler
 from fairgpu.kube.client import Connection
 from fairgpu.model.gang_topology import ANN_TOPOLOGY_REQUIRED
+from fairgpu.model.gpu import WHOLE
 from fairgpu.tenancy.resolve import LABEL_POD_GROUP
 
 pytestmark = pytest.mark.integration
@@ -86,7 +87,8 @@ SEED = int(os.environ.get("FAIRGPU_CHAOS_SEED", "2"))
 STEPS = int(os.environ.get("FAIRGPU_CHAOS_STEPS", "150"))
 SEGMENTS = 3  # the scheduler runs this many times during the churn (restarted in between)
 # CHURN_TENANCY's settings, and inference first on half of the nodes (pool precedence); qa
-# and qb share a department, weighed as qc is (departments share first, then their queues).
+# and qb share a department, weighed as qc is (departments share first, then their queues),
+# which may hold half of the GPUs (every job fits in it: the largest asks 12).
 TENANCY = """mode: dynamic
 history: {halfLifeSeconds: 0}
 preemption:
@@ -97,7 +99,7 @@ preemption:
   poolPrecedence:
     - {nodes: {chaos-tier: shared}, preemptor: inference, victims: training}
 queues:
-  - {name: dept, weight: 2}
+  - {name: dept, weight: 2, limit: {gpu: 16}}
   - {name: qa, parent: dept}
   - {name: qb, parent: dept}
   - {name: qc, weight: 2}
@@ -332,7 +334,7 @@ class Chaos(Churn):
         """Once the churn is over, preemption must still work: long low-priority jobs take
         every GPU, then a high-priority job arrives and runs -- in the place of one of them,
         evicted -- and the rest are deleted."""
-        labels = {"fairgpu.io/queue": "qa", "chaos-job": "fill"}
+        labels = {"fairgpu.io/queue": "qc", "chaos-job": "fill"}  # qc: no limit
         fill = [
             pod(
                 f"fill-{i}",
@@ -535,6 +537,7 @@ def test_chaos_never_books_a_gpu_twice_and_every_pod_left_finishes(
         ensure_namespace(api, ns, ca_pem=Path(cp.ca_file).read_text())
         auditor = Auditor(api, namespace=ns)
         auditor.gaps_allowed = True  # every watch resumes with 410 after a restart
+        auditor.limits = {"department dept": (frozenset({"qa", "qb"}), 16 * WHOLE)}
         chaos = Chaos(cp, api, ns, tag, auditor, proxy)
         warnings = CacheWarnings(chaos)
         logging.getLogger("fairgpu.kube.cache").addHandler(warnings)
