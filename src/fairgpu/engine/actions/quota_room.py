@@ -141,11 +141,15 @@ def _siblings_terminating(session: Session, queue: str) -> list[str]:
 
 
 def _held(session: Session, uids: Iterable[str]) -> np.ndarray:
-    """What the pods ``uids`` hold in the queue book, together."""
-    entries = session.book.entries
+    """What the pods ``uids`` hold in the queue book, together -- a terminating victim's
+    remainder with what it holds beyond it against the caps (``QueueBook.leaving``)."""
+    entries, leaving = session.book.entries, session.book.leaving
     total = None
     for uid in uids:
         vec = entries[uid].vec
+        beyond = leaving.get(uid)
+        if beyond is not None:
+            vec = vec + beyond[1]
         total = vec.copy() if total is None else total + vec
     return total if total is not None else np.zeros_like(session.book.capacity)
 
