@@ -287,11 +287,8 @@ class QueueBook:
         placed = cluster.placements
         for uid in self.entries.keys() - placed.keys():
             self.remove(uid)
-        if self.leaving:
-            self._forget_leaving(cluster)
-            self._sync_caps_only(cluster)
         if self.remainders:
-            self._recount_restored(cluster)
+            self._settle_remainders(cluster)
         for uid in placed.keys() - self.entries.keys():
             pod = cluster.pods[uid]
             self.add(uid, pod, placed_vector(pod, placed[uid]), placed[uid].dra_milli)
@@ -327,53 +324,55 @@ class QueueBook:
         ):
             return
         self._caps_only_of = (cluster, cluster.detached_version, self._leaving_version)
-        held = [
-            (pod, self.pending_vector(pod), self._pending_ns_vector(pod))
-            for pod in cluster.detached.values()
-        ]
-        held += self.leaving.values()
-        usage: dict[str, np.ndarray] = {}
-        parent: dict[str, np.ndarray] = {}
-        ns: dict[str, np.ndarray] = {}
-        for pod, vec, ns_vec in held:
-            tenant = self.resolver.resolve(pod)
-            usage[tenant.queue] = usage.get(tenant.queue, zero()) + vec
-            if tenant.parent:
-                parent[tenant.parent] = parent.get(tenant.parent, zero()) + vec
-            ns[pod.namespace] = ns.get(pod.namespace, np.zeros(4)) + ns_vec
-        self.caps_only_usage, self.caps_only_parent, self.caps_only_ns = usage, parent, ns
+        self.caps_only_usage, self.caps_only_parent, self.caps_only_ns = {}, {}, {}
+        for pod in cluster.detached.values():
+            self._add_caps_only(pod, self.pending_vector(pod), self._pending_ns_vector(pod))
+        for pod, vec, ns_vec in self.leaving.values():
+            self._add_caps_only(pod, vec, ns_vec)
+
+    def _add_caps_only(self, pod: PodInfo, vec: np.ndarray, ns_vec: np.ndarray) -> None:
+        """Count ``vec`` (``ns_vec`` against its namespace's caps) of ``pod`` as held against
+        quotas and limits only."""
+        tenant = self.resolver.resolve(pod)
+        usage, parent, ns = self.caps_only_usage, self.caps_only_parent, self.caps_only_ns
+        usage[tenant.queue] = usage.get(tenant.queue, zero()) + vec
+        if tenant.parent:
+            parent[tenant.parent] = parent.get(tenant.parent, zero()) + vec
+        ns[pod.namespace] = ns.get(pod.namespace, np.zeros(4)) + ns_vec
 
     def hold_leaving(self, uid: str, pod: PodInfo, vec: np.ndarray, ns_vec: np.ndarray) -> None:
-        """Victim ``uid`` (``pod``) terminates, holding ``vec`` (and ``ns_vec`` against its
-        namespace's caps) in the API beyond the remainder the cluster keeps of it: its queue's
-        quota and limits, and its department's, count it until the victim is gone."""
+        """Victim ``uid`` (``pod``; one of :attr:`remainders`) terminates, holding ``vec``
+        (and ``ns_vec`` against its namespace's caps) in the API beyond the remainder the
+        cluster keeps of it: its queue's quota and limits, and its department's, count it
+        until the victim is gone (added to the totals at once: later jobs of the cycle are
+        admitted against it)."""
+        again = uid in self.leaving
         self.leaving[uid] = (pod, vec, ns_vec)
         self._leaving_version += 1
-        if self._cluster is not None:
+        seen, detached, _ = self._caps_only_of
+        if again and self._cluster is not None:  # its earlier amount is in the totals
             self._sync_caps_only(self._cluster)
+            return
+        self._caps_only_of = (seen, detached, self._leaving_version)
+        self._add_caps_only(pod, vec, ns_vec)
 
-    def _recount_restored(self, cluster: ClusterState) -> None:
-        """Count afresh the victims :attr:`remainders` counted by what they kept, now gone or
-        held whole by ``cluster`` again."""
+    def _settle_remainders(self, cluster: ClusterState) -> None:
+        """The victims :attr:`remainders` counted by what they kept, now gone or held whole
+        by ``cluster`` again: counted afresh from their placement, and no longer held beyond
+        it (:attr:`leaving`)."""
         placed = cluster.placements
         for uid in list(self.remainders):
             placement = placed.get(uid)
             if placement is not None and placement.remainder:
                 continue
             self.remainders.discard(uid)
+            if self.leaving.pop(uid, None) is not None:
+                self._leaving_version += 1
             if placement is not None and uid in self.entries:
                 self.remove(uid)
                 pod = cluster.pods[uid]
                 self.add(uid, pod, placed_vector(pod, placement), placement.dra_milli)
-
-    def _forget_leaving(self, cluster: ClusterState) -> None:
-        """Victims of :attr:`leaving` no longer kept as remainders (gone, or put back whole)."""
-        placements = cluster.placements
-        gone = [u for u in self.leaving if u not in placements or not placements[u].remainder]
-        for uid in gone:
-            del self.leaving[uid]
-        if gone:
-            self._leaving_version += 1
+        self._sync_caps_only(cluster)
 
     def members_toward_min(self, group: str) -> int:
         """Members of pod group ``group`` that count toward its minMember: those running
